@@ -1,0 +1,88 @@
+# zerofiber: GNU Make only. `make`, `make test`, `make bench`, `make test-asan`,
+# `make test-tsan`, `make deps`, `make clean`.
+#
+# CUDA=1 builds the CUDA backend (it arrives in a later issue); the default is
+# CUDA=1 when nvcc is found. CUDA=0 builds and runs without any CUDA at all.
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA ?= $(if $(NVCC),1,0)
+
+BUILD ?= build
+CC = gcc
+OPT ?= -O3 -march=native
+SAN ?=
+OPENMP ?= -fopenmp
+BLAS_DIR = /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_INC = /usr/include/x86_64-linux-gnu/openblas-openmp
+CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp-simd $(OPENMP) $(SAN) -I$(BLAS_INC) -MMD -MP
+LDFLAGS = $(OPENMP) $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
+LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
+
+RUNTIME = runtime/device_cpu.c runtime/arena.c
+KERNELS = $(wildcard kernels/cpu/*.c)
+MODEL = model/gpt.c model/data.c model/optim.c model/sample.c model/safetensors.c
+STRATEGIES = strategies/ddp.c strategies/trainer.c
+LIB_SRC = $(RUNTIME) $(KERNELS) $(MODEL) $(STRATEGIES) tools/options.c
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+TESTS = test_kernels test_runtime test_model test_train
+TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
+BINS = bin/train
+
+.PHONY: all test bench test-asan test-tsan deps clean
+all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+bin/train: $(BUILD)/tools/train.o $(LIB_OBJ)
+	@mkdir -p bin
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/bench_cpu: $(BUILD)/bench/bench_cpu.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/reference.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
+
+# Criterion suites; each binary runs its tests in parallel worker processes.
+test: $(TEST_BINS)
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t --jobs 2; done
+
+bench: $(BUILD)/bin/bench_cpu
+	./$(BUILD)/bin/bench_cpu
+
+# AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build.
+test-asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" build-asan-tests
+	@set -e; for t in $(TESTS); do echo "== asan $$t"; \
+	    ASAN_OPTIONS=detect_leaks=1 ./build-asan/bin/$$t --jobs 2; done
+
+# ThreadSanitizer over the streams and everything that uses them. OpenMP is
+# left out: libgomp is not instrumented and would only yield false reports.
+test-tsan:
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g" OPENMP= SAN="-fsanitize=thread" build-tsan-tests
+	@set -e; for t in $(TESTS); do echo "== tsan $$t"; \
+	    TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build-tsan/bin/$$t --jobs 2; done
+
+.PHONY: build-asan-tests build-tsan-tests
+build-asan-tests build-tsan-tests: $(TEST_BINS)
+
+# Debian packages the build and tests need, installed only where missing.
+DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "deps: all present"; fi
+
+clean:
+	rm -rf build build-asan build-tsan bin
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,131 @@
+/* elementwise.c: GELU, residual add, dropout, zero fill and the clipping scale. */
+#include <math.h>
+#include <string.h>
+
+#include "../dropout.h"
+#include "../kernels.h"
+
+/* glibc's libmvec (2.35+) has vector erff and expf, accurate to a few ulp;
+ * math.h declares them only under -ffast-math, which we do not want, so the
+ * GELU loops declare them here and vectorize with `omp simd`. */
+#pragma omp declare simd notinbranch
+float erff(float x);
+#pragma omp declare simd notinbranch
+float expf(float x);
+
+/* Elementwise loops run in chunks this long, so a dropout mask fits on the stack. */
+enum { CHUNK = 1024 };
+
+typedef struct { float *out; const float *inp; size_t n; } GeluArgs;
+
+static void gelu_forward_task(void *p) {
+    GeluArgs *a = p;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < a->n; i++) {
+        float x = a->inp[i];
+        a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+    }
+}
+
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
+    GeluArgs a = { out, inp, n };
+    stream_launch(s, gelu_forward_task, &a, sizeof a);
+}
+
+typedef struct { float *dinp; const float *inp, *dout; size_t n; } GeluBackwardArgs;
+
+static void gelu_backward_task(void *p) {
+    GeluBackwardArgs *a = p;
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < a->n; i++) {
+        float x = a->inp[i];
+        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+        a->dinp[i] += a->dout[i] * (cdf + x * pdf);
+    }
+}
+
+void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+    GeluBackwardArgs a = { dinp, inp, dout, n };
+    stream_launch(s, gelu_backward_task, &a, sizeof a);
+}
+
+typedef struct { float *out; const float *a, *b; size_t n; } ResidualArgs;
+
+static void residual_forward_task(void *p) {
+    ResidualArgs *a = p;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < a->n; i++) a->out[i] = a->a[i] + a->b[i];
+}
+
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
+    ResidualArgs args = { out, a, b, n };
+    stream_launch(s, residual_forward_task, &args, sizeof args);
+}
+
+typedef struct { float *out; const float *inp; size_t n; Dropout drop; int accumulate; } DropoutArgs;
+
+static void dropout_task(void *p) {
+    DropoutArgs *a = p;
+    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
+    #pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < nchunks; chunk++) {
+        float scale[CHUNK];
+        size_t first = chunk * CHUNK;
+        size_t len = a->n - first < CHUNK ? a->n - first : CHUNK;
+        dropout_scales(a->drop, first, len, scale);
+        for (size_t k = 0; k < len; k++) {
+            float v = a->inp[first + k] * scale[k];
+            a->out[first + k] = a->accumulate ? a->out[first + k] + v : v;
+        }
+    }
+}
+
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
+    if (drop.p <= 0.0f) {
+        if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
+        return;
+    }
+    DropoutArgs a = { out, inp, n, drop, 0 };
+    stream_launch(s, dropout_task, &a, sizeof a);
+}
+
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
+    if (drop.p <= 0.0f) {
+        residual_forward(s, dinp, dinp, dout, n);
+        return;
+    }
+    DropoutArgs a = { dinp, dout, n, drop, 1 };
+    stream_launch(s, dropout_task, &a, sizeof a);
+}
+
+typedef struct { float *x; size_t n; } FillArgs;
+
+static void fill_zero_task(void *p) {
+    FillArgs *a = p;
+    memset(a->x, 0, a->n * sizeof(float));
+}
+
+void fill_zero(Stream *s, float *x, size_t n) {
+    FillArgs a = { x, n };
+    stream_launch(s, fill_zero_task, &a, sizeof a);
+}
+
+typedef struct { float *x; size_t n; const float *sumsq; int nparts; float max_norm; } ClipArgs;
+
+static void clip_scale_task(void *p) {
+    ClipArgs *a = p;
+    double total = 0.0;
+    for (int i = 0; i < a->nparts; i++) total += a->sumsq[i];
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+    float coef = a->max_norm / ((float)sqrt(total) + 1e-6f);
+    if (coef >= 1.0f) return;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < a->n; i++) a->x[i] *= coef;
+}
+
+void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+    ClipArgs a = { x, n, sumsq, nparts, max_norm };
+    stream_launch(s, clip_scale_task, &a, sizeof a);
+}

@@ -1,0 +1,45 @@
+/* embedding.c: token plus position embedding, and its backward. */
+#include "../kernels.h"
+
+typedef struct { float *out; const int *tokens; const float *wte, *wpe; int B, T, C; } EmbeddingArgs;
+
+static void embedding_forward_task(void *p) {
+    EmbeddingArgs *a = p;
+    int B = a->B, T = a->T, C = a->C;
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *tok = a->wte + (size_t)a->tokens[bt] * C;
+        const float *pos = a->wpe + (size_t)(bt % T) * C;
+        float *o = a->out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
+    }
+}
+
+void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C) {
+    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C };
+    stream_launch(s, embedding_forward_task, &a, sizeof a);
+}
+
+typedef struct { float *dwte, *dwpe; const float *dout; const int *tokens; int B, T, C; } EmbeddingBackwardArgs;
+
+/* Each thread owns whole columns, and rows are summed in order: deterministic
+ * whatever the thread count, with no atomics for repeated tokens. */
+static void embedding_backward_task(void *p) {
+    EmbeddingBackwardArgs *a = p;
+    int B = a->B, T = a->T, C = a->C;
+    #pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int bt = 0; bt < B * T; bt++) {
+            float d = a->dout[(size_t)bt * C + c];
+            a->dwte[(size_t)a->tokens[bt] * C + c] += d;
+            a->dwpe[(size_t)(bt % T) * C + c] += d;
+        }
+    }
+}
+
+void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+                        const int *tokens, int B, int T, int C) {
+    EmbeddingBackwardArgs a = { dwte, dwpe, dout, tokens, B, T, C };
+    stream_launch(s, embedding_backward_task, &a, sizeof a);
+}

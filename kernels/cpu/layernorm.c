@@ -1,0 +1,77 @@
+/* layernorm.c: LayerNorm without bias (nanoGPT's bias=False), eps 1e-5. */
+#include <math.h>
+
+#include "../kernels.h"
+
+typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C; } LayerNormArgs;
+
+static void layernorm_forward_task(void *p) {
+    LayerNormArgs *a = p;
+    int C = a->C;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < a->N; i++) {
+        const float *x = a->inp + (size_t)i * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float var = 0.0f;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        var /= C;
+        float r = 1.0f / sqrtf(var + 1e-5f);
+        float *o = a->out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * a->weight[c];
+        a->mean[i] = m;
+        a->rstd[i] = r;
+    }
+}
+
+void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, int N, int C) {
+    LayerNormArgs a = { out, mean, rstd, inp, weight, N, C };
+    stream_launch(s, layernorm_forward_task, &a, sizeof a);
+}
+
+typedef struct {
+    float *dinp, *dweight;
+    const float *dout, *inp, *weight, *mean, *rstd;
+    int N, C;
+} LayerNormBackwardArgs;
+
+static void layernorm_backward_task(void *p) {
+    LayerNormBackwardArgs *a = p;
+    int N = a->N, C = a->C;
+    /* dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = a->inp + (size_t)i * C, *dy = a->dout + (size_t)i * C;
+        float m = a->mean[i], r = a->rstd[i];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dnorm = dy[c] * a->weight[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * (x[c] - m) * r;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float *dx = a->dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            dx[c] += r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+        }
+    }
+    /* dweight: each thread owns a column, rows summed in order (deterministic). */
+    #pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        float acc = 0.0f;
+        for (int i = 0; i < N; i++)
+            acc += a->dout[(size_t)i * C + c] * (a->inp[(size_t)i * C + c] - a->mean[i]) * a->rstd[i];
+        a->dweight[c] += acc;
+    }
+}
+
+void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C };
+    stream_launch(s, layernorm_backward_task, &a, sizeof a);
+}

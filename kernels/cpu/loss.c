@@ -1,0 +1,57 @@
+/* loss.c: fused softmax + cross-entropy over the vocabulary, and its backward. */
+#include <math.h>
+
+#include "../kernels.h"
+
+typedef struct {
+    float *mean_loss, *losses, *probs;
+    const float *logits;
+    const int *targets;
+    int N, V;
+} CrossEntropyArgs;
+
+static void crossentropy_forward_task(void *p) {
+    CrossEntropyArgs *a = p;
+    int V = a->V;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < a->N; i++) {
+        const float *logit = a->logits + (size_t)i * V;
+        float *prob = a->probs + (size_t)i * V;
+        float maxval = logit[0];
+        for (int j = 1; j < V; j++) maxval = fmaxf(maxval, logit[j]);
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) { prob[j] = expf(logit[j] - maxval); sum += prob[j]; }
+        for (int j = 0; j < V; j++) prob[j] /= sum;
+        /* -log softmax from the logits themselves: exact even where prob underflows */
+        if (a->targets) a->losses[i] = logf(sum) - (logit[a->targets[i]] - maxval);
+    }
+    if (!a->targets) return;
+    double total = 0.0;
+    for (int i = 0; i < a->N; i++) total += a->losses[i];
+    *a->mean_loss = (float)(total / a->N);
+}
+
+void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
+                          const float *logits, const int *targets, int N, int V) {
+    CrossEntropyArgs a = { mean_loss, losses, probs, logits, targets, N, V };
+    stream_launch(s, crossentropy_forward_task, &a, sizeof a);
+}
+
+typedef struct { float *dlogits; const float *probs; const int *targets; int N, V; float dloss; } CrossEntropyBackwardArgs;
+
+static void crossentropy_backward_task(void *p) {
+    CrossEntropyBackwardArgs *a = p;
+    int V = a->V;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < a->N; i++) {
+        const float *prob = a->probs + (size_t)i * V;
+        float *d = a->dlogits + (size_t)i * V;
+        for (int j = 0; j < V; j++) d[j] = a->dloss * (prob[j] - (j == a->targets[i] ? 1.0f : 0.0f));
+    }
+}
+
+void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
+                           int N, int V, float dloss) {
+    CrossEntropyBackwardArgs a = { dlogits, probs, targets, N, V, dloss };
+    stream_launch(s, crossentropy_backward_task, &a, sizeof a);
+}

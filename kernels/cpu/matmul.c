@@ -1,0 +1,41 @@
+/* matmul.c: Linear layers through BLAS sgemm (weights [out, in], as PyTorch). */
+#include <cblas.h>
+
+#include "../kernels.h"
+
+typedef struct { float *out; const float *inp, *weight; int N, C, OC; } MatmulForwardArgs;
+
+static void matmul_forward_task(void *p) {
+    MatmulForwardArgs *a = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->N, a->OC, a->C,
+                1.0f, a->inp, a->C, a->weight, a->C, 0.0f, a->out, a->OC);
+}
+
+void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
+                    int N, int C, int OC) {
+    MatmulForwardArgs a = { out, inp, weight, N, C, OC };
+    stream_launch(s, matmul_forward_task, &a, sizeof a);
+}
+
+typedef struct {
+    float *dinp, *dweight;
+    const float *dout, *inp, *weight;
+    int N, C, OC;
+} MatmulBackwardArgs;
+
+static void matmul_backward_task(void *p) {
+    MatmulBackwardArgs *a = p;
+    /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
+    if (a->dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
+                    1.0f, a->dout, a->OC, a->weight, a->C, 1.0f, a->dinp, a->C);
+    /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
+                1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+}
+
+void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                     const float *inp, const float *weight, int N, int C, int OC) {
+    MatmulBackwardArgs a = { dinp, dweight, dout, inp, weight, N, C, OC };
+    stream_launch(s, matmul_backward_task, &a, sizeof a);
+}

@@ -1,0 +1,61 @@
+/* optimizer.c: the AdamW update and the squared-norm reduction for clipping. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../kernels.h"
+
+typedef struct { float *param; const float *grad; float *m, *v; size_t n; AdamWParams hp; } AdamWArgs;
+
+/* The arithmetic of torch.optim.AdamW (single-tensor path), in the same order. */
+static void adamw_task(void *p) {
+    AdamWArgs *a = p;
+    AdamWParams hp = a->hp;
+    float bias_correction1 = 1.0f - powf(hp.beta1, (float)hp.step);
+    float bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, (float)hp.step));
+    float step_size = hp.lr / bias_correction1;
+    float decay = 1.0f - hp.lr * hp.weight_decay;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < a->n; i++) {
+        float g = a->grad[i];
+        float m = a->m[i] + (1.0f - hp.beta1) * (g - a->m[i]);
+        float v = hp.beta2 * a->v[i] + (1.0f - hp.beta2) * g * g;
+        float denom = sqrtf(v) / bias_correction2_sqrt + hp.eps;
+        a->m[i] = m;
+        a->v[i] = v;
+        a->param[i] = a->param[i] * decay - step_size * m / denom;
+    }
+}
+
+void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+                  AdamWParams hp) {
+    AdamWArgs a = { param, grad, m, v, n, hp };
+    stream_launch(s, adamw_task, &a, sizeof a);
+}
+
+/* Fixed chunks summed in index order: the same bits whatever the thread count. */
+enum { SUMSQ_CHUNK = 16384 };
+
+typedef struct { float *out; const float *x; size_t n; } SumsqArgs;
+
+static void sumsq_task(void *p) {
+    SumsqArgs *a = p;
+    size_t nchunks = (a->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double *partial = malloc((nchunks ? nchunks : 1) * sizeof *partial);
+    if (!partial) abort();
+    #pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < nchunks; chunk++) {
+        size_t end = (chunk + 1) * SUMSQ_CHUNK < a->n ? (chunk + 1) * SUMSQ_CHUNK : a->n;
+        double acc = 0.0;
+        for (size_t i = chunk * SUMSQ_CHUNK; i < end; i++) acc += (double)a->x[i] * a->x[i];
+        partial[chunk] = acc;
+    }
+    double total = 0.0;
+    for (size_t chunk = 0; chunk < nchunks; chunk++) total += partial[chunk];
+    free(partial);
+    *a->out = (float)total;
+}
+
+void sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
+    SumsqArgs a = { out, x, n };
+    stream_launch(s, sumsq_task, &a, sizeof a);
+}

@@ -1,0 +1,97 @@
+/* kernels.h: the ops of the GPT, declared once for every backend.
+ *
+ * Every op is enqueued on a Stream and returns at once. Shapes are explicit:
+ * B batch rows, T positions, C channels, NH heads, V vocabulary, N = B*T rows.
+ * Matrices are row-major; a Linear weight is [out, in] as in PyTorch.
+ * Backward ops accumulate (+=) into the gradients they produce, so callers zero
+ * gradient buffers once and several contributions can add up.
+ */
+#ifndef ZF_KERNELS_H
+#define ZF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/device.h"
+
+/* A dropout site: the mask element i is Philox(key = (seed, rank),
+ * counter = (i / 4, i / 2^34, site, step)) word i % 4, kept when its uniform
+ * is >= p, and kept values are scaled by 1 / (1 - p). p = 0 is the identity. */
+typedef struct {
+    float p;
+    uint32_t seed, rank, step, site;
+} Dropout;
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] */
+void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C);
+void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+                        const int *tokens, int B, int T, int C);
+
+/* LayerNorm without bias, eps 1e-5; saves mean and 1/std per row for the backward. */
+void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, int N, int C);
+void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
+void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
+                    int N, int C, int OC);
+void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                     const float *inp, const float *weight, int N, int C, int OC);
+
+/* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
+ * channels); att[B,NH,T,T] keeps the softmax probabilities (before dropout),
+ * out[B,T,C] the heads side by side. scratch holds B*NH*T*T floats (forward)
+ * or 2*B*NH*T*T floats (backward). */
+void attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+                       int B, int T, int C, int NH, Dropout drop);
+void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+                        const float *qkv, const float *att, int B, int T, int C, int NH,
+                        Dropout drop);
+
+/* Exact GELU: x * Phi(x), with Phi through erf. */
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n);
+void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b (the residual add; its backward passes the gradient to both). */
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
+
+/* out = mask * inp / (1 - p); out may be inp. dinp += mask * dout / (1 - p). */
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
+
+/* Fused softmax + cross-entropy over logits[N,V]: probs = softmax(logits),
+ * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean (summed in row
+ * order). targets may be NULL (inference): only probs are written. */
+void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
+                          const float *logits, const int *targets, int N, int V);
+/* dlogits = dloss * (probs - onehot(targets)) (overwrites). */
+void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
+                           int N, int V, float dloss);
+
+/* AdamW as torch.optim.AdamW: decoupled weight decay, bias corrections. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;  /* 1 for the first update */
+} AdamWParams;
+void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+                  AdamWParams hp);
+
+/* *out = sum of x[i]^2, accumulated in double over fixed chunks in index order,
+ * so the result does not depend on the number of threads. */
+void sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+/* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)). */
+void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
+void fill_zero(Stream *s, float *x, size_t n);
+
+/* The BLAS core type guard of the CPU backend (see kernels/cpu/blas_setup.c).
+ * Call first thing in main: it may re-execute the program with
+ * OPENBLAS_CORETYPE set, and returns a line describing the BLAS in use. */
+const char *blas_ensure_core(char **argv);
+/* Which OPENBLAS_CORETYPE suits a CPU when OpenBLAS chose `corename`, or NULL
+ * when the choice is fine. */
+const char *blas_better_core(const char *corename, int has_avx512, int has_avx2);
+
+#endif

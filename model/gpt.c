@@ -1,0 +1,332 @@
+/* gpt.c: the GPT's layout, init, forward and backward, written out layer by layer. */
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/philox.h"
+
+const char *gpt_config_error(const GPTConfig *cfg) {
+    static char msg[128];
+    if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
+    if (cfg->block_size < 1) return "--block must be at least 1";
+    if (cfg->layers < 1) return "--layers must be at least 1";
+    if (cfg->heads < 1) return "--heads must be at least 1";
+    if (cfg->embd < 1) return "--embd must be at least 1";
+    if (cfg->embd % cfg->heads != 0) {
+        snprintf(msg, sizeof msg, "--embd=%d is not divisible by --heads=%d", cfg->embd, cfg->heads);
+        return msg;
+    }
+    return NULL;
+}
+
+void gpt_layout(const GPTConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    int C = cfg->embd;
+    char name[ARENA_NAME_MAX];
+    arena_init(layout, shard_multiple);
+    arena_begin_unit(layout);
+    arena_add_tensor(layout, "transformer.wte.weight", cfg->vocab, C);
+    arena_add_tensor(layout, "transformer.wpe.weight", cfg->block_size, C);
+    arena_add_tensor(layout, "transformer.ln_f.weight", C, 0);
+    arena_end_unit(layout);
+    /* per block, in the order the forward uses them */
+    static const struct { const char *suffix; int rows, cols; } block[] = {
+        { "ln_1.weight", 1, 0 },
+        { "attn.c_attn.weight", 3, 1 },
+        { "attn.c_proj.weight", 1, 1 },
+        { "ln_2.weight", 1, 0 },
+        { "mlp.c_fc.weight", 4, 1 },
+        { "mlp.c_proj.weight", 1, 4 },
+    };
+    for (int l = 0; l < cfg->layers; l++) {
+        arena_begin_unit(layout);
+        for (int i = 0; i < 6; i++) {
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i].suffix);
+            arena_add_tensor(layout, name, block[i].rows * C, block[i].cols * C);
+        }
+        arena_end_unit(layout);
+    }
+}
+
+void gpt_init_params(const GPTConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host) {
+    memset(host, 0, layout->total * sizeof(float));
+    for (int ti = 0; ti < layout->ntensors; ti++) {
+        const TensorSpec *t = &layout->tensors[ti];
+        float *w = host + t->offset;
+        if (t->ndim == 1) {  /* LayerNorm weights */
+            for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
+            continue;
+        }
+        double std = 0.02;
+        if (strstr(t->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->layers);
+        /* Box-Muller on Philox: element pair i from counter (i, tensor index) */
+        for (size_t i = 0; i < t->numel; i += 2) {
+            Philox4 ctr = {{ (uint32_t)(i / 2), (uint32_t)((uint64_t)i >> 33), (uint32_t)ti, 0 }};
+            Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_INIT);
+            double u1 = ((double)bits.v[0] + 1.0) / 4294967296.0;  /* (0, 1] */
+            double u2 = (double)bits.v[1] / 4294967296.0;
+            double r = sqrt(-2.0 * log(u1));
+            w[i] = (float)(std * r * cos(2.0 * M_PI * u2));
+            if (i + 1 < t->numel) w[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+        }
+    }
+}
+
+/* The activation size table; the order matches the pointers in gpt_create. */
+static void activation_sizes(const GPTConfig *cfg, int B, int T, size_t sizes[ACTIVATION_TENSORS]) {
+    size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
+    size_t i = 0;
+    sizes[i++] = BT * C;              /* encoded */
+    sizes[i++] = L * BT * C;          /* ln1 */
+    sizes[i++] = L * BT;              /* ln1_mean */
+    sizes[i++] = L * BT;              /* ln1_rstd */
+    sizes[i++] = L * BT * 3 * C;      /* qkv */
+    sizes[i++] = L * B * NH * T * T;  /* att */
+    sizes[i++] = L * BT * C;          /* atty */
+    sizes[i++] = L * BT * C;          /* attproj */
+    sizes[i++] = L * BT * C;          /* resid2 */
+    sizes[i++] = L * BT * C;          /* ln2 */
+    sizes[i++] = L * BT;              /* ln2_mean */
+    sizes[i++] = L * BT;              /* ln2_rstd */
+    sizes[i++] = L * BT * 4 * C;      /* fch */
+    sizes[i++] = L * BT * 4 * C;      /* fch_gelu */
+    sizes[i++] = L * BT * C;          /* fcproj */
+    sizes[i++] = L * BT * C;          /* resid3 */
+    sizes[i++] = BT * C;              /* lnf */
+    sizes[i++] = BT;                  /* lnf_mean */
+    sizes[i++] = BT;                  /* lnf_rstd */
+    sizes[i++] = BT * V;              /* logits */
+    sizes[i++] = BT * V;              /* probs */
+    sizes[i++] = BT;                  /* losses */
+    sizes[i++] = 1;                   /* mean_loss */
+    sizes[i++] = BT * C;              /* dresid */
+    sizes[i++] = BT * C;              /* dln */
+    sizes[i++] = BT * C;              /* dproj */
+    sizes[i++] = BT * C;              /* datty */
+    sizes[i++] = BT * 3 * C;          /* dqkv */
+    sizes[i++] = BT * 4 * C;          /* dfch */
+    sizes[i++] = BT * 4 * C;          /* dfch_gelu */
+    sizes[i++] = BT * V;              /* dlogits */
+    sizes[i++] = 2 * B * NH * T * T;  /* att_scratch */
+}
+
+GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+                int max_B, int max_T, int own_arenas) {
+    GPT *m = calloc(1, sizeof *m);
+    if (!m) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    m->cfg = *cfg;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->dev = dev;
+    m->stream = stream;
+    gpt_layout(cfg, shard_multiple, &m->layout);
+    int nunits = m->layout.nunits;
+    m->unit_weights = calloc(nunits, sizeof *m->unit_weights);
+    m->unit_grads = calloc(nunits, sizeof *m->unit_grads);
+    if (!m->unit_weights || !m->unit_grads) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    if (own_arenas) {
+        size_t bytes = m->layout.total * sizeof(float);
+        m->params = device_alloc(dev, MEM_WEIGHTS, bytes);
+        m->grads = device_alloc(dev, MEM_GRADS, bytes);
+        for (int u = 0; u < nunits; u++) {
+            m->unit_weights[u] = m->params + m->layout.units[u].offset;
+            m->unit_grads[u] = m->grads + m->layout.units[u].offset;
+        }
+    }
+
+    size_t sizes[ACTIVATION_TENSORS];
+    activation_sizes(cfg, max_B, max_T, sizes);
+    float **ptrs[ACTIVATION_TENSORS] = {
+        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
+        &m->acts.att, &m->acts.atty, &m->acts.attproj, &m->acts.resid2, &m->acts.ln2,
+        &m->acts.ln2_mean, &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.fcproj,
+        &m->acts.resid3, &m->acts.lnf, &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits,
+        &m->acts.probs, &m->acts.losses, &m->acts.mean_loss, &m->acts.dresid, &m->acts.dln,
+        &m->acts.dproj, &m->acts.datty, &m->acts.dqkv, &m->acts.dfch, &m->acts.dfch_gelu,
+        &m->acts.dlogits, &m->acts.att_scratch,
+    };
+    m->acts_floats = 0;
+    for (int i = 0; i < ACTIVATION_TENSORS; i++) m->acts_floats += sizes[i];
+    m->acts_memory = device_alloc(dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
+    float *next = m->acts_memory;
+    for (int i = 0; i < ACTIVATION_TENSORS; i++) {
+        *ptrs[i] = next;
+        next += sizes[i];
+    }
+    size_t token_bytes = (size_t)max_B * max_T * sizeof(int);
+    m->tokens = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
+    m->targets = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
+    return m;
+}
+
+void gpt_destroy(GPT *m) {
+    if (!m) return;
+    size_t token_bytes = (size_t)m->max_B * m->max_T * sizeof(int);
+    device_free(m->dev, MEM_ACTIVATIONS, m->tokens, token_bytes);
+    device_free(m->dev, MEM_ACTIVATIONS, m->targets, token_bytes);
+    device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
+    device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
+    device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
+    free(m->unit_weights);
+    free(m->unit_grads);
+    free(m);
+}
+
+/* Views of one block's tensors inside a unit-sized buffer (weights or grads). */
+typedef struct { float *ln1_w, *qkv_w, *attproj_w, *ln2_w, *fc_w, *fcproj_w; } BlockTensors;
+typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
+
+static BlockTensors block_tensors(const GPT *m, float *unit_base) {
+    size_t C = m->cfg.embd;
+    BlockTensors b;
+    b.ln1_w = unit_base;
+    b.qkv_w = b.ln1_w + C;
+    b.attproj_w = b.qkv_w + 3 * C * C;
+    b.ln2_w = b.attproj_w + C * C;
+    b.fc_w = b.ln2_w + C;
+    b.fcproj_w = b.fc_w + 4 * C * C;
+    return b;
+}
+
+static RootTensors root_tensors(const GPT *m, float *unit_base) {
+    RootTensors r;
+    r.wte = unit_base;
+    r.wpe = r.wte + (size_t)m->cfg.vocab * m->cfg.embd;
+    r.lnf_w = r.wpe + (size_t)m->cfg.block_size * m->cfg.embd;
+    return r;
+}
+
+/* Dropout sites: 0 for the embeddings, then three per block. */
+static Dropout dropout_at(const GPT *m, uint32_t site) {
+    Dropout d = { m->training ? m->dropout : 0.0f, m->seed, m->rank, m->step, site };
+    return d;
+}
+
+static void call_hook(void (*hook)(void *, int), void *ctx, int unit) {
+    if (hook) hook(ctx, unit);
+}
+
+void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
+                 uint32_t step, int training) {
+    Stream *s = m->stream;
+    int C = m->cfg.embd, NH = m->cfg.heads, V = m->cfg.vocab, L = m->cfg.layers;
+    size_t BT = (size_t)B * T;
+    Activations *a = &m->acts;
+    m->B = B;
+    m->T = T;
+    m->step = step;
+    m->training = training;
+    stream_copy(s, m->tokens, tokens, BT * sizeof(int));
+    if (targets) stream_copy(s, m->targets, targets, BT * sizeof(int));
+
+    call_hook(m->hooks.before_forward, m->hooks.ctx, 0);
+    RootTensors root = root_tensors(m, m->unit_weights[0]);
+    embedding_forward(s, a->encoded, m->tokens, root.wte, root.wpe, B, T, C);
+    dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
+
+    const float *x = a->encoded;  /* the residual stream entering each block */
+    for (int l = 0; l < L; l++) {
+        call_hook(m->hooks.before_forward, m->hooks.ctx, 1 + l);
+        BlockTensors w = block_tensors(m, m->unit_weights[1 + l]);
+        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
+        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
+        float *atty = a->atty + l * BT * C, *attproj = a->attproj + l * BT * C;
+        float *resid2 = a->resid2 + l * BT * C;
+        float *ln2 = a->ln2 + l * BT * C, *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        float *fcproj = a->fcproj + l * BT * C, *resid3 = a->resid3 + l * BT * C;
+        uint32_t site = 1 + 3 * (uint32_t)l;
+
+        layernorm_forward(s, ln1, ln1_mean, ln1_rstd, x, w.ln1_w, BT, C);
+        matmul_forward(s, qkv, ln1, w.qkv_w, BT, C, 3 * C);
+        attention_forward(s, atty, att, a->att_scratch, qkv, B, T, C, NH, dropout_at(m, site));
+        matmul_forward(s, attproj, atty, w.attproj_w, BT, C, C);
+        dropout_forward(s, attproj, attproj, BT * C, dropout_at(m, site + 1));
+        residual_forward(s, resid2, x, attproj, BT * C);
+        layernorm_forward(s, ln2, ln2_mean, ln2_rstd, resid2, w.ln2_w, BT, C);
+        matmul_forward(s, fch, ln2, w.fc_w, BT, C, 4 * C);
+        gelu_forward(s, fch_gelu, fch, BT * 4 * C);
+        matmul_forward(s, fcproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
+        dropout_forward(s, fcproj, fcproj, BT * C, dropout_at(m, site + 2));
+        residual_forward(s, resid3, resid2, fcproj, BT * C);
+        x = resid3;
+    }
+
+    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
+    matmul_forward(s, a->logits, a->lnf, root.wte, BT, C, V);  /* head tied to wte */
+    crossentropy_forward(s, a->mean_loss, a->losses, a->probs, a->logits,
+                         targets ? m->targets : NULL, BT, V);
+}
+
+void gpt_backward(GPT *m, float dloss) {
+    Stream *s = m->stream;
+    int B = m->B, T = m->T, C = m->cfg.embd, NH = m->cfg.heads, V = m->cfg.vocab, L = m->cfg.layers;
+    size_t BT = (size_t)B * T;
+    Activations *a = &m->acts;
+
+    call_hook(m->hooks.before_backward, m->hooks.ctx, 0);
+    RootTensors root = root_tensors(m, m->unit_weights[0]);
+    RootTensors droot = root_tensors(m, m->unit_grads[0]);
+    const float *x_last = L > 0 ? a->resid3 + (size_t)(L - 1) * BT * C : a->encoded;
+
+    /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
+    crossentropy_backward(s, a->dlogits, a->probs, m->targets, BT, V, dloss / (float)BT);
+    fill_zero(s, a->dln, BT * C);
+    matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
+    fill_zero(s, a->dresid, BT * C);
+    layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
+                       a->lnf_mean, a->lnf_rstd, BT, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        call_hook(m->hooks.before_backward, m->hooks.ctx, 1 + l);
+        BlockTensors w = block_tensors(m, m->unit_weights[1 + l]);
+        BlockTensors dw = block_tensors(m, m->unit_grads[1 + l]);
+        const float *x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded;
+        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
+        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
+        float *atty = a->atty + l * BT * C;
+        float *resid2 = a->resid2 + l * BT * C;
+        float *ln2 = a->ln2 + l * BT * C, *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        uint32_t site = 1 + 3 * (uint32_t)l;
+
+        /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
+        fill_zero(s, a->dproj, BT * C);
+        dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
+        fill_zero(s, a->dfch_gelu, BT * 4 * C);
+        matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
+        fill_zero(s, a->dfch, BT * 4 * C);
+        gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
+        fill_zero(s, a->dln, BT * C);
+        matmul_backward(s, a->dln, dw.fc_w, a->dfch, ln2, w.fc_w, BT, C, 4 * C);
+        layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C);
+
+        /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
+        fill_zero(s, a->dproj, BT * C);
+        dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
+        fill_zero(s, a->datty, BT * C);
+        matmul_backward(s, a->datty, dw.attproj_w, a->dproj, atty, w.attproj_w, BT, C, C);
+        fill_zero(s, a->dqkv, BT * 3 * C);
+        attention_backward(s, a->dqkv, a->att_scratch, a->datty, qkv, att, B, T, C, NH,
+                           dropout_at(m, site));
+        fill_zero(s, a->dln, BT * C);
+        matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
+        layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C);
+        call_hook(m->hooks.after_backward, m->hooks.ctx, 1 + l);
+    }
+
+    /* embeddings: encoded = dropout(wte[tokens] + wpe) */
+    fill_zero(s, a->dproj, BT * C);
+    dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
+    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C);
+    call_hook(m->hooks.after_backward, m->hooks.ctx, 0);
+}
+
+float gpt_read_loss(GPT *m) {
+    float loss;
+    stream_copy(m->stream, &loss, m->acts.mean_loss, sizeof loss);
+    stream_synchronize(m->stream);
+    return loss;
+}

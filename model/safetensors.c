@@ -1,0 +1,198 @@
+/* safetensors.c: the safetensors reader and writer of safetensors.h. */
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static size_t dtype_size(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0 ? 4 : 0;
+}
+
+static size_t tensor_bytes(const StTensor *t) {
+    size_t n = dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+int safetensors_write(const char *path, const StTensor *tensors, int n,
+                      const char *metadata_json, char *err, size_t errlen) {
+    cJSON *header = cJSON_CreateObject();
+    if (metadata_json) {
+        cJSON *meta = cJSON_Parse(metadata_json);
+        if (!meta) { snprintf(err, errlen, "bad metadata JSON"); cJSON_Delete(header); return -1; }
+        cJSON_AddItemToObject(header, "__metadata__", meta);
+    }
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *entry = cJSON_AddObjectToObject(header, tensors[i].name);
+        cJSON_AddStringToObject(entry, "dtype", tensors[i].dtype);
+        cJSON *shape = cJSON_AddArrayToObject(entry, "shape");
+        for (int d = 0; d < tensors[i].ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)tensors[i].shape[d]));
+        cJSON *range = cJSON_AddArrayToObject(entry, "data_offsets");
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
+        offset += tensor_bytes(&tensors[i]);
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
+    }
+    char *json = cJSON_PrintUnformatted(header);
+    cJSON_Delete(header);
+    size_t json_len = strlen(json);
+    size_t padded = (json_len + 7) / 8 * 8;  /* data starts 8-byte aligned */
+
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+        cJSON_free(json);
+        return -1;
+    }
+    unsigned char len_bytes[8];
+    for (int b = 0; b < 8; b++) len_bytes[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+    int ok = fwrite(len_bytes, 1, 8, f) == 8 && fwrite(json, 1, json_len, f) == json_len;
+    for (size_t i = json_len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (int i = 0; ok && i < n; i++) {
+        size_t bytes = tensor_bytes(&tensors[i]);
+        ok = fwrite(tensors[i].data, 1, bytes, f) == bytes;
+    }
+    cJSON_free(json);
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    FILE *in = fopen(path, "rb");
+    if (!in) { snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno)); return -1; }
+    long size = fseek(in, 0, SEEK_END) == 0 ? ftell(in) : -1;
+    if (size < 8) {
+        fclose(in);
+        snprintf(err, errlen, "'%s' is truncated: %ld bytes, shorter than the 8-byte header length", path, size);
+        return -1;
+    }
+    f->size = (size_t)size;
+    f->bytes = malloc(f->size + 1);
+    int ok = f->bytes && fseek(in, 0, SEEK_SET) == 0 && fread(f->bytes, 1, f->size, in) == f->size;
+    fclose(in);
+    if (!ok) { safetensors_close(f); snprintf(err, errlen, "cannot read '%s'", path); return -1; }
+    uint64_t header_len = 0;
+    for (int b = 0; b < 8; b++) header_len |= (uint64_t)f->bytes[b] << (8 * b);
+    if (header_len > f->size - 8) {
+        snprintf(err, errlen, "'%s': header length %llu runs past the end of the file (%zu bytes)",
+                 path, (unsigned long long)header_len, f->size);
+        safetensors_close(f);
+        return -1;
+    }
+    f->data_start = 8 + (size_t)header_len;
+    f->header = cJSON_ParseWithLength((const char *)f->bytes + 8, (size_t)header_len);
+    if (!f->header || !cJSON_IsObject((cJSON *)f->header)) {
+        snprintf(err, errlen, "'%s': the header is not a JSON object", path);
+        safetensors_close(f);
+        return -1;
+    }
+    return 0;
+}
+
+void safetensors_close(StFile *f) {
+    cJSON_Delete((cJSON *)f->header);
+    free(f->bytes);
+    memset(f, 0, sizeof *f);
+}
+
+int safetensors_count(const StFile *f) {
+    int n = 0;
+    for (cJSON *e = ((cJSON *)f->header)->child; e; e = e->next)
+        if (strcmp(e->string, "__metadata__") != 0) n++;
+    return n;
+}
+
+const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
+                               const int64_t *shape, char *err, size_t errlen) {
+    cJSON *e = cJSON_GetObjectItemCaseSensitive((cJSON *)f->header, name);
+    if (!e) { snprintf(err, errlen, "missing tensor '%s'", name); return NULL; }
+    cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    cJSON *range = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(range) ||
+        cJSON_GetArraySize(range) != 2) {
+        snprintf(err, errlen, "tensor '%s' has a malformed header entry", name);
+        return NULL;
+    }
+    if (strcmp(dt->valuestring, dtype) != 0) {
+        snprintf(err, errlen, "tensor '%s' has dtype %s, expected %s", name, dt->valuestring, dtype);
+        return NULL;
+    }
+    char want[64] = "", got[64] = "";
+    int same = cJSON_GetArraySize(sh) == ndim;
+    for (int d = 0; d < ndim; d++) {
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)shape[d]);
+    }
+    for (int d = 0; d < cJSON_GetArraySize(sh); d++) {
+        cJSON *x = cJSON_GetArrayItem(sh, d);
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%.0f", d ? "," : "", v);
+        if (d < ndim && v != (double)shape[d]) same = 0;
+    }
+    if (!same) {
+        snprintf(err, errlen, "tensor '%s' has shape [%s], expected [%s]", name, got, want);
+        return NULL;
+    }
+    size_t bytes = dtype_size(dtype);
+    for (int d = 0; d < ndim; d++) bytes *= (size_t)shape[d];
+    double begin = cJSON_GetArrayItem(range, 0)->valuedouble, end = cJSON_GetArrayItem(range, 1)->valuedouble;
+    size_t data_size = f->size - f->data_start;
+    if (!(begin >= 0 && end >= begin && end <= (double)data_size && (size_t)(end - begin) == bytes)) {
+        snprintf(err, errlen, "tensor '%s' has data offsets [%.0f, %.0f] outside the %zu data bytes "
+                 "or not %zu bytes long", name, begin, end, data_size, bytes);
+        return NULL;
+    }
+    return f->bytes + f->data_start + (size_t)begin;
+}
+
+int weights_save(const char *path, const ArenaLayout *layout, const float *params,
+                 char *err, size_t errlen) {
+    StTensor *t = calloc((size_t)layout->ntensors, sizeof *t);
+    if (!t) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < layout->ntensors; i++) {
+        const TensorSpec *s = &layout->tensors[i];
+        t[i] = (StTensor){ s->name, "F32", s->ndim, { s->shape[0], s->shape[1] }, params + s->offset };
+    }
+    int rc = safetensors_write(path, t, layout->ntensors, NULL, err, errlen);
+    free(t);
+    return rc;
+}
+
+int weights_load(const char *path, const ArenaLayout *layout, float *params,
+                 char *err, size_t errlen) {
+    StFile f;
+    char why[256];
+    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
+    for (int i = 0; i < layout->ntensors; i++) {
+        const TensorSpec *s = &layout->tensors[i];
+        int64_t shape[2] = { s->shape[0], s->shape[1] };
+        const void *data = safetensors_tensor(&f, s->name, "F32", s->ndim, shape, why, sizeof why);
+        if (!data) {
+            snprintf(err, errlen, "'%s': %s", path, why);
+            safetensors_close(&f);
+            return -1;
+        }
+        memcpy(params + s->offset, data, s->numel * sizeof(float));
+    }
+    int extra = safetensors_count(&f) - layout->ntensors;
+    safetensors_close(&f);
+    if (extra > 0) {
+        snprintf(err, errlen, "'%s' holds %d tensor(s) this model does not have", path, extra);
+        return -1;
+    }
+    return 0;
+}

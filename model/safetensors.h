@@ -1,0 +1,52 @@
+/* safetensors.h: reading and writing tensors in the safetensors format.
+ *
+ * A file is an 8-byte little-endian header length, a JSON header naming each
+ * tensor's dtype, shape and byte range, then the raw data. The GPT's weights are
+ * written with nanoGPT's names, so PyTorch loads them into its model directly.
+ */
+#ifndef ZF_SAFETENSORS_H
+#define ZF_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/arena.h"
+
+typedef struct {
+    const char *name;
+    const char *dtype;     /* "F32" or "I32" */
+    int ndim;              /* 0, 1 or 2 */
+    int64_t shape[2];
+    const void *data;
+} StTensor;
+
+/* Write n tensors (and an optional JSON object as __metadata__) to a temporary
+ * file beside path, flush it, then rename it over path: a crash never leaves a
+ * broken file. Returns 0, or -1 with a one-line message in err. */
+int safetensors_write(const char *path, const StTensor *tensors, int n,
+                      const char *metadata_json, char *err, size_t errlen);
+
+/* A file read whole into memory, its header parsed and checked. */
+typedef struct {
+    unsigned char *bytes;
+    size_t size;
+    size_t data_start;
+    void *header;          /* cJSON object */
+} StFile;
+
+int safetensors_open(StFile *f, const char *path, char *err, size_t errlen);
+void safetensors_close(StFile *f);
+/* The data of tensor `name` if its dtype and shape are as given (ndim 0..2);
+ * NULL with a one-line message in err otherwise. */
+const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
+                               const int64_t *shape, char *err, size_t errlen);
+int safetensors_count(const StFile *f);  /* tensors, __metadata__ excluded */
+
+/* The GPT's parameters by their arena names, from and to a host arena. */
+int weights_save(const char *path, const ArenaLayout *layout, const float *params,
+                 char *err, size_t errlen);
+/* Exactly the layout's tensors, F32, right shapes, no others. */
+int weights_load(const char *path, const ArenaLayout *layout, float *params,
+                 char *err, size_t errlen);
+
+#endif

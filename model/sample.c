@@ -1,0 +1,51 @@
+/* sample.c: autoregressive sampling on the host from the model's last logits. */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../kernels/philox.h"
+
+void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
+                  uint32_t seed) {
+    int V = m->cfg.vocab;
+    int window = m->cfg.block_size < m->max_T ? m->cfg.block_size : m->max_T;
+    float *logits = malloc((size_t)V * sizeof(float));
+    double *weight = malloc((size_t)V * sizeof(double));
+    if (!logits || !weight) abort();
+    for (int n = n_prompt; n < n_prompt + n_new; n++) {
+        int T = n < window ? n : window;
+        gpt_forward(m, tokens + n - T, NULL, 1, T, 0, 0);
+        stream_copy(m->stream, logits, m->acts.logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+        stream_synchronize(m->stream);
+
+        /* keep the top_k largest logits: the k-th largest is the cut */
+        float cut = -INFINITY;
+        if (top_k > 0 && top_k < V) {
+            for (int k = 0; k < top_k; k++) {
+                float best = -INFINITY;
+                for (int j = 0; j < V; j++)
+                    if (logits[j] > best && (k == 0 || logits[j] < cut)) best = logits[j];
+                cut = best;
+            }
+        }
+        float maxval = -INFINITY;
+        for (int j = 0; j < V; j++) maxval = fmaxf(maxval, logits[j]);
+        double total = 0.0;
+        for (int j = 0; j < V; j++) {
+            weight[j] = logits[j] >= cut ? exp((logits[j] - maxval) / temperature) : 0.0;
+            total += weight[j];
+        }
+        Philox4 ctr = {{ (uint32_t)n, 0, 0, 0 }};
+        Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_SAMPLE);
+        double u = ((double)bits.v[0] + (double)bits.v[1] / 4294967296.0) / 4294967296.0 * total;
+        int next = V - 1;
+        for (int j = 0; j < V; j++) {
+            if (u < weight[j]) { next = j; break; }
+            u -= weight[j];
+        }
+        tokens[n] = next;
+    }
+    free(logits);
+    free(weight);
+}

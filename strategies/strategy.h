@@ -1,0 +1,61 @@
+/* strategy.h: one interface for every way of keeping ranks in step.
+ *
+ * The trainer drives a Strategy without naming one. Each step is
+ *
+ *     s->ops->set_lr(s, lr);
+ *     s->ops->forward_backward(s, x, y, step);  // each rank's rows of the global batch
+ *     s->ops->clip_grads(s, max_norm);          // global norm over every rank's part
+ *     s->ops->step(s);                          // AdamW on what each rank owns
+ *
+ * The global batch has nranks * batch rows; rank r takes rows [r * batch, (r+1) * batch).
+ */
+#ifndef ZF_STRATEGY_H
+#define ZF_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../model/gpt.h"
+
+typedef struct {
+    GPTConfig model;
+    int nranks;
+    int batch;              /* rows per rank */
+    float dropout;
+    uint32_t seed;
+    float beta1, beta2, eps, weight_decay;
+} StrategyConfig;
+
+typedef struct Strategy Strategy;
+
+typedef struct {
+    void (*set_lr)(Strategy *s, float lr);
+    void (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step);
+    void (*clip_grads)(Strategy *s, float max_norm);
+    void (*step)(Strategy *s);
+    /* Mean over ranks of the training loss of the last forward_backward (waits). */
+    float (*train_loss)(Strategy *s);
+    /* Mean loss of a forward without dropout over a global batch (waits). */
+    float (*eval_loss)(Strategy *s, const int *x, const int *y);
+    /* The model that generates text (rank 0's, with full weights). */
+    GPT *(*sampler)(Strategy *s);
+    /* Copy all weights, in the arena layout of nranks = 1, to or from the host. */
+    void (*read_weights)(Strategy *s, float *host);
+    void (*write_weights)(Strategy *s, const float *host);
+    /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
+    size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
+    void (*destroy)(Strategy *s);
+} StrategyOps;
+
+struct Strategy {
+    const StrategyOps *ops;
+    const char *name;
+    StrategyConfig cfg;
+    float lr;
+    int adam_step;          /* updates done so far */
+};
+
+/* DDP (--zero=0): full replicas, gradients averaged over ranks. */
+Strategy *ddp_create(const StrategyConfig *cfg);
+
+#endif

@@ -1,0 +1,36 @@
+/* trainer.h: the training loop over any strategy: schedule, eval, logging, sampling. */
+#ifndef ZF_TRAINER_H
+#define ZF_TRAINER_H
+
+#include <stdio.h>
+
+#include "../model/data.h"
+#include "../model/optim.h"
+#include "strategy.h"
+
+typedef struct {
+    int iters;             /* optimizer steps */
+    LRSchedule schedule;
+    float grad_clip;       /* max global norm; 0 disables */
+    int eval_every;        /* 0: only at the end */
+    int eval_iters;        /* batches per split per eval */
+    int log_every;
+    int sample_chars;      /* generated at the end; 0 for none */
+    FILE *out;             /* progress lines; NULL for none */
+    FILE *log;             /* JSON lines; NULL for none */
+} TrainConfig;
+
+typedef struct {
+    float last_loss;       /* training loss of the last step */
+    float train_loss, val_loss;  /* of the last eval */
+    double seconds;        /* wall time of the steps, evals excluded */
+} TrainResult;
+
+/* Run cfg->iters steps of s on data. Returns 0, or 1 when the loss stopped being
+ * finite (the iteration is named on stderr). */
+int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
+
+/* Mean loss over eval_iters fixed batches of a split. */
+float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters);
+
+#endif

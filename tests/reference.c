@@ -1,0 +1,150 @@
+/* reference.c: the double-precision reference of reference.h. */
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/dropout.h"
+
+void ref_embedding(double *out, const int *tokens, const double *wte, const double *wpe, int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                out[((size_t)b * T + t) * C + c] = wte[(size_t)tokens[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+
+void ref_layernorm(double *out, const double *inp, const double *weight, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double *x = inp + (size_t)i * C;
+        double mean = 0, var = 0;
+        for (int c = 0; c < C; c++) mean += x[c];
+        mean /= C;
+        for (int c = 0; c < C; c++) var += (x[c] - mean) * (x[c] - mean);
+        var /= C;
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] = (x[c] - mean) / sqrt(var + 1e-5) * weight[c];
+    }
+}
+
+void ref_matmul(double *out, const double *inp, const double *weight, int N, int C, int OC) {
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++) acc += inp[(size_t)i * C + c] * weight[(size_t)o * C + c];
+            out[(size_t)i * OC + o] = acc;
+        }
+}
+
+void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH, Dropout drop) {
+    int hs = C / NH;
+    double *w = malloc(sizeof(double) * T);
+    float *mask = malloc(sizeof(float) * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double maxval = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double dot = 0;
+                    for (int d = 0; d < hs; d++) dot += q[d] * k[d];
+                    w[j] = dot / sqrt((double)hs);
+                    if (w[j] > maxval) maxval = w[j];
+                }
+                for (int j = 0; j <= t; j++) { w[j] = exp(w[j] - maxval); sum += w[j]; }
+                if (drop.p > 0) dropout_scales(drop, (((size_t)b * NH + h) * T + t) * T, (size_t)T, mask);
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0;
+                    for (int j = 0; j <= t; j++) {
+                        const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                        acc += w[j] / sum * (drop.p > 0 ? mask[j] : 1.0) * v[d];
+                    }
+                    out[((size_t)b * T + t) * C + h * hs + d] = acc;
+                }
+            }
+    free(w);
+    free(mask);
+}
+
+void ref_gelu(double *out, const double *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = 0.5 * inp[i] * (1.0 + erf(inp[i] / sqrt(2.0)));
+}
+
+void ref_dropout(double *out, const double *inp, size_t n, Dropout drop) {
+    float *mask = malloc(sizeof(float) * (n ? n : 1));
+    dropout_scales(drop, 0, n, mask);
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
+    free(mask);
+}
+
+double ref_crossentropy(const double *logits, const int *targets, int N, int V) {
+    double total = 0;
+    for (int i = 0; i < N; i++) {
+        const double *l = logits + (size_t)i * V;
+        double maxval = l[0], sum = 0;
+        for (int j = 1; j < V; j++) if (l[j] > maxval) maxval = l[j];
+        for (int j = 0; j < V; j++) sum += exp(l[j] - maxval);
+        total += log(sum) - (l[targets[i]] - maxval);
+    }
+    return total / N;
+}
+
+/* The tensor named by fmt (with layer l) in a double arena. */
+static const double *param(const ArenaLayout *layout, const double *params, const char *fmt, int l) {
+    char name[ARENA_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    return params + layout->tensors[arena_find(layout, name)].offset;
+}
+
+double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
+                    const int *tokens, const int *targets, int B, int T) {
+    int C = cfg->embd, NH = cfg->heads, V = cfg->vocab;
+    size_t BT = (size_t)B * T;
+    double *x = malloc(sizeof(double) * BT * C), *ln = malloc(sizeof(double) * BT * C);
+    double *qkv = malloc(sizeof(double) * BT * 3 * C), *y = malloc(sizeof(double) * BT * C);
+    double *proj = malloc(sizeof(double) * BT * C), *fc = malloc(sizeof(double) * BT * 4 * C);
+    double *act = malloc(sizeof(double) * BT * 4 * C), *logits = malloc(sizeof(double) * BT * V);
+    Dropout off = { 0, 0, 0, 0, 0 };
+    ref_embedding(x, tokens, param(layout, params, "transformer.wte.weight", 0), param(layout, params, "transformer.wpe.weight", 0), B, T, C);
+    for (int l = 0; l < cfg->layers; l++) {
+        ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_1.weight", l), BT, C);
+        ref_matmul(qkv, ln, param(layout, params, "transformer.h.%d.attn.c_attn.weight", l), BT, C, 3 * C);
+        ref_attention(y, qkv, B, T, C, NH, off);
+        ref_matmul(proj, y, param(layout, params, "transformer.h.%d.attn.c_proj.weight", l), BT, C, C);
+        for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
+        ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_2.weight", l), BT, C);
+        ref_matmul(fc, ln, param(layout, params, "transformer.h.%d.mlp.c_fc.weight", l), BT, C, 4 * C);
+        ref_gelu(act, fc, BT * 4 * C);
+        ref_matmul(proj, act, param(layout, params, "transformer.h.%d.mlp.c_proj.weight", l), BT, 4 * C, C);
+        for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
+    }
+    ref_layernorm(ln, x, param(layout, params, "transformer.ln_f.weight", 0), BT, C);
+    ref_matmul(logits, ln, param(layout, params, "transformer.wte.weight", 0), BT, C, V);
+    double loss = ref_crossentropy(logits, targets, BT, V);
+    free(x); free(ln); free(qkv); free(y); free(proj); free(fc); free(act); free(logits);
+    return loss;
+}
+
+void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {
+    unsigned long long state = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (size_t i = 0; i < n; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = lo + (hi - lo) * (float)((state >> 40) * (1.0 / 16777216.0));
+    }
+}
+
+double *to_double(const float *x, size_t n) {
+    double *d = malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+double rel_error(const float *got, const double *want, size_t n) {
+    double max_diff = 0, max_want = 0;
+    for (size_t i = 0; i < n; i++) {
+        max_diff = fmax(max_diff, fabs(got[i] - want[i]));
+        max_want = fmax(max_want, fabs(want[i]));
+    }
+    return max_want > 0 ? max_diff / max_want : max_diff;
+}

@@ -1,0 +1,34 @@
+/* reference.h: double-precision forwards of every op and of the whole GPT.
+ *
+ * The tests' independent reference: plain loops in double, written from the
+ * definitions, sharing nothing with kernels/ but the dropout mask. Gradients of
+ * the float kernels are checked against central finite differences of these.
+ */
+#ifndef ZF_REFERENCE_H
+#define ZF_REFERENCE_H
+
+#include <stddef.h>
+
+#include "../kernels/kernels.h"
+#include "../model/gpt.h"
+
+void ref_embedding(double *out, const int *tokens, const double *wte, const double *wpe, int B, int T, int C);
+void ref_layernorm(double *out, const double *inp, const double *weight, int N, int C);
+void ref_matmul(double *out, const double *inp, const double *weight, int N, int C, int OC);
+/* Causal attention over qkv[B,T,3C]; drop.p > 0 applies the kernels' mask. */
+void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH, Dropout drop);
+void ref_gelu(double *out, const double *inp, size_t n);
+void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
+/* Mean cross-entropy of softmax(logits) against targets. */
+double ref_crossentropy(const double *logits, const int *targets, int N, int V);
+/* The GPT's mean loss in double, dropout off, from params in the arena layout. */
+double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
+                    const int *tokens, const int *targets, int B, int T);
+
+/* Test helpers: uniform random floats in [lo, hi) from a seeded generator. */
+void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
+double *to_double(const float *x, size_t n);
+/* max |got - want| / max |want|: the relative error of a whole tensor. */
+double rel_error(const float *got, const double *want, size_t n);
+
+#endif

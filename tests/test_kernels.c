@@ -1,0 +1,396 @@
+/* test_kernels.c: every CPU op against the double reference; every backward
+ * against central finite differences of that reference, in double. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/dropout.h"
+#include "../kernels/kernels.h"
+#include "reference.h"
+
+static Device *dev;
+static Stream *stream;
+
+static void setup(void) {
+    dev = device_create_cpu();
+    stream = stream_create(dev);
+}
+
+static void teardown(void) {
+    stream_destroy(stream);
+    device_destroy(dev);
+}
+
+TestSuite(kernels, .init = setup, .fini = teardown);
+
+/* ---- finite differences ---- */
+
+/* Central differences, step h, of objective(ctx) for every element of x. */
+static void numeric_grad(double *x, size_t n, double (*objective)(void *), void *ctx, double *grad) {
+    const double h = 1e-5;
+    for (size_t i = 0; i < n; i++) {
+        double saved = x[i];
+        x[i] = saved + h;
+        double plus = objective(ctx);
+        x[i] = saved - h;
+        double minus = objective(ctx);
+        x[i] = saved;
+        grad[i] = (plus - minus) / (2 * h);
+    }
+}
+
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Backward ops accumulate: start each gradient buffer at `base` and subtract it
+ * back, so an op that overwrote instead of adding would fail. */
+static void subtract_base(float *grad, const float *base, size_t n) {
+    for (size_t i = 0; i < n; i++) grad[i] -= base[i];
+}
+
+static float *alloc_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static const double GRAD_TOL = 1e-4;   /* float kernel vs exact double gradient */
+static const double FWD_TOL = 1e-5;    /* float forward vs double forward */
+
+/* ---- matmul ---- */
+
+typedef struct { double *inp, *weight, *g, *out; int N, C, OC; } MatmulCtx;
+
+static double matmul_objective(void *p) {
+    MatmulCtx *c = p;
+    ref_matmul(c->out, c->inp, c->weight, c->N, c->C, c->OC);
+    return dot(c->g, c->out, (size_t)c->N * c->OC);
+}
+
+Test(kernels, matmul_forward_backward) {
+    int N = 5, C = 7, OC = 6;
+    float *inp = alloc_floats(N * C), *w = alloc_floats(OC * C), *g = alloc_floats(N * OC);
+    float *out = alloc_floats(N * OC), *dinp = alloc_floats(N * C), *dw = alloc_floats(OC * C);
+    float *base_inp = alloc_floats(N * C), *base_w = alloc_floats(OC * C);
+    fill_uniform(inp, N * C, -1, 1, 1);
+    fill_uniform(w, OC * C, -1, 1, 2);
+    fill_uniform(g, N * OC, -1, 1, 3);
+    fill_uniform(base_inp, N * C, -1, 1, 4);
+    fill_uniform(base_w, OC * C, -1, 1, 5);
+    memcpy(dinp, base_inp, sizeof(float) * N * C);
+    memcpy(dw, base_w, sizeof(float) * OC * C);
+    matmul_forward(stream, out, inp, w, N, C, OC);
+    matmul_backward(stream, dinp, dw, g, inp, w, N, C, OC);
+    stream_synchronize(stream);
+    subtract_base(dinp, base_inp, N * C);
+    subtract_base(dw, base_w, OC * C);
+
+    MatmulCtx c = { to_double(inp, N * C), to_double(w, OC * C), to_double(g, N * OC),
+                    malloc(sizeof(double) * N * OC), N, C, OC };
+    ref_matmul(c.out, c.inp, c.weight, N, C, OC);
+    cr_expect_lt(rel_error(out, c.out, N * OC), FWD_TOL, "matmul forward");
+    double *num = malloc(sizeof(double) * N * C), *numw = malloc(sizeof(double) * OC * C);
+    numeric_grad(c.inp, N * C, matmul_objective, &c, num);
+    numeric_grad(c.weight, OC * C, matmul_objective, &c, numw);
+    cr_expect_lt(rel_error(dinp, num, N * C), GRAD_TOL, "matmul dinp: %g", rel_error(dinp, num, N * C));
+    cr_expect_lt(rel_error(dw, numw, OC * C), GRAD_TOL, "matmul dweight: %g", rel_error(dw, numw, OC * C));
+    free(inp); free(w); free(g); free(out); free(dinp); free(dw); free(base_inp); free(base_w);
+    free(c.inp); free(c.weight); free(c.g); free(c.out); free(num); free(numw);
+}
+
+/* ---- layernorm ---- */
+
+typedef struct { double *inp, *weight, *g, *out; int N, C; } LayerNormCtx;
+
+static double layernorm_objective(void *p) {
+    LayerNormCtx *c = p;
+    ref_layernorm(c->out, c->inp, c->weight, c->N, c->C);
+    return dot(c->g, c->out, (size_t)c->N * c->C);
+}
+
+Test(kernels, layernorm_forward_backward) {
+    int N = 6, C = 16;
+    float *inp = alloc_floats(N * C), *w = alloc_floats(C), *g = alloc_floats(N * C);
+    float *out = alloc_floats(N * C), *mean = alloc_floats(N), *rstd = alloc_floats(N);
+    float *dinp = alloc_floats(N * C), *dw = alloc_floats(C), *base = alloc_floats(N * C), *basew = alloc_floats(C);
+    fill_uniform(inp, N * C, -2, 2, 11);
+    fill_uniform(w, C, 0.5f, 1.5f, 12);
+    fill_uniform(g, N * C, -1, 1, 13);
+    fill_uniform(base, N * C, -1, 1, 14);
+    fill_uniform(basew, C, -1, 1, 15);
+    memcpy(dinp, base, sizeof(float) * N * C);
+    memcpy(dw, basew, sizeof(float) * C);
+    layernorm_forward(stream, out, mean, rstd, inp, w, N, C);
+    layernorm_backward(stream, dinp, dw, g, inp, w, mean, rstd, N, C);
+    stream_synchronize(stream);
+    subtract_base(dinp, base, N * C);
+    subtract_base(dw, basew, C);
+
+    LayerNormCtx c = { to_double(inp, N * C), to_double(w, C), to_double(g, N * C),
+                       malloc(sizeof(double) * N * C), N, C };
+    ref_layernorm(c.out, c.inp, c.weight, N, C);
+    cr_expect_lt(rel_error(out, c.out, N * C), FWD_TOL, "layernorm forward");
+    double *num = malloc(sizeof(double) * N * C), *numw = malloc(sizeof(double) * C);
+    numeric_grad(c.inp, N * C, layernorm_objective, &c, num);
+    numeric_grad(c.weight, C, layernorm_objective, &c, numw);
+    cr_expect_lt(rel_error(dinp, num, N * C), GRAD_TOL, "layernorm dinp: %g", rel_error(dinp, num, N * C));
+    cr_expect_lt(rel_error(dw, numw, C), GRAD_TOL, "layernorm dweight: %g", rel_error(dw, numw, C));
+    free(inp); free(w); free(g); free(out); free(mean); free(rstd); free(dinp); free(dw); free(base); free(basew);
+    free(c.inp); free(c.weight); free(c.g); free(c.out); free(num); free(numw);
+}
+
+/* ---- attention ---- */
+
+typedef struct { double *qkv, *g, *out; int B, T, C, NH; Dropout drop; } AttentionCtx;
+
+static double attention_objective(void *p) {
+    AttentionCtx *c = p;
+    ref_attention(c->out, c->qkv, c->B, c->T, c->C, c->NH, c->drop);
+    return dot(c->g, c->out, (size_t)c->B * c->T * c->C);
+}
+
+static void check_attention(float p) {
+    int B = 2, T = 5, C = 8, NH = 2;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    Dropout drop = { p, 42, 3, 7, 11 };
+    float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *out = alloc_floats(nout);
+    float *att = alloc_floats(natt), *scratch = alloc_floats(2 * natt);
+    float *dqkv = alloc_floats(nqkv), *base = alloc_floats(nqkv);
+    fill_uniform(qkv, nqkv, -1.5f, 1.5f, 21);
+    fill_uniform(g, nout, -1, 1, 22);
+    fill_uniform(base, nqkv, -1, 1, 23);
+    memcpy(dqkv, base, sizeof(float) * nqkv);
+    attention_forward(stream, out, att, scratch, qkv, B, T, C, NH, drop);
+    attention_backward(stream, dqkv, scratch, g, qkv, att, B, T, C, NH, drop);
+    stream_synchronize(stream);
+    subtract_base(dqkv, base, nqkv);
+
+    AttentionCtx c = { to_double(qkv, nqkv), to_double(g, nout), malloc(sizeof(double) * nout), B, T, C, NH, drop };
+    ref_attention(c.out, c.qkv, B, T, C, NH, drop);
+    cr_expect_lt(rel_error(out, c.out, nout), FWD_TOL, "attention forward (p=%g): %g", p, rel_error(out, c.out, nout));
+    double *num = malloc(sizeof(double) * nqkv);
+    numeric_grad(c.qkv, nqkv, attention_objective, &c, num);
+    cr_expect_lt(rel_error(dqkv, num, nqkv), GRAD_TOL, "attention dqkv (p=%g): %g", p, rel_error(dqkv, num, nqkv));
+    /* the causal mask: each row of probabilities sums to 1 over j <= t and is 0 after */
+    for (int r = 0; r < B * NH * T; r++) {
+        int t = r % T;
+        double sum = 0;
+        for (int j = 0; j < T; j++) {
+            if (j > t) cr_expect_eq(att[(size_t)r * T + j], 0.0f);
+            sum += att[(size_t)r * T + j];
+        }
+        cr_expect_float_eq(sum, 1.0, 1e-5);
+    }
+    free(qkv); free(g); free(out); free(att); free(scratch); free(dqkv); free(base);
+    free(c.qkv); free(c.g); free(c.out); free(num);
+}
+
+Test(kernels, attention_forward_backward) { check_attention(0.0f); }
+Test(kernels, attention_with_dropout) { check_attention(0.3f); }
+
+/* ---- embedding ---- */
+
+typedef struct { double *wte, *wpe, *g, *out; const int *tokens; int B, T, C; } EmbeddingCtx;
+
+static double embedding_objective(void *p) {
+    EmbeddingCtx *c = p;
+    ref_embedding(c->out, c->tokens, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->g, c->out, (size_t)c->B * c->T * c->C);
+}
+
+Test(kernels, embedding_forward_backward) {
+    int B = 3, T = 4, C = 5, V = 6;
+    int tokens[12] = { 0, 5, 5, 2, 1, 1, 1, 3, 5, 0, 2, 2 };  /* repeats: dwte must add them up */
+    float *wte = alloc_floats(V * C), *wpe = alloc_floats(T * C), *g = alloc_floats(B * T * C);
+    float *out = alloc_floats(B * T * C), *dwte = alloc_floats(V * C), *dwpe = alloc_floats(T * C);
+    fill_uniform(wte, V * C, -1, 1, 31);
+    fill_uniform(wpe, T * C, -1, 1, 32);
+    fill_uniform(g, B * T * C, -1, 1, 33);
+    embedding_forward(stream, out, tokens, wte, wpe, B, T, C);
+    embedding_backward(stream, dwte, dwpe, g, tokens, B, T, C);
+    stream_synchronize(stream);
+    EmbeddingCtx c = { to_double(wte, V * C), to_double(wpe, T * C), to_double(g, B * T * C),
+                       malloc(sizeof(double) * B * T * C), tokens, B, T, C };
+    ref_embedding(c.out, tokens, c.wte, c.wpe, B, T, C);
+    cr_expect_lt(rel_error(out, c.out, B * T * C), FWD_TOL);
+    double *num = malloc(sizeof(double) * V * C), *nump = malloc(sizeof(double) * T * C);
+    numeric_grad(c.wte, V * C, embedding_objective, &c, num);
+    numeric_grad(c.wpe, T * C, embedding_objective, &c, nump);
+    cr_expect_lt(rel_error(dwte, num, V * C), GRAD_TOL);
+    cr_expect_lt(rel_error(dwpe, nump, T * C), GRAD_TOL);
+    free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe);
+    free(c.wte); free(c.wpe); free(c.g); free(c.out); free(num); free(nump);
+}
+
+/* ---- gelu, dropout, residual ---- */
+
+typedef struct { double *inp, *g, *out; size_t n; Dropout drop; } PointwiseCtx;
+
+static double gelu_objective(void *p) {
+    PointwiseCtx *c = p;
+    ref_gelu(c->out, c->inp, c->n);
+    return dot(c->g, c->out, c->n);
+}
+
+static double dropout_objective(void *p) {
+    PointwiseCtx *c = p;
+    ref_dropout(c->out, c->inp, c->n, c->drop);
+    return dot(c->g, c->out, c->n);
+}
+
+Test(kernels, gelu_forward_backward) {
+    size_t n = 203;  /* not a multiple of any vector width */
+    float *x = alloc_floats(n), *g = alloc_floats(n), *out = alloc_floats(n), *dx = alloc_floats(n), *base = alloc_floats(n);
+    fill_uniform(x, n, -6, 6, 41);
+    fill_uniform(g, n, -1, 1, 42);
+    fill_uniform(base, n, -1, 1, 43);
+    memcpy(dx, base, sizeof(float) * n);
+    gelu_forward(stream, out, x, n);
+    gelu_backward(stream, dx, x, g, n);
+    stream_synchronize(stream);
+    subtract_base(dx, base, n);
+    PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 } };
+    ref_gelu(c.out, c.inp, n);
+    cr_expect_lt(rel_error(out, c.out, n), FWD_TOL, "gelu forward: %g", rel_error(out, c.out, n));
+    double *num = malloc(sizeof(double) * n);
+    numeric_grad(c.inp, n, gelu_objective, &c, num);
+    cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward: %g", rel_error(dx, num, n));
+    free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
+}
+
+Test(kernels, dropout_forward_backward) {
+    size_t n = 100003;
+    Dropout drop = { 0.25f, 7, 1, 9, 4 };
+    float *x = alloc_floats(n), *g = alloc_floats(n), *out = alloc_floats(n), *dx = alloc_floats(n), *base = alloc_floats(n);
+    fill_uniform(x, n, 0.5f, 1.5f, 51);
+    fill_uniform(g, n, -1, 1, 52);
+    fill_uniform(base, n, -1, 1, 53);
+    memcpy(dx, base, sizeof(float) * n);
+    dropout_forward(stream, out, x, n, drop);
+    dropout_backward(stream, dx, g, n, drop);
+    stream_synchronize(stream);
+    subtract_base(dx, base, n);
+    size_t dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] == 0.0f) dropped++;
+        else cr_assert_float_eq(out[i], x[i] / 0.75f, 1e-6f);
+    }
+    double rate = (double)dropped / n;
+    cr_expect(fabs(rate - 0.25) < 0.01, "dropped fraction %g, expected 0.25", rate);
+    /* the mask is a pure function of (seed, rank, step, site, element) */
+    Dropout other_rank = drop, other_step = drop;
+    other_rank.rank = 2;
+    other_step.step = 10;
+    float m1[64], m2[64], m3[64], m4[64];
+    dropout_scales(drop, 1000, 64, m1);
+    dropout_scales(drop, 1000, 64, m2);
+    dropout_scales(other_rank, 1000, 64, m3);
+    dropout_scales(other_step, 1000, 64, m4);
+    cr_expect(memcmp(m1, m2, sizeof m1) == 0);
+    cr_expect(memcmp(m1, m3, sizeof m1) != 0, "another rank draws another mask");
+    cr_expect(memcmp(m1, m4, sizeof m1) != 0, "another step draws another mask");
+
+    size_t small = 37;
+    PointwiseCtx c = { to_double(x, small), to_double(g, small), malloc(sizeof(double) * small), small, drop };
+    double *num = malloc(sizeof(double) * small);
+    numeric_grad(c.inp, small, dropout_objective, &c, num);
+    cr_expect_lt(rel_error(dx, num, small), GRAD_TOL);
+    free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
+}
+
+Test(kernels, residual_forward) {
+    float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
+    residual_forward(stream, out, a, b, 5);
+    stream_synchronize(stream);
+    for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
+}
+
+/* ---- cross-entropy ---- */
+
+typedef struct { double *logits; const int *targets; int N, V; } CrossEntropyCtx;
+
+static double crossentropy_objective(void *p) {
+    CrossEntropyCtx *c = p;
+    return ref_crossentropy(c->logits, c->targets, c->N, c->V);
+}
+
+Test(kernels, crossentropy_forward_backward) {
+    int N = 6, V = 11;
+    int targets[6] = { 0, 10, 3, 3, 7, 1 };
+    float *logits = alloc_floats(N * V), *probs = alloc_floats(N * V), *losses = alloc_floats(N);
+    float *dlogits = alloc_floats(N * V), mean;
+    fill_uniform(logits, N * V, -4, 4, 61);
+    crossentropy_forward(stream, &mean, losses, probs, logits, targets, N, V);
+    crossentropy_backward(stream, dlogits, probs, targets, N, V, 1.0f / N);
+    stream_synchronize(stream);
+    CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
+    double want = ref_crossentropy(c.logits, targets, N, V);
+    cr_expect(fabs(mean - want) < 1e-5 * want, "loss %g, want %g", mean, want);
+    double *num = malloc(sizeof(double) * N * V);
+    numeric_grad(c.logits, N * V, crossentropy_objective, &c, num);
+    cr_expect_lt(rel_error(dlogits, num, N * V), GRAD_TOL);
+    free(logits); free(probs); free(losses); free(dlogits); free(c.logits); free(num);
+}
+
+/* ---- optimizer and reductions ---- */
+
+Test(kernels, adamw_matches_hand_computation) {
+    /* lr 0.1, betas (0.9, 0.99), eps 1e-8, weight decay 0.1; p = 1, grads 0.5 then -0.25.
+     * step 1: p = 1 * (1 - 0.01) = 0.99; m = 0.05; v = 0.0025;
+     *         step_size = 0.1 / (1 - 0.9) = 1; denom = sqrt(0.0025) / sqrt(0.01) + 1e-8 = 0.5
+     *         p = 0.99 - 1 * 0.05 / 0.5 = 0.89
+     * step 2: p = 0.89 * 0.99 = 0.8811; m = 0.045 - 0.025 = 0.02; v = 0.002475 + 0.000625 = 0.0031
+     *         step_size = 0.1 / 0.19 = 0.526315789; denom = sqrt(0.0031) / sqrt(0.0199) + 1e-8
+     *         = 0.0556776436 / 0.1410673598 = 0.3946900384
+     *         p = 0.8811 - 0.526315789 * 0.02 / 0.3946900384 = 0.8811 - 0.0266696924 = 0.8544303076 */
+    float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
+    AdamWParams hp = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1 };
+    adamw_update(stream, &p, &g, &m, &v, 1, hp);
+    stream_synchronize(stream);
+    cr_expect_float_eq(p, 0.89f, 1e-6f, "step 1: p = %.9g", p);
+    cr_expect_float_eq(m, 0.05f, 1e-7f);
+    cr_expect_float_eq(v, 0.0025f, 1e-8f);
+    g = -0.25f;
+    hp.step = 2;
+    adamw_update(stream, &p, &g, &m, &v, 1, hp);
+    stream_synchronize(stream);
+    cr_expect_float_eq(p, 0.8544303076f, 1e-6f, "step 2: p = %.9g", p);
+    cr_expect_float_eq(m, 0.02f, 1e-7f);
+    cr_expect_float_eq(v, 0.0031f, 1e-8f);
+    /* no weight decay: step 1 is p - lr * sign(g) exactly as Adam's first step */
+    float q = 1.0f, gq = 0.5f, mq = 0.0f, vq = 0.0f;
+    AdamWParams nodecay = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1 };
+    adamw_update(stream, &q, &gq, &mq, &vq, 1, nodecay);
+    stream_synchronize(stream);
+    cr_expect_float_eq(q, 0.9f, 1e-6f, "no decay: q = %.9g", q);
+}
+
+Test(kernels, sumsq_and_clip) {
+    size_t n = 100001;
+    float *x = alloc_floats(n), sumsq;
+    fill_uniform(x, n, -1, 1, 71);
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    sumsq_reduce(stream, &sumsq, x, n);
+    stream_synchronize(stream);
+    cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
+    /* clip to norm 1: afterwards the norm is 1 (to float precision) */
+    clip_scale(stream, x, n, &sumsq, 1, 1.0f);
+    sumsq_reduce(stream, &sumsq, x, n);
+    stream_synchronize(stream);
+    cr_expect_float_eq(sumsq, 1.0f, 1e-4f, "norm^2 after clipping: %g", sumsq);
+    /* a norm under the limit leaves x alone */
+    float before = x[123];
+    clip_scale(stream, x, n, &sumsq, 1, 10.0f);
+    stream_synchronize(stream);
+    cr_expect_eq(x[123], before);
+    free(x);
+}
+
+Test(kernels, blas_core_choice) {
+    cr_expect_str_eq(blas_better_core("Prescott", 1, 1), "SkylakeX");
+    cr_expect_str_eq(blas_better_core("Prescott", 0, 1), "Haswell");
+    cr_expect_null(blas_better_core("Prescott", 0, 0));
+    cr_expect_null(blas_better_core("SkylakeX", 1, 1));
+    cr_expect_null(blas_better_core("Haswell", 0, 1));
+}

@@ -1,0 +1,234 @@
+/* test_model.c: the whole GPT: its gradient against finite differences of the
+ * double reference, its loss at init, weight files, and PyTorch's nanoGPT. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../model/data.h"
+#include "../model/gpt.h"
+#include "../model/safetensors.h"
+#include "reference.h"
+
+static Device *dev;
+static Stream *stream;
+
+static void setup(void) {
+    dev = device_create_cpu();
+    stream = stream_create(dev);
+}
+
+static void teardown(void) {
+    stream_destroy(stream);
+    device_destroy(dev);
+}
+
+TestSuite(model, .init = setup, .fini = teardown);
+
+/* Random weights large enough that every gradient is well above rounding. */
+static void random_params(const ArenaLayout *layout, float *params, unsigned seed) {
+    memset(params, 0, layout->total * sizeof(float));
+    for (int i = 0; i < layout->ntensors; i++) {
+        const TensorSpec *t = &layout->tensors[i];
+        if (t->ndim == 1) fill_uniform(params + t->offset, t->numel, 0.5f, 1.5f, seed + i);
+        else fill_uniform(params + t->offset, t->numel, -0.3f, 0.3f, seed + i);
+    }
+}
+
+/* Forward and backward of the float model on one batch; returns the loss. */
+static float model_loss_and_grads(GPT *m, const float *params, const int *x, const int *y, int B, int T) {
+    stream_copy(stream, m->params, params, m->layout.total * sizeof(float));
+    fill_zero(stream, m->grads, m->layout.total);
+    gpt_forward(m, x, y, B, T, 0, 1);
+    gpt_backward(m, 1.0f);
+    return gpt_read_loss(m);
+}
+
+typedef struct { const GPTConfig *cfg; const ArenaLayout *layout; double *params; const int *x, *y; int B, T; } LossCtx;
+
+Test(model, gradient_matches_finite_differences) {
+    GPTConfig cfg = { 7, 6, 2, 2, 8 };  /* V, block, layers, heads, embd */
+    int B = 2, T = 5;                    /* T below the block size on purpose */
+    int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
+    GPT *m = gpt_create(&cfg, 1, dev, stream, B, cfg.block_size, 1);
+    size_t P = m->layout.total;
+    float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
+    random_params(&m->layout, params, 100);
+    float loss = model_loss_and_grads(m, params, x, y, B, T);
+    stream_copy(stream, grads, m->grads, P * sizeof(float));
+    stream_synchronize(stream);
+
+    double *dparams = to_double(params, P);
+    double want = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
+    cr_expect(fabs(loss - want) < 1e-5 * want, "loss %.8g, reference %.8g", loss, want);
+
+    double *num = malloc(P * sizeof(double));
+    const double h = 1e-5;
+    for (size_t i = 0; i < P; i++) {
+        double saved = dparams[i];
+        dparams[i] = saved + h;
+        double plus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
+        dparams[i] = saved - h;
+        double minus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
+        dparams[i] = saved;
+        num[i] = (plus - minus) / (2 * h);
+    }
+    /* per tensor, so a small tensor's error is not hidden by a large one's scale */
+    for (int i = 0; i < m->layout.ntensors; i++) {
+        const TensorSpec *t = &m->layout.tensors[i];
+        double err = rel_error(grads + t->offset, num + t->offset, t->numel);
+        cr_expect_lt(err, 1e-4, "%s: relative error %g", t->name, err);
+    }
+    gpt_destroy(m);
+    free(params); free(grads); free(dparams); free(num);
+}
+
+Test(model, loss_at_init_is_log_vocab) {
+    Dataset data;
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 64, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(data.vocab, 65);
+    GPTConfig cfg = { data.vocab, 64, 4, 4, 128 };
+    int B = 12, T = 64;
+    GPT *m = gpt_create(&cfg, 1, dev, stream, B, T, 1);
+    float *params = malloc(m->layout.total * sizeof(float));
+    gpt_init_params(&cfg, &m->layout, 1337, params);
+    int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
+    dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1337, 0, 0, B, T, x, y);
+    stream_copy(stream, m->params, params, m->layout.total * sizeof(float));
+    gpt_forward(m, x, y, B, T, 0, 0);
+    float loss = gpt_read_loss(m);
+    cr_expect(fabs(loss - log(65.0)) < 0.1, "loss at init %g, ln(65) = %g", loss, log(65.0));
+    /* init statistics: a 2-D weight has std 0.02, a residual projection 0.02/sqrt(2L) */
+    const TensorSpec *fc = &m->layout.tensors[arena_find(&m->layout, "transformer.h.0.mlp.c_fc.weight")];
+    const TensorSpec *proj = &m->layout.tensors[arena_find(&m->layout, "transformer.h.0.mlp.c_proj.weight")];
+    double s_fc = 0, s_proj = 0;
+    for (size_t i = 0; i < fc->numel; i++) s_fc += (double)params[fc->offset + i] * params[fc->offset + i];
+    for (size_t i = 0; i < proj->numel; i++) s_proj += (double)params[proj->offset + i] * params[proj->offset + i];
+    cr_expect(fabs(sqrt(s_fc / fc->numel) - 0.02) < 0.001, "c_fc std %g", sqrt(s_fc / fc->numel));
+    cr_expect(fabs(sqrt(s_proj / proj->numel) - 0.02 / sqrt(8.0)) < 0.0005, "c_proj std %g", sqrt(s_proj / proj->numel));
+    gpt_destroy(m);
+    dataset_free(&data);
+    free(params); free(x); free(y);
+}
+
+Test(model, dataset_splits_and_batches) {
+    Dataset data;
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 8, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(data.ntokens, 1115394);
+    cr_expect_eq(data.ntrain, 1115394 / 10 * 9);
+    for (int v = 1; v < data.vocab; v++) cr_expect_lt(data.itos[v - 1], data.itos[v], "vocabulary is sorted");
+    int x[4 * 8], y[4 * 8], x2[2 * 8], y2[2 * 8];
+    dataset_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 0, 4, 8, x, y);
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t + 1 < 8; t++) cr_expect_eq(y[r * 8 + t], x[r * 8 + t + 1], "targets are the next tokens");
+    /* rows depend on their global index only: rows 2..3 drawn alone are the same */
+    dataset_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 2, 2, 8, x2, y2);
+    cr_expect(memcmp(x + 16, x2, sizeof x2) == 0);
+    dataset_free(&data);
+}
+
+Test(model, weights_round_trip_and_bad_files) {
+    GPTConfig cfg = { 11, 8, 2, 2, 8 };
+    ArenaLayout layout;
+    gpt_layout(&cfg, 1, &layout);
+    float *params = malloc(layout.total * sizeof(float)), *back = calloc(layout.total, sizeof(float));
+    random_params(&layout, params, 7);
+    char dir[] = "/tmp/zf_weights_XXXXXX", path[256], err[512];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    cr_assert_eq(weights_save(path, &layout, params, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(weights_load(path, &layout, back, err, sizeof err), 0, "%s", err);
+    cr_expect(memcmp(params, back, layout.total * sizeof(float)) == 0);
+
+    /* a model of another shape: the error names the tensor and both shapes */
+    GPTConfig wider = cfg;
+    wider.embd = 16;
+    ArenaLayout wide_layout;
+    gpt_layout(&wider, 1, &wide_layout);
+    float *wide = calloc(wide_layout.total, sizeof(float));
+    cr_expect_neq(weights_load(path, &wide_layout, wide, err, sizeof err), 0);
+    cr_expect(strstr(err, "transformer.wte.weight") && strstr(err, "shape"), "%s", err);
+
+    /* truncated file */
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    cr_assert_eq(ftruncate(fileno(f), 100), 0);
+    fclose(f);
+    cr_expect_neq(weights_load(path, &layout, back, err, sizeof err), 0);
+    cr_expect(strlen(err) > 0 && !strchr(err, '\n'), "one line: %s", err);
+    unlink(path);
+    cr_expect_neq(weights_load(path, &layout, back, err, sizeof err), 0);
+    cr_expect(strstr(err, "cannot open") != NULL, "%s", err);
+    rmdir(dir);
+    free(params); free(back); free(wide);
+}
+
+/* ---- PyTorch's nanoGPT on the same weights and batch ---- */
+
+static const char *python(void) {
+    const char *p = getenv("ZF_PYTHON");
+    if (p) return p;
+    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+Test(model, matches_pytorch_nanogpt) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python());
+    if (system(cmd) != 0) {
+        cr_skip_test("SKIP: PyTorch is not importable by %s (install python3-torch: make deps)", python());
+    }
+    Dataset data;
+    char err[512];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
+    GPTConfig cfg = { data.vocab, 32, 2, 4, 32 };
+    int B = 4, T = 32;
+    GPT *m = gpt_create(&cfg, 1, dev, stream, B, T, 1);
+    size_t P = m->layout.total;
+    float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
+    random_params(&m->layout, params, 3);
+    int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
+    dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, B, T, x, y);
+    float loss = model_loss_and_grads(m, params, x, y, B, T);
+    stream_copy(stream, grads, m->grads, P * sizeof(float));
+    stream_synchronize(stream);
+
+    char dir[] = "/tmp/zf_torch_XXXXXX", wpath[256], bpath[256], gpath[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(wpath, sizeof wpath, "%s/weights.safetensors", dir);
+    snprintf(bpath, sizeof bpath, "%s/batch.safetensors", dir);
+    snprintf(gpath, sizeof gpath, "%s/grads.safetensors", dir);
+    cr_assert_eq(weights_save(wpath, &m->layout, params, err, sizeof err), 0, "%s", err);
+    StTensor batch[2] = {
+        { "x", "I32", 2, { B, T }, x },
+        { "y", "I32", 2, { B, T }, y },
+    };
+    cr_assert_eq(safetensors_write(bpath, batch, 2, NULL, err, sizeof err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s tools/torch_gpt.py grads --weights %s --batch %s --heads %d --out %s",
+             python(), wpath, bpath, cfg.heads, gpath);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+
+    StFile f;
+    cr_assert_eq(safetensors_open(&f, gpath, err, sizeof err), 0, "%s", err);
+    const float *torch_loss = safetensors_tensor(&f, "loss", "F32", 0, NULL, err, sizeof err);
+    cr_assert_not_null(torch_loss, "%s", err);
+    cr_expect(fabsf(loss - *torch_loss) < 1e-4f * *torch_loss, "loss %.7g, PyTorch %.7g", loss, *torch_loss);
+    for (int i = 0; i < m->layout.ntensors; i++) {
+        const TensorSpec *t = &m->layout.tensors[i];
+        int64_t shape[2] = { t->shape[0], t->shape[1] };
+        const float *want = safetensors_tensor(&f, t->name, "F32", t->ndim, shape, err, sizeof err);
+        cr_assert_not_null(want, "%s", err);
+        double *wd = to_double(want, t->numel);
+        double e = rel_error(grads + t->offset, wd, t->numel);
+        cr_expect_lt(e, 1e-4, "%s: relative error %g against PyTorch", t->name, e);
+        free(wd);
+    }
+    safetensors_close(&f);
+    unlink(wpath); unlink(bpath); unlink(gpath); rmdir(dir);
+    gpt_destroy(m);
+    dataset_free(&data);
+    free(params); free(grads); free(x); free(y);
+}

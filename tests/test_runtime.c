@@ -1,0 +1,188 @@
+/* test_runtime.c: CPU streams and events, memory accounting, the arena layout. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "../runtime/arena.h"
+#include "../runtime/device.h"
+
+static void sleep_us(long us) {
+    struct timespec t = { 0, us * 1000 };
+    nanosleep(&t, NULL);
+}
+
+typedef struct { int *log; int *len; int value; } AppendArgs;
+
+static void append_task(void *p) {
+    AppendArgs *a = p;
+    a->log[(*a->len)++] = a->value;
+}
+
+Test(runtime, stream_runs_tasks_in_fifo_order) {
+    Device *dev = device_create_cpu();
+    Stream *s = stream_create(dev);
+    enum { N = 5000 };  /* more than the queue holds: launch must block, not drop */
+    static int log[N];
+    int len = 0;
+    for (int i = 0; i < N; i++) {
+        AppendArgs a = { log, &len, i };
+        stream_launch(s, append_task, &a, sizeof a);
+    }
+    stream_synchronize(s);
+    cr_assert_eq(len, N);
+    for (int i = 0; i < N; i++) cr_assert_eq(log[i], i);
+    stream_destroy(s);
+    device_destroy(dev);
+}
+
+/* A slow producer on one stream, a consumer on another that waits on its event. */
+typedef struct { atomic_int *cell; int value; long delay_us; } WriteArgs;
+typedef struct { atomic_int *cell; int *seen; } ReadArgs;
+
+static void slow_write_task(void *p) {
+    WriteArgs *a = p;
+    sleep_us(a->delay_us);
+    atomic_store(a->cell, a->value);
+}
+
+static void read_task(void *p) {
+    ReadArgs *a = p;
+    *a->seen = atomic_load(a->cell);
+}
+
+Test(runtime, stream_wait_event_orders_streams) {
+    Device *dev = device_create_cpu();
+    Stream *producer = stream_create(dev), *consumer = stream_create(dev);
+    Event *ev = event_create();
+    atomic_int cell = 0;
+    int seen[50];
+    for (int round = 0; round < 50; round++) {
+        WriteArgs w = { &cell, round + 1, 200 };
+        stream_launch(producer, slow_write_task, &w, sizeof w);
+        event_record(ev, producer);
+        stream_wait_event(consumer, ev);
+        ReadArgs r = { &cell, &seen[round] };
+        stream_launch(consumer, read_task, &r, sizeof r);
+    }
+    stream_synchronize(consumer);
+    /* every read ran after its own round's write (and maybe later ones) */
+    for (int round = 0; round < 50; round++) cr_expect_geq(seen[round], round + 1, "round %d saw %d", round, seen[round]);
+    stream_synchronize(producer);
+    event_destroy(ev);
+    stream_destroy(producer);
+    stream_destroy(consumer);
+    device_destroy(dev);
+}
+
+Test(runtime, event_synchronize_waits_for_the_recorded_point) {
+    Device *dev = device_create_cpu();
+    Stream *s = stream_create(dev);
+    Event *ev = event_create();
+    atomic_int cell = 0;
+    WriteArgs w = { &cell, 7, 20000 };
+    stream_launch(s, slow_write_task, &w, sizeof w);
+    event_record(ev, s);
+    event_synchronize(ev);
+    cr_expect_eq(atomic_load(&cell), 7);
+    /* waiting on an event never recorded is a no-op, as in CUDA */
+    Event *never = event_create();
+    stream_wait_event(s, never);
+    event_synchronize(never);
+    stream_synchronize(s);
+    event_destroy(never);
+    event_destroy(ev);
+    stream_destroy(s);
+    device_destroy(dev);
+}
+
+/* Several host threads, each driving its own pair of streams with cross waits,
+ * all at once: what the rank threads will do. */
+typedef struct { Device *dev; int id; int ok; } DriverArgs;
+
+static void *driver(void *p) {
+    DriverArgs *d = p;
+    Stream *a = stream_create(d->dev), *b = stream_create(d->dev);
+    Event *ea = event_create(), *eb = event_create();
+    atomic_int cell = 0;
+    int seen = 0;
+    d->ok = 1;
+    for (int round = 1; round <= 100; round++) {
+        WriteArgs w = { &cell, round, 50 };
+        stream_launch(a, slow_write_task, &w, sizeof w);
+        event_record(ea, a);
+        stream_wait_event(b, ea);
+        ReadArgs r = { &cell, &seen };
+        stream_launch(b, read_task, &r, sizeof r);
+        event_record(eb, b);
+        stream_wait_event(a, eb);  /* the next write waits for this read */
+        stream_synchronize(b);
+        if (seen != round) d->ok = 0;
+    }
+    stream_synchronize(a);
+    event_destroy(ea);
+    event_destroy(eb);
+    stream_destroy(a);
+    stream_destroy(b);
+    return NULL;
+}
+
+Test(runtime, streams_under_concurrent_host_threads) {
+    Device *dev = device_create_cpu();
+    enum { THREADS = 4 };
+    pthread_t t[THREADS];
+    DriverArgs args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (DriverArgs){ dev, i, 0 };
+        pthread_create(&t[i], NULL, driver, &args[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        cr_expect(args[i].ok, "driver %d saw a read out of order", i);
+    }
+    device_destroy(dev);
+}
+
+Test(runtime, stream_copy_and_memory_accounting) {
+    Device *dev = device_create_cpu();
+    Stream *s = stream_create(dev);
+    float *a = device_alloc(dev, MEM_WEIGHTS, 1000 * sizeof(float));
+    float *b = device_alloc(dev, MEM_GRADS, 10 * sizeof(float));
+    cr_expect_eq(device_bytes_in_use(dev, MEM_WEIGHTS), 4000);
+    cr_expect_eq(device_bytes_in_use(dev, MEM_GRADS), 40);
+    cr_expect_eq(device_bytes_in_use(dev, MEM_OPTIMIZER), 0);
+    for (int i = 0; i < 1000; i++) cr_assert_eq(a[i], 0.0f, "allocations are zeroed");
+    float host[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
+    stream_copy(s, b, host, sizeof host);
+    stream_copy(s, a + 500, b, sizeof host);
+    stream_synchronize(s);
+    for (int i = 0; i < 10; i++) cr_expect_eq(a[500 + i], host[i]);
+    device_free(dev, MEM_WEIGHTS, a, 1000 * sizeof(float));
+    device_free(dev, MEM_GRADS, b, 10 * sizeof(float));
+    cr_expect_eq(device_bytes_in_use(dev, MEM_WEIGHTS), 0);
+    stream_destroy(s);
+    device_destroy(dev);
+}
+
+Test(runtime, arena_pads_units_to_the_shard_multiple) {
+    ArenaLayout a;
+    arena_init(&a, 3);
+    arena_begin_unit(&a);
+    arena_add_tensor(&a, "x", 2, 5);   /* 10 floats */
+    arena_add_tensor(&a, "n", 4, 0);   /* 4 floats, 1-D */
+    arena_end_unit(&a);
+    arena_begin_unit(&a);
+    arena_add_tensor(&a, "y", 3, 3);   /* 9 floats, already a multiple of 3 */
+    arena_end_unit(&a);
+    cr_expect_eq(a.units[0].used, 14);
+    cr_expect_eq(a.units[0].size, 15);
+    cr_expect_eq(a.units[1].offset, 15);
+    cr_expect_eq(a.units[1].size, 9);
+    cr_expect_eq(a.total, 24);
+    cr_expect_eq(a.numel, 23);
+    int y = arena_find(&a, "y"), n = arena_find(&a, "n");
+    cr_expect_eq(a.tensors[y].offset, 15);
+    cr_expect_eq(a.tensors[n].ndim, 1);
+    cr_expect_eq(a.tensors[n].offset, 10);
+    cr_expect_eq(arena_find(&a, "missing"), -1);
+}

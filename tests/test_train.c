@@ -1,0 +1,182 @@
+/* test_train.c: the trainer: learning, determinism, the schedule, and bin/train's
+ * handling of bad input. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../strategies/trainer.h"
+
+static Dataset data;
+
+static void setup(void) {
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
+}
+
+static void teardown(void) { dataset_free(&data); }
+
+TestSuite(train, .init = setup, .fini = teardown);
+
+static StrategyConfig small_model(float dropout, uint32_t seed) {
+    StrategyConfig sc = {
+        .model = { data.vocab, 32, 2, 2, 32 }, .nranks = 1, .batch = 8, .dropout = dropout,
+        .seed = seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+    };
+    return sc;
+}
+
+static TrainConfig quiet_run(int iters) {
+    TrainConfig tc = {
+        .iters = iters, .schedule = { 1e-2f, 1e-3f, 5, iters }, .grad_clip = 1.0f,
+        .eval_every = 0, .eval_iters = 4, .log_every = 0, .sample_chars = 0,
+    };
+    return tc;
+}
+
+Test(train, a_short_run_lowers_the_validation_loss) {
+    StrategyConfig sc = small_model(0.0f, 1);
+    Strategy *s = ddp_create(&sc);
+    float before = evaluate(s, &data, SPLIT_VAL, 4);
+    TrainConfig tc = quiet_run(80);
+    TrainResult r;
+    cr_assert_eq(train_run(s, &tc, &data, &r), 0);
+    cr_expect_lt(r.val_loss, before - 0.5f, "val loss %g -> %g", before, r.val_loss);
+    s->ops->destroy(s);
+}
+
+static float *train_and_read(StrategyConfig sc, int iters, size_t *n) {
+    Strategy *s = ddp_create(&sc);
+    TrainConfig tc = quiet_run(iters);
+    TrainResult r;
+    cr_assert_eq(train_run(s, &tc, &data, &r), 0);
+    ArenaLayout layout;
+    gpt_layout(&sc.model, 1, &layout);
+    *n = layout.total;
+    float *w = malloc(layout.total * sizeof(float));
+    s->ops->read_weights(s, w);
+    s->ops->destroy(s);
+    return w;
+}
+
+Test(train, the_same_seed_gives_bit_identical_weights) {
+    size_t n;
+    float *a = train_and_read(small_model(0.1f, 7), 10, &n);
+    float *b = train_and_read(small_model(0.1f, 7), 10, &n);
+    float *c = train_and_read(small_model(0.1f, 8), 10, &n);
+    cr_expect(memcmp(a, b, n * sizeof(float)) == 0, "two runs of seed 7 differ");
+    cr_expect(memcmp(a, c, n * sizeof(float)) != 0, "seeds 7 and 8 gave the same weights");
+    free(a); free(b); free(c);
+}
+
+Test(train, a_non_finite_loss_stops_the_run) {
+    StrategyConfig sc = small_model(0.0f, 1);
+    Strategy *s = ddp_create(&sc);
+    ArenaLayout layout;
+    gpt_layout(&sc.model, 1, &layout);
+    float *w = malloc(layout.total * sizeof(float));
+    s->ops->read_weights(s, w);
+    w[layout.tensors[arena_find(&layout, "transformer.ln_f.weight")].offset] = NAN;
+    s->ops->write_weights(s, w);
+    TrainConfig tc = quiet_run(5);
+    TrainResult r;
+    cr_expect_eq(train_run(s, &tc, &data, &r), 1);
+    cr_expect(isnan(r.last_loss));
+    s->ops->destroy(s);
+    free(w);
+}
+
+Test(train, learning_rate_schedule) {
+    LRSchedule s = { 1e-3f, 1e-4f, 100, 2000 };
+    cr_expect_float_eq(lr_at(&s, 0), 1e-3f / 101, 1e-9f);
+    cr_expect_float_eq(lr_at(&s, 99), 1e-3f * 100 / 101, 1e-9f);
+    cr_expect_float_eq(lr_at(&s, 100), 1e-3f, 1e-9f);
+    cr_expect_float_eq(lr_at(&s, 1050), 5.5e-4f, 1e-8f);  /* half way: the mean of lr and min_lr */
+    cr_expect_float_eq(lr_at(&s, 2000), 1e-4f, 1e-9f);
+    cr_expect_float_eq(lr_at(&s, 5000), 1e-4f, 1e-9f);
+}
+
+/* ---- bin/train on bad input: exit status and a single line on stderr ---- */
+
+static int run_train(const char *args, char *err, size_t errlen) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "./bin/train %s >/dev/null 2>/tmp/zf_train_err_%d", args, (int)getpid());
+    int status = system(cmd);
+    snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
+    FILE *f = fopen(cmd, "r");
+    size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
+    err[n] = 0;
+    if (f) fclose(f);
+    unlink(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int count_lines(const char *text) {
+    int n = 0;
+    for (; *text; text++) n += *text == '\n';
+    return n;
+}
+
+Test(train, bad_flags_exit_2_with_one_line) {
+    static const struct { const char *args, *needle; } cases[] = {
+        { "--bogus=1", "unknown flag '--bogus'" },
+        { "--iters=abc", "--iters expects an integer, got 'abc'" },
+        { "--lr=fast", "--lr expects a number" },
+        { "--embd=100 --heads=3", "--embd=100 is not divisible by --heads=3" },
+        { "--dropout=1.5", "--dropout" },
+        { "--preset=huge", "unknown --preset 'huge'" },
+        { "--iters", "--iters needs a value" },
+        { "stray", "unexpected argument 'stray'" },
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_train(cases[i].args, err, sizeof err);
+        cr_expect_eq(rc, 2, "%s: exit %d", cases[i].args, rc);
+        cr_expect(strstr(err, cases[i].needle) != NULL, "%s: stderr was: %s", cases[i].args, err);
+        cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", cases[i].args, err);
+    }
+}
+
+Test(train, bad_data_exits_1_with_one_line) {
+    char err[4096], args[512];
+    int rc = run_train("--data=/nonexistent/file.txt", err, sizeof err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "/nonexistent/file.txt") != NULL, "%s", err);
+    cr_expect_eq(count_lines(err), 1, "%s", err);
+
+    char path[] = "/tmp/zf_short_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "too short for a block of 64\n", 28), 28);
+    close(fd);
+    snprintf(args, sizeof args, "--data=%s", path);
+    rc = run_train(args, err, sizeof err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "each split needs more") != NULL, "%s", err);
+    cr_expect_eq(count_lines(err), 1, "%s", err);
+
+    fd = open(path, O_WRONLY | O_TRUNC);
+    close(fd);  /* now empty */
+    rc = run_train(args, err, sizeof err);
+    cr_expect_eq(rc, 1);
+    cr_expect_eq(count_lines(err), 1, "%s", err);
+    unlink(path);
+}
+
+Test(train, help_lists_every_flag_and_exits_0) {
+    FILE *p = popen("./bin/train --help", "r");
+    cr_assert_not_null(p);
+    char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    cr_expect_eq(pclose(p), 0);
+    static const char *flags[] = { "--layers", "--heads", "--embd", "--block", "--batch", "--iters",
+        "--lr", "--min-lr", "--warmup", "--dropout", "--weight-decay", "--beta2", "--grad-clip",
+        "--seed", "--eval-every", "--eval-iters", "--sample-chars", "--log", "--data", "--preset" };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
+}

@@ -1,0 +1,176 @@
+/* options.c: flag table, presets and validation for options.h. */
+#include "options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int options_preset(TrainOptions *o, const char *name) {
+    /* values that both presets share: nanoGPT's shakespeare_char config */
+    TrainOptions base = {
+        .data = "data/tinyshakespeare.txt", .log = "",
+        .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
+        .sample_chars = 500, .seed = 1337,
+        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
+    };
+    if (strcmp(name, "char") == 0) {
+        base.layers = 6; base.heads = 6; base.embd = 384; base.block = 256; base.batch = 64;
+        base.iters = 5000; base.eval_iters = 200; base.dropout = 0.2f;
+    } else if (strcmp(name, "char-small") == 0) {
+        /* nanoGPT's README recipe for a CPU */
+        base.layers = 4; base.heads = 4; base.embd = 128; base.block = 64; base.batch = 12;
+        base.iters = 2000; base.eval_iters = 20; base.dropout = 0.0f;
+    } else {
+        return -1;
+    }
+    snprintf(base.preset, sizeof base.preset, "%s", name);
+    *o = base;
+    return 0;
+}
+
+typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
+typedef struct { const char *name; FlagType type; void *value; const char *help; } Flag;
+
+static int flag_table(TrainOptions *o, Flag *f) {
+    Flag table[] = {
+        { "preset", FLAG_PATH, o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
+        { "data", FLAG_PATH, o->data, "text file to train on" },
+        { "layers", FLAG_INT, &o->layers, "transformer blocks" },
+        { "heads", FLAG_INT, &o->heads, "attention heads" },
+        { "embd", FLAG_INT, &o->embd, "embedding width (divisible by --heads)" },
+        { "block", FLAG_INT, &o->block, "context length" },
+        { "batch", FLAG_INT, &o->batch, "rows per batch" },
+        { "iters", FLAG_INT, &o->iters, "optimizer steps" },
+        { "lr", FLAG_FLOAT, &o->lr, "peak learning rate" },
+        { "min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay" },
+        { "warmup", FLAG_INT, &o->warmup, "linear warmup steps" },
+        { "lr-decay-iters", FLAG_INT, &o->decay_iters, "steps of cosine decay (-1: --iters)" },
+        { "dropout", FLAG_FLOAT, &o->dropout, "dropout rate, in [0, 1)" },
+        { "weight-decay", FLAG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D tensors only)" },
+        { "beta2", FLAG_FLOAT, &o->beta2, "AdamW beta2" },
+        { "grad-clip", FLAG_FLOAT, &o->grad_clip, "max global gradient norm (0: no clipping)" },
+        { "seed", FLAG_INT, &o->seed, "seed of init, batches, dropout and sampling" },
+        { "eval-every", FLAG_INT, &o->eval_every, "steps between evaluations (0: at the end only)" },
+        { "eval-iters", FLAG_INT, &o->eval_iters, "batches per split per evaluation" },
+        { "log-every", FLAG_INT, &o->log_every, "steps between progress lines" },
+        { "sample-chars", FLAG_INT, &o->sample_chars, "characters sampled at the end" },
+        { "log", FLAG_PATH, o->log, "also write progress as JSON lines to this file" },
+    };
+    int n = (int)(sizeof table / sizeof table[0]);
+    if (f) memcpy(f, table, sizeof table);
+    return n;
+}
+
+enum { MAX_FLAGS = 32 };
+
+static void usage(FILE *out, const char *prog, TrainOptions *o) {
+    Flag flags[MAX_FLAGS];
+    int n = flag_table(o, flags);
+    fprintf(out, "usage: %s [--flag=value ...]\n\nflags (defaults of preset %s):\n", prog, o->preset);
+    for (int i = 0; i < n; i++) {
+        char def[OPTION_PATH_MAX + 16];
+        if (flags[i].type == FLAG_INT) snprintf(def, sizeof def, "%d", *(int *)flags[i].value);
+        else if (flags[i].type == FLAG_FLOAT) snprintf(def, sizeof def, "%g", *(float *)flags[i].value);
+        else snprintf(def, sizeof def, "%s", (char *)flags[i].value);
+        fprintf(out, "  --%-16s %s (default: %s)\n", flags[i].name, flags[i].help, def[0] ? def : "none");
+    }
+}
+
+static int set_flag(const Flag *f, const char *prog, const char *text) {
+    char *end;
+    errno = 0;
+    if (f->type == FLAG_INT) {
+        long v = strtol(text, &end, 10);
+        if (errno || end == text || *end || v < -2147483647L || v > 2147483647L) {
+            fprintf(stderr, "%s: --%s expects an integer, got '%s' (see --help)\n", prog, f->name, text);
+            return 2;
+        }
+        *(int *)f->value = (int)v;
+    } else if (f->type == FLAG_FLOAT) {
+        float v = strtof(text, &end);
+        if (errno || end == text || *end || !isfinite(v)) {
+            fprintf(stderr, "%s: --%s expects a number, got '%s' (see --help)\n", prog, f->name, text);
+            return 2;
+        }
+        *(float *)f->value = v;
+    } else {
+        if (strlen(text) >= OPTION_PATH_MAX) {
+            fprintf(stderr, "%s: --%s value is too long\n", prog, f->name);
+            return 2;
+        }
+        snprintf((char *)f->value, OPTION_PATH_MAX, "%s", text);
+    }
+    return 0;
+}
+
+/* One-line complaints about values no run can use. */
+static int validate(const TrainOptions *o, const char *prog) {
+    char bad[160] = "";
+    if (o->layers < 1) snprintf(bad, sizeof bad, "--layers=%d must be at least 1", o->layers);
+    else if (o->heads < 1) snprintf(bad, sizeof bad, "--heads=%d must be at least 1", o->heads);
+    else if (o->embd < 1) snprintf(bad, sizeof bad, "--embd=%d must be at least 1", o->embd);
+    else if (o->embd % o->heads)
+        snprintf(bad, sizeof bad, "--embd=%d is not divisible by --heads=%d", o->embd, o->heads);
+    else if (o->block < 1) snprintf(bad, sizeof bad, "--block=%d must be at least 1", o->block);
+    else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d must be at least 1", o->batch);
+    else if (o->iters < 0) snprintf(bad, sizeof bad, "--iters=%d must not be negative", o->iters);
+    else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);
+    else if (!(o->lr > 0)) snprintf(bad, sizeof bad, "--lr=%g must be positive", o->lr);
+    else if (o->min_lr < 0) snprintf(bad, sizeof bad, "--min-lr=%g must not be negative", o->min_lr);
+    else if (o->dropout < 0 || o->dropout >= 1)
+        snprintf(bad, sizeof bad, "--dropout=%g must be in [0, 1)", o->dropout);
+    else if (o->weight_decay < 0)
+        snprintf(bad, sizeof bad, "--weight-decay=%g must not be negative", o->weight_decay);
+    else if (o->beta2 < 0 || o->beta2 >= 1) snprintf(bad, sizeof bad, "--beta2=%g must be in [0, 1)", o->beta2);
+    else if (o->grad_clip < 0) snprintf(bad, sizeof bad, "--grad-clip=%g must not be negative", o->grad_clip);
+    else if (o->eval_every < 0 || o->eval_iters < 0 || o->log_every < 0 || o->sample_chars < 0)
+        snprintf(bad, sizeof bad, "--eval-every, --eval-iters, --log-every and --sample-chars must not be negative");
+    if (!bad[0]) return 0;
+    fprintf(stderr, "%s: %s\n", prog, bad);
+    return 2;
+}
+
+int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
+                  int argc, char **argv) {
+    /* the preset goes first, whatever its place on the command line */
+    const char *preset = default_preset;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
+        else if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
+    }
+    if (options_preset(o, preset) != 0) {
+        fprintf(stderr, "%s: unknown --preset '%s' (char or char-small)\n", prog, preset);
+        return 2;
+    }
+    Flag flags[MAX_FLAGS];
+    int n = flag_table(o, flags);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout, prog, o);
+            return 1;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, arg);
+            return 2;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const Flag *f = NULL;
+        for (int k = 0; k < n; k++)
+            if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0) f = &flags[k];
+        if (!f) {
+            fprintf(stderr, "%s: unknown flag '--%.*s' (see --help)\n", prog, (int)len, name);
+            return 2;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) {
+            fprintf(stderr, "%s: --%s needs a value (see --help)\n", prog, f->name);
+            return 2;
+        }
+        int rc = set_flag(f, prog, value);
+        if (rc) return rc;
+    }
+    return validate(o, prog);
+}

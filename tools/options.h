@@ -1,0 +1,27 @@
+/* options.h: the training flags, their presets and their parsing. */
+#ifndef ZF_OPTIONS_H
+#define ZF_OPTIONS_H
+
+#include <stdio.h>
+
+enum { OPTION_PATH_MAX = 512 };
+
+typedef struct {
+    char preset[32];
+    char data[OPTION_PATH_MAX];
+    char log[OPTION_PATH_MAX];
+    int layers, heads, embd, block, batch;
+    int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
+    int eval_every, eval_iters, log_every, sample_chars, seed;
+    float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
+} TrainOptions;
+
+/* Fill o with the named preset ("char" or "char-small"); -1 if unknown. */
+int options_preset(TrainOptions *o, const char *name);
+/* Parse --flag=value / --flag value over a preset (--preset=NAME, default
+ * default_preset). Returns 0 to run, 1 after printing --help, or 2 after a
+ * one-line error naming the bad flag or value. */
+int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
+                  int argc, char **argv);
+
+#endif

@@ -1,0 +1,372 @@
+#!/usr/bin/python3
+"""PyTorch reference for zerofiber's C GPT.
+
+The model is nanoGPT's model.py GPT with bias=False: token + position
+embeddings, L pre-LayerNorm blocks (causal self-attention, exact-GELU MLP),
+a final LayerNorm and a head tied to the token embedding. Parameter names
+are nanoGPT's state-dict names (transformer.wte.weight, transformer.h.0.ln_1.weight,
+...); the tied lm_head.weight is not stored.
+
+Commands:
+
+  grads --weights W.safetensors --batch B.safetensors --heads NH --out G.safetensors
+      The C tests' oracle. Reads the weights (V, C, block and L are derived
+      from the shapes) and a batch of I32 tensors "x" and "y" of shape [B,T],
+      runs forward in float32 without dropout, backpropagates the mean
+      cross-entropy loss and writes every weight's gradient (F32, same name
+      and shape) plus the scalar "loss". A C test writes the two input files,
+      runs this command and compares its own loss and gradients to the output.
+      Exits 1 with one line on stderr on bad input.
+
+  bench --preset char-small|char [--iters N] [--threads K] [--data FILE]
+      Times full training steps of nanoGPT's shakespeare_char recipe
+      (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
+      baseline the C trainer is compared against, per thread count.
+
+safetensors is read and written by hand (json + struct + numpy): the
+package is not installed.
+"""
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import re
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------- safetensors
+
+DTYPES = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4")}
+
+
+def read_safetensors(path):
+    """Return {name: numpy array} for the F32/I32 tensors in a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        raise ValueError(f"{path}: too short for a safetensors file")
+    (n,) = struct.unpack("<Q", blob[:8])
+    if 8 + n > len(blob):
+        raise ValueError(f"{path}: header length {n} runs past the end of the file")
+    try:
+        header = json.loads(blob[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: bad header JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: header is not a JSON object")
+    data = blob[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = DTYPES[info["dtype"]]
+            shape = [int(d) for d in info["shape"]]
+            begin, end = (int(o) for o in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}: tensor {name!r}: unsupported or malformed entry {info!r}") from None
+        if min(shape, default=0) < 0 or not 0 <= begin <= end <= len(data) \
+                or end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name!r}: offsets {begin}..{end} do not fit shape {shape}")
+        tensors[name] = np.frombuffer(data, dtype, offset=begin, count=math.prod(shape)).reshape(shape).copy()
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    """Write {name: float32 or int32 numpy array} as a safetensors file."""
+    header, chunks, offset = {}, [], 0
+    for name, array in tensors.items():
+        code = {"float32": "F32", "int32": "I32"}[array.dtype.name]
+        raw = np.ascontiguousarray(array, dtype=DTYPES[code]).tobytes()
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        f.writelines(chunks)
+
+
+# ---------------------------------------------------------------------- model
+
+class LayerNorm(nn.Module):
+    """LayerNorm with a weight and no bias, eps 1e-5."""
+
+    def __init__(self, ndim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, dropout):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=False)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=False)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+        att = self.attn_dropout(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd, dropout):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=False)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, dropout):
+        super().__init__()
+        self.ln_1 = LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout)
+        self.ln_2 = LayerNorm(n_embd)
+        self.mlp = MLP(n_embd, dropout)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0):
+        super().__init__()
+        if n_head <= 0 or n_embd % n_head:
+            raise ValueError(f"{n_head} heads do not divide width {n_embd}")
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList(Block(n_embd, n_head, block_size, dropout) for _ in range(n_layer)),
+            ln_f=LayerNorm(n_embd),
+        ))
+
+    def init_weights(self):
+        """nanoGPT's initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L))."""
+        std_proj = 0.02 / math.sqrt(2 * len(self.transformer.h))
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, std_proj if name.endswith("c_proj.weight") else 0.02)
+
+    def forward(self, idx, targets):
+        T = idx.size(1)
+        tr = self.transformer
+        x = tr.drop(tr.wte(idx) + tr.wpe(torch.arange(T, device=idx.device)))
+        for block in tr.h:
+            x = block(x)
+        logits = F.linear(tr.ln_f(x), tr.wte.weight)  # head tied to wte
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+# -------------------------------------------------------------------- threads
+
+def openblas():
+    """The OpenBLAS library loaded into this process (via torch), or None."""
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f if "libopenblas" in line})
+    if not paths:
+        return None
+    lib = ctypes.CDLL(paths[0])
+    lib.openblas_get_config.restype = ctypes.c_char_p
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    lib.path = paths[0]
+    return lib
+
+
+def set_threads(k):
+    """Use k threads in torch's OpenMP pool and in OpenBLAS (which has its own pool)."""
+    torch.set_num_threads(k)
+    lib = openblas()
+    if lib is not None:
+        lib.openblas_set_num_threads(k)
+
+
+# ---------------------------------------------------------------------- grads
+
+def load_model(weights, n_head):
+    """Build a GPT whose config is derived from the weight shapes, and load the weights."""
+    for name in ("transformer.wte.weight", "transformer.wpe.weight"):
+        if name not in weights or weights[name].ndim != 2:
+            raise ValueError(f"weights: missing or non-2-D {name}")
+    V, C = weights["transformer.wte.weight"].shape
+    block = weights["transformer.wpe.weight"].shape[0]
+    L = len({m.group(1) for n in weights if (m := re.match(r"transformer\.h\.(\d+)\.", n))})
+    model = GPT(V, block, L, n_head, C)
+    expected = model.state_dict()
+    for name in sorted(set(expected) | set(weights)):
+        if name not in weights:
+            raise ValueError(f"weights: missing {name}")
+        if name not in expected:
+            raise ValueError(f"weights: unexpected {name} (config V={V} C={C} block={block} L={L})")
+        if weights[name].dtype != np.float32 or tuple(weights[name].shape) != tuple(expected[name].shape):
+            raise ValueError(f"weights: {name} is {weights[name].dtype}{list(weights[name].shape)}, "
+                             f"expected float32{list(expected[name].shape)}")
+    model.load_state_dict({n: torch.from_numpy(a) for n, a in weights.items()})
+    return model
+
+
+def cmd_grads(args):
+    set_threads(1)
+    model = load_model(read_safetensors(args.weights), args.heads)
+    batch = read_safetensors(args.batch)
+    V, block = model.transformer.wte.num_embeddings, model.transformer.wpe.num_embeddings
+    for name in ("x", "y"):
+        a = batch.get(name)
+        if a is None or a.dtype != np.int32 or a.ndim != 2:
+            raise ValueError(f"batch: {name} must be an I32 tensor of shape [B,T]")
+        if a.size and (a.min() < 0 or a.max() >= V):
+            raise ValueError(f"batch: {name} has token ids outside [0, {V})")
+    x, y = batch["x"], batch["y"]
+    if x.shape != y.shape or 0 in x.shape or x.shape[1] > block:
+        raise ValueError(f"batch: x {list(x.shape)} and y {list(y.shape)} must be equal, non-empty, T <= {block}")
+    model.train()  # dropout is 0, so train and eval agree
+    loss = model(torch.from_numpy(x).long(), torch.from_numpy(y).long())
+    loss.backward()
+    out = {n: p.grad.numpy() for n, p in model.named_parameters()}
+    out["loss"] = np.array(loss.item(), dtype=np.float32)
+    write_safetensors(args.out, out)
+
+
+# ---------------------------------------------------------------------- bench
+
+PRESETS = {
+    "char-small": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, dropout=0.0, iters=50, warmup=5),
+    "char": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2, iters=5, warmup=2),
+}
+
+
+def blas_report():
+    """Lines saying which BLAS torch uses and how OpenBLAS picked its kernels."""
+    show = torch.__config__.show()
+    info = re.search(r"BLAS_INFO=([^,\s]+)", show)
+    lines = [f"torch BLAS_INFO={info.group(1) if info else '?'} (torch.__config__.show())"]
+    lib = openblas()
+    if lib is None:
+        lines.append("OpenBLAS: not loaded")
+    else:
+        core = lib.openblas_get_corename().decode()
+        lines.append(f"OpenBLAS: {lib.path}: {lib.openblas_get_config().decode()}; core={core}")
+        if core == "Prescott":
+            lines.append("note: generic Prescott kernels; on AVX-512 CPUs OPENBLAS_CORETYPE=SkylakeX is much faster")
+    lines.append(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')}")
+    return lines
+
+
+def time_steps(p, train, iters, warmup):
+    """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones."""
+    torch.manual_seed(1337)
+    model = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"])
+    model.init_weights()
+    model.train()
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW([
+        {"params": [q for q in params if q.dim() >= 2], "weight_decay": 0.1},
+        {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0},
+    ], lr=1e-3, betas=(0.9, 0.99))
+    B, T = p["batch_size"], p["block_size"]
+    times = []
+    for step in range(warmup + iters):
+        t0 = time.perf_counter()
+        ix = torch.randint(len(train) - T, (B,))
+        x = torch.stack([train[i:i + T] for i in ix])
+        y = torch.stack([train[i + 1:i + T + 1] for i in ix])
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def cmd_bench(args):
+    p = dict(PRESETS[args.preset])
+    iters = args.iters or p["iters"]
+    with open(args.data, "rb") as f:
+        text = f.read()
+    vocab = sorted(set(text))
+    lut = np.zeros(256, dtype=np.int64)
+    lut[vocab] = np.arange(len(vocab))
+    data = torch.from_numpy(lut[np.frombuffer(text, dtype=np.uint8)])
+    train = data[:int(0.9 * len(data))]
+    p["vocab_size"] = len(vocab)
+    if len(train) <= p["block_size"]:
+        raise ValueError(f"{args.data}: too short for block size {p['block_size']}")
+    for line in blas_report():
+        print(line, flush=True)
+    print(f"vocab {len(vocab)}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
+          f"block {p['block_size']}, batch {p['batch_size']}, dropout {p['dropout']}, warmup {p['warmup']}",
+          flush=True)
+    results = {}
+    for k in [args.threads] if args.threads else range(1, (os.cpu_count() or 1) + 1):
+        set_threads(k)
+        results[k] = time_steps(p, train, iters, p["warmup"])
+        print(f"torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters})",
+              flush=True)
+    k = min(results, key=results.get)
+    print(f"best: torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters})")
+
+
+# ----------------------------------------------------------------------- main
+
+def positive(s):
+    n = int(s)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{s} is not a positive integer")
+    return n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grads", help="loss and weight gradients for one batch")
+    g.add_argument("--weights", required=True)
+    g.add_argument("--batch", required=True)
+    g.add_argument("--heads", required=True, type=positive)
+    g.add_argument("--out", required=True)
+    b = sub.add_parser("bench", help="time nanoGPT training steps")
+    b.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    b.add_argument("--iters", type=positive)
+    b.add_argument("--threads", type=positive)
+    b.add_argument("--data", default="data/tinyshakespeare.txt")
+    args = ap.parse_args()
+    try:
+        {"grads": cmd_grads, "bench": cmd_bench}[args.command](args)
+    except (OSError, ValueError) as e:
+        print(f"torch_gpt.py {args.command}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+/* train.c: bin/train, the trainer's command line. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../strategies/trainer.h"
+#include "options.h"
+
+int main(int argc, char **argv) {
+    const char *blas = blas_ensure_core(argv);
+    TrainOptions o;
+    int rc = options_parse(&o, "train", "char-small", argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+
+    Dataset data;
+    char err[512];
+    if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
+        fprintf(stderr, "train: %s\n", err);
+        return 1;
+    }
+    StrategyConfig sc = {
+        .model = { data.vocab, o.block, o.layers, o.heads, o.embd },
+        .nranks = 1, .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
+        .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
+    };
+    const char *bad = gpt_config_error(&sc.model);
+    if (bad) {
+        fprintf(stderr, "train: %s\n", bad);
+        dataset_free(&data);
+        return 2;
+    }
+    FILE *log = NULL;
+    if (o.log[0] && !(log = fopen(o.log, "w"))) {
+        fprintf(stderr, "train: cannot write --log file '%s'\n", o.log);
+        dataset_free(&data);
+        return 1;
+    }
+
+    printf("device: cpu (no GPU support in this build; training on the CPU)\n");
+    printf("blas: %s\n", blas);
+    ArenaLayout layout;
+    gpt_layout(&sc.model, 1, &layout);
+    printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n",
+           o.data, data.ntokens, data.vocab, data.ntrain, data.ntokens - data.ntrain);
+    printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
+           o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
+    printf("training: %d iters, batch %d, lr %g -> %g, warmup %d, dropout %g, grad clip %g, seed %d\n",
+           o.iters, o.batch, o.lr, o.min_lr, o.warmup, o.dropout, o.grad_clip, o.seed);
+    fflush(stdout);
+
+    Strategy *s = ddp_create(&sc);
+    if (!s) { dataset_free(&data); return 1; }
+    TrainConfig tc = {
+        .iters = o.iters,
+        .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },
+        .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
+        .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
+    };
+    TrainResult result;
+    int status = train_run(s, &tc, &data, &result);
+    if (status == 0)
+        printf("done: %d iters in %.1f s of steps, final val loss %.4f\n",
+               o.iters, result.seconds, result.val_loss);
+    s->ops->destroy(s);
+    dataset_free(&data);
+    if (log) fclose(log);
+    return status;
+}
