@@ -126,6 +126,19 @@ double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const doubl
     return loss;
 }
 
+Device *test_device;
+Stream *test_stream;
+
+void test_stream_setup(void) {
+    test_device = device_create_cpu();
+    test_stream = stream_create(test_device);
+}
+
+void test_stream_teardown(void) {
+    stream_destroy(test_stream);
+    device_destroy(test_device);
+}
+
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {
     unsigned long long state = 0x9E3779B97F4A7C15ull * (seed + 1);
     for (size_t i = 0; i < n; i++) {

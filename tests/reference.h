@@ -25,7 +25,12 @@ double ref_crossentropy(const double *logits, const int *targets, int N, int V);
 double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
                     const int *tokens, const int *targets, int B, int T);
 
-/* Test helpers: uniform random floats in [lo, hi) from a seeded generator. */
+/* Test helpers. The suites' fixture: one CPU device and stream per test. */
+extern Device *test_device;
+extern Stream *test_stream;
+void test_stream_setup(void);
+void test_stream_teardown(void);
+/* Uniform random floats in [lo, hi) from a seeded generator. */
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */

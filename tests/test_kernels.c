@@ -9,20 +9,7 @@
 #include "../kernels/kernels.h"
 #include "reference.h"
 
-static Device *dev;
-static Stream *stream;
-
-static void setup(void) {
-    dev = device_create_cpu();
-    stream = stream_create(dev);
-}
-
-static void teardown(void) {
-    stream_destroy(stream);
-    device_destroy(dev);
-}
-
-TestSuite(kernels, .init = setup, .fini = teardown);
+TestSuite(kernels, .init = test_stream_setup, .fini = test_stream_teardown);
 
 /* ---- finite differences ---- */
 
@@ -79,9 +66,9 @@ Test(kernels, matmul_forward_backward) {
     fill_uniform(base_w, OC * C, -1, 1, 5);
     memcpy(dinp, base_inp, sizeof(float) * N * C);
     memcpy(dw, base_w, sizeof(float) * OC * C);
-    matmul_forward(stream, out, inp, w, N, C, OC);
-    matmul_backward(stream, dinp, dw, g, inp, w, N, C, OC);
-    stream_synchronize(stream);
+    matmul_forward(test_stream, out, inp, w, N, C, OC);
+    matmul_backward(test_stream, dinp, dw, g, inp, w, N, C, OC);
+    stream_synchronize(test_stream);
     subtract_base(dinp, base_inp, N * C);
     subtract_base(dw, base_w, OC * C);
 
@@ -120,9 +107,9 @@ Test(kernels, layernorm_forward_backward) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(stream, out, mean, rstd, inp, w, N, C);
-    layernorm_backward(stream, dinp, dw, g, inp, w, mean, rstd, N, C);
-    stream_synchronize(stream);
+    layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C);
+    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C);
+    stream_synchronize(test_stream);
     subtract_base(dinp, base, N * C);
     subtract_base(dw, basew, C);
 
@@ -160,9 +147,9 @@ static void check_attention(float p) {
     fill_uniform(g, nout, -1, 1, 22);
     fill_uniform(base, nqkv, -1, 1, 23);
     memcpy(dqkv, base, sizeof(float) * nqkv);
-    attention_forward(stream, out, att, scratch, qkv, B, T, C, NH, drop);
-    attention_backward(stream, dqkv, scratch, g, qkv, att, B, T, C, NH, drop);
-    stream_synchronize(stream);
+    attention_forward(test_stream, out, att, scratch, qkv, B, T, C, NH, drop);
+    attention_backward(test_stream, dqkv, scratch, g, qkv, att, B, T, C, NH, drop);
+    stream_synchronize(test_stream);
     subtract_base(dqkv, base, nqkv);
 
     AttentionCtx c = { to_double(qkv, nqkv), to_double(g, nout), malloc(sizeof(double) * nout), B, T, C, NH, drop };
@@ -206,9 +193,9 @@ Test(kernels, embedding_forward_backward) {
     fill_uniform(wte, V * C, -1, 1, 31);
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
-    embedding_forward(stream, out, tokens, wte, wpe, B, T, C);
-    embedding_backward(stream, dwte, dwpe, g, tokens, B, T, C);
-    stream_synchronize(stream);
+    embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C);
+    embedding_backward(test_stream, dwte, dwpe, g, tokens, B, T, C);
+    stream_synchronize(test_stream);
     EmbeddingCtx c = { to_double(wte, V * C), to_double(wpe, T * C), to_double(g, B * T * C),
                        malloc(sizeof(double) * B * T * C), tokens, B, T, C };
     ref_embedding(c.out, tokens, c.wte, c.wpe, B, T, C);
@@ -245,9 +232,9 @@ Test(kernels, gelu_forward_backward) {
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(stream, out, x, n);
-    gelu_backward(stream, dx, x, g, n);
-    stream_synchronize(stream);
+    gelu_forward(test_stream, out, x, n);
+    gelu_backward(test_stream, dx, x, g, n);
+    stream_synchronize(test_stream);
     subtract_base(dx, base, n);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 } };
     ref_gelu(c.out, c.inp, n);
@@ -266,9 +253,9 @@ Test(kernels, dropout_forward_backward) {
     fill_uniform(g, n, -1, 1, 52);
     fill_uniform(base, n, -1, 1, 53);
     memcpy(dx, base, sizeof(float) * n);
-    dropout_forward(stream, out, x, n, drop);
-    dropout_backward(stream, dx, g, n, drop);
-    stream_synchronize(stream);
+    dropout_forward(test_stream, out, x, n, drop);
+    dropout_backward(test_stream, dx, g, n, drop);
+    stream_synchronize(test_stream);
     subtract_base(dx, base, n);
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
@@ -300,8 +287,8 @@ Test(kernels, dropout_forward_backward) {
 
 Test(kernels, residual_forward) {
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
-    residual_forward(stream, out, a, b, 5);
-    stream_synchronize(stream);
+    residual_forward(test_stream, out, a, b, 5);
+    stream_synchronize(test_stream);
     for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
 }
 
@@ -320,9 +307,9 @@ Test(kernels, crossentropy_forward_backward) {
     float *logits = alloc_floats(N * V), *probs = alloc_floats(N * V), *losses = alloc_floats(N);
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
-    crossentropy_forward(stream, &mean, losses, probs, logits, targets, N, V);
-    crossentropy_backward(stream, dlogits, probs, targets, N, V, 1.0f / N);
-    stream_synchronize(stream);
+    crossentropy_forward(test_stream, &mean, losses, probs, logits, targets, N, V);
+    crossentropy_backward(test_stream, dlogits, probs, targets, N, V, 1.0f / N);
+    stream_synchronize(test_stream);
     CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
     double want = ref_crossentropy(c.logits, targets, N, V);
     cr_expect(fabs(mean - want) < 1e-5 * want, "loss %g, want %g", mean, want);
@@ -345,23 +332,23 @@ Test(kernels, adamw_matches_hand_computation) {
      *         p = 0.8811 - 0.526315789 * 0.02 / 0.3946900384 = 0.8811 - 0.0266696924 = 0.8544303076 */
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     AdamWParams hp = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1 };
-    adamw_update(stream, &p, &g, &m, &v, 1, hp);
-    stream_synchronize(stream);
+    adamw_update(test_stream, &p, &g, &m, &v, 1, hp);
+    stream_synchronize(test_stream);
     cr_expect_float_eq(p, 0.89f, 1e-6f, "step 1: p = %.9g", p);
     cr_expect_float_eq(m, 0.05f, 1e-7f);
     cr_expect_float_eq(v, 0.0025f, 1e-8f);
     g = -0.25f;
     hp.step = 2;
-    adamw_update(stream, &p, &g, &m, &v, 1, hp);
-    stream_synchronize(stream);
+    adamw_update(test_stream, &p, &g, &m, &v, 1, hp);
+    stream_synchronize(test_stream);
     cr_expect_float_eq(p, 0.8544303076f, 1e-6f, "step 2: p = %.9g", p);
     cr_expect_float_eq(m, 0.02f, 1e-7f);
     cr_expect_float_eq(v, 0.0031f, 1e-8f);
     /* no weight decay: step 1 is p - lr * sign(g) exactly as Adam's first step */
     float q = 1.0f, gq = 0.5f, mq = 0.0f, vq = 0.0f;
     AdamWParams nodecay = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1 };
-    adamw_update(stream, &q, &gq, &mq, &vq, 1, nodecay);
-    stream_synchronize(stream);
+    adamw_update(test_stream, &q, &gq, &mq, &vq, 1, nodecay);
+    stream_synchronize(test_stream);
     cr_expect_float_eq(q, 0.9f, 1e-6f, "no decay: q = %.9g", q);
 }
 
@@ -371,18 +358,18 @@ Test(kernels, sumsq_and_clip) {
     fill_uniform(x, n, -1, 1, 71);
     double want = 0;
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-    sumsq_reduce(stream, &sumsq, x, n);
-    stream_synchronize(stream);
+    sumsq_reduce(test_stream, &sumsq, x, n);
+    stream_synchronize(test_stream);
     cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
     /* clip to norm 1: afterwards the norm is 1 (to float precision) */
-    clip_scale(stream, x, n, &sumsq, 1, 1.0f);
-    sumsq_reduce(stream, &sumsq, x, n);
-    stream_synchronize(stream);
+    clip_scale(test_stream, x, n, &sumsq, 1, 1.0f);
+    sumsq_reduce(test_stream, &sumsq, x, n);
+    stream_synchronize(test_stream);
     cr_expect_float_eq(sumsq, 1.0f, 1e-4f, "norm^2 after clipping: %g", sumsq);
     /* a norm under the limit leaves x alone */
     float before = x[123];
-    clip_scale(stream, x, n, &sumsq, 1, 10.0f);
-    stream_synchronize(stream);
+    clip_scale(test_stream, x, n, &sumsq, 1, 10.0f);
+    stream_synchronize(test_stream);
     cr_expect_eq(x[123], before);
     free(x);
 }

@@ -12,20 +12,7 @@
 #include "../model/safetensors.h"
 #include "reference.h"
 
-static Device *dev;
-static Stream *stream;
-
-static void setup(void) {
-    dev = device_create_cpu();
-    stream = stream_create(dev);
-}
-
-static void teardown(void) {
-    stream_destroy(stream);
-    device_destroy(dev);
-}
-
-TestSuite(model, .init = setup, .fini = teardown);
+TestSuite(model, .init = test_stream_setup, .fini = test_stream_teardown);
 
 /* Random weights large enough that every gradient is well above rounding. */
 static void random_params(const ArenaLayout *layout, float *params, unsigned seed) {
@@ -39,8 +26,8 @@ static void random_params(const ArenaLayout *layout, float *params, unsigned see
 
 /* Forward and backward of the float model on one batch; returns the loss. */
 static float model_loss_and_grads(GPT *m, const float *params, const int *x, const int *y, int B, int T) {
-    stream_copy(stream, m->params, params, m->layout.total * sizeof(float));
-    fill_zero(stream, m->grads, m->layout.total);
+    stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
+    fill_zero(test_stream, m->grads, m->layout.total);
     gpt_forward(m, x, y, B, T, 0, 1);
     gpt_backward(m, 1.0f);
     return gpt_read_loss(m);
@@ -52,13 +39,13 @@ Test(model, gradient_matches_finite_differences) {
     GPTConfig cfg = { 7, 6, 2, 2, 8 };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
-    GPT *m = gpt_create(&cfg, 1, dev, stream, B, cfg.block_size, 1);
+    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, cfg.block_size, 1);
     size_t P = m->layout.total;
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     random_params(&m->layout, params, 100);
     float loss = model_loss_and_grads(m, params, x, y, B, T);
-    stream_copy(stream, grads, m->grads, P * sizeof(float));
-    stream_synchronize(stream);
+    stream_copy(test_stream, grads, m->grads, P * sizeof(float));
+    stream_synchronize(test_stream);
 
     double *dparams = to_double(params, P);
     double want = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
@@ -92,12 +79,12 @@ Test(model, loss_at_init_is_log_vocab) {
     cr_assert_eq(data.vocab, 65);
     GPTConfig cfg = { data.vocab, 64, 4, 4, 128 };
     int B = 12, T = 64;
-    GPT *m = gpt_create(&cfg, 1, dev, stream, B, T, 1);
+    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, T, 1);
     float *params = malloc(m->layout.total * sizeof(float));
     gpt_init_params(&cfg, &m->layout, 1337, params);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1337, 0, 0, B, T, x, y);
-    stream_copy(stream, m->params, params, m->layout.total * sizeof(float));
+    stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
     gpt_forward(m, x, y, B, T, 0, 0);
     float loss = gpt_read_loss(m);
     cr_expect(fabs(loss - log(65.0)) < 0.1, "loss at init %g, ln(65) = %g", loss, log(65.0));
@@ -186,15 +173,15 @@ Test(model, matches_pytorch_nanogpt) {
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
     GPTConfig cfg = { data.vocab, 32, 2, 4, 32 };
     int B = 4, T = 32;
-    GPT *m = gpt_create(&cfg, 1, dev, stream, B, T, 1);
+    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, T, 1);
     size_t P = m->layout.total;
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     random_params(&m->layout, params, 3);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, B, T, x, y);
     float loss = model_loss_and_grads(m, params, x, y, B, T);
-    stream_copy(stream, grads, m->grads, P * sizeof(float));
-    stream_synchronize(stream);
+    stream_copy(test_stream, grads, m->grads, P * sizeof(float));
+    stream_synchronize(test_stream);
 
     char dir[] = "/tmp/zf_torch_XXXXXX", wpath[256], bpath[256], gpath[256];
     cr_assert_not_null(mkdtemp(dir));

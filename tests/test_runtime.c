@@ -1,11 +1,11 @@
 /* test_runtime.c: CPU streams and events, memory accounting, the arena layout. */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "stream_stress.h"
 
 static void sleep_us(long us) {
     struct timespec t = { 0, us * 1000 };
@@ -96,50 +96,11 @@ Test(runtime, event_synchronize_waits_for_the_recorded_point) {
     device_destroy(dev);
 }
 
-/* Several host threads, each driving its own pair of streams with cross waits,
- * all at once: what the rank threads will do. */
-typedef struct { Device *dev; int id; int ok; } DriverArgs;
-
-static void *driver(void *p) {
-    DriverArgs *d = p;
-    Stream *a = stream_create(d->dev), *b = stream_create(d->dev);
-    Event *ea = event_create(), *eb = event_create();
-    atomic_int cell = 0;
-    int seen = 0;
-    d->ok = 1;
-    for (int round = 1; round <= 100; round++) {
-        WriteArgs w = { &cell, round, 50 };
-        stream_launch(a, slow_write_task, &w, sizeof w);
-        event_record(ea, a);
-        stream_wait_event(b, ea);
-        ReadArgs r = { &cell, &seen };
-        stream_launch(b, read_task, &r, sizeof r);
-        event_record(eb, b);
-        stream_wait_event(a, eb);  /* the next write waits for this read */
-        stream_synchronize(b);
-        if (seen != round) d->ok = 0;
-    }
-    stream_synchronize(a);
-    event_destroy(ea);
-    event_destroy(eb);
-    stream_destroy(a);
-    stream_destroy(b);
-    return NULL;
-}
-
+/* Several host threads, each driving its own streams with cross waits, all at
+ * once: what the rank threads will do. */
 Test(runtime, streams_under_concurrent_host_threads) {
     Device *dev = device_create_cpu();
-    enum { THREADS = 4 };
-    pthread_t t[THREADS];
-    DriverArgs args[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        args[i] = (DriverArgs){ dev, i, 0 };
-        pthread_create(&t[i], NULL, driver, &args[i]);
-    }
-    for (int i = 0; i < THREADS; i++) {
-        pthread_join(t[i], NULL);
-        cr_expect(args[i].ok, "driver %d saw a read out of order", i);
-    }
+    cr_expect_eq(stream_stress(dev, 4, 100), 0, "a read ran before its write");
     device_destroy(dev);
 }
 

@@ -102,9 +102,15 @@ Test(train, learning_rate_schedule) {
 
 /* ---- bin/train on bad input: exit status and a single line on stderr ---- */
 
+/* The binary under test: bin/train, or the sanitizer build's (ZF_TRAIN). */
+static const char *train_binary(void) {
+    const char *path = getenv("ZF_TRAIN");
+    return path ? path : "./bin/train";
+}
+
 static int run_train(const char *args, char *err, size_t errlen) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "./bin/train %s >/dev/null 2>/tmp/zf_train_err_%d", args, (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>/tmp/zf_train_err_%d", train_binary(), args, (int)getpid());
     int status = system(cmd);
     snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
     FILE *f = fopen(cmd, "r");
@@ -168,7 +174,9 @@ Test(train, bad_data_exits_1_with_one_line) {
 }
 
 Test(train, help_lists_every_flag_and_exits_0) {
-    FILE *p = popen("./bin/train --help", "r");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --help", train_binary());
+    FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char out[8192];
     size_t n = fread(out, 1, sizeof out - 1, p);

@@ -278,7 +278,7 @@ def blas_report():
         lines.append(f"OpenBLAS: {lib.path}: {lib.openblas_get_config().decode()}; core={core}")
         if core == "Prescott":
             lines.append("note: generic Prescott kernels; on AVX-512 CPUs OPENBLAS_CORETYPE=SkylakeX is much faster")
-    lines.append(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')}")
+    lines.append(" ".join(f"{v}={os.environ.get(v, '<unset>')}" for v in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")))
     return lines
 
 

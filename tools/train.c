@@ -49,6 +49,10 @@ int main(int argc, char **argv) {
 
     Strategy *s = ddp_create(&sc);
     if (!s) { dataset_free(&data); return 1; }
+    printf("memory per rank: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
+           "activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
+           s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
+           s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6);
     TrainConfig tc = {
         .iters = o.iters,
         .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },

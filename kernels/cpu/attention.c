@@ -11,6 +11,7 @@
 
 #include "../dropout.h"
 #include "../kernels.h"
+#include "vector_math.h"
 
 typedef struct {
     float *out, *att, *scratch;
@@ -35,8 +36,10 @@ static void attention_forward_task(void *p) {
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
             float maxval = row[0];
-            for (int j = 1; j <= t; j++) maxval = fmaxf(maxval, row[j]);
+            #pragma omp simd reduction(max : maxval)
+            for (int j = 1; j <= t; j++) maxval = row[j] > maxval ? row[j] : maxval;
             float sum = 0.0f;
+            #pragma omp simd reduction(+ : sum)
             for (int j = 0; j <= t; j++) { row[j] = expf(row[j] - maxval); sum += row[j]; }
             float inv = 1.0f / sum;
             for (int j = 0; j <= t; j++) row[j] *= inv;
@@ -104,6 +107,7 @@ static void attention_backward_task(void *p) {
             const float *arow = att + (size_t)t * T;
             float *drow = datt + (size_t)t * T;
             float dot = 0.0f;
+            #pragma omp simd reduction(+ : dot)
             for (int j = 0; j <= t; j++) dot += arow[j] * drow[j];
             for (int j = 0; j <= t; j++) drow[j] = arow[j] * (drow[j] - dot);
             for (int j = t + 1; j < T; j++) drow[j] = 0.0f;

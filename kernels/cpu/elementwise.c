@@ -4,14 +4,7 @@
 
 #include "../dropout.h"
 #include "../kernels.h"
-
-/* glibc's libmvec (2.35+) has vector erff and expf, accurate to a few ulp;
- * math.h declares them only under -ffast-math, which we do not want, so the
- * GELU loops declare them here and vectorize with `omp simd`. */
-#pragma omp declare simd notinbranch
-float erff(float x);
-#pragma omp declare simd notinbranch
-float expf(float x);
+#include "vector_math.h"
 
 /* Elementwise loops run in chunks this long, so a dropout mask fits on the stack. */
 enum { CHUNK = 1024 };

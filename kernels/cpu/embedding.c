@@ -23,17 +23,25 @@ void embedding_forward(Stream *s, float *out, const int *tokens, const float *wt
 
 typedef struct { float *dwte, *dwpe; const float *dout; const int *tokens; int B, T, C; } EmbeddingBackwardArgs;
 
-/* Each thread owns whole columns, and rows are summed in order: deterministic
- * whatever the thread count, with no atomics for repeated tokens. */
+/* Columns per block: each thread owns blocks of columns and adds rows in order,
+ * so repeated tokens need no atomics and the sums do not depend on the thread count. */
+enum { COLUMN_BLOCK = 32 };
+
 static void embedding_backward_task(void *p) {
     EmbeddingBackwardArgs *a = p;
     int B = a->B, T = a->T, C = a->C;
+    int nblocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
     #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COLUMN_BLOCK, width = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
         for (int bt = 0; bt < B * T; bt++) {
-            float d = a->dout[(size_t)bt * C + c];
-            a->dwte[(size_t)a->tokens[bt] * C + c] += d;
-            a->dwpe[(size_t)(bt % T) * C + c] += d;
+            const float *d = a->dout + (size_t)bt * C + c0;
+            float *dtok = a->dwte + (size_t)a->tokens[bt] * C + c0;
+            float *dpos = a->dwpe + (size_t)(bt % T) * C + c0;
+            for (int c = 0; c < width; c++) {
+                dtok[c] += d[c];
+                dpos[c] += d[c];
+            }
         }
     }
 }

@@ -3,6 +3,9 @@
 
 #include "../kernels.h"
 
+/* Columns per block in the weight-gradient sums: two cache lines. */
+enum { COLUMN_BLOCK = 32 };
+
 typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C; } LayerNormArgs;
 
 static void layernorm_forward_task(void *p) {
@@ -12,9 +15,11 @@ static void layernorm_forward_task(void *p) {
     for (int i = 0; i < a->N; i++) {
         const float *x = a->inp + (size_t)i * C;
         float m = 0.0f;
+        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < C; c++) m += x[c];
         m /= C;
         float var = 0.0f;
+        #pragma omp simd reduction(+ : var)
         for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
         var /= C;
         float r = 1.0f / sqrtf(var + 1e-5f);
@@ -46,6 +51,7 @@ static void layernorm_backward_task(void *p) {
         const float *x = a->inp + (size_t)i * C, *dy = a->dout + (size_t)i * C;
         float m = a->mean[i], r = a->rstd[i];
         float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
         for (int c = 0; c < C; c++) {
             float dnorm = dy[c] * a->weight[c];
             dnorm_mean += dnorm;
@@ -59,13 +65,20 @@ static void layernorm_backward_task(void *p) {
             dx[c] += r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
         }
     }
-    /* dweight: each thread owns a column, rows summed in order (deterministic). */
+    /* dweight: each thread owns blocks of columns and sums rows in order, so
+     * the result does not depend on the thread count. */
+    int nblocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
     #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        float acc = 0.0f;
-        for (int i = 0; i < N; i++)
-            acc += a->dout[(size_t)i * C + c] * (a->inp[(size_t)i * C + c] - a->mean[i]) * a->rstd[i];
-        a->dweight[c] += acc;
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COLUMN_BLOCK, width = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
+        float acc[COLUMN_BLOCK] = { 0 };
+        for (int i = 0; i < N; i++) {
+            const float *dy = a->dout + (size_t)i * C + c0, *x = a->inp + (size_t)i * C + c0;
+            float m = a->mean[i], r = a->rstd[i];
+            #pragma omp simd
+            for (int c = 0; c < width; c++) acc[c] += dy[c] * (x[c] - m) * r;
+        }
+        for (int c = 0; c < width; c++) a->dweight[c0 + c] += acc[c];
     }
 }
 

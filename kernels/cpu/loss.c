@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "../kernels.h"
+#include "vector_math.h"
 
 typedef struct {
     float *mean_loss, *losses, *probs;
@@ -18,8 +19,10 @@ static void crossentropy_forward_task(void *p) {
         const float *logit = a->logits + (size_t)i * V;
         float *prob = a->probs + (size_t)i * V;
         float maxval = logit[0];
-        for (int j = 1; j < V; j++) maxval = fmaxf(maxval, logit[j]);
+        #pragma omp simd reduction(max : maxval)
+        for (int j = 1; j < V; j++) maxval = logit[j] > maxval ? logit[j] : maxval;
         float sum = 0.0f;
+        #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) { prob[j] = expf(logit[j] - maxval); sum += prob[j]; }
         for (int j = 0; j < V; j++) prob[j] /= sum;
         /* -log softmax from the logits themselves: exact even where prob underflows */

@@ -1,0 +1,96 @@
+/* bench_cpu.c: CPU training speed of both presets against this machine's sgemm.
+ *
+ * Prints the sgemm ceiling (2048^3, best of 3), then for each preset the median
+ * ms per training step (forward, backward, clip, AdamW), tokens/s, and achieved
+ * GFLOP/s counted as nanoGPT's estimate_mfu does (6N + 12 L H Q T per token, N
+ * without the position embedding), as a fraction of the ceiling.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../strategies/trainer.h"
+#include "../tools/options.h"
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double sgemm_gflops(int n) {
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 1e-3f; b[i] = (float)(i % 5) * 1e-3f; }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t = now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        t = now_seconds() - t;
+        if (t < best) best = t;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * n * n * n / best / 1e9;
+}
+
+static void bench_preset(const char *preset, const Dataset *data, int steps, double ceiling) {
+    TrainOptions o;
+    options_preset(&o, preset);
+    StrategyConfig sc = {
+        .model = { data->vocab, o.block, o.layers, o.heads, o.embd }, .nranks = 1, .batch = o.batch,
+        .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f,
+        .weight_decay = o.weight_decay,
+    };
+    Strategy *s = ddp_create(&sc);
+    int rows = o.batch, T = o.block;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    double *ms = malloc(sizeof(double) * steps);
+    for (int i = -2; i < steps; i++) {  /* two warm-up steps */
+        dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, (uint32_t)(i + 2), 0, rows, T, x, y);
+        double t = now_seconds();
+        s->ops->set_lr(s, o.lr);
+        s->ops->forward_backward(s, x, y, (uint32_t)(i + 2));
+        s->ops->clip_grads(s, o.grad_clip);
+        s->ops->step(s);
+        s->ops->train_loss(s);
+        if (i >= 0) ms[i] = 1000.0 * (now_seconds() - t);
+    }
+    qsort(ms, steps, sizeof *ms, compare_doubles);
+    double median = ms[steps / 2];
+    ArenaLayout layout;
+    gpt_layout(&sc.model, 1, &layout);
+    double N = (double)layout.numel - (double)o.block * o.embd;
+    double flops_per_token = 6.0 * N + 12.0 * o.layers * o.heads * (o.embd / o.heads) * o.block;
+    double gflops = flops_per_token * rows * T / (median / 1000.0) / 1e9;
+    printf("%-11s %8.1f %10.0f %10.1f %9.0f%%   (median of %d steps, dropout %g)\n", preset, median,
+           rows * T / (median / 1000.0), gflops, 100.0 * gflops / ceiling, steps, o.dropout);
+    fflush(stdout);
+    s->ops->destroy(s);
+    free(x); free(y); free(ms);
+}
+
+int main(int argc, char **argv) {
+    const char *blas = blas_ensure_core(argv);
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    Dataset data;
+    char err[512];
+    if (dataset_load(&data, "data/tinyshakespeare.txt", 256, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_cpu: %s\n", err);
+        return 1;
+    }
+    printf("blas: %s\n", blas);
+    double ceiling = sgemm_gflops(2048);
+    printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling below)\n\n", ceiling);
+    printf("%-11s %8s %10s %10s %10s\n", "preset", "ms/iter", "tokens/s", "GFLOP/s", "of sgemm");
+    bench_preset("char-small", &data, quick ? 10 : 50, ceiling);
+    bench_preset("char", &data, quick ? 2 : 5, ceiling);
+    dataset_free(&data);
+    return 0;
+}
