@@ -20,6 +20,6 @@ coretype=${OPENBLAS_CORETYPE:-}
 if [ -z "$coretype" ] && grep -q avx512f /proc/cpuinfo; then coretype=SkylakeX; fi
 echo
 theirs=$(OPENBLAS_CORETYPE=$coretype OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench \
-    --preset char-small | tee /dev/stderr | awk '$1 == "best:" { print $5 }')
+    --preset char-small | tee /dev/stderr | awk '$1 == "best:" { print $6 }')
 awk -v ours="$ours" -v theirs="$theirs" 'BEGIN {
     printf "\nchar-small step: zerofiber %.1f ms, PyTorch %.1f ms: %.2fx faster\n", ours, theirs, theirs / ours }'

@@ -3,8 +3,10 @@
  * Every op is enqueued on a Stream and returns at once. Shapes are explicit:
  * B batch rows, T positions, C channels, NH heads, V vocabulary, N = B*T rows.
  * Matrices are row-major; a Linear weight is [out, in] as in PyTorch.
- * Backward ops accumulate (+=) into the gradients they produce, so callers zero
- * gradient buffers once and several contributions can add up.
+ * Backward ops write (=) the gradients of their activation inputs, except
+ * layernorm_backward, which adds its input gradient: its input is the residual
+ * stream, whose gradient collects both branches. Gradients of parameters are
+ * always added (+=), so they accumulate over tied uses and micro-batches.
  */
 #ifndef ZF_KERNELS_H
 #define ZF_KERNELS_H
@@ -58,7 +60,7 @@ void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 
-/* out = mask * inp / (1 - p); out may be inp. dinp += mask * dout / (1 - p). */
+/* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p). */
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
 

@@ -273,7 +273,6 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
     crossentropy_backward(s, a->dlogits, a->probs, m->targets, BT, V, dloss / (float)BT);
-    fill_zero(s, a->dln, BT * C);
     matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
@@ -293,32 +292,23 @@ void gpt_backward(GPT *m, float dloss) {
         uint32_t site = 1 + 3 * (uint32_t)l;
 
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
-        fill_zero(s, a->dproj, BT * C);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        fill_zero(s, a->dfch_gelu, BT * 4 * C);
         matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
-        fill_zero(s, a->dfch, BT * 4 * C);
         gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
-        fill_zero(s, a->dln, BT * C);
         matmul_backward(s, a->dln, dw.fc_w, a->dfch, ln2, w.fc_w, BT, C, 4 * C);
         layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
-        fill_zero(s, a->dproj, BT * C);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        fill_zero(s, a->datty, BT * C);
         matmul_backward(s, a->datty, dw.attproj_w, a->dproj, atty, w.attproj_w, BT, C, C);
-        fill_zero(s, a->dqkv, BT * 3 * C);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, qkv, att, B, T, C, NH,
                            dropout_at(m, site));
-        fill_zero(s, a->dln, BT * C);
         matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
         layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C);
         call_hook(m->hooks.after_backward, m->hooks.ctx, 1 + l);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
-    fill_zero(s, a->dproj, BT * C);
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C);
     call_hook(m->hooks.after_backward, m->hooks.ctx, 0);

@@ -88,7 +88,7 @@ static void attention_backward_task(void *p) {
         float *mask = a->scratch + ((size_t)B * NH + bh) * T * T;
 
         /* dweights = dy @ v^T; through the dropout mask, datt = dweights * mask.
-         * The forward's weights are att, or att * mask: dv += weights^T @ dy. */
+         * The forward's weights are att, or att * mask: dv = weights^T @ dy. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
                     1.0f, dy, C, v, 3 * C, 0.0f, datt, T);
         const float *weights = att;
@@ -101,7 +101,7 @@ static void attention_backward_task(void *p) {
             weights = mask;
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                    1.0f, weights, T, dy, C, 1.0f, dv, 3 * C);
+                    1.0f, weights, T, dy, C, 0.0f, dv, 3 * C);
         /* softmax backward, in place: dpre = att * (datt - sum(att * datt)) */
         for (int t = 0; t < T; t++) {
             const float *arow = att + (size_t)t * T;
@@ -112,11 +112,11 @@ static void attention_backward_task(void *p) {
             for (int j = 0; j <= t; j++) drow[j] = arow[j] * (drow[j] - dot);
             for (int j = t + 1; j < T; j++) drow[j] = 0.0f;
         }
-        /* dq += scale * dpre @ k;  dk += scale * dpre^T @ q */
+        /* dq = scale * dpre @ k;  dk = scale * dpre^T @ q */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                    scale, datt, T, k, 3 * C, 1.0f, dq, 3 * C);
+                    scale, datt, T, k, 3 * C, 0.0f, dq, 3 * C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                    scale, datt, T, q, 3 * C, 1.0f, dk, 3 * C);
+                    scale, datt, T, q, 3 * C, 0.0f, dk, 3 * C);
     }
 }
 

@@ -35,7 +35,7 @@ static void gelu_backward_task(void *p) {
         float x = a->inp[i];
         float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
         float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-        a->dinp[i] += a->dout[i] * (cdf + x * pdf);
+        a->dinp[i] = a->dout[i] * (cdf + x * pdf);
     }
 }
 
@@ -57,7 +57,7 @@ void residual_forward(Stream *s, float *out, const float *a, const float *b, siz
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
 
-typedef struct { float *out; const float *inp; size_t n; Dropout drop; int accumulate; } DropoutArgs;
+typedef struct { float *out; const float *inp; size_t n; Dropout drop; } DropoutArgs;
 
 static void dropout_task(void *p) {
     DropoutArgs *a = p;
@@ -68,10 +68,7 @@ static void dropout_task(void *p) {
         size_t first = chunk * CHUNK;
         size_t len = a->n - first < CHUNK ? a->n - first : CHUNK;
         dropout_scales(a->drop, first, len, scale);
-        for (size_t k = 0; k < len; k++) {
-            float v = a->inp[first + k] * scale[k];
-            a->out[first + k] = a->accumulate ? a->out[first + k] + v : v;
-        }
+        for (size_t k = 0; k < len; k++) a->out[first + k] = a->inp[first + k] * scale[k];
     }
 }
 
@@ -80,17 +77,13 @@ void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout 
         if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
         return;
     }
-    DropoutArgs a = { out, inp, n, drop, 0 };
+    DropoutArgs a = { out, inp, n, drop };
     stream_launch(s, dropout_task, &a, sizeof a);
 }
 
+/* The backward multiplies by the same mask: it is the forward applied to dout. */
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
-    if (drop.p <= 0.0f) {
-        residual_forward(s, dinp, dinp, dout, n);
-        return;
-    }
-    DropoutArgs a = { dinp, dout, n, drop, 1 };
-    stream_launch(s, dropout_task, &a, sizeof a);
+    dropout_forward(s, dinp, dout, n, drop);
 }
 
 typedef struct { float *x; size_t n; } FillArgs;

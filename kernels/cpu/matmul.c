@@ -1,5 +1,6 @@
 /* matmul.c: Linear layers through BLAS sgemm (weights [out, in], as PyTorch). */
 #include <cblas.h>
+#include <omp.h>
 
 #include "../kernels.h"
 
@@ -7,8 +8,15 @@ typedef struct { float *out; const float *inp, *weight; int N, C, OC; } MatmulFo
 
 static void matmul_forward_task(void *p) {
     MatmulForwardArgs *a = p;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->N, a->OC, a->C,
-                1.0f, a->inp, a->C, a->weight, a->C, 0.0f, a->out, a->OC);
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int r0 = (int)((long)a->N * t / nt), r1 = (int)((long)a->N * (t + 1) / nt);
+        if (r1 > r0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, a->OC, a->C,
+                        1.0f, a->inp + (size_t)r0 * a->C, a->C, a->weight, a->C, 0.0f,
+                        a->out + (size_t)r0 * a->OC, a->OC);
+    }
 }
 
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -23,15 +31,27 @@ typedef struct {
     int N, C, OC;
 } MatmulBackwardArgs;
 
+/* The two products are independent and equally large: on two or more threads
+ * they run side by side, each sgemm on one thread (inside a parallel region an
+ * OpenMP OpenBLAS does not fork again), which beats splitting each small sgemm. */
 static void matmul_backward_task(void *p) {
     MatmulBackwardArgs *a = p;
-    /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
-    if (a->dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
-                    1.0f, a->dout, a->OC, a->weight, a->C, 1.0f, a->dinp, a->C);
-    /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
-                1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+    #pragma omp parallel sections
+    {
+        #pragma omp section
+        {
+            /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
+            if (a->dinp)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
+                            1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
+        }
+        #pragma omp section
+        {
+            /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
+                        1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+        }
+    }
 }
 
 void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
