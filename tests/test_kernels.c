@@ -136,8 +136,8 @@ static double attention_objective(void *p) {
     return dot(c->g, c->out, (size_t)c->B * c->T * c->C);
 }
 
-static void check_attention(float p) {
-    int B = 2, T = 5, C = 8, NH = 2;
+static void check_attention(float p, int B, int T) {
+    int C = 8, NH = 2;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     Dropout drop = { p, 42, 3, 7, 11 };
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *out = alloc_floats(nout);
@@ -171,8 +171,11 @@ static void check_attention(float p) {
     free(c.qkv); free(c.g); free(c.out); free(num);
 }
 
-Test(kernels, attention_forward_backward) { check_attention(0.0f); }
-Test(kernels, attention_with_dropout) { check_attention(0.3f); }
+Test(kernels, attention_forward_backward) { check_attention(0.0f, 2, 5); }
+Test(kernels, attention_with_dropout) { check_attention(0.3f, 2, 5); }
+/* longer than a row block (32), and not a multiple of it */
+Test(kernels, attention_in_row_blocks) { check_attention(0.0f, 1, 70); }
+Test(kernels, attention_in_row_blocks_with_dropout) { check_attention(0.2f, 1, 45); }
 
 /* ---- embedding ---- */
 

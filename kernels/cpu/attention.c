@@ -1,10 +1,11 @@
 /* attention.c: causal multi-head self-attention, one (batch row, head) at a time.
  *
  * q, k and v of head h are column blocks of qkv[B,T,3C] with a row stride of 3C,
- * so each head's products are plain strided sgemms, with no permutes. The
- * scores are computed in full and masked: twice the causal work, but at sgemm
- * speed. (b, h) pairs run in parallel; inside a parallel region an OpenMP
- * OpenBLAS runs each sgemm on the calling thread.
+ * so each head's products are plain strided sgemms, with no permutes. Rows go
+ * in blocks of ATT_ROWS: a block of rows ending at row r only sees keys 0..r,
+ * so its sgemms stop there, which skips most of the masked upper triangle.
+ * (b, h) pairs run in parallel; inside a parallel region an OpenMP OpenBLAS
+ * runs each sgemm on the calling thread.
  */
 #include <cblas.h>
 #include <math.h>
@@ -12,6 +13,10 @@
 #include "../dropout.h"
 #include "../kernels.h"
 #include "vector_math.h"
+
+enum { ATT_ROWS = 32 };
+
+static int min_int(int a, int b) { return a < b ? a : b; }
 
 typedef struct {
     float *out, *att, *scratch;
@@ -30,9 +35,13 @@ static void attention_forward_task(void *p) {
         const float *q = a->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
         const float *k = q + C, *v = q + 2 * C;
         float *att = a->att + (size_t)bh * T * T;
-        /* att = scale * q @ k^T, then a causal softmax per row */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                    scale, q, 3 * C, k, 3 * C, 0.0f, att, T);
+        /* att = scale * q @ k^T over the keys each row block sees, then a causal
+         * softmax per row (which zeroes the rest of the row) */
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs,
+                        scale, q + (size_t)r0 * 3 * C, 3 * C, k, 3 * C, 0.0f, att + (size_t)r0 * T, T);
+        }
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
             float maxval = row[0];
@@ -54,8 +63,11 @@ static void attention_forward_task(void *p) {
             weights = dropped;
         }
         float *y = a->out + (size_t)b * T * C + (size_t)h * hs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                    1.0f, weights, T, v, 3 * C, 0.0f, y, C);
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys,
+                        1.0f, weights + (size_t)r0 * T, T, v, 3 * C, 0.0f, y + (size_t)r0 * C, C);
+        }
     }
 }
 
@@ -87,10 +99,13 @@ static void attention_backward_task(void *p) {
         float *datt = a->scratch + (size_t)bh * T * T;
         float *mask = a->scratch + ((size_t)B * NH + bh) * T * T;
 
-        /* dweights = dy @ v^T; through the dropout mask, datt = dweights * mask.
-         * The forward's weights are att, or att * mask: dv = weights^T @ dy. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                    1.0f, dy, C, v, 3 * C, 0.0f, datt, T);
+        /* dweights = dy @ v^T (only where the forward had weights); through the
+         * dropout mask, datt = dweights * mask */
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs,
+                        1.0f, dy + (size_t)r0 * C, C, v, 3 * C, 0.0f, datt + (size_t)r0 * T, T);
+        }
         const float *weights = att;
         if (a->drop.p > 0.0f) {
             dropout_scales(a->drop, (size_t)bh * T * T, (size_t)T * T, mask);
@@ -100,8 +115,14 @@ static void attention_backward_task(void *p) {
             }
             weights = mask;
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                    1.0f, weights, T, dy, C, 0.0f, dv, 3 * C);
+        /* dv = weights^T @ dy. Row blocks run last first: the last block sees every
+         * key and writes all of dv, the earlier ones add into its prefix. */
+        for (int r0 = (T - 1) / ATT_ROWS * ATT_ROWS; r0 >= 0; r0 -= ATT_ROWS) {
+            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows,
+                        1.0f, weights + (size_t)r0 * T, T, dy + (size_t)r0 * C, C,
+                        keys == T ? 0.0f : 1.0f, dv, 3 * C);
+        }
         /* softmax backward, in place: dpre = att * (datt - sum(att * datt)) */
         for (int t = 0; t < T; t++) {
             const float *arow = att + (size_t)t * T;
@@ -112,11 +133,16 @@ static void attention_backward_task(void *p) {
             for (int j = 0; j <= t; j++) drow[j] = arow[j] * (drow[j] - dot);
             for (int j = t + 1; j < T; j++) drow[j] = 0.0f;
         }
-        /* dq = scale * dpre @ k;  dk = scale * dpre^T @ q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                    scale, datt, T, k, 3 * C, 0.0f, dq, 3 * C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                    scale, datt, T, q, 3 * C, 0.0f, dk, 3 * C);
+        /* dq = scale * dpre @ k;  dk = scale * dpre^T @ q (last block first, as dv) */
+        for (int r0 = (T - 1) / ATT_ROWS * ATT_ROWS; r0 >= 0; r0 -= ATT_ROWS) {
+            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
+            const float *dpre = datt + (size_t)r0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys,
+                        scale, dpre, T, k, 3 * C, 0.0f, dq + (size_t)r0 * 3 * C, 3 * C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows,
+                        scale, dpre, T, q + (size_t)r0 * 3 * C, 3 * C,
+                        keys == T ? 0.0f : 1.0f, dk, 3 * C);
+        }
     }
 }
 
