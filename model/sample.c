@@ -6,8 +6,7 @@
 
 #include "../kernels/philox.h"
 
-void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
-                  uint32_t seed) {
+void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
     int V = m->cfg.vocab;
     int window = m->cfg.block_size < m->max_T ? m->cfg.block_size : m->max_T;
     float *logits = malloc((size_t)V * sizeof(float));
@@ -19,21 +18,11 @@ void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperatur
         stream_copy(m->stream, logits, m->acts.logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
         stream_synchronize(m->stream);
 
-        /* keep the top_k largest logits: the k-th largest is the cut */
-        float cut = -INFINITY;
-        if (top_k > 0 && top_k < V) {
-            for (int k = 0; k < top_k; k++) {
-                float best = -INFINITY;
-                for (int j = 0; j < V; j++)
-                    if (logits[j] > best && (k == 0 || logits[j] < cut)) best = logits[j];
-                cut = best;
-            }
-        }
         float maxval = -INFINITY;
         for (int j = 0; j < V; j++) maxval = fmaxf(maxval, logits[j]);
         double total = 0.0;
         for (int j = 0; j < V; j++) {
-            weight[j] = logits[j] >= cut ? exp((logits[j] - maxval) / temperature) : 0.0;
+            weight[j] = exp((logits[j] - maxval) / temperature);
             total += weight[j];
         }
         Philox4 ctr = {{ (uint32_t)n, 0, 0, 0 }};

@@ -8,9 +8,8 @@
 
 /* tokens[0, n_prompt) is the prompt (at least one token); fills
  * tokens[n_prompt, n_prompt + n_new). Each step runs the forward over the last
- * block_size tokens and samples softmax(logits / temperature), restricted to the
- * top_k most likely tokens when top_k > 0. Draws come from Philox(seed). */
-void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
-                  uint32_t seed);
+ * block_size tokens and samples softmax(logits / temperature). Draws come from
+ * Philox(seed), one counter per position. */
+void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed);
 
 #endif

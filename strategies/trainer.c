@@ -65,7 +65,7 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
     if (!tokens || !text) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
     /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
     tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
-    gpt_generate(s->ops->sampler(s), tokens, 1, n, 1.0f, 0, s->cfg.seed);
+    gpt_generate(s->ops->sampler(s), tokens, 1, n, 1.0f, s->cfg.seed);
     for (int i = 0; i < n; i++) text[i] = data->itos[tokens[i + 1]];
     if (cfg->out) {
         fprintf(cfg->out, "sample:\n%.*s\n", n, (const char *)text);

@@ -10,6 +10,7 @@
 #include "../model/data.h"
 #include "../model/gpt.h"
 #include "../model/safetensors.h"
+#include "../model/sample.h"
 #include "reference.h"
 
 TestSuite(model, .init = test_stream_setup, .fini = test_stream_teardown);
@@ -218,4 +219,22 @@ Test(model, matches_pytorch_nanogpt) {
     gpt_destroy(m);
     dataset_free(&data);
     free(params); free(grads); free(x); free(y);
+}
+
+Test(model, generation_is_deterministic_and_in_vocabulary) {
+    GPTConfig cfg = { 11, 8, 2, 2, 8 };
+    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, 1, cfg.block_size, 1);
+    float *params = malloc(m->layout.total * sizeof(float));
+    random_params(&m->layout, params, 9);
+    stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
+    int a[20] = { 3 }, b[20] = { 3 }, c[20] = { 3 };
+    gpt_generate(m, a, 1, 19, 1.0f, 5);  /* longer than the block: the window slides */
+    gpt_generate(m, b, 1, 19, 1.0f, 5);
+    gpt_generate(m, c, 1, 19, 1.0f, 6);
+    cr_expect(memcmp(a, b, sizeof a) == 0, "the same seed samples the same text");
+    cr_expect(memcmp(a, c, sizeof a) != 0, "another seed samples other text");
+    cr_expect_eq(a[0], 3, "the prompt is kept");
+    for (int i = 0; i < 20; i++) cr_expect(a[i] >= 0 && a[i] < cfg.vocab, "token %d out of range", a[i]);
+    gpt_destroy(m);
+    free(params);
 }
