@@ -17,14 +17,14 @@ CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fo
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
 
-RUNTIME = runtime/device_cpu.c runtime/arena.c
+RUNTIME = runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/process_group.c
 KERNELS = $(wildcard kernels/cpu/*.c)
 MODEL = model/gpt.c model/data.c model/optim.c model/sample.c model/safetensors.c
 STRATEGIES = strategies/ddp.c strategies/trainer.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 
-TESTS = test_kernels test_runtime test_model test_train
+TESTS = test_kernels test_runtime test_collectives test_model test_train
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train
 

@@ -30,7 +30,7 @@ typedef struct Event Event;
 
 /* A task runs on the stream's worker; its arguments are copied at launch. */
 typedef void (*TaskFn)(void *args);
-enum { TASK_ARGS_MAX = 256 };
+enum { TASK_ARGS_MAX = 640 };  /* room for one pointer per rank, 64 ranks */
 
 Device *device_create_cpu(void);
 void device_destroy(Device *dev);

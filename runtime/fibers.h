@@ -1,0 +1,53 @@
+/* fibers.h: one OS thread per rank, one of them enqueueing at a time.
+ *
+ * Why: a collective over one unit must be enqueued after every rank's work on
+ * that unit and before any rank's next use of it. Each rank's step therefore
+ * runs on its own thread, and a baton passes between the threads at unit
+ * boundaries, so the enqueue order is block-major and the same in every run:
+ *
+ *     R0 work(u) | R1 work(u) | ... | collective(u) | R0 work(u+1) | ...
+ *
+ * Contract:
+ *  1. One body per rank. Only the baton holder runs; bodies share state only
+ *     through what they own.
+ *  2. Every rank reaches the same rendezvous in the same order.
+ *  3. fibers_arrive() returns 1 on the last rank to arrive; it enqueues the
+ *     collective for all ranks, then calls fibers_depart(), which hands the
+ *     baton on and returns when it comes back. The others block (no spinning)
+ *     until then, and get 0 when the baton is back with them.
+ *  4. An error in any rank ends the run: the others get -1 from their current or
+ *     next fibers_arrive() and return; fibers_run() joins every thread and
+ *     returns the first error, naming its rank.
+ *  5. A rank that finishes its body while others wait at a rendezvous, or that
+ *     reaches a rendezvous a finished rank skipped, is a mismatch error, not a
+ *     hang.
+ */
+#ifndef ZF_FIBERS_H
+#define ZF_FIBERS_H
+
+enum { FIBERS_MAX_RANKS = 64 };
+
+typedef struct Fibers Fibers;
+
+/* A rank's step: 0, or non-zero after fibers_fail() said why. */
+typedef int (*RankBody)(Fibers *f, int rank, void *ctx);
+
+/* NULL (with a message on stderr) unless 1 <= nranks <= FIBERS_MAX_RANKS. */
+Fibers *fibers_create(int nranks);
+void fibers_destroy(Fibers *f);
+int fibers_nranks(const Fibers *f);
+
+/* Run body on every rank, each on its own thread, rank 0 first. Returns 0, or
+ * -1 with the first error in fibers_error(). */
+int fibers_run(Fibers *f, RankBody body, void *ctx);
+/* "rank R: what went wrong" for the last failed run. */
+const char *fibers_error(const Fibers *f);
+int fibers_error_rank(const Fibers *f);
+
+/* Inside a body: see the contract above. Both return -1 when the run is failing. */
+int fibers_arrive(Fibers *f, int rank);
+int fibers_depart(Fibers *f, int rank);
+/* Record an error of this rank (the first one wins) and wake every rank; -1. */
+int fibers_fail(Fibers *f, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

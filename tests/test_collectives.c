@@ -1,0 +1,243 @@
+/* test_collectives.c: the rank fibers and the simulator's collectives. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/fibers.h"
+#include "../runtime/process_group.h"
+#include "reference.h"
+
+/* ---- collectives against a double-precision reference ---- */
+
+static const size_t LENGTHS[] = { 1, 7, 1000, 4097 };
+
+typedef struct {
+    ProcessGroup *pg;
+    size_t n, shard;
+    float *host[FIBERS_MAX_RANKS];  /* each rank's input */
+    float *buf[FIBERS_MAX_RANKS];   /* each rank's device buffer, n floats */
+} Setup;
+
+/* Random inputs, copied to the devices by each rank's compute stream: the
+ * collective must wait for those copies. */
+static Setup setup(int N, size_t n, unsigned seed) {
+    Setup s = { pg_create_simulator(N), n, pg_shard_size(n, N), { 0 }, { 0 } };
+    for (int r = 0; r < N; r++) {
+        s.host[r] = malloc(n * sizeof(float));
+        fill_uniform(s.host[r], n, -1, 1, seed * 100 + r);
+        s.buf[r] = device_alloc(s.pg->device, MEM_WORKING, n * sizeof(float));
+        stream_copy(s.pg->compute[r], s.buf[r], s.host[r], n * sizeof(float));
+    }
+    return s;
+}
+
+static void teardown_setup(Setup *s) {
+    for (int r = 0; r < s->pg->nranks; r++) {
+        stream_synchronize(s->pg->compute[r]);
+        stream_synchronize(s->pg->comm[r]);
+        device_free(s->pg->device, MEM_WORKING, s->buf[r], s->n * sizeof(float));
+        free(s->host[r]);
+    }
+    pg_destroy(s->pg);
+}
+
+/* Copy back on the compute stream: a later use that must wait for the collective. */
+static float *read_back(Setup *s, int r, const float *src, size_t n) {
+    float *out = malloc((n ? n : 1) * sizeof(float));
+    stream_copy(s->pg->compute[r], out, src, n * sizeof(float));
+    stream_synchronize(s->pg->compute[r]);
+    return out;
+}
+
+static double reference_sum(Setup *s, size_t i, double *abs_sum) {
+    double sum = 0;
+    *abs_sum = 0;
+    for (int q = 0; q < s->pg->nranks; q++) {
+        sum += s->host[q][i];
+        *abs_sum += fabs(s->host[q][i]);
+    }
+    return sum;
+}
+
+Test(collectives, all_reduce_matches_the_reference) {
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++) {
+            size_t n = LENGTHS[li];
+            Setup s = setup(N, n, (unsigned)(N * 10 + li));
+            float scale = 1.0f / N;
+            pg_all_reduce(s.pg, s.buf, n, scale);
+            float *rank0 = read_back(&s, 0, s.buf[0], n);
+            for (size_t i = 0; i < n; i++) {
+                double abs_sum, want = reference_sum(&s, i, &abs_sum) * scale;
+                cr_assert(fabs(rank0[i] - want) <= 1e-6 * abs_sum + 1e-12,
+                          "N=%d n=%zu i=%zu: %.9g, want %.9g", N, n, i, rank0[i], want);
+            }
+            for (int r = 1; r < N; r++) {
+                float *mine = read_back(&s, r, s.buf[r], n);
+                cr_assert(memcmp(mine, rank0, n * sizeof(float)) == 0, "N=%d n=%zu: rank %d differs", N, n, r);
+                free(mine);
+            }
+            free(rank0);
+            teardown_setup(&s);
+        }
+}
+
+Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++) {
+            size_t n = LENGTHS[li];
+            Setup s = setup(N, n, (unsigned)(N * 10 + li + 5));
+            float *shard[FIBERS_MAX_RANKS], *gathered[FIBERS_MAX_RANKS];
+            for (int r = 0; r < N; r++) {
+                shard[r] = device_alloc(s.pg->device, MEM_WORKING, s.shard * sizeof(float));
+                gathered[r] = device_alloc(s.pg->device, MEM_WORKING, N * s.shard * sizeof(float));
+            }
+            pg_reduce_scatter(s.pg, s.buf, shard, n, 2.0f);
+            for (int r = 0; r < N; r++) {
+                float *got = read_back(&s, r, shard[r], s.shard);
+                for (size_t k = 0; k < s.shard && r * s.shard + k < n; k++) {
+                    double abs_sum, want = 2.0 * reference_sum(&s, r * s.shard + k, &abs_sum);
+                    cr_assert(fabs(got[k] - want) <= 2e-6 * abs_sum + 1e-12, "N=%d n=%zu rank %d", N, n, r);
+                }
+                free(got);
+            }
+            /* gathering the reduced shards gives every rank the whole scaled sum */
+            pg_all_gather(s.pg, shard, gathered, n);
+            float *rank0 = read_back(&s, 0, gathered[0], n);
+            for (int r = 0; r < N; r++) {
+                float *got = read_back(&s, r, gathered[r], n);
+                float *own = read_back(&s, r, shard[r], s.shard);
+                cr_assert(memcmp(got, rank0, n * sizeof(float)) == 0, "N=%d n=%zu: rank %d differs", N, n, r);
+                size_t len = r * s.shard >= n ? 0 : (n - r * s.shard < s.shard ? n - r * s.shard : s.shard);
+                cr_assert(memcmp(rank0 + r * s.shard, own, len * sizeof(float)) == 0);
+                free(got);
+                free(own);
+            }
+            free(rank0);
+            for (int r = 0; r < N; r++) {
+                device_free(s.pg->device, MEM_WORKING, shard[r], s.shard * sizeof(float));
+                device_free(s.pg->device, MEM_WORKING, gathered[r], N * s.shard * sizeof(float));
+            }
+            teardown_setup(&s);
+        }
+}
+
+Test(collectives, all_reduce_sums_in_rank_order_every_time) {
+    /* the same inputs twice give the same bytes: the order of the sum is fixed */
+    Setup a = setup(5, 4097, 77), b = setup(5, 4097, 77);
+    pg_all_reduce(a.pg, a.buf, 4097, 0.2f);
+    pg_all_reduce(b.pg, b.buf, 4097, 0.2f);
+    float *x = read_back(&a, 3, a.buf[3], 4097), *y = read_back(&b, 3, b.buf[3], 4097);
+    cr_expect(memcmp(x, y, 4097 * sizeof(float)) == 0);
+    free(x);
+    free(y);
+    teardown_setup(&a);
+    teardown_setup(&b);
+}
+
+/* ---- fibers ---- */
+
+enum { LOG_MAX = 4096 };
+
+typedef struct {
+    int units;
+    int log[LOG_MAX];        /* rank * 100 + unit for work, 10000 + unit for a collective */
+    int len;
+    int fail_rank, fail_unit;  /* rank that fails at the start of a unit (-1: none) */
+    int skip_rank, skip_unit;  /* rank that skips a unit's rendezvous (-1: none) */
+    int extra_rank;            /* rank that does one more rendezvous (-1: none) */
+} Script;
+
+static int scripted_body(Fibers *f, int rank, void *ctx) {
+    Script *s = ctx;
+    int units = s->units + (rank == s->extra_rank);
+    for (int u = 0; u < units; u++) {
+        if (rank == s->fail_rank && u == s->fail_unit) return fibers_fail(f, rank, "injected failure at unit %d", u);
+        s->log[s->len++] = rank * 100 + u;  /* only the baton holder runs: no race */
+        if (rank == s->skip_rank && u == s->skip_unit) continue;
+        int rc = fibers_arrive(f, rank);
+        if (rc < 0) return -1;
+        if (rc == 1) {
+            s->log[s->len++] = 10000 + u;
+            if (fibers_depart(f, rank) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static Script script(int units) {
+    Script s;
+    memset(&s, 0, sizeof s);
+    s.units = units;
+    s.fail_rank = s.skip_rank = s.extra_rank = -1;
+    return s;
+}
+
+Test(fibers, enqueue_order_is_block_major_and_deterministic, .timeout = 20) {
+    int N = 4, U = 3;
+    Fibers *f = fibers_create(N);
+    for (int run = 0; run < 3; run++) {
+        Script s = script(U);
+        cr_assert_eq(fibers_run(f, scripted_body, &s), 0, "%s", fibers_error(f));
+        int k = 0;
+        for (int u = 0; u < U; u++) {
+            for (int r = 0; r < N; r++) cr_assert_eq(s.log[k++], r * 100 + u, "run %d entry %d", run, k - 1);
+            cr_assert_eq(s.log[k++], 10000 + u);
+        }
+        cr_assert_eq(s.len, k);
+    }
+    fibers_destroy(f);
+}
+
+Test(fibers, an_error_in_any_rank_ends_the_run_naming_it, .timeout = 30) {
+    int N = 4;
+    Fibers *f = fibers_create(N);
+    for (int bad = 0; bad < N; bad++)
+        for (int unit = 0; unit < 3; unit++) {
+            Script s = script(3);
+            s.fail_rank = bad;
+            s.fail_unit = unit;
+            cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
+            cr_expect_eq(fibers_error_rank(f), bad);
+            cr_expect(strstr(fibers_error(f), "injected failure") != NULL, "%s", fibers_error(f));
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "rank %d: ", bad);
+            cr_expect(strncmp(fibers_error(f), prefix, strlen(prefix)) == 0, "%s", fibers_error(f));
+        }
+    /* after a failed run the same fibers run cleanly again */
+    Script ok = script(2);
+    cr_expect_eq(fibers_run(f, scripted_body, &ok), 0, "%s", fibers_error(f));
+    fibers_destroy(f);
+}
+
+Test(fibers, a_skipped_rendezvous_is_a_mismatch_not_a_hang, .timeout = 30) {
+    int N = 3;
+    Fibers *f = fibers_create(N);
+    for (int r = 0; r < N; r++) {
+        Script s = script(3);
+        s.skip_rank = r;
+        s.skip_unit = 1;
+        cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
+        cr_expect(strstr(fibers_error(f), "mismatch") != NULL, "%s", fibers_error(f));
+    }
+    for (int r = 0; r < N; r++) {
+        Script s = script(2);
+        s.extra_rank = r;  /* one rank waits at a rendezvous the others never reach */
+        cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
+        cr_expect(strstr(fibers_error(f), "mismatch") != NULL, "%s", fibers_error(f));
+    }
+    fibers_destroy(f);
+}
+
+Test(fibers, sixty_four_ranks, .timeout = 60) {
+    Fibers *f = fibers_create(FIBERS_MAX_RANKS);
+    Script s = script(5);
+    cr_assert_eq(fibers_run(f, scripted_body, &s), 0, "%s", fibers_error(f));
+    cr_expect_eq(s.len, 5 * (FIBERS_MAX_RANKS + 1));
+    cr_expect_eq(s.log[FIBERS_MAX_RANKS], 10000, "the first collective follows every rank's first unit");
+    fibers_destroy(f);
+    cr_expect_null(fibers_create(0));
+    cr_expect_null(fibers_create(FIBERS_MAX_RANKS + 1));
+}
