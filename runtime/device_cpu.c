@@ -1,9 +1,11 @@
 /* device_cpu.c: the CPU backend of device.h.
  *
- * A stream is a worker thread draining a ring of tasks in FIFO order. An event
- * holds two counters: how many times it was recorded, and the highest record
- * that its stream has reached. A wait captures the record count at enqueue time
- * and blocks the waiting stream's worker until that record is reached.
+ * A stream is a worker thread draining a ring of tasks in FIFO order. Each
+ * record of an event is a marker: a flag its stream sets when it gets there.
+ * The event points at its latest marker; a wait takes that marker at enqueue
+ * time and blocks the waiting stream's worker until the flag is set, so a later
+ * record, even on another stream, never releases an earlier wait. Markers are
+ * reference-counted, so an event may be destroyed while its records are pending.
  */
 #include "device.h"
 
@@ -109,7 +111,8 @@ static void *stream_worker(void *arg) {
 
         pthread_mutex_lock(&s->mu);
         s->finished++;
-        if (s->finished == s->launched) pthread_cond_broadcast(&s->drained);
+        /* each synchronize waits for the tasks launched before it, not the queue */
+        pthread_cond_broadcast(&s->drained);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -180,66 +183,108 @@ void stream_synchronize(Stream *s) {
 
 /* ---- events ---- */
 
-struct Event {
+typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t reached;
-    uint64_t recorded;   /* records enqueued so far */
-    uint64_t completed;  /* highest record its stream has run */
+    int done;
+    int refs;  /* the event while it is the latest record, and each pending task */
+} Marker;
+
+static Marker *marker_create(int refs) {
+    Marker *m = calloc(1, sizeof *m);
+    if (!m) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    check_pthread(pthread_mutex_init(&m->mu, NULL), "pthread_mutex_init");
+    check_pthread(pthread_cond_init(&m->reached, NULL), "pthread_cond_init");
+    m->refs = refs;
+    return m;
+}
+
+static void marker_retain(Marker *m) {
+    pthread_mutex_lock(&m->mu);
+    m->refs++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void marker_release(Marker *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    int last = --m->refs == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (!last) return;
+    pthread_cond_destroy(&m->reached);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static void marker_wait(Marker *m) {
+    pthread_mutex_lock(&m->mu);
+    while (!m->done) pthread_cond_wait(&m->reached, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+}
+
+struct Event {
+    pthread_mutex_t mu;
+    Marker *latest;  /* NULL until the first record */
 };
 
 Event *event_create(void) {
     Event *ev = calloc(1, sizeof *ev);
     if (!ev) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
     check_pthread(pthread_mutex_init(&ev->mu, NULL), "pthread_mutex_init");
-    check_pthread(pthread_cond_init(&ev->reached, NULL), "pthread_cond_init");
     return ev;
 }
 
 void event_destroy(Event *ev) {
     if (!ev) return;
-    pthread_cond_destroy(&ev->reached);
+    marker_release(ev->latest);
     pthread_mutex_destroy(&ev->mu);
     free(ev);
 }
 
-typedef struct { Event *ev; uint64_t record; } EventArgs;
-
-static void event_mark_task(void *p) {
-    EventArgs *a = p;
-    pthread_mutex_lock(&a->ev->mu);
-    if (a->record > a->ev->completed) a->ev->completed = a->record;
-    pthread_cond_broadcast(&a->ev->reached);
-    pthread_mutex_unlock(&a->ev->mu);
-}
-
-static void event_wait_until(Event *ev, uint64_t record) {
+/* The latest marker, retained for the caller; NULL if never recorded. */
+static Marker *latest_marker(Event *ev) {
     pthread_mutex_lock(&ev->mu);
-    while (ev->completed < record) pthread_cond_wait(&ev->reached, &ev->mu);
+    Marker *m = ev->latest;
+    if (m) marker_retain(m);
     pthread_mutex_unlock(&ev->mu);
+    return m;
 }
 
-static void event_wait_task(void *p) {
-    EventArgs *a = p;
-    event_wait_until(a->ev, a->record);
+typedef struct { Marker *marker; } MarkerArgs;
+
+static void mark_task(void *p) {
+    Marker *m = ((MarkerArgs *)p)->marker;
+    pthread_mutex_lock(&m->mu);
+    m->done = 1;
+    pthread_cond_broadcast(&m->reached);
+    pthread_mutex_unlock(&m->mu);
+    marker_release(m);
+}
+
+static void wait_task(void *p) {
+    Marker *m = ((MarkerArgs *)p)->marker;
+    marker_wait(m);
+    marker_release(m);
 }
 
 void event_record(Event *ev, Stream *s) {
+    MarkerArgs a = { marker_create(2) };  /* the event's reference and the mark task's */
     pthread_mutex_lock(&ev->mu);
-    EventArgs a = { ev, ++ev->recorded };
+    Marker *previous = ev->latest;
+    ev->latest = a.marker;
     pthread_mutex_unlock(&ev->mu);
-    stream_launch(s, event_mark_task, &a, sizeof a);
+    marker_release(previous);
+    stream_launch(s, mark_task, &a, sizeof a);
 }
 
 void stream_wait_event(Stream *s, Event *ev) {
-    pthread_mutex_lock(&ev->mu);
-    EventArgs a = { ev, ev->recorded };
-    pthread_mutex_unlock(&ev->mu);
-    if (a.record > 0) stream_launch(s, event_wait_task, &a, sizeof a);
+    MarkerArgs a = { latest_marker(ev) };
+    if (a.marker) stream_launch(s, wait_task, &a, sizeof a);
 }
 
 void event_synchronize(Event *ev) {
-    pthread_mutex_lock(&ev->mu);
-    uint64_t record = ev->recorded;
-    pthread_mutex_unlock(&ev->mu);
-    event_wait_until(ev, record);
+    Marker *m = latest_marker(ev);
+    if (!m) return;
+    marker_wait(m);
+    marker_release(m);
 }

@@ -1,5 +1,6 @@
 /* test_runtime.c: CPU streams and events, memory accounting, the arena layout. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -146,4 +147,93 @@ Test(runtime, arena_pads_units_to_the_shard_multiple) {
     cr_expect_eq(a.tensors[n].ndim, 1);
     cr_expect_eq(a.tensors[n].offset, 10);
     cr_expect_eq(arena_find(&a, "missing"), -1);
+}
+
+/* A wait refers to the record it saw: a later record of the same event on an
+ * idle stream must not release it early. */
+Test(runtime, a_later_record_on_another_stream_does_not_release_a_wait) {
+    Device *dev = device_create_cpu();
+    Stream *slow = stream_create(dev), *idle = stream_create(dev), *waiter = stream_create(dev);
+    Event *ev = event_create();
+    for (int round = 0; round < 20; round++) {
+        atomic_int cell = 0;
+        int seen = -1;
+        WriteArgs w = { &cell, 1, 5000 };
+        stream_launch(slow, slow_write_task, &w, sizeof w);
+        event_record(ev, slow);
+        stream_wait_event(waiter, ev);  /* waits for the slow write */
+        event_record(ev, idle);         /* completes at once */
+        ReadArgs r = { &cell, &seen };
+        stream_launch(waiter, read_task, &r, sizeof r);
+        stream_synchronize(waiter);
+        cr_assert_eq(seen, 1, "round %d: the wait was released by the later record", round);
+        stream_synchronize(slow);
+    }
+    event_destroy(ev);
+    stream_destroy(slow);
+    stream_destroy(idle);
+    stream_destroy(waiter);
+    device_destroy(dev);
+}
+
+/* stream_synchronize waits for what was launched before it, even while another
+ * host thread keeps launching. */
+typedef struct { Stream *s, *other; Event *gate; atomic_int *released; } LauncherArgs;
+
+static void wait_for_flag_task(void *p) {
+    atomic_int *flag = *(atomic_int **)p;
+    while (!atomic_load(flag)) sleep_us(100);
+}
+
+static void *late_launcher(void *p) {
+    LauncherArgs *a = p;
+    sleep_us(2000);                     /* the main thread is inside synchronize now */
+    stream_wait_event(a->s, a->gate);   /* blocks s until the main thread's sync returns */
+    return NULL;
+}
+
+Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
+    Device *dev = device_create_cpu();
+    Stream *s = stream_create(dev), *other = stream_create(dev);
+    Event *gate = event_create();
+    atomic_int released = 0;
+    atomic_int *flag = &released;
+    stream_launch(other, wait_for_flag_task, &flag, sizeof flag);
+    event_record(gate, other);
+    atomic_int cell = 0;
+    WriteArgs w = { &cell, 1, 20000 };
+    stream_launch(s, slow_write_task, &w, sizeof w);
+    LauncherArgs la = { s, other, gate, &released };
+    pthread_t t;
+    pthread_create(&t, NULL, late_launcher, &la);
+    stream_synchronize(s);              /* must return after the slow write alone */
+    cr_expect_eq(atomic_load(&cell), 1);
+    atomic_store(&released, 1);
+    pthread_join(t, NULL);
+    stream_synchronize(s);
+    stream_synchronize(other);
+    event_destroy(gate);
+    stream_destroy(s);
+    stream_destroy(other);
+    device_destroy(dev);
+}
+
+Test(runtime, an_event_may_be_destroyed_while_its_record_is_pending) {
+    Device *dev = device_create_cpu();
+    Stream *a = stream_create(dev), *b = stream_create(dev);
+    atomic_int cell = 0;
+    int seen = 0;
+    WriteArgs w = { &cell, 9, 5000 };
+    stream_launch(a, slow_write_task, &w, sizeof w);
+    Event *ev = event_create();
+    event_record(ev, a);
+    stream_wait_event(b, ev);
+    event_destroy(ev);                  /* pending mark and wait keep their marker */
+    ReadArgs r = { &cell, &seen };
+    stream_launch(b, read_task, &r, sizeof r);
+    stream_synchronize(b);
+    cr_expect_eq(seen, 9);
+    stream_destroy(a);
+    stream_destroy(b);
+    device_destroy(dev);
 }
