@@ -9,16 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../kernels/cpu/blas_setup.h"
 #include "../strategies/trainer.h"
 #include "../tools/options.h"
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -31,9 +25,9 @@ static double sgemm_gflops(int n) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
-        double t = now_seconds();
+        double t = wall_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        t = now_seconds() - t;
+        t = wall_seconds() - t;
         if (t < best) best = t;
     }
     free(a); free(b); free(c);
@@ -61,13 +55,13 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
     double *ms = malloc(sizeof(double) * steps);
     for (int i = 0; i < warmup + steps; i++) {
         dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, (uint32_t)i, 0, rows, T, x, y);
-        double t = now_seconds();
+        double t = wall_seconds();
         s->ops->set_lr(s, o.lr);
         s->ops->forward_backward(s, x, y, (uint32_t)i);
         s->ops->clip_grads(s, o.grad_clip);
         s->ops->step(s);
         s->ops->train_loss(s);
-        if (i >= warmup) ms[i - warmup] = 1000.0 * (now_seconds() - t);
+        if (i >= warmup) ms[i - warmup] = 1000.0 * (wall_seconds() - t);
     }
     qsort(ms, steps, sizeof *ms, compare_doubles);
     BenchResult r = { preset, ms[steps / 2], 0, 0, steps, o.dropout };

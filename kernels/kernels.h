@@ -88,12 +88,4 @@ void sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
 
-/* The BLAS core type guard of the CPU backend (see kernels/cpu/blas_setup.c).
- * Call first thing in main: it may re-execute the program with
- * OPENBLAS_CORETYPE set, and returns a line describing the BLAS in use. */
-const char *blas_ensure_core(char **argv);
-/* Which OPENBLAS_CORETYPE suits a CPU when OpenBLAS chose `corename`, or NULL
- * when the choice is fine. */
-const char *blas_better_core(const char *corename, int has_avx512, int has_avx2);
-
 #endif

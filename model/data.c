@@ -25,7 +25,7 @@ int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t
         snprintf(err, errlen, "cannot read data file '%s'", path);
         return -1;
     }
-    size_t ntrain = n / 10 * 9;
+    size_t ntrain = n * 9 / 10;  /* nanoGPT's int(n * 0.9) */
     if (n - ntrain < (size_t)block_size + 1 || ntrain < (size_t)block_size + 1) {
         free(text);
         snprintf(err, errlen, "data file '%s' has %zu bytes; each split needs more than --block=%d "

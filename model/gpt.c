@@ -74,42 +74,30 @@ void gpt_init_params(const GPTConfig *cfg, const ArenaLayout *layout, uint32_t s
     }
 }
 
-/* The activation size table; the order matches the pointers in gpt_create. */
-static void activation_sizes(const GPTConfig *cfg, int B, int T, size_t sizes[ACTIVATION_TENSORS]) {
+/* The activation size table: each buffer and its size in floats, for B x T. */
+typedef struct { float **ptr; size_t floats; } ActivationSlot;
+
+static void activation_table(Activations *a, const GPTConfig *cfg, int B, int T,
+                             ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
-    size_t i = 0;
-    sizes[i++] = BT * C;              /* encoded */
-    sizes[i++] = L * BT * C;          /* ln1 */
-    sizes[i++] = L * BT;              /* ln1_mean */
-    sizes[i++] = L * BT;              /* ln1_rstd */
-    sizes[i++] = L * BT * 3 * C;      /* qkv */
-    sizes[i++] = L * B * NH * T * T;  /* att */
-    sizes[i++] = L * BT * C;          /* atty */
-    sizes[i++] = L * BT * C;          /* attproj */
-    sizes[i++] = L * BT * C;          /* resid2 */
-    sizes[i++] = L * BT * C;          /* ln2 */
-    sizes[i++] = L * BT;              /* ln2_mean */
-    sizes[i++] = L * BT;              /* ln2_rstd */
-    sizes[i++] = L * BT * 4 * C;      /* fch */
-    sizes[i++] = L * BT * 4 * C;      /* fch_gelu */
-    sizes[i++] = L * BT * C;          /* fcproj */
-    sizes[i++] = L * BT * C;          /* resid3 */
-    sizes[i++] = BT * C;              /* lnf */
-    sizes[i++] = BT;                  /* lnf_mean */
-    sizes[i++] = BT;                  /* lnf_rstd */
-    sizes[i++] = BT * V;              /* logits */
-    sizes[i++] = BT * V;              /* probs */
-    sizes[i++] = BT;                  /* losses */
-    sizes[i++] = 1;                   /* mean_loss */
-    sizes[i++] = BT * C;              /* dresid */
-    sizes[i++] = BT * C;              /* dln */
-    sizes[i++] = BT * C;              /* dproj */
-    sizes[i++] = BT * C;              /* datty */
-    sizes[i++] = BT * 3 * C;          /* dqkv */
-    sizes[i++] = BT * 4 * C;          /* dfch */
-    sizes[i++] = BT * 4 * C;          /* dfch_gelu */
-    sizes[i++] = BT * V;              /* dlogits */
-    sizes[i++] = 2 * B * NH * T * T;  /* att_scratch */
+    size_t att = (size_t)B * NH * T * T;
+    ActivationSlot slots[ACTIVATION_TENSORS] = {
+        { &a->encoded, BT * C },
+        { &a->ln1, L * BT * C }, { &a->ln1_mean, L * BT }, { &a->ln1_rstd, L * BT },
+        { &a->qkv, L * BT * 3 * C },
+        { &a->att, L * att },
+        { &a->atty, L * BT * C }, { &a->attproj, L * BT * C }, { &a->resid2, L * BT * C },
+        { &a->ln2, L * BT * C }, { &a->ln2_mean, L * BT }, { &a->ln2_rstd, L * BT },
+        { &a->fch, L * BT * 4 * C }, { &a->fch_gelu, L * BT * 4 * C },
+        { &a->fcproj, L * BT * C }, { &a->resid3, L * BT * C },
+        { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
+        { &a->logits, BT * V }, { &a->probs, BT * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
+        { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
+        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C }, { &a->dfch_gelu, BT * 4 * C },
+        { &a->dlogits, BT * V },
+        { &a->att_scratch, 2 * att },
+    };
+    memcpy(table, slots, sizeof slots);
 }
 
 GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
@@ -136,24 +124,15 @@ GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *s
         }
     }
 
-    size_t sizes[ACTIVATION_TENSORS];
-    activation_sizes(cfg, max_B, max_T, sizes);
-    float **ptrs[ACTIVATION_TENSORS] = {
-        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
-        &m->acts.att, &m->acts.atty, &m->acts.attproj, &m->acts.resid2, &m->acts.ln2,
-        &m->acts.ln2_mean, &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.fcproj,
-        &m->acts.resid3, &m->acts.lnf, &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits,
-        &m->acts.probs, &m->acts.losses, &m->acts.mean_loss, &m->acts.dresid, &m->acts.dln,
-        &m->acts.dproj, &m->acts.datty, &m->acts.dqkv, &m->acts.dfch, &m->acts.dfch_gelu,
-        &m->acts.dlogits, &m->acts.att_scratch,
-    };
+    ActivationSlot table[ACTIVATION_TENSORS];
+    activation_table(&m->acts, cfg, max_B, max_T, table);
     m->acts_floats = 0;
-    for (int i = 0; i < ACTIVATION_TENSORS; i++) m->acts_floats += sizes[i];
+    for (int i = 0; i < ACTIVATION_TENSORS; i++) m->acts_floats += table[i].floats;
     m->acts_memory = device_alloc(dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
     float *next = m->acts_memory;
     for (int i = 0; i < ACTIVATION_TENSORS; i++) {
-        *ptrs[i] = next;
-        next += sizes[i];
+        *table[i].ptr = next;
+        next += table[i].floats;
     }
     size_t token_bytes = (size_t)max_B * max_T * sizeof(int);
     m->tokens = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
@@ -214,6 +193,11 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     int C = m->cfg.embd, NH = m->cfg.heads, V = m->cfg.vocab, L = m->cfg.layers;
     size_t BT = (size_t)B * T;
     Activations *a = &m->acts;
+    if (B < 1 || B > m->max_B || T < 1 || T > m->max_T || T > m->cfg.block_size) {
+        fprintf(stderr, "fatal: gpt_forward of %d x %d on a model built for %d x %d (block %d)\n",
+                B, T, m->max_B, m->max_T, m->cfg.block_size);
+        abort();
+    }
     m->B = B;
     m->T = T;
     m->step = step;
@@ -269,7 +253,7 @@ void gpt_backward(GPT *m, float dloss) {
     call_hook(m->hooks.before_backward, m->hooks.ctx, 0);
     RootTensors root = root_tensors(m, m->unit_weights[0]);
     RootTensors droot = root_tensors(m, m->unit_grads[0]);
-    const float *x_last = L > 0 ? a->resid3 + (size_t)(L - 1) * BT * C : a->encoded;
+    const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
     /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
     crossentropy_backward(s, a->dlogits, a->probs, m->targets, BT, V, dloss / (float)BT);

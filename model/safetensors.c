@@ -40,11 +40,16 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     }
     char *json = cJSON_PrintUnformatted(header);
     cJSON_Delete(header);
+    if (!json) { snprintf(err, errlen, "out of memory writing '%s'", path); return -1; }
     size_t json_len = strlen(json);
     size_t padded = (json_len + 7) / 8 * 8;  /* data starts 8-byte aligned */
 
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "path too long: '%.100s...'", path);
+        cJSON_free(json);
+        return -1;
+    }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
@@ -149,7 +154,12 @@ const void *safetensors_tensor(const StFile *f, const char *name, const char *dt
     }
     size_t bytes = dtype_size(dtype);
     for (int d = 0; d < ndim; d++) bytes *= (size_t)shape[d];
-    double begin = cJSON_GetArrayItem(range, 0)->valuedouble, end = cJSON_GetArrayItem(range, 1)->valuedouble;
+    cJSON *first = cJSON_GetArrayItem(range, 0), *last = cJSON_GetArrayItem(range, 1);
+    if (!cJSON_IsNumber(first) || !cJSON_IsNumber(last)) {
+        snprintf(err, errlen, "tensor '%s' has non-numeric data offsets", name);
+        return NULL;
+    }
+    double begin = first->valuedouble, end = last->valuedouble;
     size_t data_size = f->size - f->data_start;
     if (!(begin >= 0 && end >= begin && end <= (double)data_size && (size_t)(end - begin) == bytes)) {
         snprintf(err, errlen, "tensor '%s' has data offsets [%.0f, %.0f] outside the %zu data bytes "

@@ -8,7 +8,7 @@
 
 #include "../model/sample.h"
 
-static double now_seconds(void) {
+double wall_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -84,13 +84,13 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
     memset(result, 0, sizeof *result);
     HostBatch b = batch_alloc(s);
     size_t tokens_per_step = (size_t)b.rows * b.T;
-    double step_seconds = 0.0, window_start = now_seconds();
+    double step_seconds = 0.0, window_start = wall_seconds();
     int window_steps = 0, status = 0;
 
     for (int iter = 0; iter <= cfg->iters; iter++) {
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
         if (eval_now && cfg->eval_iters > 0) {
-            double t0 = now_seconds();
+            double t0 = wall_seconds();
             result->train_loss = evaluate(s, data, SPLIT_TRAIN, cfg->eval_iters);
             result->val_loss = evaluate(s, data, SPLIT_VAL, cfg->eval_iters);
             if (cfg->out) {
@@ -101,11 +101,11 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             if (cfg->log)
                 fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n",
                         iter, result->train_loss, result->val_loss);
-            window_start += now_seconds() - t0;  /* evals do not count as step time */
+            window_start += wall_seconds() - t0;  /* evals do not count as step time */
         }
         if (iter == cfg->iters) break;
 
-        double t0 = now_seconds();
+        double t0 = wall_seconds();
         float lr = lr_at(&cfg->schedule, iter);
         dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, 0, b.rows, b.T, b.x, b.y);
         s->ops->set_lr(s, lr);
@@ -113,7 +113,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         s->ops->clip_grads(s, cfg->grad_clip);
         s->ops->step(s);
         float loss = s->ops->train_loss(s);
-        step_seconds += now_seconds() - t0;
+        step_seconds += wall_seconds() - t0;
         window_steps++;
         result->last_loss = loss;
         if (!isfinite(loss)) {
@@ -123,7 +123,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             break;
         }
         if (cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
-            double elapsed = now_seconds() - window_start;
+            double elapsed = wall_seconds() - window_start;
             double ms = 1000.0 * elapsed / window_steps;
             double tok_s = (double)tokens_per_step * window_steps / elapsed;
             char eta[32];
@@ -136,7 +136,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             if (cfg->log)
                 fprintf(cfg->log, "{\"iter\": %d, \"loss\": %.6f, \"lr\": %.6e, \"ms_per_iter\": %.3f, "
                         "\"tokens_per_s\": %.1f}\n", iter, loss, lr, ms, tok_s);
-            window_start = now_seconds();
+            window_start = wall_seconds();
             window_steps = 0;
         }
     }

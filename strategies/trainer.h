@@ -30,6 +30,9 @@ typedef struct {
  * finite (the iteration is named on stderr). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
+/* Seconds on a monotonic clock, for timing steps. */
+double wall_seconds(void);
+
 /* Mean loss over eval_iters fixed batches of a split. */
 float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters);
 

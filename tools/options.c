@@ -2,9 +2,12 @@
 #include "options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../runtime/arena.h"
 
 int options_preset(TrainOptions *o, const char *name) {
     /* values that both presets share: nanoGPT's shakespeare_char config */
@@ -30,32 +33,33 @@ int options_preset(TrainOptions *o, const char *name) {
 }
 
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
-typedef struct { const char *name; FlagType type; void *value; const char *help; } Flag;
+/* A flag: where its value goes, and for text, how big that buffer is. */
+typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
-        { "preset", FLAG_PATH, o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
-        { "data", FLAG_PATH, o->data, "text file to train on" },
-        { "layers", FLAG_INT, &o->layers, "transformer blocks" },
-        { "heads", FLAG_INT, &o->heads, "attention heads" },
-        { "embd", FLAG_INT, &o->embd, "embedding width (divisible by --heads)" },
-        { "block", FLAG_INT, &o->block, "context length" },
-        { "batch", FLAG_INT, &o->batch, "rows per batch" },
-        { "iters", FLAG_INT, &o->iters, "optimizer steps" },
-        { "lr", FLAG_FLOAT, &o->lr, "peak learning rate" },
-        { "min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay" },
-        { "warmup", FLAG_INT, &o->warmup, "linear warmup steps" },
-        { "lr-decay-iters", FLAG_INT, &o->decay_iters, "steps of cosine decay (-1: --iters)" },
-        { "dropout", FLAG_FLOAT, &o->dropout, "dropout rate, in [0, 1)" },
-        { "weight-decay", FLAG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D tensors only)" },
-        { "beta2", FLAG_FLOAT, &o->beta2, "AdamW beta2" },
-        { "grad-clip", FLAG_FLOAT, &o->grad_clip, "max global gradient norm (0: no clipping)" },
-        { "seed", FLAG_INT, &o->seed, "seed of init, batches, dropout and sampling" },
-        { "eval-every", FLAG_INT, &o->eval_every, "steps between evaluations (0: at the end only)" },
-        { "eval-iters", FLAG_INT, &o->eval_iters, "batches per split per evaluation" },
-        { "log-every", FLAG_INT, &o->log_every, "steps between progress lines" },
-        { "sample-chars", FLAG_INT, &o->sample_chars, "characters sampled at the end" },
-        { "log", FLAG_PATH, o->log, "also write progress as JSON lines to this file" },
+        { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
+        { "data", FLAG_PATH, o->data, sizeof o->data, "text file to train on" },
+        { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
+        { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
+        { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
+        { "block", FLAG_INT, &o->block, 0, "context length" },
+        { "batch", FLAG_INT, &o->batch, 0, "rows per batch" },
+        { "iters", FLAG_INT, &o->iters, 0, "optimizer steps" },
+        { "lr", FLAG_FLOAT, &o->lr, 0, "peak learning rate" },
+        { "min-lr", FLAG_FLOAT, &o->min_lr, 0, "learning rate at the end of the cosine decay" },
+        { "warmup", FLAG_INT, &o->warmup, 0, "linear warmup steps" },
+        { "lr-decay-iters", FLAG_INT, &o->decay_iters, 0, "steps of cosine decay (-1: --iters)" },
+        { "dropout", FLAG_FLOAT, &o->dropout, 0, "dropout rate, in [0, 1)" },
+        { "weight-decay", FLAG_FLOAT, &o->weight_decay, 0, "AdamW weight decay (2-D tensors only)" },
+        { "beta2", FLAG_FLOAT, &o->beta2, 0, "AdamW beta2" },
+        { "grad-clip", FLAG_FLOAT, &o->grad_clip, 0, "max global gradient norm (0: no clipping)" },
+        { "seed", FLAG_INT, &o->seed, 0, "seed of init, batches, dropout and sampling" },
+        { "eval-every", FLAG_INT, &o->eval_every, 0, "steps between evaluations (0: at the end only)" },
+        { "eval-iters", FLAG_INT, &o->eval_iters, 0, "batches per split per evaluation" },
+        { "log-every", FLAG_INT, &o->log_every, 0, "steps between progress lines" },
+        { "sample-chars", FLAG_INT, &o->sample_chars, 0, "characters sampled at the end" },
+        { "log", FLAG_PATH, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
     };
     int n = (int)(sizeof table / sizeof table[0]);
     if (f) memcpy(f, table, sizeof table);
@@ -95,19 +99,24 @@ static int set_flag(const Flag *f, const char *prog, const char *text) {
         }
         *(float *)f->value = v;
     } else {
-        if (strlen(text) >= OPTION_PATH_MAX) {
-            fprintf(stderr, "%s: --%s value is too long\n", prog, f->name);
+        if (strlen(text) >= f->size) {
+            fprintf(stderr, "%s: --%s value is too long (at most %zu characters)\n", prog, f->name,
+                    f->size - 1);
             return 2;
         }
-        snprintf((char *)f->value, OPTION_PATH_MAX, "%s", text);
+        snprintf((char *)f->value, f->size, "%s", text);
     }
     return 0;
 }
 
 /* One-line complaints about values no run can use. */
+/* The arena's tensor table holds 3 + 6 L tensors (runtime/arena.h). */
+enum { MAX_LAYERS = (ARENA_MAX_TENSORS - 3) / 6 };
+
 static int validate(const TrainOptions *o, const char *prog) {
     char bad[160] = "";
-    if (o->layers < 1) snprintf(bad, sizeof bad, "--layers=%d must be at least 1", o->layers);
+    if (o->layers < 1 || o->layers > MAX_LAYERS)
+        snprintf(bad, sizeof bad, "--layers=%d must be in 1..%d", o->layers, MAX_LAYERS);
     else if (o->heads < 1) snprintf(bad, sizeof bad, "--heads=%d must be at least 1", o->heads);
     else if (o->embd < 1) snprintf(bad, sizeof bad, "--embd=%d must be at least 1", o->embd);
     else if (o->embd % o->heads)
@@ -126,6 +135,11 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->grad_clip < 0) snprintf(bad, sizeof bad, "--grad-clip=%g must not be negative", o->grad_clip);
     else if (o->eval_every < 0 || o->eval_iters < 0 || o->log_every < 0 || o->sample_chars < 0)
         snprintf(bad, sizeof bad, "--eval-every, --eval-iters, --log-every and --sample-chars must not be negative");
+    /* the kernels index one batch's activations with int */
+    else if ((double)o->batch * o->block * 4.0 * o->embd > INT_MAX ||
+             (double)o->batch * o->heads * o->block * o->block > INT_MAX)
+        snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
+                 "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
     if (!bad[0]) return 0;
     fprintf(stderr, "%s: %s\n", prog, bad);
     return 2;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../kernels/cpu/blas_setup.h"
 #include "../strategies/trainer.h"
 #include "options.h"
 
@@ -61,9 +62,12 @@ int main(int argc, char **argv) {
     };
     TrainResult result;
     int status = train_run(s, &tc, &data, &result);
-    if (status == 0)
+    if (status == 0 && o.eval_iters > 0)
         printf("done: %d iters in %.1f s of steps, final val loss %.4f\n",
                o.iters, result.seconds, result.val_loss);
+    else if (status == 0)
+        printf("done: %d iters in %.1f s of steps (no evaluation: --eval-iters=0)\n",
+               o.iters, result.seconds);
     s->ops->destroy(s);
     dataset_free(&data);
     if (log) fclose(log);

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kernels.h"
+#include "blas_setup.h"
 
 const char *blas_better_core(const char *corename, int has_avx512, int has_avx2) {
     int generic = strcmp(corename, "Prescott") == 0 || strcmp(corename, "Core2") == 0 ||

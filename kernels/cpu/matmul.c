@@ -41,9 +41,8 @@ static void matmul_backward_task(void *p) {
         #pragma omp section
         {
             /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
-            if (a->dinp)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
-                            1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
+                        1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
         }
         #pragma omp section
         {
