@@ -5,7 +5,7 @@
 # PyTorch gets its best settings: OpenBLAS's SkylakeX kernels where the CPU has
 # AVX-512 (Debian's OpenBLAS 0.3.21 otherwise falls back to generic ones),
 # passive OpenMP waiting (its two thread pools fight on two cores otherwise),
-# and the best thread count, which the script searches.
+# and the best thread count, which tools/torch_gpt.py searches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -97,26 +97,35 @@ static const double *param(const ArenaLayout *layout, const double *params, cons
     return params + layout->tensors[arena_find(layout, name)].offset;
 }
 
+/* drop at one site */
+static Dropout at_site(Dropout drop, uint32_t site) {
+    drop.site = site;
+    return drop;
+}
+
 double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
-                    const int *tokens, const int *targets, int B, int T) {
+                    const int *tokens, const int *targets, int B, int T, Dropout drop) {
     int C = cfg->embd, NH = cfg->heads, V = cfg->vocab;
     size_t BT = (size_t)B * T;
     double *x = malloc(sizeof(double) * BT * C), *ln = malloc(sizeof(double) * BT * C);
     double *qkv = malloc(sizeof(double) * BT * 3 * C), *y = malloc(sizeof(double) * BT * C);
     double *proj = malloc(sizeof(double) * BT * C), *fc = malloc(sizeof(double) * BT * 4 * C);
     double *act = malloc(sizeof(double) * BT * 4 * C), *logits = malloc(sizeof(double) * BT * V);
-    Dropout off = { 0, 0, 0, 0, 0 };
     ref_embedding(x, tokens, param(layout, params, "transformer.wte.weight", 0), param(layout, params, "transformer.wpe.weight", 0), B, T, C);
+    ref_dropout(x, x, BT * C, at_site(drop, 0));
     for (int l = 0; l < cfg->layers; l++) {
         ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_1.weight", l), BT, C);
         ref_matmul(qkv, ln, param(layout, params, "transformer.h.%d.attn.c_attn.weight", l), BT, C, 3 * C);
-        ref_attention(y, qkv, B, T, C, NH, off);
+        uint32_t site = 1 + 3 * (uint32_t)l;
+        ref_attention(y, qkv, B, T, C, NH, at_site(drop, site));
         ref_matmul(proj, y, param(layout, params, "transformer.h.%d.attn.c_proj.weight", l), BT, C, C);
+        ref_dropout(proj, proj, BT * C, at_site(drop, site + 1));
         for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
         ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_2.weight", l), BT, C);
         ref_matmul(fc, ln, param(layout, params, "transformer.h.%d.mlp.c_fc.weight", l), BT, C, 4 * C);
         ref_gelu(act, fc, BT * 4 * C);
         ref_matmul(proj, act, param(layout, params, "transformer.h.%d.mlp.c_proj.weight", l), BT, 4 * C, C);
+        ref_dropout(proj, proj, BT * C, at_site(drop, site + 2));
         for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
     }
     ref_layernorm(ln, x, param(layout, params, "transformer.ln_f.weight", 0), BT, C);

@@ -21,9 +21,11 @@ void ref_gelu(double *out, const double *inp, size_t n);
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
 /* Mean cross-entropy of softmax(logits) against targets. */
 double ref_crossentropy(const double *logits, const int *targets, int N, int V);
-/* The GPT's mean loss in double, dropout off, from params in the arena layout. */
+/* The GPT's mean loss in double from params in the arena layout, with the
+ * model's dropout sites (0 after the embeddings; 1 + 3l attention weights, 2 + 3l
+ * and 3 + 3l the block's output projections) keyed by drop's p, seed, rank, step. */
 double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
-                    const int *tokens, const int *targets, int B, int T);
+                    const int *tokens, const int *targets, int B, int T, Dropout drop);
 
 /* Test helpers. The suites' fixture: one CPU device and stream per test. */
 extern Device *test_device;

@@ -96,8 +96,7 @@ static double layernorm_objective(void *p) {
     return dot(c->g, c->out, (size_t)c->N * c->C);
 }
 
-Test(kernels, layernorm_forward_backward) {
-    int N = 6, C = 16;
+static void check_layernorm(int N, int C) {
     float *inp = alloc_floats(N * C), *w = alloc_floats(C), *g = alloc_floats(N * C);
     float *out = alloc_floats(N * C), *mean = alloc_floats(N), *rstd = alloc_floats(N);
     float *dinp = alloc_floats(N * C), *dw = alloc_floats(C), *base = alloc_floats(N * C), *basew = alloc_floats(C);
@@ -126,6 +125,10 @@ Test(kernels, layernorm_forward_backward) {
     free(inp); free(w); free(g); free(out); free(mean); free(rstd); free(dinp); free(dw); free(base); free(basew);
     free(c.inp); free(c.weight); free(c.g); free(c.out); free(num); free(numw);
 }
+
+Test(kernels, layernorm_forward_backward) { check_layernorm(6, 16); }
+/* more columns than one block of the weight-gradient sum (32), the last one partial */
+Test(kernels, layernorm_wide_rows) { check_layernorm(5, 70); }
 
 /* ---- attention ---- */
 
@@ -188,17 +191,24 @@ static double embedding_objective(void *p) {
     return dot(c->g, c->out, (size_t)c->B * c->T * c->C);
 }
 
-Test(kernels, embedding_forward_backward) {
-    int B = 3, T = 4, C = 5, V = 6;
+static void check_embedding(int C) {
+    int B = 3, T = 4, V = 6;
     int tokens[12] = { 0, 5, 5, 2, 1, 1, 1, 3, 5, 0, 2, 2 };  /* repeats: dwte must add them up */
     float *wte = alloc_floats(V * C), *wpe = alloc_floats(T * C), *g = alloc_floats(B * T * C);
     float *out = alloc_floats(B * T * C), *dwte = alloc_floats(V * C), *dwpe = alloc_floats(T * C);
+    float *base_wte = alloc_floats(V * C), *base_wpe = alloc_floats(T * C);
+    fill_uniform(base_wte, V * C, -1, 1, 34);
+    fill_uniform(base_wpe, T * C, -1, 1, 35);
+    memcpy(dwte, base_wte, sizeof(float) * V * C);
+    memcpy(dwpe, base_wpe, sizeof(float) * T * C);
     fill_uniform(wte, V * C, -1, 1, 31);
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
     embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C);
     embedding_backward(test_stream, dwte, dwpe, g, tokens, B, T, C);
     stream_synchronize(test_stream);
+    subtract_base(dwte, base_wte, V * C);  /* parameter gradients are added */
+    subtract_base(dwpe, base_wpe, T * C);
     EmbeddingCtx c = { to_double(wte, V * C), to_double(wpe, T * C), to_double(g, B * T * C),
                        malloc(sizeof(double) * B * T * C), tokens, B, T, C };
     ref_embedding(c.out, tokens, c.wte, c.wpe, B, T, C);
@@ -208,9 +218,12 @@ Test(kernels, embedding_forward_backward) {
     numeric_grad(c.wpe, T * C, embedding_objective, &c, nump);
     cr_expect_lt(rel_error(dwte, num, V * C), GRAD_TOL);
     cr_expect_lt(rel_error(dwpe, nump, T * C), GRAD_TOL);
-    free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe);
+    free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe); free(base_wte); free(base_wpe);
     free(c.wte); free(c.wpe); free(c.g); free(c.out); free(num); free(nump);
 }
+
+Test(kernels, embedding_forward_backward) { check_embedding(5); }
+Test(kernels, embedding_wide_rows) { check_embedding(70); }
 
 /* ---- gelu, dropout, residual ---- */
 
@@ -308,6 +321,7 @@ Test(kernels, crossentropy_forward_backward) {
     float *logits = alloc_floats(N * V), *probs = alloc_floats(N * V), *losses = alloc_floats(N);
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
+    fill_uniform(dlogits, N * V, -1, 1, 62);  /* written, not added: this must vanish */
     crossentropy_forward(test_stream, &mean, losses, probs, logits, targets, N, V);
     crossentropy_backward(test_stream, dlogits, probs, targets, N, V, 1.0f / N);
     stream_synchronize(test_stream);

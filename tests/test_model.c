@@ -36,30 +36,40 @@ static float model_loss_and_grads(GPT *m, const float *params, const int *x, con
 
 typedef struct { const GPTConfig *cfg; const ArenaLayout *layout; double *params; const int *x, *y; int B, T; } LossCtx;
 
-Test(model, gradient_matches_finite_differences) {
+/* The float model's gradient against central differences of the double
+ * reference, every tensor, with dropout p (the same masks on both sides). */
+static void check_model_gradient(float p) {
     GPTConfig cfg = { 7, 6, 2, 2, 8 };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
+    Dropout drop = { p, 11, 1, 5, 0 };
     GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, cfg.block_size, 1);
+    m->dropout = p;
+    m->seed = drop.seed;
+    m->rank = drop.rank;
     size_t P = m->layout.total;
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     random_params(&m->layout, params, 100);
-    float loss = model_loss_and_grads(m, params, x, y, B, T);
+    stream_copy(test_stream, m->params, params, P * sizeof(float));
+    fill_zero(test_stream, m->grads, P);
+    gpt_forward(m, x, y, B, T, drop.step, 1);
+    gpt_backward(m, 1.0f);
+    float loss = gpt_read_loss(m);
     stream_copy(test_stream, grads, m->grads, P * sizeof(float));
     stream_synchronize(test_stream);
 
     double *dparams = to_double(params, P);
-    double want = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
-    cr_expect(fabs(loss - want) < 1e-5 * want, "loss %.8g, reference %.8g", loss, want);
+    double want = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
+    cr_expect(fabs(loss - want) < 1e-5 * want, "p=%g: loss %.8g, reference %.8g", p, loss, want);
 
     double *num = malloc(P * sizeof(double));
     const double h = 1e-5;
     for (size_t i = 0; i < P; i++) {
         double saved = dparams[i];
         dparams[i] = saved + h;
-        double plus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
+        double plus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
         dparams[i] = saved - h;
-        double minus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T);
+        double minus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
         dparams[i] = saved;
         num[i] = (plus - minus) / (2 * h);
     }
@@ -67,11 +77,14 @@ Test(model, gradient_matches_finite_differences) {
     for (int i = 0; i < m->layout.ntensors; i++) {
         const TensorSpec *t = &m->layout.tensors[i];
         double err = rel_error(grads + t->offset, num + t->offset, t->numel);
-        cr_expect_lt(err, 1e-4, "%s: relative error %g", t->name, err);
+        cr_expect_lt(err, 1e-4, "p=%g: %s: relative error %g", p, t->name, err);
     }
     gpt_destroy(m);
     free(params); free(grads); free(dparams); free(num);
 }
+
+Test(model, gradient_matches_finite_differences) { check_model_gradient(0.0f); }
+Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(0.2f); }
 
 Test(model, loss_at_init_is_log_vocab) {
     Dataset data;

@@ -109,7 +109,7 @@ static const char *train_binary(void) {
 }
 
 static int run_train(const char *args, char *err, size_t errlen) {
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>/tmp/zf_train_err_%d", train_binary(), args, (int)getpid());
     int status = system(cmd);
     snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
@@ -137,6 +137,9 @@ Test(train, bad_flags_exit_2_with_one_line) {
         { "--preset=huge", "unknown --preset 'huge'" },
         { "--iters", "--iters needs a value" },
         { "stray", "unexpected argument 'stray'" },
+        { "--layers=200", "--layers=200 must be in 1..170" },
+        { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
+        { "--block=100000", "exceed 2^31 floats" },
     };
     char err[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -145,6 +148,15 @@ Test(train, bad_flags_exit_2_with_one_line) {
         cr_expect(strstr(err, cases[i].needle) != NULL, "%s: stderr was: %s", cases[i].args, err);
         cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", cases[i].args, err);
     }
+}
+
+Test(train, a_value_longer_than_its_flag_holds_is_an_error) {
+    char args[700] = "--data=", err[4096];
+    memset(args + strlen(args), 'x', 600);  /* longer than any text flag holds */
+    int rc = run_train(args, err, sizeof err);
+    cr_expect_eq(rc, 2);
+    cr_expect(strstr(err, "--data value is too long") != NULL, "%s", err);
+    cr_expect_eq(count_lines(err), 1, "%s", err);
 }
 
 Test(train, bad_data_exits_1_with_one_line) {
