@@ -20,11 +20,11 @@ LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
 RUNTIME = runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/process_group.c
 KERNELS = $(wildcard kernels/cpu/*.c)
 MODEL = model/gpt.c model/data.c model/optim.c model/sample.c model/safetensors.c
-STRATEGIES = strategies/ddp.c strategies/trainer.c
+STRATEGIES = strategies/replicated.c strategies/strategy.c strategies/trainer.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train
 
@@ -83,7 +83,8 @@ test-tsan:
 	$(MAKE) BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" build-tsan/bin/tsan_main build-tsan/bin/train
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build-tsan/bin/tsan_main
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build-tsan/bin/train --iters=4 --eval-every=2 \
-	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1
+	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1 \
+	    --zero=1 --gpus=4
 
 $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)

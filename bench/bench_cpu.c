@@ -57,7 +57,7 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
         dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, (uint32_t)i, 0, rows, T, x, y);
         double t = wall_seconds();
         s->ops->set_lr(s, o.lr);
-        s->ops->forward_backward(s, x, y, (uint32_t)i);
+        if (s->ops->forward_backward(s, x, y, (uint32_t)i) != 0) exit(1);
         s->ops->clip_grads(s, o.grad_clip);
         s->ops->step(s);
         s->ops->train_loss(s);

@@ -18,10 +18,10 @@ ProcessGroup *pg_create_simulator(int nranks) {
     ProcessGroup *pg = calloc(1, sizeof *pg);
     if (!pg) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
     pg->nranks = nranks;
-    pg->device = device_create_cpu();
     for (int r = 0; r < nranks; r++) {
-        pg->compute[r] = stream_create(pg->device);
-        pg->comm[r] = stream_create(pg->device);
+        pg->device[r] = device_create_cpu();
+        pg->compute[r] = stream_create(pg->device[r]);
+        pg->comm[r] = stream_create(pg->device[r]);
         pg->produced[r] = event_create();
         pg->part_done[r] = event_create();
     }
@@ -35,8 +35,8 @@ void pg_destroy(ProcessGroup *pg) {
         stream_destroy(pg->comm[r]);
         event_destroy(pg->produced[r]);
         event_destroy(pg->part_done[r]);
+        device_destroy(pg->device[r]);
     }
-    device_destroy(pg->device);
     free(pg);
 }
 

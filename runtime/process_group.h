@@ -7,7 +7,8 @@
  * stream waits for every rank's part before any later use, so no rank reads a
  * buffer a peer is still writing, even with asynchronous CPU streams.
  *
- * The simulator backend puts every rank on one device and runs the collectives
+ * The simulator backend puts every rank on the same hardware (the CPU), with a
+ * device handle of its own for its memory accounting, and runs the collectives
  * as local kernels that sum in rank order 0..N-1: the same bits every run.
  *
  * Shards: a buffer of n floats splits into N shards of ceil(n / N) floats; rank
@@ -25,14 +26,14 @@
 
 typedef struct {
     int nranks;
-    Device *device;          /* the simulator's one device */
+    Device *device[FIBERS_MAX_RANKS];   /* each rank's device handle */
     Stream *compute[FIBERS_MAX_RANKS];
     Stream *comm[FIBERS_MAX_RANKS];
     Event *produced[FIBERS_MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
 } ProcessGroup;
 
-/* N ranks on one CPU device, each with a compute and a communication stream. */
+/* N ranks on the CPU, each with a device handle, a compute and a communication stream. */
 ProcessGroup *pg_create_simulator(int nranks);
 void pg_destroy(ProcessGroup *pg);
 

@@ -30,7 +30,8 @@ typedef struct Strategy Strategy;
 
 typedef struct {
     void (*set_lr)(Strategy *s, float lr);
-    void (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step);
+    /* 0, or -1 after printing the failing rank and why */
+    int (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step);
     void (*clip_grads)(Strategy *s, float max_norm);
     void (*step)(Strategy *s);
     /* Mean over ranks of the training loss of the last forward_backward (waits). */
@@ -55,7 +56,12 @@ struct Strategy {
     int adam_step;          /* updates done so far */
 };
 
+
 /* DDP (--zero=0): full replicas, gradients averaged over ranks. */
 Strategy *ddp_create(const StrategyConfig *cfg);
+/* ZeRO-1 (--zero=1): full replicas, Adam state sharded over ranks. */
+Strategy *zero1_create(const StrategyConfig *cfg);
+/* The strategy of a --zero stage (0 or 1 for now); NULL with a message otherwise. */
+Strategy *strategy_create(int zero, const StrategyConfig *cfg);
 
 #endif

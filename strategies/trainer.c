@@ -109,7 +109,10 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         float lr = lr_at(&cfg->schedule, iter);
         dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, 0, b.rows, b.T, b.x, b.y);
         s->ops->set_lr(s, lr);
-        s->ops->forward_backward(s, b.x, b.y, (uint32_t)iter);
+        if (s->ops->forward_backward(s, b.x, b.y, (uint32_t)iter) != 0) {
+            status = 1;
+            break;
+        }
         s->ops->clip_grads(s, cfg->grad_clip);
         s->ops->step(s);
         float loss = s->ops->train_loss(s);

@@ -26,8 +26,8 @@ typedef struct {
     double seconds;        /* wall time of the steps, evals excluded */
 } TrainResult;
 
-/* Run cfg->iters steps of s on data. Returns 0, or 1 when the loss stopped being
- * finite (the iteration is named on stderr). */
+/* Run cfg->iters steps of s on data. Returns 0, or 1 when a rank failed or the
+ * loss stopped being finite (the rank or the iteration is named on stderr). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
 /* Seconds on a monotonic clock, for timing steps. */

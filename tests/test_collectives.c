@@ -27,7 +27,7 @@ static Setup setup(int N, size_t n, unsigned seed) {
     for (int r = 0; r < N; r++) {
         s.host[r] = malloc(n * sizeof(float));
         fill_uniform(s.host[r], n, -1, 1, seed * 100 + r);
-        s.buf[r] = device_alloc(s.pg->device, MEM_WORKING, n * sizeof(float));
+        s.buf[r] = device_alloc(s.pg->device[r], MEM_WORKING, n * sizeof(float));
         stream_copy(s.pg->compute[r], s.buf[r], s.host[r], n * sizeof(float));
     }
     return s;
@@ -37,7 +37,7 @@ static void teardown_setup(Setup *s) {
     for (int r = 0; r < s->pg->nranks; r++) {
         stream_synchronize(s->pg->compute[r]);
         stream_synchronize(s->pg->comm[r]);
-        device_free(s->pg->device, MEM_WORKING, s->buf[r], s->n * sizeof(float));
+        device_free(s->pg->device[r], MEM_WORKING, s->buf[r], s->n * sizeof(float));
         free(s->host[r]);
     }
     pg_destroy(s->pg);
@@ -91,8 +91,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
             Setup s = setup(N, n, (unsigned)(N * 10 + li + 5));
             float *shard[FIBERS_MAX_RANKS], *gathered[FIBERS_MAX_RANKS];
             for (int r = 0; r < N; r++) {
-                shard[r] = device_alloc(s.pg->device, MEM_WORKING, s.shard * sizeof(float));
-                gathered[r] = device_alloc(s.pg->device, MEM_WORKING, N * s.shard * sizeof(float));
+                shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
+                gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
             }
             pg_reduce_scatter(s.pg, s.buf, shard, n, 2.0f);
             for (int r = 0; r < N; r++) {
@@ -117,8 +117,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
             }
             free(rank0);
             for (int r = 0; r < N; r++) {
-                device_free(s.pg->device, MEM_WORKING, shard[r], s.shard * sizeof(float));
-                device_free(s.pg->device, MEM_WORKING, gathered[r], N * s.shard * sizeof(float));
+                device_free(s.pg->device[r], MEM_WORKING, shard[r], s.shard * sizeof(float));
+                device_free(s.pg->device[r], MEM_WORKING, gathered[r], N * s.shard * sizeof(float));
             }
             teardown_setup(&s);
         }

@@ -138,6 +138,11 @@ Test(train, bad_flags_exit_2_with_one_line) {
         { "--iters", "--iters needs a value" },
         { "stray", "unexpected argument 'stray'" },
         { "--layers=200", "--layers=200 must be in 1..170" },
+        { "--gpus=0", "--gpus=0 must be in 1..64" },
+        { "--gpus=65", "--gpus=65 must be in 1..64" },
+        { "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
+        { "--zero=2", "ZeRO-2 and ZeRO-3 arrive in a later issue" },
+        { "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
         { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
         { "--block=100000", "exceed 2^31 floats" },
     };

@@ -1,6 +1,7 @@
 /* tsan_main.c: the ThreadSanitizer run, without Criterion (which cannot start
  * under ThreadSanitizer, Snaipe/Criterion#274): streams and events from several
- * host threads, then a short training run with dropout, evaluation and sampling.
+ * host threads, then short training runs on 1 and 3 ranks (the rank fibers, the
+ * baton and the collectives) with dropout, evaluation and sampling.
  * Exits non-zero on a wrong result; ThreadSanitizer exits non-zero on a race. */
 #include <stdio.h>
 
@@ -22,19 +23,23 @@ int main(void) {
         fprintf(stderr, "tsan: %s\n", err);
         return 1;
     }
-    StrategyConfig sc = {
-        .model = { data.vocab, 16, 2, 2, 16 }, .nranks = 1, .batch = 4, .dropout = 0.1f,
-        .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
-    };
-    Strategy *s = ddp_create(&sc);
-    TrainConfig tc = {
-        .iters = 6, .schedule = { 1e-3f, 1e-4f, 2, 6 }, .grad_clip = 1.0f, .eval_every = 3,
-        .eval_iters = 2, .log_every = 0, .sample_chars = 20,
-    };
-    TrainResult r;
-    int status = train_run(s, &tc, &data, &r);
-    s->ops->destroy(s);
+    int status = 0;
+    for (int zero = 0; zero <= 1; zero++) {
+        StrategyConfig sc = {
+            .model = { data.vocab, 16, 2, 2, 16 }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
+            .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+        };
+        Strategy *s = strategy_create(zero, &sc);
+        TrainConfig tc = {
+            .iters = 6, .schedule = { 1e-3f, 1e-4f, 2, 6 }, .grad_clip = 1.0f, .eval_every = 3,
+            .eval_iters = 2, .log_every = 0, .sample_chars = 20,
+        };
+        TrainResult r;
+        status |= train_run(s, &tc, &data, &r);
+        s->ops->destroy(s);
+    }
     dataset_free(&data);
-    printf("tsan: streams and a 6-step training run finished %s\n", status ? "with an error" : "cleanly");
+    printf("tsan: streams, DDP on 1 rank and ZeRO-1 on 3 ranks finished %s\n",
+           status ? "with an error" : "cleanly");
     return status;
 }

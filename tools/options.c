@@ -8,13 +8,14 @@
 #include <string.h>
 
 #include "../runtime/arena.h"
+#include "../runtime/fibers.h"
 
 int options_preset(TrainOptions *o, const char *name) {
     /* values that both presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .log = "",
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337,
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -40,6 +41,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
         { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
         { "data", FLAG_PATH, o->data, sizeof o->data, "text file to train on" },
+        { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (optimizer state sharded)" },
+        { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated on the CPU without GPUs)" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
@@ -122,7 +125,10 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->embd % o->heads)
         snprintf(bad, sizeof bad, "--embd=%d is not divisible by --heads=%d", o->embd, o->heads);
     else if (o->block < 1) snprintf(bad, sizeof bad, "--block=%d must be at least 1", o->block);
-    else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d must be at least 1", o->batch);
+    else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
+        snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, FIBERS_MAX_RANKS);
+    else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
+    else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
     else if (o->iters < 0) snprintf(bad, sizeof bad, "--iters=%d must not be negative", o->iters);
     else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);
     else if (!(o->lr > 0)) snprintf(bad, sizeof bad, "--lr=%g must be positive", o->lr);

@@ -13,6 +13,7 @@ typedef struct {
     int layers, heads, embd, block, batch;
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;
+    int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
 } TrainOptions;
 

@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd },
-        .nranks = 1, .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
+        .nranks = o.gpus, .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
         .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
     const char *bad = gpt_config_error(&sc.model);
@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    printf("device: cpu (no GPU support in this build; training on the CPU)\n");
+    if (o.gpus == 1) printf("device: cpu (no GPU support in this build; training on the CPU)\n");
+    else printf("device: cpu simulator, %d ranks on the CPU (no GPU support in this build)\n", o.gpus);
     printf("blas: %s\n", blas);
     ArenaLayout layout;
     gpt_layout(&sc.model, 1, &layout);
@@ -44,12 +45,17 @@ int main(int argc, char **argv) {
            o.data, data.ntokens, data.vocab, data.ntrain, data.ntokens - data.ntrain);
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
-    printf("training: %d iters, batch %d, lr %g -> %g, warmup %d, dropout %g, grad clip %g, seed %d\n",
-           o.iters, o.batch, o.lr, o.min_lr, o.warmup, o.dropout, o.grad_clip, o.seed);
+    printf("training: %s, %d iters, batch %d x %d ranks, lr %g -> %g, warmup %d, dropout %g, "
+           "grad clip %g, seed %d\n", o.zero ? "ZeRO-1" : "DDP", o.iters, o.batch, o.gpus, o.lr, o.min_lr,
+           o.warmup, o.dropout, o.grad_clip, o.seed);
     fflush(stdout);
 
-    Strategy *s = ddp_create(&sc);
-    if (!s) { dataset_free(&data); return 1; }
+    Strategy *s = strategy_create(o.zero, &sc);
+    if (!s) {
+        dataset_free(&data);
+        if (log) fclose(log);
+        return 2;
+    }
     printf("memory per rank: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
