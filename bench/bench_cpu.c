@@ -41,16 +41,17 @@ typedef struct {
     float dropout;
 } BenchResult;
 
-static BenchResult bench_preset(const char *preset, const Dataset *data, int steps) {
+/* The preset on `nranks` simulated DDP ranks of `batch` rows each (0: the preset's batch). */
+static BenchResult bench_preset(const char *preset, const Dataset *data, int steps, int nranks, int batch) {
     TrainOptions o;
     options_preset(&o, preset);
     StrategyConfig sc = {
-        .model = { data->vocab, o.block, o.layers, o.heads, o.embd }, .nranks = 1, .batch = o.batch,
-        .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f,
-        .weight_decay = o.weight_decay,
+        .model = { data->vocab, o.block, o.layers, o.heads, o.embd }, .nranks = nranks,
+        .batch = batch ? batch : o.batch, .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2,
+        .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
     Strategy *s = ddp_create(&sc);
-    int rows = o.batch, T = o.block, warmup = 3;
+    int rows = sc.batch * nranks, T = o.block, warmup = 3;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
     double *ms = malloc(sizeof(double) * steps);
     for (int i = 0; i < warmup + steps; i++) {
@@ -93,13 +94,18 @@ int main(int argc, char **argv) {
     printf("blas: %s\n", blas);
     /* The presets run first: a 2048^3 sgemm before them slows the small
      * char-small matmuls after it by a quarter (measured here). */
-    BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50);
-    BenchResult full = bench_preset("char", &data, quick ? 2 : 5);
+    BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50, 1, 0);
+    BenchResult full = bench_preset("char", &data, quick ? 2 : 5, 1, 0);
+    /* the simulator's overhead: the same global batch and work, on 4 ranks or 1 */
+    BenchResult four_ranks = bench_preset("char-small", &data, quick ? 5 : 20, 4, 12);
+    BenchResult one_rank = bench_preset("char-small", &data, quick ? 5 : 20, 1, 48);
     double ceiling = sgemm_gflops(2048);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n\n", ceiling);
     printf("%-11s %8s %10s %10s %10s\n", "preset", "ms/iter", "tokens/s", "GFLOP/s", "of sgemm");
     print_result(&small, ceiling);
     print_result(&full, ceiling);
+    printf("\nsimulator overhead, char-small: 4 ranks x 12 rows %.1f ms/iter, 1 rank x 48 rows "
+           "%.1f ms/iter: %.2fx\n", four_ranks.ms, one_rank.ms, four_ranks.ms / one_rank.ms);
     dataset_free(&data);
     return 0;
 }

@@ -32,7 +32,10 @@ typedef struct Event Event;
 typedef void (*TaskFn)(void *args);
 enum { TASK_ARGS_MAX = 640 };  /* room for one pointer per rank, 64 ranks */
 
-Device *device_create_cpu(void);
+/* A CPU device shared by `sharing` devices (the simulated ranks): each of its
+ * streams runs its tasks on cores / sharing threads (at least one), so N ranks'
+ * streams together use the cores once rather than N times over. */
+Device *device_create_cpu(int sharing);
 void device_destroy(Device *dev);
 const char *device_name(const Device *dev);
 

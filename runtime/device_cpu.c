@@ -9,6 +9,7 @@
  */
 #include "device.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +25,19 @@ static void check_pthread(int rc, const char *what) {
 
 struct Device {
     char name[32];
+    int threads;           /* per stream task; 0: OpenMP's default */
     pthread_mutex_t mu;
     size_t bytes[MEM_KINDS];
 };
 
-Device *device_create_cpu(void) {
+Device *device_create_cpu(int sharing) {
     Device *dev = calloc(1, sizeof *dev);
     if (!dev) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
     snprintf(dev->name, sizeof dev->name, "cpu");
+    if (sharing > 1) {
+        int per_device = omp_get_num_procs() / sharing;
+        dev->threads = per_device > 1 ? per_device : 1;
+    }
     check_pthread(pthread_mutex_init(&dev->mu, NULL), "pthread_mutex_init");
     return dev;
 }
@@ -97,6 +103,7 @@ struct Stream {
 static void *stream_worker(void *arg) {
     Stream *s = arg;
     Task task;
+    if (s->dev->threads > 0) omp_set_num_threads(s->dev->threads);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->count == 0 && !s->stopping) pthread_cond_wait(&s->has_work, &s->mu);

@@ -19,7 +19,7 @@ ProcessGroup *pg_create_simulator(int nranks) {
     if (!pg) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
     pg->nranks = nranks;
     for (int r = 0; r < nranks; r++) {
-        pg->device[r] = device_create_cpu();
+        pg->device[r] = device_create_cpu(nranks);
         pg->compute[r] = stream_create(pg->device[r]);
         pg->comm[r] = stream_create(pg->device[r]);
         pg->produced[r] = event_create();

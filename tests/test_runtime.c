@@ -21,7 +21,7 @@ static void append_task(void *p) {
 }
 
 Test(runtime, stream_runs_tasks_in_fifo_order) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev);
     enum { N = 5000 };  /* more than the queue holds: launch must block, not drop */
     static int log[N];
@@ -53,7 +53,7 @@ static void read_task(void *p) {
 }
 
 Test(runtime, stream_wait_event_orders_streams) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *producer = stream_create(dev), *consumer = stream_create(dev);
     Event *ev = event_create();
     atomic_int cell = 0;
@@ -77,7 +77,7 @@ Test(runtime, stream_wait_event_orders_streams) {
 }
 
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev);
     Event *ev = event_create();
     atomic_int cell = 0;
@@ -100,13 +100,13 @@ Test(runtime, event_synchronize_waits_for_the_recorded_point) {
 /* Several host threads, each driving its own streams with cross waits, all at
  * once: what the rank threads will do. */
 Test(runtime, streams_under_concurrent_host_threads) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     cr_expect_eq(stream_stress(dev, 4, 100), 0, "a read ran before its write");
     device_destroy(dev);
 }
 
 Test(runtime, stream_copy_and_memory_accounting) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev);
     float *a = device_alloc(dev, MEM_WEIGHTS, 1000 * sizeof(float));
     float *b = device_alloc(dev, MEM_GRADS, 10 * sizeof(float));
@@ -152,7 +152,7 @@ Test(runtime, arena_pads_units_to_the_shard_multiple) {
 /* A wait refers to the record it saw: a later record of the same event on an
  * idle stream must not release it early. */
 Test(runtime, a_later_record_on_another_stream_does_not_release_a_wait) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *slow = stream_create(dev), *idle = stream_create(dev), *waiter = stream_create(dev);
     Event *ev = event_create();
     for (int round = 0; round < 20; round++) {
@@ -193,7 +193,7 @@ static void *late_launcher(void *p) {
 }
 
 Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev), *other = stream_create(dev);
     Event *gate = event_create();
     atomic_int released = 0;
@@ -219,7 +219,7 @@ Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
 }
 
 Test(runtime, an_event_may_be_destroyed_while_its_record_is_pending) {
-    Device *dev = device_create_cpu();
+    Device *dev = device_create_cpu(1);
     Stream *a = stream_create(dev), *b = stream_create(dev);
     atomic_int cell = 0;
     int seen = 0;
