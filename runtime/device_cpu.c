@@ -97,6 +97,7 @@ struct Stream {
     Task ring[QUEUE_CAPACITY];
     size_t head, count;          /* ring[head] is the next task to run */
     uint64_t launched, finished;
+    uint64_t wake_at;            /* the nearest task count a synchronize waits for */
     int stopping;
 };
 
@@ -118,8 +119,9 @@ static void *stream_worker(void *arg) {
 
         pthread_mutex_lock(&s->mu);
         s->finished++;
-        /* each synchronize waits for the tasks launched before it, not the queue */
-        pthread_cond_broadcast(&s->drained);
+        /* Wake the synchronizers only when the nearest of their targets is reached:
+         * waking the host at every task would steal a core from the kernels. */
+        if (s->finished == s->wake_at) pthread_cond_broadcast(&s->drained);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -181,10 +183,15 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes) {
     stream_launch(s, copy_task, &a, sizeof a);
 }
 
+/* Waits for the tasks launched before the call, not for later ones. Each waiter
+ * keeps wake_at at the nearest target still pending. */
 void stream_synchronize(Stream *s) {
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->launched;
-    while (s->finished < target) pthread_cond_wait(&s->drained, &s->mu);
+    while (s->finished < target) {
+        if (s->wake_at <= s->finished || target < s->wake_at) s->wake_at = target;
+        pthread_cond_wait(&s->drained, &s->mu);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -130,19 +130,28 @@ static void enqueue_all_gather(ProcessGroup *pg, float *const *send, float *cons
 
 /* ---- the collectives ---- */
 
+/* On one rank an in-place collective without scaling changes nothing: skip it,
+ * and its stream hand-offs, so DDP on one rank costs what the plain loop does. */
+static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale) {
+    return pg->nranks == 1 && scale == 1.0f && send[0] == recv[0];
+}
+
 void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
+    if (nothing_to_do(pg, send, recv, scale)) return;
     wait_for_producers(pg);
     enqueue_reduce_scatter(pg, send, recv, n, scale);
     wait_for_parts(pg, pg->compute);
 }
 
 void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+    if (nothing_to_do(pg, send, recv, 1.0f)) return;
     wait_for_producers(pg);
     enqueue_all_gather(pg, send, recv, n);
     wait_for_parts(pg, pg->compute);
 }
 
 void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale) {
+    if (nothing_to_do(pg, bufs, bufs, scale)) return;
     size_t shard = pg_shard_size(n, pg->nranks);
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
