@@ -170,3 +170,21 @@ double rel_error(const float *got, const double *want, size_t n) {
     }
     return max_want > 0 ? max_diff / max_want : max_diff;
 }
+
+float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
+                     size_t *n) {
+    Strategy *s = strategy_create(zero, sc);
+    if (!s) return NULL;
+    TrainResult r;
+    if (train_run(s, tc, data, &r) != 0) {
+        s->ops->destroy(s);
+        return NULL;
+    }
+    ArenaLayout layout;
+    gpt_layout(&sc->model, 1, &layout);
+    *n = layout.total;
+    float *w = malloc(layout.total * sizeof(float));
+    s->ops->read_weights(s, w);
+    s->ops->destroy(s);
+    return w;
+}

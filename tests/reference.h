@@ -11,6 +11,7 @@
 
 #include "../kernels/kernels.h"
 #include "../model/gpt.h"
+#include "../strategies/trainer.h"
 
 void ref_embedding(double *out, const int *tokens, const double *wte, const double *wpe, int B, int T, int C);
 void ref_layernorm(double *out, const double *inp, const double *weight, int N, int C);
@@ -37,5 +38,9 @@ void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);
+/* Train a --zero stage through the trainer; returns the weights (malloc'd, the
+ * unpadded layout of *n floats), or NULL when the strategy or the run failed. */
+float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
+                     size_t *n);
 
 #endif

@@ -48,17 +48,9 @@ static TrainConfig quiet(float grad_clip) {
 
 /* Train through the trainer; return the weights in the unpadded layout. */
 static float *train(int zero, StrategyConfig sc, float grad_clip, size_t *n) {
-    Strategy *s = strategy_create(zero, &sc);
-    cr_assert_not_null(s);
     TrainConfig tc = quiet(grad_clip);
-    TrainResult r;
-    cr_assert_eq(train_run(s, &tc, &data, &r), 0);
-    ArenaLayout layout;
-    gpt_layout(&sc.model, 1, &layout);
-    *n = layout.total;
-    float *w = malloc(layout.total * sizeof(float));
-    s->ops->read_weights(s, w);
-    s->ops->destroy(s);
+    float *w = train_weights(zero, &sc, &tc, &data, n);
+    cr_assert_not_null(w, "--zero=%d on %d ranks failed", zero, sc.nranks);
     return w;
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../strategies/trainer.h"
+#include "reference.h"
 
 static Dataset data;
 
@@ -50,16 +51,9 @@ Test(train, a_short_run_lowers_the_validation_loss) {
 }
 
 static float *train_and_read(StrategyConfig sc, int iters, size_t *n) {
-    Strategy *s = ddp_create(&sc);
     TrainConfig tc = quiet_run(iters);
-    TrainResult r;
-    cr_assert_eq(train_run(s, &tc, &data, &r), 0);
-    ArenaLayout layout;
-    gpt_layout(&sc.model, 1, &layout);
-    *n = layout.total;
-    float *w = malloc(layout.total * sizeof(float));
-    s->ops->read_weights(s, w);
-    s->ops->destroy(s);
+    float *w = train_weights(0, &sc, &tc, &data, n);
+    cr_assert_not_null(w);
     return w;
 }
 
