@@ -56,7 +56,6 @@ struct Strategy {
     int adam_step;          /* updates done so far */
 };
 
-
 /* DDP (--zero=0): full replicas, gradients averaged over ranks. */
 Strategy *ddp_create(const StrategyConfig *cfg);
 /* ZeRO-1 (--zero=1): full replicas, Adam state sharded over ranks. */

@@ -36,6 +36,13 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    Strategy *s = strategy_create(o.zero, &sc);
+    if (!s) {
+        dataset_free(&data);
+        if (log) fclose(log);
+        return 2;
+    }
+
     if (o.gpus == 1) printf("device: cpu (no GPU support in this build; training on the CPU)\n");
     else printf("device: cpu simulator, %d ranks on the CPU (no GPU support in this build)\n", o.gpus);
     printf("blas: %s\n", blas);
@@ -46,16 +53,10 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d\n", o.zero ? "ZeRO-1" : "DDP", o.iters, o.batch, o.gpus, o.lr, o.min_lr,
+           "grad clip %g, seed %d\n", s->name, o.iters, o.batch, o.gpus, o.lr, o.min_lr,
            o.warmup, o.dropout, o.grad_clip, o.seed);
     fflush(stdout);
 
-    Strategy *s = strategy_create(o.zero, &sc);
-    if (!s) {
-        dataset_free(&data);
-        if (log) fclose(log);
-        return 2;
-    }
     printf("memory per rank: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
