@@ -281,14 +281,16 @@ static void wait_task(void *p) {
     marker_release(m);
 }
 
+/* The mark task is queued before the marker is published, so no wait can be
+ * queued on that stream ahead of the mark it waits for. */
 void event_record(Event *ev, Stream *s) {
     MarkerArgs a = { marker_create(2) };  /* the event's reference and the mark task's */
+    stream_launch(s, mark_task, &a, sizeof a);
     pthread_mutex_lock(&ev->mu);
     Marker *previous = ev->latest;
     ev->latest = a.marker;
     pthread_mutex_unlock(&ev->mu);
     marker_release(previous);
-    stream_launch(s, mark_task, &a, sizeof a);
 }
 
 void stream_wait_event(Stream *s, Event *ev) {
