@@ -17,7 +17,7 @@ CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fo
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
 
-RUNTIME = runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/process_group.c
+RUNTIME = runtime/host.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/process_group.c
 KERNELS = $(wildcard kernels/cpu/*.c)
 MODEL = model/gpt.c model/data.c model/optim.c model/sample.c model/safetensors.c
 STRATEGIES = strategies/replicated.c strategies/strategy.c strategies/trainer.c

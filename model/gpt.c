@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../kernels/philox.h"
+#include "../runtime/host.h"
 
 const char *gpt_config_error(const GPTConfig *cfg) {
     static char msg[128];
@@ -102,8 +103,7 @@ static void activation_table(Activations *a, const GPTConfig *cfg, int B, int T,
 
 GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
                 int max_B, int max_T, int own_arenas) {
-    GPT *m = calloc(1, sizeof *m);
-    if (!m) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    GPT *m = host_calloc(1, sizeof *m);
     m->cfg = *cfg;
     m->max_B = max_B;
     m->max_T = max_T;
@@ -111,9 +111,8 @@ GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *s
     m->stream = stream;
     gpt_layout(cfg, shard_multiple, &m->layout);
     int nunits = m->layout.nunits;
-    m->unit_weights = calloc(nunits, sizeof *m->unit_weights);
-    m->unit_grads = calloc(nunits, sizeof *m->unit_grads);
-    if (!m->unit_weights || !m->unit_grads) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    m->unit_weights = host_calloc(nunits, sizeof *m->unit_weights);
+    m->unit_grads = host_calloc(nunits, sizeof *m->unit_grads);
     if (own_arenas) {
         size_t bytes = m->layout.total * sizeof(float);
         m->params = device_alloc(dev, MEM_WEIGHTS, bytes);

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 
 #include "../kernels/philox.h"
+#include "../runtime/host.h"
 
 void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
     int V = m->cfg.vocab;
     int window = m->cfg.block_size < m->max_T ? m->cfg.block_size : m->max_T;
-    float *logits = malloc((size_t)V * sizeof(float));
-    double *weight = malloc((size_t)V * sizeof(double));
-    if (!logits || !weight) abort();
+    float *logits = host_calloc((size_t)V, sizeof(float));
+    double *weight = host_calloc((size_t)V, sizeof(double));
     for (int n = n_prompt; n < n_prompt + n_new; n++) {
         int T = n < window ? n : window;
         gpt_forward(m, tokens + n - T, NULL, 1, T, 0, 0);

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host.h"
+
 /* pthread calls fail only on programming errors or exhausted resources. */
 static void check_pthread(int rc, const char *what) {
     if (rc != 0) {
@@ -31,8 +33,7 @@ struct Device {
 };
 
 Device *device_create_cpu(int sharing) {
-    Device *dev = calloc(1, sizeof *dev);
-    if (!dev) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Device *dev = host_calloc(1, sizeof *dev);
     snprintf(dev->name, sizeof dev->name, "cpu");
     if (sharing > 1) {
         int per_device = omp_get_num_procs() / sharing;
@@ -128,8 +129,7 @@ static void *stream_worker(void *arg) {
 }
 
 Stream *stream_create(Device *dev) {
-    Stream *s = calloc(1, sizeof *s);
-    if (!s) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Stream *s = host_calloc(1, sizeof *s);
     s->dev = dev;
     check_pthread(pthread_mutex_init(&s->mu, NULL), "pthread_mutex_init");
     check_pthread(pthread_cond_init(&s->has_work, NULL), "pthread_cond_init");
@@ -205,8 +205,7 @@ typedef struct {
 } Marker;
 
 static Marker *marker_create(int refs) {
-    Marker *m = calloc(1, sizeof *m);
-    if (!m) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Marker *m = host_calloc(1, sizeof *m);
     check_pthread(pthread_mutex_init(&m->mu, NULL), "pthread_mutex_init");
     check_pthread(pthread_cond_init(&m->reached, NULL), "pthread_cond_init");
     m->refs = refs;
@@ -242,8 +241,7 @@ struct Event {
 };
 
 Event *event_create(void) {
-    Event *ev = calloc(1, sizeof *ev);
-    if (!ev) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Event *ev = host_calloc(1, sizeof *ev);
     check_pthread(pthread_mutex_init(&ev->mu, NULL), "pthread_mutex_init");
     return ev;
 }

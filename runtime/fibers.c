@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host.h"
+
 struct Fibers {
     int nranks;
     pthread_mutex_t mu;
@@ -35,8 +37,7 @@ Fibers *fibers_create(int nranks) {
         fprintf(stderr, "fibers: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
         return NULL;
     }
-    Fibers *f = calloc(1, sizeof *f);
-    if (!f) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Fibers *f = host_calloc(1, sizeof *f);
     f->nranks = nranks;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->changed, NULL);

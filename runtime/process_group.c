@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host.h"
+
 ProcessGroup *pg_create_simulator(int nranks) {
     if (nranks < 1 || nranks > FIBERS_MAX_RANKS) {
         fprintf(stderr, "process group: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
         return NULL;
     }
-    ProcessGroup *pg = calloc(1, sizeof *pg);
-    if (!pg) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    ProcessGroup *pg = host_calloc(1, sizeof *pg);
     pg->nranks = nranks;
     for (int r = 0; r < nranks; r++) {
         pg->device[r] = device_create_cpu(nranks);

@@ -17,6 +17,7 @@
 
 #include "../model/optim.h"
 #include "../runtime/fibers.h"
+#include "../runtime/host.h"
 #include "../runtime/process_group.h"
 #include "strategy.h"
 
@@ -209,8 +210,7 @@ static const StrategyOps replicated_ops = {
 };
 
 static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
-    Replicated *d = calloc(1, sizeof *d);
-    if (!d) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    Replicated *d = host_calloc(1, sizeof *d);
     d->base.ops = &replicated_ops;
     d->base.name = sharded ? "ZeRO-1" : "DDP";
     d->base.cfg = *cfg;
@@ -225,8 +225,7 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
         return NULL;
     }
     gpt_layout(&cfg->model, 1, &d->plain_layout);
-    float *init = malloc(d->plain_layout.total * sizeof(float));
-    if (!init) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    float *init = host_calloc(d->plain_layout.total, sizeof(float));
     gpt_init_params(&cfg->model, &d->plain_layout, cfg->seed, init);
     for (int r = 0; r < d->nranks; r++) {
         GPT *g = gpt_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../model/sample.h"
+#include "../runtime/host.h"
 
 double wall_seconds(void) {
     struct timespec t;
@@ -19,9 +20,8 @@ typedef struct { int *x, *y; int rows, T; } HostBatch;
 
 static HostBatch batch_alloc(const Strategy *s) {
     HostBatch b = { NULL, NULL, s->cfg.batch * s->cfg.nranks, s->cfg.model.block_size };
-    b.x = malloc((size_t)b.rows * b.T * sizeof(int));
-    b.y = malloc((size_t)b.rows * b.T * sizeof(int));
-    if (!b.x || !b.y) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    b.x = host_calloc((size_t)b.rows * b.T, sizeof(int));
+    b.y = host_calloc((size_t)b.rows * b.T, sizeof(int));
     return b;
 }
 
@@ -60,9 +60,8 @@ static void json_string(FILE *f, const unsigned char *text, int n) {
 
 static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
     int n = cfg->sample_chars;
-    int *tokens = malloc((size_t)(n + 1) * sizeof(int));
-    unsigned char *text = malloc((size_t)n + 1);
-    if (!tokens || !text) { fprintf(stderr, "fatal: out of host memory\n"); abort(); }
+    int *tokens = host_calloc((size_t)n + 1, sizeof(int));
+    unsigned char *text = host_calloc((size_t)n + 1, 1);
     /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
     tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
     gpt_generate(s->ops->sampler(s), tokens, 1, n, 1.0f, s->cfg.seed);

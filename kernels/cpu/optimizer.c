@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "../kernels.h"
+#include "../../runtime/host.h"
 
 typedef struct { float *param; const float *grad; float *m, *v; size_t n; AdamWParams hp; } AdamWArgs;
 
@@ -41,8 +42,7 @@ typedef struct { float *out; const float *x; size_t n; } SumsqArgs;
 static void sumsq_task(void *p) {
     SumsqArgs *a = p;
     size_t nchunks = (a->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *partial = malloc((nchunks ? nchunks : 1) * sizeof *partial);
-    if (!partial) abort();
+    double *partial = host_calloc(nchunks, sizeof *partial);
     #pragma omp parallel for schedule(static)
     for (size_t chunk = 0; chunk < nchunks; chunk++) {
         size_t end = (chunk + 1) * SUMSQ_CHUNK < a->n ? (chunk + 1) * SUMSQ_CHUNK : a->n;
