@@ -46,7 +46,7 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
     TrainOptions o;
     options_preset(&o, preset);
     StrategyConfig sc = {
-        .model = { data->vocab, o.block, o.layers, o.heads, o.embd }, .nranks = nranks,
+        .model = { data->vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT }, .nranks = nranks,
         .batch = batch ? batch : o.batch, .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2,
         .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
@@ -67,7 +67,7 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
     qsort(ms, steps, sizeof *ms, compare_doubles);
     BenchResult r = { preset, ms[steps / 2], 0, 0, steps, o.dropout };
     ArenaLayout layout;
-    gpt_layout(&sc.model, 1, &layout);
+    model_layout(&sc.model, 1, &layout);
     double N = (double)layout.numel - (double)o.block * o.embd;
     double flops_per_token = 6.0 * N + 12.0 * o.layers * o.heads * (o.embd / o.heads) * o.block;
     r.tokens_per_s = rows * T / (r.ms / 1000.0);

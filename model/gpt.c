@@ -9,7 +9,7 @@
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 
-const char *gpt_config_error(const GPTConfig *cfg) {
+const char *gpt_config_error(const ModelConfig *cfg) {
     static char msg[128];
     if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
     if (cfg->block_size < 1) return "--block must be at least 1";
@@ -23,7 +23,7 @@ const char *gpt_config_error(const GPTConfig *cfg) {
     return NULL;
 }
 
-void gpt_layout(const GPTConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
     int C = cfg->embd;
     char name[ARENA_NAME_MAX];
     arena_init(layout, shard_multiple);
@@ -51,34 +51,10 @@ void gpt_layout(const GPTConfig *cfg, int shard_multiple, ArenaLayout *layout) {
     }
 }
 
-void gpt_init_params(const GPTConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host) {
-    memset(host, 0, layout->total * sizeof(float));
-    for (int ti = 0; ti < layout->ntensors; ti++) {
-        const TensorSpec *t = &layout->tensors[ti];
-        float *w = host + t->offset;
-        if (t->ndim == 1) {  /* LayerNorm weights */
-            for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
-            continue;
-        }
-        double std = 0.02;
-        if (strstr(t->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->layers);
-        /* Box-Muller on Philox: element pair i from counter (i, tensor index) */
-        for (size_t i = 0; i < t->numel; i += 2) {
-            Philox4 ctr = {{ (uint32_t)(i / 2), (uint32_t)((uint64_t)i >> 33), (uint32_t)ti, 0 }};
-            Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_INIT);
-            double u1 = ((double)bits.v[0] + 1.0) / 4294967296.0;  /* (0, 1] */
-            double u2 = (double)bits.v[1] / 4294967296.0;
-            double r = sqrt(-2.0 * log(u1));
-            w[i] = (float)(std * r * cos(2.0 * M_PI * u2));
-            if (i + 1 < t->numel) w[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
-        }
-    }
-}
-
 /* The activation size table: each buffer and its size in floats, for B x T. */
 typedef struct { float **ptr; size_t floats; } ActivationSlot;
 
-static void activation_table(Activations *a, const GPTConfig *cfg, int B, int T,
+static void activation_table(Activations *a, const ModelConfig *cfg, int B, int T,
                              ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
     size_t att = (size_t)B * NH * T * T;
@@ -101,27 +77,30 @@ static void activation_table(Activations *a, const GPTConfig *cfg, int B, int T,
     memcpy(table, slots, sizeof slots);
 }
 
-GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T, int own_arenas) {
+static void gpt_destroy(Model *base) {
+    GPT *m = (GPT *)base;
+    size_t token_bytes = (size_t)m->max_B * m->max_T * sizeof(int);
+    device_free(base->dev, MEM_ACTIVATIONS, m->tokens, token_bytes);
+    device_free(base->dev, MEM_ACTIVATIONS, m->targets, token_bytes);
+    device_free(base->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
+    free(m);
+}
+
+static void forward_op(Model *m, const int *tokens, const int *targets, int B, int T,
+                       uint32_t step, int training) {
+    gpt_forward((GPT *)m, tokens, targets, B, T, step, training);
+}
+
+static void backward_op(Model *m, float dloss) { gpt_backward((GPT *)m, dloss); }
+
+static const ModelOps gpt_ops = { forward_op, backward_op, gpt_destroy };
+
+GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+                int max_B, int max_T) {
     GPT *m = host_calloc(1, sizeof *m);
-    m->cfg = *cfg;
+    model_init(&m->base, &gpt_ops, cfg, shard_multiple, dev, stream);
     m->max_B = max_B;
     m->max_T = max_T;
-    m->dev = dev;
-    m->stream = stream;
-    gpt_layout(cfg, shard_multiple, &m->layout);
-    int nunits = m->layout.nunits;
-    m->unit_weights = host_calloc(nunits, sizeof *m->unit_weights);
-    m->unit_grads = host_calloc(nunits, sizeof *m->unit_grads);
-    if (own_arenas) {
-        size_t bytes = m->layout.total * sizeof(float);
-        m->params = device_alloc(dev, MEM_WEIGHTS, bytes);
-        m->grads = device_alloc(dev, MEM_GRADS, bytes);
-        for (int u = 0; u < nunits; u++) {
-            m->unit_weights[u] = m->params + m->layout.units[u].offset;
-            m->unit_grads[u] = m->grads + m->layout.units[u].offset;
-        }
-    }
 
     ActivationSlot table[ACTIVATION_TENSORS];
     activation_table(&m->acts, cfg, max_B, max_T, table);
@@ -133,23 +112,11 @@ GPT *gpt_create(const GPTConfig *cfg, int shard_multiple, Device *dev, Stream *s
         *table[i].ptr = next;
         next += table[i].floats;
     }
+    m->base.mean_loss = m->acts.mean_loss;
     size_t token_bytes = (size_t)max_B * max_T * sizeof(int);
     m->tokens = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
     m->targets = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
     return m;
-}
-
-void gpt_destroy(GPT *m) {
-    if (!m) return;
-    size_t token_bytes = (size_t)m->max_B * m->max_T * sizeof(int);
-    device_free(m->dev, MEM_ACTIVATIONS, m->tokens, token_bytes);
-    device_free(m->dev, MEM_ACTIVATIONS, m->targets, token_bytes);
-    device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
-    device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
-    device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
-    free(m->unit_weights);
-    free(m->unit_grads);
-    free(m);
 }
 
 /* Views of one block's tensors inside a unit-sized buffer (weights or grads). */
@@ -157,7 +124,7 @@ typedef struct { float *ln1_w, *qkv_w, *attproj_w, *ln2_w, *fc_w, *fcproj_w; } B
 typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
 
 static BlockTensors block_tensors(const GPT *m, float *unit_base) {
-    size_t C = m->cfg.embd;
+    size_t C = m->base.cfg.embd;
     BlockTensors b;
     b.ln1_w = unit_base;
     b.qkv_w = b.ln1_w + C;
@@ -170,31 +137,29 @@ static BlockTensors block_tensors(const GPT *m, float *unit_base) {
 
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
     RootTensors r;
+    const ModelConfig *cfg = &m->base.cfg;
     r.wte = unit_base;
-    r.wpe = r.wte + (size_t)m->cfg.vocab * m->cfg.embd;
-    r.lnf_w = r.wpe + (size_t)m->cfg.block_size * m->cfg.embd;
+    r.wpe = r.wte + (size_t)cfg->vocab * cfg->embd;
+    r.lnf_w = r.wpe + (size_t)cfg->block_size * cfg->embd;
     return r;
 }
 
 /* Dropout sites: 0 for the embeddings, then three per block. */
 static Dropout dropout_at(const GPT *m, uint32_t site) {
-    Dropout d = { m->training ? m->dropout : 0.0f, m->seed, m->rank, m->step, site };
+    Dropout d = { m->training ? m->base.dropout : 0.0f, m->base.seed, m->base.rank, m->step, site };
     return d;
-}
-
-static void call_hook(void (*hook)(void *, int), void *ctx, int unit) {
-    if (hook) hook(ctx, unit);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
                  uint32_t step, int training) {
-    Stream *s = m->stream;
-    int C = m->cfg.embd, NH = m->cfg.heads, V = m->cfg.vocab, L = m->cfg.layers;
+    Stream *s = m->base.stream;
+    const ModelConfig *cfg = &m->base.cfg;
+    int C = cfg->embd, NH = cfg->heads, V = cfg->vocab, L = cfg->layers;
     size_t BT = (size_t)B * T;
     Activations *a = &m->acts;
-    if (B < 1 || B > m->max_B || T < 1 || T > m->max_T || T > m->cfg.block_size) {
+    if (B < 1 || B > m->max_B || T < 1 || T > m->max_T || T > cfg->block_size) {
         fprintf(stderr, "fatal: gpt_forward of %d x %d on a model built for %d x %d (block %d)\n",
-                B, T, m->max_B, m->max_T, m->cfg.block_size);
+                B, T, m->max_B, m->max_T, cfg->block_size);
         abort();
     }
     m->B = B;
@@ -204,15 +169,15 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     stream_copy(s, m->tokens, tokens, BT * sizeof(int));
     if (targets) stream_copy(s, m->targets, targets, BT * sizeof(int));
 
-    call_hook(m->hooks.before_forward, m->hooks.ctx, 0);
-    RootTensors root = root_tensors(m, m->unit_weights[0]);
+    model_before_forward(&m->base, 0);
+    RootTensors root = root_tensors(m, m->base.unit_weights[0]);
     embedding_forward(s, a->encoded, m->tokens, root.wte, root.wpe, B, T, C);
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
 
     const float *x = a->encoded;  /* the residual stream entering each block */
     for (int l = 0; l < L; l++) {
-        call_hook(m->hooks.before_forward, m->hooks.ctx, 1 + l);
-        BlockTensors w = block_tensors(m, m->unit_weights[1 + l]);
+        model_before_forward(&m->base, 1 + l);
+        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
         float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
         float *atty = a->atty + l * BT * C, *attproj = a->attproj + l * BT * C;
@@ -244,14 +209,15 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 }
 
 void gpt_backward(GPT *m, float dloss) {
-    Stream *s = m->stream;
-    int B = m->B, T = m->T, C = m->cfg.embd, NH = m->cfg.heads, V = m->cfg.vocab, L = m->cfg.layers;
+    Stream *s = m->base.stream;
+    const ModelConfig *cfg = &m->base.cfg;
+    int B = m->B, T = m->T, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, L = cfg->layers;
     size_t BT = (size_t)B * T;
     Activations *a = &m->acts;
 
-    call_hook(m->hooks.before_backward, m->hooks.ctx, 0);
-    RootTensors root = root_tensors(m, m->unit_weights[0]);
-    RootTensors droot = root_tensors(m, m->unit_grads[0]);
+    model_before_backward(&m->base, 0);
+    RootTensors root = root_tensors(m, m->base.unit_weights[0]);
+    RootTensors droot = root_tensors(m, m->base.unit_grads[0]);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
     /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
@@ -262,9 +228,9 @@ void gpt_backward(GPT *m, float dloss) {
                        a->lnf_mean, a->lnf_rstd, BT, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        call_hook(m->hooks.before_backward, m->hooks.ctx, 1 + l);
-        BlockTensors w = block_tensors(m, m->unit_weights[1 + l]);
-        BlockTensors dw = block_tensors(m, m->unit_grads[1 + l]);
+        model_before_backward(&m->base, 1 + l);
+        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
+        BlockTensors dw = block_tensors(m, m->base.unit_grads[1 + l]);
         const float *x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded;
         float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
@@ -288,18 +254,11 @@ void gpt_backward(GPT *m, float dloss) {
                            dropout_at(m, site));
         matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
         layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C);
-        call_hook(m->hooks.after_backward, m->hooks.ctx, 1 + l);
+        model_after_backward(&m->base, 1 + l);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C);
-    call_hook(m->hooks.after_backward, m->hooks.ctx, 0);
-}
-
-float gpt_read_loss(GPT *m) {
-    float loss;
-    stream_copy(m->stream, &loss, m->acts.mean_loss, sizeof loss);
-    stream_synchronize(m->stream);
-    return loss;
+    model_after_backward(&m->base, 0);
 }

@@ -1,7 +1,9 @@
-/* optim.h: nanoGPT's learning-rate schedule and which tensors decay. */
+/* optim.h: nanoGPT's learning-rate schedule, which tensors decay, and AdamW
+ * over any range of the arena. */
 #ifndef ZF_OPTIM_H
 #define ZF_OPTIM_H
 
+#include "../kernels/kernels.h"
 #include "../runtime/arena.h"
 
 typedef struct {
@@ -15,5 +17,12 @@ float lr_at(const LRSchedule *s, int iter);
 
 /* Weight decay applies to 2-D tensors (matmul weights, embeddings) only. */
 static inline int tensor_decays(const TensorSpec *t) { return t->ndim == 2; }
+
+/* AdamW on the arena range [lo, lo + len), tensor by tensor: hp.weight_decay
+ * applies only to the 2-D tensors, also where a shard boundary cuts through
+ * one; padding between tensors is left alone. params, grads, m and v point at
+ * element lo of their buffers. */
+void adamw_range(Stream *s, const ArenaLayout *layout, size_t lo, size_t len, float *params,
+                 const float *grads, float *m, float *v, AdamWParams hp);
 
 #endif

@@ -8,15 +8,15 @@
 #include "../runtime/host.h"
 
 void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
-    int V = m->cfg.vocab;
-    int window = m->cfg.block_size < m->max_T ? m->cfg.block_size : m->max_T;
+    int V = m->base.cfg.vocab;
+    int window = m->base.cfg.block_size < m->max_T ? m->base.cfg.block_size : m->max_T;
     float *logits = host_calloc((size_t)V, sizeof(float));
     double *weight = host_calloc((size_t)V, sizeof(double));
     for (int n = n_prompt; n < n_prompt + n_new; n++) {
         int T = n < window ? n : window;
         gpt_forward(m, tokens + n - T, NULL, 1, T, 0, 0);
-        stream_copy(m->stream, logits, m->acts.logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
-        stream_synchronize(m->stream);
+        stream_copy(m->base.stream, logits, m->acts.logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+        stream_synchronize(m->base.stream);
 
         float maxval = -INFINITY;
         for (int j = 0; j < V; j++) maxval = fmaxf(maxval, logits[j]);

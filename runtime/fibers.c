@@ -20,6 +20,8 @@ struct Fibers {
     pthread_cond_t changed;
     int holder;                 /* rank that may run now; -1 when none */
     int arrived;                /* ranks waiting at the current rendezvous */
+    char waiting_at[FIBERS_NAME_MAX];  /* its name, as the first rank to arrive gave it */
+    int first_rank;
     unsigned long generation;   /* rendezvous completed so far */
     int finished[FIBERS_MAX_RANKS];
     int nfinished;
@@ -94,13 +96,22 @@ static void pass_baton(Fibers *f, int from) {
     pthread_cond_broadcast(&f->changed);
 }
 
-int fibers_arrive(Fibers *f, int rank) {
+int fibers_arrive(Fibers *f, int rank, const char *rendezvous) {
     pthread_mutex_lock(&f->mu);
     if (f->failed) { pthread_mutex_unlock(&f->mu); return -1; }
     if (f->nfinished > 0) {
         int gone = 0;
         while (!f->finished[gone]) gone++;
         fail_locked_fmt(f, rank, "reached a rendezvous that rank %d finished its step without (mismatch)", gone);
+        pthread_mutex_unlock(&f->mu);
+        return -1;
+    }
+    if (f->arrived == 0) {
+        snprintf(f->waiting_at, sizeof f->waiting_at, "%s", rendezvous);
+        f->first_rank = rank;
+    } else if (strncmp(f->waiting_at, rendezvous, sizeof f->waiting_at - 1) != 0) {
+        fail_locked_fmt(f, rank, "reached the rendezvous '%s' while rank %d waits at '%s' (mismatch)",
+                        rendezvous, f->first_rank, f->waiting_at);
         pthread_mutex_unlock(&f->mu);
         return -1;
     }

@@ -10,7 +10,9 @@
  * Contract:
  *  1. One body per rank. Only the baton holder runs; bodies share state only
  *     through what they own.
- *  2. Every rank reaches the same rendezvous in the same order.
+ *  2. Every rank reaches the same rendezvous in the same order; each names
+ *     the rendezvous it arrives at, and a rank arriving at another name than
+ *     the ranks waiting there is a mismatch error.
  *  3. fibers_arrive() returns 1 on the last rank to arrive; it enqueues the
  *     collective for all ranks, then calls fibers_depart(), which hands the
  *     baton on and returns when it comes back. The others block (no spinning)
@@ -25,7 +27,7 @@
 #ifndef ZF_FIBERS_H
 #define ZF_FIBERS_H
 
-enum { FIBERS_MAX_RANKS = 64 };
+enum { FIBERS_MAX_RANKS = 64, FIBERS_NAME_MAX = 48 };
 
 typedef struct Fibers Fibers;
 
@@ -45,7 +47,7 @@ const char *fibers_error(const Fibers *f);
 int fibers_error_rank(const Fibers *f);
 
 /* Inside a body: see the contract above. Both return -1 when the run is failing. */
-int fibers_arrive(Fibers *f, int rank);
+int fibers_arrive(Fibers *f, int rank, const char *rendezvous);
 int fibers_depart(Fibers *f, int rank);
 /* Record an error of this rank (the first one wins) and wake every rank; -1. */
 int fibers_fail(Fibers *f, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../model/gpt.h"
+#include "../model/model.h"
 
 typedef struct {
-    GPTConfig model;
+    ModelConfig model;      /* a GPT, or the small MLP of the gates */
     int nranks;
     int batch;              /* rows per rank */
     float dropout;
@@ -38,8 +38,10 @@ typedef struct {
     float (*train_loss)(Strategy *s);
     /* Mean loss of a forward without dropout over a global batch (waits). */
     float (*eval_loss)(Strategy *s, const int *x, const int *y);
-    /* The model that generates text (rank 0's, with full weights). */
-    GPT *(*sampler)(Strategy *s);
+    /* Generate n_new tokens after the prompt tokens[0, n_prompt) on rank 0, as
+     * gpt_generate does (model/sample.h); -1 when the model is no GPT. */
+    int (*generate)(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature,
+                    uint32_t seed);
     /* Copy all weights, in the arena layout of nranks = 1, to or from the host. */
     void (*read_weights)(Strategy *s, float *host);
     void (*write_weights)(Strategy *s, const float *host);
@@ -60,7 +62,13 @@ struct Strategy {
 Strategy *ddp_create(const StrategyConfig *cfg);
 /* ZeRO-1 (--zero=1): full replicas, Adam state sharded over ranks. */
 Strategy *zero1_create(const StrategyConfig *cfg);
-/* The strategy of a --zero stage (0 or 1 for now); NULL with a message otherwise. */
+/* ZeRO-2 (--zero=2): full weights; gradients and Adam state sharded, each
+ * unit's gradient reduce-scattered as soon as its backward is done. */
+Strategy *zero2_create(const StrategyConfig *cfg);
+/* ZeRO-3 (--zero=3): weights sharded too, each unit gathered for its forward
+ * and its backward. */
+Strategy *zero3_create(const StrategyConfig *cfg);
+/* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
 
 #endif

@@ -64,13 +64,13 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
     unsigned char *text = host_calloc((size_t)n + 1, 1);
     /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
     tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
-    gpt_generate(s->ops->sampler(s), tokens, 1, n, 1.0f, s->cfg.seed);
+    if (s->ops->generate(s, tokens, 1, n, 1.0f, s->cfg.seed) != 0) n = 0;  /* not a GPT */
     for (int i = 0; i < n; i++) text[i] = data->itos[tokens[i + 1]];
-    if (cfg->out) {
+    if (cfg->out && n > 0) {
         fprintf(cfg->out, "sample:\n%.*s\n", n, (const char *)text);
         fflush(cfg->out);
     }
-    if (cfg->log) {
+    if (cfg->log && n > 0) {
         fputs("{\"sample\": ", cfg->log);
         json_string(cfg->log, text, n);
         fputs("}\n", cfg->log);

@@ -103,7 +103,7 @@ static Dropout at_site(Dropout drop, uint32_t site) {
     return drop;
 }
 
-double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
+double ref_gpt_loss(const ModelConfig *cfg, const ArenaLayout *layout, const double *params,
                     const int *tokens, const int *targets, int B, int T, Dropout drop) {
     int C = cfg->embd, NH = cfg->heads, V = cfg->vocab;
     size_t BT = (size_t)B * T;
@@ -135,6 +135,32 @@ double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const doubl
     return loss;
 }
 
+static double ref_mlp_loss(const ModelConfig *cfg, const ArenaLayout *layout, const double *params,
+                           const int *tokens, const int *targets, int B, int T) {
+    int C = cfg->embd, V = cfg->vocab;
+    size_t BT = (size_t)B * T;
+    double *x = malloc(sizeof(double) * BT * C), *ln = malloc(sizeof(double) * BT * C);
+    double *h = malloc(sizeof(double) * BT * C), *logits = malloc(sizeof(double) * BT * V);
+    ref_embedding(x, tokens, param(layout, params, "transformer.wte.weight", 0),
+                  param(layout, params, "transformer.wpe.weight", 0), B, T, C);
+    for (int l = 0; l < cfg->layers; l++) {
+        ref_layernorm(ln, x, param(layout, params, "layers.%d.ln.weight", l), BT, C);
+        ref_matmul(h, ln, param(layout, params, "layers.%d.fc.weight", l), BT, C, C);
+        ref_gelu(h, h, BT * C);
+        for (size_t i = 0; i < BT * C; i++) x[i] += h[i];
+    }
+    ref_matmul(logits, x, param(layout, params, "transformer.wte.weight", 0), BT, C, V);
+    double loss = ref_crossentropy(logits, targets, BT, V);
+    free(x); free(ln); free(h); free(logits);
+    return loss;
+}
+
+double ref_model_loss(const ModelConfig *cfg, const ArenaLayout *layout, const double *params,
+                      const int *tokens, const int *targets, int B, int T, Dropout drop) {
+    if (cfg->kind == MODEL_MLP) return ref_mlp_loss(cfg, layout, params, tokens, targets, B, T);
+    return ref_gpt_loss(cfg, layout, params, tokens, targets, B, T, drop);
+}
+
 Device *test_device;
 Stream *test_stream;
 
@@ -146,6 +172,13 @@ void test_stream_setup(void) {
 void test_stream_teardown(void) {
     stream_destroy(test_stream);
     device_destroy(test_device);
+}
+
+Model *test_model(const ModelConfig *cfg, int B, int T) {
+    Model *m = model_create(cfg, 1, test_device, test_stream, B, T);
+    model_own_weights(m);
+    model_own_grads(m);
+    return m;
 }
 
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {
@@ -181,7 +214,7 @@ float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, 
         return NULL;
     }
     ArenaLayout layout;
-    gpt_layout(&sc->model, 1, &layout);
+    model_layout(&sc->model, 1, &layout);
     *n = layout.total;
     float *w = malloc(layout.total * sizeof(float));
     s->ops->read_weights(s, w);

@@ -1,4 +1,4 @@
-/* reference.h: double-precision forwards of every op and of the whole GPT.
+/* reference.h: double-precision forwards of every op and of the whole models.
  *
  * The tests' independent reference: plain loops in double, written from the
  * definitions, sharing nothing with kernels/ but the dropout mask. Gradients of
@@ -25,14 +25,19 @@ double ref_crossentropy(const double *logits, const int *targets, int N, int V);
 /* The GPT's mean loss in double from params in the arena layout, with the
  * model's dropout sites (0 after the embeddings; 1 + 3l attention weights, 2 + 3l
  * and 3 + 3l the block's output projections) keyed by drop's p, seed, rank, step. */
-double ref_gpt_loss(const GPTConfig *cfg, const ArenaLayout *layout, const double *params,
+double ref_gpt_loss(const ModelConfig *cfg, const ArenaLayout *layout, const double *params,
                     const int *tokens, const int *targets, int B, int T, Dropout drop);
+/* The loss of either model: the GPT's above, or the MLP's (model/mlp.h). */
+double ref_model_loss(const ModelConfig *cfg, const ArenaLayout *layout, const double *params,
+                      const int *tokens, const int *targets, int B, int T, Dropout drop);
 
 /* Test helpers. The suites' fixture: one CPU device and stream per test. */
 extern Device *test_device;
 extern Stream *test_stream;
 void test_stream_setup(void);
 void test_stream_teardown(void);
+/* A model on the test stream, with activations for B x T and its own arenas. */
+Model *test_model(const ModelConfig *cfg, int B, int T);
 /* Uniform random floats in [lo, hi) from a seeded generator. */
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
 double *to_double(const float *x, size_t n);

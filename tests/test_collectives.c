@@ -157,7 +157,9 @@ static int scripted_body(Fibers *f, int rank, void *ctx) {
         if (rank == s->fail_rank && u == s->fail_unit) return fibers_fail(f, rank, "injected failure at unit %d", u);
         s->log[s->len++] = rank * 100 + u;  /* only the baton holder runs: no race */
         if (rank == s->skip_rank && u == s->skip_unit) continue;
-        int rc = fibers_arrive(f, rank);
+        char name[FIBERS_NAME_MAX];
+        snprintf(name, sizeof name, "unit %d", u);
+        int rc = fibers_arrive(f, rank, name);
         if (rc < 0) return -1;
         if (rc == 1) {
             s->log[s->len++] = 10000 + u;
@@ -220,7 +222,9 @@ Test(fibers, a_skipped_rendezvous_is_a_mismatch_not_a_hang, .timeout = 30) {
         s.skip_rank = r;
         s.skip_unit = 1;
         cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
-        cr_expect(strstr(fibers_error(f), "mismatch") != NULL, "%s", fibers_error(f));
+        const char *e = fibers_error(f);
+        cr_expect(strstr(e, "mismatch") && strstr(e, "'unit 1'") && strstr(e, "'unit 2'"),
+                  "the error names both rendezvous: %s", e);
     }
     for (int r = 0; r < N; r++) {
         Script s = script(2);

@@ -1,5 +1,6 @@
-/* test_model.c: the whole GPT: its gradient against finite differences of the
- * double reference, its loss at init, weight files, and PyTorch's nanoGPT. */
+/* test_model.c: the whole models: the GPT's and the MLP's gradients against
+ * finite differences of the double reference, the GPT's loss at init, weight
+ * files, and PyTorch's nanoGPT. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,40 +27,35 @@ static void random_params(const ArenaLayout *layout, float *params, unsigned see
 }
 
 /* Forward and backward of the float model on one batch; returns the loss. */
-static float model_loss_and_grads(GPT *m, const float *params, const int *x, const int *y, int B, int T) {
+static float model_loss_and_grads(Model *m, const float *params, const int *x, const int *y, int B, int T,
+                                  uint32_t step) {
     stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
     fill_zero(test_stream, m->grads, m->layout.total);
-    gpt_forward(m, x, y, B, T, 0, 1);
-    gpt_backward(m, 1.0f);
-    return gpt_read_loss(m);
+    m->ops->forward(m, x, y, B, T, step, 1);
+    m->ops->backward(m, 1.0f);
+    return model_read_loss(m);
 }
-
-typedef struct { const GPTConfig *cfg; const ArenaLayout *layout; double *params; const int *x, *y; int B, T; } LossCtx;
 
 /* The float model's gradient against central differences of the double
  * reference, every tensor, with dropout p (the same masks on both sides). */
-static void check_model_gradient(float p) {
-    GPTConfig cfg = { 7, 6, 2, 2, 8 };  /* V, block, layers, heads, embd */
+static void check_model_gradient(ModelKind kind, float p) {
+    ModelConfig cfg = { 7, 6, 2, 2, 8, kind };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
     Dropout drop = { p, 11, 1, 5, 0 };
-    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, cfg.block_size, 1);
+    Model *m = test_model(&cfg, B, cfg.block_size);
     m->dropout = p;
     m->seed = drop.seed;
     m->rank = drop.rank;
     size_t P = m->layout.total;
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     random_params(&m->layout, params, 100);
-    stream_copy(test_stream, m->params, params, P * sizeof(float));
-    fill_zero(test_stream, m->grads, P);
-    gpt_forward(m, x, y, B, T, drop.step, 1);
-    gpt_backward(m, 1.0f);
-    float loss = gpt_read_loss(m);
+    float loss = model_loss_and_grads(m, params, x, y, B, T, drop.step);
     stream_copy(test_stream, grads, m->grads, P * sizeof(float));
     stream_synchronize(test_stream);
 
     double *dparams = to_double(params, P);
-    double want = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
+    double want = ref_model_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
     cr_expect(fabs(loss - want) < 1e-5 * want, "p=%g: loss %.8g, reference %.8g", p, loss, want);
 
     double *num = malloc(P * sizeof(double));
@@ -67,9 +63,9 @@ static void check_model_gradient(float p) {
     for (size_t i = 0; i < P; i++) {
         double saved = dparams[i];
         dparams[i] = saved + h;
-        double plus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
+        double plus = ref_model_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
         dparams[i] = saved - h;
-        double minus = ref_gpt_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
+        double minus = ref_model_loss(&cfg, &m->layout, dparams, x, y, B, T, drop);
         dparams[i] = saved;
         num[i] = (plus - minus) / (2 * h);
     }
@@ -79,38 +75,39 @@ static void check_model_gradient(float p) {
         double err = rel_error(grads + t->offset, num + t->offset, t->numel);
         cr_expect_lt(err, 1e-4, "p=%g: %s: relative error %g", p, t->name, err);
     }
-    gpt_destroy(m);
+    model_destroy(m);
     free(params); free(grads); free(dparams); free(num);
 }
 
-Test(model, gradient_matches_finite_differences) { check_model_gradient(0.0f); }
-Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(0.2f); }
+Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f); }
+Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f); }
+Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f); }
 
 Test(model, loss_at_init_is_log_vocab) {
     Dataset data;
     char err[256];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 64, err, sizeof err), 0, "%s", err);
     cr_assert_eq(data.vocab, 65);
-    GPTConfig cfg = { data.vocab, 64, 4, 4, 128 };
+    ModelConfig cfg = { data.vocab, 64, 4, 4, 128, MODEL_GPT };
     int B = 12, T = 64;
-    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, T, 1);
-    float *params = malloc(m->layout.total * sizeof(float));
-    gpt_init_params(&cfg, &m->layout, 1337, params);
+    GPT *m = (GPT *)test_model(&cfg, B, T);
+    float *params = malloc(m->base.layout.total * sizeof(float));
+    model_init_params(&cfg, &m->base.layout, 1337, params);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1337, 0, 0, B, T, x, y);
-    stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
+    stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
     gpt_forward(m, x, y, B, T, 0, 0);
-    float loss = gpt_read_loss(m);
+    float loss = model_read_loss(&m->base);
     cr_expect(fabs(loss - log(65.0)) < 0.1, "loss at init %g, ln(65) = %g", loss, log(65.0));
     /* init statistics: a 2-D weight has std 0.02, a residual projection 0.02/sqrt(2L) */
-    const TensorSpec *fc = &m->layout.tensors[arena_find(&m->layout, "transformer.h.0.mlp.c_fc.weight")];
-    const TensorSpec *proj = &m->layout.tensors[arena_find(&m->layout, "transformer.h.0.mlp.c_proj.weight")];
+    const TensorSpec *fc = &m->base.layout.tensors[arena_find(&m->base.layout, "transformer.h.0.mlp.c_fc.weight")];
+    const TensorSpec *proj = &m->base.layout.tensors[arena_find(&m->base.layout, "transformer.h.0.mlp.c_proj.weight")];
     double s_fc = 0, s_proj = 0;
     for (size_t i = 0; i < fc->numel; i++) s_fc += (double)params[fc->offset + i] * params[fc->offset + i];
     for (size_t i = 0; i < proj->numel; i++) s_proj += (double)params[proj->offset + i] * params[proj->offset + i];
     cr_expect(fabs(sqrt(s_fc / fc->numel) - 0.02) < 0.001, "c_fc std %g", sqrt(s_fc / fc->numel));
     cr_expect(fabs(sqrt(s_proj / proj->numel) - 0.02 / sqrt(8.0)) < 0.0005, "c_proj std %g", sqrt(s_proj / proj->numel));
-    gpt_destroy(m);
+    model_destroy(&m->base);
     dataset_free(&data);
     free(params); free(x); free(y);
 }
@@ -133,7 +130,7 @@ Test(model, dataset_splits_and_batches) {
 }
 
 Test(model, weights_round_trip_and_bad_files) {
-    GPTConfig cfg = { 11, 8, 2, 2, 8 };
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT };
     ArenaLayout layout;
     gpt_layout(&cfg, 1, &layout);
     float *params = malloc(layout.total * sizeof(float)), *back = calloc(layout.total, sizeof(float));
@@ -146,7 +143,7 @@ Test(model, weights_round_trip_and_bad_files) {
     cr_expect(memcmp(params, back, layout.total * sizeof(float)) == 0);
 
     /* a model of another shape: the error names the tensor and both shapes */
-    GPTConfig wider = cfg;
+    ModelConfig wider = cfg;
     wider.embd = 16;
     ArenaLayout wide_layout;
     gpt_layout(&wider, 1, &wide_layout);
@@ -185,16 +182,16 @@ Test(model, matches_pytorch_nanogpt) {
     Dataset data;
     char err[512];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
-    GPTConfig cfg = { data.vocab, 32, 2, 4, 32 };
+    ModelConfig cfg = { data.vocab, 32, 2, 4, 32, MODEL_GPT };
     int B = 4, T = 32;
-    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, B, T, 1);
-    size_t P = m->layout.total;
+    GPT *m = (GPT *)test_model(&cfg, B, T);
+    size_t P = m->base.layout.total;
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
-    random_params(&m->layout, params, 3);
+    random_params(&m->base.layout, params, 3);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, B, T, x, y);
-    float loss = model_loss_and_grads(m, params, x, y, B, T);
-    stream_copy(test_stream, grads, m->grads, P * sizeof(float));
+    float loss = model_loss_and_grads(&m->base, params, x, y, B, T, 0);
+    stream_copy(test_stream, grads, m->base.grads, P * sizeof(float));
     stream_synchronize(test_stream);
 
     char dir[] = "/tmp/zf_torch_XXXXXX", wpath[256], bpath[256], gpath[256];
@@ -202,7 +199,7 @@ Test(model, matches_pytorch_nanogpt) {
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", dir);
     snprintf(bpath, sizeof bpath, "%s/batch.safetensors", dir);
     snprintf(gpath, sizeof gpath, "%s/grads.safetensors", dir);
-    cr_assert_eq(weights_save(wpath, &m->layout, params, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(weights_save(wpath, &m->base.layout, params, err, sizeof err), 0, "%s", err);
     StTensor batch[2] = {
         { "x", "I32", 2, { B, T }, x },
         { "y", "I32", 2, { B, T }, y },
@@ -217,8 +214,8 @@ Test(model, matches_pytorch_nanogpt) {
     const float *torch_loss = safetensors_tensor(&f, "loss", "F32", 0, NULL, err, sizeof err);
     cr_assert_not_null(torch_loss, "%s", err);
     cr_expect(fabsf(loss - *torch_loss) < 1e-4f * *torch_loss, "loss %.7g, PyTorch %.7g", loss, *torch_loss);
-    for (int i = 0; i < m->layout.ntensors; i++) {
-        const TensorSpec *t = &m->layout.tensors[i];
+    for (int i = 0; i < m->base.layout.ntensors; i++) {
+        const TensorSpec *t = &m->base.layout.tensors[i];
         int64_t shape[2] = { t->shape[0], t->shape[1] };
         const float *want = safetensors_tensor(&f, t->name, "F32", t->ndim, shape, err, sizeof err);
         cr_assert_not_null(want, "%s", err);
@@ -229,17 +226,17 @@ Test(model, matches_pytorch_nanogpt) {
     }
     safetensors_close(&f);
     unlink(wpath); unlink(bpath); unlink(gpath); rmdir(dir);
-    gpt_destroy(m);
+    model_destroy(&m->base);
     dataset_free(&data);
     free(params); free(grads); free(x); free(y);
 }
 
 Test(model, generation_is_deterministic_and_in_vocabulary) {
-    GPTConfig cfg = { 11, 8, 2, 2, 8 };
-    GPT *m = gpt_create(&cfg, 1, test_device, test_stream, 1, cfg.block_size, 1);
-    float *params = malloc(m->layout.total * sizeof(float));
-    random_params(&m->layout, params, 9);
-    stream_copy(test_stream, m->params, params, m->layout.total * sizeof(float));
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT };
+    GPT *m = (GPT *)test_model(&cfg, 1, cfg.block_size);
+    float *params = malloc(m->base.layout.total * sizeof(float));
+    random_params(&m->base.layout, params, 9);
+    stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
     int a[20] = { 3 }, b[20] = { 3 }, c[20] = { 3 };
     gpt_generate(m, a, 1, 19, 1.0f, 5);  /* longer than the block: the window slides */
     gpt_generate(m, b, 1, 19, 1.0f, 5);
@@ -248,6 +245,6 @@ Test(model, generation_is_deterministic_and_in_vocabulary) {
     cr_expect(memcmp(a, c, sizeof a) != 0, "another seed samples other text");
     cr_expect_eq(a[0], 3, "the prompt is kept");
     for (int i = 0; i < 20; i++) cr_expect(a[i] >= 0 && a[i] < cfg.vocab, "token %d out of range", a[i]);
-    gpt_destroy(m);
+    model_destroy(&m->base);
     free(params);
 }

@@ -1,7 +1,9 @@
-/* test_strategies.c: the gates of DDP and ZeRO-1 on the CPU simulator.
+/* test_strategies.c: the gates of DDP and ZeRO-1, 2 and 3 on the CPU simulator.
  *
  * The reference is the plain single-rank loop: one GPT, forward, backward,
  * clipping and AdamW called directly, no strategy, no ranks, no collectives.
+ * Every ZeRO stage is then held to DDP: bit-identical without clipping, on the
+ * small MLP and on a small GPT, through the trainer.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "../model/sample.h"
+#include "../strategies/ranks.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -29,11 +32,22 @@ TestSuite(strategies, .init = setup, .fini = teardown);
 
 enum { ITERS = 6 };
 
-/* Units of 1312 and 3104 floats: neither divides by 3, so N = 3 pads. */
+/* Three blocks; units of 1312 and 3104 floats: neither divides by 3 or 4,
+ * so N = 3 and 4 pad (checked in gate 4 below). */
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 16, 2, 2, 16 }, .nranks = nranks, .batch = batch, .dropout = dropout,
+        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT }, .nranks = nranks, .batch = batch, .dropout = dropout,
         .seed = 3, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+    };
+    return sc;
+}
+
+/* Three layers 22 wide over rows of 15 positions: units of 1760 and 506
+ * floats, neither divisible by 3, and the blocks not by 4 either. */
+static StrategyConfig small_mlp(int nranks, int batch) {
+    StrategyConfig sc = {
+        .model = { data.vocab, 15, 3, 1, 22, MODEL_MLP }, .nranks = nranks, .batch = batch,
+        .seed = 5, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
 }
@@ -71,13 +85,13 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     TrainConfig tc = quiet(1.0f);
 
     /* the plain loop */
-    GPT *g = gpt_create(&sc.model, 1, test_device, test_stream, B, T, 1);
-    g->dropout = sc.dropout;
-    g->seed = sc.seed;
-    size_t P = g->layout.total;
+    GPT *g = (GPT *)test_model(&sc.model, B, T);
+    g->base.dropout = sc.dropout;
+    g->base.seed = sc.seed;
+    size_t P = g->base.layout.total;
     float *init = malloc(P * sizeof(float)), *plain = malloc(P * sizeof(float));
-    gpt_init_params(&sc.model, &g->layout, sc.seed, init);
-    stream_copy(test_stream, g->params, init, P * sizeof(float));
+    model_init_params(&sc.model, &g->base.layout, sc.seed, init);
+    stream_copy(test_stream, g->base.params, init, P * sizeof(float));
     float *m = device_alloc(test_device, MEM_OPTIMIZER, P * sizeof(float));
     float *v = device_alloc(test_device, MEM_OPTIMIZER, P * sizeof(float));
     float *sumsq = device_alloc(test_device, MEM_WORKING, sizeof(float));
@@ -86,21 +100,16 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     for (int it = 0; it < ITERS; it++) {
         plain_lr = lr_at(&tc.schedule, it);
         dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, B, T, x, y);
-        fill_zero(test_stream, g->grads, P);
+        fill_zero(test_stream, g->base.grads, P);
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
-        sumsq_reduce(test_stream, sumsq, g->grads, P);
-        clip_scale(test_stream, g->grads, P, sumsq, 1, tc.grad_clip);
-        for (int i = 0; i < g->layout.ntensors; i++) {
-            const TensorSpec *t = &g->layout.tensors[i];
-            AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps,
-                               tensor_decays(t) ? sc.weight_decay : 0.0f, it + 1 };
-            adamw_update(test_stream, g->params + t->offset, g->grads + t->offset, m + t->offset,
-                         v + t->offset, t->numel, hp);
-        }
-        gpt_read_loss(g);
+        sumsq_reduce(test_stream, sumsq, g->base.grads, P);
+        clip_scale(test_stream, g->base.grads, P, sumsq, 1, tc.grad_clip);
+        AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
+        adamw_range(test_stream, &g->base.layout, 0, P, g->base.params, g->base.grads, m, v, hp);
+        model_read_loss(&g->base);
     }
-    stream_copy(test_stream, plain, g->params, P * sizeof(float));
+    stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
     int plain_text[40] = { 0 }, ddp_text[40] = { 0 };
     gpt_generate(g, plain_text, 1, 39, 1.0f, sc.seed);
 
@@ -110,7 +119,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
     float *ddp = malloc(P * sizeof(float));
     s->ops->read_weights(s, ddp);
-    gpt_generate(s->ops->sampler(s), ddp_text, 1, 39, 1.0f, sc.seed);
+    cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, 1.0f, sc.seed), 0);
     cr_expect(memcmp(plain, ddp, P * sizeof(float)) == 0, "weights differ from the plain loop");
     cr_expect(memcmp(&plain_lr, &s->lr, sizeof plain_lr) == 0, "lr %g, plain %g", s->lr, plain_lr);
     cr_expect(memcmp(plain_text, ddp_text, sizeof plain_text) == 0, "generated text differs");
@@ -119,63 +128,181 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     device_free(test_device, MEM_OPTIMIZER, m, P * sizeof(float));
     device_free(test_device, MEM_OPTIMIZER, v, P * sizeof(float));
     device_free(test_device, MEM_WORKING, sumsq, sizeof(float));
-    gpt_destroy(g);
+    model_destroy(&g->base);
     free(init); free(plain); free(ddp); free(x); free(y);
 }
 
-/* ---- gate 2: ZeRO-1 bit-identical to DDP without clipping ---- */
+/* ---- gate 2: every ZeRO stage bit-identical to DDP without clipping ---- */
 
-Test(strategies, zero1_is_bit_identical_to_ddp_without_clipping) {
-    for (int N = 1; N <= 4; N++) {
-        size_t n;
-        float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
-        float *zero1 = train(1, small_gpt(N, 2, 0.1f), 0.0f, &n);
-        cr_expect(memcmp(ddp, zero1, n * sizeof(float)) == 0, "N=%d: ZeRO-1 differs from DDP", N);
-        free(ddp);
-        free(zero1);
+static void expect_stages_match_ddp(StrategyConfig sc, const char *model) {
+    size_t n;
+    float *ddp = train(0, sc, 0.0f, &n);
+    for (int zero = 1; zero <= 3; zero++) {
+        float *w = train(zero, sc, 0.0f, &n);
+        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "%s, N=%d: ZeRO-%d differs from DDP", model,
+                  sc.nranks, zero);
+        free(w);
     }
+    free(ddp);
+}
+
+Test(strategies, every_stage_is_bit_identical_to_ddp_on_the_mlp) {
+    for (int N = 1; N <= 4; N++) expect_stages_match_ddp(small_mlp(N, 2), "MLP");
+}
+
+Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
+    for (int N = 2; N <= 3; N++) expect_stages_match_ddp(small_gpt(N, 2, 0.1f), "GPT");
 }
 
 /* ---- gate 3: with clipping they differ only in how the norm is summed ---- */
 
-Test(strategies, zero1_agrees_with_ddp_with_clipping) {
+Test(strategies, every_stage_agrees_with_ddp_with_clipping) {
     for (int N = 2; N <= 3; N++) {
         size_t n;
         /* a low limit, so every step clips */
         float *ddp = train(0, small_gpt(N, 2, 0.0f), 0.05f, &n);
-        float *zero1 = train(1, small_gpt(N, 2, 0.0f), 0.05f, &n);
-        double d = max_rel_diff(zero1, ddp, n);
-        cr_expect_lt(d, 1e-6, "N=%d: relative difference %g", N, d);
+        for (int zero = 1; zero <= 3; zero++) {
+            float *w = train(zero, small_gpt(N, 2, 0.0f), 0.05f, &n);
+            double d = max_rel_diff(w, ddp, n);
+            cr_expect_lt(d, 1e-6, "N=%d: ZeRO-%d: relative difference %g", N, zero, d);
+            free(w);
+        }
         free(ddp);
-        free(zero1);
     }
 }
 
-/* ---- gate 4: the global batch, not N, decides the result ---- */
+/* ---- gate 4: units that N does not divide are padded, and still match ---- */
+
+Test(strategies, the_test_models_have_units_that_three_does_not_divide) {
+    StrategyConfig models[2] = { small_gpt(3, 2, 0.0f), small_mlp(3, 2) };
+    for (int i = 0; i < 2; i++) {
+        ArenaLayout plain, padded;
+        model_layout(&models[i].model, 1, &plain);
+        model_layout(&models[i].model, 3, &padded);
+        for (int u = 0; u < plain.nunits; u++) {
+            cr_expect_neq(plain.units[u].size % 3, 0, "model %d unit %d: %zu floats", i, u, plain.units[u].size);
+            cr_expect_eq(padded.units[u].size % 3, 0);
+            cr_expect_lt(padded.units[u].size - plain.units[u].size, 3);
+        }
+    }
+}
+
+/* ---- the global batch, not N, decides the result ---- */
 
 Test(strategies, the_same_global_batch_on_one_and_two_ranks) {
     size_t n;
     float *one = train(0, small_gpt(1, 4, 0.0f), 1.0f, &n);
-    float *two = train(0, small_gpt(2, 2, 0.0f), 1.0f, &n);
-    float *two_zero1 = train(1, small_gpt(2, 2, 0.0f), 1.0f, &n);
-    double d = max_rel_diff(two, one, n), dz = max_rel_diff(two_zero1, one, n);
-    cr_expect_lt(d, 1e-5, "DDP N=2 against N=1: relative difference %g", d);
-    cr_expect_lt(dz, 1e-5, "ZeRO-1 N=2 against N=1: relative difference %g", dz);
+    for (int zero = 0; zero <= 3; zero++) {
+        float *two = train(zero, small_gpt(2, 2, 0.0f), 1.0f, &n);
+        double d = max_rel_diff(two, one, n);
+        cr_expect_lt(d, 1e-5, "--zero=%d N=2 against DDP N=1: relative difference %g", zero, d);
+        free(two);
+    }
     free(one);
-    free(two);
-    free(two_zero1);
 }
 
-Test(strategies, zero1_holds_a_shard_of_the_optimizer_state) {
-    Strategy *ddp = strategy_create(0, &(StrategyConfig){ 0 });
-    cr_expect_null(ddp, "zero ranks is refused");
-    StrategyConfig sc = small_gpt(4, 2, 0.0f);
-    Strategy *d = strategy_create(0, &sc), *z = strategy_create(1, &sc);
-    for (int r = 0; r < 4; r++) {
-        cr_expect_eq(z->ops->rank_bytes(z, r, MEM_OPTIMIZER) * 4, d->ops->rank_bytes(d, r, MEM_OPTIMIZER));
-        cr_expect_eq(z->ops->rank_bytes(z, r, MEM_WEIGHTS), d->ops->rank_bytes(d, r, MEM_WEIGHTS));
+/* ---- evaluation and generation under every stage ---- */
+
+Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
+    StrategyConfig sc = small_gpt(3, 2, 0.1f);
+    TrainConfig tc = quiet(0.0f);
+    int text[4][30];
+    float eval[4];
+    int rows = sc.nranks * sc.batch, T = sc.model.block_size;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    dataset_batch(&data, SPLIT_VAL, BATCH_EVAL, sc.seed, 0, 0, rows, T, x, y);
+    for (int zero = 0; zero <= 3; zero++) {
+        Strategy *s = strategy_create(zero, &sc);
+        TrainResult r;
+        cr_assert_eq(train_run(s, &tc, &data, &r), 0);
+        eval[zero] = s->ops->eval_loss(s, x, y);
+        text[zero][0] = 1;
+        cr_assert_eq(s->ops->generate(s, text[zero], 1, 29, 1.0f, 7), 0);
+        s->ops->destroy(s);
+        cr_expect(memcmp(&eval[zero], &eval[0], sizeof(float)) == 0, "--zero=%d: eval loss %.9g, DDP %.9g",
+                  zero, eval[zero], eval[0]);
+        cr_expect(memcmp(text[zero], text[0], sizeof text[0]) == 0, "--zero=%d: other text than DDP", zero);
     }
-    cr_expect_null(strategy_create(2, &sc), "ZeRO-2 is not there yet");
-    d->ops->destroy(d);
-    z->ops->destroy(z);
+    cr_expect(isfinite(eval[0]) && eval[0] > 0);
+    free(x);
+    free(y);
+}
+
+/* ---- memory: what each stage holds, from the allocations ---- */
+
+Test(strategies, each_stage_holds_its_share_of_the_state) {
+    cr_expect_null(strategy_create(0, &(StrategyConfig){ 0 }), "zero ranks is refused");
+    int N = 4;
+    StrategyConfig sc = small_gpt(N, 2, 0.0f);
+    ArenaLayout padded;
+    model_layout(&sc.model, N, &padded);
+    size_t full = padded.total * sizeof(float), part = full / N;
+    /* bytes per rank of weights, gradients, optimizer state (m and v) */
+    size_t want[4][3] = {
+        { full, full, 2 * full },
+        { full, full, 2 * part },
+        { full, part, 2 * part },
+        { part, part, 2 * part },
+    };
+    MemKind kinds[3] = { MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER };
+    for (int zero = 0; zero <= 3; zero++) {
+        Strategy *s = strategy_create(zero, &sc);
+        for (int r = 0; r < N; r++)
+            for (int k = 0; k < 3; k++)
+                cr_expect_eq(s->ops->rank_bytes(s, r, kinds[k]), want[zero][k], "--zero=%d rank %d kind %d: %zu, want %zu",
+                             zero, r, k, s->ops->rank_bytes(s, r, kinds[k]), want[zero][k]);
+        size_t working = s->ops->rank_bytes(s, 0, MEM_WORKING);
+        size_t slots = (padded.units[0].size + padded.units[1].size) * sizeof(float);
+        size_t expect_working = N * sizeof(float) + (zero >= 2 ? slots : 0) + (zero == 3 ? slots : 0);
+        cr_expect_eq(working, expect_working, "--zero=%d: working %zu, want %zu", zero, working, expect_working);
+        s->ops->destroy(s);
+    }
+}
+
+/* ---- gate 5: a rank that skips a unit's rendezvous is an error, not a hang ---- */
+
+typedef struct {
+    UnitHooks inner;
+    int skip_unit;
+} SkippingHooks;
+
+static void skip_after_backward(void *ctx, int unit) {
+    SkippingHooks *h = ctx;
+    if (unit != h->skip_unit) h->inner.after_backward(h->inner.ctx, unit);
+}
+
+static void skip_before_forward(void *ctx, int unit) {
+    SkippingHooks *h = ctx;
+    if (unit != h->skip_unit) h->inner.before_forward(h->inner.ctx, unit);
+}
+
+static void pass_before_backward(void *ctx, int unit) {
+    SkippingHooks *h = ctx;
+    h->inner.before_backward(h->inner.ctx, unit);
+}
+
+Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60) {
+    for (int zero = 2; zero <= 3; zero++) {
+        StrategyConfig sc = small_gpt(3, 2, 0.0f);
+        Strategy *s = strategy_create(zero, &sc);
+        Ranks *ranks = (Ranks *)s;
+        Model *m = ranks->model[1];
+        SkippingHooks h = { m->hooks, 2 };
+        m->hooks.ctx = &h;
+        m->hooks.before_backward = pass_before_backward;
+        if (zero == 2) m->hooks.after_backward = skip_after_backward;
+        else {  /* skip a forward gather instead */
+            m->hooks.before_forward = skip_before_forward;
+            m->hooks.after_backward = skip_after_backward;
+            h.skip_unit = 1;
+        }
+        int rows = sc.nranks * sc.batch, T = sc.model.block_size;
+        int *x = calloc((size_t)rows * T, sizeof(int)), *y = calloc((size_t)rows * T, sizeof(int));
+        cr_expect_eq(s->ops->forward_backward(s, x, y, 0), -1, "--zero=%d: the run failed", zero);
+        const char *e = fibers_error(ranks->fibers);
+        cr_expect(strstr(e, "mismatch") != NULL && strstr(e, "unit") != NULL, "--zero=%d: %s", zero, e);
+        s->ops->destroy(s);
+        free(x);
+        free(y);
+    }
 }

@@ -25,7 +25,7 @@ TestSuite(train, .init = setup, .fini = teardown);
 
 static StrategyConfig small_model(float dropout, uint32_t seed) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32 }, .nranks = 1, .batch = 8, .dropout = dropout,
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT }, .nranks = 1, .batch = 8, .dropout = dropout,
         .seed = seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -135,7 +135,6 @@ Test(train, bad_flags_exit_2_with_one_line) {
         { "--gpus=0", "--gpus=0 must be in 1..64" },
         { "--gpus=65", "--gpus=65 must be in 1..64" },
         { "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
-        { "--zero=2", "ZeRO-2 and ZeRO-3 arrive in a later issue" },
         { "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
         { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
         { "--block=100000", "exceed 2^31 floats" },
@@ -198,4 +197,24 @@ Test(train, help_lists_every_flag_and_exits_0) {
         "--seed", "--eval-every", "--eval-iters", "--sample-chars", "--log", "--data", "--preset" };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
+}
+
+/* bin/zero_memory (or the sanitizer build's, ZF_ZERO_MEMORY) on a small model:
+ * it checks every rank against the ZeRO formulas itself and exits 1 if one is off. */
+Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
+    const char *bin = getenv("ZF_ZERO_MEMORY") ? getenv("ZF_ZERO_MEMORY") : "./bin/zero_memory";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --layers=3 --embd=24 --heads=2 --block=16", bin);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    cr_expect_eq(pclose(p), 0, "%s failed:\n%s", cmd, out);
+    static const char *rows[] = { "| DDP | 1 |", "| ZeRO-1 | 2 |", "| ZeRO-2 | 4 |", "| ZeRO-3 | 8 |" };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        cr_expect(strstr(out, rows[i]) != NULL, "no row %s in:\n%s", rows[i], out);
+    int table_rows = 0;
+    for (const char *c = out; (c = strstr(c, " | 1.00")) != NULL; c++) table_rows++;
+    cr_expect_eq(table_rows, 16, "16 rows at state / formula 1.00..:\n%s", out);
 }

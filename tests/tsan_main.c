@@ -1,7 +1,8 @@
 /* tsan_main.c: the ThreadSanitizer run, without Criterion (which cannot start
  * under ThreadSanitizer, Snaipe/Criterion#274): streams and events from several
- * host threads, then short training runs on 1 and 3 ranks (the rank fibers, the
- * baton and the collectives) with dropout, evaluation and sampling.
+ * host threads, then short training runs of every strategy, DDP on 1 rank and
+ * ZeRO-1, 2 and 3 on 3 (the rank fibers, the baton, the collectives inside the
+ * backward), with dropout, clipping, evaluation and sampling.
  * Exits non-zero on a wrong result; ThreadSanitizer exits non-zero on a race. */
 #include <stdio.h>
 
@@ -24,9 +25,9 @@ int main(void) {
         return 1;
     }
     int status = 0;
-    for (int zero = 0; zero <= 1; zero++) {
+    for (int zero = 0; zero <= 3; zero++) {
         StrategyConfig sc = {
-            .model = { data.vocab, 16, 2, 2, 16 }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
+            .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
             .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
         };
         Strategy *s = strategy_create(zero, &sc);
@@ -39,7 +40,7 @@ int main(void) {
         s->ops->destroy(s);
     }
     dataset_free(&data);
-    printf("tsan: streams, DDP on 1 rank and ZeRO-1 on 3 ranks finished %s\n",
+    printf("tsan: streams, DDP on 1 rank and ZeRO-1, 2 and 3 on 3 ranks finished %s\n",
            status ? "with an error" : "cleanly");
     return status;
 }

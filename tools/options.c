@@ -41,7 +41,7 @@ static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
         { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
         { "data", FLAG_PATH, o->data, sizeof o->data, "text file to train on" },
-        { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (optimizer state sharded)" },
+        { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated on the CPU without GPUs)" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },

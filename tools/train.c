@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../model/gpt.h"
 #include "../strategies/trainer.h"
 #include "options.h"
 
@@ -19,7 +20,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     StrategyConfig sc = {
-        .model = { data.vocab, o.block, o.layers, o.heads, o.embd },
+        .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
         .nranks = o.gpus, .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
         .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
@@ -47,7 +48,7 @@ int main(int argc, char **argv) {
     else printf("device: cpu simulator, %d ranks on the CPU (no GPU support in this build)\n", o.gpus);
     printf("blas: %s\n", blas);
     ArenaLayout layout;
-    gpt_layout(&sc.model, 1, &layout);
+    model_layout(&sc.model, 1, &layout);
     printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n",
            o.data, data.ntokens, data.vocab, data.ntrain, data.ntokens - data.ntrain);
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
@@ -57,10 +58,10 @@ int main(int argc, char **argv) {
            o.warmup, o.dropout, o.grad_clip, o.seed);
     fflush(stdout);
 
-    printf("memory per rank: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
-           "activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
+    printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
+           "working %.1f MB, activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
-           s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6);
+           s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6);
     TrainConfig tc = {
         .iters = o.iters,
         .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },

@@ -1,0 +1,124 @@
+/* mlp.c: the residual MLP's layout, forward and backward, layer by layer. */
+#include "mlp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../kernels/kernels.h"
+#include "../runtime/host.h"
+
+void mlp_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    int C = cfg->embd;
+    char name[ARENA_NAME_MAX];
+    arena_init(layout, shard_multiple);
+    arena_begin_unit(layout);
+    arena_add_tensor(layout, "transformer.wte.weight", cfg->vocab, C);
+    arena_add_tensor(layout, "transformer.wpe.weight", cfg->block_size, C);
+    arena_end_unit(layout);
+    for (int l = 0; l < cfg->layers; l++) {
+        arena_begin_unit(layout);
+        snprintf(name, sizeof name, "layers.%d.ln.weight", l);
+        arena_add_tensor(layout, name, C, 0);
+        snprintf(name, sizeof name, "layers.%d.fc.weight", l);
+        arena_add_tensor(layout, name, C, C);
+        arena_end_unit(layout);
+    }
+}
+
+static void mlp_destroy(Model *base) {
+    MLP *m = (MLP *)base;
+    device_free(base->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
+    device_free(base->dev, MEM_ACTIVATIONS, m->tokens, (size_t)m->max_BT * sizeof(int));
+    device_free(base->dev, MEM_ACTIVATIONS, m->targets, (size_t)m->max_BT * sizeof(int));
+    free(m);
+}
+
+static void mlp_forward(Model *base, const int *tokens, const int *targets, int B, int T,
+                        uint32_t step, int training) {
+    (void)step, (void)training;  /* no dropout */
+    MLP *m = (MLP *)base;
+    Stream *s = base->stream;
+    int C = base->cfg.embd, V = base->cfg.vocab, L = base->cfg.layers;
+    size_t BT = (size_t)B * T;
+    if (B < 1 || T < 1 || T > base->cfg.block_size || BT > (size_t)m->max_BT) {
+        fprintf(stderr, "fatal: mlp forward of %d x %d on a model built for %d positions\n", B, T, m->max_BT);
+        abort();
+    }
+    m->B = B;
+    m->T = T;
+    stream_copy(s, m->tokens, tokens, BT * sizeof(int));
+    if (targets) stream_copy(s, m->targets, targets, BT * sizeof(int));
+
+    model_before_forward(base, 0);
+    const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
+    embedding_forward(s, m->x, m->tokens, wte, wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        model_before_forward(base, 1 + l);
+        const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
+        float *x = m->x + l * BT * C, *x_next = x + BT * C;
+        float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
+        layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, BT, C);
+        matmul_forward(s, h, ln, fc_w, BT, C, C);
+        gelu_forward(s, h_gelu, h, BT * C);
+        residual_forward(s, x_next, x, h_gelu, BT * C);
+    }
+    matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
+    crossentropy_forward(s, m->loss, m->losses, m->probs, m->logits, targets ? m->targets : NULL, BT, V);
+}
+
+static void mlp_backward(Model *base, float dloss) {
+    MLP *m = (MLP *)base;
+    Stream *s = base->stream;
+    int C = base->cfg.embd, V = base->cfg.vocab, L = base->cfg.layers, BT = m->B * m->T;
+
+    model_before_backward(base, 0);
+    const float *wte = base->unit_weights[0];
+    float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
+    crossentropy_backward(s, m->dlogits, m->probs, m->targets, BT, V, dloss / (float)BT);
+    matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
+
+    for (int l = L - 1; l >= 0; l--) {
+        model_before_backward(base, 1 + l);
+        const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
+        float *dln_w = base->unit_grads[1 + l], *dfc_w = dln_w + C;
+        size_t at = (size_t)l * BT * C;
+        /* dx reaches x_l through the residual as it is, and through the branch */
+        gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C);
+        matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
+        layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
+                           m->ln_rstd + (size_t)l * BT, BT, C);
+        model_after_backward(base, 1 + l);
+    }
+    embedding_backward(s, dwte, dwpe, m->dx, m->tokens, m->B, m->T, C);
+    model_after_backward(base, 0);
+}
+
+static const ModelOps mlp_ops = { mlp_forward, mlp_backward, mlp_destroy };
+
+MLP *mlp_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+                int max_B, int max_T) {
+    MLP *m = host_calloc(1, sizeof *m);
+    model_init(&m->base, &mlp_ops, cfg, shard_multiple, dev, stream);
+    size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)max_B * max_T;
+    m->max_BT = (int)BT;
+    /* the size table */
+    struct { float **ptr; size_t floats; } table[] = {
+        { &m->x, (L + 1) * BT * C },
+        { &m->ln, L * BT * C }, { &m->ln_mean, L * BT }, { &m->ln_rstd, L * BT },
+        { &m->h, L * BT * C }, { &m->h_gelu, L * BT * C },
+        { &m->logits, BT * V }, { &m->probs, BT * V }, { &m->losses, BT }, { &m->loss, 1 },
+        { &m->dx, BT * C }, { &m->dln, BT * C }, { &m->dh, BT * C }, { &m->dlogits, BT * V },
+    };
+    size_t n = sizeof table / sizeof table[0];
+    for (size_t i = 0; i < n; i++) m->acts_floats += table[i].floats;
+    m->acts_memory = device_alloc(dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
+    float *next = m->acts_memory;
+    for (size_t i = 0; i < n; i++) {
+        *table[i].ptr = next;
+        next += table[i].floats;
+    }
+    m->base.mean_loss = m->loss;
+    m->tokens = device_alloc(dev, MEM_ACTIVATIONS, BT * sizeof(int));
+    m->targets = device_alloc(dev, MEM_ACTIVATIONS, BT * sizeof(int));
+    return m;
+}

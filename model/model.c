@@ -1,0 +1,97 @@
+/* model.c: what every model shares: layout and init by kind, unit tables, arenas, loss. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/philox.h"
+#include "../runtime/host.h"
+#include "gpt.h"
+#include "mlp.h"
+
+void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    if (cfg->kind == MODEL_MLP)
+        mlp_layout(cfg, shard_multiple, layout);
+    else
+        gpt_layout(cfg, shard_multiple, layout);
+}
+
+void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host) {
+    memset(host, 0, layout->total * sizeof(float));
+    for (int ti = 0; ti < layout->ntensors; ti++) {
+        const TensorSpec *t = &layout->tensors[ti];
+        float *w = host + t->offset;
+        if (t->ndim == 1) {  /* norm weights */
+            for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
+            continue;
+        }
+        double std = 0.02;
+        if (strstr(t->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->layers);
+        /* Box-Muller on Philox: element pair i from counter (i, tensor index) */
+        for (size_t i = 0; i < t->numel; i += 2) {
+            Philox4 ctr = {{ (uint32_t)(i / 2), (uint32_t)((uint64_t)i >> 33), (uint32_t)ti, 0 }};
+            Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_INIT);
+            double u1 = ((double)bits.v[0] + 1.0) / 4294967296.0;  /* (0, 1] */
+            double u2 = (double)bits.v[1] / 4294967296.0;
+            double r = sqrt(-2.0 * log(u1));
+            w[i] = (float)(std * r * cos(2.0 * M_PI * u2));
+            if (i + 1 < t->numel) w[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+        }
+    }
+}
+
+Model *model_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+                    int max_B, int max_T) {
+    if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
+    return &gpt_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
+}
+
+void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard_multiple,
+                Device *dev, Stream *stream) {
+    m->ops = ops;
+    m->cfg = *cfg;
+    m->dev = dev;
+    m->stream = stream;
+    model_layout(cfg, shard_multiple, &m->layout);
+    m->unit_weights = host_calloc(m->layout.nunits, sizeof *m->unit_weights);
+    m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
+}
+
+/* Point unit u of `units` at its range of a full arena. */
+static float *own_arena(Model *m, MemKind kind, float **units) {
+    float *arena = device_alloc(m->dev, kind, m->layout.total * sizeof(float));
+    for (int u = 0; u < m->layout.nunits; u++) units[u] = arena + m->layout.units[u].offset;
+    return arena;
+}
+
+void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }
+void model_own_grads(Model *m) { m->grads = own_arena(m, MEM_GRADS, m->unit_grads); }
+
+void model_destroy(Model *m) {
+    if (!m) return;
+    device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
+    device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
+    free(m->unit_weights);
+    free(m->unit_grads);
+    m->ops->destroy(m);
+}
+
+void model_before_forward(Model *m, int unit) {
+    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.ctx, unit);
+}
+
+void model_before_backward(Model *m, int unit) {
+    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.ctx, unit);
+}
+
+void model_after_backward(Model *m, int unit) {
+    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.ctx, unit);
+}
+
+float model_read_loss(Model *m) {
+    float loss;
+    stream_copy(m->stream, &loss, m->mean_loss, sizeof loss);
+    stream_synchronize(m->stream);
+    return loss;
+}

@@ -1,0 +1,211 @@
+/* ranks.c: the rank set every strategy shares, and the ops that do not depend
+ * on how the state is split (ranks.h). */
+#include "ranks.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/gpt.h"
+#include "../model/sample.h"
+#include "../runtime/host.h"
+
+int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
+    d->base.ops = ops;
+    d->base.name = name;
+    d->base.cfg = *cfg;
+    d->nranks = cfg->nranks;
+    d->pg = pg_create_simulator(cfg->nranks);
+    d->fibers = fibers_create(cfg->nranks);
+    if (!d->pg || !d->fibers) {
+        pg_destroy(d->pg);
+        fibers_destroy(d->fibers);
+        return -1;
+    }
+    model_layout(&cfg->model, 1, &d->plain_layout);
+    for (int r = 0; r < d->nranks; r++) {
+        Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
+                                cfg->model.block_size);
+        m->dropout = cfg->dropout;
+        m->seed = cfg->seed;
+        m->rank = (uint32_t)r;
+        d->ref[r] = (RankRef){ d, r };
+        m->hooks.ctx = &d->ref[r];
+        d->model[r] = m;
+        d->norm_parts[r] = device_alloc(d->pg->device[r], MEM_WORKING, (size_t)d->nranks * sizeof(float));
+    }
+    d->layout = &d->model[0]->layout;
+    return 0;
+}
+
+void ranks_release(Ranks *d) {
+    for (int r = 0; r < d->nranks; r++) {
+        stream_synchronize(d->pg->compute[r]);
+        stream_synchronize(d->pg->comm[r]);
+    }
+    for (int r = 0; r < d->nranks; r++) {
+        device_free(d->pg->device[r], MEM_WORKING, d->norm_parts[r], (size_t)d->nranks * sizeof(float));
+        model_destroy(d->model[r]);
+    }
+    fibers_destroy(d->fibers);
+    pg_destroy(d->pg);
+}
+
+size_t ranks_shard_offset(const Ranks *d, int unit, int rank) {
+    const UnitSpec *u = &d->layout->units[unit];
+    return u->offset + (size_t)rank * (u->size / (size_t)d->nranks);
+}
+
+size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
+    return d->layout->units[unit].offset / (size_t)d->nranks;
+}
+
+void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int unit),
+                      int unit) {
+    if (d->failed[rank]) return;
+    int rc = fibers_arrive(d->fibers, rank, name);
+    if (rc == 1) {
+        collective(d, unit);
+        rc = fibers_depart(d->fibers, rank);
+    }
+    if (rc < 0) d->failed[rank] = 1;
+}
+
+/* One rank's part of a run: its rows forward, and backward when training. */
+static int rank_body(Fibers *f, int rank, void *ctx) {
+    (void)f;
+    Ranks *d = ctx;
+    Model *m = d->model[rank];
+    int B = d->base.cfg.batch, T = d->base.cfg.model.block_size;
+    size_t rows = (size_t)rank * B * T;
+    m->ops->forward(m, d->x + rows, d->y + rows, B, T, d->step, d->training);
+    if (d->training) m->ops->backward(m, 1.0f);
+    return d->failed[rank] ? -1 : 0;
+}
+
+int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int training) {
+    d->x = x;
+    d->y = y;
+    d->step = step;
+    d->training = training;
+    for (int r = 0; r < d->nranks; r++) d->failed[r] = 0;
+    if (fibers_run(d->fibers, rank_body, d) == 0) return 0;
+    fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
+    return -1;
+}
+
+void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
+
+/* Clip by the global norm: each rank sums the squares of its gradient part;
+ * with one part per rank, the partials are all-gathered and summed in order. */
+void ranks_clip_grads(Strategy *s, float max_norm) {
+    Ranks *d = (Ranks *)s;
+    if (max_norm <= 0.0f) return;
+    int sharded = d->grad_parts_sharded;
+    float *own_part[FIBERS_MAX_RANKS];
+    for (int r = 0; r < d->nranks; r++) {
+        own_part[r] = d->norm_parts[r] + (sharded ? r : 0);
+        sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len);
+    }
+    if (sharded) pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks);
+    for (int r = 0; r < d->nranks; r++)
+        clip_scale(d->pg->compute[r], d->grad_part[r], d->grad_part_len, d->norm_parts[r],
+                   sharded ? d->nranks : 1, max_norm);
+}
+
+/* Mean over ranks, in rank order, of each rank's mean loss. */
+float ranks_train_loss(Strategy *s) {
+    Ranks *d = (Ranks *)s;
+    double total = 0.0;
+    for (int r = 0; r < d->nranks; r++) total += model_read_loss(d->model[r]);
+    return (float)(total / d->nranks);
+}
+
+/* Evaluation is split over the ranks: each runs its rows, without dropout. */
+float ranks_eval_loss(Strategy *s, const int *x, const int *y) {
+    Ranks *d = (Ranks *)s;
+    if (ranks_run(d, x, y, 0, 0) != 0) return NAN;
+    return ranks_train_loss(s);
+}
+
+/* On rank 0. With sharded weights, they are gathered once into a GPT that
+ * lives for this call, on rank 0's device. */
+int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
+    Ranks *d = (Ranks *)s;
+    if (s->cfg.model.kind != MODEL_GPT) return -1;
+    if (!d->weights_sharded) {
+        gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, temperature, seed);
+        return 0;
+    }
+    GPT *g = gpt_create(&s->cfg.model, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
+    model_own_weights(&g->base);
+    float *host = host_calloc(d->plain_layout.total, sizeof(float));
+    ranks_read_weights(s, host);
+    stream_copy(g->base.stream, g->base.params, host, d->plain_layout.total * sizeof(float));
+    gpt_generate(g, tokens, n_prompt, n_new, temperature, seed);
+    model_destroy(&g->base);
+    free(host);
+    return 0;
+}
+
+/* Copy between the unpadded host layout and a padded host arena, tensor by tensor. */
+static void unpad(const Ranks *d, float *plain, const float *padded) {
+    for (int i = 0; i < d->layout->ntensors; i++)
+        memcpy(plain + d->plain_layout.tensors[i].offset, padded + d->layout->tensors[i].offset,
+               d->layout->tensors[i].numel * sizeof(float));
+}
+
+static void pad(const Ranks *d, float *padded, const float *plain) {
+    for (int i = 0; i < d->layout->ntensors; i++)
+        memcpy(padded + d->layout->tensors[i].offset, plain + d->plain_layout.tensors[i].offset,
+               d->layout->tensors[i].numel * sizeof(float));
+}
+
+/* Weights move to and from the host in the unpadded layout of one rank: from
+ * rank 0's arena, or from every rank's shard of every unit. */
+void ranks_read_weights(Strategy *s, float *host) {
+    Ranks *d = (Ranks *)s;
+    float *padded = host_calloc(d->layout->total, sizeof(float));
+    if (!d->weights_sharded) {
+        stream_copy(d->pg->compute[0], padded, d->weights[0], d->layout->total * sizeof(float));
+    } else {
+        for (int r = 0; r < d->nranks; r++)
+            for (int u = 0; u < d->layout->nunits; u++)
+                stream_copy(d->pg->compute[r], padded + ranks_shard_offset(d, u, r),
+                            d->weights[r] + ranks_shard_arena_offset(d, u),
+                            d->layout->units[u].size / d->nranks * sizeof(float));
+    }
+    for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
+    unpad(d, host, padded);
+    free(padded);
+}
+
+void ranks_write_weights(Strategy *s, const float *host) {
+    Ranks *d = (Ranks *)s;
+    float *padded = host_calloc(d->layout->total, sizeof(float));
+    pad(d, padded, host);
+    for (int r = 0; r < d->nranks; r++) {
+        if (!d->weights_sharded) {
+            stream_copy(d->pg->compute[r], d->weights[r], padded, d->layout->total * sizeof(float));
+        } else {
+            for (int u = 0; u < d->layout->nunits; u++)
+                stream_copy(d->pg->compute[r], d->weights[r] + ranks_shard_arena_offset(d, u),
+                            padded + ranks_shard_offset(d, u, r),
+                            d->layout->units[u].size / d->nranks * sizeof(float));
+        }
+    }
+    for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
+    free(padded);
+}
+
+void ranks_init_weights(Ranks *d) {
+    float *init = host_calloc(d->plain_layout.total, sizeof(float));
+    model_init_params(&d->base.cfg.model, &d->plain_layout, d->base.cfg.seed, init);
+    ranks_write_weights(&d->base, init);
+    free(init);
+}
+
+size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
+    return device_bytes_in_use(((Ranks *)s)->pg->device[rank], kind);
+}

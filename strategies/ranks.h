@@ -1,0 +1,83 @@
+/* ranks.h: what every strategy is built on: N ranks' models on one process
+ * group, each rank's step run by rank fibers, and the ops the strategies share.
+ *
+ * A strategy embeds Ranks first and says, per rank, where two things live:
+ *   weights[r]     the full padded arena (weights_sharded = 0), or rank r's
+ *                  shard arena: its shard of each unit, one after another
+ *                  (weights_sharded = 1; ZeRO-3);
+ *   grad_part[r]   the part of the mean gradient rank r holds after
+ *                  forward_backward, grad_part_len floats: the whole arena
+ *                  (DDP), or one part per rank (ZeRO-1/2/3), as clipping sums.
+ * Unit u's shard on rank r is the range [offset_u + r * size_u / N, + size_u / N)
+ * of the padded arena, at offset_u / N in the shard arena: each unit's size
+ * divides by N (runtime/arena.h), and so does every offset.
+ *
+ * replicated.c builds DDP and ZeRO-1 on this, sharded.c ZeRO-2 and ZeRO-3.
+ */
+#ifndef ZF_RANKS_H
+#define ZF_RANKS_H
+
+#include "../runtime/fibers.h"
+#include "../runtime/process_group.h"
+#include "strategy.h"
+
+typedef struct Ranks Ranks;
+
+/* The context of a rank's unit hooks. */
+typedef struct {
+    Ranks *ranks;
+    int rank;
+} RankRef;
+
+struct Ranks {
+    Strategy base;
+    int nranks;
+    ProcessGroup *pg;
+    Fibers *fibers;
+    ArenaLayout plain_layout;      /* the tensors without padding, as at nranks = 1 */
+    const ArenaLayout *layout;     /* the padded layout every rank's model shares */
+    Model *model[FIBERS_MAX_RANKS];
+    float *weights[FIBERS_MAX_RANKS];
+    int weights_sharded;
+    float *grad_part[FIBERS_MAX_RANKS];
+    size_t grad_part_len;
+    int grad_parts_sharded;
+    float *norm_parts[FIBERS_MAX_RANKS];  /* [N] squared-norm partials, for clipping */
+    const int *x, *y;              /* the global batch of the run in flight */
+    uint32_t step;
+    int training;
+    int failed[FIBERS_MAX_RANKS];  /* a rendezvous of this run failed on this rank */
+    RankRef ref[FIBERS_MAX_RANKS]; /* hooks.ctx of rank r's model is &ref[r] */
+};
+
+/* Set up the process group, the fibers and each rank's model (no arenas: the
+ * strategy places them); 0, or -1 with a message and nothing left allocated. */
+int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name);
+/* Wait for every stream, then free what ranks_init made. */
+void ranks_release(Ranks *d);
+/* Each rank's forward (and backward, when training) over its rows of the
+ * global batch x, y, on its own fiber; the strategy's collectives run from its
+ * unit hooks. 0, or -1 after printing the failing rank. */
+int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int training);
+/* Inside a hook of rank `rank`: arrive at the rendezvous `name`; the last rank
+ * to arrive runs collective(d, unit) for every rank. After a failure it does
+ * nothing, and the rank's step fails once its model returns. */
+void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int unit),
+                      int unit);
+/* Write the initial weights of cfg->seed (strategies call it once placed). */
+void ranks_init_weights(Ranks *d);
+/* Where unit u's shard of rank r starts, in the padded arena and in a shard arena. */
+size_t ranks_shard_offset(const Ranks *d, int unit, int rank);
+size_t ranks_shard_arena_offset(const Ranks *d, int unit);
+
+/* The ops every strategy shares. */
+void ranks_set_lr(Strategy *s, float lr);
+void ranks_clip_grads(Strategy *s, float max_norm);
+float ranks_train_loss(Strategy *s);
+float ranks_eval_loss(Strategy *s, const int *x, const int *y);
+int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed);
+void ranks_read_weights(Strategy *s, float *host);
+void ranks_write_weights(Strategy *s, const float *host);
+size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind);
+
+#endif
