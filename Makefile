@@ -17,11 +17,13 @@ CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fo
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
 
-RUNTIME = runtime/host.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/process_group.c
-KERNELS = $(wildcard kernels/cpu/*.c)
+RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c \
+          runtime/process_group.c
+KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
+CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 MODEL = model/model.c model/gpt.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
 STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c
-LIB_SRC = $(RUNTIME) $(KERNELS) $(MODEL) $(STRATEGIES) tools/options.c
+LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies

@@ -2,7 +2,8 @@
  *
  * The model is CUDA's: every op is enqueued on a Stream and returns at once; an
  * Event records a point in a stream; a stream can wait on an event; the host can
- * synchronize on a stream or an event. The CPU backend keeps these semantics for
+ * synchronize on a stream or an event. Two backends implement it: CUDA
+ * (device_cuda.cu), and the CPU (device_cpu.c), which keeps these semantics for
  * real: a stream is a worker thread draining a FIFO of tasks, so a missing wait is
  * a real race that the tests and ThreadSanitizer can catch without a GPU.
  *
@@ -14,6 +15,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 
 typedef enum {
     MEM_WEIGHTS,      /* parameters (full replicas or shards) */
@@ -28,18 +35,22 @@ typedef struct Device Device;
 typedef struct Stream Stream;
 typedef struct Event Event;
 
-/* A task runs on the stream's worker; its arguments are copied at launch. */
-typedef void (*TaskFn)(void *args);
-enum { TASK_ARGS_MAX = 640 };  /* room for one pointer per rank, 64 ranks */
-
 /* A CPU device shared by `sharing` devices (the simulated ranks): each of its
  * streams runs its tasks on cores / sharing threads (at least one), so N ranks'
  * streams together use the cores once rather than N times over. */
 Device *device_create_cpu(int sharing);
+/* GPUs this process can use: 0 without any, or in a build without CUDA. */
+int device_cuda_count(void);
+/* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
+Device *device_create_cuda(int ordinal);
 void device_destroy(Device *dev);
 const char *device_name(const Device *dev);
+DeviceKind device_kind(const Device *dev);
+/* The GPU's index; -1 for the CPU. */
+int device_ordinal(const Device *dev);
 
-/* Zero-filled memory of one kind; device_free takes the same size back. */
+/* Zero-filled memory of one kind (aborts with a message when there is none);
+ * device_free takes the same size back. */
 void *device_alloc(Device *dev, MemKind kind, size_t bytes);
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes);
 size_t device_bytes_in_use(const Device *dev, MemKind kind);
@@ -47,19 +58,28 @@ size_t device_bytes_in_use(const Device *dev, MemKind kind);
 Stream *stream_create(Device *dev);
 void stream_destroy(Stream *s);
 Device *stream_device(Stream *s);
-/* Enqueue fn(args); args_size bytes of args are copied, at most TASK_ARGS_MAX. */
-void stream_launch(Stream *s, TaskFn fn, const void *args, size_t args_size);
 /* Enqueue a copy of bytes from src to dst (either may be host or device memory).
  * src must stay valid and unchanged until the copy has run. */
 void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
+/* out[i] = scale * (in[0][i] + in[1][i] + ... + in[n-1][i]) for i < len, summed
+ * in that order, then scaled: the simulator's reduction. out may be one of in;
+ * 1 <= n <= STREAM_SUM_MAX. */
+enum { STREAM_SUM_MAX = 64 };
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
 void stream_synchronize(Stream *s);
 
-Event *event_create(void);
+/* An event of dev's kind, recorded and waited on by dev's streams (waits may
+ * come from streams of other devices of the same kind). */
+Event *event_create(Device *dev);
 void event_destroy(Event *ev);
 /* Mark the point in s that later waits on ev refer to (the latest record wins). */
 void event_record(Event *ev, Stream *s);
 /* Work enqueued on s after this call starts only once ev's recorded point is done. */
 void stream_wait_event(Stream *s, Event *ev);
 void event_synchronize(Event *ev);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,7 +7,7 @@
  * record, even on another stream, never releases an earlier wait. Markers are
  * reference-counted, so an event may be destroyed while its records are pending.
  */
-#include "device.h"
+#include "device_cpu.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_backend.h"
 #include "host.h"
 
 /* pthread calls fail only on programming errors or exhausted resources. */
@@ -25,60 +26,25 @@ static void check_pthread(int rc, const char *what) {
     }
 }
 
-struct Device {
-    char name[32];
+typedef struct {
+    struct Device base;
     int threads;           /* per stream task; 0: OpenMP's default */
-    pthread_mutex_t mu;
-    size_t bytes[MEM_KINDS];
-};
+} CpuDevice;
 
-Device *device_create_cpu(int sharing) {
-    Device *dev = host_calloc(1, sizeof *dev);
-    snprintf(dev->name, sizeof dev->name, "cpu");
-    if (sharing > 1) {
-        int per_device = omp_get_num_procs() / sharing;
-        dev->threads = per_device > 1 ? per_device : 1;
-    }
-    check_pthread(pthread_mutex_init(&dev->mu, NULL), "pthread_mutex_init");
-    return dev;
-}
+static void cpu_destroy(Device *dev) { free(dev); }
 
-void device_destroy(Device *dev) {
-    if (!dev) return;
-    pthread_mutex_destroy(&dev->mu);
-    free(dev);
-}
-
-const char *device_name(const Device *dev) { return dev->name; }
-
-void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
+static void *cpu_alloc(Device *dev, size_t bytes) {
+    (void)dev;
     /* 64-byte alignment keeps BLAS and vector loads on cache lines. */
     size_t rounded = (bytes + 63) / 64 * 64;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) {
-        fprintf(stderr, "fatal: cannot allocate %zu bytes on %s\n", bytes, dev->name);
-        abort();
-    }
-    memset(p, 0, rounded);
-    pthread_mutex_lock(&dev->mu);
-    dev->bytes[kind] += bytes;
-    pthread_mutex_unlock(&dev->mu);
+    if (p) memset(p, 0, rounded);
     return p;
 }
 
-void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes) {
-    if (!ptr) return;
+static void cpu_free(Device *dev, void *ptr) {
+    (void)dev;
     free(ptr);
-    pthread_mutex_lock(&dev->mu);
-    dev->bytes[kind] -= bytes;
-    pthread_mutex_unlock(&dev->mu);
-}
-
-size_t device_bytes_in_use(const Device *dev, MemKind kind) {
-    pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
-    size_t n = dev->bytes[kind];
-    pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
-    return n;
 }
 
 /* ---- streams ---- */
@@ -90,8 +56,9 @@ typedef struct {
     _Alignas(16) unsigned char args[TASK_ARGS_MAX];
 } Task;
 
-struct Stream {
-    Device *dev;
+typedef struct {
+    struct Stream base;
+    int threads;                 /* the device's, for the worker */
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t has_work, has_space, drained;
@@ -100,12 +67,12 @@ struct Stream {
     uint64_t launched, finished;
     uint64_t wake_at;            /* the nearest task count a synchronize waits for */
     int stopping;
-};
+} CpuStream;
 
 static void *stream_worker(void *arg) {
-    Stream *s = arg;
+    CpuStream *s = arg;
     Task task;
-    if (s->dev->threads > 0) omp_set_num_threads(s->dev->threads);
+    if (s->threads > 0) omp_set_num_threads(s->threads);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->count == 0 && !s->stopping) pthread_cond_wait(&s->has_work, &s->mu);
@@ -128,19 +95,20 @@ static void *stream_worker(void *arg) {
     return NULL;
 }
 
-Stream *stream_create(Device *dev) {
-    Stream *s = host_calloc(1, sizeof *s);
-    s->dev = dev;
+static Stream *cpu_stream_create(Device *dev) {
+    CpuStream *s = host_calloc(1, sizeof *s);
+    s->base.dev = dev;
+    s->threads = ((CpuDevice *)dev)->threads;
     check_pthread(pthread_mutex_init(&s->mu, NULL), "pthread_mutex_init");
     check_pthread(pthread_cond_init(&s->has_work, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->has_space, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->drained, NULL), "pthread_cond_init");
     check_pthread(pthread_create(&s->worker, NULL, stream_worker, s), "pthread_create");
-    return s;
+    return &s->base;
 }
 
-void stream_destroy(Stream *s) {
-    if (!s) return;
+static void cpu_stream_destroy(Stream *stream) {
+    CpuStream *s = (CpuStream *)stream;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_signal(&s->has_work);
@@ -153,9 +121,12 @@ void stream_destroy(Stream *s) {
     free(s);
 }
 
-Device *stream_device(Stream *s) { return s->dev; }
-
-void stream_launch(Stream *s, TaskFn fn, const void *args, size_t args_size) {
+void stream_launch(Stream *stream, TaskFn fn, const void *args, size_t args_size) {
+    CpuStream *s = (CpuStream *)stream;
+    if (stream->dev->kind != DEVICE_CPU) {
+        fprintf(stderr, "fatal: a CPU task launched on %s\n", stream->dev->name);
+        abort();
+    }
     if (args_size > TASK_ARGS_MAX) {
         fprintf(stderr, "fatal: task arguments of %zu bytes exceed %d\n", args_size, TASK_ARGS_MAX);
         abort();
@@ -178,14 +149,50 @@ static void copy_task(void *p) {
     memcpy(a->dst, a->src, a->bytes);
 }
 
-void stream_copy(Stream *s, void *dst, const void *src, size_t bytes) {
+static void cpu_copy(Stream *s, void *dst, const void *src, size_t bytes) {
     CopyArgs a = { dst, src, bytes };
     stream_launch(s, copy_task, &a, sizeof a);
 }
 
+enum { SUM_CHUNK = 1024 };
+
+typedef struct {
+    float *out;
+    float *in[STREAM_SUM_MAX];
+    int n;
+    size_t len;
+    float scale;
+} SumArgs;
+
+/* Through a stack buffer, a chunk at a time, so out may be one of in. */
+static void sum_task(void *p) {
+    SumArgs *a = p;
+    float acc[SUM_CHUNK];
+    for (size_t c0 = 0; c0 < a->len; c0 += SUM_CHUNK) {
+        size_t m = a->len - c0 < SUM_CHUNK ? a->len - c0 : SUM_CHUNK;
+        memcpy(acc, a->in[0] + c0, m * sizeof(float));
+        for (int q = 1; q < a->n; q++) {
+            const float *src = a->in[q] + c0;
+            for (size_t i = 0; i < m; i++) acc[i] += src[i];
+        }
+        for (size_t i = 0; i < m; i++) a->out[c0 + i] = acc[i] * a->scale;
+    }
+}
+
+static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
+    SumArgs a = { .out = out, .n = n, .len = len, .scale = scale };
+    if (n < 1 || n > STREAM_SUM_MAX) {
+        fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
+        abort();
+    }
+    memcpy(a.in, in, sizeof(float *) * n);
+    stream_launch(s, sum_task, &a, sizeof a);
+}
+
 /* Waits for the tasks launched before the call, not for later ones. Each waiter
  * keeps wake_at at the nearest target still pending. */
-void stream_synchronize(Stream *s) {
+static void cpu_synchronize(Stream *stream) {
+    CpuStream *s = (CpuStream *)stream;
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->launched;
     while (s->finished < target) {
@@ -235,26 +242,28 @@ static void marker_wait(Marker *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-struct Event {
+typedef struct {
+    struct Event base;
     pthread_mutex_t mu;
     Marker *latest;  /* NULL until the first record */
-};
+} CpuEvent;
 
-Event *event_create(void) {
-    Event *ev = host_calloc(1, sizeof *ev);
+static Event *cpu_event_create(Device *dev) {
+    CpuEvent *ev = host_calloc(1, sizeof *ev);
+    ev->base.dev = dev;
     check_pthread(pthread_mutex_init(&ev->mu, NULL), "pthread_mutex_init");
-    return ev;
+    return &ev->base;
 }
 
-void event_destroy(Event *ev) {
-    if (!ev) return;
+static void cpu_event_destroy(Event *event) {
+    CpuEvent *ev = (CpuEvent *)event;
     marker_release(ev->latest);
     pthread_mutex_destroy(&ev->mu);
     free(ev);
 }
 
 /* The latest marker, retained for the caller; NULL if never recorded. */
-static Marker *latest_marker(Event *ev) {
+static Marker *latest_marker(CpuEvent *ev) {
     pthread_mutex_lock(&ev->mu);
     Marker *m = ev->latest;
     if (m) marker_retain(m);
@@ -281,7 +290,8 @@ static void wait_task(void *p) {
 
 /* The mark task is queued before the marker is published, so no wait can be
  * queued on that stream ahead of the mark it waits for. */
-void event_record(Event *ev, Stream *s) {
+static void cpu_event_record(Event *event, Stream *s) {
+    CpuEvent *ev = (CpuEvent *)event;
     MarkerArgs a = { marker_create(2) };  /* the event's reference and the mark task's */
     stream_launch(s, mark_task, &a, sizeof a);
     pthread_mutex_lock(&ev->mu);
@@ -291,14 +301,30 @@ void event_record(Event *ev, Stream *s) {
     marker_release(previous);
 }
 
-void stream_wait_event(Stream *s, Event *ev) {
-    MarkerArgs a = { latest_marker(ev) };
+static void cpu_wait_event(Stream *s, Event *ev) {
+    MarkerArgs a = { latest_marker((CpuEvent *)ev) };
     if (a.marker) stream_launch(s, wait_task, &a, sizeof a);
 }
 
-void event_synchronize(Event *ev) {
-    Marker *m = latest_marker(ev);
+static void cpu_event_synchronize(Event *ev) {
+    Marker *m = latest_marker((CpuEvent *)ev);
     if (!m) return;
     marker_wait(m);
     marker_release(m);
+}
+
+static const DeviceOps cpu_ops = {
+    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum,
+    cpu_synchronize, cpu_event_create, cpu_event_destroy, cpu_event_record, cpu_wait_event,
+    cpu_event_synchronize,
+};
+
+Device *device_create_cpu(int sharing) {
+    CpuDevice *dev = host_calloc(1, sizeof *dev);
+    device_init(&dev->base, &cpu_ops, DEVICE_CPU, -1, "cpu");
+    if (sharing > 1) {
+        int per_device = omp_get_num_procs() / sharing;
+        dev->threads = per_device > 1 ? per_device : 1;
+    }
+    return &dev->base;
 }

@@ -23,8 +23,8 @@ ProcessGroup *pg_create_simulator(int nranks) {
         pg->device[r] = device_create_cpu(nranks);
         pg->compute[r] = stream_create(pg->device[r]);
         pg->comm[r] = stream_create(pg->device[r]);
-        pg->produced[r] = event_create();
-        pg->part_done[r] = event_create();
+        pg->produced[r] = event_create(pg->device[r]);
+        pg->part_done[r] = event_create(pg->device[r]);
     }
     return pg;
 }
@@ -65,68 +65,26 @@ static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
 
 /* ---- the local kernels ---- */
 
-enum { SUM_CHUNK = 1024 };
-
-typedef struct {
-    float *send[FIBERS_MAX_RANKS];
-    float *recv;
-    int nranks, rank;
-    size_t n, shard;
-    float scale;
-} ReduceScatterArgs;
-
-/* Rank r's shard, summed over ranks in order through a stack buffer (recv may
- * alias send[r]), then scaled. */
-static void reduce_scatter_task(void *p) {
-    ReduceScatterArgs *a = p;
-    size_t lo = (size_t)a->rank * a->shard, len = shard_length(a->n, a->shard, a->rank);
-    float acc[SUM_CHUNK];
-    for (size_t c0 = 0; c0 < len; c0 += SUM_CHUNK) {
-        size_t m = len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK;
-        memcpy(acc, a->send[0] + lo + c0, m * sizeof(float));
-        for (int q = 1; q < a->nranks; q++) {
-            const float *src = a->send[q] + lo + c0;
-            for (size_t i = 0; i < m; i++) acc[i] += src[i];
-        }
-        for (size_t i = 0; i < m; i++) a->recv[c0 + i] = acc[i] * a->scale;
-    }
-}
-
-typedef struct {
-    float *send[FIBERS_MAX_RANKS];
-    float *recv;
-    int nranks;
-    size_t n, shard;
-} AllGatherArgs;
-
-static void all_gather_task(void *p) {
-    AllGatherArgs *a = p;
-    for (int q = 0; q < a->nranks; q++) {
-        float *dst = a->recv + (size_t)q * a->shard;
-        size_t len = shard_length(a->n, a->shard, q);
-        if (len && dst != a->send[q]) memcpy(dst, a->send[q], len * sizeof(float));
-    }
-}
-
+/* Rank r's part of a reduce-scatter: its shard of every rank's send, summed in
+ * rank order on its communication stream. */
 static void enqueue_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
                                    size_t n, float scale) {
-    ReduceScatterArgs a = { .nranks = pg->nranks, .n = n, .shard = pg_shard_size(n, pg->nranks),
-                            .scale = scale };
-    memcpy(a.send, send, sizeof(float *) * pg->nranks);
+    size_t shard = pg_shard_size(n, pg->nranks);
     for (int r = 0; r < pg->nranks; r++) {
-        a.rank = r;
-        a.recv = recv[r];
-        stream_launch(pg->comm[r], reduce_scatter_task, &a, sizeof a);
+        float *parts[FIBERS_MAX_RANKS];
+        for (int q = 0; q < pg->nranks; q++) parts[q] = send[q] + (size_t)r * shard;
+        stream_sum(pg->comm[r], recv[r], parts, pg->nranks, shard_length(n, shard, r), scale);
     }
 }
 
+/* Rank r's part of an all-gather: every rank's shard copied into its recv. */
 static void enqueue_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
-    AllGatherArgs a = { .nranks = pg->nranks, .n = n, .shard = pg_shard_size(n, pg->nranks) };
-    memcpy(a.send, send, sizeof(float *) * pg->nranks);
-    for (int r = 0; r < pg->nranks; r++) {
-        a.recv = recv[r];
-        stream_launch(pg->comm[r], all_gather_task, &a, sizeof a);
-    }
+    size_t shard = pg_shard_size(n, pg->nranks);
+    for (int r = 0; r < pg->nranks; r++)
+        for (int q = 0; q < pg->nranks; q++) {
+            float *dst = recv[r] + (size_t)q * shard;
+            if (dst != send[q]) stream_copy(pg->comm[r], dst, send[q], shard_length(n, shard, q) * sizeof(float));
+        }
 }
 
 /* ---- the collectives ---- */

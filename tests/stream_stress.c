@@ -26,7 +26,7 @@ typedef struct { Device *dev; int rounds; int wrong; } DriverArgs;
 static void *driver(void *p) {
     DriverArgs *d = p;
     Stream *a = stream_create(d->dev), *b = stream_create(d->dev);
-    Event *written = event_create(), *read = event_create();
+    Event *written = event_create(d->dev), *read = event_create(d->dev);
     atomic_int cell = 0;
     int seen = 0;
     for (int round = 1; round <= d->rounds; round++) {

@@ -6,7 +6,7 @@
 #ifndef ZF_STREAM_STRESS_H
 #define ZF_STREAM_STRESS_H
 
-#include "../runtime/device.h"
+#include "../runtime/device_cpu.h"
 
 /* Each of `threads` host threads drives its own two streams for `rounds` rounds:
  * a slow write on one, a read on the other behind an event, and the next write

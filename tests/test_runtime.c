@@ -55,7 +55,7 @@ static void read_task(void *p) {
 Test(runtime, stream_wait_event_orders_streams) {
     Device *dev = device_create_cpu(1);
     Stream *producer = stream_create(dev), *consumer = stream_create(dev);
-    Event *ev = event_create();
+    Event *ev = event_create(dev);
     atomic_int cell = 0;
     int seen[50];
     for (int round = 0; round < 50; round++) {
@@ -79,7 +79,7 @@ Test(runtime, stream_wait_event_orders_streams) {
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
     Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev);
-    Event *ev = event_create();
+    Event *ev = event_create(dev);
     atomic_int cell = 0;
     WriteArgs w = { &cell, 7, 20000 };
     stream_launch(s, slow_write_task, &w, sizeof w);
@@ -87,7 +87,7 @@ Test(runtime, event_synchronize_waits_for_the_recorded_point) {
     event_synchronize(ev);
     cr_expect_eq(atomic_load(&cell), 7);
     /* waiting on an event never recorded is a no-op, as in CUDA */
-    Event *never = event_create();
+    Event *never = event_create(dev);
     stream_wait_event(s, never);
     event_synchronize(never);
     stream_synchronize(s);
@@ -154,7 +154,7 @@ Test(runtime, arena_pads_units_to_the_shard_multiple) {
 Test(runtime, a_later_record_on_another_stream_does_not_release_a_wait) {
     Device *dev = device_create_cpu(1);
     Stream *slow = stream_create(dev), *idle = stream_create(dev), *waiter = stream_create(dev);
-    Event *ev = event_create();
+    Event *ev = event_create(dev);
     for (int round = 0; round < 20; round++) {
         atomic_int cell = 0;
         int seen = -1;
@@ -195,7 +195,7 @@ static void *late_launcher(void *p) {
 Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
     Device *dev = device_create_cpu(1);
     Stream *s = stream_create(dev), *other = stream_create(dev);
-    Event *gate = event_create();
+    Event *gate = event_create(dev);
     atomic_int released = 0;
     atomic_int *flag = &released;
     stream_launch(other, wait_for_flag_task, &flag, sizeof flag);
@@ -225,7 +225,7 @@ Test(runtime, an_event_may_be_destroyed_while_its_record_is_pending) {
     int seen = 0;
     WriteArgs w = { &cell, 9, 5000 };
     stream_launch(a, slow_write_task, &w, sizeof w);
-    Event *ev = event_create();
+    Event *ev = event_create(dev);
     event_record(ev, a);
     stream_wait_event(b, ev);
     event_destroy(ev);                  /* pending mark and wait keep their marker */

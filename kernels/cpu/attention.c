@@ -11,7 +11,8 @@
 #include <math.h>
 
 #include "../dropout.h"
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 #include "vector_math.h"
 
 enum { ATT_ROWS = 32 };
@@ -71,7 +72,7 @@ static void attention_forward_task(void *p) {
     }
 }
 
-void attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+void cpu_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
                        int B, int T, int C, int NH, Dropout drop) {
     AttentionArgs a = { out, att, scratch, qkv, B, T, C, NH, drop };
     stream_launch(s, attention_forward_task, &a, sizeof a);
@@ -146,7 +147,7 @@ static void attention_backward_task(void *p) {
     }
 }
 
-void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, int B, int T, int C, int NH,
                         Dropout drop) {
     AttentionBackwardArgs a = { dqkv, scratch, dout, qkv, att, B, T, C, NH, drop };

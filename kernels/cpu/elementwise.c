@@ -3,7 +3,8 @@
 #include <string.h>
 
 #include "../dropout.h"
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 #include "vector_math.h"
 
 /* Elementwise loops run in chunks this long, so a dropout mask fits on the stack. */
@@ -20,7 +21,7 @@ static void gelu_forward_task(void *p) {
     }
 }
 
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
     GeluArgs a = { out, inp, n };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
@@ -39,7 +40,7 @@ static void gelu_backward_task(void *p) {
     }
 }
 
-void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
     GeluBackwardArgs a = { dinp, inp, dout, n };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
@@ -52,7 +53,7 @@ static void residual_forward_task(void *p) {
     for (size_t i = 0; i < a->n; i++) a->out[i] = a->a[i] + a->b[i];
 }
 
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
+void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
     ResidualArgs args = { out, a, b, n };
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
@@ -72,18 +73,9 @@ static void dropout_task(void *p) {
     }
 }
 
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    if (drop.p <= 0.0f) {
-        if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
-        return;
-    }
+void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
     DropoutArgs a = { out, inp, n, drop };
     stream_launch(s, dropout_task, &a, sizeof a);
-}
-
-/* The backward multiplies by the same mask: it is the forward applied to dout. */
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
-    dropout_forward(s, dinp, dout, n, drop);
 }
 
 typedef struct { float *x; size_t n; } FillArgs;
@@ -93,7 +85,7 @@ static void fill_zero_task(void *p) {
     memset(a->x, 0, a->n * sizeof(float));
 }
 
-void fill_zero(Stream *s, float *x, size_t n) {
+void cpu_fill_zero(Stream *s, float *x, size_t n) {
     FillArgs a = { x, n };
     stream_launch(s, fill_zero_task, &a, sizeof a);
 }
@@ -111,7 +103,7 @@ static void clip_scale_task(void *p) {
     for (size_t i = 0; i < a->n; i++) a->x[i] *= coef;
 }
 
-void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
     ClipArgs a = { x, n, sumsq, nparts, max_norm };
     stream_launch(s, clip_scale_task, &a, sizeof a);
 }

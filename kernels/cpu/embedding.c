@@ -1,5 +1,6 @@
 /* embedding.c: token plus position embedding, and its backward. */
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 
 typedef struct { float *out; const int *tokens; const float *wte, *wpe; int B, T, C; } EmbeddingArgs;
 
@@ -15,7 +16,7 @@ static void embedding_forward_task(void *p) {
     }
 }
 
-void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C) {
     EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C };
     stream_launch(s, embedding_forward_task, &a, sizeof a);
@@ -46,7 +47,7 @@ static void embedding_backward_task(void *p) {
     }
 }
 
-void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                         const int *tokens, int B, int T, int C) {
     EmbeddingBackwardArgs a = { dwte, dwpe, dout, tokens, B, T, C };
     stream_launch(s, embedding_backward_task, &a, sizeof a);

@@ -1,7 +1,8 @@
 /* layernorm.c: LayerNorm without bias (nanoGPT's bias=False), eps 1e-5. */
 #include <math.h>
 
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 
 /* Columns per block in the weight-gradient sums: two cache lines. */
 enum { COLUMN_BLOCK = 32 };
@@ -30,7 +31,7 @@ static void layernorm_forward_task(void *p) {
     }
 }
 
-void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, int N, int C) {
     LayerNormArgs a = { out, mean, rstd, inp, weight, N, C };
     stream_launch(s, layernorm_forward_task, &a, sizeof a);
@@ -82,7 +83,7 @@ static void layernorm_backward_task(void *p) {
     }
 }
 
-void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C) {
     LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C };

@@ -1,7 +1,8 @@
 /* loss.c: fused softmax + cross-entropy over the vocabulary, and its backward. */
 #include <math.h>
 
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 #include "vector_math.h"
 
 typedef struct {
@@ -34,7 +35,7 @@ static void crossentropy_forward_task(void *p) {
     *a->mean_loss = (float)(total / a->N);
 }
 
-void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
+void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                           const float *logits, const int *targets, int N, int V) {
     CrossEntropyArgs a = { mean_loss, losses, probs, logits, targets, N, V };
     stream_launch(s, crossentropy_forward_task, &a, sizeof a);
@@ -53,7 +54,7 @@ static void crossentropy_backward_task(void *p) {
     }
 }
 
-void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
+void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
                            int N, int V, float dloss) {
     CrossEntropyBackwardArgs a = { dlogits, probs, targets, N, V, dloss };
     stream_launch(s, crossentropy_backward_task, &a, sizeof a);

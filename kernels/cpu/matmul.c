@@ -2,7 +2,8 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 
 typedef struct { float *out; const float *inp, *weight; int N, C, OC; } MatmulForwardArgs;
 
@@ -19,7 +20,7 @@ static void matmul_forward_task(void *p) {
     }
 }
 
-void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
+void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
                     int N, int C, int OC) {
     MatmulForwardArgs a = { out, inp, weight, N, C, OC };
     stream_launch(s, matmul_forward_task, &a, sizeof a);
@@ -53,7 +54,7 @@ static void matmul_backward_task(void *p) {
     }
 }
 
-void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC) {
     MatmulBackwardArgs a = { dinp, dweight, dout, inp, weight, N, C, OC };
     stream_launch(s, matmul_backward_task, &a, sizeof a);

@@ -2,7 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../kernels.h"
+#include "../../runtime/device_cpu.h"
+#include "cpu_kernels.h"
 #include "../../runtime/host.h"
 
 typedef struct { float *param; const float *grad; float *m, *v; size_t n; AdamWParams hp; } AdamWArgs;
@@ -27,7 +28,7 @@ static void adamw_task(void *p) {
     }
 }
 
-void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                   AdamWParams hp) {
     AdamWArgs a = { param, grad, m, v, n, hp };
     stream_launch(s, adamw_task, &a, sizeof a);
@@ -57,7 +58,7 @@ static void sumsq_task(void *p) {
     *a->out = (float)total;
 }
 
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
+void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
     SumsqArgs a = { out, x, n };
     stream_launch(s, sumsq_task, &a, sizeof a);
 }

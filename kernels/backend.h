@@ -1,0 +1,59 @@
+/* backend.h: what a backend of kernels.h implements (for backends only).
+ *
+ * kernels.c sends each op to the table of the stream's device kind. A backend
+ * implements every op but dropout's backward (the forward applied to the
+ * gradient) and dropout at p = 0 (a copy), which kernels.c does for all.
+ */
+#ifndef ZF_KERNELS_BACKEND_H
+#define ZF_KERNELS_BACKEND_H
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    void (*embedding_forward)(Stream *s, float *out, const int *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+    void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C);
+    void (*layernorm_forward)(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, int N, int C);
+    void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*matmul_forward)(Stream *s, float *out, const float *inp, const float *weight, int N,
+                           int C, int OC);
+    void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+    void (*attention_forward)(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+                              int B, int T, int C, int NH, Dropout drop);
+    void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               Dropout drop);
+    void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);
+    void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
+    void (*crossentropy_forward)(Stream *s, float *mean_loss, float *losses, float *probs,
+                                 const float *logits, const int *targets, int N, int V);
+    void (*crossentropy_backward)(Stream *s, float *dlogits, const float *probs, const int *targets,
+                                  int N, int V, float dloss);
+    void (*adamw_update)(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+                         AdamWParams hp);
+    void (*sumsq_reduce)(Stream *s, float *out, const float *x, size_t n);
+    void (*clip_scale)(Stream *s, float *x, size_t n, const float *sumsq, int nparts,
+                       float max_norm);
+    void (*fill_zero)(Stream *s, float *x, size_t n);
+} KernelOps;
+
+extern const KernelOps cpu_kernel_ops;
+/* The CUDA kernels; NULL in a build without CUDA (kernels/cuda_absent.c). */
+const KernelOps *cuda_kernel_ops(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

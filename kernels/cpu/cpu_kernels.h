@@ -1,0 +1,40 @@
+/* cpu_kernels.h: the CPU kernels, each a task on a CPU stream (runtime/device_cpu.h).
+ * kernels.h says what each op does; kernels.c calls these through cpu_kernel_ops. */
+#ifndef ZF_CPU_KERNELS_H
+#define ZF_CPU_KERNELS_H
+
+#include "../kernels.h"
+
+void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+                           const float *wpe, int B, int T, int C);
+void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+                            const int *tokens, int B, int T, int C);
+void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, int N, int C);
+void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
+                        int OC);
+void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+void cpu_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+                           int B, int T, int C, int NH, Dropout drop);
+void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int C, int NH,
+                            Dropout drop);
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n);
+void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
+void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
+void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
+                              const float *logits, const int *targets, int N, int V);
+void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
+                               int N, int V, float dloss);
+void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+                      AdamWParams hp);
+void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
+void cpu_fill_zero(Stream *s, float *x, size_t n);
+
+#endif

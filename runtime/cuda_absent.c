@@ -1,0 +1,18 @@
+/* cuda_absent.c: the CUDA entry points of the runtime in a build without CUDA
+ * (make CUDA=0): there are no GPUs, so there is never a GPU device or an NCCL group. */
+#include <stdio.h>
+
+#include "device.h"
+#include "process_group.h"
+
+int device_cuda_count(void) { return 0; }
+
+Device *device_create_cuda(int ordinal) {
+    fprintf(stderr, "error: GPU %d: this build has no CUDA support (make CUDA=0)\n", ordinal);
+    return NULL;
+}
+
+ProcessGroup *pg_create_nccl(int nranks) {
+    fprintf(stderr, "error: NCCL over %d GPUs: this build has no CUDA support (make CUDA=0)\n", nranks);
+    return NULL;
+}

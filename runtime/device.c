@@ -1,0 +1,83 @@
+/* device.c: what every backend of device.h shares: memory accounting by kind,
+ * and the calls that reach the backend of a device, stream or event. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device_backend.h"
+
+void device_init(Device *dev, const DeviceOps *ops, DeviceKind kind, int ordinal, const char *name) {
+    dev->ops = ops;
+    dev->kind = kind;
+    dev->ordinal = ordinal;
+    snprintf(dev->name, sizeof dev->name, "%s", name);
+    int rc = pthread_mutex_init(&dev->mu, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "fatal: pthread_mutex_init failed (%d)\n", rc);
+        abort();
+    }
+}
+
+void device_destroy(Device *dev) {
+    if (!dev) return;
+    pthread_mutex_destroy(&dev->mu);
+    dev->ops->destroy(dev);
+}
+
+const char *device_name(const Device *dev) { return dev->name; }
+DeviceKind device_kind(const Device *dev) { return dev->kind; }
+int device_ordinal(const Device *dev) { return dev->ordinal; }
+
+void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
+    void *p = dev->ops->alloc(dev, bytes);
+    if (!p) {
+        fprintf(stderr, "fatal: cannot allocate %zu bytes on %s\n", bytes, dev->name);
+        abort();
+    }
+    pthread_mutex_lock(&dev->mu);
+    dev->bytes[kind] += bytes;
+    pthread_mutex_unlock(&dev->mu);
+    return p;
+}
+
+void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes) {
+    if (!ptr) return;
+    dev->ops->free(dev, ptr);
+    pthread_mutex_lock(&dev->mu);
+    dev->bytes[kind] -= bytes;
+    pthread_mutex_unlock(&dev->mu);
+}
+
+size_t device_bytes_in_use(const Device *dev, MemKind kind) {
+    pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
+    size_t n = dev->bytes[kind];
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
+    return n;
+}
+
+Stream *stream_create(Device *dev) { return dev->ops->stream_create(dev); }
+
+void stream_destroy(Stream *s) {
+    if (s) s->dev->ops->stream_destroy(s);
+}
+
+Device *stream_device(Stream *s) { return s->dev; }
+
+void stream_copy(Stream *s, void *dst, const void *src, size_t bytes) {
+    if (bytes) s->dev->ops->copy(s, dst, src, bytes);
+}
+
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
+    if (len) s->dev->ops->sum(s, out, in, n, len, scale);
+}
+
+void stream_synchronize(Stream *s) { s->dev->ops->synchronize(s); }
+
+Event *event_create(Device *dev) { return dev->ops->event_create(dev); }
+
+void event_destroy(Event *ev) {
+    if (ev) ev->dev->ops->event_destroy(ev);
+}
+
+void event_record(Event *ev, Stream *s) { s->dev->ops->event_record(ev, s); }
+void stream_wait_event(Stream *s, Event *ev) { s->dev->ops->wait_event(s, ev); }
+void event_synchronize(Event *ev) { ev->dev->ops->event_synchronize(ev); }

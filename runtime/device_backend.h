@@ -1,0 +1,59 @@
+/* device_backend.h: what a backend of device.h implements (for backends only).
+ *
+ * A backend's device, stream and event structs begin with struct Device,
+ * struct Stream and struct Event below, so device.c reaches the backend's ops
+ * through any of them. device.c keeps what every backend shares: the byte
+ * counts by kind, and the checks.
+ */
+#ifndef ZF_DEVICE_BACKEND_H
+#define ZF_DEVICE_BACKEND_H
+
+#include <pthread.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    void (*destroy)(Device *dev);
+    void *(*alloc)(Device *dev, size_t bytes);  /* zero-filled; NULL when out of memory */
+    void (*free)(Device *dev, void *ptr);
+    Stream *(*stream_create)(Device *dev);
+    void (*stream_destroy)(Stream *s);
+    void (*copy)(Stream *s, void *dst, const void *src, size_t bytes);
+    void (*sum)(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
+    void (*synchronize)(Stream *s);
+    Event *(*event_create)(Device *dev);
+    void (*event_destroy)(Event *ev);
+    void (*event_record)(Event *ev, Stream *s);
+    void (*wait_event)(Stream *s, Event *ev);
+    void (*event_synchronize)(Event *ev);
+} DeviceOps;
+
+struct Device {
+    const DeviceOps *ops;
+    DeviceKind kind;
+    int ordinal;                 /* the GPU's index; -1 on the CPU */
+    char name[64];
+    pthread_mutex_t mu;          /* guards bytes */
+    size_t bytes[MEM_KINDS];
+};
+
+struct Stream {
+    Device *dev;
+};
+
+struct Event {
+    Device *dev;
+};
+
+/* Fill the shared part of a backend's new device. */
+void device_init(Device *dev, const DeviceOps *ops, DeviceKind kind, int ordinal, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
