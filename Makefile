@@ -1,32 +1,45 @@
 # zerofiber: GNU Make only. `make`, `make test`, `make bench`, `make test-asan`,
 # `make test-tsan`, `make deps`, `make clean`.
 #
-# CUDA=1 builds the CUDA backend (it arrives in a later issue); the default is
-# CUDA=1 when nvcc is found. CUDA=0 builds and runs without any CUDA at all.
+# CUDA=1 builds the CUDA backend too (CUDA kernels, cuBLAS, NCCL); it is the
+# default when nvcc is found, on PATH or under /usr/local/cuda. CUDA=0 builds
+# and runs without any CUDA at all. Either way the binaries start without a GPU.
+# CUDA_ARCH lists the GPU architectures to build for (default: A100 and H100/H200).
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(abspath $(dir $(NVCC))..)
+CUDA_ARCH ?= 80 90
 
-BUILD ?= build
+BUILD ?= build/$(if $(filter 1,$(CUDA)),cuda,cpu)
 CC = gcc
 OPT ?= -O3 -march=native
 SAN ?=
 BLAS_DIR = /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC = /usr/include/x86_64-linux-gnu/openblas-openmp
-CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp $(SAN) -I$(BLAS_INC) -MMD -MP
+CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp $(SAN) -I$(BLAS_INC) \
+         $(CFLAGS_CUDA) -MMD -MP
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
-LDLIBS = -lcjson -lopenblas -lpthread -lmvec -lm
+LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) -lpthread -lmvec -lm
 
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c \
           runtime/process_group.c
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
+ifeq ($(CUDA),1)
+CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c $(wildcard kernels/cuda/*.cu)
+CFLAGS_CUDA = -I$(CUDA_HOME)/include
+NVCCFLAGS = -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
+else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
+endif
 MODEL = model/model.c model/gpt.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
 STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
-LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_gpu
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory
 
@@ -37,6 +50,10 @@ $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/%.o: %.cu Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
 $(BUILD)/bin/train: $(BUILD)/tools/train.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -45,9 +62,12 @@ $(BUILD)/bin/zero_memory: $(BUILD)/tools/zero_memory.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-bin/%: $(BUILD)/bin/%
+# Always copied: bin/ holds the binaries of the last build asked for (CUDA=0 or 1).
+bin/%: $(BUILD)/bin/% FORCE
 	@mkdir -p bin
 	cp $< $@
+
+FORCE:
 
 $(BUILD)/bin/bench_cpu: $(BUILD)/bench/bench_cpu.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -70,16 +90,16 @@ test: $(TEST_BINS) bin/train bin/zero_memory
 	    OPENBLAS_CORETYPE=SkylakeX ./$(BUILD)/bin/$$t --jobs 2; done; fi
 
 bench: $(BUILD)/bin/bench_cpu
-	bench/run.sh
+	bench/run.sh $(BUILD)/bin/bench_cpu
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build. One job:
 # Criterion's parallel runner leaks a few bytes of its own, which would fail it.
 test-asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	$(MAKE) CUDA=0 BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" build-asan-tests
 	@set -e; for t in $(TESTS); do echo "== asan $$t"; \
-	    ZF_TRAIN=build-asan/bin/train ZF_ZERO_MEMORY=build-asan/bin/zero_memory ASAN_OPTIONS=detect_leaks=1 \
-	    ./build-asan/bin/$$t --jobs 1; done
+	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ASAN_OPTIONS=detect_leaks=1 \
+	    ./build/asan/bin/$$t --jobs 1; done
 
 # ThreadSanitizer over the streams and everything that uses them. Criterion
 # cannot start under it (Snaipe/Criterion#274), so a plain driver runs the
@@ -87,9 +107,9 @@ test-asan:
 # libgomp is not instrumented, and its worker threads would only yield false
 # reports.
 test-tsan:
-	$(MAKE) BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" build-tsan/bin/tsan_main build-tsan/bin/train
-	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build-tsan/bin/tsan_main
-	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build-tsan/bin/train --iters=4 --eval-every=2 \
+	$(MAKE) CUDA=0 BUILD=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" build/tsan/bin/tsan_main build/tsan/bin/train
+	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/tsan_main
+	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/train --iters=4 --eval-every=2 \
 	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1 \
 	    --zero=3 --gpus=4
 
@@ -111,6 +131,6 @@ deps:
 	else echo "deps: all present"; fi
 
 clean:
-	rm -rf build build-asan build-tsan bin
+	rm -rf build bin
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

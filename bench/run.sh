@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ours=$(./build/bin/bench_cpu | tee /dev/stderr | awk '$1 == "char-small" { print $2 }')
+ours=$("${1:-./build/cpu/bin/bench_cpu}" | tee /dev/stderr | awk '$1 == "char-small" { print $2 }')
 
 python=${ZF_PYTHON:-/usr/bin/python3}
 if ! "$python" -c 'import torch' 2>/dev/null; then

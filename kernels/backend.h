@@ -17,7 +17,7 @@ typedef struct {
     void (*embedding_forward)(Stream *s, float *out, const int *tokens, const float *wte,
                               const float *wpe, int B, int T, int C);
     void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, const float *dout,
-                               const int *tokens, int B, int T, int C);
+                               const int *tokens, int B, int T, int C, int V);
     void (*layernorm_forward)(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, int N, int C);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, const float *dout,

@@ -7,15 +7,26 @@
 #include "kernels.h"
 #include "philox.h"
 
-/* scale[k] = the mask value (0 or 1/(1-p)) of element first + k, for k < n.
- * One Philox call covers four consecutive elements. */
+/* The Philox output that holds the mask of element i and its three neighbours. */
+PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
+    Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, d.step }};
+    return philox4x32_10(ctr, d.seed, d.rank);
+}
+
+/* The mask value (0 or 1/(1-p)) of element i alone: the GPU's kernels draw one
+ * element per thread. */
+PHILOX_FN float dropout_scale_at(Dropout d, size_t i) {
+    return philox_uniform(dropout_bits(d, i).v[i & 3]) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
+}
+
+/* scale[k] = the mask value of element first + k, for k < n: one Philox call
+ * covers four consecutive elements. */
 static inline void dropout_scales(Dropout d, size_t first, size_t n, float *scale) {
     float keep_scale = 1.0f / (1.0f - d.p);
     size_t k = 0;
     while (k < n) {
         size_t i = first + k;
-        Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, d.step }};
-        Philox4 bits = philox4x32_10(ctr, d.seed, d.rank);
+        Philox4 bits = dropout_bits(d, i);
         for (size_t w = i & 3; w < 4 && k < n; w++, k++)
             scale[k] = philox_uniform(bits.v[w]) >= d.p ? keep_scale : 0.0f;
     }

@@ -20,8 +20,8 @@ void embedding_forward(Stream *s, float *out, const int *tokens, const float *wt
 }
 
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
-                        int B, int T, int C) {
-    backend(s)->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C);
+                        int B, int T, int C, int V) {
+    backend(s)->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C, V);
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,

@@ -16,6 +16,10 @@
 
 #include "../runtime/device.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A dropout site: the mask element i is Philox(key = (seed, rank),
  * counter = (i / 4, i / 2^34, site, step)) word i % 4, kept when its uniform
  * is >= p, and kept values are scaled by 1 / (1 - p). p = 0 is the identity. */
@@ -24,11 +28,12 @@ typedef struct {
     uint32_t seed, rank, step, site;
 } Dropout;
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] */
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; the backward adds into dwte[V,C]
+ * and dwpe[T,C]. */
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
-                        const int *tokens, int B, int T, int C);
+                        const int *tokens, int B, int T, int C, int V);
 
 /* LayerNorm without bias, eps 1e-5; saves mean and 1/std per row for the backward. */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
@@ -87,5 +92,9 @@ void sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
 /* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)). */
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

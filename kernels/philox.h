@@ -3,12 +3,19 @@
  * Why counter-based: a random number is a pure function of (key, counter), so a
  * dropout mask element, an init value or a batch row can be drawn on any
  * backend, in any order, and come out the same. Keys name the stream: dropout
- * uses (seed, rank); the other uses below name their own.
+ * uses (seed, rank); the other uses below name their own. The functions compile
+ * for the host and, under nvcc, for the GPU too (PHILOX_FN).
  */
 #ifndef ZF_PHILOX_H
 #define ZF_PHILOX_H
 
 #include <stdint.h>
+
+#ifdef __CUDACC__
+#define PHILOX_FN static inline __host__ __device__
+#else
+#define PHILOX_FN static inline
+#endif
 
 /* key[1] values of the non-dropout streams; dropout uses key[1] = rank < 2^31. */
 enum {
@@ -19,7 +26,7 @@ enum {
 
 typedef struct { uint32_t v[4]; } Philox4;
 
-static inline Philox4 philox4x32_10(Philox4 ctr, uint32_t key0, uint32_t key1) {
+PHILOX_FN Philox4 philox4x32_10(Philox4 ctr, uint32_t key0, uint32_t key1) {
     for (int round = 0; round < 10; round++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * ctr.v[0];
         uint64_t p1 = (uint64_t)0xCD9E8D57u * ctr.v[2];
@@ -37,7 +44,7 @@ static inline Philox4 philox4x32_10(Philox4 ctr, uint32_t key0, uint32_t key1) {
 }
 
 /* Uniform in [0, 1) with 24 random bits, exactly representable in fp32. */
-static inline float philox_uniform(uint32_t bits) {
+PHILOX_FN float philox_uniform(uint32_t bits) {
     return (float)(bits >> 8) * (1.0f / 16777216.0f);
 }
 

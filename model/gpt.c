@@ -259,6 +259,6 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
-    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C);
+    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C, V);
     model_after_backward(&m->base, 0);
 }

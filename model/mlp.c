@@ -89,7 +89,7 @@ static void mlp_backward(Model *base, float dloss) {
                            m->ln_rstd + (size_t)l * BT, BT, C);
         model_after_backward(base, 1 + l);
     }
-    embedding_backward(s, dwte, dwpe, m->dx, m->tokens, m->B, m->T, C);
+    embedding_backward(s, dwte, dwpe, m->dx, m->tokens, m->B, m->T, C, V);
     model_after_backward(base, 0);
 }
 

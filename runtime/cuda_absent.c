@@ -12,6 +12,8 @@ Device *device_create_cuda(int ordinal) {
     return NULL;
 }
 
+void device_cuda_set_tf32(int on) { (void)on; }
+
 ProcessGroup *pg_create_nccl(int nranks) {
     fprintf(stderr, "error: NCCL over %d GPUs: this build has no CUDA support (make CUDA=0)\n", nranks);
     return NULL;

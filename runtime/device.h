@@ -43,6 +43,9 @@ Device *device_create_cpu(int sharing);
 int device_cuda_count(void);
 /* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
 Device *device_create_cuda(int ordinal);
+/* Let GPU matmuls use TF32 tensor cores from now on (--tf32); off by default:
+ * exact fp32, close to the CPU. */
+void device_cuda_set_tf32(int on);
 void device_destroy(Device *dev);
 const char *device_name(const Device *dev);
 DeviceKind device_kind(const Device *dev);

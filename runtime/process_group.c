@@ -1,4 +1,5 @@
-/* process_group.c: the simulator's collectives and their event ordering.
+/* process_group.c: placing ranks, the collectives' event ordering, and the
+ * simulator's collectives (NCCL's are in process_group_nccl.c).
  *
  * An all-reduce is a reduce-scatter and an all-gather, both in place: every
  * element is summed once, in rank order, by the rank that owns it, then copied
@@ -12,25 +13,71 @@
 
 #include "host.h"
 
-ProcessGroup *pg_create_simulator(int nranks) {
+void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
+    pg->device[rank] = dev;
+    pg->compute[rank] = stream_create(dev);
+    pg->comm[rank] = stream_create(dev);
+    pg->produced[rank] = event_create(dev);
+    pg->part_done[rank] = event_create(dev);
+}
+
+static const Collectives simulator_collectives;
+
+ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
     if (nranks < 1 || nranks > FIBERS_MAX_RANKS) {
-        fprintf(stderr, "process group: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
+        fprintf(stderr, "error: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
         return NULL;
     }
     ProcessGroup *pg = host_calloc(1, sizeof *pg);
+    pg->collectives = &simulator_collectives;
     pg->nranks = nranks;
     for (int r = 0; r < nranks; r++) {
-        pg->device[r] = device_create_cpu(nranks);
-        pg->compute[r] = stream_create(pg->device[r]);
-        pg->comm[r] = stream_create(pg->device[r]);
-        pg->produced[r] = event_create(pg->device[r]);
-        pg->part_done[r] = event_create(pg->device[r]);
+        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(nranks);
+        if (!dev) {
+            pg_destroy(pg);
+            return NULL;
+        }
+        pg_add_rank(pg, r, dev);
     }
+    if (kind == DEVICE_CUDA)
+        snprintf(pg->description, sizeof pg->description, "cuda simulator, %d ranks on one GPU, %s", nranks,
+                 device_name(pg->device[0]));
+    else if (nranks > 1)
+        snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU", nranks);
+    else
+        snprintf(pg->description, sizeof pg->description, "cpu, one rank");
+    return pg;
+}
+
+ProcessGroup *pg_create(int nranks, Placement where) {
+    int gpus = where == PLACE_CPU ? 0 : device_cuda_count();
+    ProcessGroup *pg;
+    if (gpus == 0 && where == PLACE_CUDA) {
+        fprintf(stderr, "error: --device=cuda, but no GPU is visible (or this build has no CUDA)\n");
+        return NULL;
+    }
+    if (gpus == 0) pg = pg_create_simulator(nranks, DEVICE_CPU);
+    else if (gpus >= nranks) pg = pg_create_nccl(nranks);
+    else pg = pg_create_simulator(nranks, DEVICE_CUDA);
+    if (!pg) return NULL;
+    size_t len = strlen(pg->description);
+    if (where == PLACE_CPU)
+        snprintf(pg->description + len, sizeof pg->description - len, " (--device=cpu)");
+    else if (gpus == 0)
+        snprintf(pg->description + len, sizeof pg->description - len, " (no GPU visible)");
+    else if (gpus < nranks)
+        snprintf(pg->description + len, sizeof pg->description - len, " (%d GPU%s visible for %d ranks)",
+                 gpus, gpus == 1 ? "" : "s", nranks);
     return pg;
 }
 
 void pg_destroy(ProcessGroup *pg) {
     if (!pg) return;
+    for (int r = 0; r < pg->nranks; r++) {
+        if (pg->compute[r]) stream_synchronize(pg->compute[r]);
+        if (pg->comm[r]) stream_synchronize(pg->comm[r]);
+    }
+    if (pg->collectives->destroy) pg->collectives->destroy(pg);
     for (int r = 0; r < pg->nranks; r++) {
         stream_destroy(pg->compute[r]);
         stream_destroy(pg->comm[r]);
@@ -67,7 +114,7 @@ static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
 
 /* Rank r's part of a reduce-scatter: its shard of every rank's send, summed in
  * rank order on its communication stream. */
-static void enqueue_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
+static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
                                    size_t n, float scale) {
     size_t shard = pg_shard_size(n, pg->nranks);
     for (int r = 0; r < pg->nranks; r++) {
@@ -78,7 +125,7 @@ static void enqueue_reduce_scatter(ProcessGroup *pg, float *const *send, float *
 }
 
 /* Rank r's part of an all-gather: every rank's shard copied into its recv. */
-static void enqueue_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
     size_t shard = pg_shard_size(n, pg->nranks);
     for (int r = 0; r < pg->nranks; r++)
         for (int q = 0; q < pg->nranks; q++) {
@@ -86,6 +133,8 @@ static void enqueue_all_gather(ProcessGroup *pg, float *const *send, float *cons
             if (dst != send[q]) stream_copy(pg->comm[r], dst, send[q], shard_length(n, shard, q) * sizeof(float));
         }
 }
+
+static const Collectives simulator_collectives = { simulator_reduce_scatter, simulator_all_gather, NULL };
 
 /* ---- the collectives ---- */
 
@@ -98,14 +147,14 @@ static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *cons
 void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
     if (nothing_to_do(pg, send, recv, scale)) return;
     wait_for_producers(pg);
-    enqueue_reduce_scatter(pg, send, recv, n, scale);
+    pg->collectives->reduce_scatter(pg, send, recv, n, scale);
     wait_for_parts(pg, pg->compute);
 }
 
 void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
     if (nothing_to_do(pg, send, recv, 1.0f)) return;
     wait_for_producers(pg);
-    enqueue_all_gather(pg, send, recv, n);
+    pg->collectives->all_gather(pg, send, recv, n);
     wait_for_parts(pg, pg->compute);
 }
 
@@ -116,8 +165,8 @@ void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale) 
     for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
         shards[r] = (size_t)r * shard < n ? bufs[r] + (size_t)r * shard : bufs[r];
     wait_for_producers(pg);
-    enqueue_reduce_scatter(pg, bufs, shards, n, scale);
+    pg->collectives->reduce_scatter(pg, bufs, shards, n, scale);
     wait_for_parts(pg, pg->comm);
-    enqueue_all_gather(pg, shards, bufs, n);
+    pg->collectives->all_gather(pg, shards, bufs, n);
     wait_for_parts(pg, pg->compute);
 }

@@ -7,9 +7,12 @@
  * stream waits for every rank's part before any later use, so no rank reads a
  * buffer a peer is still writing, even with asynchronous CPU streams.
  *
- * The simulator backend puts every rank on the same hardware (the CPU), with a
- * device handle of its own for its memory accounting, and runs the collectives
- * as local kernels that sum in rank order 0..N-1: the same bits every run.
+ * Two backends move the data. The simulator puts every rank on the same
+ * hardware (the CPU, or one GPU), with a device handle of its own for its memory
+ * accounting, and runs the collectives as local kernels that sum in rank order
+ * 0..N-1: the same bits every run. NCCL puts rank r on GPU r and issues each
+ * collective for every rank inside one ncclGroupStart/ncclGroupEnd; its lengths
+ * must divide by N (the arenas pad every unit to a multiple of N).
  *
  * Shards: a buffer of n floats splits into N shards of ceil(n / N) floats; rank
  * r owns [r * shard, min(n, (r + 1) * shard)), so the last shards may be short
@@ -24,18 +27,43 @@
 #include "device.h"
 #include "fibers.h"
 
+typedef struct ProcessGroup ProcessGroup;
+
+/* How a backend moves the data; the event ordering around it is shared. */
 typedef struct {
+    void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale);
+    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n);
+    void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
+} Collectives;
+
+struct ProcessGroup {
+    const Collectives *collectives;
+    char description[160];              /* where the ranks run, in words */
+    void *nccl[FIBERS_MAX_RANKS];       /* NCCL's communicators (ncclComm_t) */
     int nranks;
     Device *device[FIBERS_MAX_RANKS];   /* each rank's device handle */
     Stream *compute[FIBERS_MAX_RANKS];
     Stream *comm[FIBERS_MAX_RANKS];
     Event *produced[FIBERS_MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
-} ProcessGroup;
+};
 
-/* N ranks on the CPU, each with a device handle, a compute and a communication stream. */
-ProcessGroup *pg_create_simulator(int nranks);
+/* Where ranks may run: the CPU (the zero value, what the tests ask for), any
+ * GPUs there are, else the CPU (bin/train's default), or GPUs only. */
+typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA } Placement;
+
+/* N ranks placed as asked: N GPUs or more: NCCL, rank r on GPU r; fewer: the
+ * simulator on GPU 0; none (or PLACE_CPU): the simulator on the CPU. NULL with
+ * a message when PLACE_CUDA finds no GPU or N is out of range. */
+ProcessGroup *pg_create(int nranks, Placement where);
+/* N simulated ranks on the CPU, or all on GPU 0. */
+ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
+/* N ranks on GPUs 0..N-1 through NCCL (runtime/process_group_nccl.c). */
+ProcessGroup *pg_create_nccl(int nranks);
 void pg_destroy(ProcessGroup *pg);
+
+/* Shared by the backends: each rank's device handle and streams, and its events. */
+void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 
 size_t pg_shard_size(size_t n, int nranks);
 

@@ -16,13 +16,15 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.name = name;
     d->base.cfg = *cfg;
     d->nranks = cfg->nranks;
-    d->pg = pg_create_simulator(cfg->nranks);
+    d->pg = pg_create(cfg->nranks, cfg->device);
     d->fibers = fibers_create(cfg->nranks);
     if (!d->pg || !d->fibers) {
         pg_destroy(d->pg);
         fibers_destroy(d->fibers);
         return -1;
     }
+    d->base.placement = d->pg->description;
+    d->base.device_kind = device_kind(d->pg->device[0]);
     model_layout(&cfg->model, 1, &d->plain_layout);
     for (int r = 0; r < d->nranks; r++) {
         Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,

@@ -16,10 +16,12 @@
 #include <stdint.h>
 
 #include "../model/model.h"
+#include "../runtime/process_group.h"
 
 typedef struct {
     ModelConfig model;      /* a GPT, or the small MLP of the gates */
     int nranks;
+    Placement device;       /* where the ranks run (runtime/process_group.h) */
     int batch;              /* rows per rank */
     float dropout;
     uint32_t seed;
@@ -53,6 +55,8 @@ typedef struct {
 struct Strategy {
     const StrategyOps *ops;
     const char *name;
+    const char *placement;  /* where the ranks run, in words */
+    DeviceKind device_kind;
     StrategyConfig cfg;
     float lr;
     int adam_step;          /* updates done so far */

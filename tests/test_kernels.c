@@ -205,7 +205,7 @@ static void check_embedding(int C) {
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
     embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C);
-    embedding_backward(test_stream, dwte, dwpe, g, tokens, B, T, C);
+    embedding_backward(test_stream, dwte, dwpe, g, tokens, B, T, C, V);
     stream_synchronize(test_stream);
     subtract_base(dwte, base_wte, V * C);  /* parameter gradients are added */
     subtract_base(dwpe, base_wpe, T * C);

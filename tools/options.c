@@ -15,7 +15,7 @@ int options_preset(TrainOptions *o, const char *name) {
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .log = "",
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1,
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto",
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -42,7 +42,9 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
         { "data", FLAG_PATH, o->data, sizeof o->data, "text file to train on" },
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
-        { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated on the CPU without GPUs)" },
+        { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
+        { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
+        { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
@@ -128,6 +130,9 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
         snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, FIBERS_MAX_RANKS);
     else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
+    else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+        snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
+    else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
     else if (o->iters < 0) snprintf(bad, sizeof bad, "--iters=%d must not be negative", o->iters);
     else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);
@@ -193,4 +198,10 @@ int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
         if (rc) return rc;
     }
     return validate(o, prog);
+}
+
+Placement options_placement(const TrainOptions *o) {
+    if (strcmp(o->device, "cpu") == 0) return PLACE_CPU;
+    if (strcmp(o->device, "cuda") == 0) return PLACE_CUDA;
+    return PLACE_AUTO;
 }

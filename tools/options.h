@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "../runtime/process_group.h"
+
 enum { OPTION_PATH_MAX = 512 };
 
 typedef struct {
@@ -14,11 +16,15 @@ typedef struct {
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
+    char device[8];                  /* auto, cpu or cuda */
+    int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
 } TrainOptions;
 
 /* Fill o with the named preset ("char" or "char-small"); -1 if unknown. */
 int options_preset(TrainOptions *o, const char *name);
+/* Where --device asks the ranks to run. */
+Placement options_placement(const TrainOptions *o);
 /* Parse --flag=value / --flag value over a preset (--preset=NAME, default
  * default_preset). Returns 0 to run, 1 after printing --help, or 2 after a
  * one-line error naming the bad flag or value. */

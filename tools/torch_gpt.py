@@ -18,7 +18,7 @@ Commands:
       runs this command and compares its own loss and gradients to the output.
       Exits 1 with one line on stderr on bad input.
 
-  bench --preset char-small|char [--iters N] [--threads K] [--data FILE]
+  bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
       Times full training steps of nanoGPT's shakespeare_char recipe
       (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
       baseline the C trainer is compared against, per thread count.
@@ -282,11 +282,13 @@ def blas_report():
     return lines
 
 
-def time_steps(p, train, iters, warmup):
-    """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones."""
+def time_steps(p, train, iters, warmup, device):
+    """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones
+    (fp32 everywhere; on a GPU, TF32 off and each step waited for)."""
     torch.manual_seed(1337)
     model = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"])
     model.init_weights()
+    model.to(device)
     model.train()
     params = list(model.parameters())
     optimizer = torch.optim.AdamW([
@@ -298,13 +300,15 @@ def time_steps(p, train, iters, warmup):
     for step in range(warmup + iters):
         t0 = time.perf_counter()
         ix = torch.randint(len(train) - T, (B,))
-        x = torch.stack([train[i:i + T] for i in ix])
-        y = torch.stack([train[i + 1:i + T + 1] for i in ix])
+        x = torch.stack([train[i:i + T] for i in ix]).to(device)
+        y = torch.stack([train[i + 1:i + T + 1] for i in ix]).to(device)
         loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if device != "cpu":
+            torch.cuda.synchronize()
         if step >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
@@ -323,19 +327,29 @@ def cmd_bench(args):
     p["vocab_size"] = len(vocab)
     if len(train) <= p["block_size"]:
         raise ValueError(f"{args.data}: too short for block size {p['block_size']}")
-    for line in blas_report():
-        print(line, flush=True)
+    if args.device == "cpu":
+        for line in blas_report():
+            print(line, flush=True)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        print(f"device: {torch.cuda.get_device_name(0)}, fp32 (TF32 off)", flush=True)
     print(f"vocab {len(vocab)}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
           f"block {p['block_size']}, batch {p['batch_size']}, dropout {p['dropout']}, warmup {p['warmup']}",
           flush=True)
     results = {}
-    for k in [args.threads] if args.threads else range(1, (os.cpu_count() or 1) + 1):
+    threads = [args.threads] if args.threads else range(1, (os.cpu_count() or 1) + 1)
+    if args.device != "cpu":
+        threads = [torch.get_num_threads()]
+    for k in threads:
         set_threads(k)
-        results[k] = time_steps(p, train, iters, p["warmup"])
+        results[k] = time_steps(p, train, iters, p["warmup"], args.device)
         print(f"torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters})",
               flush=True)
     k = min(results, key=results.get)
-    print(f"best: torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters})")
+    tokens = p["batch_size"] * p["block_size"] / (results[k] / 1e3)
+    print(f"best: torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters}), "
+          f"{tokens:.0f} tok/s on {args.device}")
 
 
 # ----------------------------------------------------------------------- main
@@ -360,6 +374,7 @@ def main():
     b.add_argument("--iters", type=positive)
     b.add_argument("--threads", type=positive)
     b.add_argument("--data", default="data/tinyshakespeare.txt")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     try:
         {"grads": cmd_grads, "bench": cmd_bench}[args.command](args)

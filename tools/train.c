@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus, .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
+        .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
         .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
     const char *bad = gpt_config_error(&sc.model);
@@ -44,8 +44,15 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    if (o.gpus == 1) printf("device: cpu (no GPU support in this build; training on the CPU)\n");
-    else printf("device: cpu simulator, %d ranks on the CPU (no GPU support in this build)\n", o.gpus);
+    if (o.tf32 && s->device_kind != DEVICE_CUDA) {
+        fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
+        s->ops->destroy(s);
+        dataset_free(&data);
+        if (log) fclose(log);
+        return 2;
+    }
+    device_cuda_set_tf32(o.tf32);
+    printf("device: %s\n", s->placement);
     printf("blas: %s\n", blas);
     ArenaLayout layout;
     model_layout(&sc.model, 1, &layout);

@@ -8,7 +8,7 @@
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
-                            const int *tokens, int B, int T, int C);
+                            const int *tokens, int B, int T, int C, int V);
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, int N, int C);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,

@@ -1,0 +1,63 @@
+/* cuda_kernels.cuh: what the CUDA kernel files share: the ops they implement
+ * (kernels.h says what each does), launch shapes, and the checks.
+ *
+ * Every reduction here sums in an order fixed by the shapes alone (a fixed
+ * tree per block, then blocks in index order), never with atomics, so a run
+ * repeats bit for bit and the strategies stay bit-identical on the GPU too.
+ */
+#ifndef ZF_CUDA_KERNELS_CUH
+#define ZF_CUDA_KERNELS_CUH
+
+#include "../../runtime/device_cuda.h"
+#include "../backend.h"
+
+/* Check the launch just made (CUDA reports a bad configuration here). */
+#define CHECK_LAUNCH(name) cuda_check_launch(name, __FILE__, __LINE__)
+#define CHECK_CUDA(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define CHECK_CUBLAS(call) cublas_check((call), #call, __FILE__, __LINE__)
+
+enum { THREADS = 256, WARP = 32 };
+
+/* At least one block, so an empty op is still a valid launch. */
+static inline unsigned blocks_for(size_t n) { return n ? (unsigned)((n + THREADS - 1) / THREADS) : 1u; }
+
+/* Warp-wide sum and max, the same butterfly every time. */
+__device__ static inline float warp_sum(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+__device__ static inline float warp_max(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
+}
+
+void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C);
+void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
+                             int B, int T, int C, int V);
+void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, int N, int C);
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C);
+void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
+void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B, int T,
+                            int C, int NH, Dropout drop);
+void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH, Dropout drop);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n);
+void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
+void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
+void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs, const float *logits,
+                               const int *targets, int N, int V);
+void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
+                                float dloss);
+void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp);
+void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
+void cuda_fill_zero(Stream *s, float *x, size_t n);
+
+#endif

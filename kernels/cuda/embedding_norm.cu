@@ -1,0 +1,143 @@
+/* layernorm.cu: LayerNorm (no bias, eps 1e-5) and the embeddings on the GPU.
+ *
+ * A warp per row for the per-row work. The weight gradients sum over rows
+ * without atomics: blocks of ROWS_PER_PART rows write per-column partials, and
+ * one thread per column adds the partials in order.
+ */
+#include "cuda_kernels.cuh"
+
+enum { ROWS_PER_PART = 128 };
+
+/* A warp per row: mean, then variance about it (two passes, as the CPU). */
+__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                                const float *weight, int N, int C) {
+    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += WARP) sum += x[c];
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
+    float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += WARP) o[c] = (x[c] - m) * r * weight[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, int N, int C) {
+    layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(out, mean, rstd, inp,
+                                                                                          weight, N, C);
+    CHECK_LAUNCH("layernorm_forward_kernel");
+}
+
+/* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
+__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+                                             const float *mean, const float *rstd, int N, int C) {
+    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float dnorm = dy[c] * weight[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * (x[c] - m) * r;
+    }
+    dnorm_mean = warp_sum(dnorm_mean) / C;
+    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += WARP) {
+        float norm = (x[c] - m) * r;
+        dx[c] += r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+}
+
+/* partial[part, c] = sum over the part's rows of dout * norm */
+__global__ static void layernorm_dweight_part_kernel(float *partial, const float *dout, const float *inp,
+                                                     const float *mean, const float *rstd, int N, int C) {
+    int part = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int end = min(N, (part + 1) * ROWS_PER_PART);
+    float acc = 0.0f;
+    for (int i = part * ROWS_PER_PART; i < end; i++)
+        acc += dout[(size_t)i * C + c] * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+    partial[(size_t)part * C + c] = acc;
+}
+
+/* out[c] += sum over parts, in order, of partial[part, c] */
+__global__ static void sum_parts_kernel(float *out, const float *partial, int parts, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int p = 0; p < parts; p++) acc += partial[(size_t)p * C + c];
+    out[c] += acc;
+}
+
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C) {
+    cudaStream_t stream = cuda_stream(s);
+    layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
+                                                                              rstd, N, C);
+    CHECK_LAUNCH("layernorm_dinp_kernel");
+    int parts = (N + ROWS_PER_PART - 1) / ROWS_PER_PART;
+    float *partial;
+    CHECK_CUDA(cudaMallocAsync((void **)&partial, (size_t)parts * C * sizeof(float), stream));
+    dim3 grid(blocks_for((size_t)C), (unsigned)parts);
+    layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
+    CHECK_LAUNCH("layernorm_dweight_part_kernel");
+    sum_parts_kernel<<<blocks_for((size_t)C), THREADS, 0, stream>>>(dweight, partial, parts, C);
+    CHECK_LAUNCH("sum_parts_kernel");
+    CHECK_CUDA(cudaFreeAsync(partial, stream));
+}
+
+__global__ static void embedding_forward_kernel(float *out, const int *tokens, const float *wte, const float *wpe,
+                                                int BT, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C) return;
+    int bt = (int)(i / C), c = (int)(i % C);
+    out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+}
+
+void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C) {
+    embedding_forward_kernel<<<blocks_for((size_t)B * T * C), THREADS, 0, cuda_stream(s)>>>(out, tokens, wte, wpe,
+                                                                                           B * T, T, C);
+    CHECK_LAUNCH("embedding_forward_kernel");
+}
+
+/* dwte[v, c] += the rows of token v, in row order: one thread per (v, c) scans
+ * the tokens, so repeated tokens need no atomics. */
+__global__ static void embedding_dwte_kernel(float *dwte, const float *dout, const int *tokens, int BT, int V,
+                                             int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)V * C) return;
+    int v = (int)(i / C), c = (int)(i % C);
+    float acc = 0.0f;
+    for (int bt = 0; bt < BT; bt++)
+        if (tokens[bt] == v) acc += dout[(size_t)bt * C + c];
+    dwte[i] += acc;
+}
+
+/* dwpe[t, c] += the rows at position t, in batch order. */
+__global__ static void embedding_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
+    dwpe[i] += acc;
+}
+
+void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
+                             int B, int T, int C, int V) {
+    cudaStream_t stream = cuda_stream(s);
+    embedding_dwte_kernel<<<blocks_for((size_t)V * C), THREADS, 0, stream>>>(dwte, dout, tokens, B * T, V, C);
+    CHECK_LAUNCH("embedding_dwte_kernel");
+    embedding_dwpe_kernel<<<blocks_for((size_t)T * C), THREADS, 0, stream>>>(dwpe, dout, B, T, C);
+    CHECK_LAUNCH("embedding_dwpe_kernel");
+}

@@ -1,0 +1,199 @@
+/* device_cuda.cu: the CUDA backend of device.h.
+ *
+ * A device is one GPU. Several devices may share a GPU (the simulator on one
+ * GPU: one device handle per rank, for the memory counts), each stream is a
+ * non-blocking CUDA stream with its own cuBLAS handle, and events are CUDA
+ * events without timing. Every call makes the GPU current first, so any rank's
+ * thread can enqueue on any stream.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device_backend.h"
+#include "device_cuda.h"
+
+void cuda_check(cudaError_t rc, const char *what, const char *file, int line) {
+    if (rc == cudaSuccess) return;
+    fprintf(stderr, "fatal: %s failed at %s:%d: %s\n", what, file, line, cudaGetErrorString(rc));
+    abort();
+}
+
+void cublas_check(cublasStatus_t rc, const char *what, const char *file, int line) {
+    if (rc == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "fatal: %s failed at %s:%d: cuBLAS status %d\n", what, file, line, (int)rc);
+    abort();
+}
+
+void cuda_check_launch(const char *kernel, const char *file, int line) {
+    cuda_check(cudaGetLastError(), kernel, file, line);
+}
+
+#define CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+static int tf32_enabled;
+
+void device_cuda_set_tf32(int on) { tf32_enabled = on; }
+
+typedef struct {
+    struct Device base;
+} CudaDevice;
+
+typedef struct {
+    struct Stream base;
+    cudaStream_t stream;
+    cublasHandle_t blas;          /* NULL until the first matmul */
+} CudaStream;
+
+typedef struct {
+    struct Event base;
+    cudaEvent_t event;
+} CudaEvent;
+
+static void use_device(Device *dev) { CHECK(cudaSetDevice(dev->ordinal)); }
+
+int device_cuda_count(void) {
+    int n = 0;
+    /* no driver or no GPU: no devices, which is not an error */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static void cuda_destroy(Device *dev) { free(dev); }
+
+static void *cuda_alloc(Device *dev, size_t bytes) {
+    use_device(dev);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    /* cudaMemset may return before it is done, and our streams do not wait for
+     * the legacy stream it runs on: wait here (allocations happen at setup). */
+    CHECK(cudaMemset(p, 0, bytes));
+    CHECK(cudaStreamSynchronize(0));
+    return p;
+}
+
+static void cuda_free(Device *dev, void *ptr) {
+    use_device(dev);
+    CHECK(cudaFree(ptr));
+}
+
+static Stream *cuda_stream_create(Device *dev) {
+    use_device(dev);
+    CudaStream *s = (CudaStream *)calloc(1, sizeof *s);
+    if (!s) abort();
+    s->base.dev = dev;
+    CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    return &s->base;
+}
+
+static void cuda_stream_destroy(Stream *stream) {
+    CudaStream *s = (CudaStream *)stream;
+    use_device(stream->dev);
+    CHECK(cudaStreamSynchronize(s->stream));
+    if (s->blas) cublas_check(cublasDestroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
+    CHECK(cudaStreamDestroy(s->stream));
+    free(s);
+}
+
+cudaStream_t cuda_stream(Stream *s) {
+    use_device(s->dev);
+    return ((CudaStream *)s)->stream;
+}
+
+cublasHandle_t cuda_blas(Stream *stream) {
+    CudaStream *s = (CudaStream *)stream;
+    use_device(stream->dev);
+    if (!s->blas) {
+        cublas_check(cublasCreate(&s->blas), "cublasCreate", __FILE__, __LINE__);
+        cublas_check(cublasSetStream(s->blas, s->stream), "cublasSetStream", __FILE__, __LINE__);
+        cublas_check(cublasSetMathMode(s->blas, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                     "cublasSetMathMode", __FILE__, __LINE__);
+    }
+    return s->blas;
+}
+
+static void cuda_copy(Stream *s, void *dst, const void *src, size_t bytes) {
+    CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(s)));
+}
+
+typedef struct {
+    float *in[STREAM_SUM_MAX];
+} SumInputs;
+
+/* One element per thread, summed in rank order, then scaled: out may be an input. */
+__global__ static void sum_kernel(float *out, SumInputs in, int n, size_t len, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float acc = in.in[0][i];
+    for (int q = 1; q < n; q++) acc = __fadd_rn(acc, in.in[q][i]);
+    out[i] = __fmul_rn(acc, scale);
+}
+
+static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
+    if (n < 1 || n > STREAM_SUM_MAX) {
+        fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
+        abort();
+    }
+    SumInputs inputs;
+    for (int q = 0; q < n; q++) inputs.in[q] = in[q];
+    unsigned blocks = (unsigned)((len + 255) / 256);
+    sum_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, n, len, scale);
+    cuda_check_launch("sum_kernel", __FILE__, __LINE__);
+}
+
+static void cuda_synchronize(Stream *s) { CHECK(cudaStreamSynchronize(cuda_stream(s))); }
+
+static Event *cuda_event_create(Device *dev) {
+    use_device(dev);
+    CudaEvent *ev = (CudaEvent *)calloc(1, sizeof *ev);
+    if (!ev) abort();
+    ev->base.dev = dev;
+    CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
+    return &ev->base;
+}
+
+static void cuda_event_destroy(Event *event) {
+    use_device(event->dev);
+    CHECK(cudaEventDestroy(((CudaEvent *)event)->event));
+    free(event);
+}
+
+static void cuda_event_record(Event *ev, Stream *s) {
+    CHECK(cudaEventRecord(((CudaEvent *)ev)->event, cuda_stream(s)));
+}
+
+static void cuda_wait_event(Stream *s, Event *ev) {
+    CHECK(cudaStreamWaitEvent(cuda_stream(s), ((CudaEvent *)ev)->event, 0));
+}
+
+static void cuda_event_synchronize(Event *ev) {
+    use_device(ev->dev);
+    CHECK(cudaEventSynchronize(((CudaEvent *)ev)->event));
+}
+
+static const DeviceOps cuda_ops = {
+    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum,
+    cuda_synchronize, cuda_event_create, cuda_event_destroy, cuda_event_record, cuda_wait_event,
+    cuda_event_synchronize,
+};
+
+Device *device_create_cuda(int ordinal) {
+    int n = device_cuda_count();
+    if (ordinal < 0 || ordinal >= n) {
+        fprintf(stderr, "error: GPU %d asked for, %d visible\n", ordinal, n);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, ordinal));
+    char name[sizeof ((Device *)0)->name];
+    snprintf(name, sizeof name, "cuda:%d (%.40s)", ordinal, prop.name);
+    CudaDevice *dev = (CudaDevice *)calloc(1, sizeof *dev);
+    if (!dev) abort();
+    device_init(&dev->base, &cuda_ops, DEVICE_CUDA, ordinal, name);
+    return &dev->base;
+}

@@ -1,0 +1,33 @@
+/* device_cuda.h: what the CUDA kernels need of a CUDA stream (CUDA files only).
+ *
+ * Every CUDA call is checked: a failure prints what failed, where, and CUDA's
+ * own words, and aborts, since a device left in an unknown state cannot be
+ * trusted with a training run.
+ */
+#ifndef ZF_DEVICE_CUDA_H
+#define ZF_DEVICE_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Make the stream's GPU current on this thread, and return its CUDA stream. */
+cudaStream_t cuda_stream(Stream *s);
+/* The stream's cuBLAS handle (made on first use; fp32, or TF32 when enabled). */
+cublasHandle_t cuda_blas(Stream *s);
+
+void cuda_check(cudaError_t rc, const char *what, const char *file, int line);
+void cublas_check(cublasStatus_t rc, const char *what, const char *file, int line);
+/* After a kernel launch: the launch's own error, if any. */
+void cuda_check_launch(const char *kernel, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,85 @@
+/* process_group_nccl.c: the NCCL backend of the process group: rank r on GPU r.
+ *
+ * The communicators come from ncclCommInitAll, one per GPU, all made by this
+ * one thread. Each collective is issued for every rank inside one
+ * ncclGroupStart/ncclGroupEnd, on the ranks' communication streams; the event
+ * ordering around it is process_group.c's. NCCL sums, and the mean's scaling
+ * runs after it as a one-input stream_sum.
+ */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device_cuda.h"
+#include "host.h"
+#include "process_group.h"
+
+static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line) {
+    if (rc == ncclSuccess) return;
+    fprintf(stderr, "fatal: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
+    abort();
+}
+
+/* NCCL's shards are exactly n / N long: lengths must divide by N. */
+static size_t equal_shard(const ProcessGroup *pg, size_t n) {
+    if (n % (size_t)pg->nranks != 0) {
+        fprintf(stderr, "fatal: an NCCL collective of %zu floats over %d ranks (lengths must divide)\n", n,
+                pg->nranks);
+        abort();
+    }
+    return n / (size_t)pg->nranks;
+}
+
+static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
+    size_t shard = equal_shard(pg, n);
+    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    for (int r = 0; r < pg->nranks; r++)
+        nccl_check(ncclReduceScatter(send[r], recv[r], shard, ncclFloat, ncclSum, (ncclComm_t)pg->nccl[r],
+                                     cuda_stream(pg->comm[r])),
+                   "ncclReduceScatter", __FILE__, __LINE__);
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    if (scale != 1.0f)
+        for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
+}
+
+static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+    size_t shard = equal_shard(pg, n);
+    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    for (int r = 0; r < pg->nranks; r++)
+        nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, (ncclComm_t)pg->nccl[r],
+                                 cuda_stream(pg->comm[r])),
+                   "ncclAllGather", __FILE__, __LINE__);
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+}
+
+static void nccl_destroy(ProcessGroup *pg) {
+    for (int r = 0; r < pg->nranks; r++)
+        if (pg->nccl[r]) nccl_check(ncclCommDestroy((ncclComm_t)pg->nccl[r]), "ncclCommDestroy", __FILE__, __LINE__);
+}
+
+static const Collectives nccl_collectives = { nccl_reduce_scatter, nccl_all_gather, nccl_destroy };
+
+ProcessGroup *pg_create_nccl(int nranks) {
+    int gpus = device_cuda_count();
+    if (nranks < 1 || nranks > FIBERS_MAX_RANKS || nranks > gpus) {
+        fprintf(stderr, "error: NCCL over %d ranks needs as many GPUs (%d visible)\n", nranks, gpus);
+        return NULL;
+    }
+    ProcessGroup *pg = host_calloc(1, sizeof *pg);
+    pg->collectives = &nccl_collectives;
+    pg->nranks = nranks;
+    int ordinals[FIBERS_MAX_RANKS];
+    for (int r = 0; r < nranks; r++) {
+        ordinals[r] = r;
+        pg_add_rank(pg, r, device_create_cuda(r));
+    }
+    ncclComm_t comms[FIBERS_MAX_RANKS];
+    nccl_check(ncclCommInitAll(comms, nranks, ordinals), "ncclCommInitAll", __FILE__, __LINE__);
+    for (int r = 0; r < nranks; r++) pg->nccl[r] = comms[r];
+    int version = 0;
+    ncclGetVersion(&version);
+    snprintf(pg->description, sizeof pg->description, "cuda, %d rank%s on %d GPU%s through NCCL %d.%d.%d, %s",
+             nranks, nranks == 1 ? "" : "s", nranks, nranks == 1 ? "" : "s", version / 10000,
+             version / 100 % 100, version % 100, device_name(pg->device[0]));
+    return pg;
+}

@@ -1,0 +1,336 @@
+/* test_gpu.c: the GPU backend against the CPU backend, on random inputs.
+ *
+ * Every op of kernels.h on the GPU against the same op on the CPU (fp32:
+ * relative error below 1e-5 for elementwise ops, 1e-4 for matmuls and
+ * reductions); a small GPT trained 20 steps on each; the strategy gate on the
+ * GPU simulator (four strategies bit-identical at N = 2); NCCL against the GPU
+ * simulator at N = 1, bit for bit. Without a GPU each test prints a SKIP line;
+ * with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing GPU fails instead.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "../strategies/trainer.h"
+#include "reference.h"
+
+static Device *gpu;
+static Stream *gpu_stream;
+
+static void setup(void) {
+    test_stream_setup();
+    if (device_cuda_count() > 0) {
+        gpu = device_create_cuda(0);
+        gpu_stream = stream_create(gpu);
+    }
+}
+
+static void teardown(void) {
+    stream_destroy(gpu_stream);
+    device_destroy(gpu);
+    test_stream_teardown();
+}
+
+TestSuite(gpu, .init = setup, .fini = teardown);
+
+/* One line for the whole suite, before it runs, where no GPU is there. */
+ReportHook(PRE_ALL)(struct criterion_test_set *tests) {
+    (void)tests;
+    if (device_cuda_count() == 0)
+        printf("SKIP: test_gpu: no GPU visible (or a build without CUDA); every GPU test is skipped\n");
+    fflush(stdout);
+}
+
+static void need_gpu(void) {
+    if (gpu) return;
+    if (getenv("ZF_REQUIRE_GPU")) cr_assert_fail("ZF_REQUIRE_GPU is set, and no GPU is visible to this build");
+    cr_skip_test("SKIP: no GPU visible (or a build without CUDA): the GPU tests did not run");
+}
+
+static const double ELEMENTWISE_TOL = 1e-5, REDUCTION_TOL = 1e-4;
+
+/* The same data on the CPU (host memory) and on the GPU. */
+typedef struct { float *cpu, *gpu; size_t n; } Pair;
+
+static Pair pair_random(size_t n, float lo, float hi, unsigned seed) {
+    Pair p = { malloc(n * sizeof(float)), device_alloc(gpu, MEM_WORKING, n * sizeof(float)), n };
+    fill_uniform(p.cpu, n, lo, hi, seed);
+    stream_copy(gpu_stream, p.gpu, p.cpu, n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    return p;
+}
+
+static void pair_free(Pair p) {
+    free(p.cpu);
+    device_free(gpu, MEM_WORKING, p.gpu, p.n * sizeof(float));
+}
+
+typedef struct { int *cpu, *gpu; size_t n; } IntPair;
+
+static IntPair tokens_random(size_t n, int V, unsigned seed) {
+    IntPair p = { malloc(n * sizeof(int)), device_alloc(gpu, MEM_WORKING, n * sizeof(int)), n };
+    for (size_t i = 0; i < n; i++) p.cpu[i] = (int)((i * 2654435761u + seed * 40503u) % (unsigned)V);
+    stream_copy(gpu_stream, p.gpu, p.cpu, n * sizeof(int));
+    stream_synchronize(gpu_stream);
+    return p;
+}
+
+static void int_pair_free(IntPair p) {
+    free(p.cpu);
+    device_free(gpu, MEM_WORKING, p.gpu, p.n * sizeof(int));
+}
+
+/* The GPU's copy against the CPU's, after both streams are done. */
+static void expect_match(Pair p, double tol, const char *what) {
+    stream_synchronize(test_stream);
+    float *got = malloc(p.n * sizeof(float));
+    stream_copy(gpu_stream, got, p.gpu, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    double *want = to_double(p.cpu, p.n);
+    double e = rel_error(got, want, p.n);
+    cr_expect_lt(e, tol, "%s: GPU against CPU, relative error %g (tolerance %g)", what, e, tol);
+    free(got);
+    free(want);
+}
+
+Test(gpu, matmul_forward_backward) {
+    need_gpu();
+    int N = 74, C = 48, OC = 80;
+    Pair inp = pair_random((size_t)N * C, -1, 1, 1), w = pair_random((size_t)OC * C, -1, 1, 2);
+    Pair out = pair_random((size_t)N * OC, -1, 1, 3), dout = pair_random((size_t)N * OC, -1, 1, 4);
+    Pair dinp = pair_random((size_t)N * C, -1, 1, 5), dw = pair_random((size_t)OC * C, -1, 1, 6);
+    matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
+    matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
+    matmul_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
+    matmul_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+    expect_match(out, REDUCTION_TOL, "matmul out");
+    expect_match(dinp, REDUCTION_TOL, "matmul dinp");
+    expect_match(dw, REDUCTION_TOL, "matmul dweight (added)");
+    pair_free(inp); pair_free(w); pair_free(out); pair_free(dout); pair_free(dinp); pair_free(dw);
+}
+
+Test(gpu, layernorm_forward_backward) {
+    need_gpu();
+    int N = 300, C = 48;  /* more rows than one part of the weight-gradient sum */
+    Pair inp = pair_random((size_t)N * C, -2, 2, 11), w = pair_random((size_t)C, 0.5f, 1.5f, 12);
+    Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
+    Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
+    Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
+    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C);
+    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C);
+    expect_match(out, REDUCTION_TOL, "layernorm out");
+    expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
+    expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
+    expect_match(dw, REDUCTION_TOL, "layernorm dweight (added)");
+    pair_free(inp); pair_free(w); pair_free(out); pair_free(mean); pair_free(rstd); pair_free(dout);
+    pair_free(dinp); pair_free(dw);
+}
+
+static void check_attention(float p) {
+    need_gpu();
+    int B = 2, T = 37, C = 48, NH = 4;
+    size_t att_n = (size_t)B * NH * T * T;
+    Dropout drop = { p, 9, 1, 4, 2 };
+    Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 21), out = pair_random((size_t)B * T * C, -1, 1, 22);
+    Pair att = pair_random(att_n, -1, 1, 23), scratch = pair_random(2 * att_n, -1, 1, 24);
+    Pair dout = pair_random((size_t)B * T * C, -1, 1, 25), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 26);
+    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop);
+    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop);
+    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, att.cpu, B, T, C, NH, drop);
+    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, att.gpu, B, T, C, NH, drop);
+    expect_match(att, REDUCTION_TOL, "attention probabilities");
+    expect_match(out, REDUCTION_TOL, "attention out");
+    expect_match(dqkv, REDUCTION_TOL, "attention dqkv");
+    pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
+}
+
+Test(gpu, attention_forward_backward) { check_attention(0.0f); }
+Test(gpu, attention_with_dropout) { check_attention(0.2f); }
+
+Test(gpu, embedding_forward_backward) {
+    need_gpu();
+    int B = 3, T = 37, C = 48, V = 65;
+    IntPair tokens = tokens_random((size_t)B * T, V, 31);
+    Pair wte = pair_random((size_t)V * C, -1, 1, 32), wpe = pair_random((size_t)T * C, -1, 1, 33);
+    Pair out = pair_random((size_t)B * T * C, -1, 1, 34), dout = pair_random((size_t)B * T * C, -1, 1, 35);
+    Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
+    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C);
+    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, tokens.cpu, B, T, C, V);
+    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, tokens.gpu, B, T, C, V);
+    expect_match(out, ELEMENTWISE_TOL, "embedding out");
+    expect_match(dwte, REDUCTION_TOL, "embedding dwte (added)");
+    expect_match(dwpe, REDUCTION_TOL, "embedding dwpe (added)");
+    int_pair_free(tokens);
+    pair_free(wte); pair_free(wpe); pair_free(out); pair_free(dout); pair_free(dwte); pair_free(dwpe);
+}
+
+Test(gpu, elementwise_ops) {
+    need_gpu();
+    size_t n = 100003;
+    Dropout drop = { 0.3f, 5, 2, 7, 3 };
+    Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
+    gelu_forward(test_stream, out.cpu, x.cpu, n);
+    gelu_forward(gpu_stream, out.gpu, x.gpu, n);
+    expect_match(out, ELEMENTWISE_TOL, "gelu forward");
+    gelu_backward(test_stream, out.cpu, x.cpu, y.cpu, n);
+    gelu_backward(gpu_stream, out.gpu, x.gpu, y.gpu, n);
+    expect_match(out, ELEMENTWISE_TOL, "gelu backward");
+    residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n);
+    residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n);
+    expect_match(out, ELEMENTWISE_TOL, "residual");
+    dropout_forward(test_stream, out.cpu, x.cpu, n, drop);
+    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop);
+    expect_match(out, ELEMENTWISE_TOL, "dropout (the same Philox mask)");
+    fill_zero(test_stream, out.cpu, n);
+    fill_zero(gpu_stream, out.gpu, n);
+    expect_match(y, ELEMENTWISE_TOL, "an untouched input");
+    float *zeros = malloc(n * sizeof(float));
+    stream_copy(gpu_stream, zeros, out.gpu, n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += zeros[i] != 0.0f;
+    cr_expect_eq(nonzero, 0, "fill_zero left %zu values", nonzero);
+    free(zeros);
+    pair_free(x); pair_free(y); pair_free(out);
+}
+
+Test(gpu, crossentropy_forward_backward) {
+    need_gpu();
+    int N = 300, V = 65;
+    IntPair targets = tokens_random((size_t)N, V, 51);
+    Pair logits = pair_random((size_t)N * V, -4, 4, 52), probs = pair_random((size_t)N * V, 0, 1, 53);
+    Pair losses = pair_random((size_t)N, 0, 1, 54), mean = pair_random(1, 0, 1, 55);
+    Pair dlogits = pair_random((size_t)N * V, -1, 1, 56);
+    crossentropy_forward(test_stream, mean.cpu, losses.cpu, probs.cpu, logits.cpu, targets.cpu, N, V);
+    crossentropy_forward(gpu_stream, mean.gpu, losses.gpu, probs.gpu, logits.gpu, targets.gpu, N, V);
+    crossentropy_backward(test_stream, dlogits.cpu, probs.cpu, targets.cpu, N, V, 0.5f);
+    crossentropy_backward(gpu_stream, dlogits.gpu, probs.gpu, targets.gpu, N, V, 0.5f);
+    expect_match(probs, REDUCTION_TOL, "softmax probabilities");
+    expect_match(losses, REDUCTION_TOL, "losses");
+    expect_match(mean, REDUCTION_TOL, "mean loss");
+    expect_match(dlogits, REDUCTION_TOL, "dlogits");
+    int_pair_free(targets);
+    pair_free(logits); pair_free(probs); pair_free(losses); pair_free(mean); pair_free(dlogits);
+}
+
+Test(gpu, adamw_sumsq_and_clip) {
+    need_gpu();
+    size_t n = 70001;
+    Pair param = pair_random(n, -1, 1, 61), grad = pair_random(n, -1, 1, 62);
+    Pair m = pair_random(n, -0.1f, 0.1f, 63), v = pair_random(n, 0, 0.01f, 64), sumsq = pair_random(2, 0, 1, 65);
+    AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
+    adamw_update(test_stream, param.cpu, grad.cpu, m.cpu, v.cpu, n, hp);
+    adamw_update(gpu_stream, param.gpu, grad.gpu, m.gpu, v.gpu, n, hp);
+    expect_match(param, ELEMENTWISE_TOL, "adamw param");
+    expect_match(m, ELEMENTWISE_TOL, "adamw m");
+    expect_match(v, ELEMENTWISE_TOL, "adamw v");
+    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, n);
+    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, n);
+    expect_match(sumsq, REDUCTION_TOL, "sumsq");
+    clip_scale(test_stream, grad.cpu, n, sumsq.cpu, 2, 1.0f);
+    clip_scale(gpu_stream, grad.gpu, n, sumsq.gpu, 2, 1.0f);
+    expect_match(grad, ELEMENTWISE_TOL, "clipped gradient");
+    pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq);
+}
+
+/* ---- whole runs ---- */
+
+static Dataset data;
+
+static void load_data(void) {
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
+}
+
+static StrategyConfig small_gpt(int nranks, Placement where, float dropout) {
+    StrategyConfig sc = {
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT }, .nranks = nranks, .device = where, .batch = 4,
+        .dropout = dropout, .seed = 7, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+    };
+    return sc;
+}
+
+/* Twenty steps by hand, returning each step's training loss. */
+static void train_losses(StrategyConfig sc, float *losses, int steps) {
+    Strategy *s = strategy_create(0, &sc);
+    cr_assert_not_null(s);
+    LRSchedule schedule = { 1e-3f, 1e-4f, 5, steps };
+    int rows = sc.nranks * sc.batch, T = sc.model.block_size;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    for (int it = 0; it < steps; it++) {
+        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, rows, T, x, y);
+        s->ops->set_lr(s, lr_at(&schedule, it));
+        cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)it), 0);
+        s->ops->clip_grads(s, 1.0f);
+        s->ops->step(s);
+        losses[it] = s->ops->train_loss(s);
+    }
+    s->ops->destroy(s);
+    free(x);
+    free(y);
+}
+
+Test(gpu, a_small_gpt_trains_on_the_gpu_as_on_the_cpu) {
+    need_gpu();
+    load_data();
+    enum { STEPS = 20 };
+    float cpu[STEPS], cuda[STEPS];
+    train_losses(small_gpt(1, PLACE_CPU, 0.1f), cpu, STEPS);
+    train_losses(small_gpt(1, PLACE_CUDA, 0.1f), cuda, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        cr_expect(fabsf(cuda[i] - cpu[i]) <= 1e-4f * cpu[i], "step %d: GPU loss %.7g, CPU %.7g", i, cuda[i], cpu[i]);
+    cr_expect_lt(cuda[STEPS - 1], cuda[0], "the loss falls");
+    dataset_free(&data);
+}
+
+Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = { .iters = 6, .schedule = { 1e-2f, 1e-3f, 2, 6 }, .grad_clip = 0.0f };
+    StrategyConfig sc = small_gpt(2, PLACE_CUDA, 0.1f);
+    size_t n;
+    float *ddp = train_weights(0, &sc, &tc, &data, &n);
+    cr_assert_not_null(ddp);
+    for (int zero = 1; zero <= 3; zero++) {
+        float *w = train_weights(zero, &sc, &tc, &data, &n);
+        cr_assert_not_null(w);
+        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "--zero=%d differs from DDP on the GPU", zero);
+        free(w);
+    }
+    free(ddp);
+    dataset_free(&data);
+}
+
+/* Reduce-scatter (scaled) and all-gather through a process group; returns the bytes. */
+static float *collectives_on(ProcessGroup *pg, size_t n) {
+    float *host = malloc(n * sizeof(float)), *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
+    fill_uniform(host, n, -1, 1, 71);
+    stream_copy(pg->compute[0], buf, host, n * sizeof(float));
+    pg_reduce_scatter(pg, &buf, &buf, n, 0.3f);
+    pg_all_gather(pg, &buf, &buf, n);
+    pg_all_reduce(pg, &buf, n, 0.7f);
+    stream_copy(pg->compute[0], host, buf, n * sizeof(float));
+    stream_synchronize(pg->compute[0]);
+    device_free(pg->device[0], MEM_WORKING, buf, n * sizeof(float));
+    return host;
+}
+
+Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
+    need_gpu();
+    ProcessGroup *nccl = pg_create_nccl(1), *sim = pg_create_simulator(1, DEVICE_CUDA);
+    cr_assert_not_null(nccl);
+    cr_assert_not_null(sim);
+    size_t n = 4096;
+    float *a = collectives_on(nccl, n), *b = collectives_on(sim, n);
+    cr_expect(memcmp(a, b, n * sizeof(float)) == 0, "NCCL and the simulator differ");
+    free(a);
+    free(b);
+    pg_destroy(nccl);
+    pg_destroy(sim);
+}
