@@ -28,7 +28,11 @@ KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
 CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c $(wildcard kernels/cuda/*.cu)
 CFLAGS_CUDA = -I$(CUDA_HOME)/include
-NVCCFLAGS = -O3 -std=c++17 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+# Machine code for each CUDA_ARCH, and PTX of the last for newer GPUs to compile
+# at load. No fused multiply-adds in our kernels (-fmad=false): gcc does not
+# fuse them in C11 either, so the GPU's elementwise ops round as the CPU's.
+NVCCFLAGS = -O3 -std=c++17 -fmad=false $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
 else

@@ -70,8 +70,9 @@ void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout 
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
 
 /* Fused softmax + cross-entropy over logits[N,V]: probs = softmax(logits),
- * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean (summed in row
- * order). targets may be NULL (inference): only probs are written. */
+ * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean (summed in
+ * double in an order fixed by N: rows in order on the CPU, a fixed tree on the
+ * GPU). targets may be NULL (inference): only probs are written. */
 void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                           const float *logits, const int *targets, int N, int V);
 /* dlogits = dloss * (probs - onehot(targets)) (overwrites). */

@@ -34,9 +34,11 @@ int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols) {
     return a->ntensors++;
 }
 
+static size_t gcd(size_t a, size_t b) { return b ? gcd(b, a % b) : a; }
+
 void arena_end_unit(ArenaLayout *a) {
     UnitSpec *u = &a->units[a->nunits - 1];
-    size_t m = (size_t)a->shard_multiple;
+    size_t m = (size_t)a->shard_multiple / gcd((size_t)a->shard_multiple, ARENA_ALIGN) * ARENA_ALIGN;
     u->size = (u->used + m - 1) / m * m;
     a->total = u->offset + u->size;
 }

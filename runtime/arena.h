@@ -3,16 +3,19 @@
  * All parameters of a model live in one flat fp32 buffer; each tensor is a
  * range of it. Tensors are grouped into units (a transformer block, or the root
  * unit of embeddings and final norm), and each unit is padded to a multiple of
- * `shard_multiple` so that it splits into equal shards, one per rank. Gradients
- * and optimizer state use the same layout, so a unit or a shard is one range of
- * one buffer.
+ * `shard_multiple` so that it splits into equal shards, one per rank, and of
+ * ARENA_ALIGN floats (64 bytes), so that every unit starts as aligned as a
+ * fresh buffer does: a tensor then has the same alignment in the arena as in a
+ * gradient slot or a gather buffer, and a BLAS that picks its kernels by
+ * alignment picks the same ones for every strategy. Gradients and optimizer
+ * state use the same layout, so a unit or a shard is one range of one buffer.
  */
 #ifndef ZF_ARENA_H
 #define ZF_ARENA_H
 
 #include <stddef.h>
 
-enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 256 };
+enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 256, ARENA_ALIGN = 16 };
 
 typedef struct {
     char name[ARENA_NAME_MAX];
@@ -26,7 +29,7 @@ typedef struct {
 typedef struct {
     size_t offset;       /* in floats */
     size_t used;         /* floats of real tensors */
-    size_t size;         /* used, padded to a multiple of shard_multiple */
+    size_t size;         /* used, padded to a multiple of shard_multiple and ARENA_ALIGN */
 } UnitSpec;
 
 typedef struct {
@@ -43,7 +46,8 @@ void arena_init(ArenaLayout *a, int shard_multiple);
 void arena_begin_unit(ArenaLayout *a);
 /* Add a tensor of shape rows x cols (cols = 0 for a 1-D tensor of rows). */
 int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols);
-/* Close the current unit, padding it. */
+/* Close the current unit, padding it to the least common multiple of
+ * shard_multiple and ARENA_ALIGN. */
 void arena_end_unit(ArenaLayout *a);
 int arena_find(const ArenaLayout *a, const char *name);
 

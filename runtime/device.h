@@ -43,8 +43,9 @@ Device *device_create_cpu(int sharing);
 int device_cuda_count(void);
 /* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
 Device *device_create_cuda(int ordinal);
-/* Let GPU matmuls use TF32 tensor cores from now on (--tf32); off by default:
- * exact fp32, close to the CPU. */
+/* Let GPU matmuls use TF32 tensor cores (--tf32); off by default: exact fp32,
+ * close to the CPU. It holds for the streams whose first matmul comes after
+ * the call: call it before training. */
 void device_cuda_set_tf32(int on);
 void device_destroy(Device *dev);
 const char *device_name(const Device *dev);
@@ -69,6 +70,8 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
  * 1 <= n <= STREAM_SUM_MAX. */
 enum { STREAM_SUM_MAX = 64 };
 void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
+/* Hold the stream for this long, using no processor: the modeled link's time. */
+void stream_delay(Stream *s, double seconds);
 void stream_synchronize(Stream *s);
 
 /* An event of dev's kind, recorded and waited on by dev's streams (waits may

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device_backend.h"
 #include "host.h"
@@ -189,6 +190,19 @@ static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, 
     stream_launch(s, sum_task, &a, sizeof a);
 }
 
+typedef struct { double seconds; } DelayArgs;
+
+static void delay_task(void *p) {
+    double s = ((DelayArgs *)p)->seconds;
+    struct timespec t = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (nanosleep(&t, &t) != 0) continue;  /* resumed after a signal */
+}
+
+static void cpu_delay(Stream *s, double seconds) {
+    DelayArgs a = { seconds };
+    stream_launch(s, delay_task, &a, sizeof a);
+}
+
 /* Waits for the tasks launched before the call, not for later ones. Each waiter
  * keeps wake_at at the nearest target still pending. */
 static void cpu_synchronize(Stream *stream) {
@@ -314,7 +328,7 @@ static void cpu_event_synchronize(Event *ev) {
 }
 
 static const DeviceOps cpu_ops = {
-    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum,
+    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum, cpu_delay,
     cpu_synchronize, cpu_event_create, cpu_event_destroy, cpu_event_record, cpu_wait_event,
     cpu_event_synchronize,
 };

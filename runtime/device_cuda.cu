@@ -146,6 +146,23 @@ static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len,
     cuda_check_launch("sum_kernel", __FILE__, __LINE__);
 }
 
+/* One thread that sleeps until the GPU's clock has moved on by ns: the stream
+ * holds while the SMs stay free. (Host functions would not do: CUDA may run
+ * those of all streams one at a time, so N ranks' waits would add up.) */
+__global__ static void delay_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(100000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+static void cuda_delay(Stream *s, double seconds) {
+    delay_kernel<<<1, 1, 0, cuda_stream(s)>>>((unsigned long long)(seconds * 1e9));
+    cuda_check_launch("delay_kernel", __FILE__, __LINE__);
+}
+
 static void cuda_synchronize(Stream *s) { CHECK(cudaStreamSynchronize(cuda_stream(s))); }
 
 static Event *cuda_event_create(Device *dev) {
@@ -177,7 +194,7 @@ static void cuda_event_synchronize(Event *ev) {
 }
 
 static const DeviceOps cuda_ops = {
-    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum,
+    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum, cuda_delay,
     cuda_synchronize, cuda_event_create, cuda_event_destroy, cuda_event_record, cuda_wait_event,
     cuda_event_synchronize,
 };

@@ -30,6 +30,7 @@ ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
     }
     ProcessGroup *pg = host_calloc(1, sizeof *pg);
     pg->collectives = &simulator_collectives;
+    pg->simulated = 1;
     pg->nranks = nranks;
     for (int r = 0; r < nranks; r++) {
         Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(nranks);
@@ -138,35 +139,79 @@ static const Collectives simulator_collectives = { simulator_reduce_scatter, sim
 
 /* ---- the collectives ---- */
 
+void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
+    pg->link_gbps = gbps;
+    pg->link_latency_us = latency_us;
+}
+
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
+    if (pg->link_gbps <= 0 || pg->nranks == 1) return 0.0;
+    double N = pg->nranks, bytes = (double)n * sizeof(float);
+    double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
+    return (N - 1) * pg->link_latency_us * 1e-6 + volume / (pg->link_gbps * 1e9);
+}
+
+/* The collective's start: its producers, then the modeled link's time. */
+static void begin(ProcessGroup *pg, int all_reduce, size_t n) {
+    wait_for_producers(pg);
+    double seconds = pg_link_seconds(pg, all_reduce, n);
+    for (int r = 0; r < pg->nranks; r++) stream_delay(pg->comm[r], seconds);
+}
+
+/* The collective's end: the compute streams wait for it, or done[r] marks it. */
+static void end(ProcessGroup *pg, Event *const *done) {
+    if (!done) {
+        wait_for_parts(pg, pg->compute);
+        return;
+    }
+    for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
+}
+
+/* A collective with nothing to do is over at once: only its done events, if any. */
+static void skip(ProcessGroup *pg, Event *const *done) {
+    if (done)
+        for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
+}
+
 /* On one rank an in-place collective without scaling changes nothing: skip it,
  * and its stream hand-offs, so DDP on one rank costs what the plain loop does. */
 static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale) {
     return pg->nranks == 1 && scale == 1.0f && send[0] == recv[0];
 }
 
-void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
-    if (nothing_to_do(pg, send, recv, scale)) return;
-    wait_for_producers(pg);
+void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
+                       Event *const *done) {
+    if (nothing_to_do(pg, send, recv, scale)) {
+        skip(pg, done);
+        return;
+    }
+    begin(pg, 0, n);
     pg->collectives->reduce_scatter(pg, send, recv, n, scale);
-    wait_for_parts(pg, pg->compute);
+    end(pg, done);
 }
 
-void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
-    if (nothing_to_do(pg, send, recv, 1.0f)) return;
-    wait_for_producers(pg);
+void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Event *const *done) {
+    if (nothing_to_do(pg, send, recv, 1.0f)) {
+        skip(pg, done);
+        return;
+    }
+    begin(pg, 0, n);
     pg->collectives->all_gather(pg, send, recv, n);
-    wait_for_parts(pg, pg->compute);
+    end(pg, done);
 }
 
-void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale) {
-    if (nothing_to_do(pg, bufs, bufs, scale)) return;
+void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done) {
+    if (nothing_to_do(pg, bufs, bufs, scale)) {
+        skip(pg, done);
+        return;
+    }
     size_t shard = pg_shard_size(n, pg->nranks);
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
         shards[r] = (size_t)r * shard < n ? bufs[r] + (size_t)r * shard : bufs[r];
-    wait_for_producers(pg);
+    begin(pg, 1, n);
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale);
     wait_for_parts(pg, pg->comm);
     pg->collectives->all_gather(pg, shards, bufs, n);
-    wait_for_parts(pg, pg->compute);
+    end(pg, done);
 }

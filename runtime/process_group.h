@@ -3,16 +3,22 @@
  * Each collective is called once, for all ranks, by the thread that holds the
  * baton (runtime/fibers.h), and runs each rank's part on that rank's
  * communication stream. Ordering is by events: a collective waits for the
- * producing work of every rank's compute stream, and every rank's compute
- * stream waits for every rank's part before any later use, so no rank reads a
- * buffer a peer is still writing, even with asynchronous CPU streams.
+ * producing work of every rank's compute stream. Then, by default, every
+ * rank's compute stream waits for every rank's part before any later work, so
+ * no rank reads a buffer a peer is still writing, even with asynchronous CPU
+ * streams. To overlap, a caller passes `done` events instead: done[r] is
+ * recorded on rank r's communication stream after its part, nothing else
+ * waits, and the caller makes each later use wait. done[r] covers rank r's
+ * part only, and every rank's part reads every rank's send buffer: before a
+ * rank writes its send buffer again it must wait for every done[q].
  *
  * Two backends move the data. The simulator puts every rank on the same
  * hardware (the CPU, or one GPU), with a device handle of its own for its memory
  * accounting, and runs the collectives as local kernels that sum in rank order
  * 0..N-1: the same bits every run. NCCL puts rank r on GPU r and issues each
- * collective for every rank inside one ncclGroupStart/ncclGroupEnd; its lengths
- * must divide by N (the arenas pad every unit to a multiple of N).
+ * collective for every rank inside one ncclGroupStart/ncclGroupEnd; it sums in
+ * an order of its own, and its lengths must divide by N (the arenas pad every
+ * unit to a multiple of N).
  *
  * Shards: a buffer of n floats splits into N shards of ceil(n / N) floats; rank
  * r owns [r * shard, min(n, (r + 1) * shard)), so the last shards may be short
@@ -39,6 +45,7 @@ typedef struct {
 struct ProcessGroup {
     const Collectives *collectives;
     char description[160];              /* where the ranks run, in words */
+    int simulated;                      /* 1: the simulator; 0: NCCL */
     void *nccl[FIBERS_MAX_RANKS];       /* NCCL's communicators (ncclComm_t) */
     int nranks;
     Device *device[FIBERS_MAX_RANKS];   /* each rank's device handle */
@@ -46,6 +53,7 @@ struct ProcessGroup {
     Stream *comm[FIBERS_MAX_RANKS];
     Event *produced[FIBERS_MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
+    double link_gbps, link_latency_us;  /* the modeled link (0: none); see pg_set_link */
 };
 
 /* Where ranks may run: the CPU (the zero value, what the tests ask for), any
@@ -67,13 +75,23 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 
 size_t pg_shard_size(size_t n, int nranks);
 
+/* A modeled link for simulated ranks (--link): each collective then holds every
+ * rank's communication stream, with no processor busy, as long as a ring would
+ * take on such a link: all-reduce (N-1) latency + 2 (N-1)/N bytes / bandwidth,
+ * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth. The
+ * data moves as before; only time is added. gbps = 0 turns it off. */
+void pg_set_link(ProcessGroup *pg, double gbps, double latency_us);
+/* The seconds the modeled link gives a collective of n floats (0 without one). */
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
+
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
-void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale);
+void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done);
 /* recv[r][0, shard) = scale * sum over q of send[q][r's shard]. recv[r] may be
  * send[r] + r * shard (in place). */
-void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale);
+void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
+                       Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
  * recv[q] + q * shard (in place). */
-void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n);
+void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Event *const *done);
 
 #endif

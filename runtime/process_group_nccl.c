@@ -5,6 +5,11 @@
  * ncclGroupStart/ncclGroupEnd, on the ranks' communication streams; the event
  * ordering around it is process_group.c's. NCCL sums, and the mean's scaling
  * runs after it as a one-input stream_sum.
+ *
+ * NCCL adds the ranks' shards in an order of its own (ring, tree or NVLS, as it
+ * picks), not in rank order as the simulator does: across N > 1 GPUs the bits
+ * may differ from the simulator's, and from one collective kind to another.
+ * At N = 1 they are the simulator's (tests/test_gpu.c checks it).
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -71,13 +76,19 @@ ProcessGroup *pg_create_nccl(int nranks) {
     int ordinals[FIBERS_MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         ordinals[r] = r;
-        pg_add_rank(pg, r, device_create_cuda(r));
+        Device *dev = device_create_cuda(r);
+        if (!dev) {
+            pg->nranks = r;
+            pg_destroy(pg);
+            return NULL;
+        }
+        pg_add_rank(pg, r, dev);
     }
     ncclComm_t comms[FIBERS_MAX_RANKS];
     nccl_check(ncclCommInitAll(comms, nranks, ordinals), "ncclCommInitAll", __FILE__, __LINE__);
     for (int r = 0; r < nranks; r++) pg->nccl[r] = comms[r];
     int version = 0;
-    ncclGetVersion(&version);
+    nccl_check(ncclGetVersion(&version), "ncclGetVersion", __FILE__, __LINE__);
     snprintf(pg->description, sizeof pg->description, "cuda, %d rank%s on %d GPU%s through NCCL %d.%d.%d, %s",
              nranks, nranks == 1 ? "" : "s", nranks, nranks == 1 ? "" : "s", version / 10000,
              version / 100 % 100, version % 100, device_name(pg->device[0]));

@@ -23,8 +23,11 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
         fibers_destroy(d->fibers);
         return -1;
     }
+    pg_set_link(d->pg, cfg->link_gbps, cfg->link_latency_us);
+    d->base.sync_grads = 1;
     d->base.placement = d->pg->description;
     d->base.device_kind = device_kind(d->pg->device[0]);
+    d->base.simulated = d->pg->simulated;
     model_layout(&cfg->model, 1, &d->plain_layout);
     for (int r = 0; r < d->nranks; r++) {
         Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
@@ -63,15 +66,27 @@ size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
     return d->layout->units[unit].offset / (size_t)d->nranks;
 }
 
-void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int unit),
-                      int unit) {
+void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
+                      int index) {
     if (d->failed[rank]) return;
     int rc = fibers_arrive(d->fibers, rank, name);
     if (rc == 1) {
-        collective(d, unit);
+        collective(d, index);
         rc = fibers_depart(d->fibers, rank);
     }
     if (rc < 0) d->failed[rank] = 1;
+}
+
+void ranks_wait_all(Ranks *d, int rank, Event *const *done) {
+    for (int q = 0; q < d->nranks; q++) stream_wait_event(d->pg->compute[rank], done[q]);
+}
+
+void ranks_events_create(Ranks *d, Event **events) {
+    for (int r = 0; r < d->nranks; r++) events[r] = event_create(d->pg->device[r]);
+}
+
+void ranks_events_destroy(Ranks *d, Event **events) {
+    for (int r = 0; r < d->nranks; r++) event_destroy(events[r]);
 }
 
 /* One rank's part of a run: its rows forward, and backward when training. */
@@ -110,7 +125,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
         own_part[r] = d->norm_parts[r] + (sharded ? r : 0);
         sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len);
     }
-    if (sharded) pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks);
+    if (sharded) pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks, NULL);
     for (int r = 0; r < d->nranks; r++)
         clip_scale(d->pg->compute[r], d->grad_part[r], d->grad_part_len, d->norm_parts[r],
                    sharded ? d->nranks : 1, max_norm);
@@ -151,8 +166,10 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temp
     return 0;
 }
 
-/* Copy between the unpadded host layout and a padded host arena, tensor by tensor. */
+/* Copy between the host layout of one rank and a padded host arena, tensor by
+ * tensor; the host layout's own padding is zero. */
 static void unpad(const Ranks *d, float *plain, const float *padded) {
+    memset(plain, 0, d->plain_layout.total * sizeof(float));
     for (int i = 0; i < d->layout->ntensors; i++)
         memcpy(plain + d->plain_layout.tensors[i].offset, padded + d->layout->tensors[i].offset,
                d->layout->tensors[i].numel * sizeof(float));

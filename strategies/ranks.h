@@ -60,10 +60,16 @@ void ranks_release(Ranks *d);
  * unit hooks. 0, or -1 after printing the failing rank. */
 int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int training);
 /* Inside a hook of rank `rank`: arrive at the rendezvous `name`; the last rank
- * to arrive runs collective(d, unit) for every rank. After a failure it does
- * nothing, and the rank's step fails once its model returns. */
-void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int unit),
-                      int unit);
+ * to arrive runs collective(d, index) for every rank (index: a unit, a bucket).
+ * After a failure it does nothing, and the rank's step fails once its model
+ * returns. */
+void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
+                      int index);
+/* Rank r's compute stream waits for every rank's part of a collective. */
+void ranks_wait_all(Ranks *d, int rank, Event *const *done);
+/* N events on each rank's device, for a collective's parts; and their end. */
+void ranks_events_create(Ranks *d, Event **events);
+void ranks_events_destroy(Ranks *d, Event **events);
 /* Write the initial weights of cfg->seed (strategies call it once placed). */
 void ranks_init_weights(Ranks *d);
 /* Where unit u's shard of rank r starts, in the padded arena and in a shard arena. */

@@ -2,27 +2,68 @@
  *
  * Every rank holds full weights and gradients, in the arena layout padded so each
  * unit splits into N shards; rank r runs its rows of the global batch on its own
- * compute stream with dropout stream r. When the backward is done (the root
- * unit's after_backward hook) the last rank to arrive enqueues, for every rank:
- *   DDP:    an all-reduce of the gradient arena (the mean); every rank then runs
- *           AdamW on everything and the replicas stay identical.
- *   ZeRO-1: a reduce-scatter (rank r gets the mean of its part of the arena);
- *           rank r runs AdamW on its part with m and v for that part only; an
- *           all-gather of the weights makes the replicas identical again.
- * Both reduce with the same kernel, so without clipping they give the same bits.
+ * compute stream with dropout stream r. The last rank to arrive at a rendezvous
+ * enqueues, for every rank:
+ *   DDP:    all-reduces of the gradient (the mean), bucket by bucket; every rank
+ *           then runs AdamW on everything and the replicas stay identical.
+ *   ZeRO-1: when the backward is done, a reduce-scatter (rank r gets the mean of
+ *           its part of the arena); rank r runs AdamW on its part with m and v
+ *           for that part only; an all-gather of the weights makes the replicas
+ *           identical again.
+ * DDP's buckets are PyTorch's: units merged in backward order up to
+ * bucket_bytes, the first bucket 1 MB, each all-reduced on the communication
+ * stream as soon as its last unit's backward is done, while the backward of the
+ * units below goes on; the compute streams wait for them all only at the end.
+ * Without overlap there is one bucket, the whole arena, all-reduced at the end.
+ * Every sum runs in the same kernel, element by element in rank order, so the
+ * buckets, overlap and ZeRO-1 all give the same bits.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../model/optim.h"
 #include "../runtime/host.h"
 #include "ranks.h"
 
+enum { FIRST_BUCKET_BYTES = 1 << 20 };
+
+/* Units [last_unit, last_unit + count) of the arena: a range, finished by
+ * last_unit's backward, the lowest of them. */
+typedef struct {
+    size_t offset, length;
+    int last_unit;
+    Event *done[FIBERS_MAX_RANKS];     /* each rank's part of its all-reduce (overlap) */
+} Bucket;
+
 typedef struct {
     Ranks ranks;
     int sharded;                   /* 0: DDP, 1: ZeRO-1 */
     size_t total, part;            /* padded arena length; total / N */
     float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];  /* the owned range's Adam state */
+    int nbuckets;                  /* DDP */
+    Bucket bucket[ARENA_MAX_UNITS];
+    int bucket_ending_at[ARENA_MAX_UNITS];  /* the bucket a unit's backward finishes, or -1 */
 } Replicated;
+
+/* DDP's buckets, in backward order (units L, L-1, ..., 0); one without overlap. */
+static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
+    const ArenaLayout *layout = d->ranks.layout;
+    size_t target = cfg->bucket_bytes < FIRST_BUCKET_BYTES ? cfg->bucket_bytes : FIRST_BUCKET_BYTES, bytes = 0;
+    int top = layout->nunits - 1;
+    for (int u = top; u >= 0; u--) {
+        d->bucket_ending_at[u] = -1;
+        bytes += layout->units[u].size * sizeof(float);
+        if (u > 0 && (!cfg->overlap || bytes < target)) continue;
+        Bucket *b = &d->bucket[d->nbuckets];
+        b->offset = layout->units[u].offset;
+        b->length = layout->units[top].offset + layout->units[top].size - b->offset;
+        b->last_unit = u;
+        d->bucket_ending_at[u] = d->nbuckets++;
+        top = u - 1;
+        bytes = 0;
+        target = cfg->bucket_bytes;
+    }
+}
 
 /* The part of the arena whose optimizer state rank r holds. */
 static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) {
@@ -37,25 +78,44 @@ static void zero_grads(void *ctx, int unit) {
     if (unit == 0) fill_zero(m->stream, m->grads, m->layout.total);
 }
 
-/* The collective after the backward, for every rank: the mean gradient. */
-static void sync_grads(Ranks *ranks, int unit) {
-    (void)unit;
+/* DDP: the mean of a bucket's gradients, on every rank. */
+static void all_reduce_bucket(Ranks *ranks, int index) {
     Replicated *d = (Replicated *)ranks;
+    Bucket *b = &d->bucket[index];
     float *grads[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) grads[r] = ranks->model[r]->grads;
-    float mean = 1.0f / (float)ranks->nranks;
-    if (d->sharded) {
-        float *parts[FIBERS_MAX_RANKS];
-        for (int r = 0; r < ranks->nranks; r++) parts[r] = grads[r] + (size_t)r * d->part;
-        pg_reduce_scatter(ranks->pg, grads, parts, d->total, mean);
-    } else {
-        pg_all_reduce(ranks->pg, grads, d->total, mean);
+    for (int r = 0; r < ranks->nranks; r++) grads[r] = ranks->model[r]->grads + b->offset;
+    pg_all_reduce(ranks->pg, grads, b->length, 1.0f / (float)ranks->nranks,
+                  ranks->base.cfg.overlap ? b->done : NULL);
+}
+
+/* ZeRO-1: rank r gets the mean of its part of the arena. */
+static void reduce_scatter_arena(Ranks *ranks, int index) {
+    (void)index;
+    Replicated *d = (Replicated *)ranks;
+    float *grads[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->nranks; r++) {
+        grads[r] = ranks->model[r]->grads;
+        parts[r] = grads[r] + (size_t)r * d->part;
     }
+    pg_reduce_scatter(ranks->pg, grads, parts, d->total, 1.0f / (float)ranks->nranks, NULL);
 }
 
 static void after_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
-    if (unit == 0) ranks_rendezvous(ref->ranks, ref->rank, "gradients", sync_grads, 0);
+    Replicated *d = (Replicated *)ref->ranks;
+    if (!d->ranks.base.sync_grads) return;
+    if (d->sharded) {
+        if (unit == 0) ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
+        return;
+    }
+    int k = d->bucket_ending_at[unit];
+    if (k < 0) return;
+    char name[FIBERS_NAME_MAX];
+    snprintf(name, sizeof name, "bucket %d all-reduce", k);
+    ranks_rendezvous(ref->ranks, ref->rank, name, all_reduce_bucket, k);
+    /* the end of the backward: the optimizer reads every bucket */
+    if (unit == 0 && d->ranks.base.cfg.overlap)
+        for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
 
 static int forward_backward(Strategy *s, const int *x, const int *y, uint32_t step) {
@@ -80,7 +140,7 @@ static void step(Strategy *s) {
             params[r] = ranks->model[r]->params;
             parts[r] = params[r] + (size_t)r * d->part;
         }
-        pg_all_gather(ranks->pg, parts, params, d->total);
+        pg_all_gather(ranks->pg, parts, params, d->total, NULL);
     }
 }
 
@@ -94,6 +154,7 @@ static void destroy(Strategy *s) {
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->m[r], len * sizeof(float));
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->v[r], len * sizeof(float));
     }
+    for (int i = 0; i < d->nbuckets; i++) ranks_events_destroy(&d->ranks, d->bucket[i].done);
     ranks_release(&d->ranks);
     free(d);
 }
@@ -125,6 +186,10 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
         d->v[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
         ranks->weights[r] = g->params;
         ranks->grad_part[r] = g->grads + lo;
+    }
+    if (!sharded) {
+        plan_buckets(d, cfg);
+        for (int i = 0; i < d->nbuckets; i++) ranks_events_create(ranks, d->bucket[i].done);
     }
     ranks->grad_part_len = sharded ? d->part : d->total;
     ranks->grad_parts_sharded = sharded;

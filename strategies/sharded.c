@@ -5,8 +5,8 @@
  * full gradient of a unit exists only in a gradient slot, for the span of that
  * unit's backward: the root unit has a slot of its own (its gradient completes
  * last, since the token embedding is also the output head), the blocks share
- * one. The unit hooks drive the collectives, the last rank to arrive enqueuing
- * each one for every rank:
+ * one, or two with overlap. The unit hooks drive the collectives, the last rank
+ * to arrive enqueuing each one for every rank:
  *
  *   before_backward(u)  zero the unit's slot
  *   after_backward(u)   reduce-scatter every rank's slot into the owners'
@@ -16,16 +16,21 @@
  * are all-gathered. ZeRO-3 keeps only its weight shards, and gathers a unit
  * into a gather buffer before its forward and before its backward:
  *
- *   before_forward(u)   all-gather unit u's weights
+ *   before_forward(u)   all-gather unit u's weights, unless they are there
  *   before_backward(u)  the same for a block; the root unit, gathered at the
  *                       start of the forward, stays so until the backward ends
  *
- * A collective waits for every rank's compute work so far, and every rank's
- * compute stream waits for the collective (runtime/process_group.h), so a slot
- * or a gather buffer is reused only after the collective that read or wrote it
- * is done, by events, with no host wait. The sums run in the same kernel and
- * the same rank order as DDP's all-reduce, and AdamW is elementwise, so without
- * clipping the weights are bit-identical to DDP's.
+ * A collective waits for every rank's compute work so far (runtime/
+ * process_group.h). Without overlap every rank's compute stream then waits for
+ * it at once. With overlap (FSDP's): the reduce-scatters run on the
+ * communication streams under the backward of the units below, the blocks
+ * take turns in two slots and two gather buffers, each gather prefetches the
+ * next unit's (at most two gathered at once), and the compute streams wait on
+ * each collective's events only where they use its buffers: a slot is zeroed
+ * again only after every rank's part of the reduce-scatter that read it. No
+ * host wait anywhere. The sums run in the same kernel and the same rank order
+ * as DDP's all-reduce, and AdamW is elementwise, so without clipping the
+ * weights are bit-identical to DDP's, overlapped or not.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,39 +39,74 @@
 #include "../runtime/host.h"
 #include "ranks.h"
 
+/* A unit-sized working buffer on every rank (a gradient slot or a gather
+ * buffer), with the events of the last collective that used it. */
+typedef struct {
+    float *rank_buf[FIBERS_MAX_RANKS];
+    size_t floats;
+    Event *done[FIBERS_MAX_RANKS];   /* each rank's part of that collective (overlap) */
+    int unit;                         /* a gather buffer's unit, -1 when it holds none */
+} UnitBuffer;
+
+enum { MAX_POOL = 2 };  /* block buffers of each kind: two with overlap, else one */
+
 typedef struct {
     Ranks ranks;
     int stage;                     /* 2 or 3 */
+    int pool;
     size_t part;                   /* shard arena length: total / N */
-    size_t root_size, block_size;  /* floats of the root unit and of the largest block */
     float *grad_shard[FIBERS_MAX_RANKS];
     float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];
-    float *root_slot[FIBERS_MAX_RANKS], *block_slot[FIBERS_MAX_RANKS];
-    /* ZeRO-3 */
-    float *weight_shard[FIBERS_MAX_RANKS];
-    float *root_gather[FIBERS_MAX_RANKS], *block_gather[FIBERS_MAX_RANKS];
+    float *weight_shard[FIBERS_MAX_RANKS];       /* ZeRO-3 */
+    UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the blocks' */
+    UnitBuffer gather[1 + MAX_POOL];             /* ZeRO-3, likewise */
 } Sharded;
 
-/* Every rank's weight shard of the unit, gathered into its gather buffer. */
-static void gather_unit(Ranks *ranks, int unit) {
+/* Blocks take turns in the pool by unit number, so with two buffers a unit and
+ * its neighbour (the next one in the forward, the one below in the backward)
+ * never share one. */
+static UnitBuffer *slot_of(Sharded *d, int unit) { return &d->slot[unit == 0 ? 0 : 1 + unit % d->pool]; }
+static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0 ? 0 : 1 + unit % d->pool]; }
+
+static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap ? b->done : NULL; }
+
+/* Gather a unit's weights into its buffer on every rank, unless it is there. */
+static void ensure_gathered(Sharded *d, int unit) {
+    Ranks *ranks = &d->ranks;
+    UnitBuffer *b = gather_of(d, unit);
+    if (b->unit == unit) return;
+    float *shards[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->nranks; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    pg_all_gather(ranks->pg, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
+    b->unit = unit;
+}
+
+/* Before a unit's forward: the weights changed since the last forward, so the
+ * root's gather starts afresh; with overlap, the next unit is prefetched. */
+static void gather_forward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
-    float *shards[FIBERS_MAX_RANKS], *full[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) {
-        shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
-        full[r] = ranks->model[r]->unit_weights[unit];
-    }
-    pg_all_gather(ranks->pg, shards, full, ranks->layout->units[unit].size);
+    if (unit == 0)
+        for (int i = 0; i <= d->pool; i++) d->gather[i].unit = -1;
+    ensure_gathered(d, unit);
+    if (ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1);
+}
+
+/* Before a block's backward; with overlap, the block below is prefetched. The
+ * last blocks of the forward are often still there. */
+static void gather_backward(Ranks *ranks, int unit) {
+    Sharded *d = (Sharded *)ranks;
+    ensure_gathered(d, unit);
+    if (ranks->base.cfg.overlap && unit > 1) ensure_gathered(d, unit - 1);
 }
 
 /* Every rank's slot of the unit, reduced into the owners' gradient shards. */
 static void reduce_scatter_unit(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
-    float *slots[FIBERS_MAX_RANKS], *shards[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) {
-        slots[r] = ranks->model[r]->unit_grads[unit];
-        shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
-    }
-    pg_reduce_scatter(ranks->pg, slots, shards, ranks->layout->units[unit].size, 1.0f / (float)ranks->nranks);
+    UnitBuffer *slot = slot_of(d, unit);
+    float *shards[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->nranks; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    pg_reduce_scatter(ranks->pg, slot->rank_buf, shards, ranks->layout->units[unit].size,
+                      1.0f / (float)ranks->nranks, done_events(d, slot));
 }
 
 static void rendezvous(RankRef *ref, const char *what, int unit, void (*collective)(Ranks *, int)) {
@@ -75,20 +115,45 @@ static void rendezvous(RankRef *ref, const char *what, int unit, void (*collecti
     ranks_rendezvous(ref->ranks, ref->rank, name, collective, unit);
 }
 
-static void before_forward(void *ctx, int unit) {
-    rendezvous(ctx, "gather", unit, gather_unit);
+/* With overlap the rank's compute waits here for its own part of the gather;
+ * without, every collective was waited for when it was enqueued. */
+static void wait_gathered(RankRef *ref, int unit) {
+    Sharded *d = (Sharded *)ref->ranks;
+    if (d->ranks.base.cfg.overlap)
+        stream_wait_event(d->ranks.pg->compute[ref->rank], gather_of(d, unit)->done[ref->rank]);
 }
 
+static void before_forward(void *ctx, int unit) {
+    rendezvous(ctx, "gather", unit, gather_forward);
+    wait_gathered(ctx, unit);
+}
+
+/* The slot is free once every rank's part of its last reduce-scatter is done. */
 static void before_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
     Sharded *d = (Sharded *)ref->ranks;
     Model *m = ref->ranks->model[ref->rank];
-    if (d->stage == 3 && unit != 0) rendezvous(ref, "gather", unit, gather_unit);
-    fill_zero(m->stream, m->unit_grads[unit], m->layout.units[unit].size);
+    if (d->stage == 3 && unit != 0) {
+        rendezvous(ref, "gather", unit, gather_backward);
+        wait_gathered(ref, unit);
+    }
+    UnitBuffer *slot = slot_of(d, unit);
+    if (d->ranks.base.cfg.overlap) ranks_wait_all(ref->ranks, ref->rank, slot->done);
+    fill_zero(m->stream, slot->rank_buf[ref->rank], m->layout.units[unit].size);
 }
 
+/* After the root's, the last one, the optimizer reads every gradient shard and
+ * writes every weight shard, which peers' gathers may still be reading: with
+ * overlap, wait here for every rank's part of every collective. */
 static void after_backward(void *ctx, int unit) {
-    rendezvous(ctx, "reduce-scatter", unit, reduce_scatter_unit);
+    RankRef *ref = ctx;
+    Sharded *d = (Sharded *)ref->ranks;
+    if (d->ranks.base.sync_grads) rendezvous(ref, "reduce-scatter", unit, reduce_scatter_unit);
+    if (unit != 0 || !d->ranks.base.cfg.overlap) return;
+    for (int i = 0; i <= d->pool; i++) {
+        ranks_wait_all(ref->ranks, ref->rank, d->slot[i].done);
+        if (d->stage == 3) ranks_wait_all(ref->ranks, ref->rank, d->gather[i].done);
+    }
 }
 
 static int forward_backward(Strategy *s, const int *x, const int *y, uint32_t step) {
@@ -118,24 +183,23 @@ static void step(Strategy *s) {
             full[r] = ranks->model[r]->unit_weights[u];
             shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
         }
-        pg_all_gather(ranks->pg, shards, full, layout->units[u].size);
+        pg_all_gather(ranks->pg, shards, full, layout->units[u].size, NULL);
     }
 }
 
 /* Every buffer of a rank, its kind and its length in floats. */
 typedef struct { float **ptr; MemKind kind; size_t floats; } Buffer;
 
-static int rank_buffers(Sharded *d, int r, Buffer out[8]) {
+static int rank_buffers(Sharded *d, int r, Buffer out[4 + 2 * (1 + MAX_POOL)]) {
     int n = 0;
     out[n++] = (Buffer){ &d->grad_shard[r], MEM_GRADS, d->part };
     out[n++] = (Buffer){ &d->m[r], MEM_OPTIMIZER, d->part };
     out[n++] = (Buffer){ &d->v[r], MEM_OPTIMIZER, d->part };
-    out[n++] = (Buffer){ &d->root_slot[r], MEM_WORKING, d->root_size };
-    out[n++] = (Buffer){ &d->block_slot[r], MEM_WORKING, d->block_size };
+    for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], MEM_WORKING, d->slot[i].floats };
     if (d->stage == 3) {
         out[n++] = (Buffer){ &d->weight_shard[r], MEM_WEIGHTS, d->part };
-        out[n++] = (Buffer){ &d->root_gather[r], MEM_WORKING, d->root_size };
-        out[n++] = (Buffer){ &d->block_gather[r], MEM_WORKING, d->block_size };
+        for (int i = 0; i <= d->pool; i++)
+            out[n++] = (Buffer){ &d->gather[i].rank_buf[r], MEM_WORKING, d->gather[i].floats };
     }
     return n;
 }
@@ -146,10 +210,14 @@ static void destroy(Strategy *s) {
     for (int r = 0; r < d->ranks.nranks; r++) {
         stream_synchronize(d->ranks.pg->compute[r]);
         stream_synchronize(d->ranks.pg->comm[r]);
-        Buffer buffers[8];
+        Buffer buffers[4 + 2 * (1 + MAX_POOL)];
         int n = rank_buffers(d, r, buffers);
         for (int i = 0; i < n; i++)
             device_free(d->ranks.pg->device[r], buffers[i].kind, *buffers[i].ptr, buffers[i].floats * sizeof(float));
+    }
+    for (int i = 0; i <= d->pool; i++) {
+        ranks_events_destroy(&d->ranks, d->slot[i].done);
+        ranks_events_destroy(&d->ranks, d->gather[i].done);
     }
     ranks_release(&d->ranks);
     free(d);
@@ -169,20 +237,26 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->stage = stage;
+    d->pool = cfg->overlap ? 2 : 1;
     d->part = layout->total / (size_t)ranks->nranks;
-    d->root_size = layout->units[0].size;
+    size_t block_size = 0;
     for (int u = 1; u < layout->nunits; u++)
-        if (layout->units[u].size > d->block_size) d->block_size = layout->units[u].size;
+        if (layout->units[u].size > block_size) block_size = layout->units[u].size;
+    for (int i = 0; i <= d->pool; i++) {
+        d->slot[i].floats = d->gather[i].floats = i == 0 ? layout->units[0].size : block_size;
+        d->gather[i].unit = -1;
+        ranks_events_create(ranks, d->slot[i].done);
+        ranks_events_create(ranks, d->gather[i].done);
+    }
     for (int r = 0; r < ranks->nranks; r++) {
         Model *m = ranks->model[r];
-        Buffer buffers[8];
+        Buffer buffers[4 + 2 * (1 + MAX_POOL)];
         int n = rank_buffers(d, r, buffers);
         for (int i = 0; i < n; i++)
             *buffers[i].ptr = device_alloc(m->dev, buffers[i].kind, buffers[i].floats * sizeof(float));
-        for (int u = 0; u < layout->nunits; u++) m->unit_grads[u] = u == 0 ? d->root_slot[r] : d->block_slot[r];
+        for (int u = 0; u < layout->nunits; u++) m->unit_grads[u] = slot_of(d, u)->rank_buf[r];
         if (stage == 3) {
-            for (int u = 0; u < layout->nunits; u++)
-                m->unit_weights[u] = u == 0 ? d->root_gather[r] : d->block_gather[r];
+            for (int u = 0; u < layout->nunits; u++) m->unit_weights[u] = gather_of(d, u)->rank_buf[r];
             m->hooks.before_forward = before_forward;
             ranks->weights[r] = d->weight_shard[r];
         } else {

@@ -26,6 +26,14 @@ typedef struct {
     float dropout;
     uint32_t seed;
     float beta1, beta2, eps, weight_decay;
+    /* Overlap the gradient collectives with the backward (and ZeRO-3's gathers
+     * with the compute): DDP all-reduces buckets of bucket_bytes (the first one
+     * 1 MB) as their units finish; ZeRO-2/3 reduce-scatter each unit on the
+     * communication stream and prefetch the next unit's gather. The same bits
+     * either way. A bucket_bytes under 1 MB makes the first bucket that small too. */
+    int overlap;
+    size_t bucket_bytes;
+    double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
 } StrategyConfig;
 
 typedef struct Strategy Strategy;
@@ -44,7 +52,8 @@ typedef struct {
      * gpt_generate does (model/sample.h); -1 when the model is no GPT. */
     int (*generate)(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature,
                     uint32_t seed);
-    /* Copy all weights, in the arena layout of nranks = 1, to or from the host. */
+    /* Copy all weights, in the arena layout of nranks = 1 (its padding zero), to
+     * or from the host. */
     void (*read_weights)(Strategy *s, float *host);
     void (*write_weights)(Strategy *s, const float *host);
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
@@ -57,9 +66,11 @@ struct Strategy {
     const char *name;
     const char *placement;  /* where the ranks run, in words */
     DeviceKind device_kind;
+    int simulated;          /* 1: the ranks are simulated on one device */
     StrategyConfig cfg;
     float lr;
     int adam_step;          /* updates done so far */
+    int sync_grads;         /* 1; 0 skips the gradient collectives (the no_sync probe of make bench) */
 };
 
 /* DDP (--zero=0): full replicas, gradients averaged over ranks. */

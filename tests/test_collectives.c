@@ -67,7 +67,7 @@ Test(collectives, all_reduce_matches_the_reference) {
             size_t n = LENGTHS[li];
             Setup s = setup(N, n, (unsigned)(N * 10 + li));
             float scale = 1.0f / N;
-            pg_all_reduce(s.pg, s.buf, n, scale);
+            pg_all_reduce(s.pg, s.buf, n, scale, NULL);
             float *rank0 = read_back(&s, 0, s.buf[0], n);
             for (size_t i = 0; i < n; i++) {
                 double abs_sum, want = reference_sum(&s, i, &abs_sum) * scale;
@@ -94,7 +94,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                 gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
             }
-            pg_reduce_scatter(s.pg, s.buf, shard, n, 2.0f);
+            pg_reduce_scatter(s.pg, s.buf, shard, n, 2.0f, NULL);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, shard[r], s.shard);
                 for (size_t k = 0; k < s.shard && r * s.shard + k < n; k++) {
@@ -104,7 +104,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 free(got);
             }
             /* gathering the reduced shards gives every rank the whole scaled sum */
-            pg_all_gather(s.pg, shard, gathered, n);
+            pg_all_gather(s.pg, shard, gathered, n, NULL);
             float *rank0 = read_back(&s, 0, gathered[0], n);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, gathered[r], n);
@@ -127,8 +127,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
 Test(collectives, all_reduce_sums_in_rank_order_every_time) {
     /* the same inputs twice give the same bytes: the order of the sum is fixed */
     Setup a = setup(5, 4097, 77), b = setup(5, 4097, 77);
-    pg_all_reduce(a.pg, a.buf, 4097, 0.2f);
-    pg_all_reduce(b.pg, b.buf, 4097, 0.2f);
+    pg_all_reduce(a.pg, a.buf, 4097, 0.2f, NULL);
+    pg_all_reduce(b.pg, b.buf, 4097, 0.2f, NULL);
     float *x = read_back(&a, 3, a.buf[3], 4097), *y = read_back(&b, 3, b.buf[3], 4097);
     cr_expect(memcmp(x, y, 4097 * sizeof(float)) == 0);
     free(x);

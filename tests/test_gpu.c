@@ -312,9 +312,9 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
     float *host = malloc(n * sizeof(float)), *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
     fill_uniform(host, n, -1, 1, 71);
     stream_copy(pg->compute[0], buf, host, n * sizeof(float));
-    pg_reduce_scatter(pg, &buf, &buf, n, 0.3f);
-    pg_all_gather(pg, &buf, &buf, n);
-    pg_all_reduce(pg, &buf, n, 0.7f);
+    pg_reduce_scatter(pg, &buf, &buf, n, 0.3f, NULL);
+    pg_all_gather(pg, &buf, &buf, n, NULL);
+    pg_all_reduce(pg, &buf, n, 0.7f, NULL);
     stream_copy(pg->compute[0], host, buf, n * sizeof(float));
     stream_synchronize(pg->compute[0]);
     device_free(pg->device[0], MEM_WORKING, buf, n * sizeof(float));

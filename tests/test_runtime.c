@@ -126,7 +126,8 @@ Test(runtime, stream_copy_and_memory_accounting) {
     device_destroy(dev);
 }
 
-Test(runtime, arena_pads_units_to_the_shard_multiple) {
+/* Units pad to lcm(3, ARENA_ALIGN = 16) = 48 floats. */
+Test(runtime, arena_pads_units_to_the_shard_multiple_and_the_alignment) {
     ArenaLayout a;
     arena_init(&a, 3);
     arena_begin_unit(&a);
@@ -134,16 +135,16 @@ Test(runtime, arena_pads_units_to_the_shard_multiple) {
     arena_add_tensor(&a, "n", 4, 0);   /* 4 floats, 1-D */
     arena_end_unit(&a);
     arena_begin_unit(&a);
-    arena_add_tensor(&a, "y", 3, 3);   /* 9 floats, already a multiple of 3 */
+    arena_add_tensor(&a, "y", 6, 8);   /* 48 floats, already a multiple of 48 */
     arena_end_unit(&a);
     cr_expect_eq(a.units[0].used, 14);
-    cr_expect_eq(a.units[0].size, 15);
-    cr_expect_eq(a.units[1].offset, 15);
-    cr_expect_eq(a.units[1].size, 9);
-    cr_expect_eq(a.total, 24);
-    cr_expect_eq(a.numel, 23);
+    cr_expect_eq(a.units[0].size, 48);
+    cr_expect_eq(a.units[1].offset, 48);
+    cr_expect_eq(a.units[1].size, 48);
+    cr_expect_eq(a.total, 96);
+    cr_expect_eq(a.numel, 62);
     int y = arena_find(&a, "y"), n = arena_find(&a, "n");
-    cr_expect_eq(a.tensors[y].offset, 15);
+    cr_expect_eq(a.tensors[y].offset, 48);
     cr_expect_eq(a.tensors[n].ndim, 1);
     cr_expect_eq(a.tensors[n].offset, 10);
     cr_expect_eq(arena_find(&a, "missing"), -1);

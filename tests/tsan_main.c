@@ -2,7 +2,8 @@
  * under ThreadSanitizer, Snaipe/Criterion#274): streams and events from several
  * host threads, then short training runs of every strategy, DDP on 1 rank and
  * ZeRO-1, 2 and 3 on 3 (the rank fibers, the baton, the collectives inside the
- * backward), with dropout, clipping, evaluation and sampling.
+ * backward, overlapped on a modeled link), with dropout, clipping, evaluation
+ * and sampling.
  * Exits non-zero on a wrong result; ThreadSanitizer exits non-zero on a race. */
 #include <stdio.h>
 
@@ -29,6 +30,7 @@ int main(void) {
         StrategyConfig sc = {
             .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
             .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+            .overlap = 1, .bucket_bytes = 4096, .link_gbps = 1.0, .link_latency_us = 10,
         };
         Strategy *s = strategy_create(zero, &sc);
         TrainConfig tc = {

@@ -15,7 +15,7 @@ int options_preset(TrainOptions *o, const char *name) {
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .log = "",
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto",
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -45,6 +45,9 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
         { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
+        { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
+        { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
+        { "link", FLAG_PATH, o->link, sizeof o->link, "GBPS[,LATENCY_US]: model a link for simulated ranks" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
@@ -114,6 +117,29 @@ static int set_flag(const Flag *f, const char *prog, const char *text) {
     return 0;
 }
 
+/* "GBPS" or "GBPS,LATENCY_US", positive and finite; the values go to gbps, latency_us. */
+static int link_parse(const char *text, double *gbps, double *latency_us) {
+    char *end;
+    *gbps = strtod(text, &end);
+    *latency_us = 0.0;
+    if (end == text || !isfinite(*gbps) || *gbps <= 0) return 0;
+    if (*end == ',') {
+        const char *lat = end + 1;
+        *latency_us = strtod(lat, &end);
+        if (end == lat || !isfinite(*latency_us) || *latency_us < 0) return 0;
+    }
+    return *end == 0;
+}
+
+static int link_valid(const char *text) {
+    double gbps, latency_us;
+    return link_parse(text, &gbps, &latency_us);
+}
+
+void options_link(const TrainOptions *o, double *gbps, double *latency_us) {
+    if (!o->link[0] || !link_parse(o->link, gbps, latency_us)) *gbps = *latency_us = 0.0;
+}
+
 /* One-line complaints about values no run can use. */
 /* The arena's tensor table holds 3 + 6 L tensors (runtime/arena.h). */
 enum { MAX_LAYERS = (ARENA_MAX_TENSORS - 3) / 6 };
@@ -133,6 +159,11 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
+    else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
+    else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
+        snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
+    else if (o->link[0] && !link_valid(o->link))
+        snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
     else if (o->iters < 0) snprintf(bad, sizeof bad, "--iters=%d must not be negative", o->iters);
     else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);

@@ -18,11 +18,16 @@ typedef struct {
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
     char device[8];                  /* auto, cpu or cuda */
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
+    int overlap;                     /* 1: collectives under the backward */
+    float bucket_mb;                 /* DDP's bucket size */
+    char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
 } TrainOptions;
 
 /* Fill o with the named preset ("char" or "char-small"); -1 if unknown. */
 int options_preset(TrainOptions *o, const char *name);
+/* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one. */
+void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
 /* Parse --flag=value / --flag value over a preset (--preset=NAME, default

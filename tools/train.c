@@ -23,7 +23,9 @@ int main(int argc, char **argv) {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
         .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
         .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
+        .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
     };
+    options_link(&o, &sc.link_gbps, &sc.link_latency_us);
     const char *bad = gpt_config_error(&sc.model);
     if (bad) {
         fprintf(stderr, "train: %s\n", bad);
@@ -44,8 +46,11 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    if (o.tf32 && s->device_kind != DEVICE_CUDA) {
-        fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
+    const char *refused = NULL;
+    if (o.tf32 && s->device_kind != DEVICE_CUDA) refused = "--tf32=1 needs a GPU, and the ranks run on the CPU";
+    if (sc.link_gbps > 0 && !s->simulated) refused = "--link models a link for simulated ranks; these run on GPUs through NCCL";
+    if (refused) {
+        fprintf(stderr, "train: %s\n", refused);
         s->ops->destroy(s);
         dataset_free(&data);
         if (log) fclose(log);
@@ -53,6 +58,9 @@ int main(int argc, char **argv) {
     }
     device_cuda_set_tf32(o.tf32);
     printf("device: %s\n", s->placement);
+    if (sc.link_gbps > 0)
+        printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
+               sc.link_gbps, sc.link_latency_us);
     printf("blas: %s\n", blas);
     ArenaLayout layout;
     model_layout(&sc.model, 1, &layout);
@@ -61,8 +69,8 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d\n", s->name, o.iters, o.batch, o.gpus, o.lr, o.min_lr,
-           o.warmup, o.dropout, o.grad_clip, o.seed);
+           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, o.gpus, o.lr, o.min_lr,
+           o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off");
     fflush(stdout);
 
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "

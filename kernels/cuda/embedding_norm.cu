@@ -11,15 +11,16 @@ enum { ROWS_PER_PART = 128 };
 /* A warp per row: mean, then variance about it (two passes, as the CPU). */
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
                                                 const float *weight, int N, int C) {
-    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
-    if (row >= N) return;
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)N) return;
     const float *x = inp + (size_t)row * C;
     float sum = 0.0f;
     for (int c = lane; c < C; c += WARP) sum += x[c];
     float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane; c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
-    float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+    float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     float *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) o[c] = (x[c] - m) * r * weight[c];
     if (lane == 0) {
@@ -38,8 +39,9 @@ void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, con
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
 __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
                                              const float *mean, const float *rstd, int N, int C) {
-    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
-    if (row >= N) return;
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)N) return;
     const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], r = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
@@ -81,6 +83,7 @@ __global__ static void sum_parts_kernel(float *out, const float *partial, int pa
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C) {
+    if (N == 0) return;
     cudaStream_t stream = cuda_stream(s);
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                               rstd, N, C);
@@ -112,7 +115,8 @@ void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const floa
 }
 
 /* dwte[v, c] += the rows of token v, in row order: one thread per (v, c) scans
- * the tokens, so repeated tokens need no atomics. */
+ * the tokens, so repeated tokens need no atomics. V * C threads each read every
+ * token: cheap for the byte-level vocabularies this project allows (V <= 256). */
 __global__ static void embedding_dwte_kernel(float *dwte, const float *dout, const int *tokens, int BT, int V,
                                              int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

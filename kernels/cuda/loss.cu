@@ -25,8 +25,9 @@ __device__ static double block_sum(double x) {
 /* A warp per row: probs = softmax(logits), loss = -log softmax at the target. */
 __global__ static void crossentropy_kernel(float *losses, float *probs, const float *logits, const int *targets,
                                            int N, int V) {
-    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
-    if (row >= N) return;
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)N) return;
     const float *logit = logits + (size_t)row * V;
     float *prob = probs + (size_t)row * V;
     float maxval = -INFINITY;

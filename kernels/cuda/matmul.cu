@@ -31,9 +31,10 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
 /* A warp per row t of each (b, h): att = causal softmax of the scaled scores
  * already in att (keys 0..t), zero past t. */
 __global__ static void causal_softmax_kernel(float *att, int rows, int T) {
-    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
-    if (row >= rows) return;
-    int t = row % T;
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows) return;
+    int t = (int)(row % T);
     float *a = att + (size_t)row * T;
     float maxval = -INFINITY;
     for (int j = lane; j <= t; j += WARP) maxval = fmaxf(maxval, a[j]);
@@ -61,9 +62,10 @@ __global__ static void attention_dropout_kernel(float *weights, float *datt, con
 
 /* A warp per row: dpre = att * (datt - sum(att * datt)) in place, zero past t. */
 __global__ static void softmax_backward_kernel(float *datt, const float *att, int rows, int T) {
-    int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / WARP), lane = threadIdx.x % WARP;
-    if (row >= rows) return;
-    int t = row % T;
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows) return;
+    int t = (int)(row % T);
     const float *a = att + (size_t)row * T;
     float *d = datt + (size_t)row * T;
     float dot = 0.0f;
