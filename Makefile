@@ -48,7 +48,7 @@ TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory
 
 .PHONY: all test bench test-asan test-tsan deps clean
-all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu
+all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -73,7 +73,7 @@ bin/%: $(BUILD)/bin/% FORCE
 
 FORCE:
 
-$(BUILD)/bin/bench_cpu: $(BUILD)/bench/bench_cpu.o $(LIB_OBJ)
+$(BUILD)/bin/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/bench/steps.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -93,8 +93,8 @@ test: $(TEST_BINS) bin/train bin/zero_memory
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
 	    OPENBLAS_CORETYPE=SkylakeX ./$(BUILD)/bin/$$t --jobs 2; done; fi
 
-bench: $(BUILD)/bin/bench_cpu
-	bench/run.sh $(BUILD)/bin/bench_cpu
+bench: $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
+	bench/run.sh $(BUILD)/bin
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build. One job:
 # Criterion's parallel runner leaks a few bytes of its own, which would fail it.
@@ -125,7 +125,8 @@ $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.
 build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory
 
 # Debian packages the build and tests need, installed only where missing.
-DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy
+DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy \
+               gnuplot-nox
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

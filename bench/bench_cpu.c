@@ -13,11 +13,7 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../strategies/trainer.h"
 #include "../tools/options.h"
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "steps.h"
 
 static double sgemm_gflops(int n) {
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
@@ -51,21 +47,8 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
         .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
     Strategy *s = ddp_create(&sc);
-    int rows = sc.batch * nranks, T = o.block, warmup = 3;
-    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
-    double *ms = malloc(sizeof(double) * steps);
-    for (int i = 0; i < warmup + steps; i++) {
-        dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, (uint32_t)i, 0, rows, T, x, y);
-        double t = wall_seconds();
-        s->ops->set_lr(s, o.lr);
-        if (s->ops->forward_backward(s, x, y, (uint32_t)i) != 0) exit(1);
-        s->ops->clip_grads(s, o.grad_clip);
-        s->ops->step(s);
-        s->ops->train_loss(s);
-        if (i >= warmup) ms[i - warmup] = 1000.0 * (wall_seconds() - t);
-    }
-    qsort(ms, steps, sizeof *ms, compare_doubles);
-    BenchResult r = { preset, ms[steps / 2], 0, 0, steps, o.dropout };
+    int rows = sc.batch * nranks, T = o.block;
+    BenchResult r = { preset, median_step_ms(s, data, steps, o.lr, o.grad_clip), 0, 0, steps, o.dropout };
     ArenaLayout layout;
     model_layout(&sc.model, 1, &layout);
     double N = (double)layout.numel - (double)o.block * o.embd;
@@ -73,7 +56,6 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
     r.tokens_per_s = rows * T / (r.ms / 1000.0);
     r.gflops = flops_per_token * r.tokens_per_s / 1e9;
     s->ops->destroy(s);
-    free(x); free(y); free(ms);
     return r;
 }
 

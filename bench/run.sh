@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# make bench: the CPU presets against this machine's sgemm ceiling, then the
-# char-small step against PyTorch's nanoGPT, side by side in the same run.
+# make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
+# over a modeled link: bench/results/overlap.{md,csv,png}), then the CPU presets
+# against this machine's sgemm ceiling and the char-small step against
+# PyTorch's nanoGPT, side by side in the same run.
+#
+# The overlap table runs char-small with 8 blocks (each unit then a smaller part
+# of the backward, as in larger models) and 0.25 MB buckets (so that DDP's
+# buckets are single blocks, as PyTorch's 25 MB ones are in a large model).
 #
 # PyTorch gets its best settings: OpenBLAS's SkylakeX kernels where the CPU has
 # AVX-512 (Debian's OpenBLAS 0.3.21 otherwise falls back to generic ones),
@@ -9,7 +15,39 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ours=$("${1:-./build/cpu/bin/bench_cpu}" | tee /dev/stderr | awk '$1 == "char-small" { print $2 }')
+bin=${1:-build/cpu/bin}
+results=bench/results
+mkdir -p $results
+
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=10 --log=$results/overlap.csv | tee $results/overlap.md
+if command -v gnuplot >/dev/null; then
+    # one row per strategy and N > 1: compute-only step, step with overlap off, with overlap on
+    awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $5; off[key] = $4; order[++n] = key }
+             else on[key] = $4 }
+             END { for (i = 1; i <= n; i++) { k = order[i]; printf "\"%s\" %s %s %s\n", k, c[k], off[k], on[k] } }' \
+        $results/overlap.csv > $results/overlap.dat
+    gnuplot <<PLOT
+set terminal pngcairo size 900,480
+set output "$results/overlap.png"
+set title "Training step over a modeled link: compute only, and with gradient sync, overlap off and on"
+set ylabel "ms per step (median)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set key top left
+set yrange [0:*]
+set xtics rotate by -30
+plot "$results/overlap.dat" using 2:xtic(1) title "compute only (no sync)", \
+     "" using 3 title "overlap off", "" using 4 title "overlap on"
+PLOT
+    rm -f $results/overlap.dat
+    echo "wrote $results/overlap.md, $results/overlap.csv and $results/overlap.png"
+else
+    echo "wrote $results/overlap.md and $results/overlap.csv; no plot: gnuplot is missing (make deps installs it)"
+fi
+echo
+
+ours=$("$bin/bench_cpu" | tee /dev/stderr | awk '$1 == "char-small" { print $2 }')
 
 python=${ZF_PYTHON:-/usr/bin/python3}
 if ! "$python" -c 'import torch' 2>/dev/null; then

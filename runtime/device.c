@@ -70,8 +70,10 @@ void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, floa
     if (len) s->dev->ops->sum(s, out, in, n, len, scale);
 }
 
-void stream_delay(Stream *s, double seconds) {
-    if (seconds > 0) s->dev->ops->delay(s, seconds);
+void stream_timer_start(Stream *s) { s->dev->ops->timer_start(s); }
+
+void stream_hold(Stream *s, double seconds) {
+    if (seconds > 0) s->dev->ops->hold(s, seconds);
 }
 
 void stream_synchronize(Stream *s) { s->dev->ops->synchronize(s); }

@@ -70,8 +70,12 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
  * 1 <= n <= STREAM_SUM_MAX. */
 enum { STREAM_SUM_MAX = 64 };
 void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
-/* Hold the stream for this long, using no processor: the modeled link's time. */
-void stream_delay(Stream *s, double seconds);
+/* The modeled link's time, with no processor busy: the stream notes when it
+ * reaches stream_timer_start, and stream_hold holds it until `seconds` after
+ * that point (at once if that is past). Work in between runs meanwhile, so an
+ * operation takes the longer of its own time and the modeled one. */
+void stream_timer_start(Stream *s);
+void stream_hold(Stream *s, double seconds);
 void stream_synchronize(Stream *s);
 
 /* An event of dev's kind, recorded and waited on by dev's streams (waits may

@@ -24,7 +24,8 @@ typedef struct {
     void (*stream_destroy)(Stream *s);
     void (*copy)(Stream *s, void *dst, const void *src, size_t bytes);
     void (*sum)(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
-    void (*delay)(Stream *s, double seconds);
+    void (*timer_start)(Stream *s);
+    void (*hold)(Stream *s, double seconds);
     void (*synchronize)(Stream *s);
     Event *(*event_create)(Device *dev);
     void (*event_destroy)(Event *ev);

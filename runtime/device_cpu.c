@@ -68,6 +68,7 @@ typedef struct {
     uint64_t launched, finished;
     uint64_t wake_at;            /* the nearest task count a synchronize waits for */
     int stopping;
+    struct timespec timer;       /* stream_timer_start's point (the worker's own) */
 } CpuStream;
 
 static void *stream_worker(void *arg) {
@@ -190,17 +191,32 @@ static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, 
     stream_launch(s, sum_task, &a, sizeof a);
 }
 
-typedef struct { double seconds; } DelayArgs;
+/* The stream's timer lives in its CpuStream and only its worker touches it. */
+typedef struct { CpuStream *s; double seconds; } TimerArgs;
 
-static void delay_task(void *p) {
-    double s = ((DelayArgs *)p)->seconds;
-    struct timespec t = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    while (nanosleep(&t, &t) != 0) continue;  /* resumed after a signal */
+static void timer_start_task(void *p) {
+    TimerArgs *a = p;
+    clock_gettime(CLOCK_MONOTONIC, &a->s->timer);
 }
 
-static void cpu_delay(Stream *s, double seconds) {
-    DelayArgs a = { seconds };
-    stream_launch(s, delay_task, &a, sizeof a);
+/* Sleep to an absolute time: resumed sleeps after a signal do not drift. */
+static void hold_task(void *p) {
+    TimerArgs *a = p;
+    struct timespec until = a->s->timer;
+    double ns = (double)until.tv_nsec + a->seconds * 1e9;
+    until.tv_sec += (time_t)(ns / 1e9);
+    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) continue;
+}
+
+static void cpu_timer_start(Stream *s) {
+    TimerArgs a = { (CpuStream *)s, 0.0 };
+    stream_launch(s, timer_start_task, &a, sizeof a);
+}
+
+static void cpu_hold(Stream *s, double seconds) {
+    TimerArgs a = { (CpuStream *)s, seconds };
+    stream_launch(s, hold_task, &a, sizeof a);
 }
 
 /* Waits for the tasks launched before the call, not for later ones. Each waiter
@@ -328,7 +344,7 @@ static void cpu_event_synchronize(Event *ev) {
 }
 
 static const DeviceOps cpu_ops = {
-    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum, cpu_delay,
+    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum, cpu_timer_start, cpu_hold,
     cpu_synchronize, cpu_event_create, cpu_event_destroy, cpu_event_record, cpu_wait_event,
     cpu_event_synchronize,
 };

@@ -42,6 +42,7 @@ typedef struct {
     struct Stream base;
     cudaStream_t stream;
     cublasHandle_t blas;          /* NULL until the first matmul */
+    unsigned long long *timer;    /* device memory: stream_timer_start's point, in GPU ns */
 } CudaStream;
 
 typedef struct {
@@ -88,6 +89,7 @@ static Stream *cuda_stream_create(Device *dev) {
     if (!s) abort();
     s->base.dev = dev;
     CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CHECK(cudaMalloc((void **)&s->timer, sizeof *s->timer));
     return &s->base;
 }
 
@@ -96,6 +98,7 @@ static void cuda_stream_destroy(Stream *stream) {
     use_device(stream->dev);
     CHECK(cudaStreamSynchronize(s->stream));
     if (s->blas) cublas_check(cublasDestroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
+    CHECK(cudaFree(s->timer));
     CHECK(cudaStreamDestroy(s->stream));
     free(s);
 }
@@ -146,21 +149,30 @@ static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len,
     cuda_check_launch("sum_kernel", __FILE__, __LINE__);
 }
 
-/* One thread that sleeps until the GPU's clock has moved on by ns: the stream
- * holds while the SMs stay free. (Host functions would not do: CUDA may run
- * those of all streams one at a time, so N ranks' waits would add up.) */
-__global__ static void delay_kernel(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        __nanosleep(100000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
+__device__ static unsigned long long gpu_time_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
 }
 
-static void cuda_delay(Stream *s, double seconds) {
-    delay_kernel<<<1, 1, 0, cuda_stream(s)>>>((unsigned long long)(seconds * 1e9));
-    cuda_check_launch("delay_kernel", __FILE__, __LINE__);
+__global__ static void timer_start_kernel(unsigned long long *timer) { *timer = gpu_time_ns(); }
+
+/* One thread that sleeps until the GPU's clock passes the timer plus ns: the
+ * stream holds while the SMs stay free. (Host functions would not do: CUDA
+ * may run those of all streams one at a time, so N ranks' waits would add up.) */
+__global__ static void hold_kernel(const unsigned long long *timer, unsigned long long ns) {
+    unsigned long long until = *timer + ns;
+    while (gpu_time_ns() < until) __nanosleep(100000);
+}
+
+static void cuda_timer_start(Stream *s) {
+    timer_start_kernel<<<1, 1, 0, cuda_stream(s)>>>(((CudaStream *)s)->timer);
+    cuda_check_launch("timer_start_kernel", __FILE__, __LINE__);
+}
+
+static void cuda_hold(Stream *s, double seconds) {
+    hold_kernel<<<1, 1, 0, cuda_stream(s)>>>(((CudaStream *)s)->timer, (unsigned long long)(seconds * 1e9));
+    cuda_check_launch("hold_kernel", __FILE__, __LINE__);
 }
 
 static void cuda_synchronize(Stream *s) { CHECK(cudaStreamSynchronize(cuda_stream(s))); }
@@ -194,7 +206,7 @@ static void cuda_event_synchronize(Event *ev) {
 }
 
 static const DeviceOps cuda_ops = {
-    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum, cuda_delay,
+    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum, cuda_timer_start, cuda_hold,
     cuda_synchronize, cuda_event_create, cuda_event_destroy, cuda_event_record, cuda_wait_event,
     cuda_event_synchronize,
 };

@@ -144,22 +144,29 @@ void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
     pg->link_latency_us = latency_us;
 }
 
-double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
-    if (pg->link_gbps <= 0 || pg->nranks == 1) return 0.0;
-    double N = pg->nranks, bytes = (double)n * sizeof(float);
+double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n) {
+    if (gbps <= 0 || nranks == 1) return 0.0;
+    double N = nranks, bytes = (double)n * sizeof(float);
     double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
-    return (N - 1) * pg->link_latency_us * 1e-6 + volume / (pg->link_gbps * 1e9);
+    return (N - 1) * latency_us * 1e-6 + volume / (gbps * 1e9);
 }
 
-/* The collective's start: its producers, then the modeled link's time. */
-static void begin(ProcessGroup *pg, int all_reduce, size_t n) {
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
+    return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->nranks, all_reduce, n);
+}
+
+/* The collective's start: its producers, then the modeled link's clock starts. */
+static void begin(ProcessGroup *pg) {
     wait_for_producers(pg);
-    double seconds = pg_link_seconds(pg, all_reduce, n);
-    for (int r = 0; r < pg->nranks; r++) stream_delay(pg->comm[r], seconds);
+    if (pg->link_gbps > 0)
+        for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
 }
 
-/* The collective's end: the compute streams wait for it, or done[r] marks it. */
-static void end(ProcessGroup *pg, Event *const *done) {
+/* The collective's end: the modeled link's time is up (the data moved
+ * meanwhile), then the compute streams wait for it, or done[r] marks it. */
+static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) {
+    double seconds = pg_link_seconds(pg, all_reduce, n);
+    for (int r = 0; r < pg->nranks; r++) stream_hold(pg->comm[r], seconds);
     if (!done) {
         wait_for_parts(pg, pg->compute);
         return;
@@ -185,9 +192,9 @@ void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
         skip(pg, done);
         return;
     }
-    begin(pg, 0, n);
+    begin(pg);
     pg->collectives->reduce_scatter(pg, send, recv, n, scale);
-    end(pg, done);
+    end(pg, 0, n, done);
 }
 
 void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Event *const *done) {
@@ -195,9 +202,9 @@ void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, siz
         skip(pg, done);
         return;
     }
-    begin(pg, 0, n);
+    begin(pg);
     pg->collectives->all_gather(pg, send, recv, n);
-    end(pg, done);
+    end(pg, 0, n, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done) {
@@ -209,9 +216,9 @@ void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, 
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
         shards[r] = (size_t)r * shard < n ? bufs[r] + (size_t)r * shard : bufs[r];
-    begin(pg, 1, n);
+    begin(pg);
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale);
     wait_for_parts(pg, pg->comm);
     pg->collectives->all_gather(pg, shards, bufs, n);
-    end(pg, done);
+    end(pg, 1, n, done);
 }

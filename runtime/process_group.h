@@ -81,7 +81,10 @@ size_t pg_shard_size(size_t n, int nranks);
  * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth. The
  * data moves as before; only time is added. gbps = 0 turns it off. */
 void pg_set_link(ProcessGroup *pg, double gbps, double latency_us);
-/* The seconds the modeled link gives a collective of n floats (0 without one). */
+/* The seconds a ring over such a link takes for a collective of n floats
+ * (an all-reduce, or a reduce-scatter or all-gather) among N ranks. */
+double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n);
+/* The seconds the group's modeled link gives a collective (0 without one). */
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
 
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */

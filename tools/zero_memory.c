@@ -50,7 +50,8 @@ int main(int argc, char **argv) {
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere)\n\n");
+    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); overlap %s\n\n",
+           o.overlap ? "on (two gradient slots and two gather buffers per kind)" : "off (one of each)");
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
            "| working | total |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -61,7 +62,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++) {
             int N = ranks[i];
             StrategyConfig sc = { .model = model, .nranks = N, .batch = 1, .seed = (uint32_t)o.seed,
-                                  .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay };
+                                  .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
+                                  .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6) };
             Strategy *s = strategy_create(zero, &sc);
             if (!s) return 1;
             /* every rank holds the same; the table shows the largest */

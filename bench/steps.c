@@ -1,0 +1,42 @@
+/* steps.c: timing training steps (steps.h). */
+#include "steps.h"
+
+#include <stdlib.h>
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median(double *values, int n) {
+    qsort(values, (size_t)n, sizeof *values, compare_doubles);
+    return values[n / 2];
+}
+
+double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float grad_clip) {
+    int rows = s->cfg.batch * s->cfg.nranks, T = s->cfg.model.block_size;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, step, 0, rows, T, x, y);
+    double t = wall_seconds();
+    s->ops->set_lr(s, lr);
+    if (s->ops->forward_backward(s, x, y, step) != 0) exit(1);
+    s->ops->clip_grads(s, grad_clip);
+    s->ops->step(s);
+    s->ops->train_loss(s);
+    t = wall_seconds() - t;
+    free(x);
+    free(y);
+    return 1000.0 * t;
+}
+
+double median_step_ms(Strategy *s, const Dataset *data, int steps, float lr, float grad_clip) {
+    enum { WARMUP = 3 };
+    double *ms = malloc(sizeof(double) * steps);
+    for (int i = 0; i < WARMUP + steps; i++) {
+        double t = step_ms(s, data, (uint32_t)i, lr, grad_clip);
+        if (i >= WARMUP) ms[i - WARMUP] = t;
+    }
+    double m = median(ms, steps);
+    free(ms);
+    return m;
+}
