@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh: the checks that need a GPU, as one script (about 5 minutes on one H200).
+# tools/gpu_check.sh: the checks that need a GPU, as one script (at most 8 minutes on one H200).
 #
 #   tools/gpu_check.sh bundle   here, on any machine with nvcc: build for sm_90 and pack the
 #                               binaries with the libraries they need into build/gpu/bundle.tar.xz
 #   tools/gpu_check.sh          on the GPU machine: run the GPU tests (they must not skip), the
 #                               strategy gates on the GPU, compute-sanitizer on a short run, and
 #                               time the char preset (DDP on 1 GPU, ZeRO-3 on 4 simulated ranks)
-#                               beside PyTorch's nanoGPT on the same GPU
+#                               beside PyTorch's nanoGPT on the same GPU, and make bench's
+#                               overlap table on the char preset
 #
 # The GPU machine may lack the Debian libraries the build needs (Criterion, cJSON, OpenBLAS)
 # and reach no package registry, so the build travels: bundle here, carry build/gpu, run there.
@@ -15,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 GPU_BUILD=build/gpu
-BINARIES="train zero_memory test_gpu test_kernels test_strategies"
+BINARIES="train zero_memory bench_overlap test_gpu test_kernels test_strategies"
 
 if [ "${1:-}" = bundle ]; then
     set -e
@@ -72,6 +73,9 @@ check zf timeout 300 $BIN/train --preset=char --device=cuda --zero=0 --gpus=1 --
 step "char preset, ZeRO-3 on 4 ranks simulated on the GPU"
 check zf timeout 300 $BIN/train --preset=char --device=cuda --zero=3 --gpus=4 --batch=16 --iters=40 --eval-every=0 \
     --eval-iters=0 --sample-chars=0 --log-every=20
+
+step "overlap table, char preset, ranks simulated on the GPU over a modeled link"
+check zf timeout 300 $BIN/bench_overlap --preset=char --device=cuda --iters=5
 
 step "PyTorch nanoGPT, char preset, same GPU, fp32"
 check timeout 300 python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40
