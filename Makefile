@@ -38,14 +38,15 @@ LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
-MODEL = model/model.c model/gpt.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
-STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c
+MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
+STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
+             strategies/checkpoint.c strategies/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_gpu
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_checkpoint test_gpu
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
-BINS = bin/train bin/zero_memory
+BINS = bin/train bin/zero_memory bin/sample
 
 .PHONY: all test bench test-asan test-tsan deps clean
 all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
@@ -63,6 +64,10 @@ $(BUILD)/bin/train: $(BUILD)/tools/train.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/bin/zero_memory: $(BUILD)/tools/zero_memory.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/sample: $(BUILD)/tools/sample.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -87,7 +92,7 @@ $(BUILD)/bin/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT) $(LIB_OBJ)
 # The kernel and model suites run a second time on OpenBLAS's SkylakeX kernels
 # where the CPU has AVX-512 and no core type is forced: the results must hold
 # whichever kernels OpenBLAS picks.
-test: $(TEST_BINS) bin/train bin/zero_memory
+test: $(TEST_BINS) $(BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t --jobs 2; done
 	@set -e; if grep -q avx512f /proc/cpuinfo && [ -z "$$OPENBLAS_CORETYPE" ]; then \
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
@@ -122,7 +127,7 @@ $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 .PHONY: build-asan-tests
-build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory
+build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy \

@@ -19,7 +19,7 @@ double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float 
     dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, step, 0, rows, T, x, y);
     double t = wall_seconds();
     s->ops->set_lr(s, lr);
-    if (s->ops->forward_backward(s, x, y, step) != 0) exit(1);
+    if (s->ops->forward_backward(s, x, y, step, 0, 1) != 0) exit(1);
     s->ops->clip_grads(s, grad_clip);
     s->ops->step(s);
     s->ops->train_loss(s);

@@ -9,48 +9,6 @@
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 
-const char *gpt_config_error(const ModelConfig *cfg) {
-    static char msg[128];
-    if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
-    if (cfg->block_size < 1) return "--block must be at least 1";
-    if (cfg->layers < 1) return "--layers must be at least 1";
-    if (cfg->heads < 1) return "--heads must be at least 1";
-    if (cfg->embd < 1) return "--embd must be at least 1";
-    if (cfg->embd % cfg->heads != 0) {
-        snprintf(msg, sizeof msg, "--embd=%d is not divisible by --heads=%d", cfg->embd, cfg->heads);
-        return msg;
-    }
-    return NULL;
-}
-
-void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
-    int C = cfg->embd;
-    char name[ARENA_NAME_MAX];
-    arena_init(layout, shard_multiple);
-    arena_begin_unit(layout);
-    arena_add_tensor(layout, "transformer.wte.weight", cfg->vocab, C);
-    arena_add_tensor(layout, "transformer.wpe.weight", cfg->block_size, C);
-    arena_add_tensor(layout, "transformer.ln_f.weight", C, 0);
-    arena_end_unit(layout);
-    /* per block, in the order the forward uses them */
-    static const struct { const char *suffix; int rows, cols; } block[] = {
-        { "ln_1.weight", 1, 0 },
-        { "attn.c_attn.weight", 3, 1 },
-        { "attn.c_proj.weight", 1, 1 },
-        { "ln_2.weight", 1, 0 },
-        { "mlp.c_fc.weight", 4, 1 },
-        { "mlp.c_proj.weight", 1, 4 },
-    };
-    for (int l = 0; l < cfg->layers; l++) {
-        arena_begin_unit(layout);
-        for (int i = 0; i < 6; i++) {
-            snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i].suffix);
-            arena_add_tensor(layout, name, block[i].rows * C, block[i].cols * C);
-        }
-        arena_end_unit(layout);
-    }
-}
-
 /* The activation size table: each buffer and its size in floats, for B x T. */
 typedef struct { float **ptr; size_t floats; } ActivationSlot;
 

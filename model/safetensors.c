@@ -85,11 +85,22 @@ int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "'%s' is truncated: %ld bytes, shorter than the 8-byte header length", path, size);
         return -1;
     }
-    f->size = (size_t)size;
-    f->bytes = malloc(f->size + 1);
-    int ok = f->bytes && fseek(in, 0, SEEK_SET) == 0 && fread(f->bytes, 1, f->size, in) == f->size;
+    unsigned char *bytes = malloc((size_t)size + 1);
+    int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, (size_t)size, in) == (size_t)size;
     fclose(in);
-    if (!ok) { safetensors_close(f); snprintf(err, errlen, "cannot read '%s'", path); return -1; }
+    if (!ok) { free(bytes); snprintf(err, errlen, "cannot read '%s'", path); return -1; }
+    return safetensors_parse(f, bytes, (size_t)size, path, err, errlen);
+}
+
+int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->bytes = bytes;
+    f->size = size;
+    if (size < 8) {
+        snprintf(err, errlen, "'%s' is truncated: %zu bytes, shorter than the 8-byte header length", path, size);
+        safetensors_close(f);
+        return -1;
+    }
     uint64_t header_len = 0;
     for (int b = 0; b < 8; b++) header_len |= (uint64_t)f->bytes[b] << (8 * b);
     if (header_len > f->size - 8) {
@@ -112,6 +123,12 @@ void safetensors_close(StFile *f) {
     cJSON_Delete((cJSON *)f->header);
     free(f->bytes);
     memset(f, 0, sizeof *f);
+}
+
+const char *safetensors_metadata(const StFile *f, const char *key) {
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, "__metadata__");
+    const cJSON *value = meta ? cJSON_GetObjectItemCaseSensitive(meta, key) : NULL;
+    return cJSON_IsString(value) ? value->valuestring : NULL;
 }
 
 int safetensors_count(const StFile *f) {

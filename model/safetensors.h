@@ -35,6 +35,11 @@ typedef struct {
 } StFile;
 
 int safetensors_open(StFile *f, const char *path, char *err, size_t errlen);
+/* The same over bytes already in memory (malloc'd; the StFile owns them from
+ * here, even on failure); path only names them in messages. */
+int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen);
+/* A string of __metadata__, or NULL. */
+const char *safetensors_metadata(const StFile *f, const char *key);
 void safetensors_close(StFile *f);
 /* The data of tensor `name` if its dtype and shape are as given (ndim 0..2);
  * NULL with a one-line message in err otherwise. */

@@ -7,7 +7,7 @@
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 
-void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
+void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, Sampling how) {
     int V = m->base.cfg.vocab;
     int window = m->base.cfg.block_size < m->max_T ? m->base.cfg.block_size : m->max_T;
     float *logits = host_calloc((size_t)V, sizeof(float));
@@ -20,13 +20,22 @@ void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperatur
 
         float maxval = -INFINITY;
         for (int j = 0; j < V; j++) maxval = fmaxf(maxval, logits[j]);
+        /* top-k: keep the logits at least as large as the k-th largest */
+        float floor = -INFINITY;
+        if (how.top_k > 0 && how.top_k < V) {
+            for (int j = 0; j < V; j++) {
+                int larger = 0;
+                for (int i = 0; i < V; i++) larger += logits[i] > logits[j];
+                if (larger < how.top_k && (floor == -INFINITY || logits[j] < floor)) floor = logits[j];
+            }
+        }
         double total = 0.0;
         for (int j = 0; j < V; j++) {
-            weight[j] = exp((logits[j] - maxval) / temperature);
+            weight[j] = logits[j] >= floor ? exp((logits[j] - maxval) / how.temperature) : 0.0;
             total += weight[j];
         }
         Philox4 ctr = {{ (uint32_t)n, 0, 0, 0 }};
-        Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_SAMPLE);
+        Philox4 bits = philox4x32_10(ctr, how.seed, PHILOX_STREAM_SAMPLE);
         double u = ((double)bits.v[0] + (double)bits.v[1] / 4294967296.0) / 4294967296.0 * total;
         int next = V - 1;
         for (int j = 0; j < V; j++) {

@@ -6,10 +6,17 @@
 
 #include "gpt.h"
 
+/* How to draw each token: softmax(logits / temperature) over the top_k
+ * likeliest tokens (0: all of them), from Philox(seed), one counter per position. */
+typedef struct {
+    float temperature;
+    int top_k;
+    uint32_t seed;
+} Sampling;
+
 /* tokens[0, n_prompt) is the prompt (at least one token); fills
  * tokens[n_prompt, n_prompt + n_new). Each step runs the forward over the last
- * block_size tokens and samples softmax(logits / temperature). Draws come from
- * Philox(seed), one counter per position. */
-void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed);
+ * block_size tokens and draws the next token as `how` says. */
+void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, Sampling how);
 
 #endif

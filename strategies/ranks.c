@@ -96,20 +96,28 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     Model *m = d->model[rank];
     int B = d->base.cfg.batch, T = d->base.cfg.model.block_size;
     size_t rows = (size_t)rank * B * T;
-    m->ops->forward(m, d->x + rows, d->y + rows, B, T, d->step, d->training);
-    if (d->training) m->ops->backward(m, 1.0f);
+    /* each micro-step its own dropout masks */
+    uint32_t dropout_step = d->step * (uint32_t)d->micros + (uint32_t)d->micro;
+    m->ops->forward(m, d->x + rows, d->y + rows, B, T, dropout_step, d->training);
+    if (d->training) m->ops->backward(m, 1.0f / (float)d->micros);
     return d->failed[rank] ? -1 : 0;
 }
 
-int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int training) {
+int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training) {
     d->x = x;
     d->y = y;
     d->step = step;
+    d->micro = micro;
+    d->micros = micros;
     d->training = training;
     for (int r = 0; r < d->nranks; r++) d->failed[r] = 0;
     if (fibers_run(d->fibers, rank_body, d) == 0) return 0;
     fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
     return -1;
+}
+
+int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros) {
+    return ranks_run((Ranks *)s, x, y, step, micro, micros, 1);
 }
 
 void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
@@ -142,17 +150,17 @@ float ranks_train_loss(Strategy *s) {
 /* Evaluation is split over the ranks: each runs its rows, without dropout. */
 float ranks_eval_loss(Strategy *s, const int *x, const int *y) {
     Ranks *d = (Ranks *)s;
-    if (ranks_run(d, x, y, 0, 0) != 0) return NAN;
+    if (ranks_run(d, x, y, 0, 0, 1, 0) != 0) return NAN;
     return ranks_train_loss(s);
 }
 
 /* On rank 0. With sharded weights, they are gathered once into a GPT that
  * lives for this call, on rank 0's device. */
-int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed) {
+int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how) {
     Ranks *d = (Ranks *)s;
     if (s->cfg.model.kind != MODEL_GPT) return -1;
-    if (!d->weights_sharded) {
-        gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, temperature, seed);
+    if (d->weights_held == HELD_FULL) {
+        gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
         return 0;
     }
     GPT *g = gpt_create(&s->cfg.model, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
@@ -160,7 +168,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temp
     float *host = host_calloc(d->plain_layout.total, sizeof(float));
     ranks_read_weights(s, host);
     stream_copy(g->base.stream, g->base.params, host, d->plain_layout.total * sizeof(float));
-    gpt_generate(g, tokens, n_prompt, n_new, temperature, seed);
+    gpt_generate(g, tokens, n_prompt, n_new, how);
     model_destroy(&g->base);
     free(host);
     return 0;
@@ -181,41 +189,61 @@ static void pad(const Ranks *d, float *padded, const float *plain) {
                d->layout->tensors[i].numel * sizeof(float));
 }
 
-/* Weights move to and from the host in the unpadded layout of one rank: from
- * rank 0's arena, or from every rank's shard of every unit. */
-void ranks_read_weights(Strategy *s, float *host) {
-    Ranks *d = (Ranks *)s;
-    float *padded = host_calloc(d->layout->total, sizeof(float));
-    if (!d->weights_sharded) {
-        stream_copy(d->pg->compute[0], padded, d->weights[0], d->layout->total * sizeof(float));
+/* Rank r's copies between its buffer and the padded host arena, as held. */
+static void copy_rank(Ranks *d, int r, float *buf, Holding how, float *padded, int to_host) {
+    size_t part = d->layout->total / (size_t)d->nranks;
+    Stream *s = d->pg->compute[r];
+    if (how == HELD_FULL) {
+        size_t bytes = d->layout->total * sizeof(float);
+        stream_copy(s, to_host ? padded : buf, to_host ? buf : padded, bytes);
+    } else if (how == HELD_PARTS) {
+        float *host = padded + (size_t)r * part;
+        stream_copy(s, to_host ? host : buf, to_host ? buf : host, part * sizeof(float));
     } else {
-        for (int r = 0; r < d->nranks; r++)
-            for (int u = 0; u < d->layout->nunits; u++)
-                stream_copy(d->pg->compute[r], padded + ranks_shard_offset(d, u, r),
-                            d->weights[r] + ranks_shard_arena_offset(d, u),
-                            d->layout->units[u].size / d->nranks * sizeof(float));
+        for (int u = 0; u < d->layout->nunits; u++) {
+            float *host = padded + ranks_shard_offset(d, u, r), *dev = buf + ranks_shard_arena_offset(d, u);
+            size_t bytes = d->layout->units[u].size / d->nranks * sizeof(float);
+            stream_copy(s, to_host ? host : dev, to_host ? dev : host, bytes);
+        }
     }
+}
+
+void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host) {
+    float *padded = host_calloc(d->layout->total, sizeof(float));
+    for (int r = 0; r < (how == HELD_FULL ? 1 : d->nranks); r++) copy_rank(d, r, bufs[r], how, padded, 1);
     for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
     unpad(d, host, padded);
     free(padded);
 }
 
-void ranks_write_weights(Strategy *s, const float *host) {
-    Ranks *d = (Ranks *)s;
+void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host) {
     float *padded = host_calloc(d->layout->total, sizeof(float));
     pad(d, padded, host);
-    for (int r = 0; r < d->nranks; r++) {
-        if (!d->weights_sharded) {
-            stream_copy(d->pg->compute[r], d->weights[r], padded, d->layout->total * sizeof(float));
-        } else {
-            for (int u = 0; u < d->layout->nunits; u++)
-                stream_copy(d->pg->compute[r], d->weights[r] + ranks_shard_arena_offset(d, u),
-                            padded + ranks_shard_offset(d, u, r),
-                            d->layout->units[u].size / d->nranks * sizeof(float));
-        }
-    }
+    for (int r = 0; r < d->nranks; r++) copy_rank(d, r, bufs[r], how, padded, 0);
     for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
     free(padded);
+}
+
+void ranks_read_weights(Strategy *s, float *host) {
+    Ranks *d = (Ranks *)s;
+    ranks_to_host(d, d->weights, d->weights_held, host);
+}
+
+void ranks_write_weights(Strategy *s, const float *host) {
+    Ranks *d = (Ranks *)s;
+    ranks_from_host(d, d->weights, d->weights_held, host);
+}
+
+void ranks_read_state(Strategy *s, float *m, float *v) {
+    Ranks *d = (Ranks *)s;
+    ranks_to_host(d, d->m, d->adam_held, m);
+    ranks_to_host(d, d->v, d->adam_held, v);
+}
+
+void ranks_write_state(Strategy *s, const float *m, const float *v) {
+    Ranks *d = (Ranks *)s;
+    ranks_from_host(d, d->m, d->adam_held, m);
+    ranks_from_host(d, d->v, d->adam_held, v);
 }
 
 void ranks_init_weights(Ranks *d) {

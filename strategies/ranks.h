@@ -2,9 +2,11 @@
  * group, each rank's step run by rank fibers, and the ops the strategies share.
  *
  * A strategy embeds Ranks first and says, per rank, where two things live:
- *   weights[r]     the full padded arena (weights_sharded = 0), or rank r's
- *                  shard arena: its shard of each unit, one after another
- *                  (weights_sharded = 1; ZeRO-3);
+ *   weights[r]     the full padded arena (HELD_FULL), or rank r's shard arena:
+ *                  its shard of each unit, one after another (HELD_UNIT_SHARDS;
+ *                  ZeRO-3);
+ *   m[r], v[r]     Adam's state, held as adam_held (DDP: full; ZeRO-1: parts;
+ *                  ZeRO-2/3: unit shards);
  *   grad_part[r]   the part of the mean gradient rank r holds after
  *                  forward_backward, grad_part_len floats: the whole arena
  *                  (DDP), or one part per rank (ZeRO-1/2/3), as clipping sums.
@@ -23,6 +25,11 @@
 
 typedef struct Ranks Ranks;
 
+/* How a state is spread over the ranks' buffers: every rank a full padded
+ * arena; rank r the part [r * total / N, (r + 1) * total / N) of it (ZeRO-1's
+ * Adam state); or rank r its shard of every unit (ZeRO-2/3). */
+typedef enum { HELD_FULL, HELD_PARTS, HELD_UNIT_SHARDS } Holding;
+
 /* The context of a rank's unit hooks. */
 typedef struct {
     Ranks *ranks;
@@ -38,13 +45,16 @@ struct Ranks {
     const ArenaLayout *layout;     /* the padded layout every rank's model shares */
     Model *model[FIBERS_MAX_RANKS];
     float *weights[FIBERS_MAX_RANKS];
-    int weights_sharded;
+    Holding weights_held;
+    float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];  /* Adam's state, held as adam_held */
+    Holding adam_held;
     float *grad_part[FIBERS_MAX_RANKS];
     size_t grad_part_len;
     int grad_parts_sharded;
     float *norm_parts[FIBERS_MAX_RANKS];  /* [N] squared-norm partials, for clipping */
     const int *x, *y;              /* the global batch of the run in flight */
     uint32_t step;
+    int micro, micros;             /* its micro-step, of how many */
     int training;
     int failed[FIBERS_MAX_RANKS];  /* a rendezvous of this run failed on this rank */
     RankRef ref[FIBERS_MAX_RANKS]; /* hooks.ctx of rank r's model is &ref[r] */
@@ -58,7 +68,9 @@ void ranks_release(Ranks *d);
 /* Each rank's forward (and backward, when training) over its rows of the
  * global batch x, y, on its own fiber; the strategy's collectives run from its
  * unit hooks. 0, or -1 after printing the failing rank. */
-int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int training);
+int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
+/* The ops' forward_backward: ranks_run, training. */
+int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros);
 /* Inside a hook of rank `rank`: arrive at the rendezvous `name`; the last rank
  * to arrive runs collective(d, index) for every rank (index: a unit, a bucket).
  * After a failure it does nothing, and the rank's step fails once its model
@@ -76,14 +88,21 @@ void ranks_init_weights(Ranks *d);
 size_t ranks_shard_offset(const Ranks *d, int unit, int rank);
 size_t ranks_shard_arena_offset(const Ranks *d, int unit);
 
+/* Copy a state held in bufs to or from the host layout of one rank (its
+ * padding zero); HELD_FULL reads rank 0's and writes every rank's. Waits. */
+void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host);
+void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host);
+
 /* The ops every strategy shares. */
 void ranks_set_lr(Strategy *s, float lr);
 void ranks_clip_grads(Strategy *s, float max_norm);
 float ranks_train_loss(Strategy *s);
 float ranks_eval_loss(Strategy *s, const int *x, const int *y);
-int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature, uint32_t seed);
+int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how);
 void ranks_read_weights(Strategy *s, float *host);
 void ranks_write_weights(Strategy *s, const float *host);
+void ranks_read_state(Strategy *s, float *m, float *v);
+void ranks_write_state(Strategy *s, const float *m, const float *v);
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind);
 
 #endif

@@ -39,7 +39,6 @@ typedef struct {
     Ranks ranks;
     int sharded;                   /* 0: DDP, 1: ZeRO-1 */
     size_t total, part;            /* padded arena length; total / N */
-    float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];  /* the owned range's Adam state */
     int nbuckets;                  /* DDP */
     Bucket bucket[ARENA_MAX_UNITS];
     int bucket_ending_at[ARENA_MAX_UNITS];  /* the bucket a unit's backward finishes, or -1 */
@@ -71,11 +70,12 @@ static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) 
     *len = d->sharded ? d->part : d->total;
 }
 
-/* Before the backward: gradients start from zero (the model adds into them). */
+/* Before a step's first backward: gradients start from zero (the model adds
+ * into them, over the micro-steps too). */
 static void zero_grads(void *ctx, int unit) {
     RankRef *ref = ctx;
     Model *m = ref->ranks->model[ref->rank];
-    if (unit == 0) fill_zero(m->stream, m->grads, m->layout.total);
+    if (unit == 0 && ref->ranks->micro == 0) fill_zero(m->stream, m->grads, m->layout.total);
 }
 
 /* DDP: the mean of a bucket's gradients, on every rank. */
@@ -103,7 +103,8 @@ static void reduce_scatter_arena(Ranks *ranks, int index) {
 static void after_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
     Replicated *d = (Replicated *)ref->ranks;
-    if (!d->ranks.base.sync_grads) return;
+    /* no_sync until the last micro-step */
+    if (!d->ranks.base.sync_grads || d->ranks.micro != d->ranks.micros - 1) return;
     if (d->sharded) {
         if (unit == 0) ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
         return;
@@ -118,10 +119,6 @@ static void after_backward(void *ctx, int unit) {
         for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
 
-static int forward_backward(Strategy *s, const int *x, const int *y, uint32_t step) {
-    return ranks_run((Ranks *)s, x, y, step, 1);
-}
-
 /* AdamW on each rank's owned range; ZeRO-1 then gathers the weights. */
 static void step(Strategy *s) {
     Replicated *d = (Replicated *)s;
@@ -132,7 +129,7 @@ static void step(Strategy *s) {
         Model *g = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        adamw_range(g->stream, ranks->layout, lo, len, g->params + lo, g->grads + lo, d->m[r], d->v[r], hp);
+        adamw_range(g->stream, ranks->layout, lo, len, g->params + lo, g->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
     }
     if (d->sharded) {
         float *params[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
@@ -151,8 +148,8 @@ static void destroy(Strategy *s) {
         stream_synchronize(d->ranks.pg->compute[r]);
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->m[r], len * sizeof(float));
-        device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->v[r], len * sizeof(float));
+        device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.m[r], len * sizeof(float));
+        device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.v[r], len * sizeof(float));
     }
     for (int i = 0; i < d->nbuckets; i++) ranks_events_destroy(&d->ranks, d->bucket[i].done);
     ranks_release(&d->ranks);
@@ -160,8 +157,9 @@ static void destroy(Strategy *s) {
 }
 
 static const StrategyOps replicated_ops = {
-    ranks_set_lr, forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
-    ranks_generate, ranks_read_weights, ranks_write_weights, ranks_rank_bytes, destroy,
+    ranks_set_lr, ranks_forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
+    ranks_generate, ranks_read_weights, ranks_write_weights, ranks_read_state, ranks_write_state,
+    ranks_rank_bytes, destroy,
 };
 
 static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
@@ -182,8 +180,8 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
         g->hooks.after_backward = after_backward;
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        d->m[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
-        d->v[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
+        d->ranks.m[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
+        d->ranks.v[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
         ranks->weights[r] = g->params;
         ranks->grad_part[r] = g->grads + lo;
     }
@@ -191,6 +189,7 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
         plan_buckets(d, cfg);
         for (int i = 0; i < d->nbuckets; i++) ranks_events_create(ranks, d->bucket[i].done);
     }
+    ranks->adam_held = sharded ? HELD_PARTS : HELD_FULL;
     ranks->grad_part_len = sharded ? d->part : d->total;
     ranks->grad_parts_sharded = sharded;
     ranks_init_weights(ranks);

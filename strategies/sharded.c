@@ -56,7 +56,6 @@ typedef struct {
     int pool;
     size_t part;                   /* shard arena length: total / N */
     float *grad_shard[FIBERS_MAX_RANKS];
-    float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];
     float *weight_shard[FIBERS_MAX_RANKS];       /* ZeRO-3 */
     UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the blocks' */
     UnitBuffer gather[1 + MAX_POOL];             /* ZeRO-3, likewise */
@@ -99,14 +98,30 @@ static void gather_backward(Ranks *ranks, int unit) {
     if (ranks->base.cfg.overlap && unit > 1) ensure_gathered(d, unit - 1);
 }
 
-/* Every rank's slot of the unit, reduced into the owners' gradient shards. */
+/* Every rank's slot of the unit, reduced into the owners' gradient shards.
+ * After a step's first micro-step the reduction lands in the slot itself (in
+ * place) and is added to the shard: on the communication stream with overlap,
+ * whose done events then mark the sum; else on the compute stream, which has
+ * waited for the reduction. */
 static void reduce_scatter_unit(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
     UnitBuffer *slot = slot_of(d, unit);
-    float *shards[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
-    pg_reduce_scatter(ranks->pg, slot->rank_buf, shards, ranks->layout->units[unit].size,
-                      1.0f / (float)ranks->nranks, done_events(d, slot));
+    size_t size = ranks->layout->units[unit].size, shard = size / (size_t)ranks->nranks;
+    float *shards[FIBERS_MAX_RANKS], *own[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->nranks; r++) {
+        shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
+        own[r] = slot->rank_buf[r] + (size_t)r * shard;
+    }
+    int accumulate = ranks->micro > 0;
+    pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,
+                      done_events(d, slot));
+    if (!accumulate) return;
+    int overlap = ranks->base.cfg.overlap;
+    for (int r = 0; r < ranks->nranks; r++) {
+        Stream *adder = overlap ? ranks->pg->comm[r] : ranks->pg->compute[r];
+        residual_forward(adder, shards[r], shards[r], own[r], shard);
+        if (overlap) event_record(slot->done[r], adder);
+    }
 }
 
 static void rendezvous(RankRef *ref, const char *what, int unit, void (*collective)(Ranks *, int)) {
@@ -156,10 +171,6 @@ static void after_backward(void *ctx, int unit) {
     }
 }
 
-static int forward_backward(Strategy *s, const int *x, const int *y, uint32_t step) {
-    return ranks_run((Ranks *)s, x, y, step, 1);
-}
-
 /* AdamW on every shard a rank owns; ZeRO-2 then gathers every unit's weights. */
 static void step(Strategy *s) {
     Sharded *d = (Sharded *)s;
@@ -173,7 +184,7 @@ static void step(Strategy *s) {
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
             float *params = d->stage == 3 ? d->weight_shard[r] + at : m->params + lo;
             adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->nranks, params,
-                        d->grad_shard[r] + at, d->m[r] + at, d->v[r] + at, hp);
+                        d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
         }
     }
     if (d->stage == 3) return;
@@ -193,8 +204,8 @@ typedef struct { float **ptr; MemKind kind; size_t floats; } Buffer;
 static int rank_buffers(Sharded *d, int r, Buffer out[4 + 2 * (1 + MAX_POOL)]) {
     int n = 0;
     out[n++] = (Buffer){ &d->grad_shard[r], MEM_GRADS, d->part };
-    out[n++] = (Buffer){ &d->m[r], MEM_OPTIMIZER, d->part };
-    out[n++] = (Buffer){ &d->v[r], MEM_OPTIMIZER, d->part };
+    out[n++] = (Buffer){ &d->ranks.m[r], MEM_OPTIMIZER, d->part };
+    out[n++] = (Buffer){ &d->ranks.v[r], MEM_OPTIMIZER, d->part };
     for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], MEM_WORKING, d->slot[i].floats };
     if (d->stage == 3) {
         out[n++] = (Buffer){ &d->weight_shard[r], MEM_WEIGHTS, d->part };
@@ -224,8 +235,9 @@ static void destroy(Strategy *s) {
 }
 
 static const StrategyOps sharded_ops = {
-    ranks_set_lr, forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
-    ranks_generate, ranks_read_weights, ranks_write_weights, ranks_rank_bytes, destroy,
+    ranks_set_lr, ranks_forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
+    ranks_generate, ranks_read_weights, ranks_write_weights, ranks_read_state, ranks_write_state,
+    ranks_rank_bytes, destroy,
 };
 
 static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
@@ -267,7 +279,8 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         m->hooks.after_backward = after_backward;
         ranks->grad_part[r] = d->grad_shard[r];
     }
-    ranks->weights_sharded = stage == 3;
+    ranks->weights_held = stage == 3 ? HELD_UNIT_SHARDS : HELD_FULL;
+    ranks->adam_held = HELD_UNIT_SHARDS;
     ranks->grad_part_len = d->part;
     ranks->grad_parts_sharded = 1;
     ranks_init_weights(ranks);

@@ -3,7 +3,7 @@
  * The trainer drives a Strategy without naming one. Each step is
  *
  *     s->ops->set_lr(s, lr);
- *     s->ops->forward_backward(s, x, y, step);  // each rank's rows of the global batch
+ *     s->ops->forward_backward(s, x, y, step, 0, 1);  // each rank's rows of the global batch
  *     s->ops->clip_grads(s, max_norm);          // global norm over every rank's part
  *     s->ops->step(s);                          // AdamW on what each rank owns
  *
@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../model/model.h"
+#include "../model/sample.h"
 #include "../runtime/process_group.h"
 
 typedef struct {
@@ -40,8 +41,13 @@ typedef struct Strategy Strategy;
 
 typedef struct {
     void (*set_lr)(Strategy *s, float lr);
-    /* 0, or -1 after printing the failing rank and why */
-    int (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step);
+    /* Micro-step `micro` of `micros` of a step (1 without accumulation): the
+     * gradient starts from zero at micro-step 0, the micro-steps' gradients add
+     * up (each 1/micros of its batch's mean), and the ranks synchronise them at
+     * the last (DDP and ZeRO-1: not before, as PyTorch's no_sync; ZeRO-2/3
+     * reduce-scatter every micro-step into the shards, as FSDP does). 0, or -1
+     * after printing the failing rank and why. */
+    int (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros);
     void (*clip_grads)(Strategy *s, float max_norm);
     void (*step)(Strategy *s);
     /* Mean over ranks of the training loss of the last forward_backward (waits). */
@@ -50,12 +56,14 @@ typedef struct {
     float (*eval_loss)(Strategy *s, const int *x, const int *y);
     /* Generate n_new tokens after the prompt tokens[0, n_prompt) on rank 0, as
      * gpt_generate does (model/sample.h); -1 when the model is no GPT. */
-    int (*generate)(Strategy *s, int *tokens, int n_prompt, int n_new, float temperature,
-                    uint32_t seed);
+    int (*generate)(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how);
     /* Copy all weights, in the arena layout of nranks = 1 (its padding zero), to
      * or from the host. */
     void (*read_weights)(Strategy *s, float *host);
     void (*write_weights)(Strategy *s, const float *host);
+    /* Adam's m and v, in the same layout, to or from the host (checkpoints). */
+    void (*read_state)(Strategy *s, float *m, float *v);
+    void (*write_state)(Strategy *s, const float *m, const float *v);
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
     size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
     void (*destroy)(Strategy *s);

@@ -8,6 +8,7 @@
 
 #include "../model/sample.h"
 #include "../runtime/host.h"
+#include "checkpoint.h"
 
 double wall_seconds(void) {
     struct timespec t;
@@ -64,7 +65,7 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
     unsigned char *text = host_calloc((size_t)n + 1, 1);
     /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
     tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
-    if (s->ops->generate(s, tokens, 1, n, 1.0f, s->cfg.seed) != 0) n = 0;  /* not a GPT */
+    if (s->ops->generate(s, tokens, 1, n, (Sampling){ 1.0f, 0, s->cfg.seed }) != 0) n = 0;  /* not a GPT */
     for (int i = 0; i < n; i++) text[i] = data->itos[tokens[i + 1]];
     if (cfg->out && n > 0) {
         fprintf(cfg->out, "sample:\n%.*s\n", n, (const char *)text);
@@ -79,14 +80,33 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
     free(text);
 }
 
+/* DIR/ckpt.safetensors, as of `iter` steps done. */
+static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter) {
+    CheckpointInfo info = { .model = s->cfg.model, .iter = iter, .adam_step = s->adam_step, .seed = s->cfg.seed };
+    memcpy(info.itos, data->itos, sizeof info.itos);
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/ckpt.safetensors", cfg->out_dir);
+    if (checkpoint_save(s, path, &info, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    if (cfg->out) {
+        fprintf(cfg->out, "saved %s (iter %d)\n", path, iter);
+        fflush(cfg->out);
+    }
+    return 0;
+}
+
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
     memset(result, 0, sizeof *result);
     HostBatch b = batch_alloc(s);
-    size_t tokens_per_step = (size_t)b.rows * b.T;
+    int micros = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
+    size_t tokens_per_step = (size_t)b.rows * b.T * micros;
     double step_seconds = 0.0, window_start = wall_seconds();
     int window_steps = 0, status = 0;
+    float best_val = INFINITY;
 
-    for (int iter = 0; iter <= cfg->iters; iter++) {
+    for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
         if (eval_now && cfg->eval_iters > 0) {
             double t0 = wall_seconds();
@@ -100,21 +120,34 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             if (cfg->log)
                 fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n",
                         iter, result->train_loss, result->val_loss);
+            /* the end saves below, whatever its loss */
+            if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < best_val) &&
+                iter > cfg->start_iter && save(s, cfg, data, iter) != 0) {
+                status = 1;
+                break;
+            }
+            if (result->val_loss < best_val) best_val = result->val_loss;
             window_start += wall_seconds() - t0;  /* evals do not count as step time */
         }
-        if (iter == cfg->iters) break;
+        if (iter == cfg->iters) {
+            if (cfg->out_dir) status = save(s, cfg, data, iter);
+            break;
+        }
 
         double t0 = wall_seconds();
         float lr = lr_at(&cfg->schedule, iter);
-        dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, 0, b.rows, b.T, b.x, b.y);
         s->ops->set_lr(s, lr);
-        if (s->ops->forward_backward(s, b.x, b.y, (uint32_t)iter) != 0) {
-            status = 1;
-            break;
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < micros && status == 0; micro++) {
+            dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, micro * b.rows, b.rows, b.T,
+                          b.x, b.y);
+            if (s->ops->forward_backward(s, b.x, b.y, (uint32_t)iter, micro, micros) != 0) status = 1;
+            else loss_sum += s->ops->train_loss(s);
         }
+        if (status != 0) break;
         s->ops->clip_grads(s, cfg->grad_clip);
         s->ops->step(s);
-        float loss = s->ops->train_loss(s);
+        float loss = (float)(loss_sum / micros);
         step_seconds += wall_seconds() - t0;
         window_steps++;
         result->last_loss = loss;

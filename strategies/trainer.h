@@ -9,7 +9,11 @@
 #include "strategy.h"
 
 typedef struct {
-    int iters;             /* optimizer steps */
+    int iters;             /* optimizer steps: the run ends when `iters` are done */
+    int start_iter;        /* steps already done (a resumed run) */
+    int grad_accum;        /* micro-steps per step, 1 without accumulation */
+    const char *out_dir;   /* NULL, or where DIR/ckpt.safetensors is saved */
+    int always_save;       /* save at every eval, not only at a new best val loss */
     LRSchedule schedule;
     float grad_clip;       /* max global norm; 0 disables */
     int eval_every;        /* 0: only at the end */
@@ -26,8 +30,11 @@ typedef struct {
     double seconds;        /* wall time of the steps, evals excluded */
 } TrainResult;
 
-/* Run cfg->iters steps of s on data. Returns 0, or 1 when a rank failed or the
- * loss stopped being finite (the rank or the iteration is named on stderr). */
+/* Run steps start_iter .. iters - 1 of s on data; each step's global batch is
+ * grad_accum x nranks x batch rows, its micro-steps taking them in turn. With
+ * out_dir, save a checkpoint at each eval (the best val loss so far, or every
+ * eval with always_save) and at the end. Returns 0, or 1 when a rank failed,
+ * the loss stopped being finite or a save failed (named on stderr). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
 /* Seconds on a monotonic clock, for timing steps. */

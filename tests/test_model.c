@@ -238,9 +238,9 @@ Test(model, generation_is_deterministic_and_in_vocabulary) {
     random_params(&m->base.layout, params, 9);
     stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
     int a[20] = { 3 }, b[20] = { 3 }, c[20] = { 3 };
-    gpt_generate(m, a, 1, 19, 1.0f, 5);  /* longer than the block: the window slides */
-    gpt_generate(m, b, 1, 19, 1.0f, 5);
-    gpt_generate(m, c, 1, 19, 1.0f, 6);
+    gpt_generate(m, a, 1, 19, (Sampling){ 1.0f, 0, 5 });  /* longer than the block: the window slides */
+    gpt_generate(m, b, 1, 19, (Sampling){ 1.0f, 0, 5 });
+    gpt_generate(m, c, 1, 19, (Sampling){ 1.0f, 0, 6 });
     cr_expect(memcmp(a, b, sizeof a) == 0, "the same seed samples the same text");
     cr_expect(memcmp(a, c, sizeof a) != 0, "another seed samples other text");
     cr_expect_eq(a[0], 3, "the prompt is kept");

@@ -111,7 +111,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     }
     stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
     int plain_text[40] = { 0 }, ddp_text[40] = { 0 };
-    gpt_generate(g, plain_text, 1, 39, 1.0f, sc.seed);
+    gpt_generate(g, plain_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed });
 
     /* DDP through the trainer */
     Strategy *s = strategy_create(0, &sc);
@@ -119,7 +119,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
     float *ddp = malloc(P * sizeof(float));
     s->ops->read_weights(s, ddp);
-    cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, 1.0f, sc.seed), 0);
+    cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed }), 0);
     cr_expect(memcmp(plain, ddp, P * sizeof(float)) == 0, "weights differ from the plain loop");
     cr_expect(memcmp(&plain_lr, &s->lr, sizeof plain_lr) == 0, "lr %g, plain %g", s->lr, plain_lr);
     cr_expect(memcmp(plain_text, ddp_text, sizeof plain_text) == 0, "generated text differs");
@@ -218,7 +218,7 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
         cr_assert_eq(train_run(s, &tc, &data, &r), 0);
         eval[zero] = s->ops->eval_loss(s, x, y);
         text[zero][0] = 1;
-        cr_assert_eq(s->ops->generate(s, text[zero], 1, 29, 1.0f, 7), 0);
+        cr_assert_eq(s->ops->generate(s, text[zero], 1, 29, (Sampling){ 1.0f, 0, 7 }), 0);
         s->ops->destroy(s);
         cr_expect(memcmp(&eval[zero], &eval[0], sizeof(float)) == 0, "--zero=%d: eval loss %.9g, DDP %.9g",
                   zero, eval[zero], eval[0]);
@@ -320,7 +320,7 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
         }
         int rows = sc.nranks * sc.batch, T = sc.model.block_size;
         int *x = calloc((size_t)rows * T, sizeof(int)), *y = calloc((size_t)rows * T, sizeof(int));
-        cr_expect_eq(s->ops->forward_backward(s, x, y, 0), -1, "--zero=%d: the run failed", zero);
+        cr_expect_eq(s->ops->forward_backward(s, x, y, 0, 0, 1), -1, "--zero=%d: the run failed", zero);
         const char *e = fibers_error(ranks->fibers);
         cr_expect(strstr(e, "mismatch") != NULL && strstr(e, "unit") != NULL, "--zero=%d: %s", zero, e);
         s->ops->destroy(s);

@@ -16,6 +16,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .log = "",
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
+        .grad_accum = 1, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -68,13 +69,23 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "log-every", FLAG_INT, &o->log_every, 0, "steps between progress lines" },
         { "sample-chars", FLAG_INT, &o->sample_chars, 0, "characters sampled at the end" },
         { "log", FLAG_PATH, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
+        { "out", FLAG_PATH, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
+        { "always-save", FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
+        { "resume", FLAG_PATH, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
+        { "init-from", FLAG_PATH, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
+        { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
+        { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
+        { "prompt", FLAG_PATH, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
+        { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
+        { "temperature", FLAG_FLOAT, &o->temperature, 0, "bin/sample: softmax temperature" },
+        { "top-k", FLAG_INT, &o->top_k, 0, "bin/sample: sample among the k likeliest (0: all)" },
     };
     int n = (int)(sizeof table / sizeof table[0]);
     if (f) memcpy(f, table, sizeof table);
     return n;
 }
 
-enum { MAX_FLAGS = 32 };
+enum { MAX_FLAGS = 48 };
 
 static void usage(FILE *out, const char *prog, TrainOptions *o) {
     Flag flags[MAX_FLAGS];
@@ -162,6 +173,13 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
+    else if (o->grad_accum < 1 || o->grad_accum > 1024)
+        snprintf(bad, sizeof bad, "--grad-accum=%d must be in 1..1024", o->grad_accum);
+    else if (o->always_save != 0 && o->always_save != 1)
+        snprintf(bad, sizeof bad, "--always-save=%d must be 0 or 1", o->always_save);
+    else if (o->resume[0] && o->init_from[0]) snprintf(bad, sizeof bad, "--resume and --init-from exclude each other");
+    else if (!(o->temperature > 0)) snprintf(bad, sizeof bad, "--temperature=%g must be positive", o->temperature);
+    else if (o->top_k < 0) snprintf(bad, sizeof bad, "--top-k=%d must not be negative", o->top_k);
     else if (o->link[0] && !link_valid(o->link))
         snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);

@@ -21,6 +21,15 @@ typedef struct {
     int overlap;                     /* 1: collectives under the backward */
     float bucket_mb;                 /* DDP's bucket size */
     char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
+    char out[OPTION_PATH_MAX];       /* checkpoints go to out/ckpt.safetensors; "" for none */
+    char resume[OPTION_PATH_MAX];    /* a checkpoint to continue */
+    char init_from[OPTION_PATH_MAX]; /* a checkpoint's weights to start from */
+    int always_save, grad_accum;
+    /* bin/sample */
+    char ckpt[OPTION_PATH_MAX];
+    char prompt[OPTION_PATH_MAX];
+    float temperature;
+    int top_k;
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
 } TrainOptions;
 

@@ -3,9 +3,10 @@
 
 The model is nanoGPT's model.py GPT with bias=False: token + position
 embeddings, L pre-LayerNorm blocks (causal self-attention, exact-GELU MLP),
-a final LayerNorm and a head tied to the token embedding. Parameter names
-are nanoGPT's state-dict names (transformer.wte.weight, transformer.h.0.ln_1.weight,
-...); the tied lm_head.weight is not stored.
+a final LayerNorm and a head (lm_head) tied to the token embedding. Parameter
+names are nanoGPT's state-dict names (transformer.wte.weight,
+transformer.h.0.ln_1.weight, ..., lm_head.weight), so nanoGPT's own model
+loads the same files.
 
 Commands:
 
@@ -17,6 +18,13 @@ Commands:
       and shape) plus the scalar "loss". A C test writes the two input files,
       runs this command and compares its own loss and gradients to the output.
       Exits 1 with one line on stderr on bad input.
+
+  loss --ckpt CKPT.safetensors --batch B.safetensors
+      Loads a bin/train checkpoint into the model strictly (load_state_dict
+      with every nanoGPT name, lm_head.weight included; the optim.* tensors
+      are the optimizer's and are left out), with n_head from the file's
+      config, and prints the mean cross-entropy loss of the batch ("x", "y")
+      without dropout.
 
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
       Times full training steps of nanoGPT's shakespeare_char recipe
@@ -170,6 +178,8 @@ class GPT(nn.Module):
             h=nn.ModuleList(Block(n_embd, n_head, block_size, dropout) for _ in range(n_layer)),
             ln_f=LayerNorm(n_embd),
         ))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied, as in nanoGPT
 
     def init_weights(self):
         """nanoGPT's initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L))."""
@@ -184,7 +194,7 @@ class GPT(nn.Module):
         x = tr.drop(tr.wte(idx) + tr.wpe(torch.arange(T, device=idx.device)))
         for block in tr.h:
             x = block(x)
-        logits = F.linear(tr.ln_f(x), tr.wte.weight)  # head tied to wte
+        logits = self.lm_head(tr.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
@@ -214,7 +224,11 @@ def set_threads(k):
 # ---------------------------------------------------------------------- grads
 
 def load_model(weights, n_head):
-    """Build a GPT whose config is derived from the weight shapes, and load the weights."""
+    """Build a GPT whose config is derived from the weight shapes, and load the weights
+    (lm_head.weight, when absent, is the tied token embedding; optim.* is left out)."""
+    weights = {n: a for n, a in weights.items() if not n.startswith("optim.")}
+    if "lm_head.weight" not in weights and "transformer.wte.weight" in weights:
+        weights["lm_head.weight"] = weights["transformer.wte.weight"]
     for name in ("transformer.wte.weight", "transformer.wpe.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise ValueError(f"weights: missing or non-2-D {name}")
@@ -255,6 +269,24 @@ def cmd_grads(args):
     out = {n: p.grad.numpy() for n, p in model.named_parameters()}
     out["loss"] = np.array(loss.item(), dtype=np.float32)
     write_safetensors(args.out, out)
+
+
+def read_metadata(path):
+    """The __metadata__ object of a safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n).decode("utf-8")).get("__metadata__", {})
+
+
+def cmd_loss(args):
+    set_threads(1)
+    config = json.loads(read_metadata(args.ckpt)["config"])
+    model = load_model(read_safetensors(args.ckpt), config["n_head"])
+    batch = read_safetensors(args.batch)
+    model.eval()
+    with torch.no_grad():
+        loss = model(torch.from_numpy(batch["x"]).long(), torch.from_numpy(batch["y"]).long())
+    print(f"{loss.item():.9g}")
 
 
 # ---------------------------------------------------------------------- bench
@@ -369,6 +401,9 @@ def main():
     g.add_argument("--batch", required=True)
     g.add_argument("--heads", required=True, type=positive)
     g.add_argument("--out", required=True)
+    lo = sub.add_parser("loss", help="a checkpoint's loss on a batch")
+    lo.add_argument("--ckpt", required=True)
+    lo.add_argument("--batch", required=True)
     b = sub.add_parser("bench", help="time nanoGPT training steps")
     b.add_argument("--preset", required=True, choices=sorted(PRESETS))
     b.add_argument("--iters", type=positive)
@@ -377,8 +412,8 @@ def main():
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     try:
-        {"grads": cmd_grads, "bench": cmd_bench}[args.command](args)
-    except (OSError, ValueError) as e:
+        {"grads": cmd_grads, "loss": cmd_loss, "bench": cmd_bench}[args.command](args)
+    except (OSError, ValueError, KeyError) as e:
         print(f"torch_gpt.py {args.command}: {e}", file=sys.stderr)
         sys.exit(1)
 

@@ -1,11 +1,45 @@
 /* train.c: bin/train, the trainer's command line. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
+#include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "options.h"
+
+/* --resume or --init-from into s; the run's first step. 0, or 1 (or 2 for a
+ * mismatch with the flags) after a one-line error. */
+static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, int *start_iter) {
+    const char *path = o->resume[0] ? o->resume : o->init_from;
+    *start_iter = 0;
+    if (!path[0]) return 0;
+    CheckpointInfo info;
+    char err[768];
+    if (checkpoint_load(s, path, o->resume[0] != 0, &info, err, sizeof err) != 0) {
+        fprintf(stderr, "train: %s\n", err);
+        return 1;
+    }
+    if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
+        fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
+        return 2;
+    }
+    if (!o->resume[0]) return 0;
+    if (info.seed != (uint32_t)o->seed) {
+        fprintf(stderr, "train: '%s' was trained with --seed=%u; resume it with the same seed\n", path, info.seed);
+        return 2;
+    }
+    if (info.iter >= o->iters) {
+        fprintf(stderr, "train: '%s' has done %d steps already; ask for more with --iters\n", path, info.iter);
+        return 2;
+    }
+    *start_iter = info.iter;
+    printf("resumed: %s, %d steps done\n", path, info.iter);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
@@ -21,41 +55,42 @@ int main(int argc, char **argv) {
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout, .seed = (uint32_t)o.seed,
-        .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
+        .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
+        .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
+    FILE *log = NULL;
+    Strategy *s = NULL;
+    int status = 0, start_iter = 0;
     const char *bad = gpt_config_error(&sc.model);
     if (bad) {
         fprintf(stderr, "train: %s\n", bad);
-        dataset_free(&data);
-        return 2;
-    }
-    FILE *log = NULL;
-    if (o.log[0] && !(log = fopen(o.log, "w"))) {
+        status = 2;
+    } else if (o.log[0] && !(log = fopen(o.log, "w"))) {
         fprintf(stderr, "train: cannot write --log file '%s'\n", o.log);
+        status = 1;
+    } else if (o.out[0] && mkdir(o.out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "train: cannot make the --out folder '%s': %s\n", o.out, strerror(errno));
+        status = 1;
+    } else if (!(s = strategy_create(o.zero, &sc))) {
+        status = 2;
+    } else if (o.tf32 && s->device_kind != DEVICE_CUDA) {
+        fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
+        status = 2;
+    } else if (sc.link_gbps > 0 && !s->simulated) {
+        fprintf(stderr, "train: --link models a link for simulated ranks; these run on GPUs through NCCL\n");
+        status = 2;
+    } else {
+        status = start_from(s, &o, &data, &start_iter);
+    }
+    if (status != 0) {
+        if (s) s->ops->destroy(s);
+        if (log) fclose(log);
         dataset_free(&data);
-        return 1;
+        return status;
     }
 
-    Strategy *s = strategy_create(o.zero, &sc);
-    if (!s) {
-        dataset_free(&data);
-        if (log) fclose(log);
-        return 2;
-    }
-
-    const char *refused = NULL;
-    if (o.tf32 && s->device_kind != DEVICE_CUDA) refused = "--tf32=1 needs a GPU, and the ranks run on the CPU";
-    if (sc.link_gbps > 0 && !s->simulated) refused = "--link models a link for simulated ranks; these run on GPUs through NCCL";
-    if (refused) {
-        fprintf(stderr, "train: %s\n", refused);
-        s->ops->destroy(s);
-        dataset_free(&data);
-        if (log) fclose(log);
-        return 2;
-    }
     device_cuda_set_tf32(o.tf32);
     printf("device: %s\n", s->placement);
     if (sc.link_gbps > 0)
@@ -68,23 +103,23 @@ int main(int argc, char **argv) {
            o.data, data.ntokens, data.vocab, data.ntrain, data.ntokens - data.ntrain);
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
-    printf("training: %s, %d iters, batch %d x %d ranks, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, o.gpus, o.lr, o.min_lr,
+    printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
+           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, o.gpus, o.grad_accum, o.lr, o.min_lr,
            o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off");
-    fflush(stdout);
-
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6);
+    fflush(stdout);
     TrainConfig tc = {
-        .iters = o.iters,
+        .iters = o.iters, .start_iter = start_iter, .grad_accum = o.grad_accum,
+        .out_dir = o.out[0] ? o.out : NULL, .always_save = o.always_save,
         .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },
         .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
         .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
     };
     TrainResult result;
-    int status = train_run(s, &tc, &data, &result);
+    status = train_run(s, &tc, &data, &result);
     if (status == 0 && o.eval_iters > 0)
         printf("done: %d iters in %.1f s of steps, final val loss %.4f\n",
                o.iters, result.seconds, result.val_loss);

@@ -1,0 +1,76 @@
+/* checkpoint.c: a strategy's state to and from the checkpoint file (checkpoint.h). */
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/host.h"
+
+int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, char *err, size_t errlen) {
+    if (s->cfg.model.kind != MODEL_GPT) {
+        snprintf(err, errlen, "checkpoints hold GPTs only");
+        return -1;
+    }
+    ArenaLayout layout;
+    model_layout(&s->cfg.model, 1, &layout);
+    float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
+          *v = host_calloc(layout.total, sizeof(float));
+    s->ops->read_weights(s, w);
+    s->ops->read_state(s, m, v);
+    int n = 3 * layout.ntensors + 1;
+    StTensor *t = host_calloc((size_t)n, sizeof *t);
+    char (*names)[CHECKPOINT_NAME_MAX] = host_calloc((size_t)2 * layout.ntensors, CHECKPOINT_NAME_MAX);
+    for (int i = 0; i < layout.ntensors; i++) {
+        const TensorSpec *ts = &layout.tensors[i];
+        snprintf(names[2 * i], CHECKPOINT_NAME_MAX, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
+        snprintf(names[2 * i + 1], CHECKPOINT_NAME_MAX, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
+        StTensor spec = { ts->name, "F32", ts->ndim, { ts->shape[0], ts->shape[1] }, w + ts->offset };
+        t[i] = spec;
+        spec.name = names[2 * i];
+        spec.data = m + ts->offset;
+        t[layout.ntensors + 1 + 2 * i] = spec;
+        spec.name = names[2 * i + 1];
+        spec.data = v + ts->offset;
+        t[layout.ntensors + 2 + 2 * i] = spec;
+    }
+    const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
+    t[layout.ntensors] = (StTensor){ CHECKPOINT_HEAD, "F32", 2, { wte->shape[0], wte->shape[1] }, w + wte->offset };
+    char *meta = checkpoint_metadata_json(info);
+    int rc = safetensors_write(path, t, n, meta, err, errlen);
+    cJSON_free(meta);
+    free(names);
+    free(t);
+    free(w);
+    free(m);
+    free(v);
+    return rc;
+}
+
+int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInfo *info, char *err,
+                    size_t errlen) {
+    StFile f;
+    if (s->cfg.model.kind != MODEL_GPT) {
+        snprintf(err, errlen, "checkpoints hold GPTs only");
+        return -1;
+    }
+    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
+    ArenaLayout layout;
+    model_layout(&s->cfg.model, 1, &layout);
+    float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
+          *v = host_calloc(layout.total, sizeof(float));
+    int rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, w, m, v, err, errlen);
+    safetensors_close(&f);
+    if (rc == 0) {
+        s->ops->write_weights(s, w);
+        if (with_state) {
+            s->ops->write_state(s, m, v);
+            s->adam_step = info->adam_step;
+        }
+    }
+    free(w);
+    free(m);
+    free(v);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/* checkpoint.h: a whole run in one safetensors file, movable between strategies.
+ *
+ * The file holds the weights under nanoGPT's state_dict names and shapes, plus
+ * lm_head.weight (the tied token embedding, as nanoGPT's state_dict has it), so
+ * that nanoGPT's GPT(bias=False) loads them with load_state_dict; Adam's m and v
+ * under "optim.exp_avg." and "optim.exp_avg_sq." and the same names; and in
+ * __metadata__, as JSON strings: the model ("config", nanoGPT's GPTConfig
+ * names), the vocabulary (the bytes of tokens 0..V-1), the steps done, Adam's
+ * step, and the seed. Every random draw here (batches, dropout, sampling) is a
+ * function of the seed and the step, so those two are the generators' state.
+ *
+ * Rank 0 writes it after every shard is gathered (the strategies' read_* ops),
+ * to a temporary file that is flushed and renamed over the old one; loading
+ * checks everything before it changes anything, then writes the state through
+ * the strategy's write_* ops, which shard it as that strategy holds it. So a
+ * file saved by any strategy at any N resumes under any other.
+ */
+#ifndef ZF_CHECKPOINT_H
+#define ZF_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../model/safetensors.h"
+#include "strategy.h"
+
+typedef struct {
+    ModelConfig model;
+    unsigned char itos[256];   /* token -> byte, model.vocab of them */
+    int iter;                  /* training steps done */
+    int adam_step;
+    uint32_t seed;
+    int has_state;             /* the file holds Adam's state */
+} CheckpointInfo;
+
+/* The file's side (checkpoint_file.c). */
+enum { CHECKPOINT_NAME_MAX = ARENA_NAME_MAX + 32 };
+extern const char CHECKPOINT_M_PREFIX[], CHECKPOINT_V_PREFIX[], CHECKPOINT_HEAD[];
+/* __metadata__ for info, as a JSON object of strings (cJSON_free it). */
+char *checkpoint_metadata_json(const CheckpointInfo *info);
+/* The metadata of an open file, checked. 0, or -1 with a one-line message. */
+int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen);
+/* Check an open file against the model `want` and copy its weights (and, when
+ * it holds them, Adam's m and v) into host arenas of the GPT's layout at
+ * nranks = 1. with_state: the file must hold Adam's state. 0, or -1 with a
+ * one-line message naming the problem. */
+int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
+                     CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen);
+
+/* Save s's weights and Adam state with info's metadata (info->model and the
+ * vocabulary must be s's). 0, or -1 with a one-line message in err. */
+int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, char *err, size_t errlen);
+
+/* Read and check a checkpoint's metadata. 0, or -1 with a one-line message. */
+int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size_t errlen);
+
+/* Load the weights, and with `with_state` Adam's m, v and step, into s, whose
+ * model must be the file's. Every tensor is checked (names, dtype, shapes, no
+ * missing or extra ones) before s changes. 0, or -1 with a one-line message. */
+int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInfo *info, char *err,
+                    size_t errlen);
+
+#endif

@@ -1,0 +1,167 @@
+/* checkpoint_file.c: the checkpoint file itself (checkpoint.h): its metadata,
+ * and the checks of every tensor, with no strategy in sight, so that a fuzzer
+ * can run them on any bytes. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/gpt.h"
+#include "checkpoint.h"
+
+const char CHECKPOINT_M_PREFIX[] = "optim.exp_avg.", CHECKPOINT_V_PREFIX[] = "optim.exp_avg_sq.",
+           CHECKPOINT_HEAD[] = "lm_head.weight";
+
+/* __metadata__: every value a string, as the format asks. */
+char *checkpoint_metadata_json(const CheckpointInfo *info) {
+    cJSON *config = cJSON_CreateObject();
+    cJSON_AddNumberToObject(config, "vocab_size", info->model.vocab);
+    cJSON_AddNumberToObject(config, "block_size", info->model.block_size);
+    cJSON_AddNumberToObject(config, "n_layer", info->model.layers);
+    cJSON_AddNumberToObject(config, "n_head", info->model.heads);
+    cJSON_AddNumberToObject(config, "n_embd", info->model.embd);
+    cJSON_AddBoolToObject(config, "bias", 0);
+    cJSON *vocab = cJSON_CreateArray();
+    for (int i = 0; i < info->model.vocab; i++) cJSON_AddItemToArray(vocab, cJSON_CreateNumber(info->itos[i]));
+    char *config_text = cJSON_PrintUnformatted(config), *vocab_text = cJSON_PrintUnformatted(vocab);
+    char iter[16], adam_step[16], seed[16];
+    snprintf(iter, sizeof iter, "%d", info->iter);
+    snprintf(adam_step, sizeof adam_step, "%d", info->adam_step);
+    snprintf(seed, sizeof seed, "%u", info->seed);
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddStringToObject(meta, "format", "zerofiber checkpoint 1");
+    cJSON_AddStringToObject(meta, "config", config_text);
+    cJSON_AddStringToObject(meta, "vocab", vocab_text);
+    cJSON_AddStringToObject(meta, "iter", iter);
+    cJSON_AddStringToObject(meta, "adam_step", adam_step);
+    cJSON_AddStringToObject(meta, "seed", seed);
+    char *json = cJSON_PrintUnformatted(meta);
+    cJSON_free(config_text);
+    cJSON_free(vocab_text);
+    cJSON_Delete(config);
+    cJSON_Delete(vocab);
+    cJSON_Delete(meta);
+    return json;
+}
+
+/* A whole decimal in [lo, hi], or -1 on anything else. */
+static long parse_count(const char *text, long lo, long hi) {
+    if (!text || !*text) return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(text, &end, 10);
+    return errno || *end || x < lo || x > hi ? -1 : x;
+}
+
+static int config_int(const cJSON *config, const char *key, int *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(config, key);
+    if (!cJSON_IsNumber(item) || item->valuedouble < 1 || item->valuedouble > INT_MAX ||
+        item->valuedouble != (double)(int)item->valuedouble)
+        return -1;
+    *out = (int)item->valuedouble;
+    return 0;
+}
+
+/* The metadata of an open file, checked. */
+int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen) {
+    memset(info, 0, sizeof *info);
+    const char *config_text = safetensors_metadata(f, "config"), *vocab_text = safetensors_metadata(f, "vocab");
+    if (!config_text || !vocab_text) {
+        snprintf(err, errlen, "'%s' is no checkpoint: its metadata lacks the model config or the vocabulary", path);
+        return -1;
+    }
+    cJSON *config = cJSON_Parse(config_text), *vocab = cJSON_Parse(vocab_text);
+    ModelConfig *mc = &info->model;
+    int bad = !cJSON_IsObject(config) || config_int(config, "vocab_size", &mc->vocab) ||
+              config_int(config, "block_size", &mc->block_size) || config_int(config, "n_layer", &mc->layers) ||
+              config_int(config, "n_head", &mc->heads) || config_int(config, "n_embd", &mc->embd);
+    const char *why = bad ? "its model config is not valid JSON with positive whole numbers" : gpt_config_error(mc);
+    if (!why && (!cJSON_IsArray(vocab) || cJSON_GetArraySize(vocab) != mc->vocab))
+        why = "its vocabulary is not a list of vocab_size bytes";
+    for (int i = 0; !why && i < mc->vocab; i++) {
+        const cJSON *b = cJSON_GetArrayItem(vocab, i);
+        if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble > 255) why = "its vocabulary holds a non-byte";
+        else info->itos[i] = (unsigned char)b->valuedouble;
+    }
+    cJSON_Delete(config);
+    cJSON_Delete(vocab);
+    long iter = parse_count(safetensors_metadata(f, "iter"), 0, INT_MAX);
+    long adam_step = parse_count(safetensors_metadata(f, "adam_step"), 0, INT_MAX);
+    long seed = parse_count(safetensors_metadata(f, "seed"), 0, UINT32_MAX);
+    if (!why && (iter < 0 || adam_step < 0 || seed < 0)) why = "its iter, adam_step or seed is not a whole number";
+    if (why) {
+        snprintf(err, errlen, "'%s': %s", path, why);
+        return -1;
+    }
+    info->iter = (int)iter;
+    info->adam_step = (int)adam_step;
+    info->seed = (uint32_t)seed;
+    char name[CHECKPOINT_NAME_MAX];
+    snprintf(name, sizeof name, "%stransformer.wte.weight", CHECKPOINT_M_PREFIX);
+    info->has_state = cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, name) != NULL;
+    return 0;
+}
+
+int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size_t errlen) {
+    StFile f;
+    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
+    int rc = checkpoint_info_of(&f, path, info, err, errlen);
+    safetensors_close(&f);
+    return rc;
+}
+
+/* Copy one F32 tensor of the file into a host arena, checking it. */
+static int take(const StFile *f, const char *path, const char *name, const TensorSpec *ts, float *arena,
+                char *err, size_t errlen) {
+    int64_t shape[2] = { ts->shape[0], ts->shape[1] };
+    char why[256];
+    const void *data = safetensors_tensor(f, name, "F32", ts->ndim, shape, why, sizeof why);
+    if (!data) {
+        snprintf(err, errlen, "'%s': %s", path, why);
+        return -1;
+    }
+    if (arena) memcpy(arena + ts->offset, data, ts->numel * sizeof(float));
+    return 0;
+}
+
+static int same_model(const ModelConfig *a, const ModelConfig *b) {
+    return a->vocab == b->vocab && a->block_size == b->block_size && a->layers == b->layers &&
+           a->heads == b->heads && a->embd == b->embd;
+}
+
+int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
+                     CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen) {
+    if (checkpoint_info_of(f, path, info, err, errlen) != 0) return -1;
+    const ModelConfig *got = &info->model;
+    if (!same_model(want, got)) {
+        snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d; "
+                 "this run's is %d, %d, %d, %d, %d", path, got->layers, got->heads, got->embd, got->block_size,
+                 got->vocab, want->layers, want->heads, want->embd, want->block_size, want->vocab);
+        return -1;
+    }
+    if (with_state && !info->has_state) {
+        snprintf(err, errlen, "'%s' holds no optimizer state (optim.*): start from it with --init-from", path);
+        return -1;
+    }
+    ArenaLayout layout;
+    gpt_layout(want, 1, &layout);
+    const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
+    int rc = take(f, path, CHECKPOINT_HEAD, wte, NULL, err, errlen);
+    for (int i = 0; rc == 0 && i < layout.ntensors; i++) {
+        const TensorSpec *ts = &layout.tensors[i];
+        char name[CHECKPOINT_NAME_MAX];
+        rc = take(f, path, ts->name, ts, w, err, errlen);
+        snprintf(name, sizeof name, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
+        if (rc == 0 && info->has_state) rc = take(f, path, name, ts, m, err, errlen);
+        snprintf(name, sizeof name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
+        if (rc == 0 && info->has_state) rc = take(f, path, name, ts, v, err, errlen);
+    }
+    int expected = layout.ntensors * (info->has_state ? 3 : 1) + 1;
+    if (rc == 0 && safetensors_count(f) != expected) {
+        snprintf(err, errlen, "'%s' holds %d tensors, and this model has %d", path, safetensors_count(f), expected);
+        rc = -1;
+    }
+    return rc;
+}
