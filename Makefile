@@ -48,7 +48,7 @@ TESTS = test_kernels test_runtime test_collectives test_model test_train test_st
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 
-.PHONY: all test bench test-asan test-tsan deps clean
+.PHONY: all test bench test-asan test-tsan fuzz deps clean
 all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 
 $(BUILD)/%.o: %.c Makefile
@@ -126,12 +126,26 @@ $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# libFuzzer over the checkpoint reader, seeded from tests/corpus (clang; new
+# inputs go to build/fuzz/corpus, never into tests/). FUZZ_SECONDS bounds it.
+FUZZ_SECONDS ?= 30
+FUZZ_SRC = tests/fuzz_checkpoint.c model/safetensors.c strategies/checkpoint_file.c model/gpt_layout.c \
+           runtime/arena.c runtime/host.c
+fuzz: build/fuzz/fuzz_checkpoint
+	@mkdir -p build/fuzz/corpus
+	./build/fuzz/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) -timeout=10 build/fuzz/corpus tests/corpus
+
+build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=all $(FUZZ_SRC) -lcjson -o $@
+
 .PHONY: build-asan-tests
 build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy \
-               gnuplot-nox
+               gnuplot-nox clang libclang-rt-14-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

@@ -218,3 +218,126 @@ Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
     for (const char *c = out; (c = strstr(c, " | 1.00")) != NULL; c++) table_rows++;
     cr_expect_eq(table_rows, 16, "16 rows at state / formula 1.00..:\n%s", out);
 }
+
+/* ---- bad checkpoint files: one line, exit 1, nothing overwritten ---- */
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *bytes = malloc(*n + 1);
+    cr_assert_eq(fread(bytes, 1, *n, f), *n);
+    fclose(f);
+    return bytes;
+}
+
+static void write_all(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+/* The good file with `from` replaced by `to` (same length) in its header. */
+static void write_replaced(const char *path, const unsigned char *good, size_t n, const char *from, const char *to) {
+    unsigned char *bad = malloc(n);
+    memcpy(bad, good, n);
+    char *at = memmem(bad + 8, n - 8, from, strlen(from));
+    cr_assert_not_null(at, "'%s' is not in the header", from);
+    memcpy(at, to, strlen(to));
+    write_all(path, bad, n);
+    free(bad);
+}
+
+Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout = 120) {
+    static const char *model = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
+    char dir[] = "/tmp/zf_bad_XXXXXX", good_path[256], bad_path[256], args[1024], err[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(good_path, sizeof good_path, "%s/ckpt.safetensors", dir);
+    snprintf(bad_path, sizeof bad_path, "%s/bad.safetensors", dir);
+    snprintf(args, sizeof args, "%s --iters=2 --out=%s", model, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    size_t n;
+    unsigned char *good = read_all(good_path, &n);
+
+    /* a tensor name, and ln_f's header entry, as the writer lays them out */
+    static const char *ln_f = "\"transformer.ln_f.weight\":{\"dtype\":\"F32\",\"shape\":[16]";
+    struct { const char *what, *from, *to, *needle; } edits[] = {
+        { "wrong dtype", "\"dtype\":\"F32\"", "\"dtype\":\"I32\"", "dtype I32, expected F32" },
+        { "missing tensor", "transformer.ln_f.weight", "transformer.ln_x.weight", "missing tensor 'transformer.ln_f.weight'" },
+        { "wrong shape", ln_f, "\"transformer.ln_f.weight\":{\"dtype\":\"F32\",\"shape\":[15]", "shape [15], expected [16]" },
+        { "malformed JSON", "{", "#", "not a JSON object" },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        write_replaced(bad_path, good, n, edits[i].from, edits[i].to);
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", model, dir, bad_path);
+        int rc = run_train(args, err, sizeof err);
+        cr_expect_eq(rc, 1, "%s: exit %d", edits[i].what, rc);
+        cr_expect(strstr(err, edits[i].needle) != NULL, "%s: stderr was: %s", edits[i].what, err);
+        cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", edits[i].what, err);
+    }
+
+    /* truncated; a header length past the end; an extra tensor */
+    unsigned char *longer = malloc(n + 128);
+    memcpy(longer, good, n);
+    memset(longer, 0xff, 8);
+    uint64_t header_len = 0;
+    for (int b = 0; b < 8; b++) header_len |= (uint64_t)good[b] << (8 * b);
+    static const char extra[] = "\"extra\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},";
+    struct { const char *what, *needle; } cases[] = {
+        { "truncated", "tensor" }, { "header length past the end", "runs past the end" }, { "extra tensor", "holds" },
+    };
+    for (int c = 0; c < 3; c++) {
+        if (c == 0) write_all(bad_path, good, n / 2);
+        if (c == 1) write_all(bad_path, longer, n);
+        if (c == 2) {
+            uint64_t len = header_len + strlen(extra);
+            for (int b = 0; b < 8; b++) longer[b] = (unsigned char)(len >> (8 * b));
+            longer[8] = '{';
+            memcpy(longer + 9, extra, strlen(extra));
+            memcpy(longer + 9 + strlen(extra), good + 9, n - 9);
+            write_all(bad_path, longer, n + strlen(extra));
+        }
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", model, dir, bad_path);
+        int rc = run_train(args, err, sizeof err);
+        cr_expect_eq(rc, 1, "%s: exit %d", cases[c].what, rc);
+        cr_expect(strstr(err, cases[c].needle) != NULL, "%s: stderr was: %s", cases[c].what, err);
+        cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", cases[c].what, err);
+    }
+
+    /* a model the flags disagree with */
+    snprintf(args, sizeof args, "%s --layers=3 --iters=4 --out=%s --resume=%s", model, dir, good_path);
+    int rc = run_train(args, err, sizeof err);
+    cr_expect_eq(rc, 1, "another model: exit %d", rc);
+    cr_expect(strstr(err, "holds a model of 2 layers") != NULL, "another model: stderr was: %s", err);
+    cr_expect_eq(count_lines(err), 1, "another model: stderr was: %s", err);
+
+    size_t after_n;
+    unsigned char *after = read_all(good_path, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the good checkpoint was overwritten");
+    free(after);
+    free(longer);
+    free(good);
+    unlink(good_path);
+    unlink(bad_path);
+    rmdir(dir);
+}
+
+Test(train, plot_loss_draws_a_log) {
+    if (system("command -v gnuplot >/dev/null") != 0) cr_skip_test("SKIP: gnuplot is missing (make deps installs it)");
+    char err[4096];
+    cr_assert_eq(run_train("--iters=4 --eval-every=2 --eval-iters=1 --sample-chars=0 --log-every=1 "
+                           "--layers=1 --embd=16 --heads=2 --block=16 --log=/tmp/zf_plot.jsonl", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(system("tools/plot_loss /tmp/zf_plot.jsonl /tmp/zf_plot.png >/dev/null"), 0);
+    FILE *f = fopen("/tmp/zf_plot.png", "rb");
+    cr_assert_not_null(f);
+    unsigned char magic[8];
+    cr_expect_eq(fread(magic, 1, 8, f), 8);
+    fclose(f);
+    cr_expect(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "not a PNG");
+    cr_expect_neq(system("tools/plot_loss /dev/null /tmp/zf_plot_empty.png 2>/dev/null"), 0, "an empty log is an error");
+    unlink("/tmp/zf_plot.jsonl");
+    unlink("/tmp/zf_plot.png");
+}
