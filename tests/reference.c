@@ -189,6 +189,15 @@ void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {
     }
 }
 
+double max_rel_diff(const float *a, const float *b, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return diff / scale;
+}
+
 double *to_double(const float *x, size_t n) {
     double *d = malloc(sizeof(double) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) d[i] = x[i];

@@ -43,6 +43,8 @@ void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);
+/* max |a - b| / max |b| over two float arrays: how far a run is from another. */
+double max_rel_diff(const float *a, const float *b, size_t n);
 /* Train a --zero stage through the trainer; returns the weights (malloc'd, the
  * unpadded layout of *n floats), or NULL when the strategy or the run failed. */
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,

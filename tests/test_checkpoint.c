@@ -157,15 +157,6 @@ Test(checkpoint, pytorch_loads_it_and_gets_the_same_loss) {
     s->ops->destroy(s);
 }
 
-static double max_rel_diff(const float *a, const float *b, size_t n) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return diff / scale;
-}
-
 Test(checkpoint, gradient_accumulation_equals_a_larger_batch) {
     int zeros[3] = { 0, 2, 3 };
     for (int i = 0; i < 3; i++) {

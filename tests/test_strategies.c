@@ -68,15 +68,6 @@ static float *train(int zero, StrategyConfig sc, float grad_clip, size_t *n) {
     return w;
 }
 
-static double max_rel_diff(const float *a, const float *b, size_t n) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return diff / scale;
-}
-
 /* ---- gate 1: DDP at N = 1 against the plain loop ---- */
 
 Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
