@@ -9,6 +9,11 @@ const char *gpt_config_error(const ModelConfig *cfg) {
     if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
     if (cfg->block_size < 1) return "--block must be at least 1";
     if (cfg->layers < 1) return "--layers must be at least 1";
+    if (3 + 6 * (long)cfg->layers > ARENA_MAX_TENSORS || 1 + (long)cfg->layers > ARENA_MAX_UNITS) {
+        snprintf(msg, sizeof msg, "--layers=%d is more than the arena's tables hold (at most %d)", cfg->layers,
+                 (ARENA_MAX_TENSORS - 3) / 6);
+        return msg;
+    }
     if (cfg->heads < 1) return "--heads must be at least 1";
     if (cfg->embd < 1) return "--embd must be at least 1";
     if (cfg->embd % cfg->heads != 0) {

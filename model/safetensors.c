@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,7 +179,8 @@ const void *safetensors_tensor(const StFile *f, const char *name, const char *dt
     }
     double begin = first->valuedouble, end = last->valuedouble;
     size_t data_size = f->size - f->data_start;
-    if (!(begin >= 0 && end >= begin && end <= (double)data_size && (size_t)(end - begin) == bytes)) {
+    if (!(begin >= 0 && end >= begin && end <= (double)data_size && begin == floor(begin) && end == floor(end) &&
+          (size_t)end - (size_t)begin == bytes)) {
         snprintf(err, errlen, "tensor '%s' has data offsets [%.0f, %.0f] outside the %zu data bytes "
                  "or not %zu bytes long", name, begin, end, data_size, bytes);
         return NULL;

@@ -174,10 +174,13 @@ static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) 
     for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
 }
 
-/* A collective with nothing to do is over at once: only its done events, if any. */
+/* A collective with nothing to do is over at once. Its done events still mean
+ * what they always do: the producers' work is done too (a caller may read the
+ * buffers on the communication stream after them). */
 static void skip(ProcessGroup *pg, Event *const *done) {
-    if (done)
-        for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
+    if (!done) return;
+    wait_for_producers(pg);
+    for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
 }
 
 /* On one rank an in-place collective without scaling changes nothing: skip it,

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +47,9 @@ char *checkpoint_metadata_json(const CheckpointInfo *info) {
     return json;
 }
 
-/* A whole decimal in [lo, hi], or -1 on anything else. */
+/* A whole decimal in [lo, hi], digits only, or -1 on anything else. */
 static long parse_count(const char *text, long lo, long hi) {
-    if (!text || !*text) return -1;
+    if (!text || *text < '0' || *text > '9') return -1;
     char *end;
     errno = 0;
     long x = strtol(text, &end, 10);
@@ -67,6 +68,11 @@ static int config_int(const cJSON *config, const char *key, int *out) {
 /* The metadata of an open file, checked. */
 int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen) {
     memset(info, 0, sizeof *info);
+    const char *format = safetensors_metadata(f, "format");
+    if (format && strcmp(format, "zerofiber checkpoint 1") != 0) {
+        snprintf(err, errlen, "'%s' is a checkpoint of another format ('%.60s')", path, format);
+        return -1;
+    }
     const char *config_text = safetensors_metadata(f, "config"), *vocab_text = safetensors_metadata(f, "vocab");
     if (!config_text || !vocab_text) {
         snprintf(err, errlen, "'%s' is no checkpoint: its metadata lacks the model config or the vocabulary", path);
@@ -80,10 +86,13 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     const char *why = bad ? "its model config is not valid JSON with positive whole numbers" : gpt_config_error(mc);
     if (!why && (!cJSON_IsArray(vocab) || cJSON_GetArraySize(vocab) != mc->vocab))
         why = "its vocabulary is not a list of vocab_size bytes";
+    int seen[256] = { 0 };
     for (int i = 0; !why && i < mc->vocab; i++) {
         const cJSON *b = cJSON_GetArrayItem(vocab, i);
-        if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble > 255) why = "its vocabulary holds a non-byte";
-        else info->itos[i] = (unsigned char)b->valuedouble;
+        double x = cJSON_IsNumber(b) ? b->valuedouble : -1;
+        if (x < 0 || x > 255 || x != floor(x)) why = "its vocabulary holds a non-byte";
+        else if (seen[(int)x]++) why = "its vocabulary holds a byte twice";
+        else info->itos[i] = (unsigned char)x;
     }
     cJSON_Delete(config);
     cJSON_Delete(vocab);
@@ -122,7 +131,7 @@ static int take(const StFile *f, const char *path, const char *name, const Tenso
         snprintf(err, errlen, "'%s': %s", path, why);
         return -1;
     }
-    if (arena) memcpy(arena + ts->offset, data, ts->numel * sizeof(float));
+    memcpy(arena + ts->offset, data, ts->numel * sizeof(float));
     return 0;
 }
 
@@ -148,7 +157,7 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     ArenaLayout layout;
     gpt_layout(want, 1, &layout);
     const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
-    int rc = take(f, path, CHECKPOINT_HEAD, wte, NULL, err, errlen);
+    int rc = 0;
     for (int i = 0; rc == 0 && i < layout.ntensors; i++) {
         const TensorSpec *ts = &layout.tensors[i];
         char name[CHECKPOINT_NAME_MAX];
@@ -157,6 +166,19 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
         if (rc == 0 && info->has_state) rc = take(f, path, name, ts, m, err, errlen);
         snprintf(name, sizeof name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
         if (rc == 0 && info->has_state) rc = take(f, path, name, ts, v, err, errlen);
+    }
+    /* the head is the token embedding: nanoGPT ties them */
+    if (rc == 0) {
+        int64_t shape[2] = { wte->shape[0], wte->shape[1] };
+        char why[256];
+        const void *head = safetensors_tensor(f, CHECKPOINT_HEAD, "F32", 2, shape, why, sizeof why);
+        if (!head) {
+            snprintf(err, errlen, "'%s': %s", path, why);
+            rc = -1;
+        } else if (memcmp(head, w + wte->offset, wte->numel * sizeof(float)) != 0) {
+            snprintf(err, errlen, "'%s': lm_head.weight differs from transformer.wte.weight (an untied head)", path);
+            rc = -1;
+        }
     }
     int expected = layout.ntensors * (info->has_state ? 3 : 1) + 1;
     if (rc == 0 && safetensors_count(f) != expected) {

@@ -169,6 +169,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
     ranks_read_weights(s, host);
     stream_copy(g->base.stream, g->base.params, host, d->plain_layout.total * sizeof(float));
     gpt_generate(g, tokens, n_prompt, n_new, how);
+    stream_synchronize(g->base.stream);  /* the copy above, when nothing was generated */
     model_destroy(&g->base);
     free(host);
     return 0;

@@ -248,3 +248,10 @@ Test(model, generation_is_deterministic_and_in_vocabulary) {
     model_destroy(&m->base);
     free(params);
 }
+
+Test(model, configs_beyond_the_arena_tables_are_refused) {
+    ModelConfig ok = { 65, 16, 170, 1, 8, MODEL_GPT }, too_deep = { 65, 16, 171, 1, 8, MODEL_GPT };
+    cr_expect_null(gpt_config_error(&ok));
+    const char *why = gpt_config_error(&too_deep);
+    cr_expect(why && strstr(why, "--layers=171"), "%s", why ? why : "accepted");
+}

@@ -241,6 +241,28 @@ Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 120) {
         }
 }
 
+/* With gradient accumulation too, and on one rank, where the reduce-scatter
+ * into the slot itself has nothing to move but must still wait for the backward. */
+Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 120) {
+    for (int N = 1; N <= 2; N++)
+        for (int zero = 0; zero <= 3; zero++) {
+            size_t n;
+            StrategyConfig sc = small_gpt(N, 2, 0.1f);
+            TrainConfig tc = quiet(1.0f);
+            tc.grad_accum = 3;
+            float *off = train_weights(zero, &sc, &tc, &data, &n);
+            sc.overlap = 1;
+            sc.bucket_bytes = 8 << 10;
+            sc.link_gbps = 0.2;
+            float *on = train_weights(zero, &sc, &tc, &data, &n);
+            cr_assert(off && on);
+            cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, 3 micro-steps: overlap changed the "
+                      "weights", zero, N);
+            free(off);
+            free(on);
+        }
+}
+
 /* ---- memory: what each stage holds, from the allocations ---- */
 
 Test(strategies, each_stage_holds_its_share_of_the_state) {
