@@ -5,6 +5,12 @@
 
 #include "../kernels.h"
 
+/* Columns per block in the weight-gradient sums that run over rows (LayerNorm,
+ * embeddings): two cache lines. Each thread owns blocks of columns and adds the
+ * rows in order, so the sums need no atomics and do not depend on the thread
+ * count. */
+enum { COLUMN_BLOCK = 32 };
+
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,

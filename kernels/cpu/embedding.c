@@ -24,10 +24,7 @@ void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float
 
 typedef struct { float *dwte, *dwpe; const float *dout; const int *tokens; int B, T, C; } EmbeddingBackwardArgs;
 
-/* Columns per block: each thread owns blocks of columns and adds rows in order,
- * so repeated tokens need no atomics and the sums do not depend on the thread count. */
-enum { COLUMN_BLOCK = 32 };
-
+/* In blocks of columns (COLUMN_BLOCK): repeated tokens need no atomics. */
 static void embedding_backward_task(void *p) {
     EmbeddingBackwardArgs *a = p;
     int B = a->B, T = a->T, C = a->C;

@@ -4,9 +4,6 @@
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-/* Columns per block in the weight-gradient sums: two cache lines. */
-enum { COLUMN_BLOCK = 32 };
-
 typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C; } LayerNormArgs;
 
 static void layernorm_forward_task(void *p) {
