@@ -10,8 +10,6 @@
 #include "../runtime/host.h"
 
 /* The activation size table: each buffer and its size in floats, for B x T. */
-typedef struct { float **ptr; size_t floats; } ActivationSlot;
-
 static void activation_table(Activations *a, const ModelConfig *cfg, int B, int T,
                              ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
@@ -35,14 +33,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, int B, int 
     memcpy(table, slots, sizeof slots);
 }
 
-static void gpt_destroy(Model *base) {
-    GPT *m = (GPT *)base;
-    size_t token_bytes = (size_t)m->max_B * m->max_T * sizeof(int);
-    device_free(base->dev, MEM_ACTIVATIONS, m->tokens, token_bytes);
-    device_free(base->dev, MEM_ACTIVATIONS, m->targets, token_bytes);
-    device_free(base->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
-    free(m);
-}
+static void gpt_destroy(Model *base) { free(base); }
 
 static void forward_op(Model *m, const int *tokens, const int *targets, int B, int T,
                        uint32_t step, int training) {
@@ -62,18 +53,8 @@ GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream 
 
     ActivationSlot table[ACTIVATION_TENSORS];
     activation_table(&m->acts, cfg, max_B, max_T, table);
-    m->acts_floats = 0;
-    for (int i = 0; i < ACTIVATION_TENSORS; i++) m->acts_floats += table[i].floats;
-    m->acts_memory = device_alloc(dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
-    float *next = m->acts_memory;
-    for (int i = 0; i < ACTIVATION_TENSORS; i++) {
-        *table[i].ptr = next;
-        next += table[i].floats;
-    }
+    model_alloc_activations(&m->base, table, ACTIVATION_TENSORS, (size_t)max_B * max_T);
     m->base.mean_loss = m->acts.mean_loss;
-    size_t token_bytes = (size_t)max_B * max_T * sizeof(int);
-    m->tokens = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
-    m->targets = device_alloc(dev, MEM_ACTIVATIONS, token_bytes);
     return m;
 }
 
@@ -124,12 +105,12 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     m->T = T;
     m->step = step;
     m->training = training;
-    stream_copy(s, m->tokens, tokens, BT * sizeof(int));
-    if (targets) stream_copy(s, m->targets, targets, BT * sizeof(int));
+    stream_copy(s, m->base.tokens, tokens, BT * sizeof(int));
+    if (targets) stream_copy(s, m->base.targets, targets, BT * sizeof(int));
 
     model_before_forward(&m->base, 0);
     RootTensors root = root_tensors(m, m->base.unit_weights[0]);
-    embedding_forward(s, a->encoded, m->tokens, root.wte, root.wpe, B, T, C);
+    embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C);
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
 
     const float *x = a->encoded;  /* the residual stream entering each block */
@@ -163,7 +144,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     matmul_forward(s, a->logits, a->lnf, root.wte, BT, C, V);  /* head tied to wte */
     crossentropy_forward(s, a->mean_loss, a->losses, a->probs, a->logits,
-                         targets ? m->targets : NULL, BT, V);
+                         targets ? m->base.targets : NULL, BT, V);
 }
 
 void gpt_backward(GPT *m, float dloss) {
@@ -179,7 +160,7 @@ void gpt_backward(GPT *m, float dloss) {
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
     /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
-    crossentropy_backward(s, a->dlogits, a->probs, m->targets, BT, V, dloss / (float)BT);
+    crossentropy_backward(s, a->dlogits, a->probs, m->base.targets, BT, V, dloss / (float)BT);
     matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
@@ -217,6 +198,6 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
-    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->tokens, B, T, C, V);
+    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->base.tokens, B, T, C, V);
     model_after_backward(&m->base, 0);
 }

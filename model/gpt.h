@@ -44,9 +44,6 @@ typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     Activations acts;
-    float *acts_memory;
-    size_t acts_floats;
-    int *tokens, *targets;         /* device copies of the batch, [max_B * max_T] */
     /* the shape and step of the last forward */
     int B, T;
     uint32_t step;

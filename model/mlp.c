@@ -25,13 +25,7 @@ void mlp_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout)
     }
 }
 
-static void mlp_destroy(Model *base) {
-    MLP *m = (MLP *)base;
-    device_free(base->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
-    device_free(base->dev, MEM_ACTIVATIONS, m->tokens, (size_t)m->max_BT * sizeof(int));
-    device_free(base->dev, MEM_ACTIVATIONS, m->targets, (size_t)m->max_BT * sizeof(int));
-    free(m);
-}
+static void mlp_destroy(Model *base) { free(base); }
 
 static void mlp_forward(Model *base, const int *tokens, const int *targets, int B, int T,
                         uint32_t step, int training) {
@@ -40,18 +34,18 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     Stream *s = base->stream;
     int C = base->cfg.embd, V = base->cfg.vocab, L = base->cfg.layers;
     size_t BT = (size_t)B * T;
-    if (B < 1 || T < 1 || T > base->cfg.block_size || BT > (size_t)m->max_BT) {
-        fprintf(stderr, "fatal: mlp forward of %d x %d on a model built for %d positions\n", B, T, m->max_BT);
+    if (B < 1 || T < 1 || T > base->cfg.block_size || BT > base->positions) {
+        fprintf(stderr, "fatal: mlp forward of %d x %d on a model built for %zu positions\n", B, T, base->positions);
         abort();
     }
     m->B = B;
     m->T = T;
-    stream_copy(s, m->tokens, tokens, BT * sizeof(int));
-    if (targets) stream_copy(s, m->targets, targets, BT * sizeof(int));
+    stream_copy(s, base->tokens, tokens, BT * sizeof(int));
+    if (targets) stream_copy(s, base->targets, targets, BT * sizeof(int));
 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
-    embedding_forward(s, m->x, m->tokens, wte, wpe, B, T, C);
+    embedding_forward(s, m->x, base->tokens, wte, wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
@@ -63,7 +57,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         residual_forward(s, x_next, x, h_gelu, BT * C);
     }
     matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
-    crossentropy_forward(s, m->loss, m->losses, m->probs, m->logits, targets ? m->targets : NULL, BT, V);
+    crossentropy_forward(s, m->loss, m->losses, m->probs, m->logits, targets ? base->targets : NULL, BT, V);
 }
 
 static void mlp_backward(Model *base, float dloss) {
@@ -74,7 +68,7 @@ static void mlp_backward(Model *base, float dloss) {
     model_before_backward(base, 0);
     const float *wte = base->unit_weights[0];
     float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
-    crossentropy_backward(s, m->dlogits, m->probs, m->targets, BT, V, dloss / (float)BT);
+    crossentropy_backward(s, m->dlogits, m->probs, base->targets, BT, V, dloss / (float)BT);
     matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -89,7 +83,7 @@ static void mlp_backward(Model *base, float dloss) {
                            m->ln_rstd + (size_t)l * BT, BT, C);
         model_after_backward(base, 1 + l);
     }
-    embedding_backward(s, dwte, dwpe, m->dx, m->tokens, m->B, m->T, C, V);
+    embedding_backward(s, dwte, dwpe, m->dx, base->tokens, m->B, m->T, C, V);
     model_after_backward(base, 0);
 }
 
@@ -100,25 +94,15 @@ MLP *mlp_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream 
     MLP *m = host_calloc(1, sizeof *m);
     model_init(&m->base, &mlp_ops, cfg, shard_multiple, dev, stream);
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)max_B * max_T;
-    m->max_BT = (int)BT;
     /* the size table */
-    struct { float **ptr; size_t floats; } table[] = {
+    ActivationSlot table[] = {
         { &m->x, (L + 1) * BT * C },
         { &m->ln, L * BT * C }, { &m->ln_mean, L * BT }, { &m->ln_rstd, L * BT },
         { &m->h, L * BT * C }, { &m->h_gelu, L * BT * C },
         { &m->logits, BT * V }, { &m->probs, BT * V }, { &m->losses, BT }, { &m->loss, 1 },
         { &m->dx, BT * C }, { &m->dln, BT * C }, { &m->dh, BT * C }, { &m->dlogits, BT * V },
     };
-    size_t n = sizeof table / sizeof table[0];
-    for (size_t i = 0; i < n; i++) m->acts_floats += table[i].floats;
-    m->acts_memory = device_alloc(dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
-    float *next = m->acts_memory;
-    for (size_t i = 0; i < n; i++) {
-        *table[i].ptr = next;
-        next += table[i].floats;
-    }
+    model_alloc_activations(&m->base, table, (int)(sizeof table / sizeof table[0]), BT);
     m->base.mean_loss = m->loss;
-    m->tokens = device_alloc(dev, MEM_ACTIVATIONS, BT * sizeof(int));
-    m->targets = device_alloc(dev, MEM_ACTIVATIONS, BT * sizeof(int));
     return m;
 }

@@ -19,7 +19,6 @@
 
 typedef struct {
     Model base;                /* first: an MLP * is a Model * */
-    int max_BT;                /* activation capacity, in positions */
     int B, T;                  /* the shape of the last forward */
     /* activations, one allocation (mlp.c has the size table) */
     float *x;                  /* [L+1, BT, C] the residual stream entering each layer, and out */
@@ -29,9 +28,6 @@ typedef struct {
     float *losses, *loss;      /* [BT], [1] */
     float *dx, *dln, *dh;      /* [BT, C] */
     float *dlogits;            /* [BT, V] */
-    float *acts_memory;
-    size_t acts_floats;
-    int *tokens, *targets;     /* device copies of the batch, [max_BT] */
 } MLP;
 
 /* Root unit: transformer.wte.weight [V, C], transformer.wpe.weight [block_size, C];

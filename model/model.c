@@ -65,6 +65,20 @@ static float *own_arena(Model *m, MemKind kind, float **units) {
     return arena;
 }
 
+void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions) {
+    m->acts_floats = 0;
+    for (int i = 0; i < n; i++) m->acts_floats += table[i].floats;
+    m->acts_memory = device_alloc(m->dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
+    float *next = m->acts_memory;
+    for (int i = 0; i < n; i++) {
+        *table[i].ptr = next;
+        next += table[i].floats;
+    }
+    m->positions = positions;
+    m->tokens = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
+    m->targets = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
+}
+
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }
 void model_own_grads(Model *m) { m->grads = own_arena(m, MEM_GRADS, m->unit_grads); }
 
@@ -72,6 +86,9 @@ void model_destroy(Model *m) {
     if (!m) return;
     device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
     device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
+    device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
+    device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
+    device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
     free(m->unit_weights);
     free(m->unit_grads);
     m->ops->destroy(m);

@@ -47,6 +47,12 @@ typedef struct {
 
 typedef struct Model Model;
 
+/* One buffer of a model's activations: where its pointer goes, and its floats. */
+typedef struct {
+    float **ptr;
+    size_t floats;
+} ActivationSlot;
+
 typedef struct {
     /* Enqueue the forward over host tokens/targets [B*T] (targets may be NULL);
      * the host arrays must stay unchanged until the stream has run the copies.
@@ -56,7 +62,7 @@ typedef struct {
     /* Enqueue the backward of the last forward (which had targets), adding
      * d(mean loss) * dloss into the unit gradients. */
     void (*backward)(Model *m, float dloss);
-    /* Free what the model itself allocated, and the model. */
+    /* Free the model itself (model_destroy frees what the base holds). */
     void (*destroy)(Model *m);
 } ModelOps;
 
@@ -70,6 +76,10 @@ struct Model {
     float **unit_weights;          /* [nunits] where each unit's weights are read */
     float **unit_grads;            /* [nunits] where each unit's gradient goes */
     float *mean_loss;              /* [1] on the device: the last forward's mean loss */
+    float *acts_memory;            /* every activation, one allocation (model_alloc_activations) */
+    size_t acts_floats;
+    int *tokens, *targets;         /* device copies of the batch, [positions] */
+    size_t positions;              /* the most a forward takes: max B x max T */
     UnitHooks hooks;
     /* dropout: keyed by (seed, rank, step, site) */
     float dropout;
@@ -89,6 +99,9 @@ Model *model_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Str
 /* The base's part of a model's creation: layout and unit tables. */
 void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard_multiple,
                 Device *dev, Stream *stream);
+/* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
+ * table of a model's create), and the batch's token buffers for `positions`. */
+void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions);
 /* Allocate the full weight (MEM_WEIGHTS) or gradient (MEM_GRADS) arena, zeroed,
  * and point every unit into it. */
 void model_own_weights(Model *m);
