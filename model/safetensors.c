@@ -76,7 +76,8 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     return 0;
 }
 
-int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
+/* Read the file whole, or (header_only) its length and JSON header alone. */
+static int open_file(StFile *f, const char *path, int header_only, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     FILE *in = fopen(path, "rb");
     if (!in) { snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno)); return -1; }
@@ -86,11 +87,26 @@ int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "'%s' is truncated: %ld bytes, shorter than the 8-byte header length", path, size);
         return -1;
     }
-    unsigned char *bytes = malloc((size_t)size + 1);
-    int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, (size_t)size, in) == (size_t)size;
+    size_t want = (size_t)size;
+    unsigned char len_bytes[8];
+    if (header_only && fseek(in, 0, SEEK_SET) == 0 && fread(len_bytes, 1, 8, in) == 8) {
+        uint64_t header_len = 0;
+        for (int b = 0; b < 8; b++) header_len |= (uint64_t)len_bytes[b] << (8 * b);
+        if (header_len <= want - 8) want = 8 + (size_t)header_len;  /* else parse says it runs past the end */
+    }
+    unsigned char *bytes = malloc(want + 1);
+    int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, want, in) == want;
     fclose(in);
     if (!ok) { free(bytes); snprintf(err, errlen, "cannot read '%s'", path); return -1; }
-    return safetensors_parse(f, bytes, (size_t)size, path, err, errlen);
+    return safetensors_parse(f, bytes, want, path, err, errlen);
+}
+
+int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
+    return open_file(f, path, 0, err, errlen);
+}
+
+int safetensors_open_header(StFile *f, const char *path, char *err, size_t errlen) {
+    return open_file(f, path, 1, err, errlen);
 }
 
 int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen) {

@@ -35,6 +35,9 @@ typedef struct {
 } StFile;
 
 int safetensors_open(StFile *f, const char *path, char *err, size_t errlen);
+/* The header alone (names, shapes, metadata), without reading the data: the
+ * tensors' data cannot be had from it. */
+int safetensors_open_header(StFile *f, const char *path, char *err, size_t errlen);
 /* The same over bytes already in memory (malloc'd; the StFile owns them from
  * here, even on failure); path only names them in messages. */
 int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen);

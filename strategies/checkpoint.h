@@ -51,7 +51,8 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
  * vocabulary must be s's). 0, or -1 with a one-line message in err. */
 int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, char *err, size_t errlen);
 
-/* Read and check a checkpoint's metadata. 0, or -1 with a one-line message. */
+/* Read and check a checkpoint's metadata (its header alone). 0, or -1 with a
+ * one-line message. */
 int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size_t errlen);
 
 /* Load the weights, and with `with_state` Adam's m, v and step, into s, whose

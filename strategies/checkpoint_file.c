@@ -115,7 +115,7 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
 
 int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size_t errlen) {
     StFile f;
-    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
+    if (safetensors_open_header(&f, path, err, errlen) != 0) return -1;
     int rc = checkpoint_info_of(&f, path, info, err, errlen);
     safetensors_close(&f);
     return rc;
