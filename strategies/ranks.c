@@ -44,11 +44,14 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     return 0;
 }
 
-void ranks_release(Ranks *d) {
+void ranks_synchronize(Ranks *d) {
     for (int r = 0; r < d->nranks; r++) {
         stream_synchronize(d->pg->compute[r]);
         stream_synchronize(d->pg->comm[r]);
     }
+}
+
+void ranks_release(Ranks *d) {
     for (int r = 0; r < d->nranks; r++) {
         device_free(d->pg->device[r], MEM_WORKING, d->norm_parts[r], (size_t)d->nranks * sizeof(float));
         model_destroy(d->model[r]);

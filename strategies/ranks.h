@@ -63,7 +63,9 @@ struct Ranks {
 /* Set up the process group, the fibers and each rank's model (no arenas: the
  * strategy places them); 0, or -1 with a message and nothing left allocated. */
 int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name);
-/* Wait for every stream, then free what ranks_init made. */
+/* Wait for every stream of every rank (before a strategy frees its buffers). */
+void ranks_synchronize(Ranks *d);
+/* Free what ranks_init made, once ranks_synchronize has run. */
 void ranks_release(Ranks *d);
 /* Each rank's forward (and backward, when training) over its rows of the
  * global batch x, y, on its own fiber; the strategy's collectives run from its

@@ -144,8 +144,8 @@ static void step(Strategy *s) {
 static void destroy(Strategy *s) {
     Replicated *d = (Replicated *)s;
     if (!d) return;
+    ranks_synchronize(&d->ranks);
     for (int r = 0; r < d->ranks.nranks; r++) {
-        stream_synchronize(d->ranks.pg->compute[r]);
         size_t lo, len;
         owned_range(d, r, &lo, &len);
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.m[r], len * sizeof(float));

@@ -218,9 +218,8 @@ static int rank_buffers(Sharded *d, int r, Buffer out[4 + 2 * (1 + MAX_POOL)]) {
 static void destroy(Strategy *s) {
     Sharded *d = (Sharded *)s;
     if (!d) return;
+    ranks_synchronize(&d->ranks);
     for (int r = 0; r < d->ranks.nranks; r++) {
-        stream_synchronize(d->ranks.pg->compute[r]);
-        stream_synchronize(d->ranks.pg->comm[r]);
         Buffer buffers[4 + 2 * (1 + MAX_POOL)];
         int n = rank_buffers(d, r, buffers);
         for (int i = 0; i < n; i++)
