@@ -222,45 +222,36 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
 
 /* ---- overlap: the collectives under the compute change no bit ---- */
 
+/* The same run with overlap off and on: small buckets, so DDP has several; a
+ * slow link, so the collectives really run under the backward. */
+static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
+    size_t n;
+    StrategyConfig sc = small_gpt(N, 2, 0.1f);
+    TrainConfig tc = quiet(1.0f);
+    tc.grad_accum = grad_accum;
+    float *off = train_weights(zero, &sc, &tc, &data, &n);
+    sc.overlap = 1;
+    sc.bucket_bytes = 8 << 10;
+    sc.link_gbps = 0.2;
+    sc.link_latency_us = 20;
+    float *on = train_weights(zero, &sc, &tc, &data, &n);
+    cr_assert(off && on, "--zero=%d on %d ranks failed", zero, N);
+    cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, %d micro-step(s): overlap changed the weights",
+              zero, N, grad_accum);
+    free(off);
+    free(on);
+}
+
 Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 120) {
     for (int N = 2; N <= 3; N++)
-        for (int zero = 0; zero <= 3; zero++) {
-            size_t n;
-            StrategyConfig sc = small_gpt(N, 2, 0.1f);
-            float *off = train(zero, sc, 1.0f, &n);
-            /* small buckets, so DDP has several; a slow link, so the
-             * collectives really run under the backward */
-            sc.overlap = 1;
-            sc.bucket_bytes = 8 << 10;
-            sc.link_gbps = 0.2;
-            sc.link_latency_us = 20;
-            float *on = train(zero, sc, 1.0f, &n);
-            cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d: overlap changed the weights", zero, N);
-            free(off);
-            free(on);
-        }
+        for (int zero = 0; zero <= 3; zero++) expect_overlap_changes_nothing(zero, N, 1);
 }
 
 /* With gradient accumulation too, and on one rank, where the reduce-scatter
  * into the slot itself has nothing to move but must still wait for the backward. */
 Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 120) {
     for (int N = 1; N <= 2; N++)
-        for (int zero = 0; zero <= 3; zero++) {
-            size_t n;
-            StrategyConfig sc = small_gpt(N, 2, 0.1f);
-            TrainConfig tc = quiet(1.0f);
-            tc.grad_accum = 3;
-            float *off = train_weights(zero, &sc, &tc, &data, &n);
-            sc.overlap = 1;
-            sc.bucket_bytes = 8 << 10;
-            sc.link_gbps = 0.2;
-            float *on = train_weights(zero, &sc, &tc, &data, &n);
-            cr_assert(off && on);
-            cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, 3 micro-steps: overlap changed the "
-                      "weights", zero, N);
-            free(off);
-            free(on);
-        }
+        for (int zero = 0; zero <= 3; zero++) expect_overlap_changes_nothing(zero, N, 3);
 }
 
 /* ---- memory: what each stage holds, from the allocations ---- */
