@@ -137,6 +137,146 @@ Test(collectives, all_reduce_sums_in_rank_order_every_time) {
     teardown_setup(&b);
 }
 
+/* ---- the order of every sum, pinned ---- */
+
+/* Odd lengths, so shards are uneven and the last ones short or empty. */
+static const size_t ODD_LENGTHS[] = { 1, 7, 1001, 4097 };
+
+/* Inputs whose magnitudes span 2^-12 .. 2^12, so that another order of the
+ * same float additions gives other bits. */
+static void fill_wide(float *x, size_t n, unsigned seed) {
+    fill_uniform(x, n, -1, 1, seed);
+    float *exponent = malloc(n * sizeof(float));
+    fill_uniform(exponent, n, -12, 12, seed + 7919);
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)exponent[i]);
+    free(exponent);
+}
+
+/* The pinned reduction, written out: a float sum of ranks 0, 1, ..., N-1 in
+ * that order, then the scale. */
+static float ordered_sum(float *const *host, int N, size_t i, float scale) {
+    float acc = host[0][i];
+    for (int q = 1; q < N; q++) acc += host[q][i];
+    return acc * scale;
+}
+
+/* The setup of the pinned tests: wide inputs, already on the devices. */
+static Setup setup_wide(int N, size_t n, unsigned seed) {
+    Setup s = setup(N, n, seed);
+    for (int r = 0; r < N; r++) {
+        fill_wide(s.host[r], n, seed * 100 + r);
+        stream_copy(s.pg->compute[r], s.buf[r], s.host[r], n * sizeof(float));
+    }
+    return s;
+}
+
+static void expect_sum_bytes(const float *got, float *const *host, int N, size_t lo, size_t len, float scale,
+                             const char *what) {
+    for (size_t k = 0; k < len; k++) {
+        float want = ordered_sum(host, N, lo + k, scale);
+        cr_assert(memcmp(&got[k], &want, sizeof want) == 0, "%s, N=%d: element %zu is %.9g, the ordered sum %.9g",
+                  what, N, lo + k, got[k], want);
+    }
+}
+
+static size_t valid_length(size_t n, size_t shard, int r) {
+    size_t lo = (size_t)r * shard;
+    return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
+}
+
+/* The inputs really tell orders apart: the reverse order differs somewhere. */
+Test(pinned_order, the_inputs_tell_the_orders_apart) {
+    Setup s = setup_wide(3, 4097, 11);
+    int differs = 0;
+    for (size_t i = 0; i < s.n && !differs; i++) {
+        float reverse = s.host[2][i];
+        reverse += s.host[1][i];
+        reverse += s.host[0][i];
+        float forward = ordered_sum(s.host, 3, i, 1.0f);
+        differs = memcmp(&reverse, &forward, sizeof reverse) != 0;
+    }
+    cr_expect(differs, "no element's sum depends on the order: the pinned tests could not fail");
+    teardown_setup(&s);
+}
+
+Test(pinned_order, all_reduce_is_the_ordered_host_sum) {
+    const float scales[] = { 1.0f, 0.37f };
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int k = 0; k < 2; k++) {
+                size_t n = ODD_LENGTHS[li];
+                Setup s = setup_wide(N, n, (unsigned)(N * 31 + li * 3 + k));
+                pg_all_reduce(s.pg, s.buf, n, scales[k], NULL);
+                for (int r = 0; r < N; r++) {
+                    float *got = read_back(&s, r, s.buf[r], n);
+                    expect_sum_bytes(got, s.host, N, 0, n, scales[k], "all-reduce");
+                    free(got);
+                }
+                teardown_setup(&s);
+            }
+}
+
+/* Into shard buffers of their own, and in place (rank r's shard of its send). */
+Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
+    const float scales[] = { 1.0f, 0.37f };
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int k = 0; k < 2; k++)
+                for (int in_place = 0; in_place <= 1; in_place++) {
+                    size_t n = ODD_LENGTHS[li];
+                    Setup s = setup_wide(N, n, (unsigned)(N * 37 + li * 5 + k * 2 + in_place));
+                    float *recv[FIBERS_MAX_RANKS];
+                    for (int r = 0; r < N; r++)
+                        recv[r] = in_place ? s.buf[r] + (size_t)r * s.shard
+                                           : device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
+                    /* an empty shard of an in-place call points at the buffer's start, never read */
+                    for (int r = 0; r < N; r++)
+                        if (in_place && (size_t)r * s.shard >= n) recv[r] = s.buf[r];
+                    pg_reduce_scatter(s.pg, s.buf, recv, n, scales[k], NULL);
+                    for (int r = 0; r < N; r++) {
+                        size_t len = valid_length(n, s.shard, r);
+                        float *got = read_back(&s, r, recv[r], len);
+                        expect_sum_bytes(got, s.host, N, (size_t)r * s.shard, len, scales[k],
+                                         in_place ? "reduce-scatter in place" : "reduce-scatter");
+                        free(got);
+                        if (!in_place) device_free(s.pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(float));
+                    }
+                    teardown_setup(&s);
+                }
+}
+
+/* Every rank's buffer ends up holding every rank's shard, byte for byte: into
+ * buffers of their own, and in place (each rank's shard already in its buffer). */
+Test(pinned_order, all_gather_copies_every_shard_exactly) {
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int in_place = 0; in_place <= 1; in_place++) {
+                size_t n = ODD_LENGTHS[li];
+                Setup s = setup_wide(N, n, (unsigned)(N * 41 + li * 2 + in_place));
+                float *send[FIBERS_MAX_RANKS], *recv[FIBERS_MAX_RANKS];
+                for (int r = 0; r < N; r++) {
+                    size_t lo = (size_t)r * s.shard < n ? (size_t)r * s.shard : 0;
+                    send[r] = in_place ? s.buf[r] + lo : s.buf[r];
+                    recv[r] = in_place ? s.buf[r] : device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
+                }
+                /* not in place, rank q sends the first shard-length of its input */
+                pg_all_gather(s.pg, send, recv, n, NULL);
+                for (int r = 0; r < N; r++) {
+                    float *got = read_back(&s, r, recv[r], n);
+                    for (int q = 0; q < N; q++) {
+                        size_t len = valid_length(n, s.shard, q), at = (size_t)q * s.shard;
+                        const float *want = s.host[q] + (in_place ? at : 0);
+                        cr_assert(len == 0 || memcmp(got + at, want, len * sizeof(float)) == 0,
+                                  "all-gather%s, N=%d n=%zu: rank %d's copy of rank %d's shard differs",
+                                  in_place ? " in place" : "", N, n, r, q);
+                    }
+                    free(got);
+                    if (!in_place) device_free(s.pg->device[r], MEM_WORKING, recv[r], N * s.shard * sizeof(float));
+                }
+                teardown_setup(&s);
+            }
+}
+
 /* ---- fibers ---- */
 
 enum { LOG_MAX = 4096 };

@@ -162,6 +162,61 @@ Test(strategies, every_stage_agrees_with_ddp_with_clipping) {
     }
 }
 
+/* ---- clipping's squared-norm partials, pinned ---- */
+
+/* The squared norm of a part, written out: squares summed in double, in index
+ * order, rounded to float once. */
+static float host_sumsq(const float *x, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; i++) total += (double)x[i] * x[i];
+    return (float)total;
+}
+
+/* Each rank's part of the gradient set by hand; after clip_grads every rank
+ * holds every part's squared norm (its own first for DDP, where the part is
+ * the whole arena), byte for byte the host's, and the gradient is scaled by
+ * the coefficient of their sum taken in rank order. */
+static void expect_pinned_clipping(int zero, int N) {
+    StrategyConfig sc = small_gpt(N, 2, 0.0f);
+    Strategy *s = strategy_create(zero, &sc);
+    Ranks *ranks = (Ranks *)s;
+    size_t len = ranks->grad_part_len;
+    int sharded = ranks->grad_parts_sharded, nparts = sharded ? N : 1;
+    float *part[FIBERS_MAX_RANKS], partial[FIBERS_MAX_RANKS];
+    for (int r = 0; r < N; r++) {
+        part[r] = malloc(len * sizeof(float));
+        fill_uniform(part[r], len, -1, 1, (unsigned)(sharded ? 50 * N + r : 50 * N));  /* DDP's parts agree */
+        stream_copy(ranks->pg->compute[r], ranks->grad_part[r], part[r], len * sizeof(float));
+        partial[r] = host_sumsq(part[r], len);
+    }
+    double total = 0.0;
+    for (int q = 0; q < nparts; q++) total += partial[q];
+    float max_norm = 0.5f, coef = max_norm / ((float)sqrt(total) + 1e-6f);
+    cr_assert_lt(coef, 1.0f, "the test must clip");
+    s->ops->clip_grads(s, max_norm);
+    float *got = malloc(len * sizeof(float)), norms[FIBERS_MAX_RANKS];
+    for (int r = 0; r < N; r++) {
+        stream_copy(ranks->pg->compute[r], norms, ranks->norm_parts[r], (size_t)nparts * sizeof(float));
+        stream_copy(ranks->pg->compute[r], got, ranks->grad_part[r], len * sizeof(float));
+        stream_synchronize(ranks->pg->compute[r]);
+        cr_expect(memcmp(norms, partial, (size_t)nparts * sizeof(float)) == 0,
+                  "--zero=%d N=%d: rank %d's squared-norm partials differ from the host's", zero, N, r);
+        for (size_t i = 0; i < len; i++) {
+            float want = part[r][i] * coef;
+            cr_assert(memcmp(&got[i], &want, sizeof want) == 0, "--zero=%d N=%d rank %d element %zu: %.9g, want %.9g",
+                      zero, N, r, i, got[i], want);
+        }
+    }
+    for (int r = 0; r < N; r++) free(part[r]);
+    free(got);
+    s->ops->destroy(s);
+}
+
+Test(strategies, clipping_sums_the_squared_norms_in_rank_order) {
+    for (int N = 1; N <= 8; N++)
+        for (int zero = 0; zero <= 3; zero++) expect_pinned_clipping(zero, N);
+}
+
 /* ---- gate 4: units that N does not divide are padded, and still match ---- */
 
 Test(strategies, the_test_models_have_units_that_three_does_not_divide) {
@@ -325,8 +380,12 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
         int rows = sc.nranks * sc.batch, T = sc.model.block_size;
         int *x = calloc((size_t)rows * T, sizeof(int)), *y = calloc((size_t)rows * T, sizeof(int));
         cr_expect_eq(s->ops->forward_backward(s, x, y, 0, 0, 1), -1, "--zero=%d: the run failed", zero);
+        /* rank 1 goes on to the next unit's rendezvous while rank 0 waits at the skipped one */
         const char *e = fibers_error(ranks->fibers);
-        cr_expect(strstr(e, "mismatch") != NULL && strstr(e, "unit") != NULL, "--zero=%d: %s", zero, e);
+        const char *skipped = zero == 2 ? "'unit 2 reduce-scatter'" : "'unit 1 gather'";
+        const char *reached = zero == 2 ? "'unit 1 reduce-scatter'" : "'unit 2 gather'";
+        cr_expect(strstr(e, "mismatch") && strstr(e, skipped) && strstr(e, reached) && strncmp(e, "rank 1: ", 8) == 0,
+                  "--zero=%d: the error names rank 1, %s and %s: %s", zero, reached, skipped, e);
         s->ops->destroy(s);
         free(x);
         free(y);
