@@ -1,5 +1,5 @@
 # zerofiber: GNU Make only. `make`, `make test`, `make bench`, `make test-asan`,
-# `make test-tsan`, `make deps`, `make clean`.
+# `make test-tsan`, `make mutate`, `make deps`, `make clean`.
 #
 # CUDA=1 builds the CUDA backend too (CUDA kernels, cuBLAS, NCCL); it is the
 # default when nvcc is found, on PATH or under /usr/local/cuda. CUDA=0 builds
@@ -48,7 +48,7 @@ TESTS = test_kernels test_runtime test_collectives test_model test_train test_st
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 
-.PHONY: all test bench test-asan test-tsan fuzz deps clean
+.PHONY: all test bench test-asan test-tsan fuzz mutate deps clean
 all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 
 $(BUILD)/%.o: %.c Makefile
@@ -139,6 +139,12 @@ build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=all $(FUZZ_SRC) -lcjson -o $@
+
+# The tests' own test: seeded bugs (tools/mutate.py), each in a scratch copy
+# under build/mutate, `make CUDA=0 test` run on it, the survivors printed.
+# Slow (a full test run per mutant), so not in CI.
+mutate:
+	tools/mutate.py $(MUTANTS)
 
 .PHONY: build-asan-tests
 build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample

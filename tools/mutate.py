@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""tools/mutate.py: make mutate, the tests' own test.
+
+Each mutant below is a realistic bug, seeded by replacing one exact piece of
+the source. For each one, a scratch copy of the working tree (under
+build/mutate, with the CPU build's objects, so only the mutated file is
+compiled again) gets that one change and runs `make CUDA=0 test`. A mutant the
+suites fail on is caught; one they pass survives, and a survivor is a class of
+bug the tests cannot see. The script prints one line per mutant, then the
+survivors, and exits 1 if any survived (2 if a mutant no longer applies: its
+text is not in the source exactly once, so the list needs mending).
+
+    tools/mutate.py            every mutant
+    tools/mutate.py NAME ...   only these
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+# name, the class of bug, then its edits, one or more of: the file, the exact
+# text, its replacement
+MUTANTS = [
+    ("sum-order-reversed", "the order of every sum: ranks added N-1 .. 0",
+     "runtime/device_cpu.c",
+     "memcpy(acc, a->in[0] + c0, m * sizeof(float));\n        for (int q = 1; q < a->n; q++) {\n"
+     "            const float *src = a->in[q] + c0;",
+     "memcpy(acc, a->in[a->n - 1] + c0, m * sizeof(float));\n        for (int q = 1; q < a->n; q++) {\n"
+     "            const float *src = a->in[a->n - 1 - q] + c0;"),
+    ("adam-no-bias-correction", "the optimizer: the first moment's bias correction dropped",
+     "kernels/cpu/optimizer.c",
+     "float step_size = hp.lr / bias_correction1;",
+     "float step_size = hp.lr + 0.0f * bias_correction1;"),
+    ("decay-on-every-tensor", "the optimizer: weight decay on the 1-D norm weights too",
+     "model/optim.h",
+     "return t->ndim == 2;",
+     "return t->ndim >= 1;"),
+    ("warmup-off-by-one", "the learning-rate schedule: warmup one step late",
+     "model/optim.c",
+     "return s->lr * (float)(iter + 1) / (float)(s->warmup_iters + 1);",
+     "return s->lr * (float)iter / (float)(s->warmup_iters + 1);"),
+    ("adam-state-swapped", "checkpoints: m and v swapped on the way out and back in (a round trip hides it)",
+     "strategies/ranks.c",
+     "ranks_to_host(d, d->m, d->adam_held, m);\n    ranks_to_host(d, d->v, d->adam_held, v);",
+     "ranks_to_host(d, d->m, d->adam_held, v);\n    ranks_to_host(d, d->v, d->adam_held, m);",
+     "strategies/ranks.c",
+     "ranks_from_host(d, d->m, d->adam_held, m);\n    ranks_from_host(d, d->v, d->adam_held, v);",
+     "ranks_from_host(d, d->m, d->adam_held, v);\n    ranks_from_host(d, d->v, d->adam_held, m);"),
+    ("adam-parts-permuted", "checkpoints: ZeRO-1's Adam parts written and read in reverse rank order",
+     "strategies/ranks.c",
+     "float *host = padded + (size_t)r * part;",
+     "float *host = padded + (size_t)(d->nranks - 1 - r) * part;"),
+    ("ddp-one-bucket", "overlap silently off: DDP all-reduces one bucket after the whole backward",
+     "strategies/replicated.c",
+     "if (u > 0 && (!cfg->overlap || bytes < target)) continue;",
+     "if (u > 0) continue;"),
+    ("zero3-no-prefetch", "overlap silently off: ZeRO-3 gathers no unit ahead",
+     "strategies/sharded.c",
+     "if (ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1);",
+     "if (!ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1);"),
+    ("slot-reused-too-soon", "a missing event wait: a gradient slot zeroed while its reduce-scatter reads it",
+     "strategies/sharded.c",
+     "if (d->ranks.base.cfg.overlap) ranks_wait_all(ref->ranks, ref->rank, slot->done);",
+     "(void)slot->done;"),
+    ("accumulate-wrong-shard", "a wrong shard offset: micro-steps after the first add rank 0's shard",
+     "strategies/sharded.c",
+     "own[r] = slot->rank_buf[r] + (size_t)r * shard;",
+     "own[r] = slot->rank_buf[r];"),
+    ("zero2-scale-dropped", "a dropped scale: ZeRO-2/3's reduce-scatter sums instead of averaging",
+     "strategies/sharded.c",
+     "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,",
+     "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f,"),
+]
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, **kw)
+
+
+def scratch_copy(root, scratch):
+    """The working tree's files (tracked and untracked, not ignored) and the CPU build's objects."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    src = os.path.join(scratch, "src")
+    shutil.rmtree(src, ignore_errors=True)
+    for f in filter(None, files):
+        if not os.path.isfile(os.path.join(root, f)):
+            continue  # deleted in the working tree
+        os.makedirs(os.path.dirname(os.path.join(src, f)) or src, exist_ok=True)
+        shutil.copy2(os.path.join(root, f), os.path.join(src, f))
+    if os.path.isdir(os.path.join(root, "build/cpu")):
+        shutil.copytree(os.path.join(root, "build/cpu"), os.path.join(src, "build/cpu"), symlinks=True)
+    return src
+
+
+def main(argv):
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    chosen = [m for m in MUTANTS if not argv or m[0] in argv]
+    if argv and len(chosen) != len(argv):
+        print("mutate: unknown mutant among", " ".join(argv), file=sys.stderr)
+        return 2
+    for name, _, *edits in chosen:
+        for path, old, _ in zip(edits[0::3], edits[1::3], edits[2::3]):
+            count = open(os.path.join(root, path)).read().count(old)
+            if count != 1:
+                print(f"mutate: {name}: its text is in {path} {count} times, not once: mend the list",
+                      file=sys.stderr)
+                return 2
+    scratch = os.path.join(root, "build/mutate")
+    os.makedirs(scratch, exist_ok=True)
+    src = scratch_copy(root, scratch)
+    print(f"mutate: {len(chosen)} mutants, each `make CUDA=0 test` in {src} (logs in {scratch})", flush=True)
+    if sh("make CUDA=0 -j2 all >/dev/null", cwd=src).returncode != 0:
+        print("mutate: the unmutated tree does not build", file=sys.stderr)
+        return 2
+    survivors = []
+    for name, why, *edits in chosen:
+        originals = {}
+        for path, old, new in zip(edits[0::3], edits[1::3], edits[2::3]):
+            target = os.path.join(src, path)
+            originals.setdefault(target, open(target).read())
+            text = open(target).read()
+            open(target, "w").write(text.replace(old, new))
+        log = os.path.join(scratch, name + ".log")
+        t0 = time.time()
+        with open(log, "w") as out:
+            built = sh("make CUDA=0 -j2 all", cwd=src, stdout=out, stderr=subprocess.STDOUT).returncode == 0
+            rc = sh("timeout 900 make CUDA=0 test", cwd=src, stdout=out, stderr=subprocess.STDOUT).returncode
+        for target, original in originals.items():
+            open(target, "w").write(original)
+        if not built:
+            print(f"mutate: {name} does not compile (see {log}): mend the list", file=sys.stderr)
+            return 2
+        if rc == 0:
+            survivors.append(name)
+        print(f"{'caught  ' if rc else 'SURVIVED'} {name:26s} {time.time() - t0:5.0f} s  {why}", flush=True)
+    if survivors:
+        print(f"mutate: {len(survivors)} of {len(chosen)} survived: {' '.join(survivors)}")
+        return 1
+    print(f"mutate: all {len(chosen)} mutants caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
