@@ -22,6 +22,16 @@ CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fo
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) -lpthread -lmvec -lm
 
+# Without the Debian packages, say what to do instead of failing on a missing
+# header (make deps and make clean need none of them).
+REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/cjson/cJSON.h /usr/include/criterion/criterion.h
+MISSING_HEADERS = $(filter-out $(wildcard $(REQUIRED_HEADERS)),$(REQUIRED_HEADERS))
+ifneq ($(MISSING_HEADERS),)
+ifneq ($(filter-out deps clean,$(or $(MAKECMDGOALS),all)),)
+$(error $(MISSING_HEADERS) not found: run `make deps` first (as root), which installs the packages the build needs)
+endif
+endif
+
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c \
           runtime/process_group.c
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
