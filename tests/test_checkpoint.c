@@ -1,5 +1,10 @@
 /* test_checkpoint.c: checkpoints across strategies and rank counts, PyTorch
- * loading them, and gradient accumulation. */
+ * loading them, and gradient accumulation.
+ *
+ * Without clipping every strategy gives the same bits at the same N (the
+ * strategies' gate 2), so there a checkpoint must be the same file whoever
+ * wrote it, and a run resumed under any strategy must go on exactly as the
+ * uninterrupted one. Across N the reductions add other partial sums: 1e-5. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +77,32 @@ static void run(Strategy *s, TrainConfig tc) {
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
 }
 
+/* steps() without clipping, where the strategies give the same bits. */
+static TrainConfig unclipped(int start, int iters, const char *out_dir) {
+    TrainConfig tc = steps(start, iters, out_dir);
+    tc.grad_clip = 0.0f;
+    return tc;
+}
+
+/* Train --zero=zero from the start through tc (whose out_dir is dir) and keep
+ * the checkpoint it saves at the end as `file`. */
+static void save_run(int zero, const StrategyConfig *sc, TrainConfig tc, const char *file) {
+    Strategy *s = strategy_create(zero, sc);
+    cr_assert_not_null(s);
+    run(s, tc);
+    s->ops->destroy(s);
+    cr_assert_eq(rename(path, file), 0, "rename %s to %s", path, file);
+}
+
+/* A --zero=zero strategy with the whole state of a checkpoint loaded. */
+static Strategy *resumed(int zero, const StrategyConfig *sc, const char *file, CheckpointInfo *info) {
+    Strategy *s = strategy_create(zero, sc);
+    cr_assert_not_null(s);
+    char err[512];
+    cr_assert_eq(checkpoint_load(s, file, 1, info, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
 Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
     for (int zero = 0; zero <= 3; zero++) {
         StrategyConfig sc = small_gpt(2, 2, 0.1f);
@@ -82,10 +113,8 @@ Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
         Strategy *first = strategy_create(zero, &sc);
         run(first, steps(0, 4, dir));
         first->ops->destroy(first);
-        Strategy *second = strategy_create(zero, &sc);
         CheckpointInfo info;
-        char err[512];
-        cr_assert_eq(checkpoint_load(second, path, 1, &info, err, sizeof err), 0, "%s", err);
+        Strategy *second = resumed(zero, &sc, path, &info);
         cr_expect_eq(info.iter, 4);
         run(second, steps(info.iter, 8, NULL));
         State got = state_of(second);
@@ -105,10 +134,8 @@ static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
     run(from, steps(0, 3, dir));
     State saved = state_of(from);
     from->ops->destroy(from);
-    Strategy *to = strategy_create(zero_to, &to_cfg);
     CheckpointInfo info;
-    char err[512];
-    cr_assert_eq(checkpoint_load(to, path, 1, &info, err, sizeof err), 0, "%s", err);
+    Strategy *to = resumed(zero_to, &to_cfg, path, &info);
     State loaded = state_of(to);
     cr_expect(same_state(saved, loaded), "--zero=%d N=%d into --zero=%d N=%d: the state changed", zero_from, n_from,
               zero_to, n_to);
@@ -125,6 +152,127 @@ Test(checkpoint, zero3_on_four_ranks_resumes_as_ddp_on_two_and_back) {
     check_reshard(3, 4, 0, 2);
     check_reshard(0, 2, 3, 4);
     check_reshard(1, 3, 2, 2);
+}
+
+enum { K = 3 };  /* steps before the save, and after it */
+
+/* Tensor `name` of the layout's tensor ts (its shape) holds the same bytes in both files. */
+static void expect_same_tensor(const StFile *want, const StFile *got, const char *name, const TensorSpec *ts,
+                               int zero, int N) {
+    int64_t shape[2] = { ts->shape[0], ts->shape[1] };
+    char err[256];
+    const void *a = safetensors_tensor(want, name, "F32", ts->ndim, shape, err, sizeof err);
+    const void *b = safetensors_tensor(got, name, "F32", ts->ndim, shape, err, sizeof err);
+    cr_assert(a && b, "%s", err);
+    cr_expect(memcmp(a, b, ts->numel * sizeof(float)) == 0, "N=%d: %s of --zero=%d differs from DDP's", N, name, zero);
+}
+
+/* After the same steps the four strategies write the same file: every
+ * tensor (weights, lm_head, Adam's m and v) to the byte, and the metadata
+ * too, since none of it names the strategy or N. */
+Test(checkpoint, every_strategy_writes_the_same_file_after_the_same_steps) {
+    for (int N = 2; N <= 3; N++) {
+        StrategyConfig sc = small_gpt(N, 2, 0.1f);
+        ArenaLayout layout;
+        model_layout(&sc.model, 1, &layout);
+        char files[4][300], err[256];
+        for (int zero = 0; zero <= 3; zero++) {
+            snprintf(files[zero], sizeof files[zero], "%s/zero%d.safetensors", dir, zero);
+            save_run(zero, &sc, unclipped(0, K, dir), files[zero]);
+        }
+        StFile ddp;
+        cr_assert_eq(safetensors_open(&ddp, files[0], err, sizeof err), 0, "%s", err);
+        for (int zero = 1; zero <= 3; zero++) {
+            StFile f;
+            cr_assert_eq(safetensors_open(&f, files[zero], err, sizeof err), 0, "%s", err);
+            cr_expect_eq(safetensors_count(&f), safetensors_count(&ddp));
+            for (int i = 0; i < layout.ntensors; i++) {
+                const TensorSpec *ts = &layout.tensors[i];
+                char m_name[CHECKPOINT_NAME_MAX], v_name[CHECKPOINT_NAME_MAX];
+                snprintf(m_name, sizeof m_name, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
+                snprintf(v_name, sizeof v_name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
+                expect_same_tensor(&ddp, &f, ts->name, ts, zero, N);
+                expect_same_tensor(&ddp, &f, m_name, ts, zero, N);
+                expect_same_tensor(&ddp, &f, v_name, ts, zero, N);
+            }
+            expect_same_tensor(&ddp, &f, CHECKPOINT_HEAD, &layout.tensors[arena_find(&layout, "transformer.wte.weight")],
+                               zero, N);
+            cr_expect(f.size == ddp.size && memcmp(f.bytes, ddp.bytes, f.size) == 0,
+                      "N=%d: the file of --zero=%d is not DDP's, byte for byte", N, zero);
+            safetensors_close(&f);
+        }
+        safetensors_close(&ddp);
+        for (int zero = 0; zero <= 3; zero++) unlink(files[zero]);
+    }
+}
+
+/* Saved under each strategy after K steps and resumed under each one at
+ * the same N (3, which pads every unit), K more steps give the uninterrupted
+ * run's weights, m, v and Adam step, bit for bit. The uninterrupted run is
+ * DDP's: at the same N without clipping every strategy's is the same. */
+Test(checkpoint, saved_under_any_strategy_and_resumed_under_any_other_goes_on_bit_for_bit) {
+    StrategyConfig sc = small_gpt(3, 2, 0.1f);
+    Strategy *straight = strategy_create(0, &sc);
+    run(straight, unclipped(0, 2 * K, NULL));
+    State want = state_of(straight);
+    char file[300];
+    snprintf(file, sizeof file, "%s/saved.safetensors", dir);
+    for (int from = 0; from <= 3; from++) {
+        save_run(from, &sc, unclipped(0, K, dir), file);
+        for (int to = 0; to <= 3; to++) {
+            CheckpointInfo info;
+            Strategy *s = resumed(to, &sc, file, &info);
+            cr_expect_eq(info.iter, K);
+            run(s, unclipped(info.iter, 2 * K, NULL));
+            State got = state_of(s);
+            cr_expect(same_state(want, got), "saved by --zero=%d, resumed by --zero=%d: %d + %d steps differ from %d",
+                      from, to, K, K, 2 * K);
+            cr_expect_eq(s->adam_step, straight->adam_step);
+            state_free(got);
+            s->ops->destroy(s);
+        }
+    }
+    unlink(file);
+    state_free(want);
+    straight->ops->destroy(straight);
+}
+
+/* Saved on N ranks and resumed on fewer with the same global batch (rows
+ * per rank scaled up), under every pair of strategies: K more steps agree with
+ * the uninterrupted run on the N ranks the run started on to 1e-5 (weights, m
+ * and v), with clipping. No dropout: its masks are keyed by rank. */
+Test(checkpoint, resumed_on_fewer_ranks_agrees_with_the_uninterrupted_run) {
+    struct { int from, to; } counts[2] = { { .from = 4, .to = 2 }, { .from = 3, .to = 1 } };
+    char file[300];
+    snprintf(file, sizeof file, "%s/saved.safetensors", dir);
+    for (int c = 0; c < 2; c++) {
+        int rows = 2 * counts[c].from;  /* the global batch */
+        StrategyConfig from_cfg = small_gpt(counts[c].from, rows / counts[c].from, 0.0f);
+        StrategyConfig to_cfg = small_gpt(counts[c].to, rows / counts[c].to, 0.0f);
+        Strategy *straight = strategy_create(0, &from_cfg);
+        run(straight, steps(0, 2 * K, NULL));
+        State want = state_of(straight);
+        for (int from = 0; from <= 3; from++) {
+            save_run(from, &from_cfg, steps(0, K, dir), file);
+            for (int to = 0; to <= 3; to++) {
+                CheckpointInfo info;
+                Strategy *s = resumed(to, &to_cfg, file, &info);
+                run(s, steps(info.iter, 2 * K, NULL));
+                State got = state_of(s);
+                double dw = max_rel_diff(got.w, want.w, want.n), dm = max_rel_diff(got.m, want.m, want.n),
+                       dv = max_rel_diff(got.v, want.v, want.n);
+                cr_expect(dw < 1e-5 && dm < 1e-5 && dv < 1e-5,
+                          "--zero=%d on %d ranks, resumed by --zero=%d on %d: weights %g, m %g, v %g off", from,
+                          counts[c].from, to, counts[c].to, dw, dm, dv);
+                cr_expect_eq(s->adam_step, straight->adam_step);
+                state_free(got);
+                s->ops->destroy(s);
+            }
+        }
+        state_free(want);
+        straight->ops->destroy(straight);
+    }
+    unlink(file);
 }
 
 static const char *python(void) { return getenv("ZF_PYTHON") ? getenv("ZF_PYTHON") : "/usr/bin/python3"; }

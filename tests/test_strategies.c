@@ -32,8 +32,8 @@ TestSuite(strategies, .init = setup, .fini = teardown);
 
 enum { ITERS = 6 };
 
-/* Three blocks; units of 1312 and 3104 floats: neither divides by 3, so
- * N = 3 pads (checked in gate 4 below). */
+/* Three blocks; units of 1312 and 3104 floats, which N = 3, 5, 6 and 7 all
+ * pad (checked in gate 4 below). */
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
         .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT }, .nranks = nranks, .batch = batch, .dropout = dropout,
@@ -42,11 +42,11 @@ static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     return sc;
 }
 
-/* Three layers 22 wide over rows of 15 positions: units of 1760 and 512
- * floats (506 aligned to 16), neither divisible by 3. */
+/* Three layers 22 wide over rows of 14 positions: units of 1744 (1738 aligned
+ * to 16) and 512 floats (506 aligned), which N = 3, 5, 6 and 7 all pad. */
 static StrategyConfig small_mlp(int nranks, int batch) {
     StrategyConfig sc = {
-        .model = { data.vocab, 15, 3, 1, 22, MODEL_MLP }, .nranks = nranks, .batch = batch,
+        .model = { data.vocab, 14, 3, 1, 22, MODEL_MLP }, .nranks = nranks, .batch = batch,
         .seed = 5, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -138,11 +138,13 @@ static void expect_stages_match_ddp(StrategyConfig sc, const char *model) {
 }
 
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_the_mlp) {
-    for (int N = 1; N <= 4; N++) expect_stages_match_ddp(small_mlp(N, 2), "MLP");
+    for (int N = 1; N <= 7; N++) expect_stages_match_ddp(small_mlp(N, 2), "MLP");
 }
 
+/* N = 2 pads no unit, the others every unit (gate 4). */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
-    for (int N = 2; N <= 3; N++) expect_stages_match_ddp(small_gpt(N, 2, 0.1f), "GPT");
+    int counts[5] = { 2, 3, 5, 6, 7 };
+    for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(counts[i], 2, 0.1f), "GPT");
 }
 
 /* ---- gate 3: with clipping they differ only in how the norm is summed ---- */
@@ -219,17 +221,31 @@ Test(strategies, clipping_sums_the_squared_norms_in_rank_order) {
 
 /* ---- gate 4: units that N does not divide are padded, and still match ---- */
 
-Test(strategies, the_test_models_have_units_that_three_does_not_divide) {
-    StrategyConfig models[2] = { small_gpt(3, 2, 0.0f), small_mlp(3, 2) };
-    for (int i = 0; i < 2; i++) {
-        ArenaLayout plain, padded;
-        model_layout(&models[i].model, 1, &plain);
-        model_layout(&models[i].model, 3, &padded);
-        for (int u = 0; u < plain.nunits; u++) {
-            cr_expect_neq(plain.units[u].size % 3, 0, "model %d unit %d: %zu floats", i, u, plain.units[u].size);
-            cr_expect_eq(padded.units[u].size % 3, 0);
-            cr_expect_eq(padded.units[u].size % ARENA_ALIGN, 0);
-            cr_expect_lt(padded.units[u].size - plain.units[u].size, 3 * ARENA_ALIGN);
+/* Units pad to lcm(N, ARENA_ALIGN = 16) floats: 16 for N = 1, 2, 4, 8, which
+ * therefore pad nothing, since every unit is already aligned at N = 1. These
+ * counts pad every unit of both test models. */
+Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
+    struct { int nranks, multiple; } counts[4] = {
+        { .nranks = 3, .multiple = 48 }, { .nranks = 5, .multiple = 80 },
+        { .nranks = 6, .multiple = 48 }, { .nranks = 7, .multiple = 112 },
+    };
+    for (int c = 0; c < 4; c++) {
+        int N = counts[c].nranks;
+        size_t multiple = (size_t)counts[c].multiple;
+        StrategyConfig models[2] = { small_gpt(N, 2, 0.0f), small_mlp(N, 2) };
+        for (int i = 0; i < 2; i++) {
+            ArenaLayout plain, padded;
+            model_layout(&models[i].model, 1, &plain);
+            model_layout(&models[i].model, N, &padded);
+            for (int u = 0; u < plain.nunits; u++) {
+                size_t size = plain.units[u].size, padded_size = padded.units[u].size;
+                cr_expect_neq(size % multiple, 0, "model %d unit %d: %zu floats need no padding at N=%d", i, u,
+                              size, N);
+                cr_expect_eq(padded_size % multiple, 0, "model %d unit %d at N=%d: %zu floats", i, u, N,
+                             padded_size);
+                cr_expect(padded_size > size && padded_size - size < multiple, "model %d unit %d at N=%d: %zu -> %zu",
+                          i, u, N, size, padded_size);
+            }
         }
     }
 }
