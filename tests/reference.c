@@ -1,10 +1,13 @@
 /* reference.c: the double-precision reference of reference.h. */
 #include "reference.h"
 
+#include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kernels/dropout.h"
 
@@ -229,4 +232,42 @@ float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, 
     s->ops->read_weights(s, w);
     s->ops->destroy(s);
     return w;
+}
+
+void test_skip(const char *why_fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, why_fmt);
+    vsnprintf(why, sizeof why, why_fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "SKIP: %s::%s: %s\n", criterion_current_suite->name, criterion_current_test->name, why);
+    fflush(stderr);
+    cr_skip_test("SKIP: %s", why);
+}
+
+const char *test_python(void) {
+    const char *p = getenv("ZF_PYTHON");
+    if (p) return p;
+    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+void need_torch(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch, numpy' >/dev/null 2>&1", test_python());
+    if (system(cmd) == 0) return;
+    if (getenv("ZF_REQUIRE_TORCH"))
+        cr_assert_fail("ZF_REQUIRE_TORCH is set, and %s cannot import torch and numpy (make deps installs "
+                       "python3-torch and python3-numpy)", test_python());
+    test_skip("PyTorch is not importable by %s (install python3-torch: make deps; ZF_REQUIRE_TORCH=1 makes "
+              "this a failure)", test_python());
+}
+
+void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
+    int head = snprintf(cmd, len, "%s tools/torch_gpt.py ", test_python());
+    cr_assert(head > 0 && (size_t)head < len, "the command does not fit in %zu bytes", len);
+    va_list ap;
+    va_start(ap, args_fmt);
+    int tail = vsnprintf(cmd + head, len - (size_t)head, args_fmt, ap);
+    va_end(ap);
+    cr_assert(tail >= 0 && (size_t)tail < len - (size_t)head, "the command does not fit in %zu bytes", len);
 }

@@ -50,4 +50,19 @@ double max_rel_diff(const float *a, const float *b, size_t n);
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
                      size_t *n);
 
+
+/* Skip the calling test, saying "SKIP: suite::test: why" in one line on stderr:
+ * cr_skip_test's own message shows only under --verbose, and a test that did
+ * not run must say so in make test's output. */
+void test_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The Python that runs tools/torch_gpt.py: ZF_PYTHON, else Debian's
+ * /usr/bin/python3 (the one python3-torch installs into), else python3. */
+const char *test_python(void);
+/* Skip the calling test (test_skip) when test_python() cannot import torch and
+ * numpy; with ZF_REQUIRE_TORCH set (as .ci/run sets it) fail it instead. */
+void need_torch(void);
+/* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
+ * cr_asserts that it fits. */
+void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -275,12 +275,8 @@ Test(checkpoint, resumed_on_fewer_ranks_agrees_with_the_uninterrupted_run) {
     unlink(file);
 }
 
-static const char *python(void) { return getenv("ZF_PYTHON") ? getenv("ZF_PYTHON") : "/usr/bin/python3"; }
-
 Test(checkpoint, pytorch_loads_it_and_gets_the_same_loss) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python());
-    if (system(cmd) != 0) cr_skip_test("SKIP: PyTorch is not importable by %s (install python3-torch: make deps)", python());
+    need_torch();
     StrategyConfig sc = small_gpt(2, 3, 0.0f);
     Strategy *s = strategy_create(3, &sc);
     run(s, steps(0, 5, dir));
@@ -292,7 +288,8 @@ Test(checkpoint, pytorch_loads_it_and_gets_the_same_loss) {
     snprintf(bpath, sizeof bpath, "%s/batch.safetensors", dir);
     StTensor batch[2] = { { "x", "I32", 2, { rows, T }, x }, { "y", "I32", 2, { rows, T }, y } };
     cr_assert_eq(safetensors_write(bpath, batch, 2, NULL, err, sizeof err), 0, "%s", err);
-    snprintf(cmd, sizeof cmd, "%s tools/torch_gpt.py loss --ckpt %s --batch %s", python(), path, bpath);
+    char cmd[1024];
+    torch_gpt_command(cmd, sizeof cmd, "loss --ckpt %s --batch %s", path, bpath);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     double theirs = NAN;

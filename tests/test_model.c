@@ -167,18 +167,8 @@ Test(model, weights_round_trip_and_bad_files) {
 
 /* ---- PyTorch's nanoGPT on the same weights and batch ---- */
 
-static const char *python(void) {
-    const char *p = getenv("ZF_PYTHON");
-    if (p) return p;
-    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-}
-
 Test(model, matches_pytorch_nanogpt) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python());
-    if (system(cmd) != 0) {
-        cr_skip_test("SKIP: PyTorch is not importable by %s (install python3-torch: make deps)", python());
-    }
+    need_torch();
     Dataset data;
     char err[512];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
@@ -205,8 +195,9 @@ Test(model, matches_pytorch_nanogpt) {
         { "y", "I32", 2, { B, T }, y },
     };
     cr_assert_eq(safetensors_write(bpath, batch, 2, NULL, err, sizeof err), 0, "%s", err);
-    snprintf(cmd, sizeof cmd, "%s tools/torch_gpt.py grads --weights %s --batch %s --heads %d --out %s",
-             python(), wpath, bpath, cfg.heads, gpath);
+    char cmd[2048];
+    torch_gpt_command(cmd, sizeof cmd, "grads --weights %s --batch %s --heads %d --out %s", wpath, bpath, cfg.heads,
+                      gpath);
     cr_assert_eq(system(cmd), 0, "%s failed", cmd);
 
     StFile f;

@@ -326,7 +326,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
 }
 
 Test(train, plot_loss_draws_a_log) {
-    if (system("command -v gnuplot >/dev/null") != 0) cr_skip_test("SKIP: gnuplot is missing (make deps installs it)");
+    if (system("command -v gnuplot >/dev/null") != 0) test_skip("gnuplot is missing (make deps installs it)");
     char err[4096];
     cr_assert_eq(run_train("--iters=4 --eval-every=2 --eval-iters=1 --sample-chars=0 --log-every=1 "
                            "--layers=1 --embd=16 --heads=2 --block=16 --log=/tmp/zf_plot.jsonl", err, sizeof err), 0, "%s", err);

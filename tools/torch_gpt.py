@@ -26,6 +26,36 @@ Commands:
       config, and prints the mean cross-entropy loss of the batch ("x", "y")
       without dropout.
 
+  lr --lr LR --min-lr MIN --warmup W --decay-iters D --iters N
+      Prints nanoGPT train.py's get_lr(it) for it = 0..N-1, one a line: the
+      schedule written again in Python, for the C schedule to be checked
+      against.
+
+  adamw --weights W.safetensors --grads G.safetensors --lrs LR0,LR1,...
+        --beta2 B2 --weight-decay WD --grad-clip MAX --out O.safetensors
+      torch.optim.AdamW alone, on the weights W with nanoGPT's parameter
+      groups (configure_optimizers: weight decay on the tensors of 2 or more
+      dimensions, none on the others; betas (0.9, B2), eps 1e-8). Step k
+      takes the gradients "step{k}.NAME" of G, clips them with
+      torch.nn.utils.clip_grad_norm_(MAX) (MAX 0: no clipping) and steps at
+      lr LRk. Writes, per step k, the weights "step{k}.NAME", Adam's state
+      "step{k}.optim.exp_avg.NAME" and "step{k}.optim.exp_avg_sq.NAME", and
+      the total norm before clipping "step{k}.norm".
+
+  train --weights W.safetensors --batches B.safetensors --heads NH --lrs LR0,...
+        --beta2 B2 --weight-decay WD --grad-clip MAX --out O.safetensors
+      Full nanoGPT training steps (forward without dropout, loss.backward,
+      clip_grad_norm_, AdamW as above, zero_grad) from the weights W over the
+      batches "x" and "y" of B (I32, [K*B,T]: step k takes rows k*B..k*B+B-1) at the
+      learning rates given. Where W is a bin/train checkpoint with Adam's
+      state (optim.exp_avg.NAME, optim.exp_avg_sq.NAME and the metadata's
+      adam_step), that state goes into the optimizer through
+      optimizer.load_state_dict first, as a user resuming in PyTorch would
+      load it. Writes the weights after each step ("step{k}.NAME"), the
+      losses "loss" [K] and norms before clipping "norm" [K], and the
+      optimizer's state after the last step ("optim.exp_avg.NAME",
+      "optim.exp_avg_sq.NAME", named as the checkpoint names them).
+
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
       Times full training steps of nanoGPT's shakespeare_char recipe
       (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
@@ -289,6 +319,127 @@ def cmd_loss(args):
     print(f"{loss.item():.9g}")
 
 
+# ------------------------------------------------------------------ optimizer
+
+def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters):
+    """nanoGPT train.py's learning-rate schedule: linear warmup, cosine decay, then min_lr."""
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return min_lr + coeff * (learning_rate - min_lr)
+
+
+def configure_optimizers(named_params, weight_decay, learning_rate, betas):
+    """nanoGPT's GPT.configure_optimizers: decay the tensors of 2 or more dimensions
+    (matmul weights, embeddings), not the others (LayerNorm weights)."""
+    params = [p for _, p in named_params if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8)
+
+
+def optimizer_step(optimizer, params, lr, grad_clip):
+    """Clip the gradients of params to grad_clip (0: not at all) and step at lr;
+    returns the total norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return norm.item()
+
+
+def adam_state(optimizer, named_params, prefix=""):
+    """Adam's m and v of each named parameter, under the checkpoint's names."""
+    out = {}
+    for name, p in named_params:
+        state = optimizer.state[p]
+        out[f"{prefix}optim.exp_avg.{name}"] = state["exp_avg"].numpy().copy()
+        out[f"{prefix}optim.exp_avg_sq.{name}"] = state["exp_avg_sq"].numpy().copy()
+    return out
+
+
+def load_adam_state(optimizer, named_params, tensors, adam_step):
+    """Put a checkpoint's optim.exp_avg.* and optim.exp_avg_sq.* into optimizer through
+    its state_dict (the state is keyed by the parameters' order in its groups)."""
+    names = {id(p): name for name, p in named_params}
+    sd = optimizer.state_dict()
+    order = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, p in enumerate(order):
+        state = {"step": torch.tensor(float(adam_step))}
+        for key in ("exp_avg", "exp_avg_sq"):
+            name = f"optim.{key}.{names[id(p)]}"
+            if name not in tensors or tuple(tensors[name].shape) != tuple(p.shape):
+                raise ValueError(f"weights: missing {name} of shape {list(p.shape)}")
+            state[key] = torch.from_numpy(tensors[name])
+        sd["state"][index] = state
+    optimizer.load_state_dict(sd)
+
+
+def learning_rates(text):
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def cmd_lr(args):
+    for it in range(args.iters):
+        print(f"{get_lr(it, args.lr, args.min_lr, args.warmup, args.decay_iters):.9g}")
+
+
+def cmd_adamw(args):
+    set_threads(1)
+    weights, grads = read_safetensors(args.weights), read_safetensors(args.grads)
+    named = [(n, nn.Parameter(torch.from_numpy(a))) for n, a in weights.items()]
+    optimizer = configure_optimizers(named, args.weight_decay, args.lrs[0], (0.9, args.beta2))
+    params = [p for _, p in named]
+    out = {}
+    for k, lr in enumerate(args.lrs):
+        for name, p in named:
+            g = grads.get(f"step{k}.{name}")
+            if g is None or g.shape != tuple(p.shape):
+                raise ValueError(f"grads: missing step{k}.{name} of shape {list(p.shape)}")
+            p.grad = torch.from_numpy(g)
+        out[f"step{k}.norm"] = np.array(optimizer_step(optimizer, params, lr, args.grad_clip), dtype=np.float32)
+        out.update({f"step{k}.{n}": p.detach().numpy().copy() for n, p in named})
+        out.update(adam_state(optimizer, named, f"step{k}."))
+    write_safetensors(args.out, out)
+
+
+def cmd_train(args):
+    set_threads(1)
+    weights = read_safetensors(args.weights)
+    model = load_model(weights, args.heads)
+    named = list(model.named_parameters())  # the tied lm_head.weight once, as transformer.wte.weight
+    optimizer = configure_optimizers(named, args.weight_decay, args.lrs[0], (0.9, args.beta2))
+    if any(n.startswith("optim.") for n in weights):
+        load_adam_state(optimizer, named, weights, int(read_metadata(args.weights)["adam_step"]))
+    batches = read_safetensors(args.batches)
+    x, y, K = batches.get("x"), batches.get("y"), len(args.lrs)
+    if x is None or y is None or x.ndim != 2 or x.shape != y.shape or x.shape[0] % K:
+        raise ValueError(f"batches: x and y must be I32 [K*B,T] with K = {K} learning rates")
+    x, y = x.reshape(K, -1, x.shape[1]), y.reshape(K, -1, y.shape[1])
+    model.train()  # dropout is 0, so train and eval agree
+    params = [p for _, p in named]
+    losses, norms, out = [], [], {}
+    for k, lr in enumerate(args.lrs):
+        loss = model(torch.from_numpy(x[k]).long(), torch.from_numpy(y[k]).long())
+        loss.backward()
+        norms.append(optimizer_step(optimizer, params, lr, args.grad_clip))
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        out.update({f"step{k}.{n}": p.detach().numpy().copy() for n, p in named})
+    out["loss"] = np.array(losses, dtype=np.float32)
+    out["norm"] = np.array(norms, dtype=np.float32)
+    out.update(adam_state(optimizer, named))
+    write_safetensors(args.out, out)
+
+
 # ---------------------------------------------------------------------- bench
 
 PRESETS = {
@@ -323,10 +474,7 @@ def time_steps(p, train, iters, warmup, device):
     model.to(device)
     model.train()
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW([
-        {"params": [q for q in params if q.dim() >= 2], "weight_decay": 0.1},
-        {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0},
-    ], lr=1e-3, betas=(0.9, 0.99))
+    optimizer = configure_optimizers(model.named_parameters(), 0.1, 1e-3, (0.9, 0.99))
     B, T = p["batch_size"], p["block_size"]
     times = []
     for step in range(warmup + iters):
@@ -404,6 +552,24 @@ def main():
     lo = sub.add_parser("loss", help="a checkpoint's loss on a batch")
     lo.add_argument("--ckpt", required=True)
     lo.add_argument("--batch", required=True)
+    r = sub.add_parser("lr", help="nanoGPT's get_lr over the first iterations")
+    r.add_argument("--lr", required=True, type=float)
+    r.add_argument("--min-lr", required=True, type=float)
+    r.add_argument("--warmup", required=True, type=int)
+    r.add_argument("--decay-iters", required=True, type=int)
+    r.add_argument("--iters", required=True, type=positive)
+    for name, text in (("adamw", "torch.optim.AdamW steps on given gradients"),
+                       ("train", "full nanoGPT training steps")):
+        o = sub.add_parser(name, help=text)
+        o.add_argument("--weights", required=True)
+        o.add_argument("--grads" if name == "adamw" else "--batches", required=True)
+        if name == "train":
+            o.add_argument("--heads", required=True, type=positive)
+        o.add_argument("--lrs", required=True, type=learning_rates)
+        o.add_argument("--beta2", required=True, type=float)
+        o.add_argument("--weight-decay", required=True, type=float)
+        o.add_argument("--grad-clip", required=True, type=float)
+        o.add_argument("--out", required=True)
     b = sub.add_parser("bench", help="time nanoGPT training steps")
     b.add_argument("--preset", required=True, choices=sorted(PRESETS))
     b.add_argument("--iters", type=positive)
@@ -412,7 +578,8 @@ def main():
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     try:
-        {"grads": cmd_grads, "loss": cmd_loss, "bench": cmd_bench}[args.command](args)
+        {"grads": cmd_grads, "loss": cmd_loss, "lr": cmd_lr, "adamw": cmd_adamw, "train": cmd_train,
+         "bench": cmd_bench}[args.command](args)
     except (OSError, ValueError, KeyError) as e:
         print(f"torch_gpt.py {args.command}: {e}", file=sys.stderr)
         sys.exit(1)

@@ -1,0 +1,382 @@
+/* test_torch.c: the optimizer, the schedule and whole training steps against
+ * PyTorch.
+ *
+ * The strategy gates compare the strategies with each other and with a plain
+ * loop that calls the same AdamW, clipping and schedule code, so a bug there
+ * would be invisible to them. Here PyTorch (tools/torch_gpt.py) is the oracle:
+ * nanoGPT's get_lr against lr_at; torch.optim.AdamW with nanoGPT's parameter
+ * groups after clip_grad_norm_ against adamw_range after sumsq_reduce and
+ * clip_scale, on the same weights and gradients; three training steps of
+ * nanoGPT's model against DDP on one rank through the trainer, the weights
+ * after each; the checkpoint's optim.* tensors against torch's exp_avg and
+ * exp_avg_sq; and PyTorch resuming from the checkpoint through
+ * optimizer.load_state_dict, its next step against ours. Every test needs
+ * python3-torch: without it a SKIP line, or a failure with ZF_REQUIRE_TORCH=1.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/gpt.h"
+#include "../model/optim.h"
+#include "../model/safetensors.h"
+#include "../strategies/checkpoint.h"
+#include "../strategies/trainer.h"
+#include "reference.h"
+
+static Dataset data;
+static char dir[] = "/tmp/zf_torch_XXXXXX";
+
+/* Every test needs torch: skipped (or failed) here, before anything is made. */
+static void setup(void) {
+    need_torch();
+    test_stream_setup();
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
+    strcpy(dir, "/tmp/zf_torch_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0, "%s failed", cmd);
+    dataset_free(&data);
+    test_stream_teardown();
+}
+
+TestSuite(torch, .init = setup, .fini = teardown);
+
+/* path = dir/name */
+static void file_in_dir(char *path, size_t len, const char *name) {
+    int n = snprintf(path, len, "%s/%s", dir, name);
+    cr_assert(n > 0 && (size_t)n < len, "path too long");
+}
+
+static void run_or_fail(const char *cmd) { cr_assert_eq(system(cmd), 0, "%s failed", cmd); }
+
+/* The F32 tensor `name` of f, of t's shape. */
+static const float *tensor_of(const StFile *f, const char *name, const TensorSpec *t) {
+    int64_t shape[2] = { t->shape[0], t->shape[1] };
+    char err[512];
+    const float *x = safetensors_tensor(f, name, "F32", t->ndim, shape, err, sizeof err);
+    cr_assert_not_null(x, "%s", err);
+    return x;
+}
+
+/* Expect every tensor of ours (a host arena) within tol of f's tensor
+ * prefix + name, relative to that tensor's largest magnitude. */
+static void expect_arena_matches(const StFile *f, const char *prefix, const ArenaLayout *layout, const float *ours,
+                                 double tol, const char *what) {
+    for (int i = 0; i < layout->ntensors; i++) {
+        const TensorSpec *t = &layout->tensors[i];
+        char name[CHECKPOINT_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        double d = max_rel_diff(ours + t->offset, tensor_of(f, name, t), t->numel);
+        cr_expect_lt(d, tol, "%s: %s: relative difference %g from PyTorch's %s", what, t->name, d, name);
+    }
+}
+
+/* One tensor after whole training steps against PyTorch's. Adam divides each
+ * gradient by its own running magnitude, so an element whose gradient is near
+ * zero, down where float32 sums round differently on the two sides, steps by
+ * an amount rounding decides: one element in a few thousand ends 1e-5 to 1e-4
+ * of the tensor's largest weight away from PyTorch's, while the rest agree to
+ * 1e-6, and the next steps' gradients (so m and v) inherit a little of it. So:
+ * at most 1% of the elements beyond 1e-5 of the tensor's largest magnitude,
+ * and none beyond 1e-3. A wrong learning rate, step count, clipping or weight
+ * decay moves nearly every element by more. */
+static void expect_close_but_for_a_few(const float *got, const float *want, size_t n, const char *what,
+                                       const char *name) {
+    double scale = 0;
+    for (size_t j = 0; j < n; j++) scale = fmax(scale, fabs(want[j]));
+    size_t off = 0;
+    for (size_t j = 0; j < n; j++) off += fabs((double)got[j] - want[j]) > 1e-5 * scale;
+    double d = max_rel_diff(got, want, n);
+    cr_expect(off <= n / 100 && d < 1e-3, "%s: %s: %zu of %zu elements beyond 1e-5 of PyTorch's, the largest "
+              "difference %g", what, name, off, n, d);
+}
+
+/* expect_close_but_for_a_few for every tensor of a host arena, against f's
+ * prefix + name. */
+static void expect_trained_arena_matches(const StFile *f, const char *prefix, const ArenaLayout *layout,
+                                         const float *ours, const char *what) {
+    for (int i = 0; i < layout->ntensors; i++) {
+        const TensorSpec *t = &layout->tensors[i];
+        char name[CHECKPOINT_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        expect_close_but_for_a_few(ours + t->offset, tensor_of(f, name, t), t->numel, what, name);
+    }
+}
+
+/* A scalar or [n] F32 tensor of f. */
+static const float *values_of(const StFile *f, const char *name, int n) {
+    int64_t shape[2] = { n, 0 };
+    char err[512];
+    const float *x = safetensors_tensor(f, name, "F32", n > 0, shape, err, sizeof err);
+    cr_assert_not_null(x, "%s", err);
+    return x;
+}
+
+/* lr_at for iters first..first+n-1, as a comma-separated list that parses
+ * back to the same floats. */
+static void lr_list(char *out, size_t len, const LRSchedule *sched, int first, int n) {
+    size_t used = 0;
+    for (int k = 0; k < n; k++) {
+        int w = snprintf(out + used, len - used, "%s%.9g", k ? "," : "", lr_at(sched, first + k));
+        cr_assert(w > 0 && (size_t)w < len - used, "lr list too long");
+        used += (size_t)w;
+    }
+}
+
+Test(torch, lr_at_is_nanogpts_get_lr) {
+    LRSchedule sched = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 5, .decay_iters = 20 };
+    int iters = 30;  /* warmup, cosine decay, and min_lr past decay_iters */
+    char cmd[1024];
+    torch_gpt_command(cmd, sizeof cmd, "lr --lr %.9g --min-lr %.9g --warmup %d --decay-iters %d --iters %d",
+                      sched.lr, sched.min_lr, sched.warmup_iters, sched.decay_iters, iters);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "%s", cmd);
+    for (int it = 0; it < iters; it++) {
+        double want = NAN;
+        cr_assert_eq(fscanf(p, "%lf", &want), 1, "%s printed no lr for iter %d", cmd, it);
+        float got = lr_at(&sched, it);
+        cr_expect(fabs(got - want) <= 1e-6 * want, "iter %d: lr_at %.9g, nanoGPT's get_lr %.9g", it, got, want);
+    }
+    cr_expect_eq(pclose(p), 0, "%s failed", cmd);
+}
+
+/* ---- AdamW and clipping alone, on given gradients ---- */
+
+enum { ADAMW_STEPS = 6 };
+
+/* Random gradients for every step, each scaled to its global norm: above the
+ * clipping threshold of 1 on steps 1, 3 and 5 only. */
+static void adamw_gradients(const ArenaLayout *layout, float *grads) {
+    static const double norms[ADAMW_STEPS] = { 0.3, 2.5, 0.8, 4.0, 0.05, 1.7 };
+    for (int k = 0; k < ADAMW_STEPS; k++) {
+        float *g = grads + (size_t)k * layout->total;
+        fill_uniform(g, layout->total, -1.0f, 1.0f, 100 + k);
+        double sumsq = 0;
+        for (size_t i = 0; i < layout->total; i++) sumsq += (double)g[i] * g[i];
+        for (size_t i = 0; i < layout->total; i++) g[i] = (float)(g[i] * norms[k] / sqrt(sumsq));
+    }
+}
+
+static void write_adamw_gradients(const char *path, const ArenaLayout *layout, const float *grads) {
+    int n = ADAMW_STEPS * layout->ntensors;
+    StTensor *tensors = calloc((size_t)n, sizeof *tensors);
+    char (*names)[CHECKPOINT_NAME_MAX] = calloc((size_t)n, sizeof *names);
+    for (int k = 0; k < ADAMW_STEPS; k++)
+        for (int i = 0; i < layout->ntensors; i++) {
+            const TensorSpec *t = &layout->tensors[i];
+            int j = k * layout->ntensors + i;
+            snprintf(names[j], sizeof names[j], "step%d.%s", k, t->name);
+            tensors[j] = (StTensor){ names[j], "F32", t->ndim, { t->shape[0], t->shape[1] },
+                                     grads + (size_t)k * layout->total + t->offset };
+        }
+    char err[512];
+    cr_assert_eq(safetensors_write(path, tensors, n, NULL, err, sizeof err), 0, "%s", err);
+    free(tensors);
+    free(names);
+}
+
+Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
+    ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT };  /* 2-D weights that decay, LayerNorm weights that do not */
+    ArenaLayout layout;
+    gpt_layout(&cfg, 1, &layout);
+    size_t P = layout.total;
+    float *w = malloc(P * sizeof(float)), *m = calloc(P, sizeof(float)), *v = calloc(P, sizeof(float));
+    float *grads = malloc(ADAMW_STEPS * P * sizeof(float)), *g = malloc(P * sizeof(float));
+    fill_uniform(w, P, -0.5f, 0.5f, 7);
+    adamw_gradients(&layout, grads);
+    LRSchedule sched = { .lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .decay_iters = 5 };  /* then min_lr */
+    AdamWParams hp = { .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f };
+    float max_norm = 1.0f;
+
+    char wpath[300], gpath[300], opath[300], lrs[512], cmd[2048], err[512];
+    file_in_dir(wpath, sizeof wpath, "weights.safetensors");
+    file_in_dir(gpath, sizeof gpath, "grads.safetensors");
+    file_in_dir(opath, sizeof opath, "adamw.safetensors");
+    cr_assert_eq(weights_save(wpath, &layout, w, err, sizeof err), 0, "%s", err);
+    write_adamw_gradients(gpath, &layout, grads);
+    lr_list(lrs, sizeof lrs, &sched, 0, ADAMW_STEPS);
+    torch_gpt_command(cmd, sizeof cmd, "adamw --weights %s --grads %s --lrs %s --beta2 %.9g --weight-decay %.9g "
+                      "--grad-clip %.9g --out %s", wpath, gpath, lrs, hp.beta2, hp.weight_decay, max_norm, opath);
+    run_or_fail(cmd);
+
+    StFile f;
+    cr_assert_eq(safetensors_open(&f, opath, err, sizeof err), 0, "%s", err);
+    for (int k = 0; k < ADAMW_STEPS; k++) {
+        float sumsq;
+        memcpy(g, grads + (size_t)k * P, P * sizeof(float));
+        sumsq_reduce(test_stream, &sumsq, g, P);
+        clip_scale(test_stream, g, P, &sumsq, 1, max_norm);
+        hp.lr = lr_at(&sched, k);
+        hp.step = k + 1;
+        adamw_range(test_stream, &layout, 0, P, w, g, m, v, hp);
+        stream_synchronize(test_stream);
+
+        char name[64], what[64];
+        snprintf(name, sizeof name, "step%d.norm", k);
+        float torch_norm = *values_of(&f, name, 0);
+        cr_expect(fabsf(sqrtf(sumsq) - torch_norm) <= 1e-6f * torch_norm, "step %d: norm %.9g, PyTorch's %.9g", k,
+                  sqrtf(sumsq), torch_norm);
+        snprintf(what, sizeof what, "step %d (lr %.3g, norm %.2f) weights", k, hp.lr, torch_norm);
+        snprintf(name, sizeof name, "step%d.", k);
+        expect_arena_matches(&f, name, &layout, w, 1e-6, what);
+        snprintf(what, sizeof what, "step %d exp_avg", k);
+        snprintf(name, sizeof name, "step%d.%s", k, CHECKPOINT_M_PREFIX);
+        expect_arena_matches(&f, name, &layout, m, 1e-6, what);
+        snprintf(what, sizeof what, "step %d exp_avg_sq", k);
+        snprintf(name, sizeof name, "step%d.%s", k, CHECKPOINT_V_PREFIX);
+        expect_arena_matches(&f, name, &layout, v, 1e-6, what);
+    }
+    safetensors_close(&f);
+    free(w); free(m); free(v); free(grads); free(g);
+}
+
+/* ---- whole training steps of the GPT ---- */
+
+/* Adam's m and v after one step from the same state, relative to each
+ * tensor's largest value: linear in the gradients, which agree to 6e-7 there. */
+static const double STATE_TOL = 2e-6;
+static const float GRAD_CLIP = 0.5f;  /* below every step's norm: each step is clipped */
+
+/* DDP on one rank, as bin/train --gpus=1 runs it, without dropout. */
+static StrategyConfig one_rank_gpt(void) {
+    StrategyConfig sc = {
+        .model = { data.vocab, 32, 2, 4, 32, MODEL_GPT }, .nranks = 1, .batch = 4, .dropout = 0.0f,
+        .seed = 5, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+    };
+    return sc;
+}
+
+static TrainConfig steps(int start, int iters, const char *out_dir) {
+    TrainConfig tc = {
+        .iters = iters, .start_iter = start, .grad_accum = 1, .out_dir = out_dir,
+        .schedule = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 1, .decay_iters = 4 }, .grad_clip = GRAD_CLIP,
+    };
+    return tc;
+}
+
+/* Step `iter` of s through the trainer (saving DIR/ckpt.safetensors after it
+ * with out_dir); its weights after it into w, and its training loss. */
+static float train_one_step(Strategy *s, int iter, const char *out_dir, float *w) {
+    TrainConfig tc = steps(iter, iter + 1, out_dir);
+    TrainResult r;
+    cr_assert_eq(train_run(s, &tc, &data, &r), 0);
+    s->ops->read_weights(s, w);
+    return r.last_loss;
+}
+
+/* The trainer's batches of iters first..first+n-1, rows stacked, as "x" and "y". */
+static void write_batches(const char *path, const StrategyConfig *sc, int first, int n) {
+    int rows = sc->batch * sc->nranks, T = sc->model.block_size;
+    int *x = malloc(sizeof(int) * n * rows * T), *y = malloc(sizeof(int) * n * rows * T);
+    for (int k = 0; k < n; k++)
+        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)(first + k), 0, rows, T,
+                      x + (size_t)k * rows * T, y + (size_t)k * rows * T);
+    StTensor batch[2] = { { "x", "I32", 2, { n * rows, T }, x }, { "y", "I32", 2, { n * rows, T }, y } };
+    char err[512];
+    cr_assert_eq(safetensors_write(path, batch, 2, NULL, err, sizeof err), 0, "%s", err);
+    free(x);
+    free(y);
+}
+
+/* tools/torch_gpt.py train from `weights` over the trainer's iters first..first+n-1. */
+static void torch_train(const char *weights, const StrategyConfig *sc, int first, int n, const char *out) {
+    char bpath[300], lrs[512], cmd[2048];
+    file_in_dir(bpath, sizeof bpath, "batches.safetensors");
+    write_batches(bpath, sc, first, n);
+    TrainConfig tc = steps(first, first + n, NULL);
+    lr_list(lrs, sizeof lrs, &tc.schedule, first, n);
+    torch_gpt_command(cmd, sizeof cmd, "train --weights %s --batches %s --heads %d --lrs %s --beta2 %.9g "
+                      "--weight-decay %.9g --grad-clip %.9g --out %s", weights, bpath, sc->model.heads, lrs,
+                      sc->beta2, sc->weight_decay, tc.grad_clip, out);
+    run_or_fail(cmd);
+}
+
+enum { TRAIN_STEPS = 3 };
+
+Test(torch, three_steps_match_nanogpt_and_the_checkpoint_holds_torchs_adam_state) {
+    StrategyConfig sc = one_rank_gpt();
+    Strategy *s = strategy_create(0, &sc);
+    cr_assert_not_null(s);
+    ArenaLayout layout;
+    model_layout(&sc.model, 1, &layout);
+    size_t P = layout.total;
+    float *w = malloc((TRAIN_STEPS + 1) * P * sizeof(float)), loss[TRAIN_STEPS];
+    s->ops->read_weights(s, w);
+    for (int k = 0; k < TRAIN_STEPS; k++)
+        loss[k] = train_one_step(s, k, k == TRAIN_STEPS - 1 ? dir : NULL, w + (k + 1) * P);
+    s->ops->destroy(s);
+
+    char wpath[300], opath[300], ckpt[300], err[512];
+    file_in_dir(wpath, sizeof wpath, "init.safetensors");
+    file_in_dir(opath, sizeof opath, "train.safetensors");
+    file_in_dir(ckpt, sizeof ckpt, "ckpt.safetensors");
+    cr_assert_eq(weights_save(wpath, &layout, w, err, sizeof err), 0, "%s", err);
+    torch_train(wpath, &sc, 0, TRAIN_STEPS, opath);
+
+    StFile theirs, file;
+    cr_assert_eq(safetensors_open(&theirs, opath, err, sizeof err), 0, "%s", err);
+    const float *torch_loss = values_of(&theirs, "loss", TRAIN_STEPS), *norm = values_of(&theirs, "norm", TRAIN_STEPS);
+    for (int k = 0; k < TRAIN_STEPS; k++) {
+        char prefix[32], what[64];
+        snprintf(prefix, sizeof prefix, "step%d.", k);
+        snprintf(what, sizeof what, "after step %d (norm %.3f)", k, norm[k]);
+        cr_expect(fabsf(loss[k] - torch_loss[k]) <= 1e-5f * torch_loss[k], "step %d: loss %.8g, PyTorch's %.8g", k,
+                  loss[k], torch_loss[k]);
+        expect_trained_arena_matches(&theirs, prefix, &layout, w + (k + 1) * P, what);
+        cr_expect_gt(norm[k], GRAD_CLIP, "step %d was not clipped, so its clipping went unchecked", k);
+    }
+
+    /* the checkpoint's optimizer tensors are torch's exp_avg and exp_avg_sq, by name */
+    cr_assert_eq(safetensors_open(&file, ckpt, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(safetensors_count(&theirs), TRAIN_STEPS * layout.ntensors + 2 + 2 * layout.ntensors,
+                 "PyTorch's optimizer holds state for another set of tensors than the checkpoint");
+    for (int i = 0; i < layout.ntensors; i++) {
+        const TensorSpec *t = &layout.tensors[i];
+        const char *prefixes[2] = { CHECKPOINT_M_PREFIX, CHECKPOINT_V_PREFIX };
+        for (int j = 0; j < 2; j++) {
+            char name[CHECKPOINT_NAME_MAX];
+            snprintf(name, sizeof name, "%s%s", prefixes[j], t->name);
+            expect_close_but_for_a_few(tensor_of(&file, name, t), tensor_of(&theirs, name, t), t->numel,
+                                       "the checkpoint after 3 steps", name);
+        }
+    }
+    safetensors_close(&file);
+    safetensors_close(&theirs);
+    free(w);
+}
+
+Test(torch, pytorch_resumes_from_the_checkpoint_and_steps_as_we_do) {
+    StrategyConfig sc = one_rank_gpt();
+    Strategy *s = strategy_create(0, &sc);
+    cr_assert_not_null(s);
+    ArenaLayout layout;
+    model_layout(&sc.model, 1, &layout);
+    size_t P = layout.total;
+    float *w = malloc(P * sizeof(float)), *m = malloc(P * sizeof(float)), *v = malloc(P * sizeof(float));
+    for (int k = 0; k < TRAIN_STEPS; k++) train_one_step(s, k, k == TRAIN_STEPS - 1 ? dir : NULL, w);
+    train_one_step(s, TRAIN_STEPS, NULL, w);
+    s->ops->read_state(s, m, v);
+    s->ops->destroy(s);
+
+    /* the checkpoint after 3 steps into nanoGPT's model and torch.optim.AdamW
+     * (load_state_dict, step 3), then our 4th step */
+    char opath[300], ckpt[300], err[512];
+    file_in_dir(opath, sizeof opath, "resumed.safetensors");
+    file_in_dir(ckpt, sizeof ckpt, "ckpt.safetensors");
+    torch_train(ckpt, &sc, TRAIN_STEPS, 1, opath);
+    StFile theirs;
+    cr_assert_eq(safetensors_open(&theirs, opath, err, sizeof err), 0, "%s", err);
+    expect_trained_arena_matches(&theirs, "step0.", &layout, w, "the step after resuming");
+    expect_arena_matches(&theirs, CHECKPOINT_M_PREFIX, &layout, m, STATE_TOL, "exp_avg after resuming");
+    expect_arena_matches(&theirs, CHECKPOINT_V_PREFIX, &layout, v, STATE_TOL, "exp_avg_sq after resuming");
+    safetensors_close(&theirs);
+    free(w); free(m); free(v);
+}
