@@ -22,7 +22,7 @@ CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fo
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) -lpthread -lmvec -lm
 
-RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c \
+RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/trace.c \
           runtime/process_group.c
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
