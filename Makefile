@@ -44,7 +44,7 @@ STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c str
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_checkpoint test_gpu
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_gpu
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 

@@ -50,4 +50,18 @@ double max_rel_diff(const float *a, const float *b, size_t n);
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
                      size_t *n);
 
+/* One span of a Chrome trace file (runtime/trace.h): a complete event. */
+typedef struct {
+    char name[48];
+    int pid, tid, unit;
+    double ts, dur;  /* microseconds */
+} TraceSpan;
+/* The complete events of a trace file, checked against the trace-event format
+ * as Perfetto reads it: a "traceEvents" array of objects, each with a string
+ * "ph" and "name" and a number "pid"; complete events ("X") with numbers
+ * "tid", "ts" and "dur" >= 0 and "args": {"unit": number}; metadata ("M")
+ * naming a process or a thread in "args": {"name": string}. Returns the spans
+ * (malloc'd, *n of them), or NULL with what was wrong in err. */
+TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen);
+
 #endif
