@@ -120,7 +120,7 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/tsan_main
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/train --iters=4 --eval-every=2 \
 	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1 \
-	    --zero=3 --gpus=4
+	    --zero=3 --gpus=4 --trace=build/tsan/trace.json
 
 $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
