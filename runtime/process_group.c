@@ -184,10 +184,12 @@ static void take_label(ProcessGroup *pg, const char *collective, char *name, siz
  * clock start. */
 static void begin(ProcessGroup *pg, const char *collective) {
     wait_for_producers(pg);
-    char name[2 * FIBERS_NAME_MAX];
-    int unit;
-    take_label(pg, collective, name, sizeof name, &unit);
-    for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], name, unit);
+    if (pg->trace) {
+        char name[2 * FIBERS_NAME_MAX];
+        int unit;
+        take_label(pg, collective, name, sizeof name, &unit);
+        for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], name, unit);
+    }
     if (pg->link_gbps > 0)
         for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
 }

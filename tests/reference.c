@@ -305,3 +305,17 @@ TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen) 
     cJSON_Delete(root);
     return spans;
 }
+
+int trace_spans_nest(const TraceSpan *spans, int n) {
+    const double eps = 5e-4;  /* ts and dur are whole ns, in us */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const TraceSpan *a = &spans[i], *b = &spans[j];
+            if (i == j || a->pid != b->pid || a->tid != b->tid) continue;
+            int disjoint = a->ts + a->dur <= b->ts + eps || b->ts + b->dur <= a->ts + eps;
+            int a_in_b = a->ts >= b->ts - eps && a->ts + a->dur <= b->ts + b->dur + eps;
+            int b_in_a = b->ts >= a->ts - eps && b->ts + b->dur <= a->ts + a->dur + eps;
+            if (!disjoint && !a_in_b && !b_in_a) return 0;
+        }
+    return 1;
+}

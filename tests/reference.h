@@ -63,5 +63,8 @@ typedef struct {
  * naming a process or a thread in "args": {"name": string}. Returns the spans
  * (malloc'd, *n of them), or NULL with what was wrong in err. */
 TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen);
+/* 1 if on every row (pid, tid) any two spans nest or are disjoint, as Perfetto
+ * draws a row's spans as a stack. */
+int trace_spans_nest(const TraceSpan *spans, int n);
 
 #endif

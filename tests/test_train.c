@@ -350,21 +350,6 @@ Test(train, plot_loss_draws_a_log) {
 
 /* ---- --trace: a Chrome trace of the first steps ---- */
 
-/* On one stream, spans nest or are disjoint: Perfetto draws them as a stack. */
-static int spans_nest(const TraceSpan *spans, int n) {
-    const double eps = 5e-4;  /* ts and dur are whole ns, in us */
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            const TraceSpan *a = &spans[i], *b = &spans[j];
-            if (i == j || a->pid != b->pid || a->tid != b->tid) continue;
-            int disjoint = a->ts + a->dur <= b->ts + eps || b->ts + b->dur <= a->ts + eps;
-            int a_in_b = a->ts >= b->ts - eps && a->ts + a->dur <= b->ts + b->dur + eps;
-            int b_in_a = b->ts >= a->ts - eps && b->ts + b->dur <= a->ts + a->dur + eps;
-            if (!disjoint && !a_in_b && !b_in_a) return 0;
-        }
-    return 1;
-}
-
 static int count_spans(const TraceSpan *spans, int n, int pid, int tid, const char *name) {
     int count = 0;
     for (int i = 0; i < n; i++) count += spans[i].pid == pid && spans[i].tid == tid && !strcmp(spans[i].name, name);
@@ -380,7 +365,7 @@ Test(train, trace_writes_chrome_trace_events) {
     int n;
     TraceSpan *spans = trace_read_spans(path, &n, err, sizeof err);
     cr_assert_not_null(spans, "%s", err);
-    cr_expect(spans_nest(spans, n), "spans of one stream overlap without nesting");
+    cr_expect(trace_spans_nest(spans, n), "spans of one stream overlap without nesting");
     for (int rank = 0; rank < 2; rank++) {
         /* two steps traced of three: each op, unit and collective once a step */
         cr_expect_eq(count_spans(spans, n, rank, 0, "matmul_forward"), 2 * (2 * 4 + 1), "rank %d", rank);
