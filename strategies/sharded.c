@@ -70,7 +70,7 @@ static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0
 static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap ? b->done : NULL; }
 
 /* Gather a unit's weights into its buffer on every rank, unless it is there;
- * a prefetch is a gather for the unit after the one about to compute. */
+ * a prefetch gathers the unit that computes next, ahead of its turn. */
 static void ensure_gathered(Sharded *d, int unit, int prefetch) {
     Ranks *ranks = &d->ranks;
     UnitBuffer *b = gather_of(d, unit);
