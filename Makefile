@@ -32,7 +32,7 @@ $(error $(MISSING_HEADERS) not found: run `make deps` first (as root), which ins
 endif
 endif
 
-RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c \
+RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/trace.c \
           runtime/process_group.c
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
@@ -54,7 +54,7 @@ STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c str
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_checkpoint test_torch test_gpu
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_torch test_gpu
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 
@@ -130,7 +130,7 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/tsan_main
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/train --iters=4 --eval-every=2 \
 	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1 \
-	    --zero=3 --gpus=4
+	    --zero=3 --gpus=4 --trace=build/tsan/trace.json
 
 $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -14,27 +14,33 @@
  *
  * Without --link, the link is chosen so that DDP's all-reduce at N = 4 takes
  * as long as its backward: a forward and backward less a forward, timed in turn.
- * Writes the table as Markdown on stdout and as CSV to --log (if given).
+ * Writes the table as Markdown on stdout and as CSV to --log (if given), and
+ * with --trace=PATH a Chrome trace of one more step of every variant, untimed
+ * (processes "ZeRO-3 N=4 overlap on rank 2", ...).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../runtime/trace.h"
 #include "../tools/options.h"
 #include "steps.h"
+
+enum { TRACE_MAX_SPANS = 1 << 18 };
 
 static const char *NAMES[4] = { "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3" };
 
 typedef struct { double nosync, off, on; } Times;
 
 static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset *data, int overlap, int sync,
-                      double gbps, double latency_us) {
+                      double gbps, double latency_us, Trace *trace, const char *trace_label) {
     StrategyConfig sc = {
         .model = { data->vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT }, .nranks = nranks,
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
         .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = overlap,
         .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .link_gbps = gbps, .link_latency_us = latency_us,
+        .trace = trace, .trace_label = trace_label,
     };
     Strategy *s = strategy_create(zero, &sc);
     if (!s) exit(1);
@@ -43,22 +49,28 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
 }
 
 /* The three variants side by side, a step of each in turn, so that the
- * machine's drift touches all three alike; the median of each. */
+ * machine's drift touches all three alike; the median of each. With a trace,
+ * one more step of each, recorded, not timed. */
 static Times time_variants(int zero, int nranks, const TrainOptions *o, const Dataset *data, double gbps,
-                           double latency_us) {
+                           double latency_us, Trace *trace) {
     enum { WARMUP = 2 };
-    Strategy *s[3] = {
-        make(zero, nranks, o, data, 0, 0, gbps, latency_us),
-        make(zero, nranks, o, data, 0, 1, gbps, latency_us),
-        make(zero, nranks, o, data, 1, 1, gbps, latency_us),
-    };
+    static const char *variant[3] = { "no sync", "overlap off", "overlap on" };
+    Strategy *s[3];
+    for (int v = 0; v < 3; v++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s N=%d %s", NAMES[zero], nranks, variant[v]);
+        s[v] = make(zero, nranks, o, data, v == 2, v > 0, gbps, latency_us, trace, label);
+    }
     double *ms[3];
     for (int v = 0; v < 3; v++) ms[v] = malloc(sizeof(double) * o->iters);
-    for (int i = 0; i < WARMUP + o->iters; i++)
+    int traced = WARMUP + o->iters;  /* the step recorded, if any */
+    for (int i = 0; i < traced + (trace != NULL); i++)
         for (int v = 0; v < 3; v++) {
+            if (trace) trace_record(trace, i == traced);
             double t = step_ms(s[v], data, (uint32_t)i, o->lr, o->grad_clip);
-            if (i >= WARMUP) ms[v][i - WARMUP] = t;
+            if (i >= WARMUP && i < traced) ms[v][i - WARMUP] = t;
         }
+    if (trace) trace_record(trace, 0);
     Times t = { median(ms[0], o->iters), median(ms[1], o->iters), median(ms[2], o->iters) };
     for (int v = 0; v < 3; v++) {
         s[v]->ops->destroy(s[v]);
@@ -71,7 +83,7 @@ static Times time_variants(int zero, int nranks, const TrainOptions *o, const Da
  * less a forward (evaluation's), each the median of runs taken in turn. */
 static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data) {
     enum { REPS = 9 };
-    Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0);
+    Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
     dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, rows, T, x, y);
@@ -120,6 +132,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_overlap: cannot write --log file '%s'\n", o.log);
         return 1;
     }
+    FILE *trace_file = o.trace[0] ? fopen(o.trace, "w") : NULL;
+    if (o.trace[0] && !trace_file) {
+        fprintf(stderr, "bench_overlap: cannot write --trace file '%s'\n", o.trace);
+        return 1;
+    }
+    if (trace_file) fclose(trace_file);
+    Trace *trace = o.trace[0] ? trace_create(TRACE_MAX_SPANS) : NULL;
     ModelConfig model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT };
     double gbps, latency_us;
     options_link(&o, &gbps, &latency_us);
@@ -137,7 +156,7 @@ int main(int argc, char **argv) {
                  backward_s * 1e3);
         chosen = why;
     }
-    Strategy *probe = make(0, 4, &o, &data, 0, 1, 0, 0);
+    Strategy *probe = make(0, 4, &o, &data, 0, 1, 0, 0, NULL, NULL);
     printf("device: %s; simulated ranks share it: their compute shares it, only the link is modeled\n",
            probe->placement);
     probe->ops->destroy(probe);
@@ -152,7 +171,7 @@ int main(int argc, char **argv) {
     for (int zero = 0; zero <= 3; zero++)
         for (int i = 0; i < 3; i++) {
             int N = ranks[i];
-            Times t = time_variants(zero, N, &o, &data, gbps, latency_us);
+            Times t = time_variants(zero, N, &o, &data, gbps, latency_us, trace);
             double comm = t.off - t.nosync, predicted = model_ms(zero, N, &model, gbps, latency_us);
             for (int overlap = 0; overlap <= 1; overlap++) {
                 double step = overlap ? t.on : t.off, exposed = step - t.nosync;
@@ -174,5 +193,13 @@ int main(int argc, char **argv) {
            "its one reduce-scatter of the arena needs the whole backward.\n");
     if (csv) fclose(csv);
     dataset_free(&data);
-    return 0;
+    int status = 0;
+    if (trace && trace_write(trace, o.trace, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_overlap: %s\n", err);
+        status = 1;
+    } else if (trace) {
+        printf("trace: one untimed step of every variant, %zu spans, in %s\n", trace_spans(trace), o.trace);
+    }
+    trace_destroy(trace);
+    return status;
 }

@@ -1,7 +1,9 @@
-/* kernels.c: every op of kernels.h, sent to the kernels of its stream's device. */
+/* kernels.c: every op of kernels.h, sent to the kernels of its stream's device,
+ * each one span of a traced stream (runtime/trace.h), named after the op. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../runtime/trace.h"
 #include "backend.h"
 
 static const KernelOps *backend(Stream *s) {
@@ -16,92 +18,132 @@ static const KernelOps *backend(Stream *s) {
 
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C) {
+    trace_begin(s, "embedding_forward", -1);
     backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
+    trace_end(s);
 }
 
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
                         int B, int T, int C, int V) {
+    trace_begin(s, "embedding_backward", -1);
     backend(s)->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C, V);
+    trace_end(s);
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, int N, int C) {
+    trace_begin(s, "layernorm_forward", -1);
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C);
+    trace_end(s);
 }
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C) {
+    trace_begin(s, "layernorm_backward", -1);
     backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C);
+    trace_end(s);
 }
 
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                     int OC) {
+    trace_begin(s, "matmul_forward", -1);
     backend(s)->matmul_forward(s, out, inp, weight, N, C, OC);
+    trace_end(s);
 }
 
 void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
+    trace_begin(s, "matmul_backward", -1);
     backend(s)->matmul_backward(s, dinp, dweight, dout, inp, weight, N, C, OC);
+    trace_end(s);
 }
 
 void attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B,
                        int T, int C, int NH, Dropout drop) {
+    trace_begin(s, "attention_forward", -1);
     backend(s)->attention_forward(s, out, att, scratch, qkv, B, T, C, NH, drop);
+    trace_end(s);
 }
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                         const float *att, int B, int T, int C, int NH, Dropout drop) {
+    trace_begin(s, "attention_backward", -1);
     backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop);
+    trace_end(s);
 }
 
 void gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
+    trace_begin(s, "gelu_forward", -1);
     backend(s)->gelu_forward(s, out, inp, n);
+    trace_end(s);
 }
 
 void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+    trace_begin(s, "gelu_backward", -1);
     backend(s)->gelu_backward(s, dinp, inp, dout, n);
+    trace_end(s);
 }
 
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
+    trace_begin(s, "residual_forward", -1);
     backend(s)->residual_forward(s, out, a, b, n);
+    trace_end(s);
+}
+
+/* At p = 0 a copy, unless in place. */
+static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
+    if (drop.p > 0.0f) backend(s)->dropout_forward(s, out, inp, n, drop);
+    else if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
 }
 
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    if (drop.p <= 0.0f) {
-        if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
-        return;
-    }
-    backend(s)->dropout_forward(s, out, inp, n, drop);
+    trace_begin(s, "dropout_forward", -1);
+    dropout_apply(s, out, inp, n, drop);
+    trace_end(s);
 }
 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
-    dropout_forward(s, dinp, dout, n, drop);
+    trace_begin(s, "dropout_backward", -1);
+    dropout_apply(s, dinp, dout, n, drop);
+    trace_end(s);
 }
 
 void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                           const float *logits, const int *targets, int N, int V) {
+    trace_begin(s, "crossentropy_forward", -1);
     backend(s)->crossentropy_forward(s, mean_loss, losses, probs, logits, targets, N, V);
+    trace_end(s);
 }
 
 void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N,
                            int V, float dloss) {
+    trace_begin(s, "crossentropy_backward", -1);
     backend(s)->crossentropy_backward(s, dlogits, probs, targets, N, V, dloss);
+    trace_end(s);
 }
 
 void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                   AdamWParams hp) {
+    trace_begin(s, "adamw_update", -1);
     backend(s)->adamw_update(s, param, grad, m, v, n, hp);
+    trace_end(s);
 }
 
 void sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
+    trace_begin(s, "sumsq_reduce", -1);
     backend(s)->sumsq_reduce(s, out, x, n);
+    trace_end(s);
 }
 
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+    trace_begin(s, "clip_scale", -1);
     backend(s)->clip_scale(s, x, n, sumsq, nparts, max_norm);
+    trace_end(s);
 }
 
 void fill_zero(Stream *s, float *x, size_t n) {
+    trace_begin(s, "fill_zero", -1);
     backend(s)->fill_zero(s, x, n);
+    trace_end(s);
 }

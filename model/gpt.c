@@ -1,4 +1,5 @@
-/* gpt.c: the GPT's layout, init, forward and backward, written out layer by layer. */
+/* gpt.c: the GPT's layout, init, forward and backward, written out layer by layer;
+ * on a traced stream each unit's part of the forward and of the backward is a span. */
 #include "gpt.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
+#include "../runtime/trace.h"
 
 /* The activation size table: each buffer and its size in floats, for B x T. */
 static void activation_table(Activations *a, const ModelConfig *cfg, int B, int T,
@@ -110,8 +112,10 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 
     model_before_forward(&m->base, 0);
     RootTensors root = root_tensors(m, m->base.unit_weights[0]);
+    trace_begin(s, "forward", 0);
     embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C);
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
+    trace_end(s);
 
     const float *x = a->encoded;  /* the residual stream entering each block */
     for (int l = 0; l < L; l++) {
@@ -126,6 +130,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
         float *fcproj = a->fcproj + l * BT * C, *resid3 = a->resid3 + l * BT * C;
         uint32_t site = 1 + 3 * (uint32_t)l;
 
+        trace_begin(s, "forward", 1 + l);
         layernorm_forward(s, ln1, ln1_mean, ln1_rstd, x, w.ln1_w, BT, C);
         matmul_forward(s, qkv, ln1, w.qkv_w, BT, C, 3 * C);
         attention_forward(s, atty, att, a->att_scratch, qkv, B, T, C, NH, dropout_at(m, site));
@@ -138,13 +143,16 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
         matmul_forward(s, fcproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
         dropout_forward(s, fcproj, fcproj, BT * C, dropout_at(m, site + 2));
         residual_forward(s, resid3, resid2, fcproj, BT * C);
+        trace_end(s);
         x = resid3;
     }
 
+    trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     matmul_forward(s, a->logits, a->lnf, root.wte, BT, C, V);  /* head tied to wte */
     crossentropy_forward(s, a->mean_loss, a->losses, a->probs, a->logits,
                          targets ? m->base.targets : NULL, BT, V);
+    trace_end(s);
 }
 
 void gpt_backward(GPT *m, float dloss) {
@@ -160,11 +168,13 @@ void gpt_backward(GPT *m, float dloss) {
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
     /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
+    trace_begin(s, "backward", 0);
     crossentropy_backward(s, a->dlogits, a->probs, m->base.targets, BT, V, dloss / (float)BT);
     matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
                        a->lnf_mean, a->lnf_rstd, BT, C);
+    trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
         model_before_backward(&m->base, 1 + l);
@@ -180,6 +190,7 @@ void gpt_backward(GPT *m, float dloss) {
         uint32_t site = 1 + 3 * (uint32_t)l;
 
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
+        trace_begin(s, "backward", 1 + l);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
         gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
@@ -193,11 +204,14 @@ void gpt_backward(GPT *m, float dloss) {
                            dropout_at(m, site));
         matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
         layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C);
+        trace_end(s);
         model_after_backward(&m->base, 1 + l);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
+    trace_begin(s, "backward", 0);
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->base.tokens, B, T, C, V);
+    trace_end(s);
     model_after_backward(&m->base, 0);
 }

@@ -6,6 +6,7 @@
 
 #include "../kernels/kernels.h"
 #include "../runtime/host.h"
+#include "../runtime/trace.h"
 
 void mlp_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
     int C = cfg->embd;
@@ -45,9 +46,12 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
+    trace_begin(s, "forward", 0);
     embedding_forward(s, m->x, base->tokens, wte, wpe, B, T, C);
+    trace_end(s);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
+        trace_begin(s, "forward", 1 + l);
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
@@ -55,9 +59,12 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         matmul_forward(s, h, ln, fc_w, BT, C, C);
         gelu_forward(s, h_gelu, h, BT * C);
         residual_forward(s, x_next, x, h_gelu, BT * C);
+        trace_end(s);
     }
+    trace_begin(s, "forward", 0);
     matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
     crossentropy_forward(s, m->loss, m->losses, m->probs, m->logits, targets ? base->targets : NULL, BT, V);
+    trace_end(s);
 }
 
 static void mlp_backward(Model *base, float dloss) {
@@ -68,22 +75,28 @@ static void mlp_backward(Model *base, float dloss) {
     model_before_backward(base, 0);
     const float *wte = base->unit_weights[0];
     float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
+    trace_begin(s, "backward", 0);
     crossentropy_backward(s, m->dlogits, m->probs, base->targets, BT, V, dloss / (float)BT);
     matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
+    trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
         model_before_backward(base, 1 + l);
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *dln_w = base->unit_grads[1 + l], *dfc_w = dln_w + C;
         size_t at = (size_t)l * BT * C;
+        trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
         gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
                            m->ln_rstd + (size_t)l * BT, BT, C);
+        trace_end(s);
         model_after_backward(base, 1 + l);
     }
+    trace_begin(s, "backward", 0);
     embedding_backward(s, dwte, dwpe, m->dx, base->tokens, m->B, m->T, C, V);
+    trace_end(s);
     model_after_backward(base, 0);
 }
 

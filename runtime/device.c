@@ -78,6 +78,16 @@ void stream_hold(Stream *s, double seconds) {
 
 void stream_synchronize(Stream *s) { s->dev->ops->synchronize(s); }
 
+void stream_stamp(Stream *s, Stamp *at) {
+    at->dev = s->dev;
+    s->dev->ops->stamp(s, at);
+}
+
+int64_t stamp_read(Stamp *at) {
+    if (at->dev->ops->stamp_read) at->dev->ops->stamp_read(at);
+    return at->ns;
+}
+
 Event *event_create(Device *dev) { return dev->ops->event_create(dev); }
 
 void event_destroy(Event *ev) {

@@ -78,6 +78,19 @@ void stream_timer_start(Stream *s);
 void stream_hold(Stream *s, double seconds);
 void stream_synchronize(Stream *s);
 
+/* A stamp: when a stream reached a point of its work, for traces
+ * (runtime/trace.h). stream_stamp enqueues the point; once the stream is past
+ * it (after a synchronize), stamp_read gives that time in ns on the host's
+ * CLOCK_MONOTONIC (a GPU's events are placed on it) and frees what the stamp
+ * held. A stamp must not move until it is read. */
+typedef struct {
+    int64_t ns;
+    void *event;   /* the backend's, until read */
+    Device *dev;
+} Stamp;
+void stream_stamp(Stream *s, Stamp *at);
+int64_t stamp_read(Stamp *at);
+
 /* An event of dev's kind, recorded and waited on by dev's streams (waits may
  * come from streams of other devices of the same kind). */
 Event *event_create(Device *dev);

@@ -32,6 +32,8 @@ typedef struct {
     void (*event_record)(Event *ev, Stream *s);
     void (*wait_event)(Stream *s, Event *ev);
     void (*event_synchronize)(Event *ev);
+    void (*stamp)(Stream *s, Stamp *at);
+    void (*stamp_read)(Stamp *at);  /* NULL: the stream wrote at->ns itself */
 } DeviceOps;
 
 struct Device {
@@ -45,6 +47,7 @@ struct Device {
 
 struct Stream {
     Device *dev;
+    struct TraceLane *trace;     /* where its spans go (runtime/trace.c); NULL: untraced */
 };
 
 struct Event {

@@ -343,10 +343,28 @@ static void cpu_event_synchronize(Event *ev) {
     marker_release(m);
 }
 
+/* ---- stamps: the worker notes the time it reaches one ---- */
+
+typedef struct { Stamp *at; } StampArgs;
+
+static void stamp_task(void *p) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ((StampArgs *)p)->at->ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void cpu_stamp(Stream *s, Stamp *at) {
+    StampArgs a = { at };
+    stream_launch(s, stamp_task, &a, sizeof a);
+}
+
 static const DeviceOps cpu_ops = {
-    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum, cpu_timer_start, cpu_hold,
-    cpu_synchronize, cpu_event_create, cpu_event_destroy, cpu_event_record, cpu_wait_event,
-    cpu_event_synchronize,
+    .destroy = cpu_destroy, .alloc = cpu_alloc, .free = cpu_free,
+    .stream_create = cpu_stream_create, .stream_destroy = cpu_stream_destroy,
+    .copy = cpu_copy, .sum = cpu_sum, .timer_start = cpu_timer_start, .hold = cpu_hold,
+    .synchronize = cpu_synchronize, .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record, .wait_event = cpu_wait_event, .event_synchronize = cpu_event_synchronize,
+    .stamp = cpu_stamp, .stamp_read = NULL,
 };
 
 Device *device_create_cpu(int sharing) {

@@ -4,10 +4,13 @@
  * GPU: one device handle per rank, for the memory counts), each stream is a
  * non-blocking CUDA stream with its own cuBLAS handle, and events are CUDA
  * events without timing. Every call makes the GPU current first, so any rank's
- * thread can enqueue on any stream.
+ * thread can enqueue on any stream. A trace's stamps are timing events, read
+ * against a reference event per GPU.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "device_backend.h"
 #include "device_cuda.h"
@@ -205,10 +208,74 @@ static void cuda_event_synchronize(Event *ev) {
     CHECK(cudaEventSynchronize(((CudaEvent *)ev)->event));
 }
 
+/* ---- stamps (traces): a timing event each, placed on the host's clock ---- */
+
+enum { STAMP_MAX_GPUS = 64 };
+
+/* Per GPU, an event recorded before its first stamp, and the host's clock then. */
+typedef struct {
+    int set;
+    cudaEvent_t event;
+    int64_t ns;
+} StampReference;
+
+static StampReference stamp_references[STAMP_MAX_GPUS];
+static pthread_mutex_t stamp_references_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t host_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Recorded on the legacy stream, which our non-blocking streams leave idle, so
+ * it completes at once: the host's clock just after it is the event's time. */
+static StampReference *stamp_reference(Device *dev) {
+    if (dev->ordinal < 0 || dev->ordinal >= STAMP_MAX_GPUS) {
+        fprintf(stderr, "fatal: a trace stamp on GPU %d (0..%d)\n", dev->ordinal, STAMP_MAX_GPUS - 1);
+        abort();
+    }
+    StampReference *ref = &stamp_references[dev->ordinal];
+    if (pthread_mutex_lock(&stamp_references_mu) != 0) {
+        fprintf(stderr, "fatal: pthread_mutex_lock failed for the trace stamps\n");
+        abort();
+    }
+    if (!ref->set) {
+        use_device(dev);
+        CHECK(cudaEventCreate(&ref->event));
+        CHECK(cudaEventRecord(ref->event, cudaStreamLegacy));
+        CHECK(cudaEventSynchronize(ref->event));
+        ref->ns = host_ns();
+        ref->set = 1;
+    }
+    pthread_mutex_unlock(&stamp_references_mu);
+    return ref;
+}
+
+static void cuda_stamp(Stream *s, Stamp *at) {
+    stamp_reference(s->dev);
+    cudaEvent_t ev;
+    use_device(s->dev);
+    CHECK(cudaEventCreate(&ev));
+    CHECK(cudaEventRecord(ev, cuda_stream(s)));
+    at->event = ev;
+}
+
+static void cuda_stamp_read(Stamp *at) {
+    StampReference *ref = stamp_reference(at->dev);
+    cudaEvent_t ev = (cudaEvent_t)at->event;
+    float ms;
+    use_device(at->dev);
+    CHECK(cudaEventElapsedTime(&ms, ref->event, ev));
+    CHECK(cudaEventDestroy(ev));
+    at->event = NULL;
+    at->ns = ref->ns + (int64_t)((double)ms * 1e6);
+}
+
 static const DeviceOps cuda_ops = {
     cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum, cuda_timer_start, cuda_hold,
     cuda_synchronize, cuda_event_create, cuda_event_destroy, cuda_event_record, cuda_wait_event,
-    cuda_event_synchronize,
+    cuda_event_synchronize, cuda_stamp, cuda_stamp_read,
 };
 
 Device *device_create_cuda(int ordinal) {

@@ -78,6 +78,7 @@ void pg_destroy(ProcessGroup *pg) {
         if (pg->compute[r]) stream_synchronize(pg->compute[r]);
         if (pg->comm[r]) stream_synchronize(pg->comm[r]);
     }
+    if (pg->trace) trace_collect(pg->trace);
     if (pg->collectives->destroy) pg->collectives->destroy(pg);
     for (int r = 0; r < pg->nranks; r++) {
         stream_destroy(pg->compute[r]);
@@ -155,18 +156,53 @@ double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
     return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->nranks, all_reduce, n);
 }
 
-/* The collective's start: its producers, then the modeled link's clock starts. */
-static void begin(ProcessGroup *pg) {
+void pg_trace(ProcessGroup *pg, Trace *t, const char *label) {
+    pg->trace = t;
+    for (int r = 0; r < pg->nranks; r++) {
+        char name[FIBERS_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%s%srank %d", label, label[0] ? " " : "", r);
+        int pid = trace_add_process(t, name);
+        trace_attach(t, pg->compute[r], pid, 0, "compute");
+        trace_attach(t, pg->comm[r], pid, 1, "comm");
+    }
+}
+
+void pg_trace_next(ProcessGroup *pg, const char *what, int unit) {
+    if (!pg->trace) return;
+    snprintf(pg->next_label, sizeof pg->next_label, "%s", what);
+    pg->next_unit = unit;
+}
+
+/* The label pg_trace_next gave the collective starting now, used up. */
+static void take_label(ProcessGroup *pg, const char *collective, char *name, size_t len, int *unit) {
+    snprintf(name, len, "%s%s%s", collective, pg->next_label[0] ? " " : "", pg->next_label);
+    *unit = pg->next_label[0] ? pg->next_unit : -1;
+    pg->next_label[0] = 0;
+}
+
+/* The collective's start: its producers, then its span and the modeled link's
+ * clock start. */
+static void begin(ProcessGroup *pg, const char *collective) {
     wait_for_producers(pg);
+    if (pg->trace) {
+        char name[2 * FIBERS_NAME_MAX];
+        int unit;
+        take_label(pg, collective, name, sizeof name, &unit);
+        for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], name, unit);
+    }
     if (pg->link_gbps > 0)
         for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
 }
 
 /* The collective's end: the modeled link's time is up (the data moved
- * meanwhile), then the compute streams wait for it, or done[r] marks it. */
+ * meanwhile), its span ends, then the compute streams wait for it, or done[r]
+ * marks it. */
 static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) {
     double seconds = pg_link_seconds(pg, all_reduce, n);
-    for (int r = 0; r < pg->nranks; r++) stream_hold(pg->comm[r], seconds);
+    for (int r = 0; r < pg->nranks; r++) {
+        stream_hold(pg->comm[r], seconds);
+        trace_end(pg->comm[r]);
+    }
     if (!done) {
         wait_for_parts(pg, pg->compute);
         return;
@@ -178,6 +214,7 @@ static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) 
  * what they always do: the producers' work is done too (a caller may read the
  * buffers on the communication stream after them). */
 static void skip(ProcessGroup *pg, Event *const *done) {
+    pg->next_label[0] = 0;
     if (!done) return;
     wait_for_producers(pg);
     for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
@@ -195,7 +232,7 @@ void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
         skip(pg, done);
         return;
     }
-    begin(pg);
+    begin(pg, "reduce-scatter");
     pg->collectives->reduce_scatter(pg, send, recv, n, scale);
     end(pg, 0, n, done);
 }
@@ -205,7 +242,7 @@ void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, siz
         skip(pg, done);
         return;
     }
-    begin(pg);
+    begin(pg, "all-gather");
     pg->collectives->all_gather(pg, send, recv, n);
     end(pg, 0, n, done);
 }
@@ -219,7 +256,7 @@ void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, 
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
         shards[r] = (size_t)r * shard < n ? bufs[r] + (size_t)r * shard : bufs[r];
-    begin(pg);
+    begin(pg, "all-reduce");
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale);
     wait_for_parts(pg, pg->comm);
     pg->collectives->all_gather(pg, shards, bufs, n);

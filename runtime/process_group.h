@@ -32,6 +32,7 @@
 
 #include "device.h"
 #include "fibers.h"
+#include "trace.h"
 
 typedef struct ProcessGroup ProcessGroup;
 
@@ -54,6 +55,9 @@ struct ProcessGroup {
     Event *produced[FIBERS_MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
     double link_gbps, link_latency_us;  /* the modeled link (0: none); see pg_set_link */
+    Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
+    char next_label[FIBERS_NAME_MAX];   /* what the next collective is for (pg_trace_next) */
+    int next_unit;
 };
 
 /* Where ranks may run: the CPU (the zero value, what the tests ask for), any
@@ -68,6 +72,7 @@ ProcessGroup *pg_create(int nranks, Placement where);
 ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
 /* N ranks on GPUs 0..N-1 through NCCL (runtime/process_group_nccl.c). */
 ProcessGroup *pg_create_nccl(int nranks);
+/* Collects the group's trace, if any, before its streams go (runtime/trace.h). */
 void pg_destroy(ProcessGroup *pg);
 
 /* Shared by the backends: each rank's device handle and streams, and its events. */
@@ -86,6 +91,15 @@ void pg_set_link(ProcessGroup *pg, double gbps, double latency_us);
 double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n);
 /* The seconds the group's modeled link gives a collective (0 without one). */
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
+
+/* Trace every rank's streams: process "LABEL rank r" (or "rank r" for an empty
+ * label), threads "compute" and "comm". Each collective is then one span on
+ * every rank's communication stream, from the end of its waits for the
+ * producers to the end of the modeled link's hold, named after the collective
+ * and what pg_trace_next said it is for ("reduce-scatter unit 3"). */
+void pg_trace(ProcessGroup *pg, Trace *t, const char *label);
+/* What the next collective is for ("unit 3", "bucket 2"), and its unit. */
+void pg_trace_next(ProcessGroup *pg, const char *what, int unit);
 
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
 void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done);

@@ -24,6 +24,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
         return -1;
     }
     pg_set_link(d->pg, cfg->link_gbps, cfg->link_latency_us);
+    if (cfg->trace) pg_trace(d->pg, cfg->trace, cfg->trace_label ? cfg->trace_label : "");
     d->base.sync_grads = 1;
     d->base.placement = d->pg->description;
     d->base.device_kind = device_kind(d->pg->device[0]);
@@ -136,7 +137,10 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
         own_part[r] = d->norm_parts[r] + (sharded ? r : 0);
         sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len);
     }
-    if (sharded) pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks, NULL);
+    if (sharded) {
+        pg_trace_next(d->pg, "norm", -1);
+        pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks, NULL);
+    }
     for (int r = 0; r < d->nranks; r++)
         clip_scale(d->pg->compute[r], d->grad_part[r], d->grad_part_len, d->norm_parts[r],
                    sharded ? d->nranks : 1, max_norm);

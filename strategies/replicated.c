@@ -84,6 +84,9 @@ static void all_reduce_bucket(Ranks *ranks, int index) {
     Bucket *b = &d->bucket[index];
     float *grads[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->nranks; r++) grads[r] = ranks->model[r]->grads + b->offset;
+    char what[FIBERS_NAME_MAX];
+    snprintf(what, sizeof what, "bucket %d", index);
+    pg_trace_next(ranks->pg, what, b->last_unit);
     pg_all_reduce(ranks->pg, grads, b->length, 1.0f / (float)ranks->nranks,
                   ranks->base.cfg.overlap ? b->done : NULL);
 }
@@ -97,6 +100,7 @@ static void reduce_scatter_arena(Ranks *ranks, int index) {
         grads[r] = ranks->model[r]->grads;
         parts[r] = grads[r] + (size_t)r * d->part;
     }
+    pg_trace_next(ranks->pg, "arena", -1);
     pg_reduce_scatter(ranks->pg, grads, parts, d->total, 1.0f / (float)ranks->nranks, NULL);
 }
 
@@ -137,6 +141,7 @@ static void step(Strategy *s) {
             params[r] = ranks->model[r]->params;
             parts[r] = params[r] + (size_t)r * d->part;
         }
+        pg_trace_next(ranks->pg, "weights", -1);
         pg_all_gather(ranks->pg, parts, params, d->total, NULL);
     }
 }

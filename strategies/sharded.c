@@ -69,13 +69,17 @@ static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0
 
 static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap ? b->done : NULL; }
 
-/* Gather a unit's weights into its buffer on every rank, unless it is there. */
-static void ensure_gathered(Sharded *d, int unit) {
+/* Gather a unit's weights into its buffer on every rank, unless it is there;
+ * a prefetch gathers the unit that computes next, ahead of its turn. */
+static void ensure_gathered(Sharded *d, int unit, int prefetch) {
     Ranks *ranks = &d->ranks;
     UnitBuffer *b = gather_of(d, unit);
     if (b->unit == unit) return;
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->nranks; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    char what[FIBERS_NAME_MAX];
+    snprintf(what, sizeof what, "%sunit %d", prefetch ? "prefetch " : "", unit);
+    pg_trace_next(ranks->pg, what, unit);
     pg_all_gather(ranks->pg, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
     b->unit = unit;
 }
@@ -86,16 +90,16 @@ static void gather_forward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
     if (unit == 0)
         for (int i = 0; i <= d->pool; i++) d->gather[i].unit = -1;
-    ensure_gathered(d, unit);
-    if (ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1);
+    ensure_gathered(d, unit, 0);
+    if (ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1, 1);
 }
 
 /* Before a block's backward; with overlap, the block below is prefetched. The
  * last blocks of the forward are often still there. */
 static void gather_backward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
-    ensure_gathered(d, unit);
-    if (ranks->base.cfg.overlap && unit > 1) ensure_gathered(d, unit - 1);
+    ensure_gathered(d, unit, 0);
+    if (ranks->base.cfg.overlap && unit > 1) ensure_gathered(d, unit - 1, 1);
 }
 
 /* Every rank's slot of the unit, reduced into the owners' gradient shards.
@@ -113,6 +117,9 @@ static void reduce_scatter_unit(Ranks *ranks, int unit) {
         own[r] = slot->rank_buf[r] + (size_t)r * shard;
     }
     int accumulate = ranks->micro > 0;
+    char what[FIBERS_NAME_MAX];
+    snprintf(what, sizeof what, "unit %d", unit);
+    pg_trace_next(ranks->pg, what, unit);
     pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,
                       done_events(d, slot));
     if (!accumulate) return;
@@ -194,6 +201,9 @@ static void step(Strategy *s) {
             full[r] = ranks->model[r]->unit_weights[u];
             shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
         }
+        char what[FIBERS_NAME_MAX];
+        snprintf(what, sizeof what, "weights unit %d", u);
+        pg_trace_next(ranks->pg, what, u);
         pg_all_gather(ranks->pg, shards, full, layout->units[u].size, NULL);
     }
 }

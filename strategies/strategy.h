@@ -35,6 +35,11 @@ typedef struct {
     int overlap;
     size_t bucket_bytes;
     double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
+    /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
+     * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the
+     * strategy, whose destroy collects it. */
+    Trace *trace;
+    const char *trace_label;
 } StrategyConfig;
 
 typedef struct Strategy Strategy;

@@ -135,6 +135,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         }
 
         double t0 = wall_seconds();
+        if (cfg->trace) trace_record(cfg->trace, iter - cfg->start_iter < cfg->trace_steps);
         float lr = lr_at(&cfg->schedule, iter);
         s->ops->set_lr(s, lr);
         double loss_sum = 0.0;
@@ -147,6 +148,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         if (status != 0) break;
         s->ops->clip_grads(s, cfg->grad_clip);
         s->ops->step(s);
+        if (cfg->trace) trace_record(cfg->trace, 0);
         float loss = (float)(loss_sum / micros);
         step_seconds += wall_seconds() - t0;
         window_steps++;

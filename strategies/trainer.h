@@ -22,6 +22,8 @@ typedef struct {
     int sample_chars;      /* generated at the end; 0 for none */
     FILE *out;             /* progress lines; NULL for none */
     FILE *log;             /* JSON lines; NULL for none */
+    Trace *trace;          /* records the first trace_steps steps (the strategy's streams traced into it); NULL for none */
+    int trace_steps;
 } TrainConfig;
 
 typedef struct {

@@ -2,6 +2,7 @@
 #include "reference.h"
 
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -270,4 +271,92 @@ void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
     int tail = vsnprintf(cmd + head, len - (size_t)head, args_fmt, ap);
     va_end(ap);
     cr_assert(tail >= 0 && (size_t)tail < len - (size_t)head, "the command does not fit in %zu bytes", len);
+}
+
+/* The whole file as text (malloc'd), or NULL. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = calloc((size_t)size + 1, 1);
+    if (text && fread(text, 1, (size_t)size, f) != (size_t)size) {
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
+}
+
+/* What is wrong with event i, or NULL; a complete event goes to *span. */
+static const char *trace_event_error(const cJSON *ev, TraceSpan *span, int *is_span) {
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(ev, "ph"), *name = cJSON_GetObjectItemCaseSensitive(ev, "name");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(ev, "pid"), *args = cJSON_GetObjectItemCaseSensitive(ev, "args");
+    if (!cJSON_IsString(ph) || !cJSON_IsString(name) || !cJSON_IsNumber(pid) || !cJSON_IsObject(args))
+        return "an event without a string ph and name, a number pid and an args object";
+    *is_span = strcmp(ph->valuestring, "X") == 0;
+    if (strcmp(ph->valuestring, "M") == 0) {
+        const int names_a_row = !strcmp(name->valuestring, "process_name") || !strcmp(name->valuestring, "thread_name");
+        if (names_a_row && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(args, "name")))
+            return "a process_name or thread_name event without args.name";
+        return NULL;
+    }
+    if (!*is_span) return "an event neither complete (X) nor metadata (M)";
+    const cJSON *tid = cJSON_GetObjectItemCaseSensitive(ev, "tid"), *ts = cJSON_GetObjectItemCaseSensitive(ev, "ts");
+    const cJSON *dur = cJSON_GetObjectItemCaseSensitive(ev, "dur"), *unit = cJSON_GetObjectItemCaseSensitive(args, "unit");
+    if (!cJSON_IsNumber(tid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur) || !cJSON_IsNumber(unit))
+        return "a complete event without numbers tid, ts, dur and args.unit";
+    if (ts->valuedouble < 0 || dur->valuedouble < 0) return "a complete event with a negative ts or dur";
+    snprintf(span->name, sizeof span->name, "%s", name->valuestring);
+    span->pid = pid->valueint;
+    span->tid = tid->valueint;
+    span->unit = unit->valueint;
+    span->ts = ts->valuedouble;
+    span->dur = dur->valuedouble;
+    return NULL;
+}
+
+TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen) {
+    char *text = read_text(path);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    if (!cJSON_IsArray(events)) {
+        snprintf(err, errlen, "%s: %s", path, root ? "no traceEvents array" : "not readable JSON");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    TraceSpan *spans = calloc((size_t)cJSON_GetArraySize(events) + 1, sizeof *spans);
+    *n = 0;
+    int i = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, events) {
+        int is_span = 0;
+        const char *bad = trace_event_error(ev, &spans[*n], &is_span);
+        if (bad) {
+            snprintf(err, errlen, "%s: event %d: %s", path, i, bad);
+            free(spans);
+            cJSON_Delete(root);
+            return NULL;
+        }
+        *n += is_span;
+        i++;
+    }
+    cJSON_Delete(root);
+    return spans;
+}
+
+int trace_spans_nest(const TraceSpan *spans, int n) {
+    const double eps = 5e-4;  /* ts and dur are whole ns, in us */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const TraceSpan *a = &spans[i], *b = &spans[j];
+            if (i == j || a->pid != b->pid || a->tid != b->tid) continue;
+            int disjoint = a->ts + a->dur <= b->ts + eps || b->ts + b->dur <= a->ts + eps;
+            int a_in_b = a->ts >= b->ts - eps && a->ts + a->dur <= b->ts + b->dur + eps;
+            int b_in_a = b->ts >= a->ts - eps && b->ts + b->dur <= a->ts + a->dur + eps;
+            if (!disjoint && !a_in_b && !b_in_a) return 0;
+        }
+    return 1;
 }

@@ -64,5 +64,21 @@ void need_torch(void);
 /* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+/* One span of a Chrome trace file (runtime/trace.h): a complete event. */
+typedef struct {
+    char name[48];
+    int pid, tid, unit;
+    double ts, dur;  /* microseconds */
+} TraceSpan;
+/* The complete events of a trace file, checked against the trace-event format
+ * as Perfetto reads it: a "traceEvents" array of objects, each with a string
+ * "ph" and "name" and a number "pid"; complete events ("X") with numbers
+ * "tid", "ts" and "dur" >= 0 and "args": {"unit": number}; metadata ("M")
+ * naming a process or a thread in "args": {"name": string}. Returns the spans
+ * (malloc'd, *n of them), or NULL with what was wrong in err. */
+TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen);
+/* 1 if on every row (pid, tid) any two spans nest or are disjoint, as Perfetto
+ * draws a row's spans as a stack. */
+int trace_spans_nest(const TraceSpan *spans, int n);
 
 #endif

@@ -4,16 +4,19 @@
  * relative error below 1e-5 for elementwise ops, 1e-4 for matmuls and
  * reductions); a small GPT trained 20 steps on each; the strategy gate on the
  * GPU simulator (four strategies bit-identical at N = 2); NCCL against the GPU
- * simulator at N = 1, bit for bit. Without a GPU each test prints a SKIP line;
- * with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing GPU fails instead.
+ * simulator at N = 1, bit for bit; a trace stamped by CUDA events. Without a
+ * GPU each test prints a SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh)
+ * a missing GPU fails instead.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kernels/kernels.h"
+#include "../runtime/trace.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -333,4 +336,38 @@ Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
     free(b);
     pg_destroy(nccl);
     pg_destroy(sim);
+}
+
+/* A trace of ZeRO-3 on the GPU simulator, stamped by timing events: every
+ * rank's compute and comm rows hold spans, and each row's spans nest. */
+Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
+    need_gpu();
+    load_data();
+    Trace *t = trace_create(1 << 14);
+    StrategyConfig sc = small_gpt(2, PLACE_CUDA, 0.0f);
+    sc.overlap = 1;
+    sc.link_gbps = 0.05;
+    sc.trace = t;
+    TrainConfig tc = { .iters = 2, .schedule = { 1e-3f, 1e-4f, 1, 2 }, .trace = t, .trace_steps = 2 };
+    size_t n;
+    float *w = train_weights(3, &sc, &tc, &data, &n);
+    cr_assert_not_null(w);
+    free(w);
+    const char *path = "/tmp/zf_gpu_trace.json";
+    char err[512];
+    cr_assert_eq(trace_write(t, path, err, sizeof err), 0, "%s", err);
+    trace_destroy(t);
+    int count;
+    TraceSpan *spans = trace_read_spans(path, &count, err, sizeof err);
+    cr_assert_not_null(spans, "%s", err);
+    for (int rank = 0; rank < 2; rank++)
+        for (int tid = 0; tid < 2; tid++) {
+            int on_row = 0;
+            for (int i = 0; i < count; i++) on_row += spans[i].pid == rank && spans[i].tid == tid;
+            cr_expect_gt(on_row, 0, "rank %d, thread %d: no spans", rank, tid);
+        }
+    cr_expect(trace_spans_nest(spans, count), "spans of one stream overlap without nesting");
+    free(spans);
+    unlink(path);
+    dataset_free(&data);
 }

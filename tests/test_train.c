@@ -136,6 +136,7 @@ Test(train, bad_flags_exit_2_with_one_line) {
         { "--gpus=65", "--gpus=65 must be in 1..64" },
         { "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
         { "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
+        { "--trace-steps=0", "--trace-steps=0 must be at least 1" },
         { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
         { "--block=100000", "exceed 2^31 floats" },
     };
@@ -325,19 +326,84 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
     rmdir(dir);
 }
 
+/* The file begins as a PNG does. */
+static void expect_png(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    unsigned char magic[8];
+    cr_expect_eq(fread(magic, 1, 8, f), 8);
+    fclose(f);
+    cr_expect(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", path);
+}
+
 Test(train, plot_loss_draws_a_log) {
     if (system("command -v gnuplot >/dev/null") != 0) test_skip("gnuplot is missing (make deps installs it)");
     char err[4096];
     cr_assert_eq(run_train("--iters=4 --eval-every=2 --eval-iters=1 --sample-chars=0 --log-every=1 "
                            "--layers=1 --embd=16 --heads=2 --block=16 --log=/tmp/zf_plot.jsonl", err, sizeof err), 0, "%s", err);
     cr_assert_eq(system("tools/plot_loss /tmp/zf_plot.jsonl /tmp/zf_plot.png >/dev/null"), 0);
-    FILE *f = fopen("/tmp/zf_plot.png", "rb");
-    cr_assert_not_null(f);
-    unsigned char magic[8];
-    cr_expect_eq(fread(magic, 1, 8, f), 8);
-    fclose(f);
-    cr_expect(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "not a PNG");
+    expect_png("/tmp/zf_plot.png");
     cr_expect_neq(system("tools/plot_loss /dev/null /tmp/zf_plot_empty.png 2>/dev/null"), 0, "an empty log is an error");
     unlink("/tmp/zf_plot.jsonl");
     unlink("/tmp/zf_plot.png");
+}
+
+/* ---- --trace: a Chrome trace of the first steps ---- */
+
+static int count_spans(const TraceSpan *spans, int n, int pid, int tid, const char *name) {
+    int count = 0;
+    for (int i = 0; i < n; i++) count += spans[i].pid == pid && spans[i].tid == tid && !strcmp(spans[i].name, name);
+    return count;
+}
+
+Test(train, trace_writes_chrome_trace_events) {
+    char path[64], args[512], err[4096];
+    snprintf(path, sizeof path, "/tmp/zf_train_trace_%d.json", (int)getpid());
+    snprintf(args, sizeof args, "--iters=3 --trace-steps=2 --eval-every=0 --eval-iters=1 --sample-chars=0 --layers=2 "
+             "--embd=16 --heads=2 --block=16 --batch=2 --zero=3 --gpus=2 --trace=%s", path);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    int n;
+    TraceSpan *spans = trace_read_spans(path, &n, err, sizeof err);
+    cr_assert_not_null(spans, "%s", err);
+    cr_expect(trace_spans_nest(spans, n), "spans of one stream overlap without nesting");
+    for (int rank = 0; rank < 2; rank++) {
+        /* two steps traced of three: each op, unit and collective once a step */
+        cr_expect_eq(count_spans(spans, n, rank, 0, "matmul_forward"), 2 * (2 * 4 + 1), "rank %d", rank);
+        cr_expect_eq(count_spans(spans, n, rank, 0, "backward"), 2 * (2 + 2), "rank %d", rank);
+        cr_expect_eq(count_spans(spans, n, rank, 1, "reduce-scatter unit 1"), 2, "rank %d", rank);
+        cr_expect_eq(count_spans(spans, n, rank, 1, "all-gather prefetch unit 2"), 2, "rank %d", rank);
+    }
+    for (int i = 0; i < n; i++)
+        if (!strcmp(spans[i].name, "backward")) cr_expect(spans[i].unit >= 0 && spans[i].unit <= 2, "unit %d", spans[i].unit);
+    free(spans);
+    /* the rows' names: processes "rank r", threads compute and comm */
+    static const char *rows[] = { "\"rank 0\"", "\"rank 1\"", "\"compute\"", "\"comm\"" };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "grep -q '\"name\": %s' %s", rows[i], path);
+        cr_expect_eq(system(cmd), 0, "no row named %s", rows[i]);
+    }
+    unlink(path);
+}
+
+Test(train, trace_to_a_file_it_cannot_write_exits_1_with_one_line) {
+    char err[4096];
+    int rc = run_train("--iters=1 --layers=1 --embd=16 --heads=2 --block=16 --trace=/nonexistent/dir/t.json", err,
+                       sizeof err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "cannot write --trace file '/nonexistent/dir/t.json'") != NULL, "%s", err);
+    cr_expect_eq(count_lines(err), 1, "%s", err);
+}
+
+Test(train, plot_trace_draws_a_trace) {
+    if (system("command -v gnuplot >/dev/null") != 0) cr_skip_test("SKIP: gnuplot is missing (make deps installs it)");
+    char err[4096];
+    cr_assert_eq(run_train("--iters=1 --eval-every=0 --eval-iters=0 --sample-chars=0 --layers=1 --embd=16 --heads=2 "
+                           "--block=16 --zero=2 --gpus=2 --trace=/tmp/zf_plot_trace.json", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(system("tools/plot_trace /tmp/zf_plot_trace.json /tmp/zf_plot_trace.png >/dev/null"), 0);
+    expect_png("/tmp/zf_plot_trace.png");
+    cr_expect_neq(system("tools/plot_trace /dev/null /tmp/zf_plot_trace_empty.png 2>/dev/null"), 0,
+                  "a trace without spans is an error");
+    unlink("/tmp/zf_plot_trace.json");
+    unlink("/tmp/zf_plot_trace.png");
 }

@@ -13,7 +13,7 @@
 int options_preset(TrainOptions *o, const char *name) {
     /* values that both presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
-        .data = "data/tinyshakespeare.txt", .log = "",
+        .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
         .grad_accum = 1, .prompt = "\n", .temperature = 1.0f,
@@ -69,6 +69,9 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "log-every", FLAG_INT, &o->log_every, 0, "steps between progress lines" },
         { "sample-chars", FLAG_INT, &o->sample_chars, 0, "characters sampled at the end" },
         { "log", FLAG_PATH, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
+        { "trace", FLAG_PATH, o->trace, sizeof o->trace, "write every rank's stream work in the first --trace-steps steps "
+          "as a Chrome trace (Perfetto)" },
+        { "trace-steps", FLAG_INT, &o->trace_steps, 0, "training steps --trace records, from the first" },
         { "out", FLAG_PATH, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
         { "always-save", FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
         { "resume", FLAG_PATH, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
@@ -173,6 +176,7 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
+    else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);
     else if (o->grad_accum < 1 || o->grad_accum > 1024)
         snprintf(bad, sizeof bad, "--grad-accum=%d must be in 1..1024", o->grad_accum);
     else if (o->always_save != 0 && o->always_save != 1)

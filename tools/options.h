@@ -12,6 +12,8 @@ typedef struct {
     char preset[32];
     char data[OPTION_PATH_MAX];
     char log[OPTION_PATH_MAX];
+    char trace[OPTION_PATH_MAX];     /* a Chrome trace of the first trace_steps steps; "" for none */
+    int trace_steps;
     int layers, heads, embd, block, batch;
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;

@@ -11,6 +11,22 @@
 #include "../strategies/trainer.h"
 #include "options.h"
 
+/* Room for a few steps of 64 ranks of the char preset; past it spans are counted, not kept. */
+enum { TRACE_MAX_SPANS = 1 << 18 };
+
+/* Write the trace of the run's first `steps` steps; 0, or 1 after a one-line error. */
+static int write_trace(Trace *trace, const TrainOptions *o, int steps) {
+    char err[768];
+    if (trace_write(trace, o->trace, err, sizeof err) != 0) {
+        fprintf(stderr, "train: %s\n", err);
+        return 1;
+    }
+    printf("trace: %zu spans of %d steps in %s", trace_spans(trace), steps, o->trace);
+    if (trace_dropped(trace)) printf(" (%zu more dropped past %d)", trace_dropped(trace), TRACE_MAX_SPANS);
+    printf("\n");
+    return 0;
+}
+
 /* --resume or --init-from into s; the run's first step. 0, or 1 (or 2 for a
  * mismatch with the flags) after a one-line error. */
 static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, int *start_iter) {
@@ -60,7 +76,9 @@ int main(int argc, char **argv) {
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
-    FILE *log = NULL;
+    FILE *log = NULL, *trace_file = NULL;
+    Trace *trace = o.trace[0] ? trace_create(TRACE_MAX_SPANS) : NULL;
+    sc.trace = trace;
     Strategy *s = NULL;
     int status = 0, start_iter = 0;
     const char *bad = gpt_config_error(&sc.model);
@@ -69,6 +87,9 @@ int main(int argc, char **argv) {
         status = 2;
     } else if (o.log[0] && !(log = fopen(o.log, "w"))) {
         fprintf(stderr, "train: cannot write --log file '%s'\n", o.log);
+        status = 1;
+    } else if (o.trace[0] && !(trace_file = fopen(o.trace, "w"))) {
+        fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o.trace, strerror(errno));
         status = 1;
     } else if (o.out[0] && mkdir(o.out, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "train: cannot make the --out folder '%s': %s\n", o.out, strerror(errno));
@@ -84,8 +105,10 @@ int main(int argc, char **argv) {
     } else {
         status = start_from(s, &o, &data, &start_iter);
     }
+    if (trace_file) fclose(trace_file);
     if (status != 0) {
         if (s) s->ops->destroy(s);
+        trace_destroy(trace);
         if (log) fclose(log);
         dataset_free(&data);
         return status;
@@ -117,6 +140,7 @@ int main(int argc, char **argv) {
         .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },
         .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
         .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
+        .trace = trace, .trace_steps = o.trace_steps,
     };
     TrainResult result;
     status = train_run(s, &tc, &data, &result);
@@ -126,7 +150,10 @@ int main(int argc, char **argv) {
     else if (status == 0)
         printf("done: %d iters in %.1f s of steps (no evaluation: --eval-iters=0)\n",
                o.iters, result.seconds);
+    int traced = o.iters - start_iter < o.trace_steps ? o.iters - start_iter : o.trace_steps;
+    if (trace && write_trace(trace, &o, traced) != 0 && status == 0) status = 1;
     s->ops->destroy(s);
+    trace_destroy(trace);
     dataset_free(&data);
     if (log) fclose(log);
     return status;

@@ -1,0 +1,164 @@
+/* test_trace.c: overlap, read from a trace of real steps on the CPU simulator.
+ *
+ * The overlap gates in test_strategies.c prove that overlap changes no bit;
+ * they would pass as well if overlap were switched off. These read the trace
+ * (runtime/trace.h) of three training steps over a slow modeled link and
+ * check that the collectives really run under the compute when overlap is on,
+ * and never when it is off. They assert orders in time, never durations: the
+ * link is slow enough (a block's all-reduce takes milliseconds) that overlap,
+ * when on, is plain on a loaded machine too; and with overlap off, every
+ * collective waits for its producers and the compute waits for it, so no
+ * collective overlaps its rank's compute, whatever the machine does.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../runtime/trace.h"
+#include "../strategies/trainer.h"
+#include "reference.h"
+
+static Dataset data;
+
+static void setup(void) {
+    char err[256];
+    cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 64, err, sizeof err), 0, "%s", err);
+}
+
+static void teardown(void) { dataset_free(&data); }
+
+TestSuite(trace, .init = setup, .fini = teardown);
+
+enum { RANKS = 2, STEPS = 3 };
+static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur are whole ns */
+
+/* The trace of STEPS training steps of a --zero stage on RANKS simulated ranks:
+ * four blocks 64 wide, one unit per DDP bucket, a link of 0.05 GB/s. */
+static TraceSpan *trace_steps(int zero, int overlap, int *n) {
+    Trace *t = trace_create(1 << 16);
+    StrategyConfig sc = {
+        .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT }, .nranks = RANKS, .batch = 8, .seed = 1,
+        .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .overlap = overlap,
+        .bucket_bytes = 8 << 10, .link_gbps = 0.05, .link_latency_us = 20, .trace = t,
+    };
+    TrainConfig tc = {
+        .iters = STEPS, .schedule = { 1e-3f, 1e-4f, 1, STEPS }, .grad_clip = 1.0f, .trace = t, .trace_steps = STEPS,
+    };
+    size_t floats;
+    float *w = train_weights(zero, &sc, &tc, &data, &floats);
+    cr_assert_not_null(w, "--zero=%d failed", zero);
+    free(w);
+    char path[64], err[512];
+    snprintf(path, sizeof path, "/tmp/zf_trace_%d.json", (int)getpid());
+    cr_assert_eq(trace_write(t, path, err, sizeof err), 0, "%s", err);
+    trace_destroy(t);
+    TraceSpan *spans = trace_read_spans(path, n, err, sizeof err);
+    cr_assert_not_null(spans, "%s", err);
+    unlink(path);
+    return spans;
+}
+
+static int overlap_in_time(const TraceSpan *a, const TraceSpan *b) {
+    return a->ts < b->ts + b->dur - EPS_US && b->ts < a->ts + a->dur - EPS_US;
+}
+
+static int named(const TraceSpan *s, const char *prefix) { return strncmp(s->name, prefix, strlen(prefix)) == 0; }
+
+enum { COMPUTE = 0, COMM = 1 };
+
+/* Does a span of rank's comm stream named `collective...` overlap a span of its compute stream? */
+static int collective_under_compute(const TraceSpan *spans, int n, int rank, const char *collective) {
+    for (int i = 0; i < n; i++) {
+        if (spans[i].pid != rank || spans[i].tid != COMM || !named(&spans[i], collective)) continue;
+        for (int j = 0; j < n; j++)
+            if (spans[j].pid == rank && spans[j].tid == COMPUTE && overlap_in_time(&spans[i], &spans[j])) return 1;
+    }
+    return 0;
+}
+
+static int by_start(const void *a, const void *b) {
+    double x = ((const TraceSpan *)a)->ts, y = ((const TraceSpan *)b)->ts;
+    return (x > y) - (x < y);
+}
+
+/* Does a `collective` start on rank's comm stream inside one of its backward
+ * passes: after the first unit's backward starts, before the last one's ends? */
+static int starts_inside_a_backward(const TraceSpan *spans, int n, int rank, const char *collective) {
+    TraceSpan *units = calloc((size_t)n, sizeof *units);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (spans[i].pid == rank && spans[i].tid == COMPUTE && (named(&spans[i], "forward") || named(&spans[i], "backward")))
+            units[m++] = spans[i];
+    qsort(units, (size_t)m, sizeof *units, by_start);
+    int found = 0;
+    for (int i = 0; i < m && !found; i++) {
+        if (!named(&units[i], "backward") || (i > 0 && named(&units[i - 1], "backward"))) continue;
+        int last = i;  /* the backward's units run from i to last */
+        while (last + 1 < m && named(&units[last + 1], "backward")) last++;
+        double begin = units[i].ts, end = units[last].ts + units[last].dur;
+        for (int k = 0; k < n && !found; k++)
+            found = spans[k].pid == rank && spans[k].tid == COMM && named(&spans[k], collective) &&
+                    spans[k].ts > begin + EPS_US && spans[k].ts < end - EPS_US;
+    }
+    free(units);
+    return found;
+}
+
+static int distinct_names(const TraceSpan *spans, int n, const char *prefix) {
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        if (!named(&spans[i], prefix)) continue;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = strcmp(spans[j].name, spans[i].name) == 0;
+        count += !seen;
+    }
+    return count;
+}
+
+Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 120) {
+    int n;
+    TraceSpan *spans = trace_steps(0, 1, &n);
+    cr_expect_gt(distinct_names(spans, n, "all-reduce bucket"), 1, "DDP all-reduced a single bucket");
+    for (int r = 0; r < RANKS; r++)
+        cr_expect(starts_inside_a_backward(spans, n, r, "all-reduce bucket"),
+                  "rank %d: no bucket's all-reduce started before its backward was over", r);
+    free(spans);
+}
+
+Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 120) {
+    for (int zero = 2; zero <= 3; zero++) {
+        int n;
+        TraceSpan *spans = trace_steps(zero, 1, &n);
+        for (int r = 0; r < RANKS; r++)
+            cr_expect(collective_under_compute(spans, n, r, "reduce-scatter unit"),
+                      "--zero=%d rank %d: no reduce-scatter ran under the compute", zero, r);
+        free(spans);
+    }
+}
+
+Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 120) {
+    int n;
+    TraceSpan *spans = trace_steps(3, 1, &n);
+    for (int r = 0; r < RANKS; r++)
+        cr_expect(collective_under_compute(spans, n, r, "all-gather prefetch unit"),
+                  "rank %d: no prefetched gather ran under the compute", r);
+    free(spans);
+}
+
+/* Overlap off, and ZeRO-1, which never overlaps: not a single collective of
+ * any kind runs under its rank's compute. */
+Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 120) {
+    static const struct { int zero, overlap; } runs[] = { { 0, 0 }, { 1, 0 }, { 1, 1 }, { 2, 0 }, { 3, 0 } };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        int n;
+        TraceSpan *spans = trace_steps(runs[k].zero, runs[k].overlap, &n);
+        int collectives = 0;
+        for (int i = 0; i < n; i++) collectives += spans[i].tid == COMM;
+        cr_expect_gt(collectives, 0, "--zero=%d: no collective traced", runs[k].zero);
+        for (int r = 0; r < RANKS; r++)
+            cr_expect(!collective_under_compute(spans, n, r, ""), "--zero=%d --overlap=%d rank %d: a collective ran "
+                      "under the compute", runs[k].zero, runs[k].overlap, r);
+        free(spans);
+    }
+}
