@@ -29,9 +29,13 @@ void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const fl
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C);
 }
 
+size_t layernorm_scratch_floats(int N, int C) {
+    return (size_t)((N + LAYERNORM_PART_ROWS - 1) / LAYERNORM_PART_ROWS) * (size_t)C;
+}
+
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C) {
-    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C);
+                        const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch) {
+    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch);
 }
 
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
@@ -94,8 +98,10 @@ void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v
     backend(s)->adamw_update(s, param, grad, m, v, n, hp);
 }
 
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
-    backend(s)->sumsq_reduce(s, out, x, n);
+size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
+
+void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+    backend(s)->sumsq_reduce(s, out, x, n, scratch);
 }
 
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {

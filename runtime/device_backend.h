@@ -32,6 +32,10 @@ typedef struct {
     void (*event_record)(Event *ev, Stream *s);
     void (*wait_event)(Stream *s, Event *ev);
     void (*event_synchronize)(Event *ev);
+    /* optional (NULL: 0, and plain host memory) */
+    size_t (*reported_bytes)(Device *dev);
+    void *(*alloc_host)(Device *dev, size_t bytes);  /* zero-filled; aborts when there is none */
+    void (*free_host)(Device *dev, void *ptr);
 } DeviceOps;
 
 struct Device {

@@ -344,9 +344,11 @@ static void cpu_event_synchronize(Event *ev) {
 }
 
 static const DeviceOps cpu_ops = {
-    cpu_destroy, cpu_alloc, cpu_free, cpu_stream_create, cpu_stream_destroy, cpu_copy, cpu_sum, cpu_timer_start, cpu_hold,
-    cpu_synchronize, cpu_event_create, cpu_event_destroy, cpu_event_record, cpu_wait_event,
-    cpu_event_synchronize,
+    .destroy = cpu_destroy, .alloc = cpu_alloc, .free = cpu_free, .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy, .copy = cpu_copy, .sum = cpu_sum, .timer_start = cpu_timer_start,
+    .hold = cpu_hold, .synchronize = cpu_synchronize, .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy, .event_record = cpu_event_record, .wait_event = cpu_wait_event,
+    .event_synchronize = cpu_event_synchronize,
 };
 
 Device *device_create_cpu(int sharing) {
