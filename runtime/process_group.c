@@ -40,9 +40,11 @@ ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
         }
         pg_add_rank(pg, r, dev);
     }
-    if (kind == DEVICE_CUDA)
+    if (kind == DEVICE_CUDA && nranks > 1)
         snprintf(pg->description, sizeof pg->description, "cuda simulator, %d ranks on one GPU, %s", nranks,
                  device_name(pg->device[0]));
+    else if (kind == DEVICE_CUDA)
+        snprintf(pg->description, sizeof pg->description, "cuda, one rank (no NCCL), %s", device_name(pg->device[0]));
     else if (nranks > 1)
         snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU", nranks);
     else
