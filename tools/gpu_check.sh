@@ -14,7 +14,8 @@
 # in the CUDA toolkit's folders first, then the venv's nvidia/*/lib; the C and C++ runtimes
 # (libc, libstdc++, libgcc_s) are the machine's own, which are newer than ours.
 #
-# Every step has a timeout and prints one line, PASS, FAIL or REFUSED, with its time; the
+# Every step has a timeout and prints one line, PASS, FAIL or REFUSED, with its time (and a
+# passing step's figure: the tests' synthesis, the last ms/iter line); the
 # timeouts add up to at most 480 s, the GPU tests first. The full output goes to
 # $OUT/gpu_check.log (OUT defaults to build/gpu/out) as it runs, so a run killed from outside
 # still leaves what it did. compute-sanitizer is REFUSED, not FAILED, where the machine's
@@ -35,11 +36,11 @@ LOG=$OUT/gpu_check.log
 # The steps: name, timeout in seconds, command (run from the repository root, $BIN the binaries).
 STEPS=(
     "gpu-tests|150|env ZF_REQUIRE_GPU=1 \$BIN/test_gpu --verbose --jobs 1"
-    "compute-sanitizer|60|compute-sanitizer --tool memcheck --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 --layers=2 --embd=64 --heads=4 --block=64 --batch=4 --iters=3 --eval-every=0 --eval-iters=1 --sample-chars=20 --dropout=0.1"
+    "compute-sanitizer|75|compute-sanitizer --tool memcheck --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 --layers=2 --embd=64 --heads=4 --block=64 --batch=4 --iters=2 --eval-every=0 --eval-iters=1 --sample-chars=8 --dropout=0.1"
     "char-ddp-1gpu|60|\$BIN/train --preset=char --device=cuda --zero=0 --gpus=1 --iters=60 --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
     "char-zero3-4sim|60|\$BIN/train --preset=char --device=cuda --zero=3 --gpus=4 --batch=16 --iters=40 --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
     "zero-memory-cuda|30|\$BIN/zero_memory --device=cuda"
-    "torch-nanogpt-char|90|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40"
+    "torch-nanogpt-char|75|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40"
 )
 
 say() { echo "$*" | tee -a "$LOG"; }
@@ -184,6 +185,7 @@ fi
 
 # ---- on the GPU machine ----
 
+PATH=$PATH:/usr/local/cuda/bin   # compute-sanitizer, where the image leaves it off PATH
 failed=0
 start=$SECONDS
 if ! nvidia-smi -L >>"$LOG" 2>&1; then result FAIL gpu-visible $((SECONDS - start)); exit 1; fi
@@ -214,8 +216,9 @@ for s in "${STEPS[@]}"; do
     rc=$?
     took=$((SECONDS - start))
     section=$(awk -v h="== $name " 'index($0, h) == 1 { keep = 1; next } keep' "$LOG")
-    if [ $rc -eq 0 ]; then
-        result PASS "$name" $took
+    if [ $rc -eq 0 ]; then  # with the step's figure, if it prints one
+        figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|^\| ZeRO-3 \| 8 ' | tail -1)
+        say "PASS $name ($took s)${figure:+: $figure}"
     elif [ "$name" = compute-sanitizer ] &&
          echo "$section" | grep -q -E 'Device not supported|error 999'; then
         result REFUSED "$name" $took
