@@ -44,7 +44,8 @@ CFLAGS_CUDA = -I$(CUDA_HOME)/include
 NVCCFLAGS = -O3 -std=c++17 -fmad=false $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
-LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
+# cudart linked in (static), so a binary needs only cuBLAS and NCCL from the GPU machine.
+LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart_static -ldl -lrt -lstdc++
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif

@@ -22,7 +22,7 @@ typedef struct {
                               const float *weight, int N, int C);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
                                const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
+                               const float *rstd, int N, int C, float *scratch);
     void (*matmul_forward)(Stream *s, float *out, const float *inp, const float *weight, int N,
                            int C, int OC);
     void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
@@ -42,7 +42,7 @@ typedef struct {
                                   int N, int V, float dloss);
     void (*adamw_update)(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                          AdamWParams hp);
-    void (*sumsq_reduce)(Stream *s, float *out, const float *x, size_t n);
+    void (*sumsq_reduce)(Stream *s, float *out, const float *x, size_t n, double *scratch);
     void (*clip_scale)(Stream *s, float *x, size_t n, const float *sumsq, int nparts,
                        float max_norm);
     void (*fill_zero)(Stream *s, float *x, size_t n);

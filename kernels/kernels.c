@@ -37,10 +37,14 @@ void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const fl
     trace_end(s);
 }
 
+size_t layernorm_scratch_floats(int N, int C) {
+    return (size_t)((N + LAYERNORM_PART_ROWS - 1) / LAYERNORM_PART_ROWS) * (size_t)C;
+}
+
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C) {
+                        const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch) {
     trace_begin(s, "layernorm_backward", -1);
-    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C);
+    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch);
     trace_end(s);
 }
 
@@ -130,9 +134,11 @@ void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v
     trace_end(s);
 }
 
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
+size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
+
+void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
     trace_begin(s, "sumsq_reduce", -1);
-    backend(s)->sumsq_reduce(s, out, x, n);
+    backend(s)->sumsq_reduce(s, out, x, n, scratch);
     trace_end(s);
 }
 

@@ -38,9 +38,15 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
 /* LayerNorm without bias, eps 1e-5; saves mean and 1/std per row for the backward. */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, int N, int C);
+/* scratch: layernorm_scratch_floats(N, C) floats of the stream's device, for
+ * the weight gradient's partial sums over parts of LAYERNORM_PART_ROWS rows
+ * (the GPU's; the CPU sums whole columns and leaves it untouched). The caller
+ * allocates it once, so that no step allocates. */
+enum { LAYERNORM_PART_ROWS = 128 };
+size_t layernorm_scratch_floats(int N, int C);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C);
+                        const float *rstd, int N, int C, float *scratch);
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -87,9 +93,13 @@ typedef struct {
 void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                   AdamWParams hp);
 
-/* *out = sum of x[i]^2, accumulated in double over fixed chunks in index order,
- * so the result does not depend on the number of threads. */
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+/* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
+ * in index order, so the result does not depend on the number of threads.
+ * scratch: sumsq_scratch_doubles(n) doubles of the stream's device for the
+ * chunks' sums, allocated once by the caller. */
+enum { SUMSQ_CHUNK = 16384 };
+size_t sumsq_scratch_doubles(size_t n);
+void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 /* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)). */
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);

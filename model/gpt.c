@@ -107,8 +107,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     m->T = T;
     m->step = step;
     m->training = training;
-    stream_copy(s, m->base.tokens, tokens, BT * sizeof(int));
-    if (targets) stream_copy(s, m->base.targets, targets, BT * sizeof(int));
+    model_upload_batch(&m->base, tokens, targets, BT);
 
     model_before_forward(&m->base, 0);
     RootTensors root = root_tensors(m, m->base.unit_weights[0]);
@@ -173,7 +172,7 @@ void gpt_backward(GPT *m, float dloss) {
     matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
-                       a->lnf_mean, a->lnf_rstd, BT, C);
+                       a->lnf_mean, a->lnf_rstd, BT, C, m->base.layernorm_scratch);
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -195,7 +194,8 @@ void gpt_backward(GPT *m, float dloss) {
         matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
         gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
         matmul_backward(s, a->dln, dw.fc_w, a->dfch, ln2, w.fc_w, BT, C, 4 * C);
-        layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C);
+        layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C,
+                           m->base.layernorm_scratch);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
@@ -203,7 +203,8 @@ void gpt_backward(GPT *m, float dloss) {
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, qkv, att, B, T, C, NH,
                            dropout_at(m, site));
         matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
-        layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C);
+        layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C,
+                           m->base.layernorm_scratch);
         trace_end(s);
         model_after_backward(&m->base, 1 + l);
     }

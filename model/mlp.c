@@ -41,8 +41,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     }
     m->B = B;
     m->T = T;
-    stream_copy(s, base->tokens, tokens, BT * sizeof(int));
-    if (targets) stream_copy(s, base->targets, targets, BT * sizeof(int));
+    model_upload_batch(base, tokens, targets, BT);
 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
@@ -90,7 +89,7 @@ static void mlp_backward(Model *base, float dloss) {
         gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
-                           m->ln_rstd + (size_t)l * BT, BT, C);
+                           m->ln_rstd + (size_t)l * BT, BT, C, base->layernorm_scratch);
         trace_end(s);
         model_after_backward(base, 1 + l);
     }

@@ -1,10 +1,12 @@
-/* model.c: what every model shares: layout and init by kind, unit tables, arenas, loss. */
+/* model.c: what every model shares: layout and init by kind, unit tables, arenas,
+ * activations, the batch upload, the reductions' scratch, loss. */
 #include "model.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/kernels.h"
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 #include "gpt.h"
@@ -58,6 +60,12 @@ void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard
     m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
 }
 
+static size_t layernorm_scratch_bytes(const Model *m) {
+    return layernorm_scratch_floats((int)m->positions, m->cfg.embd) * sizeof(float);
+}
+
+static size_t sumsq_scratch_bytes(const Model *m) { return sumsq_scratch_doubles(m->layout.total) * sizeof(double); }
+
 /* Point unit u of `units` at its range of a full arena. */
 static float *own_arena(Model *m, MemKind kind, float **units) {
     float *arena = device_alloc(m->dev, kind, m->layout.total * sizeof(float));
@@ -77,6 +85,25 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->positions = positions;
     m->tokens = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
     m->targets = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
+    m->upload = device_alloc_host(m->dev, 2 * positions * sizeof(int));
+    m->uploaded = event_create(m->dev);
+    m->layernorm_scratch = device_alloc(m->dev, MEM_WORKING, layernorm_scratch_bytes(m));
+    m->sumsq_scratch = device_alloc(m->dev, MEM_WORKING, sumsq_scratch_bytes(m));
+}
+
+/* Through the staging buffer: a copy from pageable memory would make CUDA
+ * stage it itself, synchronously. The host waits for the last upload from
+ * the buffer (long done: a step reads its loss in between) before refilling it. */
+void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
+    event_synchronize(m->uploaded);
+    int *staged_tokens = m->upload, *staged_targets = m->upload + m->positions;
+    memcpy(staged_tokens, tokens, BT * sizeof(int));
+    stream_copy(m->stream, m->tokens, staged_tokens, BT * sizeof(int));
+    if (targets) {
+        memcpy(staged_targets, targets, BT * sizeof(int));
+        stream_copy(m->stream, m->targets, staged_targets, BT * sizeof(int));
+    }
+    event_record(m->uploaded, m->stream);
 }
 
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }
@@ -89,6 +116,13 @@ void model_destroy(Model *m) {
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
     device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
+    if (m->uploaded) {
+        event_synchronize(m->uploaded);
+        event_destroy(m->uploaded);
+    }
+    device_free_host(m->dev, m->upload);
+    device_free(m->dev, MEM_WORKING, m->layernorm_scratch, layernorm_scratch_bytes(m));
+    device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));
     free(m->unit_weights);
     free(m->unit_grads);
     m->ops->destroy(m);

@@ -54,8 +54,8 @@ typedef struct {
 } ActivationSlot;
 
 typedef struct {
-    /* Enqueue the forward over host tokens/targets [B*T] (targets may be NULL);
-     * the host arrays must stay unchanged until the stream has run the copies.
+    /* Enqueue the forward over host tokens/targets [B*T] (targets may be NULL;
+     * they are staged, so the host arrays may change once it returns).
      * training = 1 applies dropout with this step's masks. */
     void (*forward)(Model *m, const int *tokens, const int *targets, int B, int T,
                     uint32_t step, int training);
@@ -80,6 +80,11 @@ struct Model {
     size_t acts_floats;
     int *tokens, *targets;         /* device copies of the batch, [positions] */
     size_t positions;              /* the most a forward takes: max B x max T */
+    int *upload;                   /* host staging of the batch (pinned on a GPU): tokens, then targets */
+    Event *uploaded;               /* the last upload from it is done */
+    /* the reductions' scratch (MEM_WORKING), made once so that no step allocates */
+    float *layernorm_scratch;      /* layernorm_scratch_floats(positions, embd) */
+    double *sumsq_scratch;         /* sumsq_scratch_doubles(layout.total): any part of the gradient */
     UnitHooks hooks;
     /* dropout: keyed by (seed, rank, step, site) */
     float dropout;
@@ -100,8 +105,12 @@ Model *model_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Str
 void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard_multiple,
                 Device *dev, Stream *stream);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
- * table of a model's create), and the batch's token buffers for `positions`. */
+ * table of a model's create), the batch's token buffers for `positions` and
+ * their staging, and the reductions' scratch. */
 void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions);
+/* Enqueue the copy of a batch's BT tokens (and targets, if any) to the device
+ * through the staging buffer; the host arrays may change once it returns. */
+void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT);
 /* Allocate the full weight (MEM_WEIGHTS) or gradient (MEM_GRADS) arena, zeroed,
  * and point every unit into it. */
 void model_own_weights(Model *m);

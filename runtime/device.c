@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "device_backend.h"
+#include "host.h"
 
 void device_init(Device *dev, const DeviceOps *ops, DeviceKind kind, int ordinal, const char *name) {
     dev->ops = ops;
@@ -52,6 +53,18 @@ size_t device_bytes_in_use(const Device *dev, MemKind kind) {
     size_t n = dev->bytes[kind];
     pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
     return n;
+}
+
+size_t device_reported_bytes(Device *dev) { return dev->ops->reported_bytes ? dev->ops->reported_bytes(dev) : 0; }
+
+void *device_alloc_host(Device *dev, size_t bytes) {
+    return dev->ops->alloc_host ? dev->ops->alloc_host(dev, bytes) : host_calloc(bytes, 1);
+}
+
+void device_free_host(Device *dev, void *ptr) {
+    if (!ptr) return;
+    if (dev->ops->free_host) dev->ops->free_host(dev, ptr);
+    else free(ptr);
 }
 
 Stream *stream_create(Device *dev) { return dev->ops->stream_create(dev); }

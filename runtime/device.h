@@ -39,7 +39,10 @@ typedef struct Event Event;
  * streams runs its tasks on cores / sharing threads (at least one), so N ranks'
  * streams together use the cores once rather than N times over. */
 Device *device_create_cpu(int sharing);
-/* GPUs this process can use: 0 without any, or in a build without CUDA. */
+/* GPUs this process can use: 0 without any (no GPU, no driver, or a build
+ * without CUDA); -1 after a one-line message when CUDA is there but fails (an
+ * old driver, a fabric manager that is not running): that is no reason to fall
+ * back to the CPU. Asked once; later calls give the same answer, silently. */
 int device_cuda_count(void);
 /* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
 Device *device_create_cuda(int ordinal);
@@ -58,6 +61,14 @@ int device_ordinal(const Device *dev);
 void *device_alloc(Device *dev, MemKind kind, size_t bytes);
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes);
 size_t device_bytes_in_use(const Device *dev, MemKind kind);
+/* What the device's own runtime reports in use on its hardware: every handle
+ * and process on it, and the runtime's own (a GPU's context, cuBLAS's
+ * workspaces, NCCL's buffers); 0 where nothing reports it (the CPU). */
+size_t device_reported_bytes(Device *dev);
+/* Host memory the device copies from without the host waiting (pinned on a
+ * GPU; plain on the CPU), zeroed; not counted by kind. */
+void *device_alloc_host(Device *dev, size_t bytes);
+void device_free_host(Device *dev, void *ptr);
 
 Stream *stream_create(Device *dev);
 void stream_destroy(Stream *s);

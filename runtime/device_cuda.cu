@@ -7,9 +7,11 @@
  * thread can enqueue on any stream. A trace's stamps are timing events, read
  * against a reference event per GPU.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "device_backend.h"
@@ -55,14 +57,51 @@ typedef struct {
 
 static void use_device(Device *dev) { CHECK(cudaSetDevice(dev->ordinal)); }
 
-int device_cuda_count(void) {
-    int n = 0;
-    /* no driver or no GPU: no devices, which is not an error */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
+/* Each simulated rank has two streams, and a stream held by the modeled link
+ * (hold_kernel) stalls whatever shares its hardware queue. CUDA gives 8 queues
+ * unless told otherwise, so 16 ranks' streams would share them and one rank's
+ * hold would stall another's compute: ask for the most there are (32, enough
+ * for 16 ranks), before the first CUDA call, unless the user chose. */
+static void set_max_connections(void) {
+    if (setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0) != 0) {
+        perror("fatal: setenv CUDA_DEVICE_MAX_CONNECTIONS");
+        abort();
     }
-    return n;
+}
+
+/* Whether a CUDA driver is installed at all: without one, the runtime reports
+ * an insufficient driver, which here means no GPU rather than an old driver. */
+static int driver_installed(void) {
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!driver) return 0;
+    dlclose(driver);
+    return 1;
+}
+
+static pthread_once_t count_once = PTHREAD_ONCE_INIT;
+static int gpu_count;
+
+static void count_gpus(void) {
+    set_max_connections();
+    cudaError_t rc = cudaGetDeviceCount(&gpu_count);
+    if (rc == cudaSuccess) return;
+    cudaGetLastError();
+    if (rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && !driver_installed())) {
+        gpu_count = 0;
+        return;
+    }
+    fprintf(stderr, "error: CUDA cannot count the GPUs: %s (%s, error %d)\n", cudaGetErrorString(rc),
+            cudaGetErrorName(rc), (int)rc);
+    gpu_count = -1;
+}
+
+int device_cuda_count(void) {
+    int rc = pthread_once(&count_once, count_gpus);
+    if (rc != 0) {
+        fprintf(stderr, "fatal: pthread_once failed (%d)\n", rc);
+        abort();
+    }
+    return gpu_count;
 }
 
 static void cuda_destroy(Device *dev) { free(dev); }
@@ -160,12 +199,14 @@ __device__ static unsigned long long gpu_time_ns(void) {
 
 __global__ static void timer_start_kernel(unsigned long long *timer) { *timer = gpu_time_ns(); }
 
-/* One thread that sleeps until the GPU's clock passes the timer plus ns: the
- * stream holds while the SMs stay free. (Host functions would not do: CUDA
- * may run those of all streams one at a time, so N ranks' waits would add up.) */
+/* One thread that spins until the GPU's clock passes the timer plus ns, in
+ * naps of __nanosleep(500) (each at most twice that: 1 us), so a 20 us hold
+ * ends within about a microsecond of its time and the SMs stay free meanwhile.
+ * A kernel, not a host function: CUDA may run the host functions of all
+ * streams on one thread, one at a time, so N ranks' holds would add up. */
 __global__ static void hold_kernel(const unsigned long long *timer, unsigned long long ns) {
     unsigned long long until = *timer + ns;
-    while (gpu_time_ns() < until) __nanosleep(100000);
+    while (gpu_time_ns() < until) __nanosleep(500);
 }
 
 static void cuda_timer_start(Stream *s) {
@@ -272,14 +313,41 @@ static void cuda_stamp_read(Stamp *at) {
     at->ns = ref->ns + (int64_t)((double)ms * 1e6);
 }
 
+/* Everything on the GPU in use, as CUDA sees it: this process's context,
+ * allocations and libraries' buffers, and other processes'. */
+static size_t cuda_reported_bytes(Device *dev) {
+    use_device(dev);
+    size_t free_bytes = 0, total_bytes = 0;
+    CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+}
+
+/* Pinned, so that a copy from it is a DMA the host does not wait for. */
+static void *cuda_alloc_host(Device *dev, size_t bytes) {
+    use_device(dev);
+    void *p = NULL;
+    CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable));
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_free_host(Device *dev, void *ptr) {
+    use_device(dev);
+    CHECK(cudaFreeHost(ptr));
+}
+
 static const DeviceOps cuda_ops = {
-    cuda_destroy, cuda_alloc, cuda_free, cuda_stream_create, cuda_stream_destroy, cuda_copy, cuda_sum, cuda_timer_start, cuda_hold,
-    cuda_synchronize, cuda_event_create, cuda_event_destroy, cuda_event_record, cuda_wait_event,
-    cuda_event_synchronize, cuda_stamp, cuda_stamp_read,
+    .destroy = cuda_destroy, .alloc = cuda_alloc, .free = cuda_free, .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy, .copy = cuda_copy, .sum = cuda_sum, .timer_start = cuda_timer_start,
+    .hold = cuda_hold, .synchronize = cuda_synchronize, .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy, .event_record = cuda_event_record, .wait_event = cuda_wait_event,
+    .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read,
+    .reported_bytes = cuda_reported_bytes, .alloc_host = cuda_alloc_host, .free_host = cuda_free_host,
 };
 
 Device *device_create_cuda(int ordinal) {
     int n = device_cuda_count();
+    if (n < 0) return NULL;  /* the reason is printed */
     if (ordinal < 0 || ordinal >= n) {
         fprintf(stderr, "error: GPU %d asked for, %d visible\n", ordinal, n);
         return NULL;

@@ -40,9 +40,11 @@ ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
         }
         pg_add_rank(pg, r, dev);
     }
-    if (kind == DEVICE_CUDA)
+    if (kind == DEVICE_CUDA && nranks > 1)
         snprintf(pg->description, sizeof pg->description, "cuda simulator, %d ranks on one GPU, %s", nranks,
                  device_name(pg->device[0]));
+    else if (kind == DEVICE_CUDA)
+        snprintf(pg->description, sizeof pg->description, "cuda, one rank (no NCCL), %s", device_name(pg->device[0]));
     else if (nranks > 1)
         snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU", nranks);
     else
@@ -52,13 +54,14 @@ ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
 
 ProcessGroup *pg_create(int nranks, Placement where) {
     int gpus = where == PLACE_CPU ? 0 : device_cuda_count();
-    ProcessGroup *pg;
-    if (gpus == 0 && where == PLACE_CUDA) {
+    if (gpus < 0) return NULL;  /* CUDA failed, and said why: no silent fall-back to the CPU */
+    if (gpus == 0 && where != PLACE_AUTO && where != PLACE_CPU) {
         fprintf(stderr, "error: --device=cuda, but no GPU is visible (or this build has no CUDA)\n");
         return NULL;
     }
+    ProcessGroup *pg;
     if (gpus == 0) pg = pg_create_simulator(nranks, DEVICE_CPU);
-    else if (gpus >= nranks) pg = pg_create_nccl(nranks);
+    else if (nranks >= 2 && gpus >= nranks && where != PLACE_CUDA_SIMULATOR) pg = pg_create_nccl(nranks);
     else pg = pg_create_simulator(nranks, DEVICE_CUDA);
     if (!pg) return NULL;
     size_t len = strlen(pg->description);
@@ -69,6 +72,8 @@ ProcessGroup *pg_create(int nranks, Placement where) {
     else if (gpus < nranks)
         snprintf(pg->description + len, sizeof pg->description - len, " (%d GPU%s visible for %d ranks)",
                  gpus, gpus == 1 ? "" : "s", nranks);
+    else if (nranks >= 2 && where == PLACE_CUDA_SIMULATOR)
+        snprintf(pg->description + len, sizeof pg->description - len, " (simulator asked for)");
     return pg;
 }
 
@@ -98,18 +103,29 @@ static size_t shard_length(size_t n, size_t shard, int r) {
     return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
 }
 
-/* Every comm stream waits for every compute stream's work so far. */
+/* The ranks whose events rank r's streams wait on around a collective: every
+ * rank in the simulator, whose parts read and write the peers' buffers
+ * themselves; rank r alone under NCCL, which orders the ranks itself (a
+ * rank's part is done only once its peers are done with its buffers). */
+static int first_peer(const ProcessGroup *pg, int r) { return pg->simulated ? 0 : r; }
+static int end_peer(const ProcessGroup *pg, int r) { return pg->simulated ? pg->nranks : r + 1; }
+
+/* Every comm stream waits for its peers' compute work so far. */
 static void wait_for_producers(ProcessGroup *pg) {
     for (int r = 0; r < pg->nranks; r++) event_record(pg->produced[r], pg->compute[r]);
     for (int r = 0; r < pg->nranks; r++)
-        for (int q = 0; q < pg->nranks; q++) stream_wait_event(pg->comm[r], pg->produced[q]);
+        for (int q = first_peer(pg, r); q < end_peer(pg, r); q++) stream_wait_event(pg->comm[r], pg->produced[q]);
 }
 
-/* Every stream in `waiters` waits for every rank's part of the phase just enqueued. */
+/* Every stream in `waiters` waits for its peers' parts of the phase just enqueued. */
 static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
     for (int r = 0; r < pg->nranks; r++) event_record(pg->part_done[r], pg->comm[r]);
     for (int r = 0; r < pg->nranks; r++)
-        for (int q = 0; q < pg->nranks; q++) stream_wait_event(waiters[r], pg->part_done[q]);
+        for (int q = first_peer(pg, r); q < end_peer(pg, r); q++) stream_wait_event(waiters[r], pg->part_done[q]);
+}
+
+void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done) {
+    for (int q = first_peer(pg, rank); q < end_peer(pg, rank); q++) stream_wait_event(waiter, done[q]);
 }
 
 /* ---- the local kernels ---- */
@@ -136,7 +152,9 @@ static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *co
         }
 }
 
-static const Collectives simulator_collectives = { simulator_reduce_scatter, simulator_all_gather, NULL };
+static const Collectives simulator_collectives = {
+    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather,
+};
 
 /* ---- the collectives ---- */
 

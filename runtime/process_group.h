@@ -8,9 +8,11 @@
  * no rank reads a buffer a peer is still writing, even with asynchronous CPU
  * streams. To overlap, a caller passes `done` events instead: done[r] is
  * recorded on rank r's communication stream after its part, nothing else
- * waits, and the caller makes each later use wait. done[r] covers rank r's
- * part only, and every rank's part reads every rank's send buffer: before a
- * rank writes its send buffer again it must wait for every done[q].
+ * waits, and the caller makes each later use wait (pg_wait_parts). done[r]
+ * covers rank r's part only; in the simulator every rank's part reads every
+ * rank's send buffer, so before a rank writes its send buffer again it must
+ * wait for every done[q]. Under NCCL a rank waits for its own done[r] only:
+ * NCCL orders the ranks itself, and the N-by-N waits are the simulator's need.
  *
  * Two backends move the data. The simulator puts every rank on the same
  * hardware (the CPU, or one GPU), with a device handle of its own for its memory
@@ -61,12 +63,15 @@ struct ProcessGroup {
 };
 
 /* Where ranks may run: the CPU (the zero value, what the tests ask for), any
- * GPUs there are, else the CPU (bin/train's default), or GPUs only. */
-typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA } Placement;
+ * GPUs there are, else the CPU (bin/train's default), GPUs only, or all ranks
+ * simulated on GPU 0 however many GPUs there are (the GPU tests' gates). */
+typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA, PLACE_CUDA_SIMULATOR } Placement;
 
-/* N ranks placed as asked: N GPUs or more: NCCL, rank r on GPU r; fewer: the
- * simulator on GPU 0; none (or PLACE_CPU): the simulator on the CPU. NULL with
- * a message when PLACE_CUDA finds no GPU or N is out of range. */
+/* N ranks placed as asked: N >= 2 and N GPUs or more: NCCL, rank r on GPU r;
+ * one rank, or fewer GPUs: the simulator on GPU 0 (one rank needs no NCCL, and
+ * gets the simulator's bits); none (or PLACE_CPU): the simulator on the CPU.
+ * NULL with a message when a GPU is asked for and none is visible, when CUDA
+ * fails (device_cuda_count), or when N is out of range. */
 ProcessGroup *pg_create(int nranks, Placement where);
 /* N simulated ranks on the CPU, or all on GPU 0. */
 ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
@@ -100,6 +105,9 @@ double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
 void pg_trace(ProcessGroup *pg, Trace *t, const char *label);
 /* What the next collective is for ("unit 3", "bucket 2"), and its unit. */
 void pg_trace_next(ProcessGroup *pg, const char *what, int unit);
+/* Make `waiter` (a stream of rank `rank`) wait for the parts of a collective
+ * whose done events are `done`: every rank's in the simulator, its own under NCCL. */
+void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done);
 
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
 void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done);

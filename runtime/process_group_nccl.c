@@ -3,7 +3,8 @@
  * The communicators come from ncclCommInitAll, one per GPU, all made by this
  * one thread. Each collective is issued for every rank inside one
  * ncclGroupStart/ncclGroupEnd, on the ranks' communication streams; the event
- * ordering around it is process_group.c's. NCCL sums, and the mean's scaling
+ * ordering around it is process_group.c's, each rank's streams waiting on its
+ * own events only: NCCL orders the ranks itself. NCCL sums, and the mean's scaling
  * runs after it as a one-input stream_sum.
  *
  * NCCL adds the ranks' shards in an order of its own (ring, tree or NVLS, as it
@@ -62,10 +63,13 @@ static void nccl_destroy(ProcessGroup *pg) {
         if (pg->nccl[r]) nccl_check(ncclCommDestroy((ncclComm_t)pg->nccl[r]), "ncclCommDestroy", __FILE__, __LINE__);
 }
 
-static const Collectives nccl_collectives = { nccl_reduce_scatter, nccl_all_gather, nccl_destroy };
+static const Collectives nccl_collectives = {
+    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .destroy = nccl_destroy,
+};
 
 ProcessGroup *pg_create_nccl(int nranks) {
     int gpus = device_cuda_count();
+    if (gpus < 0) return NULL;  /* the reason is printed */
     if (nranks < 1 || nranks > FIBERS_MAX_RANKS || nranks > gpus) {
         fprintf(stderr, "error: NCCL over %d ranks needs as many GPUs (%d visible)\n", nranks, gpus);
         return NULL;

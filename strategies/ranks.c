@@ -82,7 +82,7 @@ void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(R
 }
 
 void ranks_wait_all(Ranks *d, int rank, Event *const *done) {
-    for (int q = 0; q < d->nranks; q++) stream_wait_event(d->pg->compute[rank], done[q]);
+    pg_wait_parts(d->pg, rank, d->pg->compute[rank], done);
 }
 
 void ranks_events_create(Ranks *d, Event **events) {
@@ -135,7 +135,8 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     float *own_part[FIBERS_MAX_RANKS];
     for (int r = 0; r < d->nranks; r++) {
         own_part[r] = d->norm_parts[r] + (sharded ? r : 0);
-        sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len);
+        sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len,
+                     d->model[r]->sumsq_scratch);
     }
     if (sharded) {
         pg_trace_next(d->pg, "norm", -1);

@@ -79,7 +79,7 @@ int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t ste
  * returns. */
 void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
                       int index);
-/* Rank r's compute stream waits for every rank's part of a collective. */
+/* Rank r's compute stream waits for a collective's parts (pg_wait_parts). */
 void ranks_wait_all(Ranks *d, int rank, Event *const *done);
 /* N events on each rank's device, for a collective's parts; and their end. */
 void ranks_events_create(Ranks *d, Event **events);

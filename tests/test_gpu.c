@@ -1,12 +1,17 @@
-/* test_gpu.c: the GPU backend against the CPU backend, on random inputs.
+/* test_gpu.c: the GPU backend against the CPU backend, and what the GPU alone
+ * can get wrong.
  *
  * Every op of kernels.h on the GPU against the same op on the CPU (fp32:
  * relative error below 1e-5 for elementwise ops, 1e-4 for matmuls and
- * reductions); a small GPT trained 20 steps on each; the strategy gate on the
- * GPU simulator (four strategies bit-identical at N = 2); NCCL against the GPU
- * simulator at N = 1, bit for bit; a trace stamped by CUDA events. Without a
- * GPU each test prints a SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh)
- * a missing GPU fails instead.
+ * reductions); a small GPT trained 20 steps on each. Then the gates on the
+ * one-GPU simulator (forced: never NCCL, however many GPUs there are): the
+ * four strategies bit-identical at N = 2 and 3; overlap on and off bit-identical
+ * with 2 micro-steps for every strategy; clipping (every stage within 1e-6 of
+ * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
+ * against the simulator, bit for bit: at N = 1, and at N = 2 where two GPUs
+ * are there (a sum of two is the same in any order). Without a GPU the suite
+ * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
+ * GPU fails instead.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -25,7 +30,7 @@ static Stream *gpu_stream;
 
 static void setup(void) {
     test_stream_setup();
-    if (device_cuda_count() > 0) {
+    if (device_cuda_count() > 0) {  /* < 0: CUDA failed, and need_gpu fails */
         gpu = device_create_cuda(0);
         gpu_stream = stream_create(gpu);
     }
@@ -42,13 +47,14 @@ TestSuite(gpu, .init = setup, .fini = teardown);
 /* One line for the whole suite, before it runs, where no GPU is there. */
 ReportHook(PRE_ALL)(struct criterion_test_set *tests) {
     (void)tests;
-    if (device_cuda_count() == 0)
+    if (device_cuda_count() == 0 && !getenv("ZF_REQUIRE_GPU"))
         printf("SKIP: test_gpu: no GPU visible (or a build without CUDA); every GPU test is skipped\n");
     fflush(stdout);
 }
 
 static void need_gpu(void) {
     if (gpu) return;
+    if (device_cuda_count() < 0) cr_assert_fail("CUDA is there but failed (its error is printed above)");
     if (getenv("ZF_REQUIRE_GPU")) cr_assert_fail("ZF_REQUIRE_GPU is set, and no GPU is visible to this build");
     cr_skip_test("SKIP: no GPU visible (or a build without CUDA): the GPU tests did not run");
 }
@@ -124,14 +130,15 @@ Test(gpu, layernorm_forward_backward) {
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
     layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C);
     layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C);
+    Pair scratch = pair_random(layernorm_scratch_floats(N, C), -1, 1, 19);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
     expect_match(dw, REDUCTION_TOL, "layernorm dweight (added)");
     pair_free(inp); pair_free(w); pair_free(out); pair_free(mean); pair_free(rstd); pair_free(dout);
-    pair_free(dinp); pair_free(dw);
+    pair_free(dinp); pair_free(dw); pair_free(scratch);
 }
 
 static void check_attention(float p) {
@@ -227,19 +234,21 @@ Test(gpu, adamw_sumsq_and_clip) {
     size_t n = 70001;
     Pair param = pair_random(n, -1, 1, 61), grad = pair_random(n, -1, 1, 62);
     Pair m = pair_random(n, -0.1f, 0.1f, 63), v = pair_random(n, 0, 0.01f, 64), sumsq = pair_random(2, 0, 1, 65);
+    /* doubles, as floats: two per double */
+    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     adamw_update(test_stream, param.cpu, grad.cpu, m.cpu, v.cpu, n, hp);
     adamw_update(gpu_stream, param.gpu, grad.gpu, m.gpu, v.gpu, n, hp);
     expect_match(param, ELEMENTWISE_TOL, "adamw param");
     expect_match(m, ELEMENTWISE_TOL, "adamw m");
     expect_match(v, ELEMENTWISE_TOL, "adamw v");
-    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, n);
-    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, n);
+    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");
     clip_scale(test_stream, grad.cpu, n, sumsq.cpu, 2, 1.0f);
     clip_scale(gpu_stream, grad.gpu, n, sumsq.gpu, 2, 1.0f);
     expect_match(grad, ELEMENTWISE_TOL, "clipped gradient");
-    pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq);
+    pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq); pair_free(scratch);
 }
 
 /* ---- whole runs ---- */
@@ -292,46 +301,129 @@ Test(gpu, a_small_gpt_trains_on_the_gpu_as_on_the_cpu) {
     dataset_free(&data);
 }
 
+/* The strategies' run of the gates: 6 steps, dropout on. */
+static TrainConfig short_run(float grad_clip, int grad_accum) {
+    TrainConfig tc = { .iters = 6, .grad_accum = grad_accum, .schedule = { 1e-2f, 1e-3f, 2, 6 },
+                       .grad_clip = grad_clip };
+    return tc;
+}
+
+static float *weights_of(int zero, const StrategyConfig *sc, const TrainConfig *tc, size_t *n) {
+    float *w = train_weights(zero, sc, tc, &data, n);
+    cr_assert_not_null(w, "--zero=%d on %d ranks (%d) failed", zero, sc->nranks, (int)sc->device);
+    return w;
+}
+
 Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
     need_gpu();
     load_data();
-    TrainConfig tc = { .iters = 6, .schedule = { 1e-2f, 1e-3f, 2, 6 }, .grad_clip = 0.0f };
-    StrategyConfig sc = small_gpt(2, PLACE_CUDA, 0.1f);
-    size_t n;
-    float *ddp = train_weights(0, &sc, &tc, &data, &n);
-    cr_assert_not_null(ddp);
-    for (int zero = 1; zero <= 3; zero++) {
-        float *w = train_weights(zero, &sc, &tc, &data, &n);
-        cr_assert_not_null(w);
-        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "--zero=%d differs from DDP on the GPU", zero);
-        free(w);
+    TrainConfig tc = short_run(0.0f, 1);
+    for (int N = 2; N <= 3; N++) {
+        StrategyConfig sc = small_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f);
+        size_t n;
+        float *ddp = weights_of(0, &sc, &tc, &n);
+        for (int zero = 1; zero <= 3; zero++) {
+            float *w = weights_of(zero, &sc, &tc, &n);
+            cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "N=%d: --zero=%d differs from DDP on the GPU", N, zero);
+            free(w);
+        }
+        free(ddp);
     }
-    free(ddp);
     dataset_free(&data);
 }
 
-/* Reduce-scatter (scaled) and all-gather through a process group; returns the bytes. */
+/* Small buckets, so DDP has several; a slow modeled link, so the collectives
+ * really run under the backward, on the GPU's own streams. */
+Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = short_run(0.0f, 2);
+    for (int zero = 0; zero <= 3; zero++) {
+        StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
+        size_t n;
+        float *off = weights_of(zero, &sc, &tc, &n);
+        sc.overlap = 1;
+        sc.bucket_bytes = 8 << 10;
+        sc.link_gbps = 0.2;
+        sc.link_latency_us = 20;
+        float *on = weights_of(zero, &sc, &tc, &n);
+        cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d: overlap changed the weights on the GPU", zero);
+        free(off);
+        free(on);
+    }
+    dataset_free(&data);
+}
+
+/* A limit the gradient's norm passes at every step, so every step clips; the
+ * stages differ only in the order the global norm is summed. (Clipping on the
+ * GPU against the CPU: the small GPT's 20 steps above clip at 1.) */
+Test(gpu, clipping_agrees_across_strategies) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = short_run(0.05f, 1), unclipped = short_run(0.0f, 1);
+    StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
+    size_t n;
+    float *ddp = weights_of(0, &sc, &tc, &n), *free_run = weights_of(0, &sc, &unclipped, &n);
+    cr_expect(memcmp(ddp, free_run, n * sizeof(float)) != 0, "a norm limit of 0.05 changed nothing");
+    for (int zero = 1; zero <= 3; zero++) {
+        float *w = weights_of(zero, &sc, &tc, &n);
+        double d = max_rel_diff(ddp, w, n);
+        cr_expect_lt(d, 1e-6, "--zero=%d with clipping: %g from DDP on the GPU", zero, d);
+        free(w);
+    }
+    free(ddp);
+    free(free_run);
+    dataset_free(&data);
+}
+
+Test(gpu, two_identical_runs_give_the_same_bits) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = short_run(1.0f, 2);
+    int stages[2] = { 0, 3 };
+    for (int i = 0; i < 2; i++) {
+        StrategyConfig sc = small_gpt(3, PLACE_CUDA_SIMULATOR, 0.1f);
+        sc.overlap = 1;
+        size_t n;
+        float *first = weights_of(stages[i], &sc, &tc, &n), *second = weights_of(stages[i], &sc, &tc, &n);
+        cr_expect(memcmp(first, second, n * sizeof(float)) == 0, "--zero=%d: two runs on the GPU differ", stages[i]);
+        free(first);
+        free(second);
+    }
+    dataset_free(&data);
+}
+
+/* Reduce-scatter (scaled), all-gather and all-reduce through a process group,
+ * each rank's buffer its own random values; returns every rank's bytes. */
 static float *collectives_on(ProcessGroup *pg, size_t n) {
-    float *host = malloc(n * sizeof(float)), *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
-    fill_uniform(host, n, -1, 1, 71);
-    stream_copy(pg->compute[0], buf, host, n * sizeof(float));
-    pg_reduce_scatter(pg, &buf, &buf, n, 0.3f, NULL);
-    pg_all_gather(pg, &buf, &buf, n, NULL);
-    pg_all_reduce(pg, &buf, n, 0.7f, NULL);
-    stream_copy(pg->compute[0], host, buf, n * sizeof(float));
-    stream_synchronize(pg->compute[0]);
-    device_free(pg->device[0], MEM_WORKING, buf, n * sizeof(float));
+    int N = pg->nranks;
+    float *host = malloc((size_t)N * n * sizeof(float)), *buf[FIBERS_MAX_RANKS];
+    fill_uniform(host, (size_t)N * n, -1, 1, 71);
+    for (int r = 0; r < N; r++) {
+        buf[r] = device_alloc(pg->device[r], MEM_WORKING, n * sizeof(float));
+        stream_copy(pg->compute[r], buf[r], host + (size_t)r * n, n * sizeof(float));
+    }
+    size_t shard = n / (size_t)N;
+    float *shards[FIBERS_MAX_RANKS];
+    for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
+    pg_reduce_scatter(pg, buf, shards, n, 0.3f, NULL);
+    pg_all_gather(pg, shards, buf, n, NULL);
+    pg_all_reduce(pg, buf, n, 0.7f, NULL);
+    for (int r = 0; r < N; r++) {
+        stream_copy(pg->compute[r], host + (size_t)r * n, buf[r], n * sizeof(float));
+        stream_synchronize(pg->compute[r]);
+        device_free(pg->device[r], MEM_WORKING, buf[r], n * sizeof(float));
+    }
     return host;
 }
 
-Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
-    need_gpu();
-    ProcessGroup *nccl = pg_create_nccl(1), *sim = pg_create_simulator(1, DEVICE_CUDA);
+static void expect_nccl_matches_the_simulator(int N) {
+    ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA);
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
-    size_t n = 4096;
+    size_t n = 4096 * (size_t)N;
     float *a = collectives_on(nccl, n), *b = collectives_on(sim, n);
-    cr_expect(memcmp(a, b, n * sizeof(float)) == 0, "NCCL and the simulator differ");
+    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d: NCCL and the simulator differ", N);
     free(a);
     free(b);
     pg_destroy(nccl);
@@ -369,5 +461,32 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     cr_expect(trace_spans_nest(spans, count), "spans of one stream overlap without nesting");
     free(spans);
     unlink(path);
+}
+
+Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
+    need_gpu();
+    expect_nccl_matches_the_simulator(1);
+}
+
+/* Two ranks through NCCL, against the simulator on one GPU: the collectives,
+ * then DDP and ZeRO-3 training (their sums are of two, so the bits agree). */
+Test(gpu, nccl_on_two_gpus_matches_the_gpu_simulator) {
+    need_gpu();
+    if (device_cuda_count() < 2) test_skip("NCCL on two GPUs: %d GPU visible", device_cuda_count());
+    expect_nccl_matches_the_simulator(2);
+    load_data();
+    TrainConfig tc = short_run(0.0f, 1);
+    int stages[2] = { 0, 3 };
+    for (int i = 0; i < 2; i++) {
+        StrategyConfig sim_sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
+        nccl_sc.device = PLACE_CUDA;
+        nccl_sc.overlap = 1;
+        size_t n;
+        float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
+        cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on 2 GPUs differs from the simulator",
+                  stages[i]);
+        free(sim);
+        free(nccl);
+    }
     dataset_free(&data);
 }

@@ -108,8 +108,10 @@ static void check_layernorm(int N, int C) {
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
     layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C);
-    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C);
+    float *scratch = alloc_floats(layernorm_scratch_floats(N, C));
+    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C, scratch);
     stream_synchronize(test_stream);
+    free(scratch);
     subtract_base(dinp, base, N * C);
     subtract_base(dw, basew, C);
 
@@ -370,15 +372,16 @@ Test(kernels, adamw_matches_hand_computation) {
 Test(kernels, sumsq_and_clip) {
     size_t n = 100001;
     float *x = alloc_floats(n), sumsq;
+    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
     fill_uniform(x, n, -1, 1, 71);
     double want = 0;
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-    sumsq_reduce(test_stream, &sumsq, x, n);
+    sumsq_reduce(test_stream, &sumsq, x, n, scratch);
     stream_synchronize(test_stream);
     cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
     /* clip to norm 1: afterwards the norm is 1 (to float precision) */
     clip_scale(test_stream, x, n, &sumsq, 1, 1.0f);
-    sumsq_reduce(test_stream, &sumsq, x, n);
+    sumsq_reduce(test_stream, &sumsq, x, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_float_eq(sumsq, 1.0f, 1e-4f, "norm^2 after clipping: %g", sumsq);
     /* a norm under the limit leaves x alone */
@@ -387,6 +390,7 @@ Test(kernels, sumsq_and_clip) {
     stream_synchronize(test_stream);
     cr_expect_eq(x[123], before);
     free(x);
+    free(scratch);
 }
 
 Test(kernels, blas_core_choice) {

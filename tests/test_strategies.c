@@ -94,7 +94,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
         fill_zero(test_stream, g->base.grads, P);
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
-        sumsq_reduce(test_stream, sumsq, g->base.grads, P);
+        sumsq_reduce(test_stream, sumsq, g->base.grads, P, g->base.sumsq_scratch);
         clip_scale(test_stream, g->base.grads, P, sumsq, 1, tc.grad_clip);
         AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
         adamw_range(test_stream, &g->base.layout, 0, P, g->base.params, g->base.grads, m, v, hp);
@@ -350,7 +350,10 @@ Test(strategies, each_stage_holds_its_share_of_the_state) {
                              zero, r, k, s->ops->rank_bytes(s, r, kinds[k]), want[zero][k]);
         size_t working = s->ops->rank_bytes(s, 0, MEM_WORKING);
         size_t slots = (padded.units[0].size + padded.units[1].size) * sizeof(float);
-        size_t expect_working = N * sizeof(float) + (zero >= 2 ? slots : 0) + (zero == 3 ? slots : 0);
+        /* the clipping partials, the model's reduction scratch, and the slots */
+        size_t scratch = layernorm_scratch_floats(sc.batch * sc.model.block_size, sc.model.embd) * sizeof(float) +
+                         sumsq_scratch_doubles(padded.total) * sizeof(double);
+        size_t expect_working = N * sizeof(float) + scratch + (zero >= 2 ? slots : 0) + (zero == 3 ? slots : 0);
         cr_expect_eq(working, expect_working, "--zero=%d: working %zu, want %zu", zero, working, expect_working);
         s->ops->destroy(s);
     }

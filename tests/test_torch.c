@@ -209,10 +209,11 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
 
     StFile f;
     cr_assert_eq(safetensors_open(&f, opath, err, sizeof err), 0, "%s", err);
+    double *sumsq_scratch = calloc(sumsq_scratch_doubles(P), sizeof(double));
     for (int k = 0; k < ADAMW_STEPS; k++) {
         float sumsq;
         memcpy(g, grads + (size_t)k * P, P * sizeof(float));
-        sumsq_reduce(test_stream, &sumsq, g, P);
+        sumsq_reduce(test_stream, &sumsq, g, P, sumsq_scratch);
         clip_scale(test_stream, g, P, &sumsq, 1, max_norm);
         hp.lr = lr_at(&sched, k);
         hp.step = k + 1;
@@ -235,7 +236,7 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
         expect_arena_matches(&f, name, &layout, v, 1e-6, what);
     }
     safetensors_close(&f);
-    free(w); free(m); free(v); free(grads); free(g);
+    free(w); free(m); free(v); free(grads); free(g); free(sumsq_scratch);
 }
 
 /* ---- whole training steps of the GPT ---- */

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -396,7 +397,7 @@ Test(train, trace_to_a_file_it_cannot_write_exits_1_with_one_line) {
 }
 
 Test(train, plot_trace_draws_a_trace) {
-    if (system("command -v gnuplot >/dev/null") != 0) cr_skip_test("SKIP: gnuplot is missing (make deps installs it)");
+    if (system("command -v gnuplot >/dev/null") != 0) test_skip("gnuplot is missing (make deps installs it)");
     char err[4096];
     cr_assert_eq(run_train("--iters=1 --eval-every=0 --eval-iters=0 --sample-chars=0 --layers=1 --embd=16 --heads=2 "
                            "--block=16 --zero=2 --gpus=2 --trace=/tmp/zf_plot_trace.json", err, sizeof err), 0, "%s", err);
@@ -406,4 +407,30 @@ Test(train, plot_trace_draws_a_trace) {
                   "a trace without spans is an error");
     unlink("/tmp/zf_plot_trace.json");
     unlink("/tmp/zf_plot_trace.png");
+}
+
+/* A CUDA that is there but fails (an old driver, a fabric manager that is not
+ * running) stops the run with one line naming CUDA's error, instead of reading
+ * as "no GPU" and training on the CPU; --device=cpu never asks CUDA. The CUDA
+ * toolkit's stub driver, which fails every call, stands in for a broken one. */
+Test(train, a_failing_cuda_stops_the_run_with_one_line) {
+    const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+    if (!cuda_kernel_ops()) test_skip("a build without CUDA never asks CUDA");
+    if (access(stub, R_OK) != 0) test_skip("no CUDA stub driver at %s", stub);
+    char dir[] = "/tmp/zf_stub_XXXXXX", driver[64], err[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(driver, sizeof driver, "%s/libcuda.so.1", dir);
+    cr_assert_eq(symlink(stub, driver), 0);
+    cr_assert_eq(setenv("LD_LIBRARY_PATH", dir, 1), 0);  /* this test's worker process only */
+    const char *tiny = "--iters=1 --eval-iters=1 --sample-chars=0 --layers=1 --embd=16 --heads=2 --block=16";
+    int rc = run_train(tiny, err, sizeof err);
+    cr_expect_neq(rc, 0, "a failing CUDA: exit 0");
+    cr_expect(strstr(err, "CUDA cannot count the GPUs") != NULL, "a failing CUDA: stderr was: %s", err);
+    cr_expect_eq(count_lines(err), 1, "a failing CUDA: stderr was: %s", err);
+    char on_cpu[256];
+    snprintf(on_cpu, sizeof on_cpu, "%s --device=cpu", tiny);
+    rc = run_train(on_cpu, err, sizeof err);
+    cr_expect_eq(rc, 0, "--device=cpu with a failing CUDA: exit %d, stderr: %s", rc, err);
+    unlink(driver);
+    rmdir(dir);
 }

@@ -130,9 +130,11 @@ int main(int argc, char **argv) {
            "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, o.gpus, o.grad_accum, o.lr, o.min_lr,
            o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
-           "working %.1f MB, activations %.1f MB\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
+           "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
-           s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6);
+           s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6,
+           s->device_kind == DEVICE_CUDA ? " (not counted: the CUDA context, cuBLAS's workspaces, NCCL's buffers)"
+                                         : "");
     fflush(stdout);
     TrainConfig tc = {
         .iters = o.iters, .start_iter = start_iter, .grad_accum = o.grad_accum,

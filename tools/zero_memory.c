@@ -7,9 +7,12 @@
  * checked against the fp32 ZeRO formulas, P parameters, N ranks:
  *     DDP 16P, ZeRO-1 8P + 8P/N, ZeRO-2 4P + 12P/N, ZeRO-3 16P/N bytes;
  * the exit status is 1 if any rank is more than 1% off. Model flags are
- * bin/train's (default: the char preset). Activations are no part of this
- * table (they are the same under every strategy, and bin/train prints them);
- * each rank is built for one row, so that N = 8 fits in a small machine.
+ * bin/train's (default: the char preset), and --device places the ranks as
+ * bin/train does. Activations are no part of this table (they are the same
+ * under every strategy, and bin/train prints them); each rank is built for one
+ * row, so that N = 8 fits in a small machine. On a GPU the allocator's counts
+ * leave out what CUDA holds itself (its context, cuBLAS's workspaces, NCCL's
+ * buffers), so a last column adds what CUDA reports in use on GPU 0.
  */
 #include <stdio.h>
 
@@ -52,9 +55,15 @@ int main(int argc, char **argv) {
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
     printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); overlap %s\n\n",
            o.overlap ? "on (two gradient slots and two gather buffers per kind)" : "off (one of each)");
+    Placement where = options_placement(&o);
+    /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
+    Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
+    if (where != PLACE_CPU && device_cuda_count() < 0) return 1;
+    if (gpu0) printf("CUDA reports %.1f MB in use on GPU 0 before any strategy is built\n\n",
+                     device_reported_bytes(gpu0) / 1e6);
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
-           "| working | total |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+           "| working | total |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
     static const char *names[4] = { "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3" };
     static const int ranks[4] = { 1, 2, 4, 8 };
     int off = 0;
@@ -63,7 +72,8 @@ int main(int argc, char **argv) {
             int N = ranks[i];
             StrategyConfig sc = { .model = model, .nranks = N, .batch = 1, .seed = (uint32_t)o.seed,
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
-                                  .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6) };
+                                  .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
+                                  .device = where };
             Strategy *s = strategy_create(zero, &sc);
             if (!s) return 1;
             /* every rank holds the same; the table shows the largest */
@@ -79,15 +89,23 @@ int main(int argc, char **argv) {
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
             double want = formula(zero, N) * P / 1e6;
-            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f |\n", names[zero], N,
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f |", names[zero], N,
                    kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want,
                    state / want, kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING]);
+            if (gpu0) printf(" %.1f |", device_reported_bytes(gpu0) / 1e6);
+            printf("\n");
             s->ops->destroy(s);
         }
     }
     printf("\nstate = weights + gradients + optimizer; total = state + working (gradient slots, gather\n"
-           "buffers, clipping partials). Activations are not in the table: the same under every\n"
-           "strategy, they grow with the batch (bin/train prints them).\n");
+           "buffers, clipping partials, the reductions' scratch). Activations are not in the table: the\n"
+           "same under every strategy, they grow with the batch (bin/train prints them). On a GPU the\n"
+           "table leaves out what CUDA holds itself: its context, cuBLAS's workspaces, NCCL's buffers.\n");
+    if (gpu0)
+        printf("GPU 0 in use (CUDA): what cudaMemGetInfo reports with the strategy built, for every rank on\n"
+               "GPU 0 (all of them when simulated) and every process on it, the CUDA context included;\n"
+               "cuBLAS's workspaces come at the first matmul, so a built strategy holds none yet.\n");
+    device_destroy(gpu0);
     if (off) {
         fprintf(stderr, "zero_memory: %d rank(s) hold a state more than 1%% off the ZeRO formula\n", off);
         return 1;

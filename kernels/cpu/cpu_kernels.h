@@ -19,7 +19,7 @@ void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, cons
                            const float *weight, int N, int C);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                             const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C);
+                            const float *rstd, int N, int C, float *scratch);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
@@ -39,7 +39,7 @@ void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, co
                                int N, int V, float dloss);
 void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                       AdamWParams hp);
-void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void cpu_fill_zero(Stream *s, float *x, size_t n);
 

@@ -4,7 +4,6 @@
 
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
-#include "../../runtime/host.h"
 
 typedef struct { float *param; const float *grad; float *m, *v; size_t n; AdamWParams hp; } AdamWArgs;
 
@@ -34,16 +33,14 @@ void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, floa
     stream_launch(s, adamw_task, &a, sizeof a);
 }
 
-/* Fixed chunks, each summed by the same vector code, then the chunks in index
- * order: the same bits whatever the thread count. */
-enum { SUMSQ_CHUNK = 16384 };
-
-typedef struct { float *out; const float *x; size_t n; } SumsqArgs;
+/* Fixed chunks (SUMSQ_CHUNK), each summed by the same vector code, then the
+ * chunks in index order: the same bits whatever the thread count. */
+typedef struct { float *out; const float *x; size_t n; double *partial; } SumsqArgs;
 
 static void sumsq_task(void *p) {
     SumsqArgs *a = p;
     size_t nchunks = (a->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *partial = host_calloc(nchunks, sizeof *partial);
+    double *partial = a->partial;
     #pragma omp parallel for schedule(static)
     for (size_t chunk = 0; chunk < nchunks; chunk++) {
         size_t end = (chunk + 1) * SUMSQ_CHUNK < a->n ? (chunk + 1) * SUMSQ_CHUNK : a->n;
@@ -54,11 +51,10 @@ static void sumsq_task(void *p) {
     }
     double total = 0.0;
     for (size_t chunk = 0; chunk < nchunks; chunk++) total += partial[chunk];
-    free(partial);
     *a->out = (float)total;
 }
 
-void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
-    SumsqArgs a = { out, x, n };
+void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+    SumsqArgs a = { out, x, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
 }

@@ -39,7 +39,8 @@ void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *d
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, int N, int C);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C);
+                             const float *weight, const float *mean, const float *rstd, int N, int C,
+                             float *scratch);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
@@ -56,7 +57,7 @@ void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float
 void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
                                 float dloss);
 void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp);
-void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n);
+void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void cuda_fill_zero(Stream *s, float *x, size_t n);
 

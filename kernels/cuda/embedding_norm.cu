@@ -1,12 +1,11 @@
 /* layernorm.cu: LayerNorm (no bias, eps 1e-5) and the embeddings on the GPU.
  *
  * A warp per row for the per-row work. The weight gradients sum over rows
- * without atomics: blocks of ROWS_PER_PART rows write per-column partials, and
- * one thread per column adds the partials in order.
+ * without atomics: blocks of LAYERNORM_PART_ROWS rows write per-column
+ * partials into the caller's scratch, and one thread per column adds the
+ * partials in order.
  */
 #include "cuda_kernels.cuh"
-
-enum { ROWS_PER_PART = 128 };
 
 /* A warp per row: mean, then variance about it (two passes, as the CPU). */
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
@@ -65,9 +64,9 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, const float
     int part = blockIdx.y;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    int end = min(N, (part + 1) * ROWS_PER_PART);
+    int end = min(N, (part + 1) * LAYERNORM_PART_ROWS);
     float acc = 0.0f;
-    for (int i = part * ROWS_PER_PART; i < end; i++)
+    for (int i = part * LAYERNORM_PART_ROWS; i < end; i++)
         acc += dout[(size_t)i * C + c] * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
     partial[(size_t)part * C + c] = acc;
 }
@@ -82,21 +81,20 @@ __global__ static void sum_parts_kernel(float *out, const float *partial, int pa
 }
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C) {
+                             const float *weight, const float *mean, const float *rstd, int N, int C,
+                             float *scratch) {
     if (N == 0) return;
     cudaStream_t stream = cuda_stream(s);
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                               rstd, N, C);
     CHECK_LAUNCH("layernorm_dinp_kernel");
-    int parts = (N + ROWS_PER_PART - 1) / ROWS_PER_PART;
-    float *partial;
-    CHECK_CUDA(cudaMallocAsync((void **)&partial, (size_t)parts * C * sizeof(float), stream));
+    int parts = (N + LAYERNORM_PART_ROWS - 1) / LAYERNORM_PART_ROWS;
+    float *partial = scratch;  /* layernorm_scratch_floats(N, C): parts x C */
     dim3 grid(blocks_for((size_t)C), (unsigned)parts);
     layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
     CHECK_LAUNCH("layernorm_dweight_part_kernel");
     sum_parts_kernel<<<blocks_for((size_t)C), THREADS, 0, stream>>>(dweight, partial, parts, C);
     CHECK_LAUNCH("sum_parts_kernel");
-    CHECK_CUDA(cudaFreeAsync(partial, stream));
 }
 
 __global__ static void embedding_forward_kernel(float *out, const int *tokens, const float *wte, const float *wpe,

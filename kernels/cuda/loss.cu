@@ -5,8 +5,6 @@
  */
 #include "cuda_kernels.cuh"
 
-enum { SUMSQ_CHUNK = 16384 };
-
 /* The block's sum of its threads' values, in double, by a fixed tree; every
  * thread of the block gets it. blockDim.x must be THREADS. */
 __device__ static double block_sum(double x) {
@@ -94,14 +92,12 @@ __global__ static void sum_chunks_kernel(float *out, const double *partial, size
     *out = (float)total;
 }
 
-void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n) {
+void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
-    size_t nchunks = n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1;
-    double *partial;
-    CHECK_CUDA(cudaMallocAsync((void **)&partial, nchunks * sizeof(double), stream));
+    size_t nchunks = sumsq_scratch_doubles(n);
+    double *partial = scratch;
     sumsq_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, n);
     CHECK_LAUNCH("sumsq_chunk_kernel");
     sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
-    CHECK_CUDA(cudaFreeAsync(partial, stream));
 }
