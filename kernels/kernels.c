@@ -105,3 +105,7 @@ void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, f
 void fill_zero(Stream *s, float *x, size_t n) {
     backend(s)->fill_zero(s, x, n);
 }
+
+void count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
+    backend(s)->count_nonfinite(s, out, x, n);
+}
