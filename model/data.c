@@ -7,9 +7,14 @@
 #include <string.h>
 
 #include "../kernels/philox.h"
+#include "../runtime/host.h"
 
 int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
+    if (host_is_directory(path)) {
+        snprintf(err, errlen, "data file '%s' is a directory, not a file", path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open data file '%s': %s", path, strerror(errno));

@@ -22,19 +22,25 @@ typedef struct {
     int sample_chars;      /* generated at the end; 0 for none */
     FILE *out;             /* progress lines; NULL for none */
     FILE *log;             /* JSON lines; NULL for none */
+    /* A step whose loss or gradient is not finite is never applied: 0 stops the
+     * run there; 1 skips it (no update) and goes on, at most max_skips times. */
+    int skip_nonfinite, max_skips;
 } TrainConfig;
 
 typedef struct {
     float last_loss;       /* training loss of the last step */
     float train_loss, val_loss;  /* of the last eval */
     double seconds;        /* wall time of the steps, evals excluded */
+    int skipped;           /* steps skipped for a non-finite loss or gradient */
 } TrainResult;
 
 /* Run steps start_iter .. iters - 1 of s on data; each step's global batch is
  * grad_accum x nranks x batch rows, its micro-steps taking them in turn. With
  * out_dir, save a checkpoint at each eval (the best val loss so far, or every
- * eval with always_save) and at the end. Returns 0, or 1 when a rank failed,
- * the loss stopped being finite or a save failed (named on stderr). */
+ * eval with always_save) and at the end; a state that is not finite is never
+ * saved. Returns 0, or 1 when a rank failed, a step's loss or gradient was not
+ * finite (past the skips allowed), a save or a write of out or log failed
+ * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
 /* Seconds on a monotonic clock, for timing steps. */
