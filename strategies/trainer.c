@@ -47,36 +47,38 @@ static void format_eta(double seconds, char *buf, size_t len) {
     else snprintf(buf, len, "%lds", t);
 }
 
-/* Write text as a JSON string (quotes and escapes included). */
-static void json_string(FILE *f, const unsigned char *text, int n) {
-    fputc('"', f);
-    for (int i = 0; i < n; i++) {
-        unsigned char c = text[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
+/* One character inside a JSON string, escaped as JSON asks. */
+static void json_char(FILE *f, unsigned char c) {
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c == '\n') fputs("\\n", f);
+    else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
 }
 
-static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
-    int n = cfg->sample_chars;
-    int *tokens = host_calloc((size_t)n + 1, sizeof(int));
-    unsigned char *text = host_calloc((size_t)n + 1, 1);
-    /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
-    tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
-    if (s->ops->generate(s, tokens, 1, n, (Sampling){ 1.0f, 0, s->cfg.seed }) != 0) n = 0;  /* not a GPT */
-    for (int i = 0; i < n; i++) text[i] = data->itos[tokens[i + 1]];
-    if (cfg->out && n > 0) fprintf(cfg->out, "sample:\n%.*s\n", n, (const char *)text);
-    if (cfg->log && n > 0) {
-        fputs("{\"sample\": ", cfg->log);
-        json_string(cfg->log, text, n);
-        fputs("}\n", cfg->log);
+int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sampling how,
+                    int (*emit)(void *ctx, const int *piece, int n), void *ctx) {
+    int block = s->cfg.model.block_size, have = n_prompt, rc = 0;
+    int *tokens = host_calloc((size_t)(n_prompt > block ? n_prompt : block) + SAMPLE_PIECE, sizeof(int));
+    memcpy(tokens, prompt, (size_t)n_prompt * sizeof(int));
+    for (int left = n_new; rc == 0 && left > 0;) {
+        int n = left < SAMPLE_PIECE ? left : SAMPLE_PIECE;
+        rc = s->ops->generate(s, tokens, have, n, how);
+        if (rc == 0) rc = emit(ctx, tokens + have, n);
+        have += n;
+        left -= n;
+        if (have > block) {  /* the last block is all the next piece's forward sees */
+            memmove(tokens, tokens + have - block, (size_t)block * sizeof(int));
+            have = block;
+        }
+        /* the draws are keyed by the position in tokens, which the next piece
+         * reuses: a key of its own (a golden-ratio step) keeps them independent */
+        how.seed += 0x9E3779B9u;
     }
     free(tokens);
-    free(text);
+    return rc ? -1 : 0;
 }
+
+typedef struct { const TrainConfig *cfg; const Dataset *data; } SampleSink;
 
 /* 0, or 1 after a one-line error when the progress lines or the log could not
  * be written (a full disk): a record that silently stops is lost. */
@@ -87,6 +89,33 @@ static int flush_output(const TrainConfig *cfg) {
     if (!failed) return 0;
     fprintf(stderr, "error: cannot write %s: %s; stopping\n", failed, strerror(errno));
     return 1;
+}
+
+/* A piece of the sample, to the progress lines and (as part of one JSON
+ * string) to the log. */
+static int emit_sample(void *ctx, const int *piece, int n) {
+    const SampleSink *sink = ctx;
+    for (int i = 0; i < n; i++) {
+        unsigned char c = sink->data->itos[piece[i]];
+        if (sink->cfg->out) fputc(c, sink->cfg->out);
+        if (sink->cfg->log) json_char(sink->cfg->log, c);
+    }
+    return flush_output(sink->cfg);
+}
+
+/* sample_chars characters after a newline, as nanoGPT's sample.py starts; 0,
+ * or 1 when they could not be written. */
+static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
+    if (s->cfg.model.kind != MODEL_GPT) return 0;  /* the gates' MLP generates nothing */
+    int first = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;  /* any first token will do otherwise */
+    SampleSink sink = { cfg, data };
+    if (cfg->out) fputs("sample:\n", cfg->out);
+    if (cfg->log) fputs("{\"sample\": \"", cfg->log);
+    if (generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed }, emit_sample, &sink) != 0)
+        return 1;
+    if (cfg->out) fputc('\n', cfg->out);
+    if (cfg->log) fputs("\"}\n", cfg->log);
+    return flush_output(cfg);
 }
 
 /* DIR/ckpt.safetensors, as of `iter` steps done. */
@@ -210,7 +239,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         }
     }
     result->seconds = step_seconds;
-    if (status == 0 && cfg->sample_chars > 0) sample_text(s, cfg, data);
+    if (status == 0 && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
     if (status == 0) status = flush_output(cfg);
     batch_free(&b);
     return status;

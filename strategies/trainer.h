@@ -43,6 +43,18 @@ typedef struct {
  * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
+/* New tokens per piece of a generated text. */
+enum { SAMPLE_PIECE = 4096 };
+
+/* Generate n_new tokens after prompt[0, n_prompt) with s->ops->generate, at
+ * most SAMPLE_PIECE at a time, each piece continuing the last block_size tokens
+ * before it, and hand each piece's new tokens to emit (0 to go on): memory stays
+ * bounded, and text appears as it comes, however long. The first piece draws
+ * as one generate call would; each later one from a key of its own. 0, or -1
+ * when the model is no GPT or emit stopped it. */
+int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sampling how,
+                    int (*emit)(void *ctx, const int *piece, int n), void *ctx);
+
 /* Seconds on a monotonic clock, for timing steps. */
 double wall_seconds(void);
 

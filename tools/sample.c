@@ -4,7 +4,9 @@
  *
  * The model comes from the checkpoint, not from the flags; the prompt must use
  * the checkpoint's vocabulary. Generation runs on one rank (a GPU if there is
- * one, unless --device=cpu).
+ * one, unless --device=cpu). The text goes to stdout as it comes, a piece of
+ * SAMPLE_PIECE characters at a time (strategies/trainer.h), so a long one
+ * needs no more memory than a short one.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,39 +16,14 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
+#include "../strategies/trainer.h"
 #include "options.h"
 
-/* New tokens per piece of output: memory stays bounded, and text appears as it comes. */
-enum { SAMPLE_PIECE = 4096 };
-
-/* Write tokens (the prompt, n_prompt of them, first) and o->sample_chars
- * generated after them to stdout, piece by piece. 0, or 1 after a one-line
- * error when stdout cannot be written. */
-static int sample_out(Strategy *s, const TrainOptions *o, const CheckpointInfo *info, int *tokens, int n_prompt) {
-    int block = info->model.block_size, have = n_prompt, left = o->sample_chars;
-    Sampling how = { o->temperature, o->top_k, (uint32_t)o->seed };
-    for (int i = 0; i < n_prompt; i++) putchar(info->itos[tokens[i]]);
-    while (left > 0) {
-        int n = left < SAMPLE_PIECE ? left : SAMPLE_PIECE;
-        s->ops->generate(s, tokens, have, n, how);
-        for (int i = have; i < have + n; i++) putchar(info->itos[tokens[i]]);
-        if (fflush(stdout) != 0) break;
-        have += n;
-        left -= n;
-        if (have > block) {  /* keep the last block: all the next piece's forward sees */
-            memmove(tokens, tokens + have - block, (size_t)block * sizeof(int));
-            have = block;
-        }
-        /* the draws are keyed by position in the buffer, which the next piece
-         * reuses: a key of its own (a golden-ratio step) keeps them independent */
-        how.seed += 0x9E3779B9u;
-    }
-    putchar('\n');
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "sample: cannot write the text: %s\n", strerror(errno));
-        return 1;
-    }
-    return 0;
+/* A piece of the text to stdout; 0, or 1 when it could not be written. */
+static int emit_text(void *ctx, const int *piece, int n) {
+    const CheckpointInfo *info = ctx;
+    for (int i = 0; i < n; i++) putchar(info->itos[piece[i]]);
+    return fflush(stdout) != 0 || ferror(stdout);
 }
 
 int main(int argc, char **argv) {
@@ -68,10 +45,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 256; b++) stoi[b] = -1;
     for (int t = 0; t < info.model.vocab; t++) stoi[info.itos[t]] = t;
     int n_prompt = (int)strlen(o.prompt);  /* not 0: an empty --prompt is refused */
-    int block = info.model.block_size;
-    /* the prompt, then at most SAMPLE_PIECE new tokens: the text goes out piece
-     * by piece, each piece continuing the last block of tokens before it */
-    int *tokens = host_calloc((size_t)(n_prompt > block ? n_prompt : block) + SAMPLE_PIECE, sizeof(int));
+    int *tokens = host_calloc((size_t)n_prompt, sizeof(int));
     for (int i = 0; i < n_prompt; i++) {
         int t = stoi[(unsigned char)o.prompt[i]];
         if (t < 0) {
@@ -95,8 +69,12 @@ int main(int argc, char **argv) {
         free(tokens);
         return 1;
     }
-    rc = sample_out(s, &o, &info, tokens, n_prompt);
+    Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed };
+    for (int i = 0; i < n_prompt; i++) putchar(info.itos[tokens[i]]);
+    rc = generate_pieces(s, tokens, n_prompt, o.sample_chars, how, emit_text, &info);
+    if (rc == 0) rc = putchar('\n') == EOF || fflush(stdout) != 0;
+    if (rc != 0) fprintf(stderr, "sample: cannot write the text: %s\n", strerror(errno));
     s->ops->destroy(s);
     free(tokens);
-    return rc;
+    return rc ? 1 : 0;
 }
