@@ -284,28 +284,34 @@ static size_t held_length(const Ranks *d, Holding how) {
     return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;
 }
 
+/* Each count goes through the first float of the rank's norm_parts, free
+ * between clippings: a scalar on its device that costs no allocation per step.
+ * The counts follow each other on the rank's compute stream. */
 size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     Ranks *d = (Ranks *)s;
     enum { MAX_BUFFERS = 3 };
-    float *counts[FIBERS_MAX_RANKS], host[FIBERS_MAX_RANKS][MAX_BUFFERS];
+    float counts[FIBERS_MAX_RANKS][MAX_BUFFERS] = { { 0 } };
     for (int r = 0; r < d->nranks; r++) {
-        Stream *st = d->pg->compute[r];
-        counts[r] = device_alloc(d->pg->device[r], MEM_WORKING, MAX_BUFFERS * sizeof(float));
-        fill_zero(st, counts[r], MAX_BUFFERS);
-        if (what == NONFINITE_GRADS) {
-            count_nonfinite(st, counts[r], d->grad_part[r], d->grad_part_len);
-        } else {
-            count_nonfinite(st, counts[r], d->weights[r], held_length(d, d->weights_held));
-            count_nonfinite(st, counts[r] + 1, d->m[r], held_length(d, d->adam_held));
-            count_nonfinite(st, counts[r] + 2, d->v[r], held_length(d, d->adam_held));
+        const float *bufs[MAX_BUFFERS] = { d->grad_part[r] };
+        size_t lens[MAX_BUFFERS] = { d->grad_part_len };
+        int nbufs = 1;
+        if (what == NONFINITE_STATE) {
+            bufs[0] = d->weights[r];
+            bufs[1] = d->m[r];
+            bufs[2] = d->v[r];
+            lens[0] = held_length(d, d->weights_held);
+            lens[1] = lens[2] = held_length(d, d->adam_held);
+            nbufs = 3;
         }
-        stream_copy(st, host[r], counts[r], sizeof host[r]);
+        for (int b = 0; b < nbufs; b++) {
+            count_nonfinite(d->pg->compute[r], d->norm_parts[r], bufs[b], lens[b]);
+            stream_copy(d->pg->compute[r], &counts[r][b], d->norm_parts[r], sizeof(float));
+        }
     }
     size_t total = 0;
     for (int r = 0; r < d->nranks; r++) {
         stream_synchronize(d->pg->compute[r]);
-        device_free(d->pg->device[r], MEM_WORKING, counts[r], MAX_BUFFERS * sizeof(float));
-        for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)host[r][b];
+        for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)counts[r][b];
     }
     return total;
 }
