@@ -78,8 +78,6 @@ int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sam
     return rc ? -1 : 0;
 }
 
-typedef struct { const TrainConfig *cfg; const Dataset *data; } SampleSink;
-
 /* 0, or 1 after a one-line error when the progress lines or the log could not
  * be written (a full disk): a record that silently stops is lost. */
 static int flush_output(const TrainConfig *cfg) {
@@ -90,6 +88,8 @@ static int flush_output(const TrainConfig *cfg) {
     fprintf(stderr, "error: cannot write %s: %s; stopping\n", failed, strerror(errno));
     return 1;
 }
+
+typedef struct { const TrainConfig *cfg; const Dataset *data; } SampleSink;
 
 /* A piece of the sample, to the progress lines and (as part of one JSON
  * string) to the log. */
@@ -218,7 +218,8 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         }
         step_seconds += wall_seconds() - t0;
         window_steps++;
-        if (cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
+        /* a skipped step has said so, and has no loss to log */
+        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
             double elapsed = wall_seconds() - window_start;
             double ms = 1000.0 * elapsed / window_steps;
             double tok_s = (double)tokens_per_step * window_steps / elapsed;
