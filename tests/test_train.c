@@ -411,6 +411,8 @@ Test(train, a_directory_given_as_a_file_says_so) {
     expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "'/tmp' is a directory", "--data=/tmp");
     expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a directory, not a checkpoint",
                     "--resume=/tmp");
+    expect_one_line(run_train("--log=/tmp --iters=1", err, sizeof err), 1, err,
+                    "cannot write --log file '/tmp': Is a directory", "--log=/tmp");
 }
 
 /* A fresh folder under /tmp (mkdtemp), and a path inside it. */
