@@ -118,7 +118,7 @@ test-asan:
 	$(MAKE) CUDA=0 BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" build-asan-tests
 	@set -e; for t in $(TESTS); do echo "== asan $$t"; \
-	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ASAN_OPTIONS=detect_leaks=1 \
+	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ZF_SAMPLE=build/asan/bin/sample ASAN_OPTIONS=detect_leaks=1 \
 	    ./build/asan/bin/$$t --jobs 1; done
 
 # ThreadSanitizer over the streams and everything that uses them. Criterion

@@ -153,3 +153,7 @@ void fill_zero(Stream *s, float *x, size_t n) {
     backend(s)->fill_zero(s, x, n);
     trace_end(s);
 }
+
+void count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
+    backend(s)->count_nonfinite(s, out, x, n);
+}

@@ -103,6 +103,9 @@ void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scrat
 /* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)). */
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
+/* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,
+ * and never 0 when one is): the finiteness check before a save or a step. */
+void count_nonfinite(Stream *s, float *out, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

@@ -7,9 +7,14 @@
 #include <string.h>
 
 #include "../kernels/philox.h"
+#include "../runtime/host.h"
 
 int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
+    if (host_is_directory(path)) {
+        snprintf(err, errlen, "data file '%s' is a directory, not a file", path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open data file '%s': %s", path, strerror(errno));
@@ -21,8 +26,9 @@ int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t
     if (text && fseek(f, 0, SEEK_SET) == 0) n = fread(text, 1, (size_t)size, f);
     fclose(f);
     if (!text || n != (size_t)size) {
+        snprintf(err, errlen, text || size < 0 ? "cannot read data file '%s'" : "data file '%s' does not fit in host memory",
+                 path);
         free(text);
-        snprintf(err, errlen, "cannot read data file '%s'", path);
         return -1;
     }
     size_t ntrain = n * 9 / 10;  /* nanoGPT's int(n * 0.9) */

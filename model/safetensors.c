@@ -2,12 +2,16 @@
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "../runtime/host.h"
 
 static size_t dtype_size(const char *dtype) {
     return strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0 ? 4 : 0;
@@ -17,6 +21,31 @@ static size_t tensor_bytes(const StTensor *t) {
     size_t n = dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
     return n;
+}
+
+/* The temporary file of a save of path: path.tmp.PID, PID the writer's. */
+static const char TEMP_INFIX[] = ".tmp.";
+
+int safetensors_remove_stale_temps(const char *dir, const char *name) {
+    DIR *folder = opendir(dir);
+    if (!folder) return 0;
+    size_t prefix = strlen(name);
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(folder)) != NULL;) {
+        const char *pid_text = e->d_name + prefix + strlen(TEMP_INFIX);
+        if (strncmp(e->d_name, name, prefix) != 0 || strncmp(e->d_name + prefix, TEMP_INFIX, strlen(TEMP_INFIX)) ||
+            *pid_text < '1' || *pid_text > '9')
+            continue;
+        char *end;
+        long pid = strtol(pid_text, &end, 10);
+        /* a save of a live process is its own; ours has none in flight yet */
+        int writer_alive = pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+        char path[4096];
+        if (*end || writer_alive || snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        removed += unlink(path) == 0;
+    }
+    closedir(folder);
+    return removed;
 }
 
 int safetensors_write(const char *path, const StTensor *tensors, int n,
@@ -46,7 +75,7 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     size_t padded = (json_len + 7) / 8 * 8;  /* data starts 8-byte aligned */
 
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+    if (snprintf(tmp, sizeof tmp, "%s%s%d", path, TEMP_INFIX, (int)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "path too long: '%.100s...'", path);
         cJSON_free(json);
         return -1;
@@ -76,40 +105,68 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     return 0;
 }
 
-/* Read the file whole, or (header_only) its length and JSON header alone. */
-static int open_file(StFile *f, const char *path, int header_only, char *err, size_t errlen) {
-    memset(f, 0, sizeof *f);
-    FILE *in = fopen(path, "rb");
-    if (!in) { snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno)); return -1; }
-    long size = fseek(in, 0, SEEK_END) == 0 ? ftell(in) : -1;
-    if (size < 8) {
-        fclose(in);
-        snprintf(err, errlen, "'%s' is truncated: %ld bytes, shorter than the 8-byte header length", path, size);
-        return -1;
+/* One tensor's byte range in the data section, for the coverage check. */
+typedef struct { double begin, end; const char *name; } ByteRange;
+
+static int by_begin(const void *a, const void *b) {
+    const ByteRange *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* The format asks that the tensors cover the data section exactly: every range
+ * whole numbers inside it, none overlapping, no hole, nothing after the last
+ * (in any order in the header). 0, or -1 with a one-line message. */
+static int check_coverage(const cJSON *header, size_t data_size, const char *path, char *err, size_t errlen) {
+    int n = 0;
+    for (const cJSON *e = header->child; e; e = e->next) n += strcmp(e->string, "__metadata__") != 0;
+    ByteRange *ranges = calloc((size_t)n + 1, sizeof *ranges);
+    if (!ranges) { snprintf(err, errlen, "'%s': out of host memory reading the header", path); return -1; }
+    int k = 0, rc = 0;
+    for (const cJSON *e = header->child; e && rc == 0; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) continue;
+        const cJSON *range = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        const cJSON *first = cJSON_GetArrayItem(range, 0), *last = cJSON_GetArrayItem(range, 1);
+        if (!cJSON_IsArray(range) || cJSON_GetArraySize(range) != 2 || !cJSON_IsNumber(first) ||
+            !cJSON_IsNumber(last)) {
+            snprintf(err, errlen, "'%s': tensor '%.100s' has no data_offsets pair", path, e->string);
+            rc = -1;
+            break;
+        }
+        ByteRange r = { first->valuedouble, last->valuedouble, e->string };
+        if (!(r.begin >= 0 && r.end >= r.begin && r.end <= (double)data_size && r.begin == floor(r.begin) &&
+              r.end == floor(r.end))) {
+            snprintf(err, errlen, "'%s': tensor '%.100s' has data offsets [%.0f, %.0f] outside the %zu data bytes",
+                     path, e->string, r.begin, r.end, data_size);
+            rc = -1;
+        }
+        ranges[k++] = r;
     }
-    size_t want = (size_t)size;
-    unsigned char len_bytes[8];
-    if (header_only && fseek(in, 0, SEEK_SET) == 0 && fread(len_bytes, 1, 8, in) == 8) {
-        uint64_t header_len = 0;
-        for (int b = 0; b < 8; b++) header_len |= (uint64_t)len_bytes[b] << (8 * b);
-        if (header_len <= want - 8) want = 8 + (size_t)header_len;  /* else parse says it runs past the end */
+    if (rc == 0) qsort(ranges, (size_t)k, sizeof *ranges, by_begin);
+    double covered = 0;
+    for (int i = 0; rc == 0 && i < k; i++) {
+        if (ranges[i].begin < covered) {
+            snprintf(err, errlen, "'%s': tensors '%.100s' and '%.100s' overlap in the data", path,
+                     ranges[i - 1].name, ranges[i].name);
+            rc = -1;
+        } else if (ranges[i].begin > covered) {
+            snprintf(err, errlen, "'%s': data bytes [%.0f, %.0f) belong to no tensor (a hole)", path, covered,
+                     ranges[i].begin);
+            rc = -1;
+        }
+        covered = ranges[i].end;
     }
-    unsigned char *bytes = malloc(want + 1);
-    int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, want, in) == want;
-    fclose(in);
-    if (!ok) { free(bytes); snprintf(err, errlen, "cannot read '%s'", path); return -1; }
-    return safetensors_parse(f, bytes, want, path, err, errlen);
+    if (rc == 0 && covered < (double)data_size) {
+        snprintf(err, errlen, "'%s': %.0f trailing bytes after the last tensor's data", path,
+                 (double)data_size - covered);
+        rc = -1;
+    }
+    free(ranges);
+    return rc;
 }
 
-int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
-    return open_file(f, path, 0, err, errlen);
-}
-
-int safetensors_open_header(StFile *f, const char *path, char *err, size_t errlen) {
-    return open_file(f, path, 1, err, errlen);
-}
-
-int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen) {
+/* safetensors_parse over the first `size` bytes of a file of file_size bytes. */
+static int parse(StFile *f, unsigned char *bytes, size_t size, size_t file_size, const char *path, char *err,
+                 size_t errlen) {
     memset(f, 0, sizeof *f);
     f->bytes = bytes;
     f->size = size;
@@ -133,7 +190,56 @@ int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *
         safetensors_close(f);
         return -1;
     }
+    if (check_coverage(f->header, file_size - f->data_start, path, err, errlen) != 0) {
+        safetensors_close(f);
+        return -1;
+    }
     return 0;
+}
+
+int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen) {
+    return parse(f, bytes, size, size, path, err, errlen);
+}
+
+/* Read the file whole, or (header_only) its length and JSON header alone. */
+static int open_file(StFile *f, const char *path, int header_only, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    if (host_is_directory(path)) {
+        snprintf(err, errlen, "'%s' is a directory, not a checkpoint file", path);
+        return -1;
+    }
+    FILE *in = fopen(path, "rb");
+    if (!in) { snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno)); return -1; }
+    long size = fseek(in, 0, SEEK_END) == 0 ? ftell(in) : -1;
+    if (size < 8) {
+        fclose(in);
+        snprintf(err, errlen, "'%s' is truncated: %ld bytes, shorter than the 8-byte header length", path, size);
+        return -1;
+    }
+    size_t want = (size_t)size;
+    unsigned char len_bytes[8];
+    if (header_only && fseek(in, 0, SEEK_SET) == 0 && fread(len_bytes, 1, 8, in) == 8) {
+        uint64_t header_len = 0;
+        for (int b = 0; b < 8; b++) header_len |= (uint64_t)len_bytes[b] << (8 * b);
+        if (header_len <= want - 8) want = 8 + (size_t)header_len;  /* else parse says it runs past the end */
+    }
+    unsigned char *bytes = malloc(want + 1);
+    int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, want, in) == want;
+    fclose(in);
+    if (!ok) {
+        free(bytes);
+        snprintf(err, errlen, bytes ? "cannot read '%s'" : "'%s' does not fit in host memory", path);
+        return -1;
+    }
+    return parse(f, bytes, want, (size_t)size, path, err, errlen);
+}
+
+int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
+    return open_file(f, path, 0, err, errlen);
+}
+
+int safetensors_open_header(StFile *f, const char *path, char *err, size_t errlen) {
+    return open_file(f, path, 1, err, errlen);
 }
 
 void safetensors_close(StFile *f) {
@@ -201,7 +307,26 @@ const void *safetensors_tensor(const StFile *f, const char *name, const char *dt
                  "or not %zu bytes long", name, begin, end, data_size, bytes);
         return NULL;
     }
-    return f->bytes + f->data_start + (size_t)begin;
+    const unsigned char *data = f->bytes + f->data_start + (size_t)begin;
+    size_t numel = bytes / sizeof(float), bad = strcmp(dtype, "F32") == 0 ? safetensors_first_nonfinite(data, numel)
+                                                                          : numel;
+    if (bad < numel) {
+        float x;
+        memcpy(&x, data + bad * sizeof x, sizeof x);
+        snprintf(err, errlen, "tensor '%s' is not finite (element %zu is %g)", name, bad, x);
+        return NULL;
+    }
+    return data;
+}
+
+size_t safetensors_first_nonfinite(const void *data, size_t n) {
+    const unsigned char *bytes = data;
+    for (size_t i = 0; i < n; i++) {
+        float x;  /* the data section need not be 4-byte aligned */
+        memcpy(&x, bytes + i * sizeof x, sizeof x);
+        if (!isfinite(x)) return i;
+    }
+    return n;
 }
 
 int weights_save(const char *path, const ArenaLayout *layout, const float *params,

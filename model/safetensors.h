@@ -21,12 +21,17 @@ typedef struct {
 } StTensor;
 
 /* Write n tensors (and an optional JSON object as __metadata__) to a temporary
- * file beside path, flush it, then rename it over path: a crash never leaves a
- * broken file. Returns 0, or -1 with a one-line message in err. */
+ * file beside path (path.tmp.PID), flush it, then rename it over path: a crash
+ * never leaves a broken file. Returns 0, or -1 with a one-line message in err. */
 int safetensors_write(const char *path, const StTensor *tensors, int n,
                       const char *metadata_json, char *err, size_t errlen);
 
-/* A file read whole into memory, its header parsed and checked. */
+/* Remove the temporary files that saves of dir/name cut short left behind
+ * (name.tmp.PID, their writer gone); the number removed. */
+int safetensors_remove_stale_temps(const char *dir, const char *name);
+
+/* A file read whole into memory, its header parsed and checked: the tensors'
+ * byte ranges cover the data exactly (no overlap, hole or trailing byte). */
 typedef struct {
     unsigned char *bytes;
     size_t size;
@@ -44,11 +49,15 @@ int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *
 /* A string of __metadata__, or NULL. */
 const char *safetensors_metadata(const StFile *f, const char *key);
 void safetensors_close(StFile *f);
-/* The data of tensor `name` if its dtype and shape are as given (ndim 0..2);
- * NULL with a one-line message in err otherwise. */
+/* The data of tensor `name` if its dtype and shape are as given (ndim 0..2)
+ * and, for F32, every value finite; NULL with a one-line message in err
+ * otherwise. */
 const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
                                const int64_t *shape, char *err, size_t errlen);
 int safetensors_count(const StFile *f);  /* tensors, __metadata__ excluded */
+/* The index of the first NaN or infinity among n floats at data (any
+ * alignment), or n. safetensors_tensor refuses an F32 tensor that holds one. */
+size_t safetensors_first_nonfinite(const void *data, size_t n);
 
 /* The GPT's parameters by their arena names, from and to a host arena. */
 int weights_save(const char *path, const ArenaLayout *layout, const float *params,

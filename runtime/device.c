@@ -28,11 +28,24 @@ const char *device_name(const Device *dev) { return dev->name; }
 DeviceKind device_kind(const Device *dev) { return dev->kind; }
 int device_ordinal(const Device *dev) { return dev->ordinal; }
 
+/* Bytes allocated on dev, every kind together. */
+static double device_total_bytes(Device *dev) {
+    size_t total = 0;
+    for (int k = 0; k < MEM_KINDS; k++) total += device_bytes_in_use(dev, (MemKind)k);
+    return (double)total;
+}
+
 void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
+    static const char *const kind_names[MEM_KINDS] = {
+        [MEM_WEIGHTS] = "weights", [MEM_GRADS] = "gradients", [MEM_OPTIMIZER] = "optimizer state",
+        [MEM_WORKING] = "working buffers", [MEM_ACTIVATIONS] = "activations",
+    };
     void *p = dev->ops->alloc(dev, bytes);
     if (!p) {
-        fprintf(stderr, "fatal: cannot allocate %zu bytes on %s\n", bytes, dev->name);
-        abort();
+        /* a clear line and status 1, not an abort: the run's state is on disk */
+        fprintf(stderr, "error: out of memory on %s: cannot allocate %zu bytes for %s (%.1f MB in use there)\n",
+                dev->name, bytes, kind_names[kind], device_total_bytes(dev) / 1e6);
+        exit(1);
     }
     pthread_mutex_lock(&dev->mu);
     dev->bytes[kind] += bytes;

@@ -56,7 +56,8 @@ DeviceKind device_kind(const Device *dev);
 /* The GPU's index; -1 for the CPU. */
 int device_ordinal(const Device *dev);
 
-/* Zero-filled memory of one kind (aborts with a message when there is none);
+/* Zero-filled memory of one kind (when there is none: a one-line error naming
+ * the bytes, the kind and the device, and exit status 1);
  * device_free takes the same size back. */
 void *device_alloc(Device *dev, MemKind kind, size_t bytes);
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes);

@@ -8,11 +8,29 @@
 
 #include "../runtime/host.h"
 
+/* The message of a state that must not be saved: the first tensor, in the
+ * file's order, that holds a NaN or an infinity. */
+static void name_first_nonfinite(const StTensor *t, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        size_t numel = (size_t)(t[i].ndim > 0 ? t[i].shape[0] : 1) * (size_t)(t[i].ndim > 1 ? t[i].shape[1] : 1);
+        const float *x = t[i].data;
+        size_t bad = safetensors_first_nonfinite(x, numel);
+        if (bad < numel) {
+            snprintf(err, errlen, "the state is not finite ('%s' element %zu is %g); nothing was saved", t[i].name,
+                     bad, x[bad]);
+            return;
+        }
+    }
+    snprintf(err, errlen, "the state is not finite (in its padding); nothing was saved");
+}
+
 int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, char *err, size_t errlen) {
     if (s->cfg.model.kind != MODEL_GPT) {
         snprintf(err, errlen, "checkpoints hold GPTs only");
         return -1;
     }
+    /* every rank checks its shards before anything is gathered or written */
+    size_t nonfinite = s->ops->count_nonfinite(s, NONFINITE_STATE);
     ArenaLayout layout;
     model_layout(&s->cfg.model, 1, &layout);
     float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
@@ -37,9 +55,14 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     }
     const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
     t[layout.ntensors] = (StTensor){ CHECKPOINT_HEAD, "F32", 2, { wte->shape[0], wte->shape[1] }, w + wte->offset };
-    char *meta = checkpoint_metadata_json(info);
-    int rc = safetensors_write(path, t, n, meta, err, errlen);
-    cJSON_free(meta);
+    int rc = -1;
+    if (nonfinite == 0) {
+        char *meta = checkpoint_metadata_json(info);
+        rc = safetensors_write(path, t, n, meta, err, errlen);
+        cJSON_free(meta);
+    } else {
+        name_first_nonfinite(t, n, err, errlen);
+    }
     free(names);
     free(t);
     free(w);

@@ -13,7 +13,7 @@
 #include "checkpoint.h"
 
 const char CHECKPOINT_M_PREFIX[] = "optim.exp_avg.", CHECKPOINT_V_PREFIX[] = "optim.exp_avg_sq.",
-           CHECKPOINT_HEAD[] = "lm_head.weight";
+           CHECKPOINT_HEAD[] = "lm_head.weight", CHECKPOINT_FILE_NAME[] = "ckpt.safetensors";
 
 /* __metadata__: every value a string, as the format asks. */
 char *checkpoint_metadata_json(const CheckpointInfo *info) {

@@ -120,8 +120,26 @@ int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, in
     return -1;
 }
 
+/* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
+ * loss, its gradient part or its weights. */
+static float *injected_nan_target(Ranks *d, uint32_t step) {
+    const char *spec = getenv("ZF_INJECT_NAN");
+    char what[8];
+    unsigned first, count = 1;
+    if (!spec || sscanf(spec, "%7[a-z]:%u:%u", what, &first, &count) < 2) return NULL;
+    if (step < first || step - first >= count) return NULL;
+    if (strcmp(what, "loss") == 0) return d->model[0]->mean_loss;
+    if (strcmp(what, "grad") == 0) return d->grad_part[0];
+    return strcmp(what, "weight") == 0 ? d->weights[0] : NULL;
+}
+
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros) {
-    return ranks_run((Ranks *)s, x, y, step, micro, micros, 1);
+    Ranks *d = (Ranks *)s;
+    int rc = ranks_run(d, x, y, step, micro, micros, 1);
+    float *target = micro == micros - 1 ? injected_nan_target(d, step) : NULL;
+    static const float nan_value = NAN;
+    if (rc == 0 && target) stream_copy(d->pg->compute[0], target, &nan_value, sizeof nan_value);
+    return rc;
 }
 
 void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
@@ -264,4 +282,41 @@ void ranks_init_weights(Ranks *d) {
 
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
     return device_bytes_in_use(((Ranks *)s)->pg->device[rank], kind);
+}
+
+/* Floats in rank r's buffer of a state held as `how`. */
+static size_t held_length(const Ranks *d, Holding how) {
+    return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;
+}
+
+/* Each count goes through the first float of the rank's norm_parts, free
+ * between clippings: a scalar on its device that costs no allocation per step.
+ * The counts follow each other on the rank's compute stream. */
+size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
+    Ranks *d = (Ranks *)s;
+    enum { MAX_BUFFERS = 3 };
+    float counts[FIBERS_MAX_RANKS][MAX_BUFFERS] = { { 0 } };
+    for (int r = 0; r < d->nranks; r++) {
+        const float *bufs[MAX_BUFFERS] = { d->grad_part[r] };
+        size_t lens[MAX_BUFFERS] = { d->grad_part_len };
+        int nbufs = 1;
+        if (what == NONFINITE_STATE) {
+            bufs[0] = d->weights[r];
+            bufs[1] = d->m[r];
+            bufs[2] = d->v[r];
+            lens[0] = held_length(d, d->weights_held);
+            lens[1] = lens[2] = held_length(d, d->adam_held);
+            nbufs = 3;
+        }
+        for (int b = 0; b < nbufs; b++) {
+            count_nonfinite(d->pg->compute[r], d->norm_parts[r], bufs[b], lens[b]);
+            stream_copy(d->pg->compute[r], &counts[r][b], d->norm_parts[r], sizeof(float));
+        }
+    }
+    size_t total = 0;
+    for (int r = 0; r < d->nranks; r++) {
+        stream_synchronize(d->pg->compute[r]);
+        for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)counts[r][b];
+    }
+    return total;
 }

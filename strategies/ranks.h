@@ -71,7 +71,12 @@ void ranks_release(Ranks *d);
  * global batch x, y, on its own fiber; the strategy's collectives run from its
  * unit hooks. 0, or -1 after printing the failing rank. */
 int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
-/* The ops' forward_backward: ranks_run, training. */
+/* The ops' forward_backward: ranks_run, training. For the tests of what a
+ * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,
+ * grad or weight) then makes rank 0's loss, or the first value of its gradient
+ * part or of its weights, NaN after the last micro-step of steps ITER ..
+ * ITER + COUNT - 1 (COUNT 1 if absent). A weight so poisoned shows in the
+ * next forward, or in the check before a save. */
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros);
 /* Inside a hook of rank `rank`: arrive at the rendezvous `name`; the last rank
  * to arrive runs collective(d, index) for every rank (index: a unit, a bucket).
@@ -106,5 +111,6 @@ void ranks_write_weights(Strategy *s, const float *host);
 void ranks_read_state(Strategy *s, float *m, float *v);
 void ranks_write_state(Strategy *s, const float *m, const float *v);
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind);
+size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what);
 
 #endif

@@ -164,7 +164,7 @@ static void destroy(Strategy *s) {
 static const StrategyOps replicated_ops = {
     ranks_set_lr, ranks_forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
     ranks_generate, ranks_read_weights, ranks_write_weights, ranks_read_state, ranks_write_state,
-    ranks_rank_bytes, destroy,
+    ranks_rank_bytes, destroy, ranks_count_nonfinite,
 };
 
 static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {

@@ -246,7 +246,7 @@ static void destroy(Strategy *s) {
 static const StrategyOps sharded_ops = {
     ranks_set_lr, ranks_forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
     ranks_generate, ranks_read_weights, ranks_write_weights, ranks_read_state, ranks_write_state,
-    ranks_rank_bytes, destroy,
+    ranks_rank_bytes, destroy, ranks_count_nonfinite,
 };
 
 static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {

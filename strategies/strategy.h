@@ -44,6 +44,10 @@ typedef struct {
 
 typedef struct Strategy Strategy;
 
+/* What count_nonfinite looks at: each rank's part of the mean gradient (after
+ * forward_backward), or what a checkpoint holds (weights and Adam's m and v). */
+typedef enum { NONFINITE_GRADS, NONFINITE_STATE } NonfiniteOf;
+
 typedef struct {
     void (*set_lr)(Strategy *s, float lr);
     /* Micro-step `micro` of `micros` of a step (1 without accumulation): the
@@ -72,6 +76,9 @@ typedef struct {
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
     size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
     void (*destroy)(Strategy *s);
+    /* How many values of `what` are NaN or infinite, over every rank's part:
+     * one reduction per buffer on each rank's device, then the counts (waits). */
+    size_t (*count_nonfinite)(Strategy *s, NonfiniteOf what);
 } StrategyOps;
 
 struct Strategy {

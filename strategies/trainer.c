@@ -1,6 +1,7 @@
 /* trainer.c: the loop of trainer.h, as nanoGPT's train.py runs it. */
 #include "trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,38 +47,75 @@ static void format_eta(double seconds, char *buf, size_t len) {
     else snprintf(buf, len, "%lds", t);
 }
 
-/* Write text as a JSON string (quotes and escapes included). */
-static void json_string(FILE *f, const unsigned char *text, int n) {
-    fputc('"', f);
-    for (int i = 0; i < n; i++) {
-        unsigned char c = text[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
+/* One character inside a JSON string, escaped as JSON asks. */
+static void json_char(FILE *f, unsigned char c) {
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c == '\n') fputs("\\n", f);
+    else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
 }
 
-static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
-    int n = cfg->sample_chars;
-    int *tokens = host_calloc((size_t)n + 1, sizeof(int));
-    unsigned char *text = host_calloc((size_t)n + 1, 1);
-    /* nanoGPT's sample.py starts from a newline; any first token will do otherwise */
-    tokens[0] = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;
-    if (s->ops->generate(s, tokens, 1, n, (Sampling){ 1.0f, 0, s->cfg.seed }) != 0) n = 0;  /* not a GPT */
-    for (int i = 0; i < n; i++) text[i] = data->itos[tokens[i + 1]];
-    if (cfg->out && n > 0) {
-        fprintf(cfg->out, "sample:\n%.*s\n", n, (const char *)text);
-        fflush(cfg->out);
-    }
-    if (cfg->log && n > 0) {
-        fputs("{\"sample\": ", cfg->log);
-        json_string(cfg->log, text, n);
-        fputs("}\n", cfg->log);
+int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sampling how,
+                    int (*emit)(void *ctx, const int *piece, int n), void *ctx) {
+    int block = s->cfg.model.block_size, have = n_prompt, rc = 0;
+    int *tokens = host_calloc((size_t)(n_prompt > block ? n_prompt : block) + SAMPLE_PIECE, sizeof(int));
+    memcpy(tokens, prompt, (size_t)n_prompt * sizeof(int));
+    for (int left = n_new; rc == 0 && left > 0;) {
+        int n = left < SAMPLE_PIECE ? left : SAMPLE_PIECE;
+        rc = s->ops->generate(s, tokens, have, n, how);
+        if (rc == 0) rc = emit(ctx, tokens + have, n);
+        have += n;
+        left -= n;
+        if (have > block) {  /* the last block is all the next piece's forward sees */
+            memmove(tokens, tokens + have - block, (size_t)block * sizeof(int));
+            have = block;
+        }
+        /* the draws are keyed by the position in tokens, which the next piece
+         * reuses: a key of its own (a golden-ratio step) keeps them independent */
+        how.seed += 0x9E3779B9u;
     }
     free(tokens);
-    free(text);
+    return rc ? -1 : 0;
+}
+
+/* 0, or 1 after a one-line error when the progress lines or the log could not
+ * be written (a full disk): a record that silently stops is lost. */
+static int flush_output(const TrainConfig *cfg) {
+    const char *failed = NULL;
+    if (cfg->out && (fflush(cfg->out) != 0 || ferror(cfg->out))) failed = "the progress output";
+    else if (cfg->log && (fflush(cfg->log) != 0 || ferror(cfg->log))) failed = "the --log file";
+    if (!failed) return 0;
+    fprintf(stderr, "error: cannot write %s: %s; stopping\n", failed, strerror(errno));
+    return 1;
+}
+
+typedef struct { const TrainConfig *cfg; const Dataset *data; } SampleSink;
+
+/* A piece of the sample, to the progress lines and (as part of one JSON
+ * string) to the log. */
+static int emit_sample(void *ctx, const int *piece, int n) {
+    const SampleSink *sink = ctx;
+    for (int i = 0; i < n; i++) {
+        unsigned char c = sink->data->itos[piece[i]];
+        if (sink->cfg->out) fputc(c, sink->cfg->out);
+        if (sink->cfg->log) json_char(sink->cfg->log, c);
+    }
+    return flush_output(sink->cfg);
+}
+
+/* sample_chars characters after a newline, as nanoGPT's sample.py starts; 0,
+ * or 1 when they could not be written. */
+static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
+    if (s->cfg.model.kind != MODEL_GPT) return 0;  /* the gates' MLP generates nothing */
+    int first = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;  /* any first token will do otherwise */
+    SampleSink sink = { cfg, data };
+    if (cfg->out) fputs("sample:\n", cfg->out);
+    if (cfg->log) fputs("{\"sample\": \"", cfg->log);
+    if (generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed }, emit_sample, &sink) != 0)
+        return 1;
+    if (cfg->out) fputc('\n', cfg->out);
+    if (cfg->log) fputs("\"}\n", cfg->log);
+    return flush_output(cfg);
 }
 
 /* DIR/ckpt.safetensors, as of `iter` steps done. */
@@ -85,16 +123,36 @@ static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int it
     CheckpointInfo info = { .model = s->cfg.model, .iter = iter, .adam_step = s->adam_step, .seed = s->cfg.seed };
     memcpy(info.itos, data->itos, sizeof info.itos);
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", cfg->out_dir);
+    snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
     if (checkpoint_save(s, path, &info, err, sizeof err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
         return 1;
     }
-    if (cfg->out) {
-        fprintf(cfg->out, "saved %s (iter %d)\n", path, iter);
-        fflush(cfg->out);
+    if (cfg->out) fprintf(cfg->out, "saved %s (iter %d)\n", path, iter);
+    return flush_output(cfg);
+}
+
+/* Whether the step of `iter` may be applied: its loss and every rank's gradient
+ * finite. Otherwise it is skipped (skip_nonfinite, within max_skips) or the run
+ * stops: 0 apply, 1 skip, -1 stop (each said in one line). */
+static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss, TrainResult *result) {
+    size_t bad_grads = s->ops->count_nonfinite(s, NONFINITE_GRADS);
+    if (isfinite(loss) && bad_grads == 0) return 0;
+    char what[96];
+    if (!isfinite(loss)) snprintf(what, sizeof what, "the training loss is %s", isnan(loss) ? "NaN" : "infinite");
+    else snprintf(what, sizeof what, "the gradient is not finite (%zu NaN or infinite values)", bad_grads);
+    if (cfg->skip_nonfinite && result->skipped < cfg->max_skips) {
+        result->skipped++;
+        if (cfg->out) fprintf(cfg->out, "iter %d: %s; step skipped (%d of at most %d)\n", iter, what,
+                              result->skipped, cfg->max_skips);
+        return 1;
     }
-    return 0;
+    if (cfg->skip_nonfinite)
+        fprintf(stderr, "error: %s at iter %d, after %d skipped steps (--max-skips=%d); stopping\n", what, iter,
+                result->skipped, cfg->max_skips);
+    else
+        fprintf(stderr, "error: %s at iter %d; stopping\n", what, iter);
+    return -1;
 }
 
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
@@ -112,14 +170,16 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             double t0 = wall_seconds();
             result->train_loss = evaluate(s, data, SPLIT_TRAIN, cfg->eval_iters);
             result->val_loss = evaluate(s, data, SPLIT_VAL, cfg->eval_iters);
-            if (cfg->out) {
+            if (cfg->out)
                 fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n",
                         iter, result->train_loss, result->val_loss);
-                fflush(cfg->out);
-            }
             if (cfg->log)
                 fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n",
                         iter, result->train_loss, result->val_loss);
+            if (flush_output(cfg) != 0) {
+                status = 1;
+                break;
+            }
             /* the end saves below, whatever its loss */
             if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < best_val) &&
                 iter > cfg->start_iter && save(s, cfg, data, iter) != 0) {
@@ -146,40 +206,44 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             else loss_sum += s->ops->train_loss(s);
         }
         if (status != 0) break;
-        s->ops->clip_grads(s, cfg->grad_clip);
-        s->ops->step(s);
-        if (cfg->trace) trace_record(cfg->trace, 0);
         float loss = (float)(loss_sum / micros);
-        step_seconds += wall_seconds() - t0;
-        window_steps++;
         result->last_loss = loss;
-        if (!isfinite(loss)) {
-            fprintf(stderr, "error: the training loss is %s at iter %d; stopping\n",
-                    isnan(loss) ? "NaN" : "infinite", iter);
+        int verdict = check_step(s, cfg, iter, loss, result);
+        if (verdict < 0 || (verdict > 0 && flush_output(cfg) != 0)) {
             status = 1;
             break;
         }
-        if (cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
+        if (verdict == 0) {
+            s->ops->clip_grads(s, cfg->grad_clip);
+            s->ops->step(s);
+        }
+        if (cfg->trace) trace_record(cfg->trace, 0);
+        step_seconds += wall_seconds() - t0;
+        window_steps++;
+        /* a skipped step has said so, and has no loss to log */
+        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
             double elapsed = wall_seconds() - window_start;
             double ms = 1000.0 * elapsed / window_steps;
             double tok_s = (double)tokens_per_step * window_steps / elapsed;
             char eta[32];
             format_eta(ms / 1000.0 * (cfg->iters - iter - 1), eta, sizeof eta);
-            if (cfg->out) {
+            if (cfg->out)
                 fprintf(cfg->out, "iter %d: loss %.4f, lr %.2e, %.1f ms/iter, %.0f tok/s, eta %s\n",
                         iter, loss, lr, ms, tok_s, eta);
-                fflush(cfg->out);
-            }
             if (cfg->log)
                 fprintf(cfg->log, "{\"iter\": %d, \"loss\": %.6f, \"lr\": %.6e, \"ms_per_iter\": %.3f, "
                         "\"tokens_per_s\": %.1f}\n", iter, loss, lr, ms, tok_s);
+            if (flush_output(cfg) != 0) {
+                status = 1;
+                break;
+            }
             window_start = wall_seconds();
             window_steps = 0;
         }
     }
     result->seconds = step_seconds;
-    if (status == 0 && cfg->sample_chars > 0) sample_text(s, cfg, data);
-    if (cfg->log) fflush(cfg->log);
+    if (status == 0 && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
+    if (status == 0) status = flush_output(cfg);
     batch_free(&b);
     return status;
 }

@@ -24,20 +24,38 @@ typedef struct {
     FILE *log;             /* JSON lines; NULL for none */
     Trace *trace;          /* records the first trace_steps steps (the strategy's streams traced into it); NULL for none */
     int trace_steps;
+    /* A step whose loss or gradient is not finite is never applied: 0 stops the
+     * run there; 1 skips it (no update) and goes on, at most max_skips times. */
+    int skip_nonfinite, max_skips;
 } TrainConfig;
 
 typedef struct {
     float last_loss;       /* training loss of the last step */
     float train_loss, val_loss;  /* of the last eval */
     double seconds;        /* wall time of the steps, evals excluded */
+    int skipped;           /* steps skipped for a non-finite loss or gradient */
 } TrainResult;
 
 /* Run steps start_iter .. iters - 1 of s on data; each step's global batch is
  * grad_accum x nranks x batch rows, its micro-steps taking them in turn. With
  * out_dir, save a checkpoint at each eval (the best val loss so far, or every
- * eval with always_save) and at the end. Returns 0, or 1 when a rank failed,
- * the loss stopped being finite or a save failed (named on stderr). */
+ * eval with always_save) and at the end; a state that is not finite is never
+ * saved. Returns 0, or 1 when a rank failed, a step's loss or gradient was not
+ * finite (past the skips allowed), a save or a write of out or log failed
+ * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
+
+/* New tokens per piece of a generated text. */
+enum { SAMPLE_PIECE = 4096 };
+
+/* Generate n_new tokens after prompt[0, n_prompt) with s->ops->generate, at
+ * most SAMPLE_PIECE at a time, each piece continuing the last block_size tokens
+ * before it, and hand each piece's new tokens to emit (0 to go on): memory stays
+ * bounded, and text appears as it comes, however long. The first piece draws
+ * as one generate call would; each later one from a key of its own. 0, or -1
+ * when the model is no GPT or emit stopped it. */
+int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sampling how,
+                    int (*emit)(void *ctx, const int *piece, int n), void *ctx);
 
 /* Seconds on a monotonic clock, for timing steps. */
 double wall_seconds(void);

@@ -251,6 +251,27 @@ Test(gpu, adamw_sumsq_and_clip) {
     pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq); pair_free(scratch);
 }
 
+Test(gpu, count_nonfinite) {
+    need_gpu();
+    size_t n = 70001;
+    Pair x = pair_random(n, -1, 1, 66), count = pair_random(1, 0, 1, 67);
+    static const float bad[3] = { NAN, INFINITY, -INFINITY };
+    static const size_t at[3] = { 0, 40000, 70000 };
+    for (int i = 0; i < 3; i++) {
+        x.cpu[at[i]] = bad[i];
+        stream_copy(gpu_stream, x.gpu + at[i], &bad[i], sizeof(float));
+    }
+    float on_gpu = -1;
+    count_nonfinite(test_stream, count.cpu, x.cpu, n);
+    count_nonfinite(gpu_stream, count.gpu, x.gpu, n);
+    stream_copy(gpu_stream, &on_gpu, count.gpu, sizeof on_gpu);
+    stream_synchronize(gpu_stream);
+    stream_synchronize(test_stream);
+    cr_expect_eq(count.cpu[0], 3.0f, "CPU: %g", count.cpu[0]);
+    cr_expect_eq(on_gpu, 3.0f, "GPU: %g", on_gpu);
+    pair_free(x); pair_free(count);
+}
+
 /* ---- whole runs ---- */
 
 static Dataset data;

@@ -1,8 +1,10 @@
 /* test_train.c: the trainer: learning, determinism, the schedule, and bin/train's
  * handling of bad input. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
+#include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -103,9 +106,10 @@ static const char *train_binary(void) {
     return path ? path : "./bin/train";
 }
 
-static int run_train(const char *args, char *err, size_t errlen) {
+/* Run `binary args`, its stdout to `out`, its stderr into err; its exit status. */
+static int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>/tmp/zf_train_err_%d", train_binary(), args, (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>/tmp/zf_train_err_%d", binary, args, out, (int)getpid());
     int status = system(cmd);
     snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
     FILE *f = fopen(cmd, "r");
@@ -114,6 +118,10 @@ static int run_train(const char *args, char *err, size_t errlen) {
     if (f) fclose(f);
     unlink(cmd);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_train(const char *args, char *err, size_t errlen) {
+    return run_tool(train_binary(), args, "/dev/null", err, errlen);
 }
 
 static int count_lines(const char *text) {
@@ -289,7 +297,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
     for (int b = 0; b < 8; b++) header_len |= (uint64_t)good[b] << (8 * b);
     static const char extra[] = "\"extra\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},";
     struct { const char *what, *needle; } cases[] = {
-        { "truncated", "tensor" }, { "header length past the end", "runs past the end" }, { "extra tensor", "holds" },
+        { "truncated", "tensor" }, { "header length past the end", "runs past the end" }, { "extra tensor", "overlap" },
     };
     for (int c = 0; c < 3; c++) {
         if (c == 0) write_all(bad_path, good, n / 2);
@@ -433,4 +441,391 @@ Test(train, a_failing_cuda_stops_the_run_with_one_line) {
     cr_expect_eq(rc, 0, "--device=cpu with a failing CUDA: exit %d, stderr: %s", rc, err);
     unlink(driver);
     rmdir(dir);
+}
+
+/* ---- what goes wrong around a run (README "When things go wrong") ---- */
+
+static const char *sample_binary(void) {
+    const char *path = getenv("ZF_SAMPLE");
+    return path ? path : "./bin/sample";
+}
+
+/* A small model, every eval one batch, nothing sampled. */
+static const char TINY[] = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
+
+/* exit status `want`, one line on stderr holding `needle` */
+static void expect_one_line(int rc, int want, const char *err, const char *needle, const char *what) {
+    cr_expect_eq(rc, want, "%s: exit %d, stderr: %s", what, rc, err);
+    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr: %s", what, needle, err);
+    cr_expect_eq(count_lines(err), 1, "%s: stderr: %s", what, err);
+}
+
+Test(train, an_empty_value_is_an_error_for_every_flag) {
+    char cmd[512], out[16384], args[128], err[4096];
+    snprintf(cmd, sizeof cmd, "%s --help", train_binary());
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    cr_assert_eq(pclose(p), 0);
+    int flags = 0;
+    for (const char *line = out; (line = strstr(line, "\n  --")) != NULL; line++) {
+        char name[64];
+        cr_assert_eq(sscanf(line + 5, "%63[a-z0-9-]", name), 1);
+        snprintf(args, sizeof args, "--%s=", name);
+        snprintf(cmd, sizeof cmd, "--%s has an empty value", name);
+        expect_one_line(run_train(args, err, sizeof err), 2, err, cmd, args);
+        flags++;
+    }
+    cr_expect_geq(flags, 40, "--help listed %d flags", flags);
+    /* the form with a space, as `--resume "$UNSET"` writes it */
+    expect_one_line(run_train("--resume ''", err, sizeof err), 2, err, "--resume has an empty value", "--resume ''");
+}
+
+Test(train, out_of_range_and_conflicting_values_exit_2_with_one_line) {
+    static const struct { const char *args, *needle; } cases[] = {
+        { "--iters=99999999999", "--iters=99999999999 is out of range" },
+        { "--seed=-9999999999999999999999", "is out of range" },
+        { "--lr=1e99", "--lr=1e99 is out of range" },
+        { "--iters=12x", "--iters expects an integer, got '12x'" },
+        { "--min-lr=0.01 --lr=0.001", "--min-lr=0.01 is above --lr=0.001" },
+        { "--on-nan=maybe", "--on-nan=maybe must be stop or skip" },
+        { "--max-skips=-1", "--max-skips=-1 must not be negative" },
+        { "--gpus=2 --link=0.000001", "--link=0.000001 would take" },
+        { "--gpus=4 --zero=3 --link=10,100000000", "one step's collectives" },
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
+}
+
+Test(train, a_directory_given_as_a_file_says_so) {
+    char err[4096];
+    expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "'/tmp' is a directory", "--data=/tmp");
+    expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a directory, not a checkpoint",
+                    "--resume=/tmp");
+    expect_one_line(run_train("--log=/tmp --iters=1", err, sizeof err), 1, err,
+                    "cannot write --log file '/tmp': Is a directory", "--log=/tmp");
+}
+
+/* A fresh folder under /tmp (mkdtemp), and a path inside it. */
+static void temp_dir(char *dir, size_t len, const char *stem) {
+    snprintf(dir, len, "/tmp/zf_%s_XXXXXX", stem);
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+Test(train, out_is_checked_writable_before_training, .timeout = 60) {
+    char dir[64], file[128], args[512], err[4096];
+    temp_dir(dir, sizeof dir, "out");
+    snprintf(file, sizeof file, "%s/plain_file", dir);
+    write_all(file, "x", 1);
+    snprintf(args, sizeof args, "%s --iters=2 --out=%s", TINY, file);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "is a file, not a folder", "--out naming a file");
+    /* /proc refuses new files even to root, as a read-only place does */
+    snprintf(args, sizeof args, "%s --iters=2 --out=/proc", TINY);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "cannot write in the --out folder '/proc'", "--out=/proc");
+    /* a folder that works keeps no probe behind */
+    snprintf(args, sizeof args, "%s --iters=2 --out=%s", TINY, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    char listing[512];
+    snprintf(args, sizeof args, "ls -A %s", dir);
+    FILE *p = popen(args, "r");
+    size_t n = fread(listing, 1, sizeof listing - 1, p);
+    listing[n] = 0;
+    pclose(p);
+    cr_expect_str_eq(listing, "ckpt.safetensors\nplain_file\n", "the folder holds:\n%s", listing);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}
+
+/* A process id no process has now. */
+static int dead_pid(void) {
+    for (int pid = 4000000;; pid--)
+        if (kill(pid, 0) != 0 && errno == ESRCH) return pid;
+}
+
+Test(train, stale_temporary_files_of_cut_short_saves_are_removed_at_start, .timeout = 60) {
+    char dir[64], stale[128], live[128], other[128], args[512], err[4096];
+    temp_dir(dir, sizeof dir, "stale");
+    snprintf(stale, sizeof stale, "%s/ckpt.safetensors.tmp.%d", dir, dead_pid());
+    snprintf(live, sizeof live, "%s/ckpt.safetensors.tmp.%d", dir, (int)getpid());  /* a live writer's */
+    snprintf(other, sizeof other, "%s/notes.tmp.1", dir);
+    write_all(stale, "half a checkpoint", 17);
+    write_all(live, "a save in flight", 16);
+    write_all(other, "not ours", 8);
+    snprintf(args, sizeof args, "%s --iters=2 --out=%s", TINY, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    cr_expect(!file_exists(stale), "%s is still there", stale);
+    cr_expect(file_exists(live), "a live process's temporary file was removed");
+    cr_expect(file_exists(other), "a file that is not ours was removed");
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}
+
+Test(train, a_write_error_on_the_log_or_stdout_ends_the_run_with_exit_1, .timeout = 60) {
+    char args[512], err[4096];
+    snprintf(args, sizeof args, "%s --iters=2 --log-every=1 --log=/dev/full", TINY);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "cannot write the --log file", "--log=/dev/full");
+    snprintf(args, sizeof args, "%s --iters=2", TINY);
+    expect_one_line(run_tool(train_binary(), args, "/dev/full", err, sizeof err), 1, err,
+                    "cannot write the progress output", "stdout on /dev/full");
+}
+
+/* Drop the lines a sanitizer adds to stderr (each starts "=="). */
+static void drop_sanitizer_lines(char *err) {
+    char *out = err;
+    for (char *line = err; *line;) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (strncmp(line, "==", 2) != 0) {
+            memmove(out, line, len);
+            out += len;
+        }
+        line += len;
+    }
+    *out = 0;
+}
+
+Test(train, a_failed_allocation_is_one_line_and_exit_1, .timeout = 60) {
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = -1;
+    if (f && fscanf(f, "%d", &mode) != 1) mode = -1;
+    if (f) fclose(f);
+    if (mode == 1) test_skip("vm.overcommit_memory=1 grants any allocation; the test would fill memory");
+    /* 620 G parameters: 2.5 TB of weights, refused by the kernel at once (and
+     * by ASan, told to return NULL as malloc does) */
+    char args[512], err[4096];
+    snprintf(args, sizeof args, "%s --embd=65536 --heads=1 --layers=12 --batch=1", TINY);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1 %s", train_binary());
+    int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
+    drop_sanitizer_lines(err);
+    expect_one_line(rc, 1, err, "error: out of memory on cpu: cannot allocate 2473928949760 bytes for weights",
+                    "a model larger than memory");
+}
+
+/* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */
+static void train_checkpoint(char *dir, size_t dirlen, char *ckpt, size_t len, int iters) {
+    char args[512], err[4096];
+    temp_dir(dir, dirlen, "ckpt");
+    snprintf(ckpt, len, "%s/ckpt.safetensors", dir);
+    snprintf(args, sizeof args, "%s --iters=%d --out=%s", TINY, iters, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 4);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    /* a weight turns NaN in the last step: the final save must refuse it */
+    setenv("ZF_INJECT_NAN", "weight:5", 1);
+    for (int zero = 0; zero <= 3; zero++) {
+        snprintf(args, sizeof args, "%s --iters=6 --zero=%d --gpus=3 --out=%s --resume=%s", TINY, zero, dir, ckpt);
+        expect_one_line(run_train(args, err, sizeof err), 1, err,
+                        "saving at iter 6: the state is not finite ('transformer.wte.weight' element 0 is nan)",
+                        "final save");
+    }
+    /* and the saves at evaluations, --always-save included */
+    snprintf(args, sizeof args, "%s --iters=8 --eval-every=6 --always-save=1 --out=%s --resume=%s", TINY, dir, ckpt);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "saving at iter 6: the state is not finite",
+                    "--always-save");
+    unsetenv("ZF_INJECT_NAN");
+    size_t after_n;
+    unsigned char *after = read_all(ckpt, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the good checkpoint was overwritten");
+    free(after);
+    free(good);
+    remove_dir(dir);
+}
+
+/* The steps the optimizer took, as the checkpoint says. */
+static int adam_steps_of(const char *ckpt) {
+    CheckpointInfo info;
+    char err[512];
+    cr_assert_eq(checkpoint_read_info(ckpt, &info, err, sizeof err), 0, "%s", err);
+    return info.adam_step;
+}
+
+Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    setenv("ZF_INJECT_NAN", "loss:3", 1);
+    snprintf(args, sizeof args, "%s --iters=6 --out=%s --resume=%s", TINY, dir, ckpt);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "the training loss is NaN at iter 3; stopping",
+                    "--on-nan=stop");
+    size_t after_n;
+    unsigned char *after = read_all(ckpt, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "a stopped run changed the checkpoint");
+    free(after);
+    free(good);
+    /* skipped steps apply no update: 6 steps, 2 of them skipped, 4 updates */
+    setenv("ZF_INJECT_NAN", "grad:3:2", 1);
+    snprintf(args, sizeof args, "%s --iters=6 --on-nan=skip --max-skips=2 --out=%s --resume=%s", TINY, dir, ckpt);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(adam_steps_of(ckpt), 4);
+    /* a skipped step logs no loss: the JSON lines hold no NaN */
+    char log[160];
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    setenv("ZF_INJECT_NAN", "loss:1", 1);
+    snprintf(args, sizeof args, "%s --iters=3 --on-nan=skip --log-every=1 --log=%s", TINY, log);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    size_t log_n;
+    char *log_text = (char *)read_all(log, &log_n);
+    log_text[log_n] = 0;
+    cr_expect(strstr(log_text, "\"iter\": 0, \"loss\"") && strstr(log_text, "\"iter\": 2, \"loss\""), "%s", log_text);
+    cr_expect(!strstr(log_text, "\"iter\": 1, \"loss\"") && !strstr(log_text, "nan"), "%s", log_text);
+    free(log_text);
+    /* one more than --max-skips stops the run */
+    setenv("ZF_INJECT_NAN", "grad:6:3", 1);
+    snprintf(args, sizeof args, "%s --iters=10 --on-nan=skip --max-skips=2 --out=%s --resume=%s", TINY, dir, ckpt);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "the gradient is not finite (1 NaN or infinite values) at iter 8, after 2 skipped steps", "--max-skips");
+    unsetenv("ZF_INJECT_NAN");
+    cr_expect_eq(adam_steps_of(ckpt), 4, "the stopped run saved");
+    remove_dir(dir);
+}
+
+Test(train, count_nonfinite_finds_a_poisoned_gradient_under_every_strategy, .timeout = 60) {
+    StrategyConfig sc = small_model(0.0f, 1);
+    int x[16 * 32] = { 0 };
+    for (int zero = 0; zero <= 3; zero++) {
+        sc.nranks = 2;
+        sc.batch = 4;
+        Strategy *s = strategy_create(zero, &sc);
+        cr_assert_eq(s->ops->forward_backward(s, x, x, 0, 0, 1), 0);
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0, "%s", s->name);
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0, "%s", s->name);
+        setenv("ZF_INJECT_NAN", "grad:1", 1);
+        cr_assert_eq(s->ops->forward_backward(s, x, x, 1, 0, 1), 0);
+        unsetenv("ZF_INJECT_NAN");
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 1, "%s", s->name);
+        s->ops->destroy(s);
+    }
+}
+
+/* ckpt with the first float of its data section (transformer.wte.weight's
+ * first element, as the writer lays them out) made NaN, at bad. */
+static void write_nan_checkpoint(const char *ckpt, const char *bad) {
+    size_t n;
+    unsigned char *bytes = read_all(ckpt, &n);
+    uint64_t header_len = 0;
+    for (int b = 0; b < 8; b++) header_len |= (uint64_t)bytes[b] << (8 * b);
+    static const unsigned char nan_bits[4] = { 0x00, 0x00, 0xc0, 0x7f };
+    memcpy(bytes + 8 + header_len, nan_bits, 4);
+    write_all(bad, bytes, n);
+    free(bytes);
+}
+
+Test(train, checkpoints_with_non_finite_values_are_refused, .timeout = 60) {
+    char dir[64], ckpt[128], bad[160], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(bad, sizeof bad, "%s/nan.safetensors", dir);
+    write_nan_checkpoint(ckpt, bad);
+    snprintf(args, sizeof args, "--ckpt=%s --chars=10", bad);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 1, err,
+                    "tensor 'transformer.wte.weight' is not finite (element 0 is nan)", "bin/sample");
+    snprintf(args, sizeof args, "%s --iters=4 --init-from=%s", TINY, bad);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "tensor 'transformer.wte.weight' is not finite",
+                    "--init-from");
+    remove_dir(dir);
+}
+
+/* A safetensors file of one header and n data bytes. */
+static void write_safetensors(const char *path, const char *header, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint64_t len = strlen(header);
+    for (int b = 0; b < 8; b++) fputc((int)(len >> (8 * b)) & 0xff, f);
+    fputs(header, f);
+    for (size_t i = 0; i < n; i++) fputc(0, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+Test(train, safetensors_tensors_must_cover_the_data_exactly) {
+    static const struct { const char *header; size_t bytes; const char *needle; } cases[] = {
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, NULL },
+        { "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},\"__metadata__\":{},"
+          "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[16,16]},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 16, NULL },  /* any order */
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "tensors 'a' and 'b' overlap" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, "data bytes [4, 8) belong to no tensor" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "4 trailing bytes" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, "outside the 8 data bytes" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0.5,4]}}", 4, "outside" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "has no data_offsets pair" },
+    };
+    char path[] = "/tmp/zf_cover_XXXXXX", err[512];
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_safetensors(path, cases[i].header, cases[i].bytes);
+        StFile f;
+        int rc = safetensors_open(&f, path, err, sizeof err);
+        if (!cases[i].needle) {
+            cr_expect_eq(rc, 0, "case %zu: %s", i, err);
+            if (rc == 0) safetensors_close(&f);
+            continue;
+        }
+        cr_expect_eq(rc, -1, "case %zu loaded", i);
+        cr_expect(strstr(err, cases[i].needle) != NULL, "case %zu: %s", i, err);
+        /* the header alone says the same: bin/sample reads it first */
+        cr_expect_eq(safetensors_open_header(&f, path, err, sizeof err), -1, "case %zu: header alone", i);
+    }
+    unlink(path);
+}
+
+Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 120) {
+    char dir[64], ckpt[128], args[512], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(args, sizeof args, "--ckpt=%s --chars=-1", ckpt);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err,
+                    "--chars=-1 must not be negative", "--chars=-1");
+    cr_expect(strstr(err, "sample-chars") == NULL, "bin/sample named train's flag: %s", err);
+    /* past a piece of output (4096 characters): the shorter text is the
+     * longer one's beginning, and each is as long as asked */
+    char out_long[160], out_short[160];
+    snprintf(out_long, sizeof out_long, "%s/long.txt", dir);
+    snprintf(out_short, sizeof out_short, "%s/short.txt", dir);
+    snprintf(args, sizeof args, "--ckpt=%s --chars=4500 --prompt=ab", ckpt);
+    cr_assert_eq(run_tool(sample_binary(), args, out_long, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "--ckpt=%s --chars=4200 --prompt=ab", ckpt);
+    cr_assert_eq(run_tool(sample_binary(), args, out_short, err, sizeof err), 0, "%s", err);
+    size_t n_long, n_short;
+    unsigned char *text_long = read_all(out_long, &n_long), *text_short = read_all(out_short, &n_short);
+    cr_expect_eq(n_long, 2 + 4500 + 1);
+    cr_expect_eq(n_short, 2 + 4200 + 1);
+    cr_expect(n_short <= n_long && memcmp(text_long, text_short, n_short - 1) == 0,
+              "4200 characters are not the beginning of 4500");
+    free(text_long);
+    free(text_short);
+    snprintf(args, sizeof args, "--ckpt=%s --chars=10", ckpt);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/full", err, sizeof err), 1, err, "cannot write the text",
+                    "bin/sample on /dev/full");
+    remove_dir(dir);
+}
+
+Test(train, device_cuda_without_a_gpu_is_exit_2_from_every_tool, .timeout = 60) {
+    if (device_cuda_count() > 0) test_skip("a GPU is visible; --device=cuda is no error here");
+    char dir[64], ckpt[128], args[512], err[4096];
+    expect_one_line(run_train("--device=cuda --iters=1", err, sizeof err), 2, err, "no GPU is visible", "bin/train");
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 1);
+    snprintf(args, sizeof args, "--ckpt=%s --device=cuda", ckpt);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err, "no GPU is visible",
+                    "bin/sample");
+    remove_dir(dir);
 }

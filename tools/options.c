@@ -16,7 +16,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .grad_accum = 1, .prompt = "\n", .temperature = 1.0f,
+        .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -77,6 +77,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "resume", FLAG_PATH, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
         { "init-from", FLAG_PATH, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
         { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
+        { "on-nan", FLAG_PATH, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
+        { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
         { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
         { "prompt", FLAG_PATH, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
         { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
@@ -103,20 +105,37 @@ static void usage(FILE *out, const char *prog, TrainOptions *o) {
     }
 }
 
+/* An empty value is always a mistake (a script's unset variable), never "unset":
+ * an empty --resume= would otherwise start from scratch over the checkpoint. */
+static int empty_value(const char *prog, const char *name, const char *text) {
+    if (text[0]) return 0;
+    fprintf(stderr, "%s: --%s has an empty value (see --help)\n", prog, name);
+    return 2;
+}
+
 static int set_flag(const Flag *f, const char *prog, const char *text) {
     char *end;
     errno = 0;
+    if (empty_value(prog, f->name, text)) return 2;
     if (f->type == FLAG_INT) {
         long v = strtol(text, &end, 10);
-        if (errno || end == text || *end || v < -2147483647L || v > 2147483647L) {
+        if (end == text || *end) {
             fprintf(stderr, "%s: --%s expects an integer, got '%s' (see --help)\n", prog, f->name, text);
+            return 2;
+        }
+        if (errno == ERANGE || v < -2147483647L || v > 2147483647L) {
+            fprintf(stderr, "%s: --%s=%s is out of range (a 32-bit integer)\n", prog, f->name, text);
             return 2;
         }
         *(int *)f->value = (int)v;
     } else if (f->type == FLAG_FLOAT) {
         float v = strtof(text, &end);
-        if (errno || end == text || *end || !isfinite(v)) {
+        if (end == text || *end || isnan(v)) {
             fprintf(stderr, "%s: --%s expects a number, got '%s' (see --help)\n", prog, f->name, text);
+            return 2;
+        }
+        if (errno == ERANGE || !isfinite(v)) {
+            fprintf(stderr, "%s: --%s=%s is out of range (a finite 32-bit float)\n", prog, f->name, text);
             return 2;
         }
         *(float *)f->value = v;
@@ -181,6 +200,9 @@ static int validate(const TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--grad-accum=%d must be in 1..1024", o->grad_accum);
     else if (o->always_save != 0 && o->always_save != 1)
         snprintf(bad, sizeof bad, "--always-save=%d must be 0 or 1", o->always_save);
+    else if (strcmp(o->on_nan, "stop") && strcmp(o->on_nan, "skip"))
+        snprintf(bad, sizeof bad, "--on-nan=%s must be stop or skip", o->on_nan);
+    else if (o->max_skips < 0) snprintf(bad, sizeof bad, "--max-skips=%d must not be negative", o->max_skips);
     else if (o->resume[0] && o->init_from[0]) snprintf(bad, sizeof bad, "--resume and --init-from exclude each other");
     else if (!(o->temperature > 0)) snprintf(bad, sizeof bad, "--temperature=%g must be positive", o->temperature);
     else if (o->top_k < 0) snprintf(bad, sizeof bad, "--top-k=%d must not be negative", o->top_k);
@@ -191,14 +213,19 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);
     else if (!(o->lr > 0)) snprintf(bad, sizeof bad, "--lr=%g must be positive", o->lr);
     else if (o->min_lr < 0) snprintf(bad, sizeof bad, "--min-lr=%g must not be negative", o->min_lr);
+    else if (o->min_lr > o->lr)
+        snprintf(bad, sizeof bad, "--min-lr=%g is above --lr=%g (the decay goes down to it)", o->min_lr, o->lr);
     else if (o->dropout < 0 || o->dropout >= 1)
         snprintf(bad, sizeof bad, "--dropout=%g must be in [0, 1)", o->dropout);
     else if (o->weight_decay < 0)
         snprintf(bad, sizeof bad, "--weight-decay=%g must not be negative", o->weight_decay);
     else if (o->beta2 < 0 || o->beta2 >= 1) snprintf(bad, sizeof bad, "--beta2=%g must be in [0, 1)", o->beta2);
     else if (o->grad_clip < 0) snprintf(bad, sizeof bad, "--grad-clip=%g must not be negative", o->grad_clip);
-    else if (o->eval_every < 0 || o->eval_iters < 0 || o->log_every < 0 || o->sample_chars < 0)
-        snprintf(bad, sizeof bad, "--eval-every, --eval-iters, --log-every and --sample-chars must not be negative");
+    else if (o->sample_chars < 0)  /* bin/sample calls it --chars */
+        snprintf(bad, sizeof bad, "--%s=%d must not be negative", strcmp(prog, "sample") ? "sample-chars" : "chars",
+                 o->sample_chars);
+    else if (o->eval_every < 0 || o->eval_iters < 0 || o->log_every < 0)
+        snprintf(bad, sizeof bad, "--eval-every, --eval-iters and --log-every must not be negative");
     /* the kernels index one batch's activations with int */
     else if ((double)o->batch * o->block * 4.0 * o->embd > INT_MAX ||
              (double)o->batch * o->heads * o->block * o->block > INT_MAX)
@@ -217,6 +244,7 @@ int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
         if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
         else if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
     }
+    if (empty_value(prog, "preset", preset)) return 2;
     if (options_preset(o, preset) != 0) {
         fprintf(stderr, "%s: unknown --preset '%s' (char or char-small)\n", prog, preset);
         return 2;

@@ -27,6 +27,8 @@ typedef struct {
     char resume[OPTION_PATH_MAX];    /* a checkpoint to continue */
     char init_from[OPTION_PATH_MAX]; /* a checkpoint's weights to start from */
     int always_save, grad_accum;
+    char on_nan[8];                  /* stop or skip: a step whose loss or gradient is not finite */
+    int max_skips;                   /* steps --on-nan=skip may skip before the run stops */
     /* bin/sample */
     char ckpt[OPTION_PATH_MAX];
     char prompt[OPTION_PATH_MAX];

@@ -4,8 +4,11 @@
  *
  * The model comes from the checkpoint, not from the flags; the prompt must use
  * the checkpoint's vocabulary. Generation runs on one rank (a GPU if there is
- * one, unless --device=cpu).
+ * one, unless --device=cpu). The text goes to stdout as it comes, a piece of
+ * SAMPLE_PIECE characters at a time (strategies/trainer.h), so a long one
+ * needs no more memory than a short one.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,15 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
+#include "../strategies/trainer.h"
 #include "options.h"
+
+/* A piece of the text to stdout; 0, or 1 when it could not be written. */
+static int emit_text(void *ctx, const int *piece, int n) {
+    const CheckpointInfo *info = ctx;
+    for (int i = 0; i < n; i++) putchar(info->itos[piece[i]]);
+    return fflush(stdout) != 0 || ferror(stdout);
+}
 
 int main(int argc, char **argv) {
     blas_ensure_core(argv);
@@ -33,12 +44,8 @@ int main(int argc, char **argv) {
     int stoi[256];
     for (int b = 0; b < 256; b++) stoi[b] = -1;
     for (int t = 0; t < info.model.vocab; t++) stoi[info.itos[t]] = t;
-    int n_prompt = (int)strlen(o.prompt), n_new = o.sample_chars;
-    if (n_prompt == 0) {
-        fprintf(stderr, "sample: --prompt must not be empty\n");
-        return 2;
-    }
-    int *tokens = host_calloc((size_t)n_prompt + (size_t)n_new, sizeof(int));
+    int n_prompt = (int)strlen(o.prompt);  /* not 0: an empty --prompt is refused */
+    int *tokens = host_calloc((size_t)n_prompt, sizeof(int));
     for (int i = 0; i < n_prompt; i++) {
         int t = stoi[(unsigned char)o.prompt[i]];
         if (t < 0) {
@@ -52,9 +59,9 @@ int main(int argc, char **argv) {
     StrategyConfig sc = { .model = info.model, .nranks = 1, .device = options_placement(&o), .batch = 1,
                           .seed = info.seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f };
     Strategy *s = strategy_create(0, &sc);
-    if (!s) {
+    if (!s) {  /* --device=cuda without a GPU: a usage error, as in bin/train */
         free(tokens);
-        return 1;
+        return 2;
     }
     if (checkpoint_load(s, o.ckpt, 0, &info, err, sizeof err) != 0) {
         fprintf(stderr, "sample: %s\n", err);
@@ -63,10 +70,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed };
-    s->ops->generate(s, tokens, n_prompt, n_new, how);
-    for (int i = 0; i < n_prompt + n_new; i++) putchar(info.itos[tokens[i]]);
-    putchar('\n');
+    for (int i = 0; i < n_prompt; i++) putchar(info.itos[tokens[i]]);
+    rc = generate_pieces(s, tokens, n_prompt, o.sample_chars, how, emit_text, &info);
+    if (rc == 0) rc = putchar('\n') == EOF || fflush(stdout) != 0;
+    if (rc != 0) fprintf(stderr, "sample: cannot write the text: %s\n", strerror(errno));
     s->ops->destroy(s);
     free(tokens);
-    return 0;
+    return rc ? 1 : 0;
 }

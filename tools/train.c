@@ -1,12 +1,15 @@
 /* train.c: bin/train, the trainer's command line. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
+#include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "options.h"
@@ -57,6 +60,64 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     return 0;
 }
 
+/* The --out folder: made if missing, proved writable with a probe file (removed)
+ * before any training time is spent, and cleared of the temporary files that
+ * cut-short saves left. 0, or 1 after a one-line error. */
+static int prepare_out(const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "train: cannot make the --out folder '%s': %s\n", dir, strerror(errno));
+        return 1;
+    }
+    if (!host_is_directory(dir)) {
+        fprintf(stderr, "train: --out '%s' is a file, not a folder\n", dir);
+        return 1;
+    }
+    char probe[OPTION_PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.zf-probe.%d", dir, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    int ok = fd >= 0 && write(fd, "probe", 5) == 5;
+    int saved_errno = errno;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (fd >= 0) unlink(probe);
+    if (!ok) {
+        fprintf(stderr, "train: cannot write in the --out folder '%s': %s\n", dir, strerror(saved_errno));
+        return 1;
+    }
+    int stale = safetensors_remove_stale_temps(dir, CHECKPOINT_FILE_NAME);
+    if (stale > 0) printf("out: removed %d temporary file(s) that cut-short saves left in %s\n", stale, dir);
+    return 0;
+}
+
+/* The modeled link's seconds for one step's collectives, unit by unit: a
+ * reduce-scatter and an all-gather (an all-reduce's worth) under DDP, ZeRO-1
+ * and ZeRO-2, two all-gathers and a reduce-scatter under ZeRO-3. */
+static double link_step_seconds(const StrategyConfig *sc, int zero) {
+    ArenaLayout layout;
+    model_layout(&sc->model, 1, &layout);
+    double seconds = 0.0;
+    for (int u = 0; u < layout.nunits; u++) {
+        size_t n = layout.units[u].size;
+        seconds += zero == 3 ? 3.0 * ring_seconds(sc->link_gbps, sc->link_latency_us, sc->nranks, 0, n)
+                             : ring_seconds(sc->link_gbps, sc->link_latency_us, sc->nranks, 1, n);
+    }
+    return seconds;
+}
+
+/* A link this slow would make a run last days for nothing: a mistyped unit. */
+enum { LINK_STEP_MAX_SECONDS = 60 };
+
+/* The last writes to stdout and the log: a full disk must not pass for a
+ * finished run. 0, or 1 after a one-line error. */
+static int close_output(FILE *log) {
+    int ok = fflush(stdout) == 0 && !ferror(stdout);
+    if (!ok) fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
+    if (log && (fclose(log) != 0) && ok) {
+        fprintf(stderr, "train: cannot write the --log file: %s\n", strerror(errno));
+        ok = 0;
+    }
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
     TrainOptions o;
@@ -82,17 +143,21 @@ int main(int argc, char **argv) {
     Strategy *s = NULL;
     int status = 0, start_iter = 0;
     const char *bad = gpt_config_error(&sc.model);
+    double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o.zero);
     if (bad) {
         fprintf(stderr, "train: %s\n", bad);
         status = 2;
+    } else if (link_seconds > LINK_STEP_MAX_SECONDS) {
+        fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o.link,
+                link_seconds, LINK_STEP_MAX_SECONDS);
+        status = 2;
     } else if (o.log[0] && !(log = fopen(o.log, "w"))) {
-        fprintf(stderr, "train: cannot write --log file '%s'\n", o.log);
+        fprintf(stderr, "train: cannot write --log file '%s': %s\n", o.log, strerror(errno));
         status = 1;
     } else if (o.trace[0] && !(trace_file = fopen(o.trace, "w"))) {
         fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o.trace, strerror(errno));
         status = 1;
-    } else if (o.out[0] && mkdir(o.out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "train: cannot make the --out folder '%s': %s\n", o.out, strerror(errno));
+    } else if (o.out[0] && prepare_out(o.out) != 0) {
         status = 1;
     } else if (!(s = strategy_create(o.zero, &sc))) {
         status = 2;
@@ -135,7 +200,14 @@ int main(int argc, char **argv) {
            s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6,
            s->device_kind == DEVICE_CUDA ? " (not counted: the CUDA context, cuBLAS's workspaces, NCCL's buffers)"
                                          : "");
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
+        s->ops->destroy(s);
+        trace_destroy(trace);
+        if (log) fclose(log);
+        dataset_free(&data);
+        return 1;
+    }
     TrainConfig tc = {
         .iters = o.iters, .start_iter = start_iter, .grad_accum = o.grad_accum,
         .out_dir = o.out[0] ? o.out : NULL, .always_save = o.always_save,
@@ -143,20 +215,23 @@ int main(int argc, char **argv) {
         .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
         .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
         .trace = trace, .trace_steps = o.trace_steps,
+        .skip_nonfinite = strcmp(o.on_nan, "skip") == 0, .max_skips = o.max_skips,
     };
     TrainResult result;
     status = train_run(s, &tc, &data, &result);
+    char skipped[64] = "";
+    if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
     if (status == 0 && o.eval_iters > 0)
-        printf("done: %d iters in %.1f s of steps, final val loss %.4f\n",
-               o.iters, result.seconds, result.val_loss);
+        printf("done: %d iters%s in %.1f s of steps, final val loss %.4f\n",
+               o.iters, skipped, result.seconds, result.val_loss);
     else if (status == 0)
-        printf("done: %d iters in %.1f s of steps (no evaluation: --eval-iters=0)\n",
-               o.iters, result.seconds);
+        printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
+               o.iters, skipped, result.seconds);
     int traced = o.iters - start_iter < o.trace_steps ? o.iters - start_iter : o.trace_steps;
     if (trace && write_trace(trace, &o, traced) != 0 && status == 0) status = 1;
     s->ops->destroy(s);
     trace_destroy(trace);
     dataset_free(&data);
-    if (log) fclose(log);
-    return status;
+    int closed = close_output(log);
+    return status ? status : closed;
 }

@@ -21,4 +21,5 @@ const KernelOps cpu_kernel_ops = {
     cpu_sumsq_reduce,
     cpu_clip_scale,
     cpu_fill_zero,
+    cpu_count_nonfinite,
 };

@@ -1,4 +1,5 @@
-/* optimizer.c: the AdamW update and the squared-norm reduction for clipping. */
+/* optimizer.c: the AdamW update, the squared-norm reduction for clipping, and
+ * the count of non-finite values that guards steps and saves. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -57,4 +58,19 @@ static void sumsq_task(void *p) {
 void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
     SumsqArgs a = { out, x, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
+}
+
+typedef struct { float *out; const float *x; size_t n; } CountArgs;
+
+static void count_nonfinite_task(void *p) {
+    CountArgs *a = p;
+    size_t count = 0;
+    #pragma omp parallel for schedule(static) reduction(+ : count)
+    for (size_t i = 0; i < a->n; i++) count += !isfinite(a->x[i]);
+    *a->out = (float)count;
+}
+
+void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
+    CountArgs a = { out, x, n };
+    stream_launch(s, count_nonfinite_task, &a, sizeof a);
 }

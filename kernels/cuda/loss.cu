@@ -1,4 +1,5 @@
-/* loss.cu: softmax + cross-entropy, and the squared norm for clipping, on the GPU.
+/* loss.cu: softmax + cross-entropy, the squared norm for clipping, and the count
+ * of non-finite values, on the GPU.
  *
  * The means and sums go through a block-wide tree in double whose shape depends
  * only on the sizes, so they repeat bit for bit.
@@ -100,4 +101,26 @@ void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *
     CHECK_LAUNCH("sumsq_chunk_kernel");
     sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
+}
+
+/* partial[chunk] = how many of the chunk's values are NaN or infinite */
+__global__ static void nonfinite_chunk_kernel(double *partial, const float *x, size_t n) {
+    size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
+    size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
+    double count = 0.0;
+    for (size_t i = first + threadIdx.x; i < end; i += THREADS) count += isfinite(x[i]) ? 0.0 : 1.0;
+    double total = block_sum(count);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
+    cudaStream_t stream = cuda_stream(s);
+    size_t nchunks = n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1;
+    double *partial;
+    CHECK_CUDA(cudaMallocAsync((void **)&partial, nchunks * sizeof(double), stream));
+    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, n);
+    CHECK_LAUNCH("nonfinite_chunk_kernel");
+    sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
+    CHECK_LAUNCH("sum_chunks_kernel");
+    CHECK_CUDA(cudaFreeAsync(partial, stream));
 }

@@ -20,6 +20,7 @@ static const KernelOps cuda_ops = {
     cuda_sumsq_reduce,
     cuda_clip_scale,
     cuda_fill_zero,
+    cuda_count_nonfinite,
 };
 
 const KernelOps *cuda_kernel_ops(void) { return &cuda_ops; }
