@@ -1,8 +1,10 @@
 /* fibers.c: the rank threads, the baton and the rendezvous of fibers.h.
  *
- * One mutex and one condition variable guard everything: the baton holder, the
- * rendezvous count and generation, which ranks have finished, and the error.
- * Every wait rechecks the error, so a failure anywhere wakes everyone.
+ * One mutex and one condition variable guard everything: the run in flight,
+ * the baton holder, the rendezvous count and generation, which ranks have
+ * finished, and the error. Every wait rechecks the error, so a failure anywhere
+ * wakes everyone. The threads start once, in fibers_create; each run bumps
+ * `run`, which wakes them, and the last to finish wakes fibers_run.
  */
 #include "fibers.h"
 
@@ -13,6 +15,9 @@
 #include <string.h>
 
 #include "host.h"
+
+/* What a rank's thread is started with. */
+typedef struct { Fibers *f; int rank; } RankThread;
 
 struct Fibers {
     int nranks;
@@ -30,9 +35,29 @@ struct Fibers {
     char error[256];
     RankBody body;
     void *ctx;
+    unsigned long run;          /* runs started so far; a thread runs each once */
+    int stopping;               /* fibers_destroy: the threads return */
+    int nthreads;               /* threads started */
+    pthread_t threads[FIBERS_MAX_RANKS];
+    RankThread thread_arg[FIBERS_MAX_RANKS];
 };
 
-typedef struct { Fibers *f; int rank; } RankThread;
+static void *rank_thread(void *arg);
+
+/* Ask the threads started so far to return, and join them. */
+static void stop_threads(Fibers *f) {
+    pthread_mutex_lock(&f->mu);
+    f->stopping = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mu);
+    for (int r = 0; r < f->nthreads; r++) pthread_join(f->threads[r], NULL);
+}
+
+static void free_fibers(Fibers *f) {
+    pthread_cond_destroy(&f->changed);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
 
 Fibers *fibers_create(int nranks) {
     if (nranks < 1 || nranks > FIBERS_MAX_RANKS) {
@@ -41,16 +66,30 @@ Fibers *fibers_create(int nranks) {
     }
     Fibers *f = host_calloc(1, sizeof *f);
     f->nranks = nranks;
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->changed, NULL);
+    int rc = pthread_mutex_init(&f->mu, NULL);
+    if (rc == 0) rc = pthread_cond_init(&f->changed, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "fibers: cannot make the baton's lock: %s\n", strerror(rc));
+        free(f);
+        return NULL;
+    }
+    for (; f->nthreads < nranks; f->nthreads++) {
+        f->thread_arg[f->nthreads] = (RankThread){ f, f->nthreads };
+        rc = pthread_create(&f->threads[f->nthreads], NULL, rank_thread, &f->thread_arg[f->nthreads]);
+        if (rc != 0) {
+            fprintf(stderr, "fibers: cannot start the thread of rank %d: %s\n", f->nthreads, strerror(rc));
+            stop_threads(f);
+            free_fibers(f);
+            return NULL;
+        }
+    }
     return f;
 }
 
 void fibers_destroy(Fibers *f) {
     if (!f) return;
-    pthread_cond_destroy(&f->changed);
-    pthread_mutex_destroy(&f->mu);
-    free(f);
+    stop_threads(f);
+    free_fibers(f);
 }
 
 int fibers_nranks(const Fibers *f) { return f->nranks; }
@@ -139,31 +178,37 @@ int fibers_depart(Fibers *f, int rank) {
     return rc;
 }
 
+/* A rank's thread: for each run, wait for the baton, run the body, finish. */
 static void *rank_thread(void *arg) {
     RankThread *t = arg;
     Fibers *f = t->f;
+    unsigned long done_runs = 0;
     pthread_mutex_lock(&f->mu);
-    while (!f->failed && f->holder != t->rank) pthread_cond_wait(&f->changed, &f->mu);
-    int runs = !f->failed;
-    pthread_mutex_unlock(&f->mu);
+    for (;;) {
+        while (!f->stopping && f->run == done_runs) pthread_cond_wait(&f->changed, &f->mu);
+        if (f->stopping) break;
+        done_runs = f->run;
+        while (!f->failed && f->holder != t->rank) pthread_cond_wait(&f->changed, &f->mu);
+        int runs = !f->failed;
+        pthread_mutex_unlock(&f->mu);
 
-    int rc = runs ? f->body(f, t->rank, f->ctx) : 0;
+        int rc = runs ? f->body(f, t->rank, f->ctx) : 0;
 
-    pthread_mutex_lock(&f->mu);
-    if (rc != 0 && !f->failed) fail_locked_fmt(f, t->rank, "its step failed");
-    if (!f->failed && f->arrived > 0)
-        fail_locked_fmt(f, t->rank, "finished its step while %d rank(s) wait at a rendezvous (mismatch)",
-                        f->arrived);
-    f->finished[t->rank] = 1;
-    f->nfinished++;
-    if (f->holder == t->rank) pass_baton(f, t->rank);
+        pthread_mutex_lock(&f->mu);
+        if (rc != 0 && !f->failed) fail_locked_fmt(f, t->rank, "its step failed");
+        if (!f->failed && f->arrived > 0)
+            fail_locked_fmt(f, t->rank, "finished its step while %d rank(s) wait at a rendezvous (mismatch)",
+                            f->arrived);
+        f->finished[t->rank] = 1;
+        f->nfinished++;
+        if (f->holder == t->rank) pass_baton(f, t->rank);
+        pthread_cond_broadcast(&f->changed);  /* the last one wakes fibers_run */
+    }
     pthread_mutex_unlock(&f->mu);
     return NULL;
 }
 
 int fibers_run(Fibers *f, RankBody body, void *ctx) {
-    pthread_t threads[FIBERS_MAX_RANKS];
-    RankThread args[FIBERS_MAX_RANKS];
     pthread_mutex_lock(&f->mu);
     f->holder = 0;
     f->arrived = 0;
@@ -174,17 +219,10 @@ int fibers_run(Fibers *f, RankBody body, void *ctx) {
     memset(f->finished, 0, sizeof f->finished);
     f->body = body;
     f->ctx = ctx;
+    f->run++;
+    pthread_cond_broadcast(&f->changed);
+    while (f->nfinished < f->nranks) pthread_cond_wait(&f->changed, &f->mu);
+    int rc = f->failed ? -1 : 0;
     pthread_mutex_unlock(&f->mu);
-
-    int started = 0;
-    for (; started < f->nranks; started++) {
-        args[started] = (RankThread){ f, started };
-        int rc = pthread_create(&threads[started], NULL, rank_thread, &args[started]);
-        if (rc != 0) {
-            fibers_fail(f, started, "cannot start its thread: %s", strerror(rc));
-            break;
-        }
-    }
-    for (int r = 0; r < started; r++) pthread_join(threads[r], NULL);
-    return f->failed ? -1 : 0;
+    return rc;
 }

@@ -34,13 +34,17 @@ typedef struct Fibers Fibers;
 /* A rank's step: 0, or non-zero after fibers_fail() said why. */
 typedef int (*RankBody)(Fibers *f, int rank, void *ctx);
 
-/* NULL (with a message on stderr) unless 1 <= nranks <= FIBERS_MAX_RANKS. */
+/* Start the N rank threads, which live until fibers_destroy and wait, without
+ * spinning, for each run. NULL (with a message on stderr) unless 1 <= nranks
+ * <= FIBERS_MAX_RANKS and every thread started. */
 Fibers *fibers_create(int nranks);
+/* Stop and join the rank threads (no run may be in flight). */
 void fibers_destroy(Fibers *f);
 int fibers_nranks(const Fibers *f);
 
-/* Run body on every rank, each on its own thread, rank 0 first. Returns 0, or
- * -1 with the first error in fibers_error(). */
+/* Wake every rank's thread to run body, rank 0 first, and wait until every
+ * rank has finished it. Returns 0, or -1 with the first error in
+ * fibers_error(). One run at a time. */
 int fibers_run(Fibers *f, RankBody body, void *ctx);
 /* "rank R: what went wrong" for the last failed run. */
 const char *fibers_error(const Fibers *f);

@@ -1,6 +1,7 @@
 /* test_collectives.c: the rank fibers and the simulator's collectives. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,6 +372,31 @@ Test(fibers, a_skipped_rendezvous_is_a_mismatch_not_a_hang, .timeout = 30) {
         s.extra_rank = r;  /* one rank waits at a rendezvous the others never reach */
         cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
         cr_expect(strstr(fibers_error(f), "mismatch") != NULL, "%s", fibers_error(f));
+    }
+    fibers_destroy(f);
+}
+
+/* Each rank's thread lives for the fibers, not for a run: every run of a rank
+ * is on the same thread, and the ranks' threads differ. */
+typedef struct { pthread_t thread[2][FIBERS_MAX_RANKS]; int run; } ThreadLog;
+
+static int note_thread(Fibers *f, int rank, void *ctx) {
+    (void)f;
+    ThreadLog *log = ctx;
+    log->thread[log->run][rank] = pthread_self();
+    return 0;
+}
+
+Test(fibers, each_rank_keeps_its_thread_from_run_to_run, .timeout = 20) {
+    int N = 5;
+    Fibers *f = fibers_create(N);
+    ThreadLog log = { .run = 0 };
+    cr_assert_eq(fibers_run(f, note_thread, &log), 0);
+    log.run = 1;
+    cr_assert_eq(fibers_run(f, note_thread, &log), 0);
+    for (int r = 0; r < N; r++) {
+        cr_expect(pthread_equal(log.thread[0][r], log.thread[1][r]), "rank %d ran on another thread", r);
+        for (int q = 0; q < r; q++) cr_expect(!pthread_equal(log.thread[0][r], log.thread[0][q]), "ranks %d and %d", q, r);
     }
     fibers_destroy(f);
 }
