@@ -46,7 +46,7 @@ typedef struct {
     void (*clip_scale)(Stream *s, float *x, size_t n, const float *sumsq, int nparts,
                        float max_norm);
     void (*fill_zero)(Stream *s, float *x, size_t n);
-    void (*count_nonfinite)(Stream *s, float *out, const float *x, size_t n);
+    void (*count_nonfinite)(Stream *s, float *out, const float *x, size_t n, double *scratch);
 } KernelOps;
 
 extern const KernelOps cpu_kernel_ops;

@@ -154,6 +154,6 @@ void fill_zero(Stream *s, float *x, size_t n) {
     trace_end(s);
 }
 
-void count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
-    backend(s)->count_nonfinite(s, out, x, n);
+void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+    backend(s)->count_nonfinite(s, out, x, n, scratch);
 }

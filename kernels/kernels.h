@@ -104,8 +104,9 @@ void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scrat
 void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
 /* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,
- * and never 0 when one is): the finiteness check before a save or a step. */
-void count_nonfinite(Stream *s, float *out, const float *x, size_t n);
+ * and never 0 when one is): the finiteness check before a save or a step.
+ * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
+void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 
 #ifdef __cplusplus
 }

@@ -111,15 +111,13 @@ void model_own_grads(Model *m) { m->grads = own_arena(m, MEM_GRADS, m->unit_grad
 
 void model_destroy(Model *m) {
     if (!m) return;
+    stream_synchronize(m->stream);  /* nothing queued may still use what is freed below */
     device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
     device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
     device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
-    if (m->uploaded) {
-        event_synchronize(m->uploaded);
-        event_destroy(m->uploaded);
-    }
+    event_destroy(m->uploaded);
     device_free_host(m->dev, m->upload);
     device_free(m->dev, MEM_WORKING, m->layernorm_scratch, layernorm_scratch_bytes(m));
     device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));

@@ -17,16 +17,19 @@
 #include "device_backend.h"
 #include "device_cuda.h"
 
+/* A failed CUDA or cuBLAS call (out of memory, a lost device) ends the run as
+ * one line and exit 1, as every error does, never a core dump: nothing on the
+ * GPU can be trusted after it, and the last checkpoint on disk is untouched. */
 void cuda_check(cudaError_t rc, const char *what, const char *file, int line) {
     if (rc == cudaSuccess) return;
-    fprintf(stderr, "fatal: %s failed at %s:%d: %s\n", what, file, line, cudaGetErrorString(rc));
-    abort();
+    fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, cudaGetErrorString(rc));
+    exit(1);
 }
 
 void cublas_check(cublasStatus_t rc, const char *what, const char *file, int line) {
     if (rc == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "fatal: %s failed at %s:%d: cuBLAS status %d\n", what, file, line, (int)rc);
-    abort();
+    fprintf(stderr, "error: %s failed at %s:%d: cuBLAS status %d\n", what, file, line, (int)rc);
+    exit(1);
 }
 
 void cuda_check_launch(const char *kernel, const char *file, int line) {

@@ -20,10 +20,11 @@
 #include "host.h"
 #include "process_group.h"
 
+/* As cuda_check (runtime/device_cuda.cu): one line and exit 1. */
 static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line) {
     if (rc == ncclSuccess) return;
-    fprintf(stderr, "fatal: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
-    abort();
+    fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
+    exit(1);
 }
 
 /* NCCL's shards are exactly n / N long: lengths must divide by N. */

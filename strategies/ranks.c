@@ -290,8 +290,9 @@ static size_t held_length(const Ranks *d, Holding how) {
 }
 
 /* Each count goes through the first float of the rank's norm_parts, free
- * between clippings: a scalar on its device that costs no allocation per step.
- * The counts follow each other on the rank's compute stream. */
+ * between clippings, and the model's sumsq scratch (any part of the arena
+ * fits): no allocation per step. The counts follow each other on the rank's
+ * compute stream. */
 size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     Ranks *d = (Ranks *)s;
     enum { MAX_BUFFERS = 3 };
@@ -309,7 +310,7 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
             nbufs = 3;
         }
         for (int b = 0; b < nbufs; b++) {
-            count_nonfinite(d->pg->compute[r], d->norm_parts[r], bufs[b], lens[b]);
+            count_nonfinite(d->pg->compute[r], d->norm_parts[r], bufs[b], lens[b], d->model[r]->sumsq_scratch);
             stream_copy(d->pg->compute[r], &counts[r][b], d->norm_parts[r], sizeof(float));
         }
     }

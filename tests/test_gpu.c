@@ -262,14 +262,15 @@ Test(gpu, count_nonfinite) {
         stream_copy(gpu_stream, x.gpu + at[i], &bad[i], sizeof(float));
     }
     float on_gpu = -1;
-    count_nonfinite(test_stream, count.cpu, x.cpu, n);
-    count_nonfinite(gpu_stream, count.gpu, x.gpu, n);
+    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 68);  /* doubles, as floats: two per double */
+    count_nonfinite(test_stream, count.cpu, x.cpu, n, (double *)scratch.cpu);
+    count_nonfinite(gpu_stream, count.gpu, x.gpu, n, (double *)scratch.gpu);
     stream_copy(gpu_stream, &on_gpu, count.gpu, sizeof on_gpu);
     stream_synchronize(gpu_stream);
     stream_synchronize(test_stream);
     cr_expect_eq(count.cpu[0], 3.0f, "CPU: %g", count.cpu[0]);
     cr_expect_eq(on_gpu, 3.0f, "GPU: %g", on_gpu);
-    pair_free(x); pair_free(count);
+    pair_free(x); pair_free(count); pair_free(scratch);
 }
 
 /* ---- whole runs ---- */
@@ -457,7 +458,7 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     need_gpu();
     load_data();
     Trace *t = trace_create(1 << 14);
-    StrategyConfig sc = small_gpt(2, PLACE_CUDA, 0.0f);
+    StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
     sc.overlap = 1;
     sc.link_gbps = 0.05;
     sc.trace = t;
@@ -466,7 +467,8 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     float *w = train_weights(3, &sc, &tc, &data, &n);
     cr_assert_not_null(w);
     free(w);
-    const char *path = "/tmp/zf_gpu_trace.json";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_gpu_trace_%d.json", (int)getpid());
     char err[512];
     cr_assert_eq(trace_write(t, path, err, sizeof err), 0, "%s", err);
     trace_destroy(t);

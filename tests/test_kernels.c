@@ -396,22 +396,24 @@ Test(kernels, sumsq_and_clip) {
 Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
     size_t n = 100001;  /* several chunks, and a ragged end */
     float *x = alloc_floats(n), count = -1;
+    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
     fill_uniform(x, n, -1, 1, 72);
     x[17] = 3.0e38f;    /* finite however large: its square would overflow a float sumsq */
     x[50000] = -3.0e38f;
-    count_nonfinite(test_stream, &count, x, n);
+    count_nonfinite(test_stream, &count, x, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "all finite: %g", count);
     x[0] = NAN;
     x[40000] = INFINITY;
     x[n - 1] = -INFINITY;
-    count_nonfinite(test_stream, &count, x, n);
+    count_nonfinite(test_stream, &count, x, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 3.0f, "one NaN, two infinities: %g", count);
-    count_nonfinite(test_stream, &count, x, 0);
+    count_nonfinite(test_stream, &count, x, 0, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "nothing to count: %g", count);
     free(x);
+    free(scratch);
 }
 
 Test(kernels, blas_core_choice) {

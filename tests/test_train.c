@@ -345,16 +345,28 @@ static void expect_png(const char *path) {
     cr_expect(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", path);
 }
 
-Test(train, plot_loss_draws_a_log) {
+/* bin/train with train_args writes a file through `flag` (--log, --trace);
+ * `tool` draws it as a PNG, and refuses an empty one. The files are this
+ * process's own: runs of the suites side by side share /tmp. */
+static void expect_plot(const char *tool, const char *train_args, const char *flag) {
     if (system("command -v gnuplot >/dev/null") != 0) test_skip("gnuplot is missing (make deps installs it)");
-    char err[4096];
-    cr_assert_eq(run_train("--iters=4 --eval-every=2 --eval-iters=1 --sample-chars=0 --log-every=1 "
-                           "--layers=1 --embd=16 --heads=2 --block=16 --log=/tmp/zf_plot.jsonl", err, sizeof err), 0, "%s", err);
-    cr_assert_eq(system("tools/plot_loss /tmp/zf_plot.jsonl /tmp/zf_plot.png >/dev/null"), 0);
-    expect_png("/tmp/zf_plot.png");
-    cr_expect_neq(system("tools/plot_loss /dev/null /tmp/zf_plot_empty.png 2>/dev/null"), 0, "an empty log is an error");
-    unlink("/tmp/zf_plot.jsonl");
-    unlink("/tmp/zf_plot.png");
+    char input[64], png[64], args[512], cmd[256], err[4096];
+    snprintf(input, sizeof input, "/tmp/zf_plot_%d.in", (int)getpid());
+    snprintf(png, sizeof png, "/tmp/zf_plot_%d.png", (int)getpid());
+    snprintf(args, sizeof args, "%s %s=%s", train_args, flag, input);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s %s %s >/dev/null", tool, input, png);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    expect_png(png);
+    snprintf(cmd, sizeof cmd, "%s /dev/null %s 2>/dev/null", tool, png);
+    cr_expect_neq(system(cmd), 0, "%s: an input without data is an error", tool);
+    unlink(input);
+    unlink(png);
+}
+
+Test(train, plot_loss_draws_a_log) {
+    expect_plot("tools/plot_loss", "--iters=4 --eval-every=2 --eval-iters=1 --sample-chars=0 --log-every=1 "
+                "--layers=1 --embd=16 --heads=2 --block=16", "--log");
 }
 
 /* ---- --trace: a Chrome trace of the first steps ---- */
@@ -405,16 +417,8 @@ Test(train, trace_to_a_file_it_cannot_write_exits_1_with_one_line) {
 }
 
 Test(train, plot_trace_draws_a_trace) {
-    if (system("command -v gnuplot >/dev/null") != 0) test_skip("gnuplot is missing (make deps installs it)");
-    char err[4096];
-    cr_assert_eq(run_train("--iters=1 --eval-every=0 --eval-iters=0 --sample-chars=0 --layers=1 --embd=16 --heads=2 "
-                           "--block=16 --zero=2 --gpus=2 --trace=/tmp/zf_plot_trace.json", err, sizeof err), 0, "%s", err);
-    cr_assert_eq(system("tools/plot_trace /tmp/zf_plot_trace.json /tmp/zf_plot_trace.png >/dev/null"), 0);
-    expect_png("/tmp/zf_plot_trace.png");
-    cr_expect_neq(system("tools/plot_trace /dev/null /tmp/zf_plot_trace_empty.png 2>/dev/null"), 0,
-                  "a trace without spans is an error");
-    unlink("/tmp/zf_plot_trace.json");
-    unlink("/tmp/zf_plot_trace.png");
+    expect_plot("tools/plot_trace", "--iters=1 --eval-every=0 --eval-iters=0 --sample-chars=0 --layers=1 --embd=16 "
+                "--heads=2 --block=16 --zero=2 --gpus=2", "--trace");
 }
 
 /* A CUDA that is there but fails (an old driver, a fabric manager that is not
@@ -597,7 +601,7 @@ Test(train, a_failed_allocation_is_one_line_and_exit_1, .timeout = 60) {
     /* 620 G parameters: 2.5 TB of weights, refused by the kernel at once (and
      * by ASan, told to return NULL as malloc does) */
     char args[512], err[4096];
-    snprintf(args, sizeof args, "%s --embd=65536 --heads=1 --layers=12 --batch=1", TINY);
+    snprintf(args, sizeof args, "%s --embd=65536 --heads=1 --layers=12 --batch=1 --device=cpu", TINY);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1 %s", train_binary());
     int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);

@@ -42,6 +42,6 @@ void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, floa
 void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
 void cpu_fill_zero(Stream *s, float *x, size_t n);
-void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n);
+void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 
 #endif

@@ -59,7 +59,7 @@ void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, c
 void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp);
 void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
-void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n);
+void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, float *x, size_t n);
 
 #endif

@@ -113,14 +113,11 @@ __global__ static void nonfinite_chunk_kernel(double *partial, const float *x, s
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n) {
+void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
-    size_t nchunks = n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1;
-    double *partial;
-    CHECK_CUDA(cudaMallocAsync((void **)&partial, nchunks * sizeof(double), stream));
-    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, n);
+    size_t nchunks = sumsq_scratch_doubles(n);
+    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, n);
     CHECK_LAUNCH("nonfinite_chunk_kernel");
-    sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
+    sum_chunks_kernel<<<1, 1, 0, stream>>>(out, scratch, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
-    CHECK_CUDA(cudaFreeAsync(partial, stream));
 }
