@@ -8,10 +8,12 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double median(double *values, int n) {
+double quantile(double *values, int n, double q) {
     qsort(values, (size_t)n, sizeof *values, compare_doubles);
-    return values[n / 2];
+    return values[(int)(q * (n - 1) + 0.5)];
 }
+
+double median(double *values, int n) { return quantile(values, n, 0.5); }
 
 double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float grad_clip) {
     int rows = s->cfg.batch * s->cfg.nranks, T = s->cfg.model.block_size;
