@@ -13,13 +13,16 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../runtime/host.h"
 #include "../strategies/trainer.h"
 #include "../tools/options.h"
 #include "steps.h"
 
 static double sgemm_gflops(int n) {
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 1e-3f; b[i] = (float)(i % 5) * 1e-3f; }
+    size_t floats = (size_t)n * n;
+    float *a = host_calloc(floats, sizeof(float)), *b = host_calloc(floats, sizeof(float)),
+          *c = host_calloc(floats, sizeof(float));
+    for (size_t i = 0; i < floats; i++) { a[i] = (float)(i % 7) * 1e-3f; b[i] = (float)(i % 5) * 1e-3f; }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../runtime/host.h"
 #include "../runtime/trace.h"
 #include "../tools/options.h"
 #include "steps.h"
@@ -77,8 +78,8 @@ static Times time_variants(int zero, int nranks, const TrainOptions *o, const Da
         int linked = v != FREE;
         s[v] = make(zero, nranks, o, data, v != OFF, 1, linked ? gbps : 0, linked ? latency_us : 0, trace, label);
     }
-    double *ms[VARIANTS], *comm = malloc(sizeof(double) * n), *exposed = malloc(sizeof(double) * n);
-    for (int v = 0; v < VARIANTS; v++) ms[v] = malloc(sizeof(double) * n);
+    double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
+    for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
     int traced = WARMUP + n;  /* the step recorded, if any */
     for (int i = 0; i < traced + (trace != NULL); i++)
         for (int v = 0; v < VARIANTS; v++) {
@@ -108,7 +109,7 @@ static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data
     enum { REPS = 9 };
     Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
-    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
     dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, rows, T, x, y);
     double both[REPS], forward[REPS];
     for (int i = 0; i < REPS; i++) {
