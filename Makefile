@@ -59,7 +59,7 @@ TESTS = test_kernels test_runtime test_collectives test_model test_train test_st
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 
-.PHONY: all test bench test-asan test-tsan fuzz mutate deps clean
+.PHONY: all test bench bench-torch test-asan test-tsan fuzz mutate deps clean
 all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 
 $(BUILD)/%.o: %.c Makefile
@@ -112,6 +112,11 @@ test: $(TEST_BINS) $(BINS)
 bench: $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 	bench/run.sh $(BUILD)/bin
 
+# The char-small step against PyTorch 2.x from PyPI, whose venv (build/torch-venv,
+# about 5.4 GB) this makes when it is missing; make bench then runs it too.
+bench-torch: $(BUILD)/bin/bench_cpu
+	tools/torch_peer.sh --install $(BUILD)/bin
+
 # AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build. One job:
 # Criterion's parallel runner leaks a few bytes of its own, which would fail it.
 test-asan:
@@ -161,7 +166,7 @@ mutate:
 build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
 
 # Debian packages the build and tests need, installed only where missing.
-DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy \
+DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy python3-venv \
                gnuplot-nox clang libclang-rt-14-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \

@@ -4,6 +4,8 @@
  * ms per training step (forward, backward, clip, AdamW), tokens/s, and achieved
  * GFLOP/s counted as nanoGPT's estimate_mfu does (6N + 12 L H Q T per token, N
  * without the position embedding), as a fraction of the ceiling.
+ * --quick takes fewer steps; --char-small times only that preset's step (its
+ * line alone, for tools/torch_peer.sh).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -11,13 +13,16 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../runtime/host.h"
 #include "../strategies/trainer.h"
 #include "../tools/options.h"
 #include "steps.h"
 
 static double sgemm_gflops(int n) {
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-    for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 1e-3f; b[i] = (float)(i % 5) * 1e-3f; }
+    size_t floats = (size_t)n * n;
+    float *a = host_calloc(floats, sizeof(float)), *b = host_calloc(floats, sizeof(float)),
+          *c = host_calloc(floats, sizeof(float));
+    for (size_t i = 0; i < floats; i++) { a[i] = (float)(i % 7) * 1e-3f; b[i] = (float)(i % 5) * 1e-3f; }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
@@ -66,7 +71,15 @@ static void print_result(const BenchResult *r, double ceiling) {
 
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, small_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--char-small") == 0) small_only = 1;
+        else {
+            fprintf(stderr, "bench_cpu: unknown flag '%s' (--quick, --char-small)\n", argv[i]);
+            return 2;
+        }
+    }
     Dataset data;
     char err[512];
     if (dataset_load(&data, "data/tinyshakespeare.txt", 256, err, sizeof err) != 0) {
@@ -77,6 +90,12 @@ int main(int argc, char **argv) {
     /* The presets run first: a 2048^3 sgemm before them slows the small
      * char-small matmuls after it by a quarter (measured here). */
     BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50, 1, 0);
+    if (small_only) {
+        printf("%-11s %8.1f ms/iter, %.0f tokens/s (median of %d steps)\n", small.preset, small.ms,
+               small.tokens_per_s, small.steps);
+        dataset_free(&data);
+        return 0;
+    }
     BenchResult full = bench_preset("char", &data, quick ? 2 : 5, 1, 0);
     /* the simulator's overhead: the same global batch and work, on 4 ranks or 1 */
     BenchResult four_ranks = bench_preset("char-small", &data, quick ? 5 : 20, 4, 12);

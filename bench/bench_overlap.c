@@ -1,16 +1,19 @@
-/* bench_overlap.c: what overlapping the gradient collectives buys.
+/* bench_overlap.c: what overlapping the collectives buys.
  *
- * For DDP and ZeRO-1, 2 and 3 on N = 1, 2 and 4 ranks, over a modeled link,
- * the median ms of a training step three ways, a step of each in turn: with
- * the gradient collectives switched off (the no_sync probe: the compute-only
- * step), with them and overlap off, with them and overlap on. Then per row:
- *   comm     = step (overlap off) - compute-only step: the gradient sync's time
- *   model    = what the ring cost model predicts for those collectives
- *   exposed  = step - compute-only step, for the row's overlap setting
- *   hidden   = 1 - exposed / comm
- * The weights' all-gathers (ZeRO-1/2 after the step, ZeRO-3 around each unit)
- * run in every variant, so they count as compute here. Simulated ranks share
- * one device: their compute shares it, and only the link is modeled.
+ * For DDP and ZeRO-1, 2 and 3 on N = 1, 2 and 4 ranks, the ms of a training
+ * step three ways, a step of each in turn: with no modeled link (every
+ * collective free: the baseline), and over the modeled link with overlap off
+ * and on. Every collective the link charges counts as communication: the
+ * gradients' all-reduces and reduce-scatters, and the weights' all-gathers
+ * (ZeRO-1/2 after the step, ZeRO-3 around each unit). Then per row, from the
+ * steps paired by index (step i of each variant ran side by side):
+ *   comm     = median of (step without overlap - baseline step)
+ *   model    = what the ring cost model predicts for the collectives of the
+ *              step without overlap
+ *   exposed  = median of (the row's step - baseline step)
+ *   hidden   = 1 - exposed (overlap on) / comm, within 0..100% but for noise
+ * Each ms/step and comm comes with its quartiles. Simulated ranks share one
+ * device: their compute shares it, and only the link is modeled.
  *
  * Without --link, the link is chosen so that DDP's all-reduce at N = 4 takes
  * as long as its backward: a forward and backward less a forward, timed in turn.
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../runtime/host.h"
 #include "../runtime/trace.h"
 #include "../tools/options.h"
 #include "steps.h"
@@ -31,7 +35,18 @@ enum { TRACE_MAX_SPANS = 1 << 18 };
 
 static const char *NAMES[4] = { "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3" };
 
-typedef struct { double nosync, off, on; } Times;
+enum { FREE, OFF, ON, VARIANTS };  /* no modeled link (overlap on); the link, overlap off; overlap on */
+
+/* The median of some ms and their quartiles. */
+typedef struct { double median, lo, hi; } Spread;
+
+/* One strategy at N ranks: each variant's ms/step, and the differences to the
+ * free-link step of the same index without overlap (comm) and with (exposed). */
+typedef struct { Spread step[VARIANTS], comm, exposed; } Times;
+
+static Spread spread(double *ms, int n) {
+    return (Spread){ median(ms, n), quantile(ms, n, 0.25), quantile(ms, n, 0.75) };
+}
 
 static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset *data, int overlap, int sync,
                       double gbps, double latency_us, Trace *trace, const char *trace_label) {
@@ -49,33 +64,42 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
 }
 
 /* The three variants side by side, a step of each in turn, so that the
- * machine's drift touches all three alike; the median of each. With a trace,
- * one more step of each, recorded, not timed. */
+ * machine's drift touches all three alike. With a trace, one more step of
+ * each, recorded, not timed. */
 static Times time_variants(int zero, int nranks, const TrainOptions *o, const Dataset *data, double gbps,
                            double latency_us, Trace *trace) {
     enum { WARMUP = 2 };
-    static const char *variant[3] = { "no sync", "overlap off", "overlap on" };
-    Strategy *s[3];
-    for (int v = 0; v < 3; v++) {
+    static const char *variant[VARIANTS] = { [FREE] = "free link", [OFF] = "overlap off", [ON] = "overlap on" };
+    int n = o->iters;
+    Strategy *s[VARIANTS];
+    for (int v = 0; v < VARIANTS; v++) {
         char label[64];
         snprintf(label, sizeof label, "%s N=%d %s", NAMES[zero], nranks, variant[v]);
-        s[v] = make(zero, nranks, o, data, v == 2, v > 0, gbps, latency_us, trace, label);
+        int linked = v != FREE;
+        s[v] = make(zero, nranks, o, data, v != OFF, 1, linked ? gbps : 0, linked ? latency_us : 0, trace, label);
     }
-    double *ms[3];
-    for (int v = 0; v < 3; v++) ms[v] = malloc(sizeof(double) * o->iters);
-    int traced = WARMUP + o->iters;  /* the step recorded, if any */
+    double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
+    for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
+    int traced = WARMUP + n;  /* the step recorded, if any */
     for (int i = 0; i < traced + (trace != NULL); i++)
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < VARIANTS; v++) {
             if (trace) trace_record(trace, i == traced);
             double t = step_ms(s[v], data, (uint32_t)i, o->lr, o->grad_clip);
             if (i >= WARMUP && i < traced) ms[v][i - WARMUP] = t;
         }
     if (trace) trace_record(trace, 0);
-    Times t = { median(ms[0], o->iters), median(ms[1], o->iters), median(ms[2], o->iters) };
-    for (int v = 0; v < 3; v++) {
+    for (int i = 0; i < n; i++) {
+        comm[i] = ms[OFF][i] - ms[FREE][i];
+        exposed[i] = ms[ON][i] - ms[FREE][i];
+    }
+    Times t = { .comm = spread(comm, n), .exposed = spread(exposed, n) };
+    for (int v = 0; v < VARIANTS; v++) {
+        t.step[v] = spread(ms[v], n);
         s[v]->ops->destroy(s[v]);
         free(ms[v]);
     }
+    free(comm);
+    free(exposed);
     return t;
 }
 
@@ -85,7 +109,7 @@ static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data
     enum { REPS = 9 };
     Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
-    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
     dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, rows, T, x, y);
     double both[REPS], forward[REPS];
     for (int i = 0; i < REPS; i++) {
@@ -103,16 +127,36 @@ static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data
     return median(both, REPS) - median(forward, REPS);
 }
 
-/* The ring model's ms for one step's gradient collectives, overlap off: one
- * all-reduce (DDP) or reduce-scatter (ZeRO-1) of the arena, or a
- * reduce-scatter per unit (ZeRO-2/3). */
-static double model_ms(int zero, int nranks, const ModelConfig *model, double gbps, double latency_us) {
+/* The ring model's ms for every collective the link charges in a step without
+ * overlap: DDP all-reduces the arena (one bucket without overlap); ZeRO-1
+ * reduce-scatters it and all-gathers the weights after the step; ZeRO-2
+ * reduce-scatters every unit and all-gathers its weights after the step;
+ * ZeRO-3 reduce-scatters every unit and gathers each for its forward, and each
+ * block but the last (still gathered) for its backward. ZeRO-1/2/3 clip by the
+ * global norm, whose partials (one a rank) are all-gathered too. */
+static double model_ms(int zero, int nranks, const ModelConfig *model, float grad_clip, double gbps,
+                       double latency_us) {
     ArenaLayout layout;
     model_layout(model, nranks, &layout);
-    if (zero <= 1) return 1e3 * ring_seconds(gbps, latency_us, nranks, zero == 0, layout.total);
-    double total = 0;
-    for (int u = 0; u < layout.nunits; u++) total += ring_seconds(gbps, latency_us, nranks, 0, layout.units[u].size);
-    return 1e3 * total;
+    if (zero == 0) return 1e3 * ring_seconds(gbps, latency_us, nranks, 1, layout.total);
+    double seconds = grad_clip > 0 ? ring_seconds(gbps, latency_us, nranks, 0, (size_t)nranks) : 0;
+    if (zero == 1) return 1e3 * (seconds + 2 * ring_seconds(gbps, latency_us, nranks, 0, layout.total));
+    for (int u = 0; u < layout.nunits; u++) {
+        int gathers = zero == 2 || u == 0 || u == layout.nunits - 1 ? 1 : 2;
+        seconds += (1 + gathers) * ring_seconds(gbps, latency_us, nranks, 0, layout.units[u].size);
+    }
+    return 1e3 * seconds;
+}
+
+/* The share of comm that overlap hid, as measured; noise (the quartiles) can
+ * push it outside 0..100%, and then it says so. */
+static void hidden_text(char *out, size_t len, int nranks, const Times *t, int overlap) {
+    if (nranks == 1 || t->comm.median <= 0) {
+        snprintf(out, len, "-");
+        return;
+    }
+    double exposed = overlap ? t->exposed.median : t->comm.median, hidden = 100.0 * (1.0 - exposed / t->comm.median);
+    snprintf(out, len, "%.0f%%%s", hidden, hidden < -0.5 || hidden > 100.5 ? " (noise)" : "");
 }
 
 int main(int argc, char **argv) {
@@ -164,33 +208,42 @@ int main(int argc, char **argv) {
     printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", gbps, latency_us, chosen);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; "
            "median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch, o.bucket_mb, o.iters);
-    printf("| strategy | N | overlap | ms/step | comm ms | model ms | exposed ms | hidden |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    if (csv) fprintf(csv, "strategy,ranks,overlap,ms_step,compute_ms,comm_ms,model_ms,exposed_ms,hidden\n");
+    printf("| strategy | N | overlap | ms/step (quartiles) | free link ms | comm ms (quartiles) | model ms | "
+           "comm vs model | exposed ms | hidden |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    if (csv)
+        fprintf(csv, "strategy,ranks,overlap,ms_step,ms_q1,ms_q3,free_ms,comm_ms,comm_q1,comm_q3,model_ms,"
+                     "exposed_ms,hidden\n");
     static const int ranks[3] = { 1, 2, 4 };
     for (int zero = 0; zero <= 3; zero++)
         for (int i = 0; i < 3; i++) {
             int N = ranks[i];
             Times t = time_variants(zero, N, &o, &data, gbps, latency_us, trace);
-            double comm = t.off - t.nosync, predicted = model_ms(zero, N, &model, gbps, latency_us);
+            double predicted = model_ms(zero, N, &model, o.grad_clip, gbps, latency_us);
+            char versus[16] = "-";
+            if (predicted > 0) snprintf(versus, sizeof versus, "%+.0f%%", 100.0 * (t.comm.median / predicted - 1.0));
             for (int overlap = 0; overlap <= 1; overlap++) {
-                double step = overlap ? t.on : t.off, exposed = step - t.nosync;
-                char hidden[16] = "-";
-                if (N > 1) snprintf(hidden, sizeof hidden, "%.0f%%", 100.0 * (1.0 - exposed / comm));
-                printf("| %s | %d | %s | %.1f | %.1f | %.1f | %.1f | %s |\n", NAMES[zero], N, overlap ? "on" : "off",
-                       step, comm, predicted, exposed, hidden);
+                Spread step = t.step[overlap ? ON : OFF];
+                double exposed = overlap ? t.exposed.median : t.comm.median;
+                char hidden[32];
+                hidden_text(hidden, sizeof hidden, N, &t, overlap);
+                printf("| %s | %d | %s | %.1f (%.1f-%.1f) | %.1f | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %s |\n",
+                       NAMES[zero], N, overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
+                       t.comm.median, t.comm.lo, t.comm.hi, predicted, versus, exposed, hidden);
                 if (csv)
-                    fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", NAMES[zero], N, overlap ? "on" : "off",
-                            step, t.nosync, comm, predicted, exposed, N > 1 ? 1.0 - exposed / comm : 0.0);
+                    fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", NAMES[zero], N,
+                            overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
+                            t.comm.median, t.comm.lo, t.comm.hi, predicted, exposed,
+                            N > 1 && t.comm.median > 0 ? 1.0 - exposed / t.comm.median : 0.0);
                 fflush(stdout);
             }
         }
-    printf("\ncomm = step with overlap off - compute-only step (gradient sync off, the no_sync probe); model = the\n"
-           "ring cost model's time for the same collectives; exposed = step - compute-only step; hidden = 1 -\n"
-           "exposed / comm. The weights' all-gathers (ZeRO-1/2 after the step, ZeRO-3 around each unit) run in\n"
-           "every variant, so they count as compute here: ZeRO-3's prefetched gathers then make its overlapped\n"
-           "step faster than the compute-only one, and its hidden share pass 100%%. ZeRO-1 does not overlap:\n"
-           "its one reduce-scatter of the arena needs the whole backward.\n");
+    printf("\nfree link = the same step with no modeled link (every collective free, overlap on): the baseline.\n"
+           "comm = median over the steps of (step with overlap off - free-link step), every collective the link\n"
+           "charges counted (gradients and the weights' gathers); model = the ring cost model's time for those\n"
+           "collectives; exposed = median of (step - free-link step); hidden = 1 - exposed / comm. Quartiles in\n"
+           "brackets. A hidden share outside 0..100%% is noise, and says so. ZeRO-1 does not overlap: its one\n"
+           "reduce-scatter of the arena needs the whole backward.\n");
     if (csv) fclose(csv);
     dataset_free(&data);
     int status = 0;

@@ -2,7 +2,9 @@
 # make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
 # over a modeled link: bench/results/overlap.{md,csv,png}), then the CPU presets
 # against this machine's sgemm ceiling and the char-small step against
-# PyTorch's nanoGPT, side by side in the same run.
+# PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
+# PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
+# (tools/torch_peer.sh; one line saying how, where not).
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
 # of the backward, as in larger models) and 0.25 MB buckets (so that DDP's
@@ -19,17 +21,17 @@ bin=${1:-build/cpu/bin}
 results=bench/results
 mkdir -p $results
 
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=10 --log=$results/overlap.csv | tee $results/overlap.md
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=20 --log=$results/overlap.csv | tee $results/overlap.md
 if command -v gnuplot >/dev/null; then
-    # one row per strategy and N > 1: compute-only step, step with overlap off, with overlap on
-    awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $5; off[key] = $4; order[++n] = key }
+    # one row per strategy and N > 1: free-link step, step with overlap off, with overlap on
+    awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $7; off[key] = $4; order[++n] = key }
              else on[key] = $4 }
              END { for (i = 1; i <= n; i++) { k = order[i]; printf "\"%s\" %s %s %s\n", k, c[k], off[k], on[k] } }' \
         $results/overlap.csv > $results/overlap.dat
     gnuplot <<PLOT
 set terminal pngcairo size 900,480
 set output "$results/overlap.png"
-set title "Training step over a modeled link: compute only, and with gradient sync, overlap off and on"
+set title "Training step: no modeled link (every collective free), and over the link, overlap off and on"
 set ylabel "ms per step (median)"
 set style data histograms
 set style histogram clustered gap 1
@@ -37,7 +39,7 @@ set style fill solid 0.8 border -1
 set key top left
 set yrange [0:*]
 set xtics rotate by -30
-plot "$results/overlap.dat" using 2:xtic(1) title "compute only (no sync)", \
+plot "$results/overlap.dat" using 2:xtic(1) title "free link (baseline)", \
      "" using 3 title "overlap off", "" using 4 title "overlap on"
 PLOT
     rm -f $results/overlap.dat
@@ -47,17 +49,22 @@ else
 fi
 echo
 
-ours=$("$bin/bench_cpu" | tee /dev/stderr | awk '$1 == "char-small" { print $2 }')
+ours=$("$bin/bench_cpu" | tee >(cat >&2) | awk '$1 == "char-small" { print $2 }')
 
 python=${ZF_PYTHON:-/usr/bin/python3}
-if ! "$python" -c 'import torch' 2>/dev/null; then
-    echo "vs PyTorch: SKIP: PyTorch is not importable by $python (install python3-torch: make deps)"
-    exit 0
-fi
-coretype=${OPENBLAS_CORETYPE:-}
-if [ -z "$coretype" ] && grep -q avx512f /proc/cpuinfo; then coretype=SkylakeX; fi
 echo
-theirs=$(OPENBLAS_CORETYPE=$coretype OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench \
-    --preset char-small | tee /dev/stderr | awk '$1 == "best:" { print $6 }')
-awk -v ours="$ours" -v theirs="$theirs" 'BEGIN {
-    printf "\nchar-small step: zerofiber %.1f ms, PyTorch %.1f ms: %.2fx faster\n", ours, theirs, theirs / ours }'
+if "$python" -c 'import torch' 2>/dev/null; then
+    coretype=${OPENBLAS_CORETYPE:-}
+    if [ -z "$coretype" ] && grep -q avx512f /proc/cpuinfo; then coretype=SkylakeX; fi
+    theirs=$(OPENBLAS_CORETYPE=$coretype OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench \
+        --preset char-small | tee >(cat >&2) |
+        awk '$1 == "best:" { for (i = 2; i <= NF; i++) if ($i == "ms/iter") print $(i - 1) }')
+    awk -v ours="$ours" -v theirs="$theirs" 'BEGIN {
+        printf "\nchar-small step: zerofiber %.1f ms, Debian'"'"'s PyTorch %.1f ms: ", ours, theirs
+        if (theirs >= ours) printf "%.2fx faster\n", theirs / ours
+        else printf "%.2fx slower\n", ours / theirs }'
+else
+    echo "vs Debian's PyTorch: SKIP: PyTorch is not importable by $python (install python3-torch: make deps)"
+fi
+echo
+tools/torch_peer.sh "$bin"

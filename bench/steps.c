@@ -3,19 +3,23 @@
 
 #include <stdlib.h>
 
+#include "../runtime/host.h"
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-double median(double *values, int n) {
+double quantile(double *values, int n, double q) {
     qsort(values, (size_t)n, sizeof *values, compare_doubles);
-    return values[n / 2];
+    return values[(int)(q * (n - 1) + 0.5)];
 }
+
+double median(double *values, int n) { return quantile(values, n, 0.5); }
 
 double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float grad_clip) {
     int rows = s->cfg.batch * s->cfg.nranks, T = s->cfg.model.block_size;
-    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
     dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, step, 0, rows, T, x, y);
     double t = wall_seconds();
     s->ops->set_lr(s, lr);
@@ -31,7 +35,7 @@ double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float 
 
 double median_step_ms(Strategy *s, const Dataset *data, int steps, float lr, float grad_clip) {
     enum { WARMUP = 3 };
-    double *ms = malloc(sizeof(double) * steps);
+    double *ms = host_calloc(steps, sizeof(double));
     for (int i = 0; i < WARMUP + steps; i++) {
         double t = step_ms(s, data, (uint32_t)i, lr, grad_clip);
         if (i >= WARMUP) ms[i - WARMUP] = t;

@@ -11,6 +11,9 @@ double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float 
 /* Median ms of `steps` such steps after three untimed ones. */
 double median_step_ms(Strategy *s, const Dataset *data, int steps, float lr, float grad_clip);
 
+/* The q-quantile (0..1) of n values, the nearest one in rank (sorts them). */
+double quantile(double *values, int n, double q);
+
 /* The median of n values (sorts them). */
 double median(double *values, int n);
 

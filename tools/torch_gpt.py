@@ -57,9 +57,12 @@ Commands:
       "optim.exp_avg_sq.NAME", named as the checkpoint names them).
 
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
+        [--modes eager,compiled]
       Times full training steps of nanoGPT's shakespeare_char recipe
       (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
-      baseline the C trainer is compared against, per thread count.
+      baseline the C trainer is compared against, per mode (eager, and
+      torch.compile(model) where torch has it) and thread count (1 to the
+      cores), then prints the best ("best: ... N ms/iter").
 
 safetensors is read and written by hand (json + struct + numpy): the
 package is not installed.
@@ -157,6 +160,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=False)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
+        self.dropout = dropout
+        # nanoGPT's flash path where torch has it (2.0 on), its masked softmax before
+        self.flash = hasattr(F, "scaled_dot_product_attention")
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
         self.register_buffer("mask", mask, persistent=False)
 
@@ -164,10 +170,15 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                               dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
 
@@ -465,16 +476,19 @@ def blas_report():
     return lines
 
 
-def time_steps(p, train, iters, warmup, device):
+def time_steps(p, train, iters, warmup, device, compiled):
     """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones
-    (fp32 everywhere; on a GPU, TF32 off and each step waited for)."""
+    (fp32 everywhere; on a GPU, TF32 off and each step waited for), and the first
+    step's ms (the compilation's, when compiled). Compiled as nanoGPT's train.py
+    compiles: torch.compile(model), the optimizer on the model's own parameters."""
     torch.manual_seed(1337)
-    model = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"])
-    model.init_weights()
-    model.to(device)
-    model.train()
-    params = list(model.parameters())
-    optimizer = configure_optimizers(model.named_parameters(), 0.1, 1e-3, (0.9, 0.99))
+    raw = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"])
+    raw.init_weights()
+    raw.to(device)
+    raw.train()
+    params = list(raw.parameters())
+    optimizer = configure_optimizers(raw.named_parameters(), 0.1, 1e-3, (0.9, 0.99))
+    model = torch.compile(raw) if compiled else raw
     B, T = p["batch_size"], p["block_size"]
     times = []
     for step in range(warmup + iters):
@@ -489,9 +503,11 @@ def time_steps(p, train, iters, warmup, device):
         optimizer.zero_grad(set_to_none=True)
         if device != "cpu":
             torch.cuda.synchronize()
+        if step == 0:
+            first = (time.perf_counter() - t0) * 1e3
         if step >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), first
 
 
 def cmd_bench(args):
@@ -521,15 +537,20 @@ def cmd_bench(args):
     threads = [args.threads] if args.threads else range(1, (os.cpu_count() or 1) + 1)
     if args.device != "cpu":
         threads = [torch.get_num_threads()]
-    for k in threads:
-        set_threads(k)
-        results[k] = time_steps(p, train, iters, p["warmup"], args.device)
-        print(f"torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters})",
-              flush=True)
-    k = min(results, key=results.get)
-    tokens = p["batch_size"] * p["block_size"] / (results[k] / 1e3)
-    print(f"best: torch {torch.__version__} {args.preset} threads={k}: {results[k]:.1f} ms/iter (median of {iters}), "
-          f"{tokens:.0f} tok/s on {args.device}")
+    for mode in args.modes:
+        if mode == "compiled" and not hasattr(torch, "compile"):
+            print(f"compiled: skipped, torch {torch.__version__} has no torch.compile", flush=True)
+            continue
+        for k in threads:
+            set_threads(k)
+            ms, first = time_steps(p, train, iters, p["warmup"], args.device, mode == "compiled")
+            results[mode, k] = ms
+            print(f"torch {torch.__version__} {args.preset} {mode} threads={k}: {ms:.1f} ms/iter "
+                  f"(median of {iters}; first step {first / 1e3:.1f} s)", flush=True)
+    mode, k = min(results, key=results.get)
+    tokens = p["batch_size"] * p["block_size"] / (results[mode, k] / 1e3)
+    print(f"best: torch {torch.__version__} {args.preset} {mode} threads={k}: {results[mode, k]:.1f} ms/iter "
+          f"(median of {iters}), {tokens:.0f} tok/s on {args.device}")
 
 
 # ----------------------------------------------------------------------- main
@@ -539,6 +560,13 @@ def positive(s):
     if n <= 0:
         raise argparse.ArgumentTypeError(f"{s} is not a positive integer")
     return n
+
+
+def bench_modes(s):
+    modes = s.split(",")
+    if not modes or any(m not in ("eager", "compiled") for m in modes):
+        raise argparse.ArgumentTypeError(f"'{s}' is not a list of eager and compiled")
+    return modes
 
 
 def main():
@@ -576,6 +604,7 @@ def main():
     b.add_argument("--threads", type=positive)
     b.add_argument("--data", default="data/tinyshakespeare.txt")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    b.add_argument("--modes", default="eager,compiled", type=bench_modes)
     args = ap.parse_args()
     try:
         {"grads": cmd_grads, "loss": cmd_loss, "lr": cmd_lr, "adamw": cmd_adamw, "train": cmd_train,

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tools/torch_peer.sh [--install] [BIN]: the char-small step against the peer a
+# user would pick today, a current PyTorch 2.x from PyPI (MKL, oneDNN) running
+# nanoGPT's model (tools/torch_gpt.py bench) eager and torch.compile'd, at 1 and
+# 2 threads. Its best, beside zerofiber's best char-small step (BIN/bench_cpu,
+# default build/cpu/bin), both measured in this run.
+#
+# That PyTorch lives in a venv, build/torch-venv, made only with --install
+# (make bench-torch): PyPI's Linux wheel brings its CUDA libraries along, about
+# 5.4 GB, so neither make test nor CI ever makes it. Without the venv and without
+# --install, one line says how to enable the comparison.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+install=0
+if [ "${1:-}" = "--install" ]; then install=1; shift; fi
+bin=${1:-build/cpu/bin}
+venv=build/torch-venv
+python=$venv/bin/python
+
+if [ ! -x "$python" ]; then
+    if [ $install = 0 ]; then
+        echo "vs PyTorch 2.x: not set up: make bench-torch installs it from PyPI into $venv (about 5.4 GB) and runs it"
+        exit 0
+    fi
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv" ||
+        { echo "torch_peer.sh: cannot create $venv (Debian's python3-venv: make deps)" >&2; exit 1; }
+    "$venv/bin/pip" install --quiet 'torch>=2' numpy ||
+        { rm -rf "$venv"; echo "torch_peer.sh: pip could not install torch>=2 into $venv" >&2; exit 1; }
+fi
+[ -x "$bin/bench_cpu" ] || { echo "torch_peer.sh: no $bin/bench_cpu (make first)" >&2; exit 1; }
+
+# ours as bin/train runs it, and with passive OpenMP waiting too (the setting
+# PyTorch gets below): on a shared machine spinning workers can cost us 5x
+ours=$("$bin/bench_cpu" --char-small | tee >(cat >&2) | awk '$1 == "char-small" { print $2 }')
+ours_passive=$(OMP_WAIT_POLICY=PASSIVE "$bin/bench_cpu" --char-small | tee >(cat >&2) |
+    awk '$1 == "char-small" { print $2 }')
+echo "zerofiber char-small: ${ours} ms/iter, ${ours_passive} ms/iter with OMP_WAIT_POLICY=PASSIVE"
+# passive OpenMP waiting, as for Debian's PyTorch in bench/run.sh: on two cores,
+# spinning workers take the cores from the ones with work
+best=$(OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
+    awk '$1 == "best:" { for (i = 2; i <= NF; i++) if ($i == "ms/iter") print $(i - 1), $3, $5, $6 }')
+read -r theirs version mode threads <<<"$best"
+awk -v ours="$ours" -v passive="$ours_passive" -v theirs="$theirs" \
+    -v who="PyTorch $version, nanoGPT $mode, ${threads%:}" 'BEGIN {
+    how = "as bin/train runs"
+    if (passive < ours) { ours = passive; how = "OMP_WAIT_POLICY=PASSIVE" }
+    printf "\nchar-small step: zerofiber %.1f ms (%s), %s %.1f ms: ", ours, how, who, theirs
+    if (theirs >= ours) printf "%.2fx faster\n", theirs / ours
+    else printf "%.2fx slower\n", ours / theirs }'
