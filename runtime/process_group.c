@@ -110,22 +110,20 @@ static size_t shard_length(size_t n, size_t shard, int r) {
 static int first_peer(const ProcessGroup *pg, int r) { return pg->simulated ? 0 : r; }
 static int end_peer(const ProcessGroup *pg, int r) { return pg->simulated ? pg->nranks : r + 1; }
 
+void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done) {
+    for (int q = first_peer(pg, rank); q < end_peer(pg, rank); q++) stream_wait_event(waiter, done[q]);
+}
+
 /* Every comm stream waits for its peers' compute work so far. */
 static void wait_for_producers(ProcessGroup *pg) {
     for (int r = 0; r < pg->nranks; r++) event_record(pg->produced[r], pg->compute[r]);
-    for (int r = 0; r < pg->nranks; r++)
-        for (int q = first_peer(pg, r); q < end_peer(pg, r); q++) stream_wait_event(pg->comm[r], pg->produced[q]);
+    for (int r = 0; r < pg->nranks; r++) pg_wait_parts(pg, r, pg->comm[r], pg->produced);
 }
 
 /* Every stream in `waiters` waits for its peers' parts of the phase just enqueued. */
 static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
     for (int r = 0; r < pg->nranks; r++) event_record(pg->part_done[r], pg->comm[r]);
-    for (int r = 0; r < pg->nranks; r++)
-        for (int q = first_peer(pg, r); q < end_peer(pg, r); q++) stream_wait_event(waiters[r], pg->part_done[q]);
-}
-
-void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done) {
-    for (int q = first_peer(pg, rank); q < end_peer(pg, rank); q++) stream_wait_event(waiter, done[q]);
+    for (int r = 0; r < pg->nranks; r++) pg_wait_parts(pg, r, waiters[r], pg->part_done);
 }
 
 /* ---- the local kernels ---- */
