@@ -70,9 +70,20 @@ size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
     return d->layout->units[unit].offset / (size_t)d->nranks;
 }
 
+/* A rank that --inject-fault stops at `where` of the step in flight (at the
+ * rendezvous of that name, for a collective) fails as a real error there
+ * would, through its fibers; 1 if so. */
+static int injected_fault(Ranks *d, int rank, FaultSite where, const char *rendezvous) {
+    if (!d->training || !fault_strikes(&d->base.cfg, rank, (int)d->step, where)) return 0;
+    fibers_fail(d->fibers, rank, "injected fault (--inject-fault) at step %u in the %s%s%s%s", d->step,
+                fault_site_name(where), rendezvous ? " '" : "", rendezvous ? rendezvous : "", rendezvous ? "'" : "");
+    d->failed[rank] = 1;
+    return 1;
+}
+
 void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
                       int index) {
-    if (d->failed[rank]) return;
+    if (d->failed[rank] || injected_fault(d, rank, FAULT_COLLECTIVE, name)) return;
     int rc = fibers_arrive(d->fibers, rank, name);
     if (rc == 1) {
         collective(d, index);
@@ -102,8 +113,9 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     size_t rows = (size_t)rank * B * T;
     /* each micro-step its own dropout masks */
     uint32_t dropout_step = d->step * (uint32_t)d->micros + (uint32_t)d->micro;
+    if (injected_fault(d, rank, FAULT_FORWARD, NULL)) return -1;
     m->ops->forward(m, d->x + rows, d->y + rows, B, T, dropout_step, d->training);
-    if (d->training) m->ops->backward(m, 1.0f / (float)d->micros);
+    if (d->training && !injected_fault(d, rank, FAULT_BACKWARD, NULL)) m->ops->backward(m, 1.0f / (float)d->micros);
     return d->failed[rank] ? -1 : 0;
 }
 

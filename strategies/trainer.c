@@ -213,6 +213,13 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             status = 1;
             break;
         }
+        int faulty_rank = s->cfg.fault.rank;
+        if (verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
+            fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
+                    faulty_rank, iter);
+            status = 1;
+            break;
+        }
         if (verdict == 0) {
             s->ops->clip_grads(s, cfg->grad_clip);
             s->ops->step(s);

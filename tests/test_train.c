@@ -829,3 +829,118 @@ Test(train, device_cuda_without_a_gpu_is_exit_2_from_every_tool, .timeout = 60) 
                     "bin/sample");
     remove_dir(dir);
 }
+
+/* ---- injected faults (--inject-fault) ---- */
+
+static const char *const FAULT_SITES_TESTED[] = { "forward", "backward", "collective", "step", "save" };
+
+/* Each site, every strategy, at N = 1 and 3: one line naming the rank, the
+ * step and the place, exit 1, in seconds, and the checkpoint left byte for
+ * byte as it was. The faults strike at step 3 of a run resumed at 2, the save's
+ * at the final save (5). */
+Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_intact, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096], needle[160];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    for (int zero = 0; zero <= 3; zero++) {
+        for (int nranks = 1; nranks <= 3; nranks += 2) {
+            for (size_t w = 0; w < sizeof FAULT_SITES_TESTED / sizeof FAULT_SITES_TESTED[0]; w++) {
+                const char *site = FAULT_SITES_TESTED[w];
+                int rank = nranks - 1, step = strcmp(site, "save") == 0 ? 5 : 3;
+                snprintf(args, sizeof args, "%s --iters=5 --zero=%d --gpus=%d --out=%s --resume=%s "
+                         "--inject-fault=%d:%d:%s", TINY, zero, nranks, dir, ckpt, rank, step, site);
+                snprintf(needle, sizeof needle, "rank %d: injected fault (--inject-fault) at step %d in the %s", rank,
+                         step, site);
+                double t0 = wall_seconds();
+                expect_one_line(run_train(args, err, sizeof err), 1, err, needle, args);
+                cr_expect_lt(wall_seconds() - t0, 20.0, "%s: the run did not end promptly", args);
+                size_t after_n;
+                unsigned char *after = read_all(ckpt, &after_n);
+                cr_expect(after_n == n && memcmp(after, good, n) == 0, "%s changed the checkpoint", args);
+                free(after);
+            }
+        }
+    }
+    free(good);
+    remove_dir(dir);
+}
+
+/* A run of `zero` at `nranks` to 4 steps: from scratch, saving at 2 into
+ * out_dir (NULL: no saves) with `fault` injected; or, with `resume`, from that
+ * file. Its status; the weights in *weights (malloc'd) when it went through. */
+static int fault_run(int zero, int nranks, Fault fault, const char *out_dir, const char *resume, float **weights) {
+    StrategyConfig sc = small_model(0.1f, 3);
+    sc.nranks = nranks;
+    sc.batch = 2;
+    sc.fault = fault;
+    Strategy *s = strategy_create(zero, &sc);
+    cr_assert_not_null(s);
+    TrainConfig tc = quiet_run(4);
+    tc.eval_every = 2;
+    tc.eval_iters = 1;
+    tc.always_save = 1;
+    tc.out_dir = out_dir;
+    if (resume) {
+        CheckpointInfo info;
+        char err[512];
+        cr_assert_eq(checkpoint_load(s, resume, 1, &info, err, sizeof err), 0, "%s", err);
+        tc.start_iter = info.iter;
+    }
+    TrainResult r;
+    int status = train_run(s, &tc, &data, &r);
+    if (status == 0) {
+        ArenaLayout layout;
+        model_layout(&sc.model, 1, &layout);
+        *weights = malloc(layout.total * sizeof(float));
+        s->ops->read_weights(s, *weights);
+    }
+    s->ops->destroy(s);
+    return status;
+}
+
+/* A run that a fault stopped after its save at step 2 resumes from that file
+ * to the uninterrupted run's weights, byte for byte: every site, every
+ * strategy, N = 1 and 3 (the fault at step 3, the save's at the final save). */
+Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 120) {
+    char dir[64], ckpt[128];
+    temp_dir(dir, sizeof dir, "fault");
+    snprintf(ckpt, sizeof ckpt, "%s/%s", dir, CHECKPOINT_FILE_NAME);
+    for (int zero = 0; zero <= 3; zero++) {
+        for (int nranks = 1; nranks <= 3; nranks += 2) {
+            float *whole = NULL;
+            ArenaLayout layout;
+            StrategyConfig sc = small_model(0.1f, 3);
+            model_layout(&sc.model, 1, &layout);
+            cr_assert_eq(fault_run(zero, nranks, (Fault){ .where = FAULT_NONE }, NULL, NULL, &whole), 0);
+            for (int where = FAULT_FORWARD; where < FAULT_SITES; where++) {
+                Fault fault = { .where = (FaultSite)where, .rank = nranks - 1, .step = where == FAULT_SAVE ? 4 : 3 };
+                float *resumed = NULL;
+                unlink(ckpt);
+                cr_expect_eq(fault_run(zero, nranks, fault, dir, NULL, &resumed), 1, "ZeRO-%d N=%d %s: not stopped",
+                             zero, nranks, fault_site_name(fault.where));
+                cr_expect_eq(adam_steps_of(ckpt), 2);
+                cr_assert_eq(fault_run(zero, nranks, (Fault){ .where = FAULT_NONE }, NULL, ckpt, &resumed), 0);
+                cr_expect(memcmp(resumed, whole, layout.total * sizeof(float)) == 0,
+                          "ZeRO-%d N=%d, a fault in the %s: the resumed run differs from the whole one", zero, nranks,
+                          fault_site_name(fault.where));
+                free(resumed);
+            }
+            free(whole);
+        }
+    }
+    remove_dir(dir);
+}
+
+Test(train, inject_fault_values_are_checked) {
+    static const struct { const char *args, *needle; } cases[] = {
+        { "--inject-fault=1:2", "--inject-fault='1:2' must be RANK:STEP:WHERE" },
+        { "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step or save" },
+        { "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
+        { "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
+        { "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and --gpus=2 has ranks 0..1" },
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
+}
