@@ -105,7 +105,7 @@ static Stream *cpu_stream_create(Device *dev) {
     check_pthread(pthread_cond_init(&s->has_work, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->has_space, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->drained, NULL), "pthread_cond_init");
-    check_pthread(pthread_create(&s->worker, NULL, stream_worker, s), "pthread_create");
+    check_pthread(host_thread_create(&s->worker, stream_worker, s), "pthread_create");
     return &s->base;
 }
 

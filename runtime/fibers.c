@@ -179,7 +179,7 @@ int fibers_run(Fibers *f, RankBody body, void *ctx) {
     int started = 0;
     for (; started < f->nranks; started++) {
         args[started] = (RankThread){ f, started };
-        int rc = pthread_create(&threads[started], NULL, rank_thread, &args[started]);
+        int rc = host_thread_create(&threads[started], rank_thread, &args[started]);
         if (rc != 0) {
             fibers_fail(f, started, "cannot start its thread: %s", strerror(rc));
             break;

@@ -944,3 +944,106 @@ Test(train, inject_fault_values_are_checked) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
 }
+
+/* ---- signals: SIGINT and SIGTERM ---- */
+
+typedef struct { pid_t pid; FILE *out; char err_path[64]; } Child;
+
+/* bin/train args as a child: its stdout on child->out (a pipe), its stderr to a file. */
+static Child start_train(const char *args) {
+    Child c;
+    snprintf(c.err_path, sizeof c.err_path, "/tmp/zf_child_err_%d", (int)getpid());
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec %s %s 2>%s", train_binary(), args, c.err_path);
+    c.pid = fork();
+    cr_assert_geq(c.pid, 0);
+    if (c.pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    c.out = fdopen(fds[0], "r");
+    cr_assert_not_null(c.out);
+    return c;
+}
+
+/* Read the child's lines until one starts with `prefix`; 1 if one did. */
+static int wait_for_line(Child *c, const char *prefix) {
+    char line[1024];
+    while (fgets(line, sizeof line, c->out))
+        if (strncmp(line, prefix, strlen(prefix)) == 0) return 1;
+    return 0;
+}
+
+/* The rest of its output read, its exit status (-1 unless it exited) and its stderr. */
+static int finish_child(Child *c, char *err, size_t errlen) {
+    char line[1024];
+    while (fgets(line, sizeof line, c->out)) continue;
+    fclose(c->out);
+    int status;
+    cr_assert_eq(waitpid(c->pid, &status, 0), c->pid);
+    size_t n;
+    char *text = (char *)read_all(c->err_path, &n);
+    snprintf(err, errlen, "%.*s", (int)n, text);
+    free(text);
+    unlink(c->err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 120) {
+    static const struct { int sig; const char *name; } cases[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64], ckpt[128], args[1024], err[4096], needle[128];
+        temp_dir(dir, sizeof dir, "signal");
+        snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+        snprintf(args, sizeof args, "%s --iters=1000000 --log-every=1 --zero=3 --gpus=3 --out=%s", TINY, dir);
+        Child c = start_train(args);
+        cr_assert(wait_for_line(&c, "iter "), "no iter line");
+        cr_assert_eq(kill(c.pid, cases[i].sig), 0);
+        int rc = finish_child(&c, err, sizeof err);
+        snprintf(needle, sizeof needle, "train: stopped by %s after", cases[i].name);
+        expect_one_line(rc, 128 + cases[i].sig, err, needle, cases[i].name);
+        cr_expect(strstr(err, "saved in") != NULL, "%s", err);
+        /* the file holds the steps the line names, and resumes for two more */
+        int done = -1;
+        cr_assert_eq(sscanf(strstr(err, "after ") + 6, "%d", &done), 1, "%s", err);
+        cr_expect_eq(adam_steps_of(ckpt), done);
+        snprintf(args, sizeof args, "%s --iters=%d --zero=1 --gpus=2 --out=%s --resume=%s", TINY, done + 2, dir, ckpt);
+        cr_expect_eq(run_train(args, err, sizeof err), 0, "resuming: %s", err);
+        cr_expect_eq(adam_steps_of(ckpt), done + 2);
+        remove_dir(dir);
+    }
+}
+
+/* A step of several seconds (ZeRO-3 on 2 ranks over a link of 0.5 s a hop): the
+ * first SIGINT waits for it, a second one exits at once, the checkpoint of the
+ * run before as it was. */
+Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    snprintf(args, sizeof args, "%s --iters=10 --log-every=1 --zero=3 --gpus=2 --link=10,500000 --out=%s --resume=%s",
+             TINY, dir, ckpt);
+    Child c = start_train(args);
+    cr_assert(wait_for_line(&c, "iter 2:"), "no iter line");
+    cr_assert_eq(kill(c.pid, SIGINT), 0);
+    usleep(200 * 1000);
+    double t0 = wall_seconds();
+    cr_assert_eq(kill(c.pid, SIGINT), 0);
+    int rc = finish_child(&c, err, sizeof err);
+    double seconds = wall_seconds() - t0;
+    expect_one_line(rc, 130, err, "train: a second signal: stopping at once", "a second SIGINT");
+    cr_expect_lt(seconds, 2.0, "the second signal took %.1f s to end the run (a step takes 3)", seconds);
+    size_t after_n;
+    unsigned char *after = read_all(ckpt, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the checkpoint changed");
+    free(after);
+    free(good);
+    remove_dir(dir);
+}
