@@ -11,6 +11,46 @@
 #include "../model/sample.h"
 #include "../runtime/host.h"
 
+/* Each rank's device told who allocates there ("ZeRO-3, N=4, rank 2") and
+ * what to try if it runs out. */
+static void set_owner(Ranks *d, const char *hint) {
+    for (int r = 0; r < d->nranks; r++) {
+        char owner[96];
+        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.name, d->nranks, r);
+        device_set_owner(d->pg->device[r], owner, hint);
+    }
+}
+
+/* What a rank that runs out of memory past its models should try: under a
+ * cap, the smallest stage whose state (the registry's formula) and unit-sized
+ * buffers fit beside what the models hold already (activations, scratch);
+ * fewer rows when that is no higher stage than this one, or none fits. */
+static void set_memory_hint(Ranks *d) {
+    Device *dev = d->pg->device[0];
+    double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
+    for (int u = 0; u < d->layout->nunits; u++)
+        if (d->layout->units[u].size * sizeof(float) > unit_bytes) unit_bytes = d->layout->units[u].size * sizeof(float);
+    double buffers_per_kind = d->base.cfg.overlap ? 1.0 : 0.5;
+    double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
+    int stage = 0;
+    for (int k = 0; k < STRATEGY_KINDS; k++)
+        if (strcmp(STRATEGIES[k].name, d->base.name) == 0) stage = STRATEGIES[k].stage;
+    char hint[160] = "a higher --zero stage, more --gpus, or fewer rows (--batch)";
+    if (cap > 0) snprintf(hint, sizeof hint, "no stage fits: more --gpus or fewer rows (--batch)");
+    for (int k = 0; cap > 0 && k < STRATEGY_KINDS; k++) {
+        double need = STRATEGIES[k].state_bytes_per_param(d->nranks) * P + models +
+                      STRATEGIES[k].unit_buffers * buffers_per_kind * unit_bytes;
+        if (need > cap) continue;
+        if (STRATEGIES[k].stage <= stage)
+            snprintf(hint, sizeof hint, "its working buffers pass the cap: fewer rows (--batch) or more --gpus");
+        else
+            snprintf(hint, sizeof hint, "--zero=%d (%s) fits: about %.1f MB a rank", STRATEGIES[k].stage,
+                     STRATEGIES[k].name, need / 1e6);
+        break;
+    }
+    set_owner(d, hint);
+}
+
 int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
     d->base.ops = ops;
     d->base.name = name;
@@ -30,6 +70,8 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.device_kind = device_kind(d->pg->device[0]);
     d->base.simulated = d->pg->simulated;
     model_layout(&cfg->model, 1, &d->plain_layout);
+    for (int r = 0; r < d->nranks; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
+    set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->nranks; r++) {
         Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
@@ -42,6 +84,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
         d->norm_parts[r] = device_alloc(d->pg->device[r], MEM_WORKING, (size_t)d->nranks * sizeof(float));
     }
     d->layout = &d->model[0]->layout;
+    set_memory_hint(d);
     return 0;
 }
 

@@ -1,19 +1,26 @@
-/* strategy.c: choosing a strategy by its ZeRO stage; the injected faults. */
+/* strategy.c: the registry of strategies, by ZeRO stage; the injected faults. */
 #include <stdio.h>
 #include <string.h>
 
 #include "strategy.h"
 
+static double ddp_state(int nranks) { (void)nranks; return 16.0; }
+static double zero1_state(int nranks) { return 8.0 + 8.0 / nranks; }
+static double zero2_state(int nranks) { return 4.0 + 12.0 / nranks; }
+static double zero3_state(int nranks) { return 16.0 / nranks; }
+
+const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
+    { .name = "DDP", .stage = 0, .create = ddp_create, .state_bytes_per_param = ddp_state },
+    { .name = "ZeRO-1", .stage = 1, .create = zero1_create, .state_bytes_per_param = zero1_state },
+    { .name = "ZeRO-2", .stage = 2, .create = zero2_create, .state_bytes_per_param = zero2_state, .unit_buffers = 2 },
+    { .name = "ZeRO-3", .stage = 3, .create = zero3_create, .state_bytes_per_param = zero3_state, .unit_buffers = 4 },
+};
+
 Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
-    switch (zero) {
-    case 0: return ddp_create(cfg);
-    case 1: return zero1_create(cfg);
-    case 2: return zero2_create(cfg);
-    case 3: return zero3_create(cfg);
-    default:
-        fprintf(stderr, "error: --zero=%d: expected 0 (DDP), 1, 2 or 3\n", zero);
-        return NULL;
-    }
+    for (int k = 0; k < STRATEGY_KINDS; k++)
+        if (STRATEGIES[k].stage == zero) return STRATEGIES[k].create(cfg);
+    fprintf(stderr, "error: --zero=%d: expected 0 (DDP), 1, 2 or 3\n", zero);
+    return NULL;
 }
 
 static const char *const FAULT_SITE_NAMES[FAULT_SITES] = {

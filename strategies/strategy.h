@@ -51,6 +51,7 @@ typedef struct {
     Trace *trace;
     const char *trace_label;
     Fault fault;            /* a failure to inject (tests, checking a setup); where FAULT_NONE for none */
+    size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
 } StrategyConfig;
 
 typedef struct Strategy Strategy;
@@ -114,6 +115,21 @@ Strategy *zero2_create(const StrategyConfig *cfg);
 /* ZeRO-3 (--zero=3): weights sharded too, each unit gathered for its forward
  * and its backward. */
 Strategy *zero3_create(const StrategyConfig *cfg);
+/* Every strategy, by --zero stage: what loops over strategies walk. */
+typedef struct {
+    const char *name;       /* as Strategy.name says it */
+    int stage;              /* --zero */
+    Strategy *(*create)(const StrategyConfig *cfg);
+    /* Bytes per parameter of the state a rank holds at N ranks (weights,
+     * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
+    double (*state_bytes_per_param)(int nranks);
+    /* Working buffers of the largest unit's size, with overlap on (ZeRO-2: two
+     * gradient slots; ZeRO-3: and two gather buffers); half as many with it off. */
+    int unit_buffers;
+} StrategyKind;
+enum { STRATEGY_KINDS = 4 };
+extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
+
 /* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
 

@@ -602,8 +602,37 @@ Test(train, a_failed_allocation_is_one_line_and_exit_1, .timeout = 60) {
     snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1 %s", train_binary());
     int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
     drop_sanitizer_lines(err);
-    expect_one_line(rc, 1, err, "error: out of memory on cpu: cannot allocate 2473928949760 bytes for weights",
+    expect_one_line(rc, 1, err,
+                    "error: out of memory on cpu for DDP, N=1, rank 0: cannot allocate 2473928949760 bytes for weights",
                     "a model larger than memory");
+    cr_expect(strstr(err, "a higher --zero stage, more --gpus, or fewer rows") != NULL, "no hint: %s", err);
+}
+
+/* 8 blocks of 128 on 4 ranks: DDP holds 28 MB a rank, ZeRO-3 12.3 MB (bin/train's memory line). */
+static const char CAPPED[] = "--layers=8 --embd=128 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0 "
+                             "--iters=2 --gpus=4";
+
+Test(train, max_memory_mb_caps_each_rank_and_the_refusal_names_the_stage_that_fits, .timeout = 60) {
+    char args[512], err[4096];
+    snprintf(args, sizeof args, "%s --zero=0 --max-memory-mb=14", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "error: out of memory on cpu for DDP, N=4, rank 0: cannot allocate", "DDP under the cap");
+    cr_expect(strstr(err, "of the 14.0 MB --max-memory-mb allows); --zero=3 (ZeRO-3) fits: about 12.") != NULL,
+              "%s", err);
+    snprintf(args, sizeof args, "%s --zero=2 --max-memory-mb=14", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "--zero=3 (ZeRO-3) fits", "ZeRO-2 under the cap");
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=14", CAPPED);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "ZeRO-3 under the cap: %s", err);
+    /* under ZeRO-3's own need, and under the activations' */
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=11", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "no stage fits: more --gpus or fewer rows",
+                    "ZeRO-3 under a smaller cap");
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=1", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "for activations (0.0 MB in use there, of the 1.0 MB --max-memory-mb allows); the activations do not fit",
+                    "activations over the cap");
+    expect_one_line(run_train("--max-memory-mb=-1", err, sizeof err), 2, err, "--max-memory-mb=-1 must not be negative",
+                    "a negative cap");
 }
 
 /* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */

@@ -79,6 +79,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
         { "on-nan", FLAG_PATH, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
         { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
+        { "max-memory-mb", FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
+          "CPU too)" },
         { "inject-fault", FLAG_PATH, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
           "step in the forward, backward, collective, step or save (a test of a setup)" },
         { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
@@ -209,6 +211,8 @@ static int validate(TrainOptions *o, const char *prog) {
     else if (o->resume[0] && o->init_from[0]) snprintf(bad, sizeof bad, "--resume and --init-from exclude each other");
     else if (!(o->temperature > 0)) snprintf(bad, sizeof bad, "--temperature=%g must be positive", o->temperature);
     else if (o->top_k < 0) snprintf(bad, sizeof bad, "--top-k=%d must not be negative", o->top_k);
+    else if (o->max_memory_mb < 0)
+        snprintf(bad, sizeof bad, "--max-memory-mb=%g must not be negative", o->max_memory_mb);
     else if (o->inject_fault[0] && fault_parse(o->inject_fault, &fault, why, sizeof why) != 0)
         snprintf(bad, sizeof bad, "--inject-fault=%s", why);
     else if (o->inject_fault[0] && fault.rank >= o->gpus)

@@ -186,6 +186,7 @@ int main(int argc, char **argv) {
         .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
+        .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
     FILE *log = NULL, *trace_file = NULL;
