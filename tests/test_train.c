@@ -130,32 +130,128 @@ static int count_lines(const char *text) {
     return n;
 }
 
-Test(train, bad_flags_exit_2_with_one_line) {
-    static const struct { const char *args, *needle; } cases[] = {
-        { "--bogus=1", "unknown flag '--bogus'" },
-        { "--iters=abc", "--iters expects an integer, got 'abc'" },
-        { "--lr=fast", "--lr expects a number" },
-        { "--embd=100 --heads=3", "--embd=100 is not divisible by --heads=3" },
-        { "--dropout=1.5", "--dropout" },
-        { "--preset=huge", "unknown --preset 'huge'" },
-        { "--iters", "--iters needs a value" },
-        { "stray", "unexpected argument 'stray'" },
-        { "--layers=200", "--layers=200 must be in 1..170" },
-        { "--gpus=0", "--gpus=0 must be in 1..64" },
-        { "--gpus=65", "--gpus=65 must be in 1..64" },
-        { "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
-        { "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
-        { "--trace-steps=0", "--trace-steps=0 must be at least 1" },
-        { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
-        { "--block=100000", "exceed 2^31 floats" },
+/* The binaries under test: bin/sample and bin/zero_memory, or the sanitizer build's. */
+static const char *sample_binary(void) {
+    const char *path = getenv("ZF_SAMPLE");
+    return path ? path : "./bin/sample";
+}
+
+static const char *zero_memory_binary(void) {
+    const char *path = getenv("ZF_ZERO_MEMORY");
+    return path ? path : "./bin/zero_memory";
+}
+
+/* exit status `want`, one line on stderr holding `needle` */
+static void expect_one_line(int rc, int want, const char *err, const char *needle, const char *what) {
+    cr_expect_eq(rc, want, "%s: exit %d, stderr: %s", what, rc, err);
+    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr: %s", what, needle, err);
+    cr_expect_eq(count_lines(err), 1, "%s: stderr: %s", what, err);
+}
+
+/* Malformed, out-of-range and conflicting values of every tool's flags: each
+ * its own one-line message and exit 2 (empty values: the test after next). */
+Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
+    enum { TRAIN, SAMPLE, ZERO_MEMORY };
+    static const struct { int tool; const char *args, *needle; } cases[] = {
+        { TRAIN, "--bogus=1", "unknown flag '--bogus'" },
+        { TRAIN, "--=", "unknown flag '--'" },
+        { TRAIN, "-x", "unexpected argument '-x'" },
+        { TRAIN, "stray", "unexpected argument 'stray'" },
+        { TRAIN, "--iters", "--iters needs a value" },
+        { TRAIN, "--preset=huge", "unknown --preset 'huge'" },
+        { TRAIN, "--iters=abc", "--iters expects an integer, got 'abc'" },
+        { TRAIN, "--iters=1e3", "--iters expects an integer, got '1e3'" },
+        { TRAIN, "--iters=0x10", "--iters expects an integer, got '0x10'" },
+        { TRAIN, "--iters=-1", "--iters=-1 must not be negative" },
+        { TRAIN, "--seed=1.5", "--seed expects an integer, got '1.5'" },
+        { TRAIN, "--lr=fast", "--lr expects a number, got 'fast'" },
+        { TRAIN, "--lr=1e-3x", "--lr expects a number, got '1e-3x'" },
+        { TRAIN, "--lr=nan", "--lr expects a number, got 'nan'" },
+        { TRAIN, "--lr=inf", "--lr=inf is out of range (a finite 32-bit float)" },
+        { TRAIN, "--lr=0", "--lr=0 must be positive" },
+        { TRAIN, "--lr=-1", "--lr=-1 must be positive" },
+        { TRAIN, "--min-lr=-0.1", "--min-lr=-0.1 must not be negative" },
+        { TRAIN, "--warmup=-5", "--warmup=-5 must not be negative" },
+        { TRAIN, "--lr-decay-iters=x", "--lr-decay-iters expects an integer, got 'x'" },
+        { TRAIN, "--layers=0", "--layers=0 must be in 1..170" },
+        { TRAIN, "--layers=200", "--layers=200 must be in 1..170" },
+        { TRAIN, "--heads=0", "--heads=0 must be at least 1" },
+        { TRAIN, "--heads=-2", "--heads=-2 must be at least 1" },
+        { TRAIN, "--embd=0", "--embd=0 must be at least 1" },
+        { TRAIN, "--embd=100 --heads=3", "--embd=100 is not divisible by --heads=3" },
+        { TRAIN, "--block=0", "--block=0 must be at least 1" },
+        { TRAIN, "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
+        { TRAIN, "--batch=-3", "--batch=-3 (rows per rank) must be at least 1" },
+        { TRAIN, "--embd=600000000 --heads=1", "exceed 2^31 floats" },
+        { TRAIN, "--block=100000", "exceed 2^31 floats" },
+        { TRAIN, "--gpus=0", "--gpus=0 must be in 1..64" },
+        { TRAIN, "--gpus=65", "--gpus=65 must be in 1..64" },
+        { TRAIN, "--gpus=x", "--gpus expects an integer, got 'x'" },
+        { TRAIN, "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
+        { TRAIN, "--zero=-1", "--zero=-1 must be 0, 1, 2 or 3" },
+        { TRAIN, "--zero=x", "--zero expects an integer, got 'x'" },
+        { TRAIN, "--device=tpu", "--device=tpu must be auto, cpu or cuda" },
+        { TRAIN, "--tf32=2", "--tf32=2 must be 0 or 1" },
+        { TRAIN, "--tf32=1", "--tf32=1 needs a GPU, and the ranks run on the CPU" },
+        { TRAIN, "--overlap=2", "--overlap=2 must be 0 or 1" },
+        { TRAIN, "--bucket-mb=0", "--bucket-mb=0 must be in (0, 4096]" },
+        { TRAIN, "--bucket-mb=5000", "--bucket-mb=5000 must be in (0, 4096]" },
+        { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a number, got 'nan'" },
+        { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=0", "--link=0 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=1,-5", "--link=1,-5 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=1,2,3", "--link=1,2,3 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--dropout=1.5", "--dropout=1.5 must be in [0, 1)" },
+        { TRAIN, "--dropout=1", "--dropout=1 must be in [0, 1)" },
+        { TRAIN, "--dropout=-0.1", "--dropout=-0.1 must be in [0, 1)" },
+        { TRAIN, "--dropout=0.5.5", "--dropout expects a number, got '0.5.5'" },
+        { TRAIN, "--weight-decay=-1", "--weight-decay=-1 must not be negative" },
+        { TRAIN, "--beta2=1", "--beta2=1 must be in [0, 1)" },
+        { TRAIN, "--beta2=-0.5", "--beta2=-0.5 must be in [0, 1)" },
+        { TRAIN, "--grad-clip=-1", "--grad-clip=-1 must not be negative" },
+        { TRAIN, "--eval-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--eval-iters=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--log-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--sample-chars=-5", "--sample-chars=-5 must not be negative" },
+        { TRAIN, "--trace-steps=0", "--trace-steps=0 must be at least 1" },
+        { TRAIN, "--trace-steps=-1", "--trace-steps=-1 must be at least 1" },
+        { TRAIN, "--grad-accum=0", "--grad-accum=0 must be in 1..1024" },
+        { TRAIN, "--grad-accum=2000", "--grad-accum=2000 must be in 1..1024" },
+        { TRAIN, "--always-save=2", "--always-save=2 must be 0 or 1" },
+        { TRAIN, "--resume=a --init-from=b", "--resume and --init-from exclude each other" },
+        { TRAIN, "--max-skips=x", "--max-skips expects an integer, got 'x'" },
+        { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a number, got 'lots'" },
+        { TRAIN, "--temperature=0", "--temperature=0 must be positive" },
+        { TRAIN, "--top-k=-1", "--top-k=-1 must not be negative" },
+        { SAMPLE, "", "--ckpt PATH is required" },
+        { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
+        { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
+        { SAMPLE, "--chars", "sample: --chars needs a value" },
+        { SAMPLE, "--chars=x", "sample: --chars expects an integer, got 'x'" },
+        { SAMPLE, "--chars=-1", "sample: --chars=-1 must not be negative" },
+        { SAMPLE, "--temperature=0", "sample: --temperature=0 must be positive" },
+        { SAMPLE, "--temperature=-1", "sample: --temperature=-1 must be positive" },
+        { SAMPLE, "--top-k=-2", "sample: --top-k=-2 must not be negative" },
+        { SAMPLE, "--top-k=abc", "sample: --top-k expects an integer, got 'abc'" },
+        { SAMPLE, "--device=gpu", "sample: --device=gpu must be auto, cpu or cuda" },
+        { SAMPLE, "--seed=99999999999", "sample: --seed=99999999999 is out of range (a 32-bit integer)" },
+        { ZERO_MEMORY, "--bogus=1", "zero_memory: unknown flag '--bogus'" },
+        { ZERO_MEMORY, "stray", "zero_memory: unexpected argument 'stray'" },
+        { ZERO_MEMORY, "--preset=nope", "zero_memory: unknown --preset 'nope'" },
+        { ZERO_MEMORY, "--layers=0", "zero_memory: --layers=0 must be in 1..170" },
+        { ZERO_MEMORY, "--embd=7 --heads=2", "zero_memory: --embd=7 is not divisible by --heads=2" },
+        { ZERO_MEMORY, "--device=tpu", "zero_memory: --device=tpu must be auto, cpu or cuda" },
+        { ZERO_MEMORY, "--overlap=3", "zero_memory: --overlap=3 must be 0 or 1" },
+        { ZERO_MEMORY, "--bucket-mb=-1", "zero_memory: --bucket-mb=-1 must be in (0, 4096]" },
     };
+    const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
+                               [ZERO_MEMORY] = zero_memory_binary() };
+    size_t n = sizeof cases / sizeof cases[0];
+    cr_expect_geq(n, 60);
     char err[4096];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run_train(cases[i].args, err, sizeof err);
-        cr_expect_eq(rc, 2, "%s: exit %d", cases[i].args, rc);
-        cr_expect(strstr(err, cases[i].needle) != NULL, "%s: stderr was: %s", cases[i].args, err);
-        cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", cases[i].args, err);
-    }
+    for (size_t i = 0; i < n; i++)
+        expect_one_line(run_tool(binaries[cases[i].tool], cases[i].args, "/dev/null", err, sizeof err), 2, err,
+                        cases[i].needle, cases[i].args);
 }
 
 Test(train, a_value_longer_than_its_flag_holds_is_an_error) {
@@ -209,10 +305,10 @@ Test(train, help_lists_every_flag_and_exits_0) {
         cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
 }
 
-/* bin/zero_memory (or the sanitizer build's, ZF_ZERO_MEMORY) on a small model:
- * it checks every rank against the ZeRO formulas itself and exits 1 if one is off. */
+/* bin/zero_memory on a small model: it checks every rank against the ZeRO
+ * formulas itself and exits 1 if one is off. */
 Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
-    const char *bin = getenv("ZF_ZERO_MEMORY") ? getenv("ZF_ZERO_MEMORY") : "./bin/zero_memory";
+    const char *bin = zero_memory_binary();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s --layers=3 --embd=24 --heads=2 --block=16", bin);
     FILE *p = popen(cmd, "r");
@@ -445,20 +541,8 @@ Test(train, a_failing_cuda_stops_the_run_with_one_line) {
 
 /* ---- what goes wrong around a run (README "When things go wrong") ---- */
 
-static const char *sample_binary(void) {
-    const char *path = getenv("ZF_SAMPLE");
-    return path ? path : "./bin/sample";
-}
-
 /* A small model, every eval one batch, nothing sampled. */
 static const char TINY[] = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
-
-/* exit status `want`, one line on stderr holding `needle` */
-static void expect_one_line(int rc, int want, const char *err, const char *needle, const char *what) {
-    cr_expect_eq(rc, want, "%s: exit %d, stderr: %s", what, rc, err);
-    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr: %s", what, needle, err);
-    cr_expect_eq(count_lines(err), 1, "%s: stderr: %s", what, err);
-}
 
 Test(train, an_empty_value_is_an_error_for_every_flag) {
     char cmd[512], out[16384], args[128], err[4096];
