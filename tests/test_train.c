@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -284,9 +285,24 @@ Test(train, bad_data_exits_1_with_one_line) {
     fd = open(path, O_WRONLY | O_TRUNC);
     close(fd);  /* now empty */
     rc = run_train(args, err, sizeof err);
-    cr_expect_eq(rc, 1);
-    cr_expect_eq(count_lines(err), 1, "%s", err);
+    expect_one_line(rc, 1, err, "has 0 bytes; each split needs more than --block=64", "an empty data file");
     unlink(path);
+
+    /* a FIFO would block an open forever; /dev/zero never ends */
+    char fifo[] = "/tmp/zf_fifo_XXXXXX";
+    fd = mkstemp(fifo);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    unlink(fifo);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *specials[] = { fifo, "/dev/zero" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "--data=%s", specials[i]);
+        char needle[128];
+        snprintf(needle, sizeof needle, "data file '%s' is not a regular file", specials[i]);
+        expect_one_line(run_train(args, err, sizeof err), 1, err, needle, args);
+    }
+    unlink(fifo);
 }
 
 Test(train, help_lists_every_flag_and_exits_0) {
@@ -355,6 +371,32 @@ static void write_replaced(const char *path, const unsigned char *good, size_t n
     memcpy(at, to, strlen(to));
     write_all(path, bad, n);
     free(bad);
+}
+
+/* Bytes that are no text train as the data they are: every byte value, or a
+ * single one repeated (a vocabulary of one, whose sample can only be it). */
+Test(train, binary_data_and_a_single_byte_train_as_they_are, .timeout = 60) {
+    char path[] = "/tmp/zf_bytes_XXXXXX", out[] = "/tmp/zf_bytes_out_XXXXXX", args[512], err[4096];
+    int fd = mkstemp(path), out_fd = mkstemp(out);
+    cr_assert(fd >= 0 && out_fd >= 0);
+    close(out_fd);
+    unsigned char bytes[4096];
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)(i * 7919 % 256);
+    cr_assert_eq(write(fd, bytes, sizeof bytes), (ssize_t)sizeof bytes);
+    close(fd);
+    snprintf(args, sizeof args, "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --iters=2 "
+             "--sample-chars=16 --data=%s", path);
+    cr_expect_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "binary data: %s", err);
+    memset(bytes, 'q', sizeof bytes);
+    write_all(path, bytes, sizeof bytes);
+    cr_expect_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "one byte: %s", err);
+    size_t n;
+    char *text = (char *)read_all(out, &n);
+    text[n] = 0;
+    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "sample:\nqqqqqqqqqqqqqqqq\n"), "%s", text);
+    free(text);
+    unlink(path);
+    unlink(out);
 }
 
 Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout = 120) {

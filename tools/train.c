@@ -174,7 +174,6 @@ int main(int argc, char **argv) {
     int rc = options_parse(&o, "train", "char-small", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
 
-    if (catch_stop_signals() != 0) return 1;
     Dataset data;
     char err[512];
     if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
@@ -269,8 +268,10 @@ int main(int argc, char **argv) {
         .trace = trace, .trace_steps = o.trace_steps,
         .skip_nonfinite = strcmp(o.on_nan, "skip") == 0, .max_skips = o.max_skips, .stop_signal = &stop_signal,
     };
-    TrainResult result;
-    status = train_run(s, &tc, &data, &result);
+    TrainResult result = { 0 };
+    /* from here on a signal stops the run between steps; before, it ends it as by default */
+    status = catch_stop_signals();
+    if (status == 0) status = train_run(s, &tc, &data, &result);
     char skipped[64] = "";
     if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
     if (status == 0 && result.stopped_by)
