@@ -100,6 +100,7 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     long adam_step = parse_count(safetensors_metadata(f, "adam_step"), 0, INT_MAX);
     long seed = parse_count(safetensors_metadata(f, "seed"), 0, UINT32_MAX);
     if (!why && (iter < 0 || adam_step < 0 || seed < 0)) why = "its iter, adam_step or seed is not a whole number";
+    if (!why && adam_step > iter) why = "its adam_step is above its iter (more updates than steps)";
     if (why) {
         snprintf(err, errlen, "'%s': %s", path, why);
         return -1;

@@ -417,6 +417,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
         { "missing tensor", "transformer.ln_f.weight", "transformer.ln_x.weight", "missing tensor 'transformer.ln_f.weight'" },
         { "wrong shape", ln_f, "\"transformer.ln_f.weight\":{\"dtype\":\"F32\",\"shape\":[15]", "shape [15], expected [16]" },
         { "malformed JSON", "{", "#", "not a JSON object" },
+        { "more updates than steps", "\"adam_step\":\"2\"", "\"adam_step\":\"3\"", "its adam_step is above its iter" },
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         write_replaced(bad_path, good, n, edits[i].from, edits[i].to);
