@@ -182,7 +182,7 @@ valgrind: $(BINS)
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy \
-               gnuplot-nox clang libclang-rt-14-dev valgrind
+               gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -190,6 +190,9 @@ deps:
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
+	@# safetensors (for a test of files PyTorch writes) is not in Debian 12: from PyPI, into build/pylib
+	@PYTHONPATH=build/pylib python3 -c 'import safetensors' 2>/dev/null || \
+	    python3 -m pip install -q --target build/pylib safetensors
 
 clean:
 	rm -rf build bin

@@ -1203,3 +1203,48 @@ Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout =
     free(good);
     remove_dir(dir);
 }
+
+/* ---- a file PyTorch's safetensors package wrote ---- */
+
+/* nanoGPT's state_dict (tools/torch_gpt.py's copy of the model, PyTorch's own
+ * init) written by safetensors.torch.save_file, with no metadata of ours:
+ * --init-from takes it, and the weights it starts from are the file's, byte
+ * for byte (saved after 0 steps). A file of other shapes than the flags' is a
+ * one-line error naming the tensor. */
+Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package, .timeout = 120) {
+    need_safetensors();
+    char dir[64], torch_file[128], ckpt[128], cmd[2048], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "torch_st");
+    snprintf(torch_file, sizeof torch_file, "%s/nanogpt.safetensors", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib:tools %s -c '"
+             "import torch, torch_gpt\n"
+             "from safetensors.torch import save_file\n"
+             "torch.manual_seed(0)\n"
+             "m = torch_gpt.GPT(%d, 16, 2, 2, 16)\n"
+             "save_file({k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}, \"%s\")'",
+             test_python(), data.vocab, torch_file);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(args, sizeof args, "%s --iters=0 --init-from=%s --out=%s", TINY, torch_file, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT };
+    ArenaLayout layout;
+    gpt_layout(&model, 1, &layout);
+    StFile theirs, ours;
+    cr_assert_eq(safetensors_open(&theirs, torch_file, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(safetensors_open(&ours, ckpt, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < layout.ntensors; i++) {
+        const TensorSpec *ts = &layout.tensors[i];
+        int64_t shape[2] = { ts->shape[0], ts->shape[1] };
+        const void *a = safetensors_tensor(&theirs, ts->name, "F32", ts->ndim, shape, err, sizeof err);
+        const void *b = safetensors_tensor(&ours, ts->name, "F32", ts->ndim, shape, err, sizeof err);
+        cr_assert(a && b, "%s: %s", ts->name, err);
+        cr_expect(memcmp(a, b, ts->numel * sizeof(float)) == 0, "%s is not the file's", ts->name);
+    }
+    safetensors_close(&theirs);
+    safetensors_close(&ours);
+    snprintf(args, sizeof args, "%s --embd=32 --iters=1 --init-from=%s", TINY, torch_file);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "tensor 'transformer.wte.weight' has shape [65,16], expected [65,32]", "other shapes");
+    remove_dir(dir);
+}

@@ -44,7 +44,10 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
         fprintf(stderr, "train: %s\n", err);
         return 1;
     }
-    if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
+    if (info.foreign)
+        printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
+               "shapes, the vocabulary %s's\n", path, o->data);
+    else if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
         fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
         return 2;
     }
