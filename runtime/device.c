@@ -47,7 +47,8 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
         /* a clear line and status 1, not an abort: the run's state is on disk */
         char cap[96] = "";
         if (dev->limit > 0) snprintf(cap, sizeof cap, ", of the %.1f MB --max-memory-mb allows", dev->limit / 1e6);
-        fprintf(stderr, "error: out of memory on %s%s%s: cannot allocate %zu bytes for %s (%.1f MB in use there%s)%s%s\n",
+        fprintf(stderr,
+                "error: out of memory on %s%s%s: cannot allocate %zu bytes for %s (%.1f MB in use there%s)%s%s\n",
                 dev->name, dev->owner[0] ? " for " : "", dev->owner, bytes, kind_names[kind], in_use / 1e6, cap,
                 dev->hint[0] ? "; " : "", dev->hint);
         exit(1);

@@ -29,7 +29,7 @@ static void set_memory_hint(Ranks *d) {
     Device *dev = d->pg->device[0];
     double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
     for (int u = 0; u < d->layout->nunits; u++)
-        if (d->layout->units[u].size * sizeof(float) > unit_bytes) unit_bytes = d->layout->units[u].size * sizeof(float);
+        unit_bytes = fmax(unit_bytes, (double)(d->layout->units[u].size * sizeof(float)));
     double buffers_per_kind = d->base.cfg.overlap ? 1.0 : 0.5;
     double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
     int stage = 0;

@@ -22,7 +22,9 @@
 /* Where --inject-fault makes a rank fail: inside its forward, its backward or
  * its first collective of the step (through fibers_fail, as a real error
  * there would), or in the trainer's optimizer step or save. */
-typedef enum { FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_SITES } FaultSite;
+typedef enum {
+    FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_SITES
+} FaultSite;
 typedef struct {
     FaultSite where;        /* FAULT_NONE: no fault */
     int rank;
