@@ -5,14 +5,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 
 int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
-    if (host_is_directory(path)) {
+    /* before opening: a FIFO's open would wait for a writer, forever */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open data file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
         snprintf(err, errlen, "data file '%s' is a directory, not a file", path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "data file '%s' is not a regular file (a FIFO, a device or a socket): its size is "
+                 "not known", path);
         return -1;
     }
     FILE *f = fopen(path, "rb");

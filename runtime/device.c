@@ -40,11 +40,17 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
         [MEM_WEIGHTS] = "weights", [MEM_GRADS] = "gradients", [MEM_OPTIMIZER] = "optimizer state",
         [MEM_WORKING] = "working buffers", [MEM_ACTIVATIONS] = "activations",
     };
-    void *p = dev->ops->alloc(dev, bytes);
+    double in_use = device_total_bytes(dev);
+    int capped = dev->limit > 0 && in_use + (double)bytes > (double)dev->limit;
+    void *p = capped ? NULL : dev->ops->alloc(dev, bytes);
     if (!p) {
         /* a clear line and status 1, not an abort: the run's state is on disk */
-        fprintf(stderr, "error: out of memory on %s: cannot allocate %zu bytes for %s (%.1f MB in use there)\n",
-                dev->name, bytes, kind_names[kind], device_total_bytes(dev) / 1e6);
+        char cap[96] = "";
+        if (dev->limit > 0) snprintf(cap, sizeof cap, ", of the %.1f MB --max-memory-mb allows", dev->limit / 1e6);
+        fprintf(stderr,
+                "error: out of memory on %s%s%s: cannot allocate %zu bytes for %s (%.1f MB in use there%s)%s%s\n",
+                dev->name, dev->owner[0] ? " for " : "", dev->owner, bytes, kind_names[kind], in_use / 1e6, cap,
+                dev->hint[0] ? "; " : "", dev->hint);
         exit(1);
     }
     pthread_mutex_lock(&dev->mu);
@@ -66,6 +72,14 @@ size_t device_bytes_in_use(const Device *dev, MemKind kind) {
     size_t n = dev->bytes[kind];
     pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
     return n;
+}
+
+void device_set_limit(Device *dev, size_t bytes) { dev->limit = bytes; }
+size_t device_limit(const Device *dev) { return dev->limit; }
+
+void device_set_owner(Device *dev, const char *owner, const char *hint) {
+    snprintf(dev->owner, sizeof dev->owner, "%s", owner);
+    snprintf(dev->hint, sizeof dev->hint, "%s", hint);
 }
 
 size_t device_reported_bytes(Device *dev) { return dev->ops->reported_bytes ? dev->ops->reported_bytes(dev) : 0; }

@@ -56,12 +56,19 @@ DeviceKind device_kind(const Device *dev);
 /* The GPU's index; -1 for the CPU. */
 int device_ordinal(const Device *dev);
 
-/* Zero-filled memory of one kind (when there is none: a one-line error naming
- * the bytes, the kind and the device, and exit status 1);
- * device_free takes the same size back. */
+/* Zero-filled memory of one kind (when there is none, or it would pass the
+ * device's cap: a one-line error naming the bytes, the kind, the device, its
+ * owner and the hint, and exit status 1); device_free takes the same size back. */
 void *device_alloc(Device *dev, MemKind kind, size_t bytes);
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes);
 size_t device_bytes_in_use(const Device *dev, MemKind kind);
+/* Cap the bytes of every kind together at `bytes` (--max-memory-mb; 0: none),
+ * on any backend, so that a device of a given size can be played on the CPU. */
+void device_set_limit(Device *dev, size_t bytes);
+size_t device_limit(const Device *dev);
+/* Who allocates on dev ("DDP, N=3, rank 1") and what to do if it runs out
+ * (a stage that fits, fewer rows), for the line of a failed allocation. */
+void device_set_owner(Device *dev, const char *owner, const char *hint);
 /* What the device's own runtime reports in use on its hardware: every handle
  * and process on it, and the runtime's own (a GPU's context, cuBLAS's
  * workspaces, NCCL's buffers); 0 where nothing reports it (the CPU). */

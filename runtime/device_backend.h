@@ -47,6 +47,9 @@ struct Device {
     char name[64];
     pthread_mutex_t mu;          /* guards bytes */
     size_t bytes[MEM_KINDS];
+    size_t limit;                /* every kind together may not pass it; 0: no cap */
+    char owner[96];              /* who allocates here, for a failure's line ("" when unsaid) */
+    char hint[160];              /* what to do instead, for that line */
 };
 
 struct Stream {

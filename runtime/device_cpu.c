@@ -19,11 +19,12 @@
 #include "device_backend.h"
 #include "host.h"
 
-/* pthread calls fail only on programming errors or exhausted resources. */
+/* pthread calls fail only on programming errors or exhausted resources (a
+ * thread limit at many ranks): one line and status 1, as memory running out. */
 static void check_pthread(int rc, const char *what) {
     if (rc != 0) {
-        fprintf(stderr, "fatal: %s failed: %s\n", what, strerror(rc));
-        abort();
+        fprintf(stderr, "error: %s failed: %s; stopping\n", what, strerror(rc));
+        exit(1);
     }
 }
 
@@ -105,7 +106,7 @@ static Stream *cpu_stream_create(Device *dev) {
     check_pthread(pthread_cond_init(&s->has_work, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->has_space, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->drained, NULL), "pthread_cond_init");
-    check_pthread(pthread_create(&s->worker, NULL, stream_worker, s), "pthread_create");
+    check_pthread(host_thread_create(&s->worker, stream_worker, s), "pthread_create");
     return &s->base;
 }
 

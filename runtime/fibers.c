@@ -75,7 +75,7 @@ Fibers *fibers_create(int nranks) {
     }
     for (; f->nthreads < nranks; f->nthreads++) {
         f->thread_arg[f->nthreads] = (RankThread){ f, f->nthreads };
-        rc = pthread_create(&f->threads[f->nthreads], NULL, rank_thread, &f->thread_arg[f->nthreads]);
+        rc = host_thread_create(&f->threads[f->nthreads], rank_thread, &f->thread_arg[f->nthreads]);
         if (rc != 0) {
             fprintf(stderr, "fibers: cannot start the thread of rank %d: %s\n", f->nthreads, strerror(rc));
             stop_threads(f);

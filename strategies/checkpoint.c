@@ -56,7 +56,12 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
     t[layout.ntensors] = (StTensor){ CHECKPOINT_HEAD, "F32", 2, { wte->shape[0], wte->shape[1] }, w + wte->offset };
     int rc = -1;
-    if (nonfinite == 0) {
+    int faulty_rank = s->cfg.fault.rank;
+    if (fault_strikes(&s->cfg, faulty_rank, info->iter, FAULT_SAVE) && faulty_rank < s->cfg.nranks) {
+        /* its shards gathered, the rank fails before anything is written */
+        snprintf(err, errlen, "rank %d: injected fault (--inject-fault) at step %d in the save; nothing was saved",
+                 faulty_rank, info->iter);
+    } else if (nonfinite == 0) {
         char *meta = checkpoint_metadata_json(info);
         rc = safetensors_write(path, t, n, meta, err, errlen);
         cJSON_free(meta);

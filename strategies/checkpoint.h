@@ -31,6 +31,8 @@ typedef struct {
     int adam_step;
     uint32_t seed;
     int has_state;             /* the file holds Adam's state */
+    int foreign;               /* a safetensors file without our metadata (weights only): the model is the
+                                  one asked for, and the file says nothing of the vocabulary or steps */
 } CheckpointInfo;
 
 /* The file's side (checkpoint_file.c). */
@@ -43,8 +45,12 @@ char *checkpoint_metadata_json(const CheckpointInfo *info);
 int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen);
 /* Check an open file against the model `want` and copy its weights (and, when
  * it holds them, Adam's m and v) into host arenas of the GPT's layout at
- * nranks = 1. with_state: the file must hold Adam's state. 0, or -1 with a
- * one-line message naming the problem. */
+ * nranks = 1. with_state: the file must hold Adam's state. Without with_state,
+ * a file with no model config or vocabulary in its metadata (one that PyTorch's
+ * safetensors.torch.save_file wrote from nanoGPT's state_dict) is taken as
+ * info->foreign: its tensors must have nanoGPT's names and want's shapes (F32,
+ * finite), lm_head.weight, if there, equal to the token embedding. 0, or -1
+ * with a one-line message naming the problem. */
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
                      CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen);
 

@@ -65,6 +65,11 @@ static int config_int(const cJSON *config, const char *key, int *out) {
     return 0;
 }
 
+/* Whether the file's header has a tensor of this name. */
+static int holds(const StFile *f, const char *name) {
+    return cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, name) != NULL;
+}
+
 /* The metadata of an open file, checked. */
 int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen) {
     memset(info, 0, sizeof *info);
@@ -100,6 +105,7 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     long adam_step = parse_count(safetensors_metadata(f, "adam_step"), 0, INT_MAX);
     long seed = parse_count(safetensors_metadata(f, "seed"), 0, UINT32_MAX);
     if (!why && (iter < 0 || adam_step < 0 || seed < 0)) why = "its iter, adam_step or seed is not a whole number";
+    if (!why && adam_step > iter) why = "its adam_step is above its iter (more updates than steps)";
     if (why) {
         snprintf(err, errlen, "'%s': %s", path, why);
         return -1;
@@ -109,7 +115,7 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     info->seed = (uint32_t)seed;
     char name[CHECKPOINT_NAME_MAX];
     snprintf(name, sizeof name, "%stransformer.wte.weight", CHECKPOINT_M_PREFIX);
-    info->has_state = cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, name) != NULL;
+    info->has_state = holds(f, name);
     return 0;
 }
 
@@ -142,7 +148,9 @@ static int same_model(const ModelConfig *a, const ModelConfig *b) {
 
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
                      CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen) {
-    if (checkpoint_info_of(f, path, info, err, errlen) != 0) return -1;
+    int foreign = !with_state && !safetensors_metadata(f, "config") && !safetensors_metadata(f, "vocab");
+    if (foreign) *info = (CheckpointInfo){ .model = *want, .foreign = 1 };
+    else if (checkpoint_info_of(f, path, info, err, errlen) != 0) return -1;
     const ModelConfig *got = &info->model;
     if (!same_model(want, got)) {
         snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d; "
@@ -171,8 +179,11 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     if (rc == 0) {
         int64_t shape[2] = { wte->shape[0], wte->shape[1] };
         char why[256];
-        const void *head = safetensors_tensor(f, CHECKPOINT_HEAD, "F32", 2, shape, why, sizeof why);
-        if (!head) {
+        int head_held = !info->foreign || holds(f, CHECKPOINT_HEAD);
+        const void *head = head_held ? safetensors_tensor(f, CHECKPOINT_HEAD, "F32", 2, shape, why, sizeof why) : NULL;
+        if (!head_held) {
+            /* a foreign file may leave the tied head out, as safetensors' save_model does */
+        } else if (!head) {
             snprintf(err, errlen, "'%s': %s", path, why);
             rc = -1;
         } else if (memcmp(head, w + wte->offset, wte->numel * sizeof(float)) != 0) {
@@ -180,7 +191,7 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
             rc = -1;
         }
     }
-    int expected = layout.ntensors * (info->has_state ? 3 : 1) + 1;
+    int expected = layout.ntensors * (info->has_state ? 3 : 1) + (!info->foreign || holds(f, CHECKPOINT_HEAD));
     if (rc == 0 && safetensors_count(f) != expected) {
         snprintf(err, errlen, "'%s' holds %d tensors, and this model has %d", path, safetensors_count(f), expected);
         rc = -1;

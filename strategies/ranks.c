@@ -11,6 +11,46 @@
 #include "../model/sample.h"
 #include "../runtime/host.h"
 
+/* Each rank's device told who allocates there ("ZeRO-3, N=4, rank 2") and
+ * what to try if it runs out. */
+static void set_owner(Ranks *d, const char *hint) {
+    for (int r = 0; r < d->nranks; r++) {
+        char owner[96];
+        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.name, d->nranks, r);
+        device_set_owner(d->pg->device[r], owner, hint);
+    }
+}
+
+/* What a rank that runs out of memory past its models should try: under a
+ * cap, the smallest stage whose state (the registry's formula) and unit-sized
+ * buffers fit beside what the models hold already (activations, scratch);
+ * fewer rows when that is no higher stage than this one, or none fits. */
+static void set_memory_hint(Ranks *d) {
+    Device *dev = d->pg->device[0];
+    double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
+    for (int u = 0; u < d->layout->nunits; u++)
+        unit_bytes = fmax(unit_bytes, (double)(d->layout->units[u].size * sizeof(float)));
+    double buffers_per_kind = d->base.cfg.overlap ? 1.0 : 0.5;
+    double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
+    int stage = 0;
+    for (int k = 0; k < STRATEGY_KINDS; k++)
+        if (strcmp(STRATEGIES[k].name, d->base.name) == 0) stage = STRATEGIES[k].stage;
+    char hint[160] = "a higher --zero stage, more --gpus, or fewer rows (--batch)";
+    if (cap > 0) snprintf(hint, sizeof hint, "no stage fits: more --gpus or fewer rows (--batch)");
+    for (int k = 0; cap > 0 && k < STRATEGY_KINDS; k++) {
+        double need = STRATEGIES[k].state_bytes_per_param(d->nranks) * P + models +
+                      STRATEGIES[k].unit_buffers * buffers_per_kind * unit_bytes;
+        if (need > cap) continue;
+        if (STRATEGIES[k].stage <= stage)
+            snprintf(hint, sizeof hint, "its working buffers pass the cap: fewer rows (--batch) or more --gpus");
+        else
+            snprintf(hint, sizeof hint, "--zero=%d (%s) fits: about %.1f MB a rank", STRATEGIES[k].stage,
+                     STRATEGIES[k].name, need / 1e6);
+        break;
+    }
+    set_owner(d, hint);
+}
+
 int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
     d->base.ops = ops;
     d->base.name = name;
@@ -30,6 +70,8 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.device_kind = device_kind(d->pg->device[0]);
     d->base.simulated = d->pg->simulated;
     model_layout(&cfg->model, 1, &d->plain_layout);
+    for (int r = 0; r < d->nranks; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
+    set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->nranks; r++) {
         Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
@@ -42,6 +84,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
         d->norm_parts[r] = device_alloc(d->pg->device[r], MEM_WORKING, (size_t)d->nranks * sizeof(float));
     }
     d->layout = &d->model[0]->layout;
+    set_memory_hint(d);
     return 0;
 }
 
@@ -70,9 +113,20 @@ size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
     return d->layout->units[unit].offset / (size_t)d->nranks;
 }
 
+/* A rank that --inject-fault stops at `where` of the step in flight (at the
+ * rendezvous of that name, for a collective) fails as a real error there
+ * would, through its fibers; 1 if so. */
+static int injected_fault(Ranks *d, int rank, FaultSite where, const char *rendezvous) {
+    if (!d->training || !fault_strikes(&d->base.cfg, rank, (int)d->step, where)) return 0;
+    fibers_fail(d->fibers, rank, "injected fault (--inject-fault) at step %u in the %s%s%s%s", d->step,
+                fault_site_name(where), rendezvous ? " '" : "", rendezvous ? rendezvous : "", rendezvous ? "'" : "");
+    d->failed[rank] = 1;
+    return 1;
+}
+
 void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
                       int index) {
-    if (d->failed[rank]) return;
+    if (d->failed[rank] || injected_fault(d, rank, FAULT_COLLECTIVE, name)) return;
     int rc = fibers_arrive(d->fibers, rank, name);
     if (rc == 1) {
         collective(d, index);
@@ -102,8 +156,9 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     size_t rows = (size_t)rank * B * T;
     /* each micro-step its own dropout masks */
     uint32_t dropout_step = d->step * (uint32_t)d->micros + (uint32_t)d->micro;
+    if (injected_fault(d, rank, FAULT_FORWARD, NULL)) return -1;
     m->ops->forward(m, d->x + rows, d->y + rows, B, T, dropout_step, d->training);
-    if (d->training) m->ops->backward(m, 1.0f / (float)d->micros);
+    if (d->training && !injected_fault(d, rank, FAULT_BACKWARD, NULL)) m->ops->backward(m, 1.0f / (float)d->micros);
     return d->failed[rank] ? -1 : 0;
 }
 

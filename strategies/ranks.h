@@ -69,7 +69,9 @@ void ranks_synchronize(Ranks *d);
 void ranks_release(Ranks *d);
 /* Each rank's forward (and backward, when training) over its rows of the
  * global batch x, y, on its own fiber; the strategy's collectives run from its
- * unit hooks. 0, or -1 after printing the failing rank. */
+ * unit hooks. A training step's --inject-fault (cfg.fault) in the forward, the
+ * backward or a collective fails its rank there. 0, or -1 after printing the
+ * failing rank. */
 int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
 /* The ops' forward_backward: ranks_run, training. For the tests of what a
  * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,

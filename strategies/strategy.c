@@ -1,16 +1,56 @@
-/* strategy.c: choosing a strategy by its ZeRO stage. */
+/* strategy.c: the registry of strategies, by ZeRO stage; the injected faults. */
 #include <stdio.h>
+#include <string.h>
 
 #include "strategy.h"
 
+static double ddp_state(int nranks) { (void)nranks; return 16.0; }
+static double zero1_state(int nranks) { return 8.0 + 8.0 / nranks; }
+static double zero2_state(int nranks) { return 4.0 + 12.0 / nranks; }
+static double zero3_state(int nranks) { return 16.0 / nranks; }
+
+const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
+    { .name = "DDP", .stage = 0, .create = ddp_create, .state_bytes_per_param = ddp_state },
+    { .name = "ZeRO-1", .stage = 1, .create = zero1_create, .state_bytes_per_param = zero1_state },
+    { .name = "ZeRO-2", .stage = 2, .create = zero2_create, .state_bytes_per_param = zero2_state, .unit_buffers = 2 },
+    { .name = "ZeRO-3", .stage = 3, .create = zero3_create, .state_bytes_per_param = zero3_state, .unit_buffers = 4 },
+};
+
 Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
-    switch (zero) {
-    case 0: return ddp_create(cfg);
-    case 1: return zero1_create(cfg);
-    case 2: return zero2_create(cfg);
-    case 3: return zero3_create(cfg);
-    default:
-        fprintf(stderr, "error: --zero=%d: expected 0 (DDP), 1, 2 or 3\n", zero);
-        return NULL;
+    for (int k = 0; k < STRATEGY_KINDS; k++)
+        if (STRATEGIES[k].stage == zero) return STRATEGIES[k].create(cfg);
+    fprintf(stderr, "error: --zero=%d: expected 0 (DDP), 1, 2 or 3\n", zero);
+    return NULL;
+}
+
+static const char *const FAULT_SITE_NAMES[FAULT_SITES] = {
+    [FAULT_NONE] = "none", [FAULT_FORWARD] = "forward", [FAULT_BACKWARD] = "backward",
+    [FAULT_COLLECTIVE] = "collective", [FAULT_STEP] = "step", [FAULT_SAVE] = "save",
+};
+
+const char *fault_site_name(FaultSite where) { return FAULT_SITE_NAMES[where]; }
+
+int fault_parse(const char *text, Fault *fault, char *err, size_t errlen) {
+    char where[16];
+    int rank, step, used = 0;
+    if (sscanf(text, "%d:%d:%15[a-z]%n", &rank, &step, where, &used) != 3 || text[used] != 0) {
+        snprintf(err, errlen, "'%s' must be RANK:STEP:WHERE (WHERE: forward, backward, collective, step, save)", text);
+        return -1;
     }
+    if (rank < 0 || step < 0) {
+        snprintf(err, errlen, "'%s': RANK and STEP must not be negative", text);
+        return -1;
+    }
+    for (int w = FAULT_FORWARD; w < FAULT_SITES; w++) {
+        if (strcmp(where, FAULT_SITE_NAMES[w]) == 0) {
+            *fault = (Fault){ .where = (FaultSite)w, .rank = rank, .step = step };
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "'%s': WHERE '%s' must be forward, backward, collective, step or save", text, where);
+    return -1;
+}
+
+int fault_strikes(const StrategyConfig *cfg, int rank, int step, FaultSite where) {
+    return cfg->fault.where == where && where != FAULT_NONE && cfg->fault.rank == rank && cfg->fault.step == step;
 }

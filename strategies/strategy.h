@@ -19,6 +19,18 @@
 #include "../model/sample.h"
 #include "../runtime/process_group.h"
 
+/* Where --inject-fault makes a rank fail: inside its forward, its backward or
+ * its first collective of the step (through fibers_fail, as a real error
+ * there would), or in the trainer's optimizer step or save. */
+typedef enum {
+    FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_SITES
+} FaultSite;
+typedef struct {
+    FaultSite where;        /* FAULT_NONE: no fault */
+    int rank;
+    int step;               /* the iter of the progress lines; for a save, the steps it would hold */
+} Fault;
+
 typedef struct {
     ModelConfig model;      /* a GPT, or the small MLP of the gates */
     int nranks;
@@ -40,6 +52,8 @@ typedef struct {
      * strategy, whose destroy collects it. */
     Trace *trace;
     const char *trace_label;
+    Fault fault;            /* a failure to inject (tests, checking a setup); where FAULT_NONE for none */
+    size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
 } StrategyConfig;
 
 typedef struct Strategy Strategy;
@@ -103,7 +117,29 @@ Strategy *zero2_create(const StrategyConfig *cfg);
 /* ZeRO-3 (--zero=3): weights sharded too, each unit gathered for its forward
  * and its backward. */
 Strategy *zero3_create(const StrategyConfig *cfg);
+/* Every strategy, by --zero stage: what loops over strategies walk. */
+typedef struct {
+    const char *name;       /* as Strategy.name says it */
+    int stage;              /* --zero */
+    Strategy *(*create)(const StrategyConfig *cfg);
+    /* Bytes per parameter of the state a rank holds at N ranks (weights,
+     * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
+    double (*state_bytes_per_param)(int nranks);
+    /* Working buffers of the largest unit's size, with overlap on (ZeRO-2: two
+     * gradient slots; ZeRO-3: and two gather buffers); half as many with it off. */
+    int unit_buffers;
+} StrategyKind;
+enum { STRATEGY_KINDS = 4 };
+extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
+
 /* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
+
+/* "forward", "backward", "collective", "step", "save". */
+const char *fault_site_name(FaultSite where);
+/* Parse RANK:STEP:WHERE into *fault; 0, or -1 with what is wrong in err. */
+int fault_parse(const char *text, Fault *fault, char *err, size_t errlen);
+/* Whether the fault of cfg strikes rank `rank` at `step` in `where`. */
+int fault_strikes(const StrategyConfig *cfg, int rank, int step, FaultSite where);
 
 #endif

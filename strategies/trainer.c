@@ -165,6 +165,15 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
     float best_val = INFINITY;
 
     for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
+        result->iters_done = iter;
+        if (cfg->stop_signal && *cfg->stop_signal) {
+            result->stopped_by = *cfg->stop_signal;
+            /* with every step done, the end's eval and save below, but no sample */
+            if (iter < cfg->iters) {
+                if (cfg->out_dir && iter > cfg->start_iter) status = save(s, cfg, data, iter);
+                break;
+            }
+        }
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
         if (eval_now && cfg->eval_iters > 0) {
             double t0 = wall_seconds();
@@ -213,6 +222,13 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             status = 1;
             break;
         }
+        int faulty_rank = s->cfg.fault.rank;
+        if (verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
+            fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
+                    faulty_rank, iter);
+            status = 1;
+            break;
+        }
         if (verdict == 0) {
             s->ops->clip_grads(s, cfg->grad_clip);
             s->ops->step(s);
@@ -242,7 +258,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         }
     }
     result->seconds = step_seconds;
-    if (status == 0 && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
+    if (status == 0 && !result->stopped_by && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
     if (status == 0) status = flush_output(cfg);
     batch_free(&b);
     return status;

@@ -2,6 +2,7 @@
 #ifndef ZF_TRAINER_H
 #define ZF_TRAINER_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "../model/data.h"
@@ -27,6 +28,9 @@ typedef struct {
     /* A step whose loss or gradient is not finite is never applied: 0 stops the
      * run there; 1 skips it (no update) and goes on, at most max_skips times. */
     int skip_nonfinite, max_skips;
+    /* NULL, or a flag a signal handler sets (to the signal's number): the run
+     * stops after the step in flight, saving first with out_dir. */
+    const volatile sig_atomic_t *stop_signal;
 } TrainConfig;
 
 typedef struct {
@@ -34,13 +38,17 @@ typedef struct {
     float train_loss, val_loss;  /* of the last eval */
     double seconds;        /* wall time of the steps, evals excluded */
     int skipped;           /* steps skipped for a non-finite loss or gradient */
+    int stopped_by;        /* the signal that stopped the run early; 0 if none */
+    int iters_done;        /* steps done when the run ended (skipped ones included) */
 } TrainResult;
 
 /* Run steps start_iter .. iters - 1 of s on data; each step's global batch is
  * grad_accum x nranks x batch rows, its micro-steps taking them in turn. With
  * out_dir, save a checkpoint at each eval (the best val loss so far, or every
  * eval with always_save) and at the end; a state that is not finite is never
- * saved. Returns 0, or 1 when a rank failed, a step's loss or gradient was not
+ * saved. A stop_signal set stops the run after the step in flight (a save
+ * first, with out_dir and a step done since the start; no sample), and says
+ * which in result->stopped_by. Returns 0, or 1 when a rank failed, a step's loss or gradient was not
  * finite (past the skips allowed), a save or a write of out or log failed
  * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);

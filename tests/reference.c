@@ -263,6 +263,18 @@ void need_torch(void) {
               "this a failure)", test_python());
 }
 
+void need_safetensors(void) {
+    need_torch();
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib %s -c 'import safetensors.torch' >/dev/null 2>&1", test_python());
+    if (system(cmd) == 0) return;
+    if (getenv("ZF_REQUIRE_TORCH"))
+        cr_assert_fail("ZF_REQUIRE_TORCH is set, and %s cannot import safetensors from build/pylib (make deps "
+                       "installs it there from PyPI)", test_python());
+    test_skip("the safetensors package is not in build/pylib (make deps installs it from PyPI; "
+              "ZF_REQUIRE_TORCH=1 makes this a failure)");
+}
+
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
     int head = snprintf(cmd, len, "%s tools/torch_gpt.py ", test_python());
     cr_assert(head > 0 && (size_t)head < len, "the command does not fit in %zu bytes", len);

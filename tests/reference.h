@@ -61,6 +61,11 @@ const char *test_python(void);
 /* Skip the calling test (test_skip) when test_python() cannot import torch and
  * numpy; with ZF_REQUIRE_TORCH set (as .ci/run sets it) fail it instead. */
 void need_torch(void);
+/* need_torch, and the safetensors package that make deps installs into
+ * build/pylib (PyPI; Debian 12 has none): test_python() with PYTHONPATH set
+ * there must import safetensors.torch, or the test skips (fails under
+ * ZF_REQUIRE_TORCH). */
+void need_safetensors(void);
 /* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -147,6 +147,15 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(counts[i], 2, 0.1f), "GPT");
 }
 
+/* The stress run: 64 ranks (FIBERS_MAX_RANKS), 128 stream workers and the
+ * baton among 64 threads, overlap on with small buckets and the prefetch. */
+Test(strategies, every_stage_is_bit_identical_to_ddp_at_64_ranks_with_overlap, .timeout = 300) {
+    StrategyConfig sc = small_gpt(FIBERS_MAX_RANKS, 1, 0.1f);
+    sc.overlap = 1;
+    sc.bucket_bytes = 8 << 10;
+    expect_stages_match_ddp(sc, "GPT");
+}
+
 /* ---- gate 3: with clipping they differ only in how the norm is summed ---- */
 
 Test(strategies, every_stage_agrees_with_ddp_with_clipping) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,32 +131,128 @@ static int count_lines(const char *text) {
     return n;
 }
 
-Test(train, bad_flags_exit_2_with_one_line) {
-    static const struct { const char *args, *needle; } cases[] = {
-        { "--bogus=1", "unknown flag '--bogus'" },
-        { "--iters=abc", "--iters expects an integer, got 'abc'" },
-        { "--lr=fast", "--lr expects a number" },
-        { "--embd=100 --heads=3", "--embd=100 is not divisible by --heads=3" },
-        { "--dropout=1.5", "--dropout" },
-        { "--preset=huge", "unknown --preset 'huge'" },
-        { "--iters", "--iters needs a value" },
-        { "stray", "unexpected argument 'stray'" },
-        { "--layers=200", "--layers=200 must be in 1..170" },
-        { "--gpus=0", "--gpus=0 must be in 1..64" },
-        { "--gpus=65", "--gpus=65 must be in 1..64" },
-        { "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
-        { "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
-        { "--trace-steps=0", "--trace-steps=0 must be at least 1" },
-        { "--embd=600000000 --heads=1", "exceed 2^31 floats" },
-        { "--block=100000", "exceed 2^31 floats" },
+/* The binaries under test: bin/sample and bin/zero_memory, or the sanitizer build's. */
+static const char *sample_binary(void) {
+    const char *path = getenv("ZF_SAMPLE");
+    return path ? path : "./bin/sample";
+}
+
+static const char *zero_memory_binary(void) {
+    const char *path = getenv("ZF_ZERO_MEMORY");
+    return path ? path : "./bin/zero_memory";
+}
+
+/* exit status `want`, one line on stderr holding `needle` */
+static void expect_one_line(int rc, int want, const char *err, const char *needle, const char *what) {
+    cr_expect_eq(rc, want, "%s: exit %d, stderr: %s", what, rc, err);
+    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr: %s", what, needle, err);
+    cr_expect_eq(count_lines(err), 1, "%s: stderr: %s", what, err);
+}
+
+/* Malformed, out-of-range and conflicting values of every tool's flags: each
+ * its own one-line message and exit 2 (empty values: the test after next). */
+Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
+    enum { TRAIN, SAMPLE, ZERO_MEMORY };
+    static const struct { int tool; const char *args, *needle; } cases[] = {
+        { TRAIN, "--bogus=1", "unknown flag '--bogus'" },
+        { TRAIN, "--=", "unknown flag '--'" },
+        { TRAIN, "-x", "unexpected argument '-x'" },
+        { TRAIN, "stray", "unexpected argument 'stray'" },
+        { TRAIN, "--iters", "--iters needs a value" },
+        { TRAIN, "--preset=huge", "unknown --preset 'huge'" },
+        { TRAIN, "--iters=abc", "--iters expects an integer, got 'abc'" },
+        { TRAIN, "--iters=1e3", "--iters expects an integer, got '1e3'" },
+        { TRAIN, "--iters=0x10", "--iters expects an integer, got '0x10'" },
+        { TRAIN, "--iters=-1", "--iters=-1 must not be negative" },
+        { TRAIN, "--seed=1.5", "--seed expects an integer, got '1.5'" },
+        { TRAIN, "--lr=fast", "--lr expects a number, got 'fast'" },
+        { TRAIN, "--lr=1e-3x", "--lr expects a number, got '1e-3x'" },
+        { TRAIN, "--lr=nan", "--lr expects a number, got 'nan'" },
+        { TRAIN, "--lr=inf", "--lr=inf is out of range (a finite 32-bit float)" },
+        { TRAIN, "--lr=0", "--lr=0 must be positive" },
+        { TRAIN, "--lr=-1", "--lr=-1 must be positive" },
+        { TRAIN, "--min-lr=-0.1", "--min-lr=-0.1 must not be negative" },
+        { TRAIN, "--warmup=-5", "--warmup=-5 must not be negative" },
+        { TRAIN, "--lr-decay-iters=x", "--lr-decay-iters expects an integer, got 'x'" },
+        { TRAIN, "--layers=0", "--layers=0 must be in 1..170" },
+        { TRAIN, "--layers=200", "--layers=200 must be in 1..170" },
+        { TRAIN, "--heads=0", "--heads=0 must be at least 1" },
+        { TRAIN, "--heads=-2", "--heads=-2 must be at least 1" },
+        { TRAIN, "--embd=0", "--embd=0 must be at least 1" },
+        { TRAIN, "--embd=100 --heads=3", "--embd=100 is not divisible by --heads=3" },
+        { TRAIN, "--block=0", "--block=0 must be at least 1" },
+        { TRAIN, "--batch=0", "--batch=0 (rows per rank) must be at least 1" },
+        { TRAIN, "--batch=-3", "--batch=-3 (rows per rank) must be at least 1" },
+        { TRAIN, "--embd=600000000 --heads=1", "exceed 2^31 floats" },
+        { TRAIN, "--block=100000", "exceed 2^31 floats" },
+        { TRAIN, "--gpus=0", "--gpus=0 must be in 1..64" },
+        { TRAIN, "--gpus=65", "--gpus=65 must be in 1..64" },
+        { TRAIN, "--gpus=x", "--gpus expects an integer, got 'x'" },
+        { TRAIN, "--zero=4", "--zero=4 must be 0, 1, 2 or 3" },
+        { TRAIN, "--zero=-1", "--zero=-1 must be 0, 1, 2 or 3" },
+        { TRAIN, "--zero=x", "--zero expects an integer, got 'x'" },
+        { TRAIN, "--device=tpu", "--device=tpu must be auto, cpu or cuda" },
+        { TRAIN, "--tf32=2", "--tf32=2 must be 0 or 1" },
+        { TRAIN, "--tf32=1", "--tf32=1 needs a GPU, and the ranks run on the CPU" },
+        { TRAIN, "--overlap=2", "--overlap=2 must be 0 or 1" },
+        { TRAIN, "--bucket-mb=0", "--bucket-mb=0 must be in (0, 4096]" },
+        { TRAIN, "--bucket-mb=5000", "--bucket-mb=5000 must be in (0, 4096]" },
+        { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a number, got 'nan'" },
+        { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=0", "--link=0 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=1,-5", "--link=1,-5 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--link=1,2,3", "--link=1,2,3 must be GBPS or GBPS,LATENCY_US" },
+        { TRAIN, "--dropout=1.5", "--dropout=1.5 must be in [0, 1)" },
+        { TRAIN, "--dropout=1", "--dropout=1 must be in [0, 1)" },
+        { TRAIN, "--dropout=-0.1", "--dropout=-0.1 must be in [0, 1)" },
+        { TRAIN, "--dropout=0.5.5", "--dropout expects a number, got '0.5.5'" },
+        { TRAIN, "--weight-decay=-1", "--weight-decay=-1 must not be negative" },
+        { TRAIN, "--beta2=1", "--beta2=1 must be in [0, 1)" },
+        { TRAIN, "--beta2=-0.5", "--beta2=-0.5 must be in [0, 1)" },
+        { TRAIN, "--grad-clip=-1", "--grad-clip=-1 must not be negative" },
+        { TRAIN, "--eval-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--eval-iters=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--log-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
+        { TRAIN, "--sample-chars=-5", "--sample-chars=-5 must not be negative" },
+        { TRAIN, "--trace-steps=0", "--trace-steps=0 must be at least 1" },
+        { TRAIN, "--trace-steps=-1", "--trace-steps=-1 must be at least 1" },
+        { TRAIN, "--grad-accum=0", "--grad-accum=0 must be in 1..1024" },
+        { TRAIN, "--grad-accum=2000", "--grad-accum=2000 must be in 1..1024" },
+        { TRAIN, "--always-save=2", "--always-save=2 must be 0 or 1" },
+        { TRAIN, "--resume=a --init-from=b", "--resume and --init-from exclude each other" },
+        { TRAIN, "--max-skips=x", "--max-skips expects an integer, got 'x'" },
+        { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a number, got 'lots'" },
+        { TRAIN, "--temperature=0", "--temperature=0 must be positive" },
+        { TRAIN, "--top-k=-1", "--top-k=-1 must not be negative" },
+        { SAMPLE, "", "--ckpt PATH is required" },
+        { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
+        { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
+        { SAMPLE, "--chars", "sample: --chars needs a value" },
+        { SAMPLE, "--chars=x", "sample: --chars expects an integer, got 'x'" },
+        { SAMPLE, "--chars=-1", "sample: --chars=-1 must not be negative" },
+        { SAMPLE, "--temperature=0", "sample: --temperature=0 must be positive" },
+        { SAMPLE, "--temperature=-1", "sample: --temperature=-1 must be positive" },
+        { SAMPLE, "--top-k=-2", "sample: --top-k=-2 must not be negative" },
+        { SAMPLE, "--top-k=abc", "sample: --top-k expects an integer, got 'abc'" },
+        { SAMPLE, "--device=gpu", "sample: --device=gpu must be auto, cpu or cuda" },
+        { SAMPLE, "--seed=99999999999", "sample: --seed=99999999999 is out of range (a 32-bit integer)" },
+        { ZERO_MEMORY, "--bogus=1", "zero_memory: unknown flag '--bogus'" },
+        { ZERO_MEMORY, "stray", "zero_memory: unexpected argument 'stray'" },
+        { ZERO_MEMORY, "--preset=nope", "zero_memory: unknown --preset 'nope'" },
+        { ZERO_MEMORY, "--layers=0", "zero_memory: --layers=0 must be in 1..170" },
+        { ZERO_MEMORY, "--embd=7 --heads=2", "zero_memory: --embd=7 is not divisible by --heads=2" },
+        { ZERO_MEMORY, "--device=tpu", "zero_memory: --device=tpu must be auto, cpu or cuda" },
+        { ZERO_MEMORY, "--overlap=3", "zero_memory: --overlap=3 must be 0 or 1" },
+        { ZERO_MEMORY, "--bucket-mb=-1", "zero_memory: --bucket-mb=-1 must be in (0, 4096]" },
     };
+    const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
+                               [ZERO_MEMORY] = zero_memory_binary() };
+    size_t n = sizeof cases / sizeof cases[0];
+    cr_expect_geq(n, 60);
     char err[4096];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run_train(cases[i].args, err, sizeof err);
-        cr_expect_eq(rc, 2, "%s: exit %d", cases[i].args, rc);
-        cr_expect(strstr(err, cases[i].needle) != NULL, "%s: stderr was: %s", cases[i].args, err);
-        cr_expect_eq(count_lines(err), 1, "%s: stderr was: %s", cases[i].args, err);
-    }
+    for (size_t i = 0; i < n; i++)
+        expect_one_line(run_tool(binaries[cases[i].tool], cases[i].args, "/dev/null", err, sizeof err), 2, err,
+                        cases[i].needle, cases[i].args);
 }
 
 Test(train, a_value_longer_than_its_flag_holds_is_an_error) {
@@ -188,9 +285,24 @@ Test(train, bad_data_exits_1_with_one_line) {
     fd = open(path, O_WRONLY | O_TRUNC);
     close(fd);  /* now empty */
     rc = run_train(args, err, sizeof err);
-    cr_expect_eq(rc, 1);
-    cr_expect_eq(count_lines(err), 1, "%s", err);
+    expect_one_line(rc, 1, err, "has 0 bytes; each split needs more than --block=64", "an empty data file");
     unlink(path);
+
+    /* a FIFO would block an open forever; /dev/zero never ends */
+    char fifo[] = "/tmp/zf_fifo_XXXXXX";
+    fd = mkstemp(fifo);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    unlink(fifo);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *specials[] = { fifo, "/dev/zero" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "--data=%s", specials[i]);
+        char needle[128];
+        snprintf(needle, sizeof needle, "data file '%s' is not a regular file", specials[i]);
+        expect_one_line(run_train(args, err, sizeof err), 1, err, needle, args);
+    }
+    unlink(fifo);
 }
 
 Test(train, help_lists_every_flag_and_exits_0) {
@@ -209,10 +321,10 @@ Test(train, help_lists_every_flag_and_exits_0) {
         cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
 }
 
-/* bin/zero_memory (or the sanitizer build's, ZF_ZERO_MEMORY) on a small model:
- * it checks every rank against the ZeRO formulas itself and exits 1 if one is off. */
+/* bin/zero_memory on a small model: it checks every rank against the ZeRO
+ * formulas itself and exits 1 if one is off. */
 Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
-    const char *bin = getenv("ZF_ZERO_MEMORY") ? getenv("ZF_ZERO_MEMORY") : "./bin/zero_memory";
+    const char *bin = zero_memory_binary();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s --layers=3 --embd=24 --heads=2 --block=16", bin);
     FILE *p = popen(cmd, "r");
@@ -261,6 +373,32 @@ static void write_replaced(const char *path, const unsigned char *good, size_t n
     free(bad);
 }
 
+/* Bytes that are no text train as the data they are: every byte value, or a
+ * single one repeated (a vocabulary of one, whose sample can only be it). */
+Test(train, binary_data_and_a_single_byte_train_as_they_are, .timeout = 60) {
+    char path[] = "/tmp/zf_bytes_XXXXXX", out[] = "/tmp/zf_bytes_out_XXXXXX", args[512], err[4096];
+    int fd = mkstemp(path), out_fd = mkstemp(out);
+    cr_assert(fd >= 0 && out_fd >= 0);
+    close(out_fd);
+    unsigned char bytes[4096];
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)(i * 7919 % 256);
+    cr_assert_eq(write(fd, bytes, sizeof bytes), (ssize_t)sizeof bytes);
+    close(fd);
+    snprintf(args, sizeof args, "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --iters=2 "
+             "--sample-chars=16 --data=%s", path);
+    cr_expect_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "binary data: %s", err);
+    memset(bytes, 'q', sizeof bytes);
+    write_all(path, bytes, sizeof bytes);
+    cr_expect_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "one byte: %s", err);
+    size_t n;
+    char *text = (char *)read_all(out, &n);
+    text[n] = 0;
+    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "sample:\nqqqqqqqqqqqqqqqq\n"), "%s", text);
+    free(text);
+    unlink(path);
+    unlink(out);
+}
+
 Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout = 120) {
     static const char *model = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
     char dir[] = "/tmp/zf_bad_XXXXXX", good_path[256], bad_path[256], args[1024], err[4096];
@@ -279,6 +417,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
         { "missing tensor", "transformer.ln_f.weight", "transformer.ln_x.weight", "missing tensor 'transformer.ln_f.weight'" },
         { "wrong shape", ln_f, "\"transformer.ln_f.weight\":{\"dtype\":\"F32\",\"shape\":[15]", "shape [15], expected [16]" },
         { "malformed JSON", "{", "#", "not a JSON object" },
+        { "more updates than steps", "\"adam_step\":\"2\"", "\"adam_step\":\"3\"", "its adam_step is above its iter" },
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         write_replaced(bad_path, good, n, edits[i].from, edits[i].to);
@@ -449,20 +588,8 @@ Test(train, a_failing_cuda_stops_the_run_with_one_line) {
 
 /* ---- what goes wrong around a run (README "When things go wrong") ---- */
 
-static const char *sample_binary(void) {
-    const char *path = getenv("ZF_SAMPLE");
-    return path ? path : "./bin/sample";
-}
-
 /* A small model, every eval one batch, nothing sampled. */
 static const char TINY[] = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
-
-/* exit status `want`, one line on stderr holding `needle` */
-static void expect_one_line(int rc, int want, const char *err, const char *needle, const char *what) {
-    cr_expect_eq(rc, want, "%s: exit %d, stderr: %s", what, rc, err);
-    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr: %s", what, needle, err);
-    cr_expect_eq(count_lines(err), 1, "%s: stderr: %s", what, err);
-}
 
 Test(train, an_empty_value_is_an_error_for_every_flag) {
     char cmd[512], out[16384], args[128], err[4096];
@@ -606,8 +733,37 @@ Test(train, a_failed_allocation_is_one_line_and_exit_1, .timeout = 60) {
     snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1 %s", train_binary());
     int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
     drop_sanitizer_lines(err);
-    expect_one_line(rc, 1, err, "error: out of memory on cpu: cannot allocate 2473928949760 bytes for weights",
+    expect_one_line(rc, 1, err,
+                    "error: out of memory on cpu for DDP, N=1, rank 0: cannot allocate 2473928949760 bytes for weights",
                     "a model larger than memory");
+    cr_expect(strstr(err, "a higher --zero stage, more --gpus, or fewer rows") != NULL, "no hint: %s", err);
+}
+
+/* 8 blocks of 128 on 4 ranks: DDP holds 28 MB a rank, ZeRO-3 12.3 MB (bin/train's memory line). */
+static const char CAPPED[] = "--layers=8 --embd=128 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0 "
+                             "--iters=2 --gpus=4";
+
+Test(train, max_memory_mb_caps_each_rank_and_the_refusal_names_the_stage_that_fits, .timeout = 60) {
+    char args[512], err[4096];
+    snprintf(args, sizeof args, "%s --zero=0 --max-memory-mb=14", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "error: out of memory on cpu for DDP, N=4, rank 0: cannot allocate", "DDP under the cap");
+    cr_expect(strstr(err, "of the 14.0 MB --max-memory-mb allows); --zero=3 (ZeRO-3) fits: about 12.") != NULL,
+              "%s", err);
+    snprintf(args, sizeof args, "%s --zero=2 --max-memory-mb=14", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "--zero=3 (ZeRO-3) fits", "ZeRO-2 under the cap");
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=14", CAPPED);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "ZeRO-3 under the cap: %s", err);
+    /* under ZeRO-3's own need, and under the activations' */
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=11", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "no stage fits: more --gpus or fewer rows",
+                    "ZeRO-3 under a smaller cap");
+    snprintf(args, sizeof args, "%s --zero=3 --max-memory-mb=1", CAPPED);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "for activations (0.0 MB in use there, of the 1.0 MB --max-memory-mb allows); the activations do not fit",
+                    "activations over the cap");
+    expect_one_line(run_train("--max-memory-mb=-1", err, sizeof err), 2, err, "--max-memory-mb=-1 must not be negative",
+                    "a negative cap");
 }
 
 /* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */
@@ -831,5 +987,268 @@ Test(train, device_cuda_without_a_gpu_is_exit_2_from_every_tool, .timeout = 60) 
     snprintf(args, sizeof args, "--ckpt=%s --device=cuda", ckpt);
     expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err, "no GPU is visible",
                     "bin/sample");
+    remove_dir(dir);
+}
+
+/* ---- injected faults (--inject-fault) ---- */
+
+static const char *const FAULT_SITES_TESTED[] = { "forward", "backward", "collective", "step", "save" };
+
+/* Each site, every strategy, at N = 1 and 3: one line naming the rank, the
+ * step and the place, exit 1, in seconds, and the checkpoint left byte for
+ * byte as it was. The faults strike at step 3 of a run resumed at 2, the save's
+ * at the final save (5). */
+Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_intact, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096], needle[160];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    for (int zero = 0; zero <= 3; zero++) {
+        for (int nranks = 1; nranks <= 3; nranks += 2) {
+            for (size_t w = 0; w < sizeof FAULT_SITES_TESTED / sizeof FAULT_SITES_TESTED[0]; w++) {
+                const char *site = FAULT_SITES_TESTED[w];
+                int rank = nranks - 1, step = strcmp(site, "save") == 0 ? 5 : 3;
+                snprintf(args, sizeof args, "%s --iters=5 --zero=%d --gpus=%d --out=%s --resume=%s "
+                         "--inject-fault=%d:%d:%s", TINY, zero, nranks, dir, ckpt, rank, step, site);
+                snprintf(needle, sizeof needle, "rank %d: injected fault (--inject-fault) at step %d in the %s", rank,
+                         step, site);
+                double t0 = wall_seconds();
+                expect_one_line(run_train(args, err, sizeof err), 1, err, needle, args);
+                cr_expect_lt(wall_seconds() - t0, 20.0, "%s: the run did not end promptly", args);
+                size_t after_n;
+                unsigned char *after = read_all(ckpt, &after_n);
+                cr_expect(after_n == n && memcmp(after, good, n) == 0, "%s changed the checkpoint", args);
+                free(after);
+            }
+        }
+    }
+    free(good);
+    remove_dir(dir);
+}
+
+/* A run of `zero` at `nranks` to 4 steps: from scratch, saving at 2 into
+ * out_dir (NULL: no saves) with `fault` injected; or, with `resume`, from that
+ * file. Its status; the weights in *weights (malloc'd) when it went through. */
+static int fault_run(int zero, int nranks, Fault fault, const char *out_dir, const char *resume, float **weights) {
+    StrategyConfig sc = small_model(0.1f, 3);
+    sc.nranks = nranks;
+    sc.batch = 2;
+    sc.fault = fault;
+    Strategy *s = strategy_create(zero, &sc);
+    cr_assert_not_null(s);
+    TrainConfig tc = quiet_run(4);
+    tc.eval_every = 2;
+    tc.eval_iters = 1;
+    tc.always_save = 1;
+    tc.out_dir = out_dir;
+    if (resume) {
+        CheckpointInfo info;
+        char err[512];
+        cr_assert_eq(checkpoint_load(s, resume, 1, &info, err, sizeof err), 0, "%s", err);
+        tc.start_iter = info.iter;
+    }
+    TrainResult r;
+    int status = train_run(s, &tc, &data, &r);
+    if (status == 0) {
+        ArenaLayout layout;
+        model_layout(&sc.model, 1, &layout);
+        *weights = malloc(layout.total * sizeof(float));
+        s->ops->read_weights(s, *weights);
+    }
+    s->ops->destroy(s);
+    return status;
+}
+
+/* A run that a fault stopped after its save at step 2 resumes from that file
+ * to the uninterrupted run's weights, byte for byte: every site, every
+ * strategy, N = 1 and 3 (the fault at step 3, the save's at the final save). */
+Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 120) {
+    char dir[64], ckpt[128];
+    temp_dir(dir, sizeof dir, "fault");
+    snprintf(ckpt, sizeof ckpt, "%s/%s", dir, CHECKPOINT_FILE_NAME);
+    for (int zero = 0; zero <= 3; zero++) {
+        for (int nranks = 1; nranks <= 3; nranks += 2) {
+            float *whole = NULL;
+            ArenaLayout layout;
+            StrategyConfig sc = small_model(0.1f, 3);
+            model_layout(&sc.model, 1, &layout);
+            cr_assert_eq(fault_run(zero, nranks, (Fault){ .where = FAULT_NONE }, NULL, NULL, &whole), 0);
+            for (int where = FAULT_FORWARD; where < FAULT_SITES; where++) {
+                Fault fault = { .where = (FaultSite)where, .rank = nranks - 1, .step = where == FAULT_SAVE ? 4 : 3 };
+                float *resumed = NULL;
+                unlink(ckpt);
+                cr_expect_eq(fault_run(zero, nranks, fault, dir, NULL, &resumed), 1, "ZeRO-%d N=%d %s: not stopped",
+                             zero, nranks, fault_site_name(fault.where));
+                cr_expect_eq(adam_steps_of(ckpt), 2);
+                cr_assert_eq(fault_run(zero, nranks, (Fault){ .where = FAULT_NONE }, NULL, ckpt, &resumed), 0);
+                cr_expect(memcmp(resumed, whole, layout.total * sizeof(float)) == 0,
+                          "ZeRO-%d N=%d, a fault in the %s: the resumed run differs from the whole one", zero, nranks,
+                          fault_site_name(fault.where));
+                free(resumed);
+            }
+            free(whole);
+        }
+    }
+    remove_dir(dir);
+}
+
+Test(train, inject_fault_values_are_checked) {
+    static const struct { const char *args, *needle; } cases[] = {
+        { "--inject-fault=1:2", "--inject-fault='1:2' must be RANK:STEP:WHERE" },
+        { "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step or save" },
+        { "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
+        { "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
+        { "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and --gpus=2 has ranks 0..1" },
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
+}
+
+/* ---- signals: SIGINT and SIGTERM ---- */
+
+typedef struct { pid_t pid; FILE *out; char err_path[64]; } Child;
+
+/* bin/train args as a child: its stdout on child->out (a pipe), its stderr to a file. */
+static Child start_train(const char *args) {
+    Child c;
+    snprintf(c.err_path, sizeof c.err_path, "/tmp/zf_child_err_%d", (int)getpid());
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec %s %s 2>%s", train_binary(), args, c.err_path);
+    c.pid = fork();
+    cr_assert_geq(c.pid, 0);
+    if (c.pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    c.out = fdopen(fds[0], "r");
+    cr_assert_not_null(c.out);
+    return c;
+}
+
+/* Read the child's lines until one starts with `prefix`; 1 if one did. */
+static int wait_for_line(Child *c, const char *prefix) {
+    char line[1024];
+    while (fgets(line, sizeof line, c->out))
+        if (strncmp(line, prefix, strlen(prefix)) == 0) return 1;
+    return 0;
+}
+
+/* The rest of its output read, its exit status (-1 unless it exited) and its stderr. */
+static int finish_child(Child *c, char *err, size_t errlen) {
+    char line[1024];
+    while (fgets(line, sizeof line, c->out)) continue;
+    fclose(c->out);
+    int status;
+    cr_assert_eq(waitpid(c->pid, &status, 0), c->pid);
+    size_t n;
+    char *text = (char *)read_all(c->err_path, &n);
+    snprintf(err, errlen, "%.*s", (int)n, text);
+    free(text);
+    unlink(c->err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 120) {
+    static const struct { int sig; const char *name; } cases[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64], ckpt[128], args[1024], err[4096], needle[128];
+        temp_dir(dir, sizeof dir, "signal");
+        snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+        snprintf(args, sizeof args, "%s --iters=1000000 --log-every=1 --zero=3 --gpus=3 --out=%s", TINY, dir);
+        Child c = start_train(args);
+        cr_assert(wait_for_line(&c, "iter "), "no iter line");
+        cr_assert_eq(kill(c.pid, cases[i].sig), 0);
+        int rc = finish_child(&c, err, sizeof err);
+        snprintf(needle, sizeof needle, "train: stopped by %s after", cases[i].name);
+        expect_one_line(rc, 128 + cases[i].sig, err, needle, cases[i].name);
+        cr_expect(strstr(err, "saved in") != NULL, "%s", err);
+        /* the file holds the steps the line names, and resumes for two more */
+        int done = -1;
+        cr_assert_eq(sscanf(strstr(err, "after ") + 6, "%d", &done), 1, "%s", err);
+        cr_expect_eq(adam_steps_of(ckpt), done);
+        snprintf(args, sizeof args, "%s --iters=%d --zero=1 --gpus=2 --out=%s --resume=%s", TINY, done + 2, dir, ckpt);
+        cr_expect_eq(run_train(args, err, sizeof err), 0, "resuming: %s", err);
+        cr_expect_eq(adam_steps_of(ckpt), done + 2);
+        remove_dir(dir);
+    }
+}
+
+/* A step of several seconds (ZeRO-3 on 2 ranks over a link of 0.5 s a hop): the
+ * first SIGINT waits for it, a second one exits at once, the checkpoint of the
+ * run before as it was. */
+Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    snprintf(args, sizeof args, "%s --iters=10 --log-every=1 --zero=3 --gpus=2 --link=10,500000 --out=%s --resume=%s",
+             TINY, dir, ckpt);
+    Child c = start_train(args);
+    cr_assert(wait_for_line(&c, "iter 2:"), "no iter line");
+    cr_assert_eq(kill(c.pid, SIGINT), 0);
+    usleep(200 * 1000);
+    double t0 = wall_seconds();
+    cr_assert_eq(kill(c.pid, SIGINT), 0);
+    int rc = finish_child(&c, err, sizeof err);
+    double seconds = wall_seconds() - t0;
+    expect_one_line(rc, 130, err, "train: a second signal: stopping at once", "a second SIGINT");
+    cr_expect_lt(seconds, 2.0, "the second signal took %.1f s to end the run (a step takes 3)", seconds);
+    size_t after_n;
+    unsigned char *after = read_all(ckpt, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the checkpoint changed");
+    free(after);
+    free(good);
+    remove_dir(dir);
+}
+
+/* ---- a file PyTorch's safetensors package wrote ---- */
+
+/* nanoGPT's state_dict (tools/torch_gpt.py's copy of the model, PyTorch's own
+ * init) written by safetensors.torch.save_file, with no metadata of ours:
+ * --init-from takes it, and the weights it starts from are the file's, byte
+ * for byte (saved after 0 steps). A file of other shapes than the flags' is a
+ * one-line error naming the tensor. */
+Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package, .timeout = 120) {
+    need_safetensors();
+    char dir[64], torch_file[128], ckpt[128], cmd[2048], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "torch_st");
+    snprintf(torch_file, sizeof torch_file, "%s/nanogpt.safetensors", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib:tools %s -c '"
+             "import torch, torch_gpt\n"
+             "from safetensors.torch import save_file\n"
+             "torch.manual_seed(0)\n"
+             "m = torch_gpt.GPT(%d, 16, 2, 2, 16)\n"
+             "save_file({k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}, \"%s\")'",
+             test_python(), data.vocab, torch_file);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(args, sizeof args, "%s --iters=0 --init-from=%s --out=%s", TINY, torch_file, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT };
+    ArenaLayout layout;
+    gpt_layout(&model, 1, &layout);
+    StFile theirs, ours;
+    cr_assert_eq(safetensors_open(&theirs, torch_file, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(safetensors_open(&ours, ckpt, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < layout.ntensors; i++) {
+        const TensorSpec *ts = &layout.tensors[i];
+        int64_t shape[2] = { ts->shape[0], ts->shape[1] };
+        const void *a = safetensors_tensor(&theirs, ts->name, "F32", ts->ndim, shape, err, sizeof err);
+        const void *b = safetensors_tensor(&ours, ts->name, "F32", ts->ndim, shape, err, sizeof err);
+        cr_assert(a && b, "%s: %s", ts->name, err);
+        cr_expect(memcmp(a, b, ts->numel * sizeof(float)) == 0, "%s is not the file's", ts->name);
+    }
+    safetensors_close(&theirs);
+    safetensors_close(&ours);
+    snprintf(args, sizeof args, "%s --embd=32 --iters=1 --init-from=%s", TINY, torch_file);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "tensor 'transformer.wte.weight' has shape [65,16], expected [65,32]", "other shapes");
     remove_dir(dir);
 }

@@ -79,6 +79,10 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
         { "on-nan", FLAG_PATH, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
         { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
+        { "max-memory-mb", FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
+          "CPU too)" },
+        { "inject-fault", FLAG_PATH, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
+          "step in the forward, backward, collective, step or save (a test of a setup)" },
         { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
         { "prompt", FLAG_PATH, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
         { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
@@ -177,8 +181,9 @@ void options_link(const TrainOptions *o, double *gbps, double *latency_us) {
 /* The arena's tensor table holds 3 + 6 L tensors (runtime/arena.h). */
 enum { MAX_LAYERS = (ARENA_MAX_TENSORS - 3) / 6 };
 
-static int validate(const TrainOptions *o, const char *prog) {
-    char bad[160] = "";
+static int validate(TrainOptions *o, const char *prog) {
+    char bad[192] = "", why[160];
+    Fault fault = { .where = FAULT_NONE };
     if (o->layers < 1 || o->layers > MAX_LAYERS)
         snprintf(bad, sizeof bad, "--layers=%d must be in 1..%d", o->layers, MAX_LAYERS);
     else if (o->heads < 1) snprintf(bad, sizeof bad, "--heads=%d must be at least 1", o->heads);
@@ -206,6 +211,13 @@ static int validate(const TrainOptions *o, const char *prog) {
     else if (o->resume[0] && o->init_from[0]) snprintf(bad, sizeof bad, "--resume and --init-from exclude each other");
     else if (!(o->temperature > 0)) snprintf(bad, sizeof bad, "--temperature=%g must be positive", o->temperature);
     else if (o->top_k < 0) snprintf(bad, sizeof bad, "--top-k=%d must not be negative", o->top_k);
+    else if (o->max_memory_mb < 0)
+        snprintf(bad, sizeof bad, "--max-memory-mb=%g must not be negative", o->max_memory_mb);
+    else if (o->inject_fault[0] && fault_parse(o->inject_fault, &fault, why, sizeof why) != 0)
+        snprintf(bad, sizeof bad, "--inject-fault=%s", why);
+    else if (o->inject_fault[0] && fault.rank >= o->gpus)
+        snprintf(bad, sizeof bad, "--inject-fault=%s names rank %d, and --gpus=%d has ranks 0..%d", o->inject_fault,
+                 fault.rank, o->gpus, o->gpus - 1);
     else if (o->link[0] && !link_valid(o->link))
         snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
@@ -231,6 +243,7 @@ static int validate(const TrainOptions *o, const char *prog) {
              (double)o->batch * o->heads * o->block * o->block > INT_MAX)
         snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
+    o->fault = fault;
     if (!bad[0]) return 0;
     fprintf(stderr, "%s: %s\n", prog, bad);
     return 2;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "../runtime/process_group.h"
+#include "../strategies/strategy.h"
 
 enum { OPTION_PATH_MAX = 512 };
 
@@ -29,6 +30,9 @@ typedef struct {
     int always_save, grad_accum;
     char on_nan[8];                  /* stop or skip: a step whose loss or gradient is not finite */
     int max_skips;                   /* steps --on-nan=skip may skip before the run stops */
+    float max_memory_mb;             /* each rank's device memory cap; 0: none */
+    char inject_fault[32];           /* RANK:STEP:WHERE; "" for none */
+    Fault fault;                     /* inject_fault parsed (FAULT_NONE for none) */
     /* bin/sample */
     char ckpt[OPTION_PATH_MAX];
     char prompt[OPTION_PATH_MAX];

@@ -1,6 +1,8 @@
 /* train.c: bin/train, the trainer's command line. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +44,10 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
         fprintf(stderr, "train: %s\n", err);
         return 1;
     }
-    if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
+    if (info.foreign)
+        printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
+               "shapes, the vocabulary %s's\n", path, o->data);
+    else if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
         fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
         return 2;
     }
@@ -106,6 +111,54 @@ static double link_step_seconds(const StrategyConfig *sc, int zero) {
 /* A link this slow would make a run last days for nothing: a mistyped unit. */
 enum { LINK_STEP_MAX_SECONDS = 60 };
 
+/* The first SIGINT or SIGTERM: its number, for the trainer to stop after the
+ * step in flight and save. */
+static volatile sig_atomic_t stop_signal;
+
+/* A second one exits at once: a save it cuts short leaves only its temporary
+ * file (removed at the next start), never a half-written checkpoint. */
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        static const char line[] = "train: a second signal: stopping at once (the last checkpoint is as it was)\n";
+        ssize_t written = write(STDERR_FILENO, line, sizeof line - 1);
+        (void)written;  /* nothing more to do about a failed write in a handler */
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
+
+/* Handle SIGINT and SIGTERM on this (the main) thread; the runtime's threads
+ * block them (runtime/host.h). 0, or 1 after a one-line error. */
+static int catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;  /* a write or read under way goes on */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    int rc = sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ? errno : 0;
+    /* a parent may have left them blocked, which exec keeps */
+    if (rc == 0) rc = pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+    if (rc == 0) return 0;
+    fprintf(stderr, "train: cannot handle SIGINT and SIGTERM: %s\n", strerror(rc));
+    return 1;
+}
+
+/* The one line of a run a signal stopped; its exit status, 128 + the signal. */
+static int report_stop(const TrainResult *result, const TrainOptions *o, int start_iter) {
+    const char *name = result->stopped_by == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!o->out[0])
+        fprintf(stderr, "train: stopped by %s after %d steps; nothing saved (no --out)\n", name, result->iters_done);
+    else if (result->iters_done == start_iter)
+        fprintf(stderr, "train: stopped by %s before any step; nothing to save\n", name);
+    else
+        fprintf(stderr, "train: stopped by %s after %d steps, saved in %s/%s (--resume it to go on)\n", name,
+                result->iters_done, o->out, CHECKPOINT_FILE_NAME);
+    return 128 + result->stopped_by;
+}
+
 /* The last writes to stdout and the log: a full disk must not pass for a
  * finished run. 0, or 1 after a one-line error. */
 static int close_output(FILE *log) {
@@ -134,7 +187,8 @@ int main(int argc, char **argv) {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
         .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
-        .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
+        .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
+        .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
     FILE *log = NULL, *trace_file = NULL;
@@ -215,13 +269,17 @@ int main(int argc, char **argv) {
         .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
         .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
         .trace = trace, .trace_steps = o.trace_steps,
-        .skip_nonfinite = strcmp(o.on_nan, "skip") == 0, .max_skips = o.max_skips,
+        .skip_nonfinite = strcmp(o.on_nan, "skip") == 0, .max_skips = o.max_skips, .stop_signal = &stop_signal,
     };
-    TrainResult result;
-    status = train_run(s, &tc, &data, &result);
+    TrainResult result = { 0 };
+    /* from here on a signal stops the run between steps; before, it ends it as by default */
+    status = catch_stop_signals();
+    if (status == 0) status = train_run(s, &tc, &data, &result);
     char skipped[64] = "";
     if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
-    if (status == 0 && o.eval_iters > 0)
+    if (status == 0 && result.stopped_by)
+        status = report_stop(&result, &o, start_iter);
+    else if (status == 0 && o.eval_iters > 0)
         printf("done: %d iters%s in %.1f s of steps, final val loss %.4f\n",
                o.iters, skipped, result.seconds, result.val_loss);
     else if (status == 0)

@@ -21,16 +21,6 @@
 #include "../strategies/strategy.h"
 #include "options.h"
 
-/* Bytes per parameter of the persistent state under a stage, at N ranks. */
-static double formula(int zero, int N) {
-    switch (zero) {
-    case 0: return 16.0;
-    case 1: return 8.0 + 8.0 / N;
-    case 2: return 4.0 + 12.0 / N;
-    default: return 16.0 / N;
-    }
-}
-
 int main(int argc, char **argv) {
     TrainOptions o;
     int rc = options_parse(&o, "zero_memory", "char", argc, argv);
@@ -64,17 +54,17 @@ int main(int argc, char **argv) {
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
            "| working | total |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
     printf("|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
-    static const char *names[4] = { "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3" };
     static const int ranks[4] = { 1, 2, 4, 8 };
     int off = 0;
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        const StrategyKind *kind = &STRATEGIES[k];
         for (int i = 0; i < 4; i++) {
             int N = ranks[i];
             StrategyConfig sc = { .model = model, .nranks = N, .batch = 1, .seed = (uint32_t)o.seed,
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
                                   .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
                                   .device = where };
-            Strategy *s = strategy_create(zero, &sc);
+            Strategy *s = kind->create(&sc);
             if (!s) return 1;
             /* every rank holds the same; the table shows the largest */
             double kind_mb[MEM_KINDS] = { 0 };
@@ -84,12 +74,12 @@ int main(int argc, char **argv) {
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
                 }
                 double state = (s->ops->rank_bytes(s, r, MEM_WEIGHTS) + s->ops->rank_bytes(s, r, MEM_GRADS) +
-                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (formula(zero, N) * P);
+                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (kind->state_bytes_per_param(N) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
-            double want = formula(zero, N) * P / 1e6;
-            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f |", names[zero], N,
+            double want = kind->state_bytes_per_param(N) * P / 1e6;
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f |", kind->name, N,
                    kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want,
                    state / want, kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING]);
             if (gpu0) printf(" %.1f |", device_reported_bytes(gpu0) / 1e6);
