@@ -575,7 +575,7 @@ Test(train, a_failing_cuda_stops_the_run_with_one_line) {
     cr_assert_eq(setenv("LD_LIBRARY_PATH", dir, 1), 0);  /* this test's worker process only */
     const char *tiny = "--iters=1 --eval-iters=1 --sample-chars=0 --layers=1 --embd=16 --heads=2 --block=16";
     int rc = run_train(tiny, err, sizeof err);
-    cr_expect_neq(rc, 0, "a failing CUDA: exit 0");
+    cr_expect_eq(rc, 1, "a failing CUDA: exit %d (1: a run that could not go on)", rc);
     cr_expect(strstr(err, "CUDA cannot count the GPUs") != NULL, "a failing CUDA: stderr was: %s", err);
     cr_expect_eq(count_lines(err), 1, "a failing CUDA: stderr was: %s", err);
     char on_cpu[256];

@@ -299,3 +299,7 @@ Placement options_placement(const TrainOptions *o) {
     if (strcmp(o->device, "cuda") == 0) return PLACE_CUDA;
     return PLACE_AUTO;
 }
+
+int options_no_strategy_status(const TrainOptions *o) {
+    return options_placement(o) != PLACE_CPU && device_cuda_count() < 0 ? 1 : 2;
+}

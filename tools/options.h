@@ -47,6 +47,10 @@ int options_preset(TrainOptions *o, const char *name);
 void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
+/* The exit status when no strategy could be made (the message is printed):
+ * 1 when CUDA is there but failed (a run that could not go on), 2 for a
+ * command line no run can use (--device=cuda without a GPU). */
+int options_no_strategy_status(const TrainOptions *o);
 /* Parse --flag=value / --flag value over a preset (--preset=NAME, default
  * default_preset). Returns 0 to run, 1 after printing --help, or 2 after a
  * one-line error naming the bad flag or value. */

@@ -59,9 +59,9 @@ int main(int argc, char **argv) {
     StrategyConfig sc = { .model = info.model, .nranks = 1, .device = options_placement(&o), .batch = 1,
                           .seed = info.seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f };
     Strategy *s = strategy_create(0, &sc);
-    if (!s) {  /* --device=cuda without a GPU: a usage error, as in bin/train */
+    if (!s) {
         free(tokens);
-        return 2;
+        return options_no_strategy_status(&o);
     }
     if (checkpoint_load(s, o.ckpt, 0, &info, err, sizeof err) != 0) {
         fprintf(stderr, "sample: %s\n", err);

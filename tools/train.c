@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
     } else if (o.out[0] && prepare_out(o.out) != 0) {
         status = 1;
     } else if (!(s = strategy_create(o.zero, &sc))) {
-        status = 2;
+        status = options_no_strategy_status(&o);
     } else if (o.tf32 && s->device_kind != DEVICE_CUDA) {
         fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
         status = 2;
