@@ -162,9 +162,11 @@ static void destroy(Strategy *s) {
 }
 
 static const StrategyOps replicated_ops = {
-    ranks_set_lr, ranks_forward_backward, ranks_clip_grads, step, ranks_train_loss, ranks_eval_loss,
-    ranks_generate, ranks_read_weights, ranks_write_weights, ranks_read_state, ranks_write_state,
-    ranks_rank_bytes, destroy, ranks_count_nonfinite,
+    .set_lr = ranks_set_lr, .forward_backward = ranks_forward_backward, .clip_grads = ranks_clip_grads,
+    .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
+    .read_weights = ranks_read_weights, .write_weights = ranks_write_weights, .read_state = ranks_read_state,
+    .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes, .destroy = destroy,
+    .count_nonfinite = ranks_count_nonfinite,
 };
 
 static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
