@@ -38,6 +38,9 @@ typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
 /* A flag: where its value goes, and for text, how big that buffer is. */
 typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
 
+/* The most flags a tool has: the callers' tables hold this many. */
+enum { MAX_FLAGS = 48 };
+
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
         { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
@@ -89,12 +92,11 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "temperature", FLAG_FLOAT, &o->temperature, 0, "bin/sample: softmax temperature" },
         { "top-k", FLAG_INT, &o->top_k, 0, "bin/sample: sample among the k likeliest (0: all)" },
     };
+    _Static_assert(sizeof table / sizeof table[0] <= MAX_FLAGS, "more flags than MAX_FLAGS");
     int n = (int)(sizeof table / sizeof table[0]);
     if (f) memcpy(f, table, sizeof table);
     return n;
 }
-
-enum { MAX_FLAGS = 48 };
 
 static void usage(FILE *out, const char *prog, TrainOptions *o) {
     Flag flags[MAX_FLAGS];
