@@ -224,6 +224,20 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a number, got 'lots'" },
         { TRAIN, "--temperature=0", "--temperature=0 must be positive" },
         { TRAIN, "--top-k=-1", "--top-k=-1 must not be negative" },
+        { TRAIN, "--iters=99999999999", "--iters=99999999999 is out of range" },
+        { TRAIN, "--seed=-9999999999999999999999", "is out of range" },
+        { TRAIN, "--lr=1e99", "--lr=1e99 is out of range" },
+        { TRAIN, "--iters=12x", "--iters expects an integer, got '12x'" },
+        { TRAIN, "--min-lr=0.01 --lr=0.001", "--min-lr=0.01 is above --lr=0.001" },
+        { TRAIN, "--on-nan=maybe", "--on-nan=maybe must be stop or skip" },
+        { TRAIN, "--max-skips=-1", "--max-skips=-1 must not be negative" },
+        { TRAIN, "--gpus=2 --link=0.000001", "--link=0.000001 would take" },
+        { TRAIN, "--gpus=4 --zero=3 --link=10,100000000", "one step's collectives" },
+        { TRAIN, "--inject-fault=1:2", "--inject-fault='1:2' must be RANK:STEP:WHERE" },
+        { TRAIN, "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step or save" },
+        { TRAIN, "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
+        { TRAIN, "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
+        { TRAIN, "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and --gpus=2 has ranks 0..1" },
         { SAMPLE, "", "--ckpt PATH is required" },
         { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
         { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
@@ -611,23 +625,6 @@ Test(train, an_empty_value_is_an_error_for_every_flag) {
     cr_expect_geq(flags, 40, "--help listed %d flags", flags);
     /* the form with a space, as `--resume "$UNSET"` writes it */
     expect_one_line(run_train("--resume ''", err, sizeof err), 2, err, "--resume has an empty value", "--resume ''");
-}
-
-Test(train, out_of_range_and_conflicting_values_exit_2_with_one_line) {
-    static const struct { const char *args, *needle; } cases[] = {
-        { "--iters=99999999999", "--iters=99999999999 is out of range" },
-        { "--seed=-9999999999999999999999", "is out of range" },
-        { "--lr=1e99", "--lr=1e99 is out of range" },
-        { "--iters=12x", "--iters expects an integer, got '12x'" },
-        { "--min-lr=0.01 --lr=0.001", "--min-lr=0.01 is above --lr=0.001" },
-        { "--on-nan=maybe", "--on-nan=maybe must be stop or skip" },
-        { "--max-skips=-1", "--max-skips=-1 must not be negative" },
-        { "--gpus=2 --link=0.000001", "--link=0.000001 would take" },
-        { "--gpus=4 --zero=3 --link=10,100000000", "one step's collectives" },
-    };
-    char err[4096];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
 }
 
 Test(train, a_directory_given_as_a_file_says_so) {
@@ -1090,19 +1087,6 @@ Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 120) {
         }
     }
     remove_dir(dir);
-}
-
-Test(train, inject_fault_values_are_checked) {
-    static const struct { const char *args, *needle; } cases[] = {
-        { "--inject-fault=1:2", "--inject-fault='1:2' must be RANK:STEP:WHERE" },
-        { "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step or save" },
-        { "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
-        { "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
-        { "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and --gpus=2 has ranks 0..1" },
-    };
-    char err[4096];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        expect_one_line(run_train(cases[i].args, err, sizeof err), 2, err, cases[i].needle, cases[i].args);
 }
 
 /* ---- signals: SIGINT and SIGTERM ---- */
