@@ -197,8 +197,15 @@ static int parse(StFile *f, unsigned char *bytes, size_t size, size_t file_size,
     return 0;
 }
 
+void safetensors_one_line(char *message) {
+    for (; *message; message++)
+        if ((unsigned char)*message < 0x20 || *message == 0x7f) *message = '?';
+}
+
 int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *path, char *err, size_t errlen) {
-    return parse(f, bytes, size, size, path, err, errlen);
+    int rc = parse(f, bytes, size, size, path, err, errlen);
+    if (rc != 0) safetensors_one_line(err);
+    return rc;
 }
 
 /* Read the file whole, or (header_only) its length and JSON header alone. */
@@ -231,7 +238,9 @@ static int open_file(StFile *f, const char *path, int header_only, char *err, si
         snprintf(err, errlen, bytes ? "cannot read '%s'" : "'%s' does not fit in host memory", path);
         return -1;
     }
-    return parse(f, bytes, want, (size_t)size, path, err, errlen);
+    int rc = parse(f, bytes, want, (size_t)size, path, err, errlen);
+    if (rc != 0) safetensors_one_line(err);
+    return rc;
 }
 
 int safetensors_open(StFile *f, const char *path, char *err, size_t errlen) {
@@ -261,7 +270,7 @@ int safetensors_count(const StFile *f) {
     return n;
 }
 
-const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
+static const void *tensor_data(const StFile *f, const char *name, const char *dtype, int ndim,
                                const int64_t *shape, char *err, size_t errlen) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive((cJSON *)f->header, name);
     if (!e) { snprintf(err, errlen, "missing tensor '%s'", name); return NULL; }
@@ -316,6 +325,13 @@ const void *safetensors_tensor(const StFile *f, const char *name, const char *dt
         snprintf(err, errlen, "tensor '%s' is not finite (element %zu is %g)", name, bad, x);
         return NULL;
     }
+    return data;
+}
+
+const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
+                               const int64_t *shape, char *err, size_t errlen) {
+    const void *data = tensor_data(f, name, dtype, ndim, shape, err, errlen);
+    if (!data) safetensors_one_line(err);
     return data;
 }
 

@@ -55,6 +55,10 @@ void safetensors_close(StFile *f);
 const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
                                const int64_t *shape, char *err, size_t errlen);
 int safetensors_count(const StFile *f);  /* tensors, __metadata__ excluded */
+/* A message that quotes a file's own strings (names, dtypes, metadata may hold
+ * any byte) kept on one line: every control character becomes '?'. Every
+ * message of this reader has been through it. */
+void safetensors_one_line(char *message);
 /* The index of the first NaN or infinity among n floats at data (any
  * alignment), or n. safetensors_tensor refuses an F32 tensor that holds one. */
 size_t safetensors_first_nonfinite(const void *data, size_t n);

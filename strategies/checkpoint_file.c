@@ -76,6 +76,7 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     const char *format = safetensors_metadata(f, "format");
     if (format && strcmp(format, "zerofiber checkpoint 1") != 0) {
         snprintf(err, errlen, "'%s' is a checkpoint of another format ('%.60s')", path, format);
+        safetensors_one_line(err);
         return -1;
     }
     const char *config_text = safetensors_metadata(f, "config"), *vocab_text = safetensors_metadata(f, "vocab");
