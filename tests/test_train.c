@@ -369,6 +369,14 @@ static unsigned char *read_all(const char *path, size_t *n) {
     return bytes;
 }
 
+/* The file at path still holds exactly the n bytes of `good`. */
+static void expect_unchanged(const char *path, const unsigned char *good, size_t n, const char *what) {
+    size_t after_n;
+    unsigned char *after = read_all(path, &after_n);
+    cr_expect(after_n == n && memcmp(after, good, n) == 0, "%s", what);
+    free(after);
+}
+
 static void write_all(const char *path, const void *bytes, size_t n) {
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f);
@@ -477,10 +485,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
     cr_expect(strstr(err, "holds a model of 2 layers") != NULL, "another model: stderr was: %s", err);
     cr_expect_eq(count_lines(err), 1, "another model: stderr was: %s", err);
 
-    size_t after_n;
-    unsigned char *after = read_all(good_path, &after_n);
-    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the good checkpoint was overwritten");
-    free(after);
+    expect_unchanged(good_path, good, n, "the good checkpoint was overwritten");
     free(longer);
     free(good);
     unlink(good_path);
@@ -796,10 +801,7 @@ Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 120) 
     expect_one_line(run_train(args, err, sizeof err), 1, err, "saving at iter 6: the state is not finite",
                     "--always-save");
     unsetenv("ZF_INJECT_NAN");
-    size_t after_n;
-    unsigned char *after = read_all(ckpt, &after_n);
-    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the good checkpoint was overwritten");
-    free(after);
+    expect_unchanged(ckpt, good, n, "the good checkpoint was overwritten");
     free(good);
     remove_dir(dir);
 }
@@ -821,10 +823,7 @@ Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 120) {
     snprintf(args, sizeof args, "%s --iters=6 --out=%s --resume=%s", TINY, dir, ckpt);
     expect_one_line(run_train(args, err, sizeof err), 1, err, "the training loss is NaN at iter 3; stopping",
                     "--on-nan=stop");
-    size_t after_n;
-    unsigned char *after = read_all(ckpt, &after_n);
-    cr_expect(after_n == n && memcmp(after, good, n) == 0, "a stopped run changed the checkpoint");
-    free(after);
+    expect_unchanged(ckpt, good, n, "a stopped run changed the checkpoint");
     free(good);
     /* skipped steps apply no update: 6 steps, 2 of them skipped, 4 updates */
     setenv("ZF_INJECT_NAN", "grad:3:2", 1);
@@ -1012,10 +1011,9 @@ Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_inta
                 double t0 = wall_seconds();
                 expect_one_line(run_train(args, err, sizeof err), 1, err, needle, args);
                 cr_expect_lt(wall_seconds() - t0, 20.0, "%s: the run did not end promptly", args);
-                size_t after_n;
-                unsigned char *after = read_all(ckpt, &after_n);
-                cr_expect(after_n == n && memcmp(after, good, n) == 0, "%s changed the checkpoint", args);
-                free(after);
+                char what[1100];
+                snprintf(what, sizeof what, "%s changed the checkpoint", args);
+                expect_unchanged(ckpt, good, n, what);
             }
         }
     }
@@ -1184,10 +1182,7 @@ Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout =
     double seconds = wall_seconds() - t0;
     expect_one_line(rc, 130, err, "train: a second signal: stopping at once", "a second SIGINT");
     cr_expect_lt(seconds, 2.0, "the second signal took %.1f s to end the run (a step takes 3)", seconds);
-    size_t after_n;
-    unsigned char *after = read_all(ckpt, &after_n);
-    cr_expect(after_n == n && memcmp(after, good, n) == 0, "the checkpoint changed");
-    free(after);
+    expect_unchanged(ckpt, good, n, "the checkpoint changed");
     free(good);
     remove_dir(dir);
 }
