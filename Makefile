@@ -11,20 +11,27 @@ CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))..)
 CUDA_ARCH ?= 80 90
 
-BUILD ?= build/$(if $(filter 1,$(CUDA)),cuda,cpu)
+# MPI=1 (the default) joins processes through Open MPI when mpirun or srun
+# starts them (runtime/world.h); MPI=0 builds one-process binaries (the GPU
+# bundle, whose machine has no MPI).
+MPI ?= 1
+
+BUILD ?= build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(if $(filter 0,$(MPI)),-nompi)
 CC = gcc
 OPT ?= -O3 -march=native
 SAN ?=
 BLAS_DIR = /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC = /usr/include/x86_64-linux-gnu/openblas-openmp
+MPI_DIR = /usr/lib/x86_64-linux-gnu/openmpi
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp $(SAN) -I$(BLAS_INC) \
-         $(CFLAGS_CUDA) -MMD -MP
+         $(CFLAGS_CUDA) $(CFLAGS_MPI) -MMD -MP
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
-LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) -lpthread -lmvec -lm
+LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) $(LDLIBS_MPI) -lpthread -lmvec -lm
 
 # Without the Debian packages, say what to do instead of failing on a missing
 # header (make deps and make clean need none of them).
-REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/cjson/cJSON.h /usr/include/criterion/criterion.h
+REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/cjson/cJSON.h /usr/include/criterion/criterion.h \
+                   $(if $(filter 1,$(MPI)),$(MPI_DIR)/include/mpi.h)
 MISSING_HEADERS = $(filter-out $(wildcard $(REQUIRED_HEADERS)),$(REQUIRED_HEADERS))
 ifneq ($(MISSING_HEADERS),)
 ifneq ($(filter-out deps clean,$(or $(MAKECMDGOALS),all)),)
@@ -33,7 +40,14 @@ endif
 endif
 
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/trace.c \
-          runtime/process_group.c
+          runtime/process_group.c runtime/world.c
+ifeq ($(MPI),1)
+RUNTIME += runtime/world_mpi.c
+CFLAGS_MPI = -I$(MPI_DIR)/include
+LDLIBS_MPI = -L$(MPI_DIR)/lib -Wl,-rpath,$(MPI_DIR)/lib -lmpi
+else
+RUNTIME += runtime/world_none.c
+endif
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
 CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c $(wildcard kernels/cuda/*.cu)
@@ -190,7 +204,7 @@ valgrind:
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy python3-venv \
-               gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip
+               gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

@@ -27,6 +27,7 @@ struct Fibers {
     int arrived;                /* ranks waiting at the current rendezvous */
     char waiting_at[FIBERS_NAME_MAX];  /* its name, as the first rank to arrive gave it */
     int first_rank;
+    int name_offset;            /* rank 0's global rank, for the error lines (fibers_name_ranks_from) */
     unsigned long generation;   /* rendezvous completed so far */
     int finished[FIBERS_MAX_RANKS];
     int nfinished;
@@ -93,6 +94,7 @@ void fibers_destroy(Fibers *f) {
 }
 
 int fibers_nranks(const Fibers *f) { return f->nranks; }
+void fibers_name_ranks_from(Fibers *f, int first) { f->name_offset = first; }
 const char *fibers_error(const Fibers *f) { return f->error; }
 int fibers_error_rank(const Fibers *f) { return f->error_rank; }
 
@@ -101,7 +103,7 @@ static void fail_locked(Fibers *f, int rank, const char *fmt, va_list ap) {
     if (!f->failed) {
         char what[200];
         vsnprintf(what, sizeof what, fmt, ap);
-        snprintf(f->error, sizeof f->error, "rank %d: %s", rank, what);
+        snprintf(f->error, sizeof f->error, "rank %d: %s", f->name_offset + rank, what);
         f->error_rank = rank;
         f->failed = 1;
     }
@@ -141,7 +143,8 @@ int fibers_arrive(Fibers *f, int rank, const char *rendezvous) {
     if (f->nfinished > 0) {
         int gone = 0;
         while (!f->finished[gone]) gone++;
-        fail_locked_fmt(f, rank, "reached a rendezvous that rank %d finished its step without (mismatch)", gone);
+        fail_locked_fmt(f, rank, "reached a rendezvous that rank %d finished its step without (mismatch)",
+                        f->name_offset + gone);
         pthread_mutex_unlock(&f->mu);
         return -1;
     }
@@ -150,7 +153,7 @@ int fibers_arrive(Fibers *f, int rank, const char *rendezvous) {
         f->first_rank = rank;
     } else if (strncmp(f->waiting_at, rendezvous, sizeof f->waiting_at - 1) != 0) {
         fail_locked_fmt(f, rank, "reached the rendezvous '%s' while rank %d waits at '%s' (mismatch)",
-                        rendezvous, f->first_rank, f->waiting_at);
+                        rendezvous, f->name_offset + f->first_rank, f->waiting_at);
         pthread_mutex_unlock(&f->mu);
         return -1;
     }

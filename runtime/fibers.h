@@ -41,6 +41,9 @@ Fibers *fibers_create(int nranks);
 /* Stop and join the rank threads (no run may be in flight). */
 void fibers_destroy(Fibers *f);
 int fibers_nranks(const Fibers *f);
+/* Name rank r "rank first + r" in the error lines: its global rank, when
+ * these are one process's ranks of many (runtime/world.h). */
+void fibers_name_ranks_from(Fibers *f, int first);
 
 /* Wake every rank's thread to run body, rank 0 first, and wait until every
  * rank has finished it. Returns 0, or -1 with the first error in

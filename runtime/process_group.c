@@ -1,5 +1,6 @@
-/* process_group.c: placing ranks, the collectives' event ordering, and the
- * simulator's collectives (NCCL's are in process_group_nccl.c).
+/* process_group.c: placing ranks, the collectives' event ordering, the
+ * simulator's collectives, and their exchange between processes on the CPU
+ * (NCCL's collectives are in process_group_nccl.c).
  *
  * An all-reduce is a reduce-scatter and an all-gather, both in place: every
  * element is summed once, in rank order, by the rank that owns it, then copied
@@ -7,11 +8,15 @@
  */
 #include "process_group.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "device_cpu.h"
 #include "host.h"
+#include "world.h"
 
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
     pg->device[rank] = dev;
@@ -21,26 +26,62 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
     pg->part_done[rank] = event_create(dev);
 }
 
+int pg_global_rank(const ProcessGroup *pg, int rank) { return pg->first_rank + rank; }
+
 static const Collectives simulator_collectives;
 
-ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind) {
-    if (nranks < 1 || nranks > FIBERS_MAX_RANKS) {
-        fprintf(stderr, "error: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
+/* This process's share of a world of world_size ranks; 0 with a message when
+ * they do not divide over the processes. */
+static int local_ranks(int world_size) {
+    const World *w = world();
+    if (world_size < 1 || world_size % w->nprocs != 0 || world_size > FIBERS_MAX_RANKS) {
+        fprintf(stderr, "error: %d ranks over %d process%s, expected a multiple of the processes, at most %d\n",
+                world_size, w->nprocs, w->nprocs == 1 ? "" : "es", FIBERS_MAX_RANKS);
+        return 0;
+    }
+    return world_size / w->nprocs;
+}
+
+/* How many ranks share the cores this process may use: its own, when the
+ * launcher bound it to some of the machine's cores (they are its share);
+ * else every process's on the machine, so that 2 processes of 2 ranks on 2
+ * cores run one thread a stream, not four. */
+static int cpu_sharers(int nranks) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = online > 0 && omp_get_num_procs() < online;
+    return nranks * (bound ? 1 : world()->procs_on_node);
+}
+
+ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
+    int nranks = local_ranks(world_size);
+    if (!nranks) return NULL;
+    const World *w = world();
+    if (kind == DEVICE_CUDA && w->nprocs > 1) {
+        fprintf(stderr, "error: ranks simulated on a GPU run in one process; past one, each rank needs a GPU "
+                        "of its own (NCCL)\n");
         return NULL;
     }
     ProcessGroup *pg = host_calloc(1, sizeof *pg);
     pg->collectives = &simulator_collectives;
     pg->simulated = 1;
     pg->nranks = nranks;
+    pg->world_size = world_size;
+    pg->first_rank = w->proc * nranks;
     for (int r = 0; r < nranks; r++) {
-        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(nranks);
+        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(cpu_sharers(nranks));
         if (!dev) {
             pg_destroy(pg);
             return NULL;
         }
         pg_add_rank(pg, r, dev);
     }
-    if (kind == DEVICE_CUDA && nranks > 1)
+    if (w->nprocs > 1) {
+        pg->staged = event_create(pg->device[0]);
+        for (int r = 0; r < nranks; r++) pg->stage_free[r] = event_create(pg->device[r]);
+        snprintf(pg->description, sizeof pg->description, "cpu, %d processes x %d rank%s through %s; process %d "
+                 "holds rank%s %d..%d", w->nprocs, nranks, nranks == 1 ? "" : "s", w->engine, w->proc,
+                 nranks == 1 ? "" : "s", pg->first_rank, pg->first_rank + nranks - 1);
+    } else if (kind == DEVICE_CUDA && nranks > 1)
         snprintf(pg->description, sizeof pg->description, "cuda simulator, %d ranks on one GPU, %s", nranks,
                  device_name(pg->device[0]));
     else if (kind == DEVICE_CUDA)
@@ -85,6 +126,11 @@ void pg_destroy(ProcessGroup *pg) {
     }
     if (pg->trace) trace_collect(pg->trace);
     if (pg->collectives->destroy) pg->collectives->destroy(pg);
+    if (pg->staged) event_destroy(pg->staged);
+    for (int r = 0; r < pg->nranks; r++)
+        if (pg->stage_free[r]) event_destroy(pg->stage_free[r]);
+    free(pg->stage_send);
+    free(pg->stage_recv);
     for (int r = 0; r < pg->nranks; r++) {
         stream_destroy(pg->compute[r]);
         stream_destroy(pg->comm[r]);
@@ -126,28 +172,132 @@ static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
     for (int r = 0; r < pg->nranks; r++) pg_wait_parts(pg, r, waiters[r], pg->part_done);
 }
 
+/* ---- the exchange between processes ---- */
+
+/* What an exchange task moves: the staging buffers are packed by the task
+ * itself, on local rank 0's communication stream, once the producers are done. */
+typedef struct {
+    ProcessGroup *pg;
+    float *send[FIBERS_MAX_RANKS];
+    size_t n, shard;
+    int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
+    char what[2 * FIBERS_NAME_MAX];
+} Exchange;
+
+/* Floats process p sends another for a reduce-scatter, from each of its L
+ * ranks: the other's L shards; for an all-gather, each rank's own shard. */
+static size_t stage_stride(const ProcessGroup *pg, size_t shard, int gather) {
+    return gather ? shard : (size_t)pg->nranks * shard;
+}
+
+/* Staging room for a collective of n floats: P x L strides each way. Grown
+ * only between collectives (the first step), never under one. */
+static void reserve_stage(ProcessGroup *pg, size_t n) {
+    int P = pg->world_size / pg->nranks;
+    size_t shard = pg_shard_size(n, pg->world_size), need = (size_t)P * pg->nranks * stage_stride(pg, shard, 0);
+    if (need <= pg->stage_floats) return;
+    for (int r = 0; r < pg->nranks; r++) stream_synchronize(pg->comm[r]);
+    free(pg->stage_send);
+    free(pg->stage_recv);
+    pg->stage_send = host_calloc(need, sizeof(float));
+    pg->stage_recv = host_calloc(need, sizeof(float));
+    pg->stage_floats = need;
+}
+
+/* The valid length of global rank g's shard. */
+static size_t shard_length(size_t n, size_t shard, int g);
+
+/* Copy the len floats of src from `from` into a staging stride, clipped to
+ * the n that src holds, the rest zero: nothing undefined goes on the wire. */
+static void pack(float *dst, const float *src, size_t from, size_t len, size_t n) {
+    size_t valid = from >= n ? 0 : (n - from < len ? n - from : len);
+    memcpy(dst, src + from, valid * sizeof(float));
+    memset(dst + valid, 0, (len - valid) * sizeof(float));
+}
+
+static void exchange_task(void *args) {
+    Exchange *x = *(Exchange **)args;
+    ProcessGroup *pg = x->pg;
+    int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
+    size_t stride = stage_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
+    WorldChunk to[STREAM_SUM_MAX], from[STREAM_SUM_MAX];  /* P <= N <= STREAM_SUM_MAX */
+    for (int p = 0; p < P; p++) {
+        float *out = pg->stage_send + (size_t)p * block;
+        for (int q = 0; q < L && p != me; q++) {
+            /* to process p: its ranks' shards of our rank q's buffer, or our rank q's own shard */
+            if (x->gather) pack(out + (size_t)q * stride, x->send[q], 0, stride,
+                                shard_length(x->n, x->shard, pg->first_rank + q));
+            else pack(out + (size_t)q * stride, x->send[q], (size_t)p * L * x->shard, stride, x->n);
+        }
+        to[p] = (WorldChunk){ out, block * sizeof(float) };
+        from[p] = (WorldChunk){ pg->stage_recv + (size_t)p * block, block * sizeof(float) };
+    }
+    world_exchange(to, from, x->what);
+    free(x);
+}
+
+/* Enqueue the exchange of a collective on local rank 0's communication stream
+ * (after the last reads of the staging), and make every rank's wait for it. */
+static void exchange(ProcessGroup *pg, float *const *send, size_t n, int gather, const char *what) {
+    reserve_stage(pg, n);
+    Exchange *x = host_calloc(1, sizeof *x);
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg->world_size), .gather = gather };
+    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
+    snprintf(x->what, sizeof x->what, "%s", what);
+    for (int r = 0; r < pg->nranks; r++) stream_wait_event(pg->comm[0], pg->stage_free[r]);
+    stream_launch(pg->comm[0], exchange_task, &x, sizeof x);
+    event_record(pg->staged, pg->comm[0]);
+    for (int r = 1; r < pg->nranks; r++) stream_wait_event(pg->comm[r], pg->staged);
+}
+
+/* After a rank's last read of the staging, for the next exchange. */
+static void release_stage(ProcessGroup *pg) {
+    for (int r = 0; r < pg->nranks; r++) event_record(pg->stage_free[r], pg->comm[r]);
+}
+
+/* Where global rank g's data for a collective lies on this process: in its
+ * own buffer when it is local, else in the staging from its process, at
+ * `offset` floats into g's stride there. */
+static int is_local(const ProcessGroup *pg, int g) { return g >= pg->first_rank && g < pg->first_rank + pg->nranks; }
+
+static float *staged_from(const ProcessGroup *pg, int g, size_t stride, size_t offset) {
+    int L = pg->nranks;
+    return pg->stage_recv + (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset;
+}
+
 /* ---- the local kernels ---- */
 
 /* Rank r's part of a reduce-scatter: its shard of every rank's send, summed in
- * rank order on its communication stream. */
+ * rank order on its communication stream (the world's ranks, when another
+ * process holds some). */
 static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
-                                   size_t n, float scale) {
-    size_t shard = pg_shard_size(n, pg->nranks);
+                                     size_t n, float scale) {
+    size_t shard = pg_shard_size(n, pg->world_size);
+    int multiprocess = pg->world_size > pg->nranks;
+    if (multiprocess) exchange(pg, send, n, 0, pg->exchange_label);
     for (int r = 0; r < pg->nranks; r++) {
-        float *parts[FIBERS_MAX_RANKS];
-        for (int q = 0; q < pg->nranks; q++) parts[q] = send[q] + (size_t)r * shard;
-        stream_sum(pg->comm[r], recv[r], parts, pg->nranks, shard_length(n, shard, r), scale);
+        int g = pg_global_rank(pg, r);
+        float *parts[STREAM_SUM_MAX];
+        for (int q = 0; q < pg->world_size; q++)
+            parts[q] = is_local(pg, q) ? send[q - pg->first_rank] + (size_t)g * shard
+                                       : staged_from(pg, q, stage_stride(pg, shard, 0), (size_t)r * shard);
+        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, shard_length(n, shard, g), scale);
     }
+    if (multiprocess) release_stage(pg);
 }
 
 /* Rank r's part of an all-gather: every rank's shard copied into its recv. */
 static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
-    size_t shard = pg_shard_size(n, pg->nranks);
+    size_t shard = pg_shard_size(n, pg->world_size);
+    int multiprocess = pg->world_size > pg->nranks;
+    if (multiprocess) exchange(pg, send, n, 1, pg->exchange_label);
     for (int r = 0; r < pg->nranks; r++)
-        for (int q = 0; q < pg->nranks; q++) {
+        for (int q = 0; q < pg->world_size; q++) {
             float *dst = recv[r] + (size_t)q * shard;
-            if (dst != send[q]) stream_copy(pg->comm[r], dst, send[q], shard_length(n, shard, q) * sizeof(float));
+            const float *src = is_local(pg, q) ? send[q - pg->first_rank] : staged_from(pg, q, shard, 0);
+            if (dst != src) stream_copy(pg->comm[r], dst, src, shard_length(n, shard, q) * sizeof(float));
         }
+    if (multiprocess) release_stage(pg);
 }
 
 static const Collectives simulator_collectives = {
@@ -169,14 +319,14 @@ double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, 
 }
 
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
-    return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->nranks, all_reduce, n);
+    return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->world_size, all_reduce, n);
 }
 
 void pg_trace(ProcessGroup *pg, Trace *t, const char *label) {
     pg->trace = t;
     for (int r = 0; r < pg->nranks; r++) {
         char name[FIBERS_NAME_MAX + 16];
-        snprintf(name, sizeof name, "%s%srank %d", label, label[0] ? " " : "", r);
+        snprintf(name, sizeof name, "%s%srank %d", label, label[0] ? " " : "", pg_global_rank(pg, r));
         int pid = trace_add_process(t, name);
         trace_attach(t, pg->compute[r], pid, 0, "compute");
         trace_attach(t, pg->comm[r], pid, 1, "comm");
@@ -184,7 +334,6 @@ void pg_trace(ProcessGroup *pg, Trace *t, const char *label) {
 }
 
 void pg_trace_next(ProcessGroup *pg, const char *what, int unit) {
-    if (!pg->trace) return;
     snprintf(pg->next_label, sizeof pg->next_label, "%s", what);
     pg->next_unit = unit;
 }
@@ -200,12 +349,10 @@ static void take_label(ProcessGroup *pg, const char *collective, char *name, siz
  * clock start. */
 static void begin(ProcessGroup *pg, const char *collective) {
     wait_for_producers(pg);
-    if (pg->trace) {
-        char name[2 * FIBERS_NAME_MAX];
-        int unit;
-        take_label(pg, collective, name, sizeof name, &unit);
-        for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], name, unit);
-    }
+    int unit;
+    take_label(pg, collective, pg->exchange_label, sizeof pg->exchange_label, &unit);
+    if (pg->trace)
+        for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], pg->exchange_label, unit);
     if (pg->link_gbps > 0)
         for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
 }
@@ -239,7 +386,7 @@ static void skip(ProcessGroup *pg, Event *const *done) {
 /* On one rank an in-place collective without scaling changes nothing: skip it,
  * and its stream hand-offs, so DDP on one rank costs what the plain loop does. */
 static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale) {
-    return pg->nranks == 1 && scale == 1.0f && send[0] == recv[0];
+    return pg->world_size == 1 && scale == 1.0f && send[0] == recv[0];
 }
 
 void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
@@ -268,10 +415,12 @@ void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, 
         skip(pg, done);
         return;
     }
-    size_t shard = pg_shard_size(n, pg->nranks);
+    size_t shard = pg_shard_size(n, pg->world_size);
     float *shards[FIBERS_MAX_RANKS];
-    for (int r = 0; r < pg->nranks; r++)  /* an empty shard is never touched */
-        shards[r] = (size_t)r * shard < n ? bufs[r] + (size_t)r * shard : bufs[r];
+    for (int r = 0; r < pg->nranks; r++) {  /* an empty shard is never touched */
+        size_t at = (size_t)pg_global_rank(pg, r) * shard;
+        shards[r] = at < n ? bufs[r] + at : bufs[r];
+    }
     begin(pg, "all-reduce");
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale);
     wait_for_parts(pg, pg->comm);

@@ -14,13 +14,22 @@
  * wait for every done[q]. Under NCCL a rank waits for its own done[r] only:
  * NCCL orders the ranks itself, and the N-by-N waits are the simulator's need.
  *
- * Two backends move the data. The simulator puts every rank on the same
- * hardware (the CPU, or one GPU), with a device handle of its own for its memory
- * accounting, and runs the collectives as local kernels that sum in rank order
- * 0..N-1: the same bits every run. NCCL puts rank r on GPU r and issues each
- * collective for every rank inside one ncclGroupStart/ncclGroupEnd; it sums in
- * an order of its own, and its lengths must divide by N (the arenas pad every
- * unit to a multiple of N).
+ * Two backends move the data. The simulator puts a process's ranks on the same
+ * hardware (the CPU, or one GPU), with a device handle of its own for each
+ * rank's memory accounting, and runs the collectives as local kernels that
+ * sum in rank order 0..N-1: the same bits every run. NCCL puts rank r on GPU r
+ * and issues each collective for every rank inside one ncclGroupStart/
+ * ncclGroupEnd; it sums in an order of its own, and its lengths must divide by
+ * N (the arenas pad every unit to a multiple of N).
+ *
+ * Past one process (runtime/world.h) the group holds this process's L ranks
+ * of a world of N = P x L: global ranks first_rank .. first_rank + L - 1, in
+ * arrays indexed by the local rank 0..L-1, while shards and sums are the
+ * world's. On the CPU, local rank 0's communication stream runs the exchange
+ * between the processes (world_exchange: an all-to-all of the shards, the bytes
+ * a ring's reduce-scatter puts on the wire), then every local rank sums its
+ * shard over the world's ranks in order 0..N-1 in the simulator's kernel: the
+ * bits of one process of N simulated ranks, for any split.
  *
  * Shards: a buffer of n floats splits into N shards of ceil(n / N) floats; rank
  * r owns [r * shard, min(n, (r + 1) * shard)), so the last shards may be short
@@ -47,10 +56,12 @@ typedef struct {
 
 struct ProcessGroup {
     const Collectives *collectives;
-    char description[160];              /* where the ranks run, in words */
+    char description[256];              /* where the ranks run, in words */
     int simulated;                      /* 1: the simulator; 0: NCCL */
     void *nccl[FIBERS_MAX_RANKS];       /* NCCL's communicators (ncclComm_t) */
-    int nranks;
+    int nranks;                         /* this process's ranks, L */
+    int world_size;                     /* every process's, N = P x L: shards and sums are over them */
+    int first_rank;                     /* the global rank of local rank 0 */
     Device *device[FIBERS_MAX_RANKS];   /* each rank's device handle */
     Stream *compute[FIBERS_MAX_RANKS];
     Stream *comm[FIBERS_MAX_RANKS];
@@ -60,6 +71,15 @@ struct ProcessGroup {
     Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
     char next_label[FIBERS_NAME_MAX];   /* what the next collective is for (pg_trace_next) */
     int next_unit;
+    char exchange_label[2 * FIBERS_NAME_MAX];  /* the collective under way, named ("all-gather unit 3") */
+    /* The exchange between processes (world_size > nranks): the host's staging
+     * buffers of the shards sent and received, each proc x L x L shards; the
+     * exchange done (on local rank 0's communication stream), and each rank's
+     * last read of the staging (the next exchange waits for them). */
+    float *stage_send, *stage_recv;
+    size_t stage_floats;
+    Event *staged;
+    Event *stage_free[FIBERS_MAX_RANKS];
 };
 
 /* Where ranks may run: the CPU (the zero value, what the tests ask for), any
@@ -67,13 +87,15 @@ struct ProcessGroup {
  * simulated on GPU 0 however many GPUs there are (the GPU tests' gates). */
 typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA, PLACE_CUDA_SIMULATOR } Placement;
 
-/* N ranks placed as asked: N >= 2 and N GPUs or more: NCCL, rank r on GPU r;
+/* N ranks of the world placed as asked, this process holding N / P of them
+ * (world.h; N must divide): N >= 2 and N GPUs or more: NCCL, rank r on GPU r;
  * one rank, or fewer GPUs: the simulator on GPU 0 (one rank needs no NCCL, and
  * gets the simulator's bits); none (or PLACE_CPU): the simulator on the CPU.
  * NULL with a message when a GPU is asked for and none is visible, when CUDA
  * fails (device_cuda_count), or when N is out of range. */
 ProcessGroup *pg_create(int nranks, Placement where);
-/* N simulated ranks on the CPU, or all on GPU 0. */
+/* N simulated ranks on the CPU, or all on GPU 0 (one process only); this
+ * process's N / P of them, with the exchanges between processes on the CPU. */
 ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
 /* N ranks on GPUs 0..N-1 through NCCL (runtime/process_group_nccl.c). */
 ProcessGroup *pg_create_nccl(int nranks);
@@ -83,6 +105,8 @@ void pg_destroy(ProcessGroup *pg);
 /* Shared by the backends: each rank's device handle and streams, and its events. */
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 
+/* The global rank of local rank r. */
+int pg_global_rank(const ProcessGroup *pg, int rank);
 size_t pg_shard_size(size_t n, int nranks);
 
 /* A modeled link for simulated ranks (--link): each collective then holds every
@@ -98,17 +122,20 @@ double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, 
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
 
 /* Trace every rank's streams: process "LABEL rank r" (or "rank r" for an empty
- * label), threads "compute" and "comm". Each collective is then one span on
+ * label; r the global rank), threads "compute" and "comm". Each collective is then one span on
  * every rank's communication stream, from the end of its waits for the
  * producers to the end of the modeled link's hold, named after the collective
  * and what pg_trace_next said it is for ("reduce-scatter unit 3"). */
 void pg_trace(ProcessGroup *pg, Trace *t, const char *label);
-/* What the next collective is for ("unit 3", "bucket 2"), and its unit. */
+/* What the next collective is for ("unit 3", "bucket 2"), and its unit: its
+ * span's name in a trace, and its name in a timeout's line. */
 void pg_trace_next(ProcessGroup *pg, const char *what, int unit);
 /* Make `waiter` (a stream of rank `rank`) wait for the parts of a collective
  * whose done events are `done`: every rank's in the simulator, its own under NCCL. */
 void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done);
 
+/* The collectives' buffers are the local ranks'; the sums and shards run over
+ * the world's ranks q = 0..N-1, rank r's shard being its global rank's. */
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
 void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done);
 /* recv[r][0, shard) = scale * sum over q of send[q][r's shard]. recv[r] may be

@@ -78,6 +78,7 @@ ProcessGroup *pg_create_nccl(int nranks) {
     ProcessGroup *pg = host_calloc(1, sizeof *pg);
     pg->collectives = &nccl_collectives;
     pg->nranks = nranks;
+    pg->world_size = nranks;
     int ordinals[FIBERS_MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         ordinals[r] = r;

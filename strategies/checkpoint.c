@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../runtime/host.h"
+#include "../runtime/world.h"
 
 /* The message of a state that must not be saved: the first tensor, in the
  * file's order, that holds a NaN or an infinity. */
@@ -29,6 +30,7 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
         snprintf(err, errlen, "checkpoints hold GPTs only");
         return -1;
     }
+    if (errlen > 0) err[0] = 0;
     /* every rank checks its shards before anything is gathered or written */
     size_t nonfinite = s->ops->count_nonfinite(s, NONFINITE_STATE);
     ArenaLayout layout;
@@ -61,13 +63,17 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
         /* its shards gathered, the rank fails before anything is written */
         snprintf(err, errlen, "rank %d: injected fault (--inject-fault) at step %d in the save; nothing was saved",
                  faulty_rank, info->iter);
-    } else if (nonfinite == 0) {
+    } else if (nonfinite == 0 && world()->proc == 0) {
         char *meta = checkpoint_metadata_json(info);
         rc = safetensors_write(path, t, n, meta, err, errlen);
         cJSON_free(meta);
+    } else if (nonfinite == 0) {
+        rc = 0;  /* process 0 writes; its outcome is every process's, below */
     } else {
         name_first_nonfinite(t, n, err, errlen);
     }
+    world_broadcast(&rc, sizeof rc, "the save's outcome");
+    world_broadcast(err, errlen, "the save's outcome");
     free(names);
     free(t);
     free(w);
@@ -83,13 +89,22 @@ int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInf
         snprintf(err, errlen, "checkpoints hold GPTs only");
         return -1;
     }
-    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
     ArenaLayout layout;
     model_layout(&s->cfg.model, 1, &layout);
     float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
           *v = host_calloc(layout.total, sizeof(float));
-    int rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, w, m, v, err, errlen);
-    safetensors_close(&f);
+    /* process 0 alone reads the file (no shared filesystem needed); the
+     * write_* ops send every process its part */
+    int rc = -1;
+    memset(info, 0, sizeof *info);
+    if (errlen > 0) err[0] = 0;
+    if (world()->proc == 0 && safetensors_open(&f, path, err, errlen) == 0) {
+        rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, w, m, v, err, errlen);
+        safetensors_close(&f);
+    }
+    world_broadcast(&rc, sizeof rc, "the checkpoint's check");
+    world_broadcast(err, errlen, "the checkpoint's check");
+    world_broadcast(info, sizeof *info, "the checkpoint's metadata");
     if (rc == 0) {
         s->ops->write_weights(s, w);
         if (with_state) {

@@ -13,7 +13,9 @@
  * to a temporary file that is flushed and renamed over the old one; loading
  * checks everything before it changes anything, then writes the state through
  * the strategy's write_* ops, which shard it as that strategy holds it. So a
- * file saved by any strategy at any N resumes under any other.
+ * file saved by any strategy at any N resumes under any other. Past one
+ * process (runtime/world.h) only process 0, global rank 0's, reads or writes
+ * the file, and tells the others its outcome: no shared filesystem is needed.
  */
 #ifndef ZF_CHECKPOINT_H
 #define ZF_CHECKPOINT_H

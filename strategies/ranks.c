@@ -6,17 +6,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../model/gpt.h"
 #include "../model/sample.h"
 #include "../runtime/host.h"
+#include "../runtime/world.h"
 
 /* Each rank's device told who allocates there ("ZeRO-3, N=4, rank 2") and
  * what to try if it runs out. */
 static void set_owner(Ranks *d, const char *hint) {
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         char owner[96];
-        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.name, d->nranks, r);
+        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.name, d->nranks, ranks_global(d, r));
         device_set_owner(d->pg->device[r], owner, hint);
     }
 }
@@ -57,12 +59,15 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.cfg = *cfg;
     d->nranks = cfg->nranks;
     d->pg = pg_create(cfg->nranks, cfg->device);
-    d->fibers = fibers_create(cfg->nranks);
+    d->fibers = d->pg ? fibers_create(d->pg->nranks) : NULL;
     if (!d->pg || !d->fibers) {
         pg_destroy(d->pg);
         fibers_destroy(d->fibers);
         return -1;
     }
+    d->local = d->pg->nranks;
+    d->first = d->pg->first_rank;
+    fibers_name_ranks_from(d->fibers, d->first);
     pg_set_link(d->pg, cfg->link_gbps, cfg->link_latency_us);
     if (cfg->trace) pg_trace(d->pg, cfg->trace, cfg->trace_label ? cfg->trace_label : "");
     d->base.sync_grads = 1;
@@ -70,14 +75,14 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.device_kind = device_kind(d->pg->device[0]);
     d->base.simulated = d->pg->simulated;
     model_layout(&cfg->model, 1, &d->plain_layout);
-    for (int r = 0; r < d->nranks; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
+    for (int r = 0; r < d->local; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
-        m->rank = (uint32_t)r;
+        m->rank = (uint32_t)ranks_global(d, r);
         d->ref[r] = (RankRef){ d, r };
         m->hooks.ctx = &d->ref[r];
         d->model[r] = m;
@@ -89,14 +94,14 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
 }
 
 void ranks_synchronize(Ranks *d) {
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         stream_synchronize(d->pg->compute[r]);
         stream_synchronize(d->pg->comm[r]);
     }
 }
 
 void ranks_release(Ranks *d) {
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         device_free(d->pg->device[r], MEM_WORKING, d->norm_parts[r], (size_t)d->nranks * sizeof(float));
         model_destroy(d->model[r]);
     }
@@ -104,9 +109,11 @@ void ranks_release(Ranks *d) {
     pg_destroy(d->pg);
 }
 
+int ranks_global(const Ranks *d, int rank) { return d->first + rank; }
+
 size_t ranks_shard_offset(const Ranks *d, int unit, int rank) {
     const UnitSpec *u = &d->layout->units[unit];
-    return u->offset + (size_t)rank * (u->size / (size_t)d->nranks);
+    return u->offset + (size_t)ranks_global(d, rank) * (u->size / (size_t)d->nranks);
 }
 
 size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
@@ -117,11 +124,22 @@ size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
  * rendezvous of that name, for a collective) fails as a real error there
  * would, through its fibers; 1 if so. */
 static int injected_fault(Ranks *d, int rank, FaultSite where, const char *rendezvous) {
-    if (!d->training || !fault_strikes(&d->base.cfg, rank, (int)d->step, where)) return 0;
+    if (!d->training || !fault_strikes(&d->base.cfg, ranks_global(d, rank), (int)d->step, where)) return 0;
     fibers_fail(d->fibers, rank, "injected fault (--inject-fault) at step %u in the %s%s%s%s", d->step,
                 fault_site_name(where), rendezvous ? " '" : "", rendezvous ? rendezvous : "", rendezvous ? "'" : "");
     d->failed[rank] = 1;
     return 1;
+}
+
+/* --inject-fault=RANK:STEP:hang: the rank stops answering, as a stuck peer
+ * would, for the timeout and a minute more (the other processes' timeout
+ * ends the run first); then it fails, so that no test can hang for good. 1
+ * if it struck. */
+static int injected_hang(Ranks *d, int rank) {
+    if (!d->training || !fault_strikes(&d->base.cfg, ranks_global(d, rank), (int)d->step, FAULT_HANG)) return 0;
+    for (double slept = 0; slept < world()->timeout_s + 60.0; slept += 0.1)
+        nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
+    return injected_fault(d, rank, FAULT_HANG, NULL);
 }
 
 void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
@@ -140,11 +158,11 @@ void ranks_wait_all(Ranks *d, int rank, Event *const *done) {
 }
 
 void ranks_events_create(Ranks *d, Event **events) {
-    for (int r = 0; r < d->nranks; r++) events[r] = event_create(d->pg->device[r]);
+    for (int r = 0; r < d->local; r++) events[r] = event_create(d->pg->device[r]);
 }
 
 void ranks_events_destroy(Ranks *d, Event **events) {
-    for (int r = 0; r < d->nranks; r++) event_destroy(events[r]);
+    for (int r = 0; r < d->local; r++) event_destroy(events[r]);
 }
 
 /* One rank's part of a run: its rows forward, and backward when training. */
@@ -153,10 +171,10 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     Ranks *d = ctx;
     Model *m = d->model[rank];
     int B = d->base.cfg.batch, T = d->base.cfg.model.block_size;
-    size_t rows = (size_t)rank * B * T;
+    size_t rows = (size_t)ranks_global(d, rank) * B * T;
     /* each micro-step its own dropout masks */
     uint32_t dropout_step = d->step * (uint32_t)d->micros + (uint32_t)d->micro;
-    if (injected_fault(d, rank, FAULT_FORWARD, NULL)) return -1;
+    if (injected_hang(d, rank) || injected_fault(d, rank, FAULT_FORWARD, NULL)) return -1;
     m->ops->forward(m, d->x + rows, d->y + rows, B, T, dropout_step, d->training);
     if (d->training && !injected_fault(d, rank, FAULT_BACKWARD, NULL)) m->ops->backward(m, 1.0f / (float)d->micros);
     return d->failed[rank] ? -1 : 0;
@@ -169,16 +187,17 @@ int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, in
     d->micro = micro;
     d->micros = micros;
     d->training = training;
-    for (int r = 0; r < d->nranks; r++) d->failed[r] = 0;
+    for (int r = 0; r < d->local; r++) d->failed[r] = 0;
     if (fibers_run(d->fibers, rank_body, d) == 0) return 0;
-    fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
+    if (world()->nprocs > 1) fprintf(stderr, "error: process %d: %s\n", world()->proc, fibers_error(d->fibers));
+    else fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
     return -1;
 }
 
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
- * loss, its gradient part or its weights. */
+ * loss, its gradient part or its weights (in process 0). */
 static float *injected_nan_target(Ranks *d, uint32_t step) {
-    const char *spec = getenv("ZF_INJECT_NAN");
+    const char *spec = d->first == 0 ? getenv("ZF_INJECT_NAN") : NULL;
     char what[8];
     unsigned first, count = 1;
     if (!spec || sscanf(spec, "%7[a-z]:%u:%u", what, &first, &count) < 2) return NULL;
@@ -206,8 +225,8 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     if (max_norm <= 0.0f) return;
     int sharded = d->grad_parts_sharded;
     float *own_part[FIBERS_MAX_RANKS];
-    for (int r = 0; r < d->nranks; r++) {
-        own_part[r] = d->norm_parts[r] + (sharded ? r : 0);
+    for (int r = 0; r < d->local; r++) {
+        own_part[r] = d->norm_parts[r] + (sharded ? ranks_global(d, r) : 0);
         sumsq_reduce(d->pg->compute[r], own_part[r], d->grad_part[r], d->grad_part_len,
                      d->model[r]->sumsq_scratch);
     }
@@ -215,16 +234,19 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
         pg_trace_next(d->pg, "norm", -1);
         pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks, NULL);
     }
-    for (int r = 0; r < d->nranks; r++)
+    for (int r = 0; r < d->local; r++)
         clip_scale(d->pg->compute[r], d->grad_part[r], d->grad_part_len, d->norm_parts[r],
                    sharded ? d->nranks : 1, max_norm);
 }
 
-/* Mean over ranks, in rank order, of each rank's mean loss. */
+/* Mean over the world's ranks, in rank order, of each rank's mean loss. */
 float ranks_train_loss(Strategy *s) {
     Ranks *d = (Ranks *)s;
+    float mine[FIBERS_MAX_RANKS], all[FIBERS_MAX_RANKS];
+    for (int r = 0; r < d->local; r++) mine[r] = model_read_loss(d->model[r]);
+    world_all_gather(mine, all, (size_t)d->local * sizeof(float), "the losses");
     double total = 0.0;
-    for (int r = 0; r < d->nranks; r++) total += model_read_loss(d->model[r]);
+    for (int g = 0; g < d->nranks; g++) total += all[g];
     return (float)(total / d->nranks);
 }
 
@@ -235,13 +257,15 @@ float ranks_eval_loss(Strategy *s, const int *x, const int *y) {
     return ranks_train_loss(s);
 }
 
-/* On rank 0. With sharded weights, they are gathered once into a GPT that
- * lives for this call, on rank 0's device. */
+/* On rank 0, whose tokens every process then has. With sharded weights, they
+ * are gathered once (by every process) into a GPT that lives for this call,
+ * on rank 0's device. */
 int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how) {
     Ranks *d = (Ranks *)s;
     if (s->cfg.model.kind != MODEL_GPT) return -1;
     if (d->weights_held == HELD_FULL) {
-        gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
+        if (d->first == 0) gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
+        world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
         return 0;
     }
     GPT *g = gpt_create(&s->cfg.model, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
@@ -249,7 +273,8 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
     float *host = host_calloc(d->plain_layout.total, sizeof(float));
     ranks_read_weights(s, host);
     stream_copy(g->base.stream, g->base.params, host, d->plain_layout.total * sizeof(float));
-    gpt_generate(g, tokens, n_prompt, n_new, how);
+    if (d->first == 0) gpt_generate(g, tokens, n_prompt, n_new, how);
+    world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
     stream_synchronize(g->base.stream);  /* the copy above, when nothing was generated */
     model_destroy(&g->base);
     free(host);
@@ -271,29 +296,60 @@ static void pad(const Ranks *d, float *padded, const float *plain) {
                d->layout->tensors[i].numel * sizeof(float));
 }
 
-/* Rank r's copies between its buffer and the padded host arena, as held. */
-static void copy_rank(Ranks *d, int r, float *buf, Holding how, float *padded, int to_host) {
+/* Floats in a rank's buffer of a state held as `how`. */
+static size_t held_length(const Ranks *d, Holding how) {
+    return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;
+}
+
+/* Global rank g's copies, on stream s, between its buffer and the padded host
+ * arena, as held. */
+static void copy_rank(Ranks *d, Stream *s, int g, float *buf, Holding how, float *padded, int to_host) {
     size_t part = d->layout->total / (size_t)d->nranks;
-    Stream *s = d->pg->compute[r];
     if (how == HELD_FULL) {
         size_t bytes = d->layout->total * sizeof(float);
         stream_copy(s, to_host ? padded : buf, to_host ? buf : padded, bytes);
     } else if (how == HELD_PARTS) {
-        float *host = padded + (size_t)r * part;
+        float *host = padded + (size_t)g * part;
         stream_copy(s, to_host ? host : buf, to_host ? buf : host, part * sizeof(float));
     } else {
         for (int u = 0; u < d->layout->nunits; u++) {
-            float *host = padded + ranks_shard_offset(d, u, r), *dev = buf + ranks_shard_arena_offset(d, u);
-            size_t bytes = d->layout->units[u].size / d->nranks * sizeof(float);
-            stream_copy(s, to_host ? host : dev, to_host ? dev : host, bytes);
+            const UnitSpec *unit = &d->layout->units[u];
+            size_t shard = unit->size / (size_t)d->nranks;
+            float *host = padded + unit->offset + (size_t)g * shard, *dev = buf + ranks_shard_arena_offset(d, u);
+            stream_copy(s, to_host ? host : dev, to_host ? dev : host, shard * sizeof(float));
         }
     }
 }
 
+static void synchronize_compute(Ranks *d) {
+    for (int r = 0; r < d->local; r++) stream_synchronize(d->pg->compute[r]);
+}
+
+/* Every process's ranks' buffers, all-gathered into one host array in global
+ * rank order, then placed as held. */
+static void gather_to_host(Ranks *d, float *const *bufs, Holding how, float *padded) {
+    size_t len = held_length(d, how);
+    float *mine = host_calloc((size_t)d->local * len, sizeof(float)), *all = host_calloc((size_t)d->nranks * len, sizeof(float));
+    for (int r = 0; r < d->local; r++) stream_copy(d->pg->compute[r], mine + (size_t)r * len, bufs[r], len * sizeof(float));
+    synchronize_compute(d);
+    world_all_gather(mine, all, (size_t)d->local * len * sizeof(float), "the state's shards");
+    for (int g = 0; g < d->nranks; g++) copy_rank(d, d->pg->compute[0], g, all + (size_t)g * len, how, padded, 1);
+    synchronize_compute(d);
+    free(mine);
+    free(all);
+}
+
 void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host) {
     float *padded = host_calloc(d->layout->total, sizeof(float));
-    for (int r = 0; r < (how == HELD_FULL ? 1 : d->nranks); r++) copy_rank(d, r, bufs[r], how, padded, 1);
-    for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
+    if (how != HELD_FULL && d->local < d->nranks) {
+        gather_to_host(d, bufs, how, padded);
+    } else {
+        for (int r = 0; r < (how == HELD_FULL ? 1 : d->local); r++)
+            copy_rank(d, d->pg->compute[r], ranks_global(d, r), bufs[r], how, padded, 1);
+        synchronize_compute(d);
+        /* rank 0's replica, which process 0 holds */
+        world_broadcast(padded, d->layout->total * sizeof(float), "the state");
+    }
     unpad(d, host, padded);
     free(padded);
 }
@@ -301,8 +357,9 @@ void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host) {
 void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host) {
     float *padded = host_calloc(d->layout->total, sizeof(float));
     pad(d, padded, host);
-    for (int r = 0; r < d->nranks; r++) copy_rank(d, r, bufs[r], how, padded, 0);
-    for (int r = 0; r < d->nranks; r++) stream_synchronize(d->pg->compute[r]);
+    world_broadcast(padded, d->layout->total * sizeof(float), "the state");
+    for (int r = 0; r < d->local; r++) copy_rank(d, d->pg->compute[r], ranks_global(d, r), bufs[r], how, padded, 0);
+    synchronize_compute(d);
     free(padded);
 }
 
@@ -339,11 +396,6 @@ size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
     return device_bytes_in_use(((Ranks *)s)->pg->device[rank], kind);
 }
 
-/* Floats in rank r's buffer of a state held as `how`. */
-static size_t held_length(const Ranks *d, Holding how) {
-    return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;
-}
-
 /* Each count goes through the first float of the rank's norm_parts, free
  * between clippings, and the model's sumsq scratch (any part of the arena
  * fits): no allocation per step. The counts follow each other on the rank's
@@ -352,7 +404,7 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     Ranks *d = (Ranks *)s;
     enum { MAX_BUFFERS = 3 };
     float counts[FIBERS_MAX_RANKS][MAX_BUFFERS] = { { 0 } };
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         const float *bufs[MAX_BUFFERS] = { d->grad_part[r] };
         size_t lens[MAX_BUFFERS] = { d->grad_part_len };
         int nbufs = 1;
@@ -370,9 +422,13 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
         }
     }
     size_t total = 0;
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->local; r++) {
         stream_synchronize(d->pg->compute[r]);
         for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)counts[r][b];
     }
+    size_t totals[FIBERS_MAX_RANKS];
+    world_all_gather(&total, totals, sizeof total, "the non-finite counts");
+    for (int p = 0; p < world()->nprocs; p++)
+        if (p != world()->proc) total += totals[p];
     return total;
 }

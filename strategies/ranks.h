@@ -1,6 +1,12 @@
 /* ranks.h: what every strategy is built on: N ranks' models on one process
  * group, each rank's step run by rank fibers, and the ops the strategies share.
  *
+ * N is the world's (runtime/world.h): this process holds L = N / P of the
+ * ranks, global ranks first .. first + L - 1. Every per-rank array below is
+ * indexed by the local rank 0..L-1; shards, rows and names are the global
+ * rank's (ranks_global). What reads every rank's state (losses, counts,
+ * checkpoints) goes through the world's collectives.
+ *
  * A strategy embeds Ranks first and says, per rank, where two things live:
  *   weights[r]     the full padded arena (HELD_FULL), or rank r's shard arena:
  *                  its shard of each unit, one after another (HELD_UNIT_SHARDS;
@@ -38,7 +44,8 @@ typedef struct {
 
 struct Ranks {
     Strategy base;
-    int nranks;
+    int nranks;                    /* N, the world's ranks */
+    int local, first;              /* this process's L ranks, the first one's global rank */
     ProcessGroup *pg;
     Fibers *fibers;
     ArenaLayout plain_layout;      /* the tensors without padding, as at nranks = 1 */
@@ -93,12 +100,17 @@ void ranks_events_create(Ranks *d, Event **events);
 void ranks_events_destroy(Ranks *d, Event **events);
 /* Write the initial weights of cfg->seed (strategies call it once placed). */
 void ranks_init_weights(Ranks *d);
-/* Where unit u's shard of rank r starts, in the padded arena and in a shard arena. */
+/* The global rank of local rank r. */
+int ranks_global(const Ranks *d, int rank);
+/* Where unit u's shard of local rank r starts, in the padded arena and in a shard arena. */
 size_t ranks_shard_offset(const Ranks *d, int unit, int rank);
 size_t ranks_shard_arena_offset(const Ranks *d, int unit);
 
 /* Copy a state held in bufs to or from the host layout of one rank (its
- * padding zero); HELD_FULL reads rank 0's and writes every rank's. Waits. */
+ * padding zero); HELD_FULL reads rank 0's and writes every rank's. Waits.
+ * Past one process, to_host gives every process the whole state (the
+ * processes' parts all-gathered), and from_host takes process 0's host copy
+ * (broadcast): only process 0 need have read it. */
 void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host);
 void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host);
 

@@ -64,9 +64,9 @@ static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
     }
 }
 
-/* The part of the arena whose optimizer state rank r holds. */
+/* The part of the arena whose optimizer state local rank r holds. */
 static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) {
-    *lo = d->sharded ? (size_t)rank * d->part : 0;
+    *lo = d->sharded ? (size_t)ranks_global(&d->ranks, rank) * d->part : 0;
     *len = d->sharded ? d->part : d->total;
 }
 
@@ -83,7 +83,7 @@ static void all_reduce_bucket(Ranks *ranks, int index) {
     Replicated *d = (Replicated *)ranks;
     Bucket *b = &d->bucket[index];
     float *grads[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) grads[r] = ranks->model[r]->grads + b->offset;
+    for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
     char what[FIBERS_NAME_MAX];
     snprintf(what, sizeof what, "bucket %d", index);
     pg_trace_next(ranks->pg, what, b->last_unit);
@@ -96,9 +96,9 @@ static void reduce_scatter_arena(Ranks *ranks, int index) {
     (void)index;
     Replicated *d = (Replicated *)ranks;
     float *grads[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         grads[r] = ranks->model[r]->grads;
-        parts[r] = grads[r] + (size_t)r * d->part;
+        parts[r] = grads[r] + (size_t)ranks_global(ranks, r) * d->part;
     }
     pg_trace_next(ranks->pg, "arena", -1);
     pg_reduce_scatter(ranks->pg, grads, parts, d->total, 1.0f / (float)ranks->nranks, NULL);
@@ -129,7 +129,7 @@ static void step(Strategy *s) {
     Ranks *ranks = &d->ranks;
     s->adam_step++;
     AdamWParams hp = { s->lr, s->cfg.beta1, s->cfg.beta2, s->cfg.eps, s->cfg.weight_decay, s->adam_step };
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         Model *g = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
@@ -137,9 +137,9 @@ static void step(Strategy *s) {
     }
     if (d->sharded) {
         float *params[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
-        for (int r = 0; r < ranks->nranks; r++) {
+        for (int r = 0; r < ranks->local; r++) {
             params[r] = ranks->model[r]->params;
-            parts[r] = params[r] + (size_t)r * d->part;
+            parts[r] = params[r] + (size_t)ranks_global(ranks, r) * d->part;
         }
         pg_trace_next(ranks->pg, "weights", -1);
         pg_all_gather(ranks->pg, parts, params, d->total, NULL);
@@ -150,7 +150,7 @@ static void destroy(Strategy *s) {
     Replicated *d = (Replicated *)s;
     if (!d) return;
     ranks_synchronize(&d->ranks);
-    for (int r = 0; r < d->ranks.nranks; r++) {
+    for (int r = 0; r < d->ranks.local; r++) {
         size_t lo, len;
         owned_range(d, r, &lo, &len);
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.m[r], len * sizeof(float));
@@ -179,7 +179,7 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
     d->sharded = sharded;
     d->total = ranks->layout->total;
     d->part = d->total / (size_t)ranks->nranks;
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         Model *g = ranks->model[r];
         model_own_weights(g);
         model_own_grads(g);

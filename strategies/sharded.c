@@ -76,7 +76,7 @@ static void ensure_gathered(Sharded *d, int unit, int prefetch) {
     UnitBuffer *b = gather_of(d, unit);
     if (b->unit == unit) return;
     float *shards[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
     char what[FIBERS_NAME_MAX];
     snprintf(what, sizeof what, "%sunit %d", prefetch ? "prefetch " : "", unit);
     pg_trace_next(ranks->pg, what, unit);
@@ -112,9 +112,9 @@ static void reduce_scatter_unit(Ranks *ranks, int unit) {
     UnitBuffer *slot = slot_of(d, unit);
     size_t size = ranks->layout->units[unit].size, shard = size / (size_t)ranks->nranks;
     float *shards[FIBERS_MAX_RANKS], *own[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
-        own[r] = slot->rank_buf[r] + (size_t)r * shard;
+        own[r] = slot->rank_buf[r] + (size_t)ranks_global(ranks, r) * shard;
     }
     int accumulate = ranks->micro > 0;
     char what[FIBERS_NAME_MAX];
@@ -124,7 +124,7 @@ static void reduce_scatter_unit(Ranks *ranks, int unit) {
                       done_events(d, slot));
     if (!accumulate) return;
     int overlap = ranks->base.cfg.overlap;
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         Stream *adder = overlap ? ranks->pg->comm[r] : ranks->pg->compute[r];
         residual_forward(adder, shards[r], shards[r], own[r], shard);
         if (overlap) event_record(slot->done[r], adder);
@@ -185,7 +185,7 @@ static void step(Strategy *s) {
     const ArenaLayout *layout = ranks->layout;
     s->adam_step++;
     AdamWParams hp = { s->lr, s->cfg.beta1, s->cfg.beta2, s->cfg.eps, s->cfg.weight_decay, s->adam_step };
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
         for (int u = 0; u < layout->nunits; u++) {
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
@@ -197,7 +197,7 @@ static void step(Strategy *s) {
     if (d->stage == 3) return;
     for (int u = 0; u < layout->nunits; u++) {
         float *shards[FIBERS_MAX_RANKS], *full[FIBERS_MAX_RANKS];
-        for (int r = 0; r < ranks->nranks; r++) {
+        for (int r = 0; r < ranks->local; r++) {
             full[r] = ranks->model[r]->unit_weights[u];
             shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
         }
@@ -229,7 +229,7 @@ static void destroy(Strategy *s) {
     Sharded *d = (Sharded *)s;
     if (!d) return;
     ranks_synchronize(&d->ranks);
-    for (int r = 0; r < d->ranks.nranks; r++) {
+    for (int r = 0; r < d->ranks.local; r++) {
         Buffer buffers[4 + 2 * (1 + MAX_POOL)];
         int n = rank_buffers(d, r, buffers);
         for (int i = 0; i < n; i++)
@@ -271,7 +271,7 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         ranks_events_create(ranks, d->slot[i].done);
         ranks_events_create(ranks, d->gather[i].done);
     }
-    for (int r = 0; r < ranks->nranks; r++) {
+    for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
         Buffer buffers[4 + 2 * (1 + MAX_POOL)];
         int n = rank_buffers(d, r, buffers);

@@ -26,6 +26,7 @@ Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
 static const char *const FAULT_SITE_NAMES[FAULT_SITES] = {
     [FAULT_NONE] = "none", [FAULT_FORWARD] = "forward", [FAULT_BACKWARD] = "backward",
     [FAULT_COLLECTIVE] = "collective", [FAULT_STEP] = "step", [FAULT_SAVE] = "save",
+    [FAULT_HANG] = "hang",
 };
 
 const char *fault_site_name(FaultSite where) { return FAULT_SITE_NAMES[where]; }
@@ -34,7 +35,7 @@ int fault_parse(const char *text, Fault *fault, char *err, size_t errlen) {
     char where[16];
     int rank, step, used = 0;
     if (sscanf(text, "%d:%d:%15[a-z]%n", &rank, &step, where, &used) != 3 || text[used] != 0) {
-        snprintf(err, errlen, "'%s' must be RANK:STEP:WHERE (WHERE: forward, backward, collective, step, save)", text);
+        snprintf(err, errlen, "'%s' must be RANK:STEP:WHERE (WHERE: forward, backward, collective, step, save, hang)", text);
         return -1;
     }
     if (rank < 0 || step < 0) {
@@ -47,7 +48,8 @@ int fault_parse(const char *text, Fault *fault, char *err, size_t errlen) {
             return 0;
         }
     }
-    snprintf(err, errlen, "'%s': WHERE '%s' must be forward, backward, collective, step or save", text, where);
+    snprintf(err, errlen, "'%s': WHERE '%s' must be forward, backward, collective, step, save or hang", text,
+             where);
     return -1;
 }
 

@@ -21,9 +21,11 @@
 
 /* Where --inject-fault makes a rank fail: inside its forward, its backward or
  * its first collective of the step (through fibers_fail, as a real error
- * there would), or in the trainer's optimizer step or save. */
+ * there would), or in the trainer's optimizer step or save; or where it hangs
+ * at the start of its forward, as a stuck peer would (for the timeout's test:
+ * it fails after the timeout and a minute more). */
 typedef enum {
-    FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_SITES
+    FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_HANG, FAULT_SITES
 } FaultSite;
 typedef struct {
     FaultSite where;        /* FAULT_NONE: no fault */
@@ -135,7 +137,7 @@ extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
 /* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
 
-/* "forward", "backward", "collective", "step", "save". */
+/* "forward", "backward", "collective", "step", "save", "hang". */
 const char *fault_site_name(FaultSite where);
 /* Parse RANK:STEP:WHERE into *fault; 0, or -1 with what is wrong in err. */
 int fault_parse(const char *text, Fault *fault, char *err, size_t errlen);

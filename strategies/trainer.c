@@ -9,6 +9,7 @@
 
 #include "../model/sample.h"
 #include "../runtime/host.h"
+#include "../runtime/world.h"
 #include "checkpoint.h"
 
 double wall_seconds(void) {
@@ -118,14 +119,16 @@ static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data)
     return flush_output(cfg);
 }
 
-/* DIR/ckpt.safetensors, as of `iter` steps done. */
-static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter) {
+/* DIR/ckpt.safetensors, as of `iter` steps done. A failed save fails every
+ * process at once (they learn process 0's outcome). */
+static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result) {
     CheckpointInfo info = { .model = s->cfg.model, .iter = iter, .adam_step = s->adam_step, .seed = s->cfg.seed };
     memcpy(info.itos, data->itos, sizeof info.itos);
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
     if (checkpoint_save(s, path, &info, err, sizeof err) != 0) {
-        fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
+        if (world()->proc == 0) fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
+        result->every_process = 1;
         return 1;
     }
     if (cfg->out) fprintf(cfg->out, "saved %s (iter %d)\n", path, iter);
@@ -147,6 +150,7 @@ static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss,
                               result->skipped, cfg->max_skips);
         return 1;
     }
+    if (world()->proc != 0) return -1;  /* every process stops here; process 0 says why */
     if (cfg->skip_nonfinite)
         fprintf(stderr, "error: %s at iter %d, after %d skipped steps (--max-skips=%d); stopping\n", what, iter,
                 result->skipped, cfg->max_skips);
@@ -166,11 +170,13 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
 
     for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
         result->iters_done = iter;
-        if (cfg->stop_signal && *cfg->stop_signal) {
-            result->stopped_by = *cfg->stop_signal;
+        /* every process stops at the same step, whichever caught the signal */
+        int caught = cfg->stop_signal ? *cfg->stop_signal : 0;
+        if (world_any(caught, "the stop signals")) {
+            result->stopped_by = caught ? caught : SIGTERM;
             /* with every step done, the end's eval and save below, but no sample */
             if (iter < cfg->iters) {
-                if (cfg->out_dir && iter > cfg->start_iter) status = save(s, cfg, data, iter);
+                if (cfg->out_dir && iter > cfg->start_iter) status = save(s, cfg, data, iter, result);
                 break;
             }
         }
@@ -191,7 +197,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             }
             /* the end saves below, whatever its loss */
             if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < best_val) &&
-                iter > cfg->start_iter && save(s, cfg, data, iter) != 0) {
+                iter > cfg->start_iter && save(s, cfg, data, iter, result) != 0) {
                 status = 1;
                 break;
             }
@@ -199,7 +205,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             window_start += wall_seconds() - t0;  /* evals do not count as step time */
         }
         if (iter == cfg->iters) {
-            if (cfg->out_dir) status = save(s, cfg, data, iter);
+            if (cfg->out_dir) status = save(s, cfg, data, iter, result);
             break;
         }
 
@@ -219,13 +225,16 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         result->last_loss = loss;
         int verdict = check_step(s, cfg, iter, loss, result);
         if (verdict < 0 || (verdict > 0 && flush_output(cfg) != 0)) {
+            result->every_process = verdict < 0;
             status = 1;
             break;
         }
         int faulty_rank = s->cfg.fault.rank;
         if (verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
-            fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
-                    faulty_rank, iter);
+            if (world()->proc == 0)
+                fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
+                        faulty_rank, iter);
+            result->every_process = 1;
             status = 1;
             break;
         }

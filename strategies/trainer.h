@@ -29,7 +29,8 @@ typedef struct {
      * run there; 1 skips it (no update) and goes on, at most max_skips times. */
     int skip_nonfinite, max_skips;
     /* NULL, or a flag a signal handler sets (to the signal's number): the run
-     * stops after the step in flight, saving first with out_dir. */
+     * stops after the step in flight, saving first with out_dir; every
+     * process of the run at the same step, whichever caught it. */
     const volatile sig_atomic_t *stop_signal;
 } TrainConfig;
 
@@ -40,6 +41,11 @@ typedef struct {
     int skipped;           /* steps skipped for a non-finite loss or gradient */
     int stopped_by;        /* the signal that stopped the run early; 0 if none */
     int iters_done;        /* steps done when the run ended (skipped ones included) */
+    /* A failure every process of the run met at the same point (a step not
+     * finite, a failed save, an injected step fault), process 0 saying why;
+     * otherwise a failure of this process alone, which must end the others
+     * (world_abort). */
+    int every_process;
 } TrainResult;
 
 /* Run steps start_iter .. iters - 1 of s on data; each step's global batch is

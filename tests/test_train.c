@@ -234,10 +234,12 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--gpus=2 --link=0.000001", "--link=0.000001 would take" },
         { TRAIN, "--gpus=4 --zero=3 --link=10,100000000", "one step's collectives" },
         { TRAIN, "--inject-fault=1:2", "--inject-fault='1:2' must be RANK:STEP:WHERE" },
-        { TRAIN, "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step or save" },
+        { TRAIN, "--inject-fault=0:1:sideways", "WHERE 'sideways' must be forward, backward, collective, step, save or hang" },
         { TRAIN, "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
         { TRAIN, "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
-        { TRAIN, "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and --gpus=2 has ranks 0..1" },
+        { TRAIN, "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and the run has ranks 0..1" },
+        { TRAIN, "--timeout=0", "--timeout=0 must be in (0, 1e6] seconds" },
+        { TRAIN, "--timeout=abc", "--timeout" },
         { SAMPLE, "", "--ckpt PATH is required" },
         { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
         { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
@@ -1068,7 +1070,8 @@ Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 120) {
             StrategyConfig sc = small_model(0.1f, 3);
             model_layout(&sc.model, 1, &layout);
             cr_assert_eq(fault_run(zero, nranks, (Fault){ .where = FAULT_NONE }, NULL, NULL, &whole), 0);
-            for (int where = FAULT_FORWARD; where < FAULT_SITES; where++) {
+            /* a hang is for the other processes' timeout: tests/test_multiprocess.c */
+            for (int where = FAULT_FORWARD; where <= FAULT_SAVE; where++) {
                 Fault fault = { .where = (FaultSite)where, .rank = nranks - 1, .step = where == FAULT_SAVE ? 4 : 3 };
                 float *resumed = NULL;
                 unlink(ckpt);

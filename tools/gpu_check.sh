@@ -45,12 +45,13 @@ STEPS=(
 
 say() { echo "$*" | tee -a "$LOG"; }
 
+# The GPU machine has no MPI: the bundle is built without it (MPI=0, one process).
 # Libraries of ours the bundle carries: everything the binaries load, but the C library's
 # family, the C++ runtime and CUDA's own (the GPU machine has newer ones).
 NOT_BUNDLED='/(libc|libm|libmvec|libdl|librt|libresolv|libpthread|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|/lib(cuda|cudart|cublas|cublasLt|nccl)\.so'
 
 bundle() {
-    make -j"$(nproc)" CUDA=1 CUDA_ARCH=90 OPT="-O3 -march=x86-64-v3" BUILD=$GPU_BUILD \
+    make -j"$(nproc)" CUDA=1 MPI=0 CUDA_ARCH=90 OPT="-O3 -march=x86-64-v3" BUILD=$GPU_BUILD \
         $(for b in $BINARIES; do echo $GPU_BUILD/bin/$b; done) >>"$LOG" 2>&1 || return 1
     local newest=""
     for b in $BINARIES; do [ -f "$BUNDLE" ] && [ $GPU_BUILD/bin/$b -ot "$BUNDLE" ] || newest=$b; done

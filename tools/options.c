@@ -9,6 +9,7 @@
 
 #include "../runtime/arena.h"
 #include "../runtime/fibers.h"
+#include "../runtime/world.h"
 
 int options_preset(TrainOptions *o, const char *name) {
     /* values that both presets share: nanoGPT's shakespeare_char config */
@@ -16,7 +17,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .prompt = "\n", .temperature = 1.0f,
+        .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
@@ -84,8 +85,10 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
         { "max-memory-mb", FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
           "CPU too)" },
+        { "timeout", FLAG_FLOAT, &o->timeout, 0, "seconds a collective waits for the other processes (mpirun), "
+          "then every process stops" },
         { "inject-fault", FLAG_PATH, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
-          "step in the forward, backward, collective, step or save (a test of a setup)" },
+          "step in the forward, backward, collective, step or save, or hangs (hang; a test of a setup)" },
         { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
         { "prompt", FLAG_PATH, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
         { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
@@ -217,9 +220,11 @@ static int validate(TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--max-memory-mb=%g must not be negative", o->max_memory_mb);
     else if (o->inject_fault[0] && fault_parse(o->inject_fault, &fault, why, sizeof why) != 0)
         snprintf(bad, sizeof bad, "--inject-fault=%s", why);
-    else if (o->inject_fault[0] && fault.rank >= o->gpus)
-        snprintf(bad, sizeof bad, "--inject-fault=%s names rank %d, and --gpus=%d has ranks 0..%d", o->inject_fault,
-                 fault.rank, o->gpus, o->gpus - 1);
+    else if (o->inject_fault[0] && fault.rank >= o->gpus * world()->nprocs)
+        snprintf(bad, sizeof bad, "--inject-fault=%s names rank %d, and the run has ranks 0..%d", o->inject_fault,
+                 fault.rank, o->gpus * world()->nprocs - 1);
+    else if (!(o->timeout > 0) || o->timeout > 1e6)
+        snprintf(bad, sizeof bad, "--timeout=%g must be in (0, 1e6] seconds", o->timeout);
     else if (o->link[0] && !link_valid(o->link))
         snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);

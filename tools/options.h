@@ -31,6 +31,7 @@ typedef struct {
     char on_nan[8];                  /* stop or skip: a step whose loss or gradient is not finite */
     int max_skips;                   /* steps --on-nan=skip may skip before the run stops */
     float max_memory_mb;             /* each rank's device memory cap; 0: none */
+    float timeout;                   /* seconds a collective waits for the other processes */
     char inject_fault[32];           /* RANK:STEP:WHERE; "" for none */
     Fault fault;                     /* inject_fault parsed (FAULT_NONE for none) */
     /* bin/sample */

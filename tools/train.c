@@ -12,6 +12,7 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
 #include "../runtime/host.h"
+#include "../runtime/world.h"
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "options.h"
@@ -148,6 +149,7 @@ static int catch_stop_signals(void) {
 
 /* The one line of a run a signal stopped; its exit status, 128 + the signal. */
 static int report_stop(const TrainResult *result, const TrainOptions *o, int start_iter) {
+    if (world()->proc != 0) return 128 + result->stopped_by;  /* process 0 says it for every process */
     const char *name = result->stopped_by == SIGINT ? "SIGINT" : "SIGTERM";
     if (!o->out[0])
         fprintf(stderr, "train: stopped by %s after %d steps; nothing saved (no --out)\n", name, result->iters_done);
@@ -157,6 +159,67 @@ static int report_stop(const TrainResult *result, const TrainOptions *o, int sta
         fprintf(stderr, "train: stopped by %s after %d steps, saved in %s/%s (--resume it to go on)\n", name,
                 result->iters_done, o->out, CHECKPOINT_FILE_NAME);
     return 128 + result->stopped_by;
+}
+
+/* FNV-1a, 64 bits: enough to tell two command lines or data files apart. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Every process must run the same flags on the same data: each hashes its
+ * command line and its data file's tokens, and they compare. 0, or 2 (every
+ * process) after process 0 names, in one line, the first process that differs. */
+static int same_run_everywhere(int argc, char **argv, const Dataset *data) {
+    const World *w = world();
+    if (w->nprocs == 1) return 0;
+    uint64_t mine[2] = { 0xcbf29ce484222325ull, 0xcbf29ce484222325ull };
+    for (int i = 1; i < argc; i++) mine[0] = fnv1a(mine[0], argv[i], strlen(argv[i]) + 1);
+    mine[1] = fnv1a(mine[1], data->tokens, data->ntokens * sizeof(int));
+    uint64_t *all = host_calloc((size_t)w->nprocs * 2, sizeof(uint64_t));
+    world_all_gather(mine, all, sizeof mine, "the flags' hashes");
+    int status = 0;
+    for (int p = 1; p < w->nprocs && status == 0; p++) {
+        if (all[2 * p] == all[0] && all[2 * p + 1] == all[1]) continue;
+        char who[64];
+        world_name_process(p, who, sizeof who);
+        if (w->proc == 0)
+            fprintf(stderr, "train: %s was started with %s than process 0; every process must run the same\n", who,
+                    all[2 * p] != all[0] ? "other flags" : "another data file (--data)");
+        status = 2;
+    }
+    free(all);
+    return status;
+}
+
+/* The end of main in every process: a failure every process met (bad flags,
+ * a run they refused together) leaves the world as a success does; one of
+ * this process alone ends the others now, rather than after their timeout. */
+static int finish(int status, int every_process) {
+    if (status != 0 && !every_process && world()->nprocs > 1) world_abort(status);
+    world_finalize();
+    return status;
+}
+
+/* Parse the flags; past one process only process 0 says what is wrong with
+ * them (every process has the same): 0 to run, or the exit status. */
+static int parse_flags(TrainOptions *o, int argc, char **argv) {
+    int saved = -1, quiet = world()->proc != 0;
+    if (quiet) {
+        fflush(stderr);
+        saved = dup(STDERR_FILENO);
+        int null = open("/dev/null", O_WRONLY);
+        if (saved < 0 || null < 0 || dup2(null, STDERR_FILENO) < 0) quiet = 0;
+        if (null >= 0) close(null);
+    }
+    int rc = options_parse(o, "train", "char-small", argc, argv);
+    if (quiet) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+    }
+    if (saved >= 0) close(saved);
+    return rc;
 }
 
 /* The last writes to stdout and the log: a full disk must not pass for a
@@ -173,29 +236,39 @@ static int close_output(FILE *log) {
 
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
+    if (world_init(&argc, &argv) != 0) return 1;
+    int leader = world()->proc == 0;
     TrainOptions o;
-    int rc = options_parse(&o, "train", "char-small", argc, argv);
-    if (rc) return rc == 1 ? 0 : 2;
+    int rc = parse_flags(&o, argc, argv);
+    if (rc) return finish(rc == 1 ? 0 : 2, 1);
+    world_set_timeout(o.timeout);
+    world_set_local_ranks(o.gpus);
 
     Dataset data;
     char err[512];
     if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
-        fprintf(stderr, "train: %s\n", err);
-        return 1;
+        if (world()->nprocs > 1) fprintf(stderr, "train: process %d: %s\n", world()->proc, err);
+        else fprintf(stderr, "train: %s\n", err);
+        return finish(1, 0);
+    }
+    if (same_run_everywhere(argc, argv, &data) != 0) {
+        dataset_free(&data);
+        return finish(2, 1);
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
+        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
         .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
     FILE *log = NULL, *trace_file = NULL;
-    Trace *trace = o.trace[0] ? trace_create(TRACE_MAX_SPANS) : NULL;
+    /* past one process, process 0 traces its ranks, writes the log and saves */
+    Trace *trace = o.trace[0] && leader ? trace_create(TRACE_MAX_SPANS) : NULL;
     sc.trace = trace;
     Strategy *s = NULL;
-    int status = 0, start_iter = 0;
+    int status = 0, start_iter = 0, every_process = 1;
     const char *bad = gpt_config_error(&sc.model);
     double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o.zero);
     if (bad) {
@@ -205,16 +278,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o.link,
                 link_seconds, LINK_STEP_MAX_SECONDS);
         status = 2;
-    } else if (o.log[0] && !(log = fopen(o.log, "w"))) {
+    } else if (leader && o.log[0] && !(log = fopen(o.log, "w"))) {
         fprintf(stderr, "train: cannot write --log file '%s': %s\n", o.log, strerror(errno));
         status = 1;
-    } else if (o.trace[0] && !(trace_file = fopen(o.trace, "w"))) {
+        every_process = 0;
+    } else if (leader && o.trace[0] && !(trace_file = fopen(o.trace, "w"))) {
         fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o.trace, strerror(errno));
         status = 1;
-    } else if (o.out[0] && prepare_out(o.out) != 0) {
+        every_process = 0;
+    } else if (leader && o.out[0] && prepare_out(o.out) != 0) {
         status = 1;
+        every_process = 0;
     } else if (!(s = strategy_create(o.zero, &sc))) {
         status = options_no_strategy_status(&o);
+        every_process = 0;
     } else if (o.tf32 && s->device_kind != DEVICE_CUDA) {
         fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
         status = 2;
@@ -226,15 +303,24 @@ int main(int argc, char **argv) {
     }
     if (trace_file) fclose(trace_file);
     if (status != 0) {
+        if (!every_process) finish(status, 0);  /* the others are waiting in a collective */
         if (s) s->ops->destroy(s);
         trace_destroy(trace);
         if (log) fclose(log);
         dataset_free(&data);
-        return status;
+        return finish(status, 1);
     }
 
     device_cuda_set_tf32(o.tf32);
+    /* past one process, process 0 alone prints: the others' stdout is quiet */
+    if (!leader && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "train: process %d: cannot quiet its output: %s\n", world()->proc, strerror(errno));
+        return finish(1, 0);
+    }
     printf("device: %s\n", s->placement);
+    if (world()->nprocs > 1)
+        printf("world: %d processes x %d ranks through %s, a collective's --timeout %g s\n", world()->nprocs, o.gpus,
+               world()->engine, o.timeout);
     if (sc.link_gbps > 0)
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
                sc.link_gbps, sc.link_latency_us);
@@ -246,7 +332,7 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, o.gpus, o.grad_accum, o.lr, o.min_lr,
+           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, sc.nranks, o.grad_accum, o.lr, o.min_lr,
            o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
@@ -256,6 +342,7 @@ int main(int argc, char **argv) {
                                          : "");
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
+        finish(1, 0);
         s->ops->destroy(s);
         trace_destroy(trace);
         if (log) fclose(log);
@@ -275,6 +362,7 @@ int main(int argc, char **argv) {
     /* from here on a signal stops the run between steps; before, it ends it as by default */
     status = catch_stop_signals();
     if (status == 0) status = train_run(s, &tc, &data, &result);
+    if (status != 0 && !result.every_process) finish(status, 0);  /* the others are waiting in a collective */
     char skipped[64] = "";
     if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
     if (status == 0 && result.stopped_by)
@@ -291,5 +379,5 @@ int main(int argc, char **argv) {
     trace_destroy(trace);
     dataset_free(&data);
     int closed = close_output(log);
-    return status ? status : closed;
+    return finish(status ? status : closed, 1);
 }

@@ -1,0 +1,87 @@
+/* world.c: what every world shares (world.h): its state, the lines that name
+ * processes, and the host's collectives, made of exchanges. The engine's part
+ * is world_mpi.c, or world_none.c in a build without MPI. */
+#include "world.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+#include "world_backend.h"
+
+static World the_world = { .nprocs = 1, .procs_on_node = 1, .local_ranks = 1, .timeout_s = 300.0,
+                           .engine = "none" };
+
+const World *world(void) { return &the_world; }
+World *world_state(void) { return &the_world; }
+
+int world_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE") || getenv("PMI_RANK");
+}
+
+void world_set_timeout(double seconds) { the_world.timeout_s = seconds; }
+void world_set_local_ranks(int local_ranks) { the_world.local_ranks = local_ranks; }
+
+void world_name_process(int proc, char *buf, size_t len) {
+    int L = the_world.local_ranks, first = proc * L;
+    if (L == 1) snprintf(buf, len, "rank %d (process %d)", first, proc);
+    else snprintf(buf, len, "ranks %d..%d (process %d)", first, first + L - 1, proc);
+}
+
+void world_all_gather(const void *mine, void *all, size_t bytes, const char *what) {
+    int P = the_world.nprocs;
+    memcpy((char *)all + (size_t)the_world.proc * bytes, mine, bytes);
+    if (P == 1) return;
+    WorldChunk *to = host_calloc((size_t)P, sizeof *to), *from = host_calloc((size_t)P, sizeof *from);
+    for (int p = 0; p < P; p++) {
+        to[p] = (WorldChunk){ (void *)mine, bytes };
+        from[p] = (WorldChunk){ (char *)all + (size_t)p * bytes, bytes };
+    }
+    world_backend_exchange(WORLD_HOST, to, from, what);
+    free(to);
+    free(from);
+}
+
+void world_broadcast(void *buf, size_t bytes, const char *what) {
+    int P = the_world.nprocs, root = the_world.proc == 0;
+    if (P == 1) return;
+    WorldChunk *to = host_calloc((size_t)P, sizeof *to), *from = host_calloc((size_t)P, sizeof *from);
+    for (int p = 0; p < P; p++) {
+        to[p] = (WorldChunk){ buf, root ? bytes : 0 };
+        from[p] = (WorldChunk){ buf, p == 0 ? bytes : 0 };
+    }
+    world_backend_exchange(WORLD_HOST, to, from, what);
+    free(to);
+    free(from);
+}
+
+int world_any(int flag, const char *what) {
+    int P = the_world.nprocs, any = 0;
+    if (P == 1) return flag != 0;
+    int *flags = host_calloc((size_t)P, sizeof *flags);
+    world_all_gather(&flag, flags, sizeof flag, what);
+    for (int p = 0; p < P; p++) any |= flags[p] != 0;
+    free(flags);
+    return any;
+}
+
+void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what) {
+    if (the_world.nprocs > 1) world_backend_exchange(WORLD_STREAMS, to, from, what);
+}
+
+void world_timed_out(const char *what, const int *missing) {
+    char line[1024];
+    int len = snprintf(line, sizeof line, "error: process %d: '%s' had nothing from", the_world.proc, what);
+    const char *sep = " ";
+    for (int p = 0; p < the_world.nprocs && len < (int)sizeof line - 64; p++) {
+        if (!missing[p]) continue;
+        char who[64];
+        world_name_process(p, who, sizeof who);
+        len += snprintf(line + len, sizeof line - len, "%s%s", sep, who);
+        sep = ", ";
+    }
+    fprintf(stderr, "%s within %g s (--timeout): they never arrived; stopping every process\n", line,
+            the_world.timeout_s);
+    world_abort(1);
+}

@@ -1,0 +1,66 @@
+/* world.h: the processes of a run, and what moves between them.
+ *
+ * A run is P processes of L rank threads each: world size W = P x L, process
+ * p holding global ranks p*L .. p*L+L-1. Within a process the ranks meet as
+ * they always have (runtime/fibers.h, runtime/process_group.h); between
+ * processes an existing engine moves the bytes: MPI (world_mpi.c, Open MPI
+ * from Debian) when the run was started by mpirun or srun, else nothing (one
+ * process; world_none.c in a build without MPI). Never a transport of our own.
+ *
+ * Everything here is blocking for its caller and bounded by the timeout
+ * (--timeout): a peer that never arrives ends the run in every process, with
+ * one line naming the operation and the processes that did not come. The
+ * collectives of this header are the host's (flags' hashes, losses, the
+ * checkpoint's state); the process group's device-side data moves through
+ * world_exchange, run on a communication stream's worker thread. MPI is
+ * initialised for threads (MPI_THREAD_MULTIPLE): the main thread and the
+ * streams' workers call it at once, on communicators of their own.
+ */
+#ifndef ZF_WORLD_H
+#define ZF_WORLD_H
+
+#include <stddef.h>
+
+typedef struct {
+    int nprocs;          /* P; 1 without a launcher */
+    int proc;            /* this process's index, 0 .. P-1 */
+    int procs_on_node;   /* the processes sharing this machine (and its cores) */
+    int local_ranks;     /* L, for the lines that name ranks (world_set_local_ranks) */
+    double timeout_s;    /* how long an operation waits for its peers (--timeout) */
+    char engine[64];     /* "Open MPI 4.1.4", or "none" */
+} World;
+
+/* This process's world: one process until world_init has joined a launcher's. */
+const World *world(void);
+/* Join the launcher's world when one started this process (mpirun, srun: their
+ * environment says so), else stay one process. 0, or -1 with a message. */
+int world_init(int *argc, char ***argv);
+void world_set_timeout(double seconds);
+void world_set_local_ranks(int local_ranks);
+/* "ranks 2..3 (process 1)", or "rank 1 (process 1)". */
+void world_name_process(int proc, char *buf, size_t len);
+/* Leave the world after a run every process ended the same way (MPI_Finalize). */
+void world_finalize(void);
+/* End every process of the run now, this one with `status` (MPI_Abort): for an
+ * error the others cannot know of. A one-process world just exits. */
+void world_abort(int status) __attribute__((noreturn));
+
+/* all[p * bytes ..] = process p's `mine`, on every process; `what` names the
+ * operation for a timeout's line. */
+void world_all_gather(const void *mine, void *all, size_t bytes, const char *what);
+/* buf on every process = buf on process 0. */
+void world_broadcast(void *buf, size_t bytes, const char *what);
+/* Whether any process passes a non-zero flag. */
+int world_any(int flag, const char *what);
+
+/* One exchange of the process group: to[p] goes to process p and from[p]
+ * arrives from it, for every p but this process (their own entries unused;
+ * zero bytes are allowed). Called by one thread of a process at a time, every
+ * process making the same exchanges in the same order. */
+typedef struct {
+    void *data;
+    size_t bytes;
+} WorldChunk;
+void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what);
+
+#endif
