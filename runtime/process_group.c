@@ -143,7 +143,7 @@ void pg_destroy(ProcessGroup *pg) {
 
 size_t pg_shard_size(size_t n, int nranks) { return (n + (size_t)nranks - 1) / (size_t)nranks; }
 
-/* The valid length of rank r's shard. */
+/* The valid length of (global) rank r's shard. */
 static size_t shard_length(size_t n, size_t shard, int r) {
     size_t lo = (size_t)r * shard;
     return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
@@ -203,9 +203,6 @@ static void reserve_stage(ProcessGroup *pg, size_t n) {
     pg->stage_recv = host_calloc(need, sizeof(float));
     pg->stage_floats = need;
 }
-
-/* The valid length of global rank g's shard. */
-static size_t shard_length(size_t n, size_t shard, int g);
 
 /* Copy the len floats of src from `from` into a staging stride, clipped to
  * the n that src holds, the rest zero: nothing undefined goes on the wire. */
