@@ -69,12 +69,15 @@ STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c str
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_torch test_gpu
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_torch test_gpu \
+        test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
+# Programs the suites start (under mpirun), found beside the test binaries.
+TEST_DRIVERS = $(BUILD)/bin/mpi_collectives
 BINS = bin/train bin/zero_memory bin/sample
 
 .PHONY: all test bench bench-torch test-asan test-tsan fuzz valgrind mutate deps clean
-all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
+all: $(BINS) $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
 
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -107,17 +110,25 @@ $(BUILD)/bin/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/bench/steps.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-TEST_SUPPORT = $(BUILD)/tests/reference.o $(BUILD)/tests/stream_stress.o
+TEST_SUPPORT = $(BUILD)/tests/reference.o $(BUILD)/tests/inputs.o $(BUILD)/tests/stream_stress.o
 
 $(BUILD)/bin/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT) $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
+# The process group's pinned-order checks over the processes of an mpirun:
+# a plain program, since MPI is joined once per process and Criterion forks
+# (tests/test_multiprocess.c runs it). No Criterion in it: started from a
+# test, it would take itself for one of Criterion's workers.
+$(BUILD)/bin/mpi_collectives: $(BUILD)/tests/mpi_collectives.o $(BUILD)/tests/inputs.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 # Criterion suites; each binary runs its tests in parallel worker processes.
 # The kernel and model suites run a second time on OpenBLAS's SkylakeX kernels
 # where the CPU has AVX-512 and no core type is forced: the results must hold
 # whichever kernels OpenBLAS picks.
-test: $(TEST_BINS) $(BINS)
+test: $(TEST_BINS) $(TEST_DRIVERS) $(BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t --jobs 2; done
 	@set -e; if grep -q avx512f /proc/cpuinfo && [ -z "$$OPENBLAS_CORETYPE" ]; then \
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
@@ -177,7 +188,7 @@ mutate:
 	tools/mutate.py $(MUTANTS)
 
 .PHONY: build-asan-tests
-build-asan-tests: $(TEST_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
+build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
 
 # bin/train and bin/sample under valgrind's memcheck (CI): no invalid access and
 # no definite leak, over a save, a resume under another strategy, dropout,
