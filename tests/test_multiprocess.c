@@ -12,8 +12,6 @@
  */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
@@ -287,8 +285,8 @@ static char *line_with(const char *text, const char *needle) {
     return strndup(start, end ? (size_t)(end - start) : strlen(start));
 }
 
-/* `launch_args` (mpirun's part: -np, and for MPMD the rest), bin/train's exit
- * status, its stderr in err and the seconds it took. */
+/* mpirun with `launch_args` (-np and bin/train's command line, or MPMD's
+ * contexts): its exit status, its stderr in err and the seconds it took. */
 static int run_failing(const char *launch_args, char *err, size_t errlen, double *seconds) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s", test_mpirun());
@@ -424,8 +422,8 @@ static int process_ended(pid_t pid) {
     return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
 }
 
-/* Seconds until process 0 has printed its second step (training is under
- * way) into the file `out`, at most `limit`; 1 if it did. */
+/* Wait, at most `limit` seconds, for process 0 to print its second step into
+ * the file `out` (training is under way); 1 if it did. */
 static int wait_for_steps(const char *out, double limit) {
     for (double until = seconds_now() + limit; seconds_now() < until; usleep(50000)) {
         FILE *f = fopen(out, "r");
