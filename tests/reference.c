@@ -327,12 +327,12 @@ const char *test_mpirun(void) {
 void need_mpi(void) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s -np 1 true >/dev/null 2>&1", test_mpirun());
-    if (system(cmd) == 0) return;
-    if (getenv("ZF_REQUIRE_MPI"))
-        cr_assert_fail("ZF_REQUIRE_MPI is set, and '%s' cannot start a process (make deps installs openmpi-bin)",
-                       test_mpirun());
-    test_skip("'%s' cannot start a process (install openmpi-bin: make deps; ZF_REQUIRE_MPI=1 makes this a failure)",
-              test_mpirun());
+    const char *missing = system(cmd) == 0 ? NULL : "cannot start a process (make deps installs openmpi-bin)";
+    snprintf(cmd, sizeof cmd, "%s -np 1 %s --help >/dev/null 2>&1", test_mpirun(), train_binary());
+    if (!missing && system(cmd) != 0) missing = "cannot start bin/train (a build without MPI: MPI=0?)";
+    if (!missing) return;
+    if (getenv("ZF_REQUIRE_MPI")) cr_assert_fail("ZF_REQUIRE_MPI is set, and '%s' %s", test_mpirun(), missing);
+    test_skip("'%s' %s; ZF_REQUIRE_MPI=1 makes this a failure", test_mpirun(), missing);
 }
 
 /* The whole file as text (malloc'd), or NULL. */

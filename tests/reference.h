@@ -90,7 +90,8 @@ void remove_dir(const char *dir);
  * "mpirun --allow-run-as-root --oversubscribe" (more processes than cores, as root in CI). */
 const char *test_mpirun(void);
 /* Skip the calling test (test_skip) when test_mpirun() cannot start a
- * process; with ZF_REQUIRE_MPI set (as .ci/run sets it) fail it instead. */
+ * process, or train_binary() (a build with MPI=0); with ZF_REQUIRE_MPI set
+ * (as .ci/run sets it) fail it instead. */
 void need_mpi(void);
 /* One span of a Chrome trace file (runtime/trace.h): a complete event. */
 typedef struct {
