@@ -185,14 +185,6 @@ Model *test_model(const ModelConfig *cfg, int B, int T) {
     return m;
 }
 
-void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {
-    unsigned long long state = 0x9E3779B97F4A7C15ull * (seed + 1);
-    for (size_t i = 0; i < n; i++) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = lo + (hi - lo) * (float)((state >> 40) * (1.0 / 16777216.0));
-    }
-}
-
 double max_rel_diff(const float *a, const float *b, size_t n) {
     double diff = 0, scale = 0;
     for (size_t i = 0; i < n; i++) {
@@ -283,6 +275,64 @@ void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
     int tail = vsnprintf(cmd + head, len - (size_t)head, args_fmt, ap);
     va_end(ap);
     cr_assert(tail >= 0 && (size_t)tail < len - (size_t)head, "the command does not fit in %zu bytes", len);
+}
+
+const char *train_binary(void) {
+    const char *path = getenv("ZF_TRAIN");
+    return path ? path : "./bin/train";
+}
+
+int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>/tmp/zf_train_err_%d", binary, args, out, (int)getpid());
+    int status = system(cmd);
+    snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
+    FILE *f = fopen(cmd, "r");
+    size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
+    err[n] = 0;
+    if (f) fclose(f);
+    unlink(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *bytes = malloc(*n + 1);
+    cr_assert_eq(fread(bytes, 1, *n, f), *n);
+    bytes[*n] = 0;
+    fclose(f);
+    return bytes;
+}
+
+void temp_dir(char *dir, size_t len, const char *stem) {
+    snprintf(dir, len, "/tmp/zf_%s_XXXXXX", stem);
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+void remove_dir(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+const char *test_mpirun(void) {
+    const char *cmd = getenv("ZF_MPIRUN");
+    return cmd ? cmd : "mpirun --allow-run-as-root --oversubscribe";
+}
+
+void need_mpi(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -np 1 true >/dev/null 2>&1", test_mpirun());
+    const char *missing = system(cmd) == 0 ? NULL : "cannot start a process (make deps installs openmpi-bin)";
+    snprintf(cmd, sizeof cmd, "%s -np 1 %s --help >/dev/null 2>&1", test_mpirun(), train_binary());
+    if (!missing && system(cmd) != 0) missing = "cannot start bin/train (a build without MPI: MPI=0?)";
+    if (!missing) return;
+    if (getenv("ZF_REQUIRE_MPI")) cr_assert_fail("ZF_REQUIRE_MPI is set, and '%s' %s", test_mpirun(), missing);
+    test_skip("'%s' %s; ZF_REQUIRE_MPI=1 makes this a failure", test_mpirun(), missing);
 }
 
 /* The whole file as text (malloc'd), or NULL. */

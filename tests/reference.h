@@ -38,8 +38,15 @@ void test_stream_setup(void);
 void test_stream_teardown(void);
 /* A model on the test stream, with activations for B x T and its own arenas. */
 Model *test_model(const ModelConfig *cfg, int B, int T);
-/* Uniform random floats in [lo, hi) from a seeded generator. */
+/* Uniform random floats in [lo, hi) from a seeded generator (this and the
+ * next two live in inputs.c, free of Criterion). */
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
+/* Inputs whose magnitudes span 2^-12 .. 2^12, so that another order of the
+ * same float additions gives other bits (the pinned-order tests). */
+void fill_wide(float *x, size_t n, unsigned seed);
+/* The pinned reduction, written out: a float sum of host[0][i], host[1][i],
+ * ..., host[N-1][i] in that order, then the scale. */
+float ordered_sum(float *const *host, int N, size_t i, float scale);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);
@@ -69,6 +76,23 @@ void need_safetensors(void);
 /* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The binary under test: bin/train, or the sanitizer build's (ZF_TRAIN). */
+const char *train_binary(void);
+/* Run `binary args` through the shell, its stdout to the file `out`, its
+ * stderr into err; its exit status (-1 unless it exited). */
+int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen);
+/* The whole file (malloc'd, NUL after its *n bytes); cr_asserts it is readable. */
+unsigned char *read_all(const char *path, size_t *n);
+/* A fresh folder /tmp/zf_STEM_XXXXXX (mkdtemp) in dir; and its removal. */
+void temp_dir(char *dir, size_t len, const char *stem);
+void remove_dir(const char *dir);
+/* The command that starts processes: ZF_MPIRUN, else
+ * "mpirun --allow-run-as-root --oversubscribe" (more processes than cores, as root in CI). */
+const char *test_mpirun(void);
+/* Skip the calling test (test_skip) when test_mpirun() cannot start a
+ * process, or train_binary() (a build with MPI=0); with ZF_REQUIRE_MPI set
+ * (as .ci/run sets it) fail it instead. */
+void need_mpi(void);
 /* One span of a Chrome trace file (runtime/trace.h): a complete event. */
 typedef struct {
     char name[48];

@@ -143,24 +143,6 @@ Test(collectives, all_reduce_sums_in_rank_order_every_time) {
 /* Odd lengths, so shards are uneven and the last ones short or empty. */
 static const size_t ODD_LENGTHS[] = { 1, 7, 1001, 4097 };
 
-/* Inputs whose magnitudes span 2^-12 .. 2^12, so that another order of the
- * same float additions gives other bits. */
-static void fill_wide(float *x, size_t n, unsigned seed) {
-    fill_uniform(x, n, -1, 1, seed);
-    float *exponent = malloc(n * sizeof(float));
-    fill_uniform(exponent, n, -12, 12, seed + 7919);
-    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)exponent[i]);
-    free(exponent);
-}
-
-/* The pinned reduction, written out: a float sum of ranks 0, 1, ..., N-1 in
- * that order, then the scale. */
-static float ordered_sum(float *const *host, int N, size_t i, float scale) {
-    float acc = host[0][i];
-    for (int q = 1; q < N; q++) acc += host[q][i];
-    return acc * scale;
-}
-
 /* The setup of the pinned tests: wide inputs, already on the devices. */
 static Setup setup_wide(int N, size_t n, unsigned seed) {
     Setup s = setup(N, n, seed);

@@ -101,26 +101,6 @@ Test(train, learning_rate_schedule) {
 
 /* ---- bin/train on bad input: exit status and a single line on stderr ---- */
 
-/* The binary under test: bin/train, or the sanitizer build's (ZF_TRAIN). */
-static const char *train_binary(void) {
-    const char *path = getenv("ZF_TRAIN");
-    return path ? path : "./bin/train";
-}
-
-/* Run `binary args`, its stdout to `out`, its stderr into err; its exit status. */
-static int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>/tmp/zf_train_err_%d", binary, args, out, (int)getpid());
-    int status = system(cmd);
-    snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
-    FILE *f = fopen(cmd, "r");
-    size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
-    err[n] = 0;
-    if (f) fclose(f);
-    unlink(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static int run_train(const char *args, char *err, size_t errlen) {
     return run_tool(train_binary(), args, "/dev/null", err, errlen);
 }
@@ -358,18 +338,6 @@ Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
 }
 
 /* ---- bad checkpoint files: one line, exit 1, nothing overwritten ---- */
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *bytes = malloc(*n + 1);
-    cr_assert_eq(fread(bytes, 1, *n, f), *n);
-    fclose(f);
-    return bytes;
-}
 
 /* The file at path still holds exactly the n bytes of `good`. */
 static void expect_unchanged(const char *path, const unsigned char *good, size_t n, const char *what) {
@@ -643,12 +611,6 @@ Test(train, a_directory_given_as_a_file_says_so) {
                     "cannot write --log file '/tmp': Is a directory", "--log=/tmp");
 }
 
-/* A fresh folder under /tmp (mkdtemp), and a path inside it. */
-static void temp_dir(char *dir, size_t len, const char *stem) {
-    snprintf(dir, len, "/tmp/zf_%s_XXXXXX", stem);
-    cr_assert_not_null(mkdtemp(dir));
-}
-
 static int file_exists(const char *path) { return access(path, F_OK) == 0; }
 
 Test(train, out_is_checked_writable_before_training, .timeout = 60) {
@@ -777,12 +739,6 @@ static void train_checkpoint(char *dir, size_t dirlen, char *ckpt, size_t len, i
     snprintf(ckpt, len, "%s/ckpt.safetensors", dir);
     snprintf(args, sizeof args, "%s --iters=%d --out=%s", TINY, iters, dir);
     cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
-}
-
-static void remove_dir(const char *dir) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
 }
 
 Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 120) {

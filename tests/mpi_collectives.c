@@ -1,0 +1,171 @@
+/* mpi_collectives.c: the pinned order of every collective, over the processes
+ * of an mpirun (test_collectives.c's pinned_order suite, past one process).
+ *
+ * Why a plain program: MPI is joined once, by the process mpirun started, and
+ * Criterion runs each test in a fork of its own. test_multiprocess.c runs this
+ * under mpirun -np 2 and -np 3. Each of the P processes holds L = 1, then 2,
+ * ranks of a world of W = P x L (pg_create_simulator on the CPU). Global rank
+ * g's input is fill_wide(seed * 100 + g), which every process computes for
+ * every g, so each checks its own ranks' results against the host's float sum
+ * over ranks 0..W-1 in order (ordered_sum), byte for byte: all-reduce,
+ * reduce-scatter and all-gather, with and without a scale, in place and not,
+ * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n).
+ * Exit 0, or 1 after printing the first mismatch (every process ends then).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/process_group.h"
+#include "../runtime/world.h"
+#include "reference.h"
+
+static const size_t LENGTHS[] = { 1, 7, 1001, 4097 };
+static const float SCALES[] = { 1.0f, 0.37f };
+
+/* One collective's setting: the group, every global rank's input, and this
+ * process's ranks' device buffers holding theirs. */
+typedef struct {
+    ProcessGroup *pg;
+    int world_size;
+    size_t n, shard;
+    float *host[FIBERS_MAX_RANKS];  /* global rank g's input */
+    float *buf[FIBERS_MAX_RANKS];   /* local rank r's device buffer, n floats */
+} Setup;
+
+static Setup setup(ProcessGroup *pg, size_t n, unsigned seed) {
+    Setup s = { .pg = pg, .world_size = pg->world_size, .n = n, .shard = pg_shard_size(n, pg->world_size) };
+    for (int g = 0; g < s.world_size; g++) {
+        s.host[g] = malloc(n * sizeof(float));
+        fill_wide(s.host[g], n, seed * 100 + (unsigned)g);
+    }
+    for (int r = 0; r < pg->nranks; r++) {
+        s.buf[r] = device_alloc(pg->device[r], MEM_WORKING, n * sizeof(float));
+        stream_copy(pg->compute[r], s.buf[r], s.host[pg_global_rank(pg, r)], n * sizeof(float));
+    }
+    return s;
+}
+
+static void teardown(Setup *s) {
+    for (int r = 0; r < s->pg->nranks; r++) {
+        stream_synchronize(s->pg->compute[r]);
+        stream_synchronize(s->pg->comm[r]);
+        device_free(s->pg->device[r], MEM_WORKING, s->buf[r], s->n * sizeof(float));
+    }
+    for (int g = 0; g < s->world_size; g++) free(s->host[g]);
+}
+
+/* Copied back on the compute stream, which must wait for the collective. */
+static float *read_back(const Setup *s, int r, const float *src, size_t n) {
+    float *out = malloc((n ? n : 1) * sizeof(float));
+    stream_copy(s->pg->compute[r], out, src, n * sizeof(float));
+    stream_synchronize(s->pg->compute[r]);
+    return out;
+}
+
+static size_t valid_length(size_t n, size_t shard, int g) {
+    size_t lo = (size_t)g * shard;
+    return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
+}
+
+/* got[0, len) against the ordered sums of elements lo.. (want == NULL), or
+ * against want's bytes. At the first element that differs: one line, and the
+ * end of every process (the others would wait for the next collective). */
+static void expect_bytes(const Setup *s, const char *what, int r, const float *got, const float *want, size_t lo,
+                         size_t len, float scale) {
+    for (size_t k = 0; k < len; k++) {
+        float expected = want ? want[k] : ordered_sum(s->host, s->world_size, lo + k, scale);
+        if (memcmp(&got[k], &expected, sizeof expected) == 0) continue;
+        printf("mismatch: %s, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is %.9g, want %.9g\n", what,
+               s->world_size, s->pg->nranks, s->n, (double)scale, pg_global_rank(s->pg, r), lo + k,
+               (double)got[k], (double)expected);
+        world_abort(1);
+    }
+}
+
+static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, unsigned seed) {
+    Setup s = setup(pg, n, seed);
+    pg_all_reduce(pg, s.buf, n, scale, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        float *got = read_back(&s, r, s.buf[r], n);
+        expect_bytes(&s, "all-reduce", r, got, NULL, 0, n, scale);
+        free(got);
+    }
+    teardown(&s);
+}
+
+/* Into shard buffers of their own, or in place (rank g's shard of its send;
+ * an empty shard points at the buffer's start, never read). */
+static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in_place, unsigned seed) {
+    Setup s = setup(pg, n, seed);
+    float *recv[FIBERS_MAX_RANKS];
+    for (int r = 0; r < pg->nranks; r++) {
+        size_t lo = (size_t)pg_global_rank(pg, r) * s.shard;
+        recv[r] = !in_place ? device_alloc(pg->device[r], MEM_WORKING, s.shard * sizeof(float))
+                            : s.buf[r] + (lo < n ? lo : 0);
+    }
+    pg_reduce_scatter(pg, s.buf, recv, n, scale, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        size_t len = valid_length(n, s.shard, g);
+        float *got = read_back(&s, r, recv[r], len);
+        expect_bytes(&s, in_place ? "reduce-scatter in place" : "reduce-scatter", r, got, NULL,
+                     (size_t)g * s.shard, len, scale);
+        free(got);
+        if (!in_place) device_free(pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(float));
+    }
+    teardown(&s);
+}
+
+/* Every rank ends up with every rank's shard: not in place, rank q sends the
+ * first shard-length of its input; in place, its own shard of its buffer. */
+static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned seed) {
+    Setup s = setup(pg, n, seed);
+    size_t gathered = (size_t)s.world_size * s.shard;
+    float *send[FIBERS_MAX_RANKS], *recv[FIBERS_MAX_RANKS];
+    for (int r = 0; r < pg->nranks; r++) {
+        size_t lo = (size_t)pg_global_rank(pg, r) * s.shard;
+        send[r] = in_place ? s.buf[r] + (lo < n ? lo : 0) : s.buf[r];
+        recv[r] = in_place ? s.buf[r] : device_alloc(pg->device[r], MEM_WORKING, gathered * sizeof(float));
+    }
+    pg_all_gather(pg, send, recv, n, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        float *got = read_back(&s, r, recv[r], n);
+        for (int q = 0; q < s.world_size; q++) {
+            size_t at = (size_t)q * s.shard;
+            expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", r, got + at,
+                         s.host[q] + (in_place ? at : 0), at, valid_length(n, s.shard, q), 1.0f);
+        }
+        free(got);
+        if (!in_place) device_free(pg->device[r], MEM_WORKING, recv[r], gathered * sizeof(float));
+    }
+    teardown(&s);
+}
+
+/* Every collective at every length over a world of P x L ranks. */
+static void check_world(int local_ranks) {
+    int world_size = world()->nprocs * local_ranks;
+    world_set_local_ranks(local_ranks);
+    ProcessGroup *pg = pg_create_simulator(world_size, DEVICE_CPU);
+    if (!pg) world_abort(1);
+    for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++)
+        for (int k = 0; k < 2; k++) {
+            size_t n = LENGTHS[li];
+            unsigned seed = (unsigned)(world_size * 31 + li * 3 + k);
+            check_all_reduce(pg, n, SCALES[k], seed);
+            for (int in_place = 0; in_place <= 1; in_place++) {
+                check_reduce_scatter(pg, n, SCALES[k], in_place, seed + 1);
+                check_all_gather(pg, n, in_place, seed + 2);
+            }
+        }
+    pg_destroy(pg);
+}
+
+int main(int argc, char **argv) {
+    if (world_init(&argc, &argv) != 0) return 1;
+    world_set_timeout(60);
+    for (int local_ranks = 1; local_ranks <= 2; local_ranks++) check_world(local_ranks);
+    if (world()->proc == 0) printf("ok: every collective is the ordered host sum over %d processes\n", world()->nprocs);
+    world_finalize();
+    return 0;
+}

@@ -1,0 +1,505 @@
+/* test_multiprocess.c: bin/train as P processes of L rank threads under mpirun
+ * (runtime/world.h), against one process of P x L simulated ranks.
+ *
+ * Every claim of the world is held to the bytes: the progress lines (losses,
+ * evaluations, the sample; timings cut) and the final checkpoint's file, for
+ * every strategy at 2 x 2, 4 x 1 and 3 x 1; checkpoints moving between splits;
+ * the faults (a process killed, a rank that hangs, processes that disagree on
+ * flags or data, an injected error in a rank of another process); and the
+ * process group's pinned-order checks over 2 and 3 processes
+ * (tests/mpi_collectives.c). Each test needs mpirun (test_mpirun(), ZF_MPIRUN
+ * to override) and says SKIP without one, or fails under ZF_REQUIRE_MPI.
+ */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../model/safetensors.h"
+#include "reference.h"
+
+TestSuite(multiprocess, .timeout = 240);
+
+/* Small and quick, with a schedule that does not depend on --iters (so a run
+ * cut in two follows the same rates), evaluating and saving every 2 steps. */
+static const char BASE[] = "--layers=2 --embd=32 --heads=2 --block=32 --eval-iters=1 --eval-every=2 --log-every=1 "
+                           "--sample-chars=20 --warmup=2 --lr-decay-iters=8 --lr=1e-2";
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* How to start bin/train as `procs` processes, or as one (procs 0: no launcher). */
+static void launcher(char *cmd, size_t len, int procs) {
+    if (procs == 0) snprintf(cmd, len, "%s", train_binary());
+    else snprintf(cmd, len, "%s -np %d %s", test_mpirun(), procs, train_binary());
+}
+
+/* One finished run: its folder (--out, and its stdout), what it printed from
+ * the first step on, and its final checkpoint's bytes. */
+typedef struct {
+    char dir[64];
+    char *progress;
+    unsigned char *ckpt;
+    size_t ckpt_bytes;
+} Run;
+
+/* The lines of a run's stdout that must match between splits: from the first
+ * evaluation or step on (the lines before name the device and the world), less
+ * the timings of the iter lines, the lines naming the --out folder and the last
+ * line's seconds. */
+static char *progress_of(const char *stdout_path) {
+    size_t n;
+    char *text = (char *)read_all(stdout_path, &n), *kept = calloc(n + 1, 1), *end = kept;
+    int started = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        started |= !strncmp(line, "iter ", 5) || !strncmp(line, "eval iter ", 10);
+        if (!started || !strncmp(line, "saved ", 6) || !strncmp(line, "done: ", 6)) continue;
+        char *ms = strstr(line, " ms/iter");
+        if (ms) {
+            *ms = 0;
+            char *comma = strrchr(line, ',');
+            if (comma) *comma = 0;
+        }
+        end += sprintf(end, "%s\n", line);
+    }
+    free(text);
+    return kept;
+}
+
+/* bin/train `args` as `procs` processes (0: one, no launcher), into a fresh
+ * --out folder; it must succeed. */
+static Run launch(int procs, const char *args) {
+    Run run = { 0 };
+    temp_dir(run.dir, sizeof run.dir, "mp");
+    char cmd[512], full[2048], out[128], ckpt[128], err[8192];
+    launcher(cmd, sizeof cmd, procs);
+    snprintf(full, sizeof full, "%s --out=%s", args, run.dir);
+    snprintf(out, sizeof out, "%s/stdout.txt", run.dir);
+    int rc = run_tool(cmd, full, out, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s %s: exit %d, stderr:\n%s", cmd, full, rc, err);
+    run.progress = progress_of(out);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", run.dir);
+    run.ckpt = read_all(ckpt, &run.ckpt_bytes);
+    return run;
+}
+
+static void run_free(Run *run) {
+    remove_dir(run->dir);
+    free(run->progress);
+    free(run->ckpt);
+}
+
+static int same_checkpoint(const Run *a, const Run *b) {
+    return a->ckpt_bytes == b->ckpt_bytes && memcmp(a->ckpt, b->ckpt, a->ckpt_bytes) == 0;
+}
+
+static void expect_same_run(const Run *want, const Run *got, const char *what) {
+    cr_expect_str_eq(got->progress, want->progress, "%s: the progress lines differ", what);
+    cr_expect(same_checkpoint(want, got), "%s: the final checkpoints differ (%zu and %zu bytes)", what,
+              want->ckpt_bytes, got->ckpt_bytes);
+}
+
+/* ---- the same bits at any split ---- */
+
+typedef struct {
+    int procs, local_ranks, ref_ranks;
+    const char *flags;
+} Split;
+
+/* For every strategy, `procs` x `local_ranks` against one process of ref_ranks. */
+static void expect_every_strategy_same(Split split) {
+    need_mpi();
+    for (int zero = 0; zero <= 3; zero++) {
+        char args[1024], what[256];
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 %s --zero=%d --gpus=%d", BASE, split.flags, zero,
+                 split.ref_ranks);
+        Run want = launch(0, args);
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 %s --zero=%d --gpus=%d", BASE, split.flags, zero,
+                 split.local_ranks);
+        Run got = launch(split.procs, args);
+        snprintf(what, sizeof what, "--zero=%d %s: %d processes x %d ranks against 1 x %d", zero, split.flags,
+                 split.procs, split.local_ranks, split.ref_ranks);
+        expect_same_run(&want, &got, what);
+        run_free(&want);
+        run_free(&got);
+    }
+}
+
+/* Dropout's masks are keyed by the global rank; a slow modeled link under overlap. */
+Test(multiprocess, two_processes_of_two_ranks_give_the_bits_of_four_ranks) {
+    expect_every_strategy_same((Split){ .procs = 2, .local_ranks = 2, .ref_ranks = 4,
+                                        .flags = "--dropout=0.1 --link=5" });
+}
+
+/* Every step clipped (the norm is a sum over processes), two micro-steps. */
+Test(multiprocess, four_processes_of_one_rank_give_the_bits_of_four_ranks) {
+    expect_every_strategy_same((Split){ .procs = 4, .local_ranks = 1, .ref_ranks = 4,
+                                        .flags = "--grad-accum=2 --grad-clip=0.01 --overlap=0" });
+}
+
+/* Three ranks pad every unit and leave uneven shards. */
+Test(multiprocess, three_processes_give_the_bits_of_three_ranks_with_uneven_shards) {
+    expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
+                                        .flags = "--grad-accum=2 --grad-clip=0.01 --link=5 --dropout=0.1" });
+}
+
+/* The comparison can fail: another seed gives other lines and other bytes, and
+ * --grad-clip=0.01 clips (without it the checkpoint differs). */
+Test(multiprocess, the_comparisons_tell_runs_apart) {
+    need_mpi();
+    char args[1024];
+    snprintf(args, sizeof args, "%s --batch=3 --iters=4 --gpus=4 --grad-clip=0.01", BASE);
+    Run want = launch(0, args);
+    snprintf(args, sizeof args, "%s --batch=3 --iters=4 --gpus=2 --grad-clip=0.01 --seed=7", BASE);
+    Run other_seed = launch(2, args);
+    snprintf(args, sizeof args, "%s --batch=3 --iters=4 --gpus=4 --grad-clip=0", BASE);
+    Run unclipped = launch(0, args);
+    cr_expect(strcmp(want.progress, other_seed.progress) != 0, "seeds 1337 and 7 printed the same lines");
+    cr_expect(!same_checkpoint(&want, &other_seed), "seeds 1337 and 7 saved the same checkpoint");
+    cr_expect(!same_checkpoint(&want, &unclipped), "--grad-clip=0.01 saved what no clipping saves: it never clipped");
+    run_free(&want);
+    run_free(&other_seed);
+    run_free(&unclipped);
+}
+
+/* ---- checkpoints across splits ---- */
+
+/* max |got - want| / max |want| over the tensors of one kind: 0 the weights,
+ * 1 Adam's m (optim.exp_avg.*), 2 its v (optim.exp_avg_sq.*). */
+static void kind_diffs(const StFile *want, const StFile *got, double diff[3]) {
+    double max_diff[3] = { 0 }, scale[3] = { 0 };
+    const cJSON *item;
+    cJSON_ArrayForEach(item, (const cJSON *)want->header) {
+        if (!strcmp(item->string, "__metadata__")) continue;
+        int kind = !strncmp(item->string, "optim.exp_avg_sq.", 17) ? 2 : !strncmp(item->string, "optim.exp_avg.", 14);
+        const cJSON *other = cJSON_GetObjectItemCaseSensitive((const cJSON *)got->header, item->string);
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+        const cJSON *other_at = cJSON_GetObjectItemCaseSensitive(other, "data_offsets");
+        cr_assert(cJSON_GetArraySize(other_at) == 2, "%s is missing from the resumed run's file", item->string);
+        size_t lo = (size_t)cJSON_GetArrayItem(at, 0)->valuedouble, hi = (size_t)cJSON_GetArrayItem(at, 1)->valuedouble;
+        size_t other_lo = (size_t)cJSON_GetArrayItem(other_at, 0)->valuedouble;
+        cr_assert_eq((size_t)cJSON_GetArrayItem(other_at, 1)->valuedouble - other_lo, hi - lo, "%s", item->string);
+        const float *a = (const float *)(want->bytes + want->data_start + lo);
+        const float *b = (const float *)(got->bytes + got->data_start + other_lo);
+        for (size_t i = 0; i < (hi - lo) / sizeof(float); i++) {
+            max_diff[kind] = fmax(max_diff[kind], fabs((double)b[i] - a[i]));
+            scale[kind] = fmax(scale[kind], fabs((double)a[i]));
+        }
+    }
+    for (int k = 0; k < 3; k++) diff[k] = max_diff[k] / scale[k];
+}
+
+/* The file `got` within `tol` of `want` (weights, m and v, each relative to
+ * its largest), at the same step and Adam step. */
+static void expect_close_checkpoint(const Run *want, const Run *got, double tol, const char *what) {
+    StFile a, b;
+    char err[256];
+    unsigned char *a_bytes = malloc(want->ckpt_bytes), *b_bytes = malloc(got->ckpt_bytes);
+    memcpy(a_bytes, want->ckpt, want->ckpt_bytes);
+    memcpy(b_bytes, got->ckpt, got->ckpt_bytes);
+    cr_assert_eq(safetensors_parse(&a, a_bytes, want->ckpt_bytes, "want", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(safetensors_parse(&b, b_bytes, got->ckpt_bytes, "got", err, sizeof err), 0, "%s", err);
+    double diff[3];
+    kind_diffs(&a, &b, diff);
+    cr_expect(diff[0] < tol && diff[1] < tol && diff[2] < tol, "%s: weights %g, m %g, v %g off", what, diff[0],
+              diff[1], diff[2]);
+    cr_expect_str_eq(safetensors_metadata(&b, "iter"), safetensors_metadata(&a, "iter"), "%s", what);
+    cr_expect_str_eq(safetensors_metadata(&b, "adam_step"), safetensors_metadata(&a, "adam_step"), "%s", what);
+    safetensors_close(&a);
+    safetensors_close(&b);
+}
+
+/* Resume `saved` for 2 more steps, unclipped, as `procs` x `ranks` with
+ * `batch` rows per rank. */
+static Run resume(const Run *saved, int procs, int ranks, int batch, int zero) {
+    char args[1024];
+    snprintf(args, sizeof args, "%s --grad-clip=0 --batch=%d --iters=4 --zero=%d --gpus=%d "
+             "--resume=%s/ckpt.safetensors", BASE, batch, zero, ranks, saved->dir);
+    return launch(procs, args);
+}
+
+/* Saved after 2 steps by 2 x 2 and resumed by 1 x 4, and saved by 1 x 4 and
+ * resumed by 2 x 2, each under another strategy: the uninterrupted run's file,
+ * byte for byte. Resumed by 1 x 1 (the same global batch): within 1e-5, as
+ * test_checkpoint holds a change of N (float sums over other ranks). No
+ * clipping, under which the strategies agree to 1e-6 only, and no dropout,
+ * whose masks are keyed by rank. */
+Test(multiprocess, a_checkpoint_moves_between_splits) {
+    need_mpi();
+    char args[1024], what[128];
+    snprintf(args, sizeof args, "%s --grad-clip=0 --batch=3 --iters=4 --gpus=4", BASE);
+    Run straight = launch(0, args);
+    for (int zero = 0; zero <= 3; zero++) {
+        int other = (zero + 1) % 4;
+        snprintf(args, sizeof args, "%s --grad-clip=0 --batch=3 --iters=2 --zero=%d --gpus=2", BASE, zero);
+        Run saved = launch(2, args);
+        Run in_one = resume(&saved, 0, 4, 3, other), in_one_rank = resume(&saved, 0, 1, 12, other);
+        snprintf(what, sizeof what, "saved by --zero=%d 2 x 2, resumed by --zero=%d 1 x 4", zero, other);
+        cr_expect(same_checkpoint(&straight, &in_one), "%s: the final checkpoints differ", what);
+        snprintf(what, sizeof what, "saved by --zero=%d 2 x 2, resumed by --zero=%d 1 x 1", zero, other);
+        expect_close_checkpoint(&straight, &in_one_rank, 1e-5, what);
+        snprintf(args, sizeof args, "%s --grad-clip=0 --batch=3 --iters=2 --zero=%d --gpus=4", BASE, zero);
+        Run saved_in_one = launch(0, args);
+        Run in_two = resume(&saved_in_one, 2, 2, 3, other);
+        snprintf(what, sizeof what, "saved by --zero=%d 1 x 4, resumed by --zero=%d 2 x 2", zero, other);
+        cr_expect(same_checkpoint(&straight, &in_two), "%s: the final checkpoints differ", what);
+        run_free(&saved);
+        run_free(&in_one);
+        run_free(&in_one_rank);
+        run_free(&saved_in_one);
+        run_free(&in_two);
+    }
+    run_free(&straight);
+}
+
+/* ---- faults ---- */
+
+/* The lines of text that hold needle. */
+static int count_lines_with(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        n += memmem(line, len, needle, strlen(needle)) != NULL;
+        line += len + (end != NULL);
+    }
+    return n;
+}
+
+/* The line of text holding needle (one line, malloc'd), or NULL. */
+static char *line_with(const char *text, const char *needle) {
+    const char *at = strstr(text, needle);
+    if (!at) return NULL;
+    const char *start = at, *end = strchr(at, '\n');
+    while (start > text && start[-1] != '\n') start--;
+    return strndup(start, end ? (size_t)(end - start) : strlen(start));
+}
+
+/* mpirun with `launch_args` (-np and bin/train's command line, or MPMD's
+ * contexts): its exit status, its stderr in err and the seconds it took. */
+static int run_failing(const char *launch_args, char *err, size_t errlen, double *seconds) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s", test_mpirun());
+    double start = seconds_now();
+    int rc = run_tool(cmd, launch_args, "/dev/null", err, errlen);
+    *seconds = seconds_now() - start;
+    return rc;
+}
+
+/* A rank that stops answering: after --timeout, one line names the collective
+ * it never joined and the ranks of its process; every process ends (exit 1),
+ * long before the hang's own end (timeout + 60 s); the last checkpoint (the
+ * eval of step 2, before the hang) is whole. */
+Test(multiprocess, a_hung_rank_is_named_after_the_timeout) {
+    need_mpi();
+    static const struct { int zero; const char *collective; } cases[] = {
+        { .zero = 0, .collective = "'all-reduce bucket" },
+        { .zero = 3, .collective = "'all-gather unit" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64], args[2048], err[8192], ckpt[128];
+        temp_dir(dir, sizeof dir, "mp_hang");
+        snprintf(args, sizeof args, "-np 2 %s %s --batch=3 --iters=6 --zero=%d --gpus=2 --out=%s "
+                 "--inject-fault=3:2:hang --timeout=3", train_binary(), BASE, cases[i].zero, dir);
+        double seconds;
+        int rc = run_failing(args, err, sizeof err, &seconds);
+        cr_expect_neq(rc, 0, "--zero=%d: a hung rank exited 0", cases[i].zero);
+        cr_expect_lt(seconds, 3 + 10, "--zero=%d: %g s to end after a 3 s timeout", cases[i].zero, seconds);
+        cr_expect_eq(count_lines_with(err, "never arrived"), 1, "--zero=%d: stderr:\n%s", cases[i].zero, err);
+        char *line = line_with(err, "never arrived");
+        cr_assert_not_null(line, "--zero=%d: stderr:\n%s", cases[i].zero, err);
+        cr_expect(strstr(line, "ranks 2..3 (process 1)") && strstr(line, cases[i].collective) &&
+                  strstr(line, "within 3 s (--timeout)"),
+                  "--zero=%d: the line names the collective (%s...), the ranks and the timeout: %s", cases[i].zero,
+                  cases[i].collective, line);
+        free(line);
+        StFile f;
+        snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+        cr_assert_eq(safetensors_open(&f, ckpt, err, sizeof err), 0, "--zero=%d: %s", cases[i].zero, err);
+        cr_expect_str_eq(safetensors_metadata(&f, "iter"), "2", "--zero=%d", cases[i].zero);
+        safetensors_close(&f);
+        remove_dir(dir);
+    }
+}
+
+/* An injected error in rank 3 (process 1): every process ends at once, exit
+ * non-zero, the error printed once, naming rank 3. */
+Test(multiprocess, an_error_in_a_rank_of_another_process_ends_every_process_once) {
+    need_mpi();
+    char args[2048], err[8192];
+    snprintf(args, sizeof args, "-np 2 %s %s --batch=3 --iters=6 --gpus=2 --inject-fault=3:2:forward", train_binary(),
+             BASE);
+    double seconds;
+    int rc = run_failing(args, err, sizeof err, &seconds);
+    cr_expect_neq(rc, 0, "an injected fault exited 0");
+    cr_expect_lt(seconds, 20, "%g s to end after an error (the --timeout is 300 s)", seconds);
+    cr_expect_eq(count_lines_with(err, "injected fault"), 1, "stderr:\n%s", err);
+    char *line = line_with(err, "injected fault");
+    cr_assert_not_null(line, "stderr:\n%s", err);
+    cr_expect(strstr(line, "rank 3:") && strstr(line, "step 2") && strstr(line, "forward"), "%s", line);
+    free(line);
+}
+
+/* Processes started with other flags, or with the same flags on other data
+ * (mpirun's MPMD form), refuse to train: one line naming process 1. */
+Test(multiprocess, processes_that_disagree_refuse_to_start) {
+    need_mpi();
+    char args[8192], err[8192];
+    char *train = realpath(train_binary(), NULL);  /* each process runs in a folder of its own below */
+    cr_assert_not_null(train, "%s", train_binary());
+    const char *tiny = "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --iters=2 --eval-iters=1 --sample-chars=0";
+    snprintf(args, sizeof args, "-np 1 %s %s --seed=1 : -np 1 %s %s --seed=2", train, tiny, train, tiny);
+    double seconds;
+    int rc = run_failing(args, err, sizeof err, &seconds);
+    cr_expect_neq(rc, 0, "other flags: exit 0");
+    cr_expect_eq(count_lines_with(err, "train: "), 1, "other flags: stderr:\n%s", err);
+    cr_expect(strstr(err, "rank 1 (process 1) was started with other flags"), "other flags: stderr:\n%s", err);
+
+    char dirs[2][64], file[160], cmd[256];
+    for (int d = 0; d < 2; d++) {
+        temp_dir(dirs[d], sizeof dirs[d], "mp_data");
+        snprintf(file, sizeof file, "%s/d.txt", dirs[d]);
+        snprintf(cmd, sizeof cmd, "head -c 20000 data/tinyshakespeare.txt | tail -c %d > %s", 10000 + d, file);
+        cr_assert_eq(system(cmd), 0);
+    }
+    snprintf(args, sizeof args, "-np 1 -wdir %s %s %s --data=d.txt : -np 1 -wdir %s %s %s --data=d.txt", dirs[0],
+             train, tiny, dirs[1], train, tiny);
+    rc = run_failing(args, err, sizeof err, &seconds);
+    cr_expect_neq(rc, 0, "other data: exit 0");
+    cr_expect_eq(count_lines_with(err, "train: "), 1, "other data: stderr:\n%s", err);
+    cr_expect(strstr(err, "rank 1 (process 1) was started with another data file"), "other data: stderr:\n%s", err);
+    for (int d = 0; d < 2; d++) remove_dir(dirs[d]);
+    free(train);
+}
+
+/* The bin/train children of mpirun (pid `parent`), process p's at pids[p];
+ * how many were found. */
+static int train_children(pid_t parent, pid_t *pids, int max) {
+    int found = 0;
+    char cmd[128], line[256];
+    snprintf(cmd, sizeof cmd, "ps -o pid= --ppid %d", (int)parent);
+    FILE *ps = popen(cmd, "r");
+    while (ps && fgets(line, sizeof line, ps)) {
+        char path[64], env[65536];
+        pid_t pid = (pid_t)atoi(line);
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(env, 1, sizeof env - 1, f) : 0;
+        if (f) fclose(f);
+        env[n] = 0;
+        for (size_t at = 0; at < n; at += strlen(env + at) + 1) {
+            int p;
+            if (sscanf(env + at, "OMPI_COMM_WORLD_RANK=%d", &p) == 1 && p >= 0 && p < max) {
+                pids[p] = pid;
+                found++;
+            }
+        }
+    }
+    if (ps) pclose(ps);
+    return found;
+}
+
+/* A process that is gone, or a zombie no one has reaped yet. */
+static int process_ended(pid_t pid) {
+    char path[64], stat[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *state = strrchr(stat, ')');
+    return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
+}
+
+/* Wait, at most `limit` seconds, for process 0 to print its second step into
+ * the file `out` (training is under way); 1 if it did. */
+static int wait_for_steps(const char *out, double limit) {
+    for (double until = seconds_now() + limit; seconds_now() < until; usleep(50000)) {
+        FILE *f = fopen(out, "r");
+        char line[1024];
+        int stepping = 0;
+        while (f && !stepping && fgets(line, sizeof line, f)) stepping = !strncmp(line, "iter 1:", 7);
+        if (f) fclose(f);
+        if (stepping) return 1;
+    }
+    return 0;
+}
+
+/* Process 1 killed with SIGKILL while the run trains: mpirun and process 0 end,
+ * non-zero, within the --timeout (5 s) plus 10 s. mpirun runs in a process
+ * group of its own, killed whole at the end whatever happened, and nothing
+ * asserts before that: a failed check must not leave a training run behind. */
+Test(multiprocess, a_killed_process_ends_the_others_within_the_timeout) {
+    need_mpi();
+    char dir[64], out[128], args[4096];
+    temp_dir(dir, sizeof dir, "mp_kill");
+    snprintf(out, sizeof out, "%s/stdout.txt", dir);
+    snprintf(args, sizeof args, "exec %s -np 2 %s --layers=2 --embd=64 --heads=2 --block=64 --batch=4 --iters=20000 "
+             "--eval-every=0 --log-every=1 --sample-chars=0 --gpus=2 --timeout=5 >%s 2>%s/stderr.txt",
+             test_mpirun(), train_binary(), out, dir);
+    pid_t mpirun = fork();
+    cr_assert_geq(mpirun, 0);
+    if (mpirun == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(mpirun, mpirun);
+    pid_t pids[2] = { 0, 0 };
+    int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
+    int killed = found == 2 && kill(pids[1], SIGKILL) == 0, status = 0;
+    double start = seconds_now();
+    pid_t done = 0;
+    while (killed && (done = waitpid(mpirun, &status, WNOHANG)) == 0 && seconds_now() - start < 5 + 10) usleep(50000);
+    double seconds = seconds_now() - start;
+    for (double grace = seconds_now() + 2; done && !process_ended(pids[0]) && seconds_now() < grace;) usleep(50000);
+    int others_ended = done && process_ended(pids[0]);
+    kill(-mpirun, SIGKILL);
+    if (done == 0) waitpid(mpirun, &status, 0);
+    remove_dir(dir);
+    cr_assert(stepping && found == 2 && killed, "no two training processes under mpirun to kill (stepping %d, %d found)",
+              stepping, found);
+    cr_expect_neq(done, 0, "mpirun still ran %g s after process 1 was killed", seconds);
+    cr_expect(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "mpirun exited 0 after a process was killed");
+    cr_expect(others_ended, "process 0 (pid %d) still ran after mpirun ended", (int)pids[0]);
+}
+
+/* ---- the process group over processes ---- */
+
+/* tests/mpi_collectives beside this test binary, under `procs` processes: exit 0. */
+static void expect_collectives_pass(int procs) {
+    char self[4096], cmd[8192], out[128], err[8192];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = 0;
+    snprintf(cmd, sizeof cmd, "%s -np %d %s/mpi_collectives", test_mpirun(), procs, dirname(self));
+    snprintf(out, sizeof out, "/tmp/zf_mpi_collectives_%d.txt", (int)getpid());
+    int rc = run_tool(cmd, "", out, err, sizeof err);
+    size_t len;
+    char *text = (char *)read_all(out, &len);
+    unlink(out);
+    cr_expect_eq(rc, 0, "%s: exit %d\n%s%s", cmd, rc, text, err);
+    cr_expect(strstr(text, "ok: every collective") != NULL, "%s:\n%s", cmd, text);
+    free(text);
+}
+
+Test(multiprocess, the_collectives_are_ordered_sums_over_two_processes) {
+    need_mpi();
+    expect_collectives_pass(2);
+}
+
+Test(multiprocess, the_collectives_are_ordered_sums_over_three_processes) {
+    need_mpi();
+    expect_collectives_pass(3);
+}
