@@ -15,6 +15,6 @@ Device *device_create_cuda(int ordinal) {
 void device_cuda_set_tf32(int on) { (void)on; }
 
 ProcessGroup *pg_create_nccl(int nranks) {
-    fprintf(stderr, "error: NCCL over %d GPUs: this build has no CUDA support (make CUDA=0)\n", nranks);
+    fprintf(stderr, "error: NCCL over %d ranks: this build has no CUDA support (make CUDA=0)\n", nranks);
     return NULL;
 }

@@ -58,7 +58,7 @@ struct ProcessGroup {
     const Collectives *collectives;
     char description[256];              /* where the ranks run, in words */
     int simulated;                      /* 1: the simulator; 0: NCCL */
-    void *nccl[FIBERS_MAX_RANKS];       /* NCCL's communicators (ncclComm_t) */
+    void *nccl;                         /* NCCL's state: communicators, staging, watchdog (process_group_nccl.c) */
     int nranks;                         /* this process's ranks, L */
     int world_size;                     /* every process's, N = P x L: shards and sums are over them */
     int first_rank;                     /* the global rank of local rank 0 */
@@ -97,8 +97,14 @@ ProcessGroup *pg_create(int nranks, Placement where);
 /* N simulated ranks on the CPU, or all on GPU 0 (one process only); this
  * process's N / P of them, with the exchanges between processes on the CPU. */
 ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
-/* N ranks on GPUs 0..N-1 through NCCL (runtime/process_group_nccl.c). */
+/* N ranks of the world through NCCL (runtime/process_group_nccl.c), this
+ * process's N / P of them on its GPUs 0..N/P-1: process 0 makes the unique id,
+ * world_broadcast sends it to the others, each local rank joins with its
+ * global rank. */
 ProcessGroup *pg_create_nccl(int nranks);
+/* This process's share of a world of `world_size` ranks: world_size / P; 0
+ * with a message when they do not divide over the processes. */
+int pg_local_ranks(int world_size);
 /* Collects the group's trace, if any, before its streams go (runtime/trace.h). */
 void pg_destroy(ProcessGroup *pg);
 
@@ -108,6 +114,9 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
 size_t pg_shard_size(size_t n, int nranks);
+/* The valid length of rank r's shard of n floats over N ranks (short or empty
+ * at the end when N does not divide n). */
+size_t pg_shard_length(size_t n, int nranks, int rank);
 
 /* A modeled link for simulated ranks (--link): each collective then holds every
  * rank's communication stream, with no processor busy, as long as a ring would
