@@ -322,6 +322,13 @@ void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
     pg->link_latency_us = latency_us;
 }
 
+void pg_set_sums(ProcessGroup *pg, SumOrder sums) {
+    pg->sums = sums;
+    size_t len = strlen(pg->description);
+    if (!pg->simulated && sums == SUMS_NCCL)
+        snprintf(pg->description + len, sizeof pg->description - len, ", NCCL's own sums (--collectives=nccl)");
+}
+
 double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n) {
     if (gbps <= 0 || nranks == 1) return 0.0;
     double N = nranks, bytes = (double)n * sizeof(float);

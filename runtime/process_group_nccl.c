@@ -8,13 +8,25 @@
  * ncclGroupStart/ncclGroupEnd. Each collective is issued for every local rank
  * inside one group too, on the ranks' communication streams; the event
  * ordering around it is process_group.c's, each rank's streams waiting on its
- * own events only: NCCL orders the ranks itself. NCCL sums, and the mean's
- * scaling runs after it as a one-input stream_sum.
+ * own events only: NCCL orders the ranks itself.
  *
- * NCCL adds the ranks' shards in an order of its own (ring, tree or NVLS, as it
- * picks), not in rank order as the simulator does: across N > 1 GPUs the bits
- * may differ from the simulator's, and from one collective kind to another.
- * At N = 1 they are the simulator's (tests/test_gpu.c checks it).
+ * Ordered sums (the default): a reduce-scatter is an all-to-all of the shards,
+ * ncclSend/ncclRecv in one group (global rank g sends each peer q its shard q
+ * and receives shard g of every peer's buffer into a staging buffer on its
+ * GPU), then stream_sum, the simulator's kernel, adds the N parts in rank
+ * order 0..N-1 and scales: the simulator's bits for any split P x L. These are
+ * the bytes a ring's reduce-scatter puts on the wire, in N - 1 messages a rank
+ * instead of a ring's pipeline.
+ *
+ * --collectives=nccl (SUMS_NCCL): NCCL's own ncclReduceScatter, then the scale
+ * as a one-input stream_sum. NCCL adds in an order of its own (ring, tree or
+ * NVLS, as it picks): across N > 2 GPUs the bits may differ from the
+ * simulator's, and from one topology to another. Its lengths must divide by N
+ * (the arenas pad every unit to a multiple of N); a collective whose length
+ * does not takes the ordered path.
+ *
+ * An all-gather moves copies, so its bits never depend on the order:
+ * ncclAllGather where the length divides by N, else ncclSend/ncclRecv.
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -28,6 +40,10 @@
 /* NCCL's side of a group. */
 typedef struct {
     ncclComm_t comm[FIBERS_MAX_RANKS];   /* local rank r's, on GPU r */
+    /* Each local rank's staging for the shards its peers send it, N shards, on
+     * its GPU (MEM_WORKING); grown only between collectives, never under one. */
+    float *stage[FIBERS_MAX_RANKS];
+    size_t stage_floats;
 } NcclState;
 
 static NcclState *state_of(const ProcessGroup *pg) { return (NcclState *)pg->nccl; }
@@ -39,44 +55,124 @@ static void nccl_check(ncclResult_t rc, const char *what, const char *file, int 
     world_abort(1);
 }
 
-/* NCCL's shards are exactly n / N long: lengths must divide by N. */
-static size_t equal_shard(const ProcessGroup *pg, size_t n) {
-    if (n % (size_t)pg->world_size != 0) {
-        fprintf(stderr, "fatal: an NCCL collective of %zu floats over %d ranks (lengths must divide)\n", n,
-                pg->world_size);
-        abort();
+static void group_start(void) { nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__); }
+static void group_end(void) { nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); }
+
+/* Whether NCCL's own collectives can take n floats: exactly n / N a rank. */
+static int divides(const ProcessGroup *pg, size_t n) { return n % (size_t)pg->world_size == 0; }
+
+/* Room for N shards of `shard` floats in every local rank's staging. Growing
+ * waits for every collective under way (they read the old staging); the
+ * first steps grow it, later ones find it large enough. */
+static void reserve_stage(ProcessGroup *pg, size_t shard) {
+    NcclState *st = state_of(pg);
+    size_t need = (size_t)pg->world_size * shard;
+    if (need <= st->stage_floats) return;
+    for (int r = 0; r < pg->nranks; r++) {
+        stream_synchronize(pg->comm[r]);
+        if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
+        st->stage[r] = device_alloc(pg->device[r], MEM_WORKING, need * sizeof(float));
     }
-    return n / (size_t)pg->world_size;
+    st->stage_floats = need;
+}
+
+/* Global rank g's send to and receive from peer q, skipped when empty (both
+ * sides agree: the lengths are the valid parts of the shards). */
+static void send_floats(const float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(ncclSend(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
+}
+
+static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(ncclRecv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
+}
+
+/* The all-to-all of the shards, then each rank's ordered sum of its shard. */
+static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+                                   float scale) {
+    NcclState *st = state_of(pg);
+    int N = pg->world_size;
+    size_t shard = pg_shard_size(n, N);
+    reserve_stage(pg, shard);
+    group_start();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        for (int q = 0; q < N; q++) {
+            if (q == g) continue;
+            send_floats(send[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
+            recv_floats(st->stage[r] + (size_t)q * shard, pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
+        }
+    }
+    group_end();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        size_t len = pg_shard_length(n, N, g);
+        float *parts[STREAM_SUM_MAX];
+        for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)g * shard : st->stage[r] + (size_t)q * shard;
+        if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale);
+    }
 }
 
 static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
+    if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
+        ordered_reduce_scatter(pg, send, recv, n, scale);
+        return;
+    }
     NcclState *st = state_of(pg);
-    size_t shard = equal_shard(pg, n);
-    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    size_t shard = n / (size_t)pg->world_size;
+    group_start();
     for (int r = 0; r < pg->nranks; r++)
         nccl_check(ncclReduceScatter(send[r], recv[r], shard, ncclFloat, ncclSum, st->comm[r],
                                      cuda_stream(pg->comm[r])),
                    "ncclReduceScatter", __FILE__, __LINE__);
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    group_end();
     if (scale != 1.0f)
         for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
 }
 
-static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+/* Each rank's shard to every peer, and every peer's into its recv. */
+static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
     NcclState *st = state_of(pg);
-    size_t shard = equal_shard(pg, n);
-    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    int N = pg->world_size;
+    size_t shard = pg_shard_size(n, N);
+    group_start();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        for (int q = 0; q < N; q++) {
+            if (q == g) continue;
+            send_floats(send[r], pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
+            recv_floats(recv[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
+        }
+    }
+    group_end();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        float *own = recv[r] + (size_t)g * shard;
+        size_t len = pg_shard_length(n, N, g);
+        if (own != send[r] && len) stream_copy(pg->comm[r], own, send[r], len * sizeof(float));
+    }
+}
+
+static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+    if (!divides(pg, n)) {
+        exchange_all_gather(pg, send, recv, n);
+        return;
+    }
+    NcclState *st = state_of(pg);
+    size_t shard = n / (size_t)pg->world_size;
+    group_start();
     for (int r = 0; r < pg->nranks; r++)
         nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
                    "ncclAllGather", __FILE__, __LINE__);
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    group_end();
 }
 
 static void nccl_destroy(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
     if (!st) return;
-    for (int r = 0; r < pg->nranks; r++)
+    for (int r = 0; r < pg->nranks; r++) {
+        if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
         if (st->comm[r]) nccl_check(ncclCommDestroy(st->comm[r]), "ncclCommDestroy", __FILE__, __LINE__);
+    }
     free(st);
     pg->nccl = NULL;
 }
@@ -92,13 +188,13 @@ static void join_communicator(ProcessGroup *pg) {
     ncclUniqueId id;
     if (world()->proc == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", __FILE__, __LINE__);
     world_broadcast(&id, sizeof id, "the NCCL unique id");
-    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    group_start();
     for (int r = 0; r < pg->nranks; r++) {
         cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
         nccl_check(ncclCommInitRank(&st->comm[r], pg->world_size, id, pg_global_rank(pg, r)), "ncclCommInitRank",
                    __FILE__, __LINE__);
     }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    group_end();
 }
 
 static void describe(ProcessGroup *pg) {

@@ -8,8 +8,9 @@
  * four strategies bit-identical at N = 2 and 3; overlap on and off bit-identical
  * with 2 micro-steps for every strategy; clipping (every stage within 1e-6 of
  * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
- * against the simulator, bit for bit: at N = 1, and at N = 2 where two GPUs
- * are there (a sum of two is the same in any order). Without a GPU the suite
+ * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
+ * where two GPUs are there, both (a sum of two is the same in any order); at
+ * N = 3 where three are, the ordered sums. Without a GPU the suite
  * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
  * GPU fails instead.
  */
@@ -416,7 +417,8 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
 }
 
 /* Reduce-scatter (scaled), all-gather and all-reduce through a process group,
- * each rank's buffer its own random values; returns every rank's bytes. */
+ * each rank's buffer n floats of its own random values (the last shard short
+ * where N does not divide n); returns every rank's bytes. */
 static float *collectives_on(ProcessGroup *pg, size_t n) {
     int N = pg->nranks;
     float *host = malloc((size_t)N * n * sizeof(float)), *buf[FIBERS_MAX_RANKS];
@@ -425,7 +427,7 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
         buf[r] = device_alloc(pg->device[r], MEM_WORKING, n * sizeof(float));
         stream_copy(pg->compute[r], buf[r], host + (size_t)r * n, n * sizeof(float));
     }
-    size_t shard = n / (size_t)N;
+    size_t shard = pg_shard_size(n, N);
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
     pg_reduce_scatter(pg, buf, shards, n, 0.3f, NULL);
@@ -439,17 +441,48 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
     return host;
 }
 
-static void expect_nccl_matches_the_simulator(int N) {
+/* N ranks through NCCL, summing as asked, against N simulated on one GPU, over
+ * n floats: the same bytes. */
+static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
     ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA);
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
-    size_t n = 4096 * (size_t)N;
+    pg_set_sums(nccl, sums);
     float *a = collectives_on(nccl, n), *b = collectives_on(sim, n);
-    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d: NCCL and the simulator differ", N);
+    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d, %s sums, n=%zu: NCCL and the simulator differ",
+              N, sums == SUMS_ORDERED ? "ordered" : "NCCL's own", n);
     free(a);
     free(b);
     pg_destroy(nccl);
     pg_destroy(sim);
+}
+
+/* Training through NCCL on N GPUs, summing as asked, against the simulator on
+ * one: DDP and ZeRO-2/3 with overlap on, the same weights to the bit. */
+static void expect_nccl_trains_as_the_simulator(int N, SumOrder sums) {
+    load_data();
+    TrainConfig tc = short_run(0.0f, 1);
+    int stages[3] = { 0, 2, 3 };
+    for (int i = 0; i < 3; i++) {
+        StrategyConfig sim_sc = small_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
+        nccl_sc.device = PLACE_CUDA;
+        nccl_sc.sums = sums;
+        nccl_sc.overlap = 1;
+        size_t n;
+        float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
+        cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on %d GPUs differs from the simulator",
+                  stages[i], N);
+        free(sim);
+        free(nccl);
+    }
+    dataset_free(&data);
+}
+
+static void need_gpus(int count) {
+    need_gpu();
+    if (device_cuda_count() < count)
+        cr_skip_test("NCCL on %d GPUs: %d GPU%s visible", count, device_cuda_count(),
+                     device_cuda_count() == 1 ? "" : "s");
 }
 
 /* A trace of ZeRO-3 on the GPU simulator, stamped by timing events: every
@@ -486,30 +519,32 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     unlink(path);
 }
 
+/* One rank: both ways of summing are the simulator's, on lengths that divide
+ * and one that does not (the all-gather's send/recv path). */
 Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
     need_gpu();
-    expect_nccl_matches_the_simulator(1);
+    expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4096);
+    expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4099);
+    expect_nccl_matches_the_simulator(1, SUMS_NCCL, 4096);
 }
 
-/* Two ranks through NCCL, against the simulator on one GPU: the collectives,
- * then DDP and ZeRO-3 training (their sums are of two, so the bits agree). */
+/* Two ranks through NCCL, against the simulator on one GPU: the collectives
+ * (uneven shards too), then training. NCCL's own sums agree here as well: a
+ * sum of two is the same in either order. */
 Test(gpu, nccl_on_two_gpus_matches_the_gpu_simulator) {
-    need_gpu();
-    if (device_cuda_count() < 2) test_skip("NCCL on two GPUs: %d GPU visible", device_cuda_count());
-    expect_nccl_matches_the_simulator(2);
-    load_data();
-    TrainConfig tc = short_run(0.0f, 1);
-    int stages[2] = { 0, 3 };
-    for (int i = 0; i < 2; i++) {
-        StrategyConfig sim_sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
-        nccl_sc.device = PLACE_CUDA;
-        nccl_sc.overlap = 1;
-        size_t n;
-        float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
-        cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on 2 GPUs differs from the simulator",
-                  stages[i]);
-        free(sim);
-        free(nccl);
-    }
-    dataset_free(&data);
+    need_gpus(2);
+    expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8192);
+    expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8193);
+    expect_nccl_matches_the_simulator(2, SUMS_NCCL, 8192);
+    expect_nccl_trains_as_the_simulator(2, SUMS_ORDERED);
+    expect_nccl_trains_as_the_simulator(2, SUMS_NCCL);
+}
+
+/* Three ranks: only the ordered sums promise the simulator's bits (NCCL's
+ * own add three in an order of their own). */
+Test(gpu, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
+    need_gpus(3);
+    expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096);
+    expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096 + 1);
+    expect_nccl_trains_as_the_simulator(3, SUMS_ORDERED);
 }

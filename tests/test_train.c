@@ -192,6 +192,8 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--zero=-1", "--zero=-1 must be 0, 1, 2 or 3" },
         { TRAIN, "--zero=x", "--zero expects an integer, got 'x'" },
         { TRAIN, "--device=tpu", "--device=tpu must be auto, cpu or cuda" },
+        { TRAIN, "--collectives=ring", "--collectives=ring must be ordered or nccl" },
+        { TRAIN, "--collectives=NCCL", "--collectives=NCCL must be ordered or nccl" },
         { TRAIN, "--tf32=2", "--tf32=2 must be 0 or 1" },
         { TRAIN, "--tf32=1", "--tf32=1 needs a GPU, and the ranks run on the CPU" },
         { TRAIN, "--overlap=2", "--overlap=2 must be 0 or 1" },

@@ -16,7 +16,7 @@ int options_preset(TrainOptions *o, const char *name) {
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .collectives = "ordered", .overlap = 1, .bucket_mb = 25.0f, .link = "",
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
@@ -49,6 +49,9 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
         { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
+        { "collectives", FLAG_PATH, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
+          "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
+          "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
@@ -201,6 +204,8 @@ static int validate(TrainOptions *o, const char *prog) {
     else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
+    else if (strcmp(o->collectives, "ordered") && strcmp(o->collectives, "nccl"))
+        snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
@@ -305,6 +310,10 @@ Placement options_placement(const TrainOptions *o) {
     if (strcmp(o->device, "cpu") == 0) return PLACE_CPU;
     if (strcmp(o->device, "cuda") == 0) return PLACE_CUDA;
     return PLACE_AUTO;
+}
+
+SumOrder options_sums(const TrainOptions *o) {
+    return strcmp(o->collectives, "nccl") == 0 ? SUMS_NCCL : SUMS_ORDERED;
 }
 
 int options_no_strategy_status(const TrainOptions *o) {

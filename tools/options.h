@@ -20,6 +20,7 @@ typedef struct {
     int eval_every, eval_iters, log_every, sample_chars, seed;
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
     char device[8];                  /* auto, cpu or cuda */
+    char collectives[8];             /* ordered or nccl: how ranks on GPUs sum */
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
     int overlap;                     /* 1: collectives under the backward */
     float bucket_mb;                 /* DDP's bucket size */
@@ -48,6 +49,8 @@ int options_preset(TrainOptions *o, const char *name);
 void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
+/* How --collectives asks NCCL's ranks to sum. */
+SumOrder options_sums(const TrainOptions *o);
 /* The exit status when no strategy could be made (the message is printed):
  * 1 when CUDA is there but failed (a run that could not go on), 2 for a
  * command line no run can use (--device=cuda without a GPU). */

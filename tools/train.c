@@ -257,7 +257,8 @@ int main(int argc, char **argv) {
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
+        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o),
+        .sums = options_sums(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
         .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
