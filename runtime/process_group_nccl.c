@@ -27,15 +27,34 @@
  *
  * An all-gather moves copies, so its bits never depend on the order:
  * ncclAllGather where the length divides by N, else ncclSend/ncclRecv.
+ *
+ * The watchdog, as PyTorch's: a thread per group polls every communicator's
+ * ncclCommGetAsyncError, and an event recorded on each rank's communication
+ * stream after each collective. A collective not done within --timeout
+ * (world()->timeout_s) of its enqueue, or an error NCCL reports (a peer that
+ * died, a network that failed), aborts the communicators and ends the run: one
+ * line naming the collective, exit 1 in every process (world_abort). NCCL's
+ * own calls block in them otherwise, and a dead peer would hang the others.
  */
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "device_cuda.h"
 #include "host.h"
 #include "process_group.h"
 #include "world.h"
+
+/* A collective the watchdog waits for: done once every local rank's event is. */
+enum { WATCH_SLOTS = 1024 };
+typedef struct {
+    cudaEvent_t done[FIBERS_MAX_RANKS];
+    double enqueued;                     /* host_seconds() */
+    char what[2 * FIBERS_NAME_MAX];      /* "all-gather unit 3" */
+} Watched;
 
 /* NCCL's side of a group. */
 typedef struct {
@@ -44,6 +63,14 @@ typedef struct {
      * its GPU (MEM_WORKING); grown only between collectives, never under one. */
     float *stage[FIBERS_MAX_RANKS];
     size_t stage_floats;
+    /* The watchdog's queue: the collectives enqueued and not yet seen done,
+     * oldest at head; a full queue holds the next collective until one is. */
+    Watched watched[WATCH_SLOTS];
+    int head, count, stop;
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    pthread_t watchdog;
+    int watchdog_started;
 } NcclState;
 
 static NcclState *state_of(const ProcessGroup *pg) { return (NcclState *)pg->nccl; }
@@ -53,6 +80,43 @@ static void nccl_check(ncclResult_t rc, const char *what, const char *file, int 
     if (rc == ncclSuccess) return;
     fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
     world_abort(1);
+}
+
+static void lock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_lock(m);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_mutex_lock failed (%d)\n", rc);
+        abort();
+    }
+}
+
+static void unlock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_unlock(m);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_mutex_unlock failed (%d)\n", rc);
+        abort();
+    }
+}
+
+/* Queue the collective just enqueued for the watchdog: an event after it on
+ * every local rank's communication stream. */
+static void watch(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    lock(&st->lock);
+    while (st->count == WATCH_SLOTS) {  /* the watchdog frees a slot, or ends the run */
+        int rc = pthread_cond_wait(&st->freed, &st->lock);
+        if (rc) {
+            fprintf(stderr, "fatal: pthread_cond_wait failed (%d)\n", rc);
+            abort();
+        }
+    }
+    Watched *w = &st->watched[(st->head + st->count) % WATCH_SLOTS];
+    for (int r = 0; r < pg->nranks; r++)
+        cuda_check(cudaEventRecord(w->done[r], cuda_stream(pg->comm[r])), "cudaEventRecord", __FILE__, __LINE__);
+    w->enqueued = host_seconds();
+    snprintf(w->what, sizeof w->what, "%s", pg->exchange_label);
+    st->count++;
+    unlock(&st->lock);
 }
 
 static void group_start(void) { nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__); }
@@ -115,6 +179,7 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
 static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
     if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
         ordered_reduce_scatter(pg, send, recv, n, scale);
+        watch(pg);
         return;
     }
     NcclState *st = state_of(pg);
@@ -127,6 +192,7 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
     group_end();
     if (scale != 1.0f)
         for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
+    watch(pg);
 }
 
 /* Each rank's shard to every peer, and every peer's into its recv. */
@@ -155,6 +221,7 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
     if (!divides(pg, n)) {
         exchange_all_gather(pg, send, recv, n);
+        watch(pg);
         return;
     }
     NcclState *st = state_of(pg);
@@ -164,11 +231,136 @@ static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *
         nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
                    "ncclAllGather", __FILE__, __LINE__);
     group_end();
+    watch(pg);
+}
+
+/* ---- the watchdog ---- */
+
+/* Abort every communicator (NCCL's kernels and threads stop waiting for the
+ * peers), then end every process with the one line. */
+static void end_run(ProcessGroup *pg, const char *line) {
+    NcclState *st = state_of(pg);
+    const char *failed = NULL;
+    for (int r = 0; r < pg->nranks; r++)
+        if (ncclCommAbort(st->comm[r]) != ncclSuccess) failed = " (and ncclCommAbort failed)";
+    fprintf(stderr, "%s%s; stopping every process\n", line, failed ? failed : "");
+    world_abort(1);
+}
+
+/* Whether local rank r's event is past; a CUDA error there ends the run. */
+static int event_done(const ProcessGroup *pg, int r, cudaEvent_t ev) {
+    cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
+    cudaError_t rc = cudaEventQuery(ev);
+    if (rc == cudaErrorNotReady) return 0;
+    cuda_check(rc, "cudaEventQuery", __FILE__, __LINE__);
+    return 1;
+}
+
+/* An error NCCL reports on a communicator, as the run's last line. */
+static void check_async_errors(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    for (int r = 0; r < pg->nranks; r++) {
+        ncclResult_t async = ncclSuccess;
+        nccl_check(ncclCommGetAsyncError(st->comm[r], &async), "ncclCommGetAsyncError", __FILE__, __LINE__);
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        char line[512];
+        snprintf(line, sizeof line, "error: rank %d (process %d): NCCL failed under '%s': %s (%s)",
+                 pg_global_rank(pg, r), world()->proc, st->count ? st->watched[st->head].what : "no collective",
+                 ncclGetErrorString(async), ncclGetLastError(st->comm[r]));
+        end_run(pg, line);
+    }
+}
+
+/* Drop the collectives that are done; the oldest past the timeout ends the run. */
+static void check_collectives(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    while (st->count) {
+        Watched *w = &st->watched[st->head];
+        int late = -1;
+        for (int r = 0; r < pg->nranks && late < 0; r++)
+            if (!event_done(pg, r, w->done[r])) late = r;
+        if (late < 0) {
+            st->head = (st->head + 1) % WATCH_SLOTS;
+            st->count--;
+            int rc = pthread_cond_broadcast(&st->freed);
+            if (rc) {
+                fprintf(stderr, "fatal: pthread_cond_broadcast failed (%d)\n", rc);
+                abort();
+            }
+            continue;
+        }
+        if (host_seconds() - w->enqueued <= world()->timeout_s) return;
+        char line[512];
+        snprintf(line, sizeof line, "error: rank %d (process %d): NCCL's '%s' did not complete within %g s "
+                 "(--timeout): a peer never arrived, or its GPU is stuck", pg_global_rank(pg, late), world()->proc, w->what,
+                 world()->timeout_s);
+        end_run(pg, line);
+    }
+}
+
+/* Every 10 ms, until the group goes. */
+static void *watchdog_main(void *arg) {
+    ProcessGroup *pg = arg;
+    NcclState *st = state_of(pg);
+    for (;;) {
+        lock(&st->lock);
+        int stop = st->stop;
+        if (!stop) {
+            check_async_errors(pg);
+            check_collectives(pg);
+        }
+        unlock(&st->lock);
+        if (stop) return NULL;
+        nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+    }
+}
+
+static void start_watchdog(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    int rc = pthread_mutex_init(&st->lock, NULL);
+    if (!rc) rc = pthread_cond_init(&st->freed, NULL);
+    if (rc) {
+        fprintf(stderr, "error: the NCCL watchdog's lock: %s\n", strerror(rc));
+        world_abort(1);
+    }
+    for (int i = 0; i < WATCH_SLOTS; i++)
+        for (int r = 0; r < pg->nranks; r++) {
+            cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
+            cuda_check(cudaEventCreateWithFlags(&st->watched[i].done[r], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags", __FILE__, __LINE__);
+        }
+    rc = host_thread_create(&st->watchdog, watchdog_main, pg);
+    if (rc) {
+        fprintf(stderr, "error: cannot start the NCCL watchdog: %s\n", strerror(rc));
+        world_abort(1);
+    }
+    st->watchdog_started = 1;
+}
+
+static void stop_watchdog(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    if (!st->watchdog_started) return;
+    lock(&st->lock);
+    st->stop = 1;
+    unlock(&st->lock);
+    int rc = pthread_join(st->watchdog, NULL);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_join of the NCCL watchdog failed (%d)\n", rc);
+        abort();
+    }
+    for (int i = 0; i < WATCH_SLOTS; i++)
+        for (int r = 0; r < pg->nranks; r++)
+            cuda_check(cudaEventDestroy(st->watched[i].done[r]), "cudaEventDestroy", __FILE__, __LINE__);
+    if (pthread_cond_destroy(&st->freed) || pthread_mutex_destroy(&st->lock)) {
+        fprintf(stderr, "fatal: the NCCL watchdog's lock is still in use\n");
+        abort();
+    }
 }
 
 static void nccl_destroy(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
     if (!st) return;
+    stop_watchdog(pg);
     for (int r = 0; r < pg->nranks; r++) {
         if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
         if (st->comm[r]) nccl_check(ncclCommDestroy(st->comm[r]), "ncclCommDestroy", __FILE__, __LINE__);
@@ -237,6 +429,7 @@ ProcessGroup *pg_create_nccl(int world_size) {
     }
     pg->nccl = host_calloc(1, sizeof(NcclState));
     join_communicator(pg);
+    start_watchdog(pg);
     describe(pg);
     return pg;
 }

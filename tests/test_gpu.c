@@ -10,7 +10,8 @@
  * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
  * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
  * where two GPUs are there, both (a sum of two is the same in any order); at
- * N = 3 where three are, the ordered sums. Without a GPU the suite
+ * N = 3 where three are, the ordered sums; the NCCL watchdog ending a run
+ * whose collective is stuck past --timeout. Without a GPU the suite
  * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
  * GPU fails instead.
  */
@@ -19,10 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../kernels/kernels.h"
 #include "../runtime/trace.h"
+#include "../runtime/world.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -547,4 +550,57 @@ Test(gpu, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
     expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096);
     expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096 + 1);
     expect_nccl_trains_as_the_simulator(3, SUMS_ORDERED);
+}
+
+/* ---- the NCCL watchdog: a suite of its own, whose process starts no CUDA
+ * before it forks (a child of a process that did could not use the GPU) ---- */
+
+TestSuite(gpu_watchdog);
+
+/* In a child: one rank through NCCL, its communication stream held 4 s by the
+ * modeled link's kernel before an all-reduce, a 1 s --timeout. The watchdog
+ * must end the child, exit 1, with one line naming the collective. The child
+ * exits 77 without a GPU, 0 if the all-reduce ever completes. */
+static void hold_an_all_reduce_past_the_timeout(void) {
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(1.0);
+    ProcessGroup *pg = pg_create_nccl(1);
+    if (!pg) _exit(3);
+    size_t n = 4096;
+    float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
+    stream_timer_start(pg->comm[0]);
+    stream_hold(pg->comm[0], 4.0);
+    pg_trace_next(pg, "unit 7", 7);
+    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    stream_synchronize(pg->compute[0]);
+    _exit(0);
+}
+
+Test(gpu_watchdog, a_stuck_collective_ends_the_run_naming_it, .timeout = 60) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_watchdog_%d.err", (int)getpid());
+    pid_t child = fork();
+    cr_assert_neq(child, -1, "fork failed");
+    if (child == 0) {
+        FILE *err = freopen(path, "w", stderr);
+        if (!err) _exit(4);
+        hold_an_all_reduce_past_the_timeout();
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(child, &status, 0), child, "waitpid failed");
+    char text[4096] = "";
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[len] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    cr_assert(WIFEXITED(status), "the child did not exit (status %d): %s", status, text);
+    if (WEXITSTATUS(status) == 77 && !getenv("ZF_REQUIRE_GPU"))
+        cr_skip_test("SKIP: no GPU visible (or a build without CUDA): the watchdog's test did not run");
+    cr_expect_eq(WEXITSTATUS(status), 1, "exit %d, stderr: %s", WEXITSTATUS(status), text);
+    cr_expect(strstr(text, "'all-reduce unit 7' did not complete within 1 s (--timeout)") != NULL, "stderr: %s",
+              text);
+    int errors = strncmp(text, "error:", 6) == 0;
+    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n')) errors += strncmp(nl + 1, "error:", 6) == 0;
+    cr_expect_eq(errors, 1, "stderr: %s", text);
 }
