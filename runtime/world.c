@@ -1,6 +1,7 @@
 /* world.c: what every world shares (world.h): its state, the lines that name
  * processes, and the host's collectives, made of exchanges. The engine's part
- * is world_mpi.c, or world_none.c in a build without MPI. */
+ * is world_mpi.c, or world_none.c in a build without MPI; a world joined
+ * through a file rendezvous hands its exchanges to world_nccl.c instead. */
 #include "world.h"
 
 #include <stdio.h>
@@ -18,6 +19,15 @@ World *world_state(void) { return &the_world; }
 
 int world_launched(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE") || getenv("PMI_RANK");
+}
+
+static WorldExchange joined_engine;  /* world_set_engine's, or NULL: world_backend_exchange */
+
+void world_set_engine(WorldExchange exchange) { joined_engine = exchange; }
+
+static void engine_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what) {
+    if (joined_engine) joined_engine(channel, to, from, what);
+    else world_backend_exchange(channel, to, from, what);
 }
 
 void world_set_timeout(double seconds) { the_world.timeout_s = seconds; }
@@ -38,7 +48,7 @@ void world_all_gather(const void *mine, void *all, size_t bytes, const char *wha
         to[p] = (WorldChunk){ (void *)mine, bytes };
         from[p] = (WorldChunk){ (char *)all + (size_t)p * bytes, bytes };
     }
-    world_backend_exchange(WORLD_HOST, to, from, what);
+    engine_exchange(WORLD_HOST, to, from, what);
     free(to);
     free(from);
 }
@@ -51,7 +61,7 @@ void world_broadcast(void *buf, size_t bytes, const char *what) {
         to[p] = (WorldChunk){ buf, root ? bytes : 0 };
         from[p] = (WorldChunk){ buf, p == 0 ? bytes : 0 };
     }
-    world_backend_exchange(WORLD_HOST, to, from, what);
+    engine_exchange(WORLD_HOST, to, from, what);
     free(to);
     free(from);
 }
@@ -67,7 +77,7 @@ int world_any(int flag, const char *what) {
 }
 
 void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what) {
-    if (the_world.nprocs > 1) world_backend_exchange(WORLD_STREAMS, to, from, what);
+    if (the_world.nprocs > 1) engine_exchange(WORLD_STREAMS, to, from, what);
 }
 
 void world_timed_out(const char *what, const int *missing) {
