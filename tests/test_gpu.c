@@ -10,15 +10,19 @@
  * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
  * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
  * where two GPUs are there, both (a sum of two is the same in any order); at
- * N = 3 where three are, the ordered sums; the NCCL watchdog ending a run
- * whose collective is stuck past --timeout. Without a GPU the suite
+ * N = 3 where three are, the ordered sums. In children of their own: the NCCL
+ * watchdog ending a run whose collective is stuck past --timeout; a file
+ * rendezvous that never comes; two processes joined through a file (where two
+ * GPUs are), their ordered sums against the host's. Without a GPU the suite
  * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
  * GPU fails instead.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -552,16 +556,59 @@ Test(gpu, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
     expect_nccl_trains_as_the_simulator(3, SUMS_ORDERED);
 }
 
-/* ---- the NCCL watchdog: a suite of its own, whose process starts no CUDA
- * before it forks (a child of a process that did could not use the GPU) ---- */
+/* ---- faults and processes: a suite of its own, whose process starts no CUDA
+ * before it forks (a child of a process that did could not use the GPU). A
+ * child exits 77 where the GPUs it needs are not there. ---- */
 
-TestSuite(gpu_watchdog);
+TestSuite(gpu_processes);
 
-/* In a child: one rank through NCCL, its communication stream held 4 s by the
- * modeled link's kernel before an all-reduce, a 1 s --timeout. The watchdog
- * must end the child, exit 1, with one line naming the collective. The child
- * exits 77 without a GPU, 0 if the all-reduce ever completes. */
-static void hold_an_all_reduce_past_the_timeout(void) {
+/* Where a child's stderr goes, named by the parent's pid and the child's index. */
+static void child_err_path(char *path, size_t len, int child) {
+    snprintf(path, len, "/tmp/zf_gpu_child_%d_%d.err", (int)getpid(), child);
+}
+
+/* Start `body(child)` in a child whose stderr goes to its file. */
+static pid_t start_child(void (*body)(int), int child) {
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork failed");
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr)) _exit(4);
+        body(child);
+    }
+    return pid;
+}
+
+/* The child's exit status (or -1 for a signal), its stderr read into text. */
+static int end_child(pid_t pid, int child, char *text, size_t len) {
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid, "waitpid failed");
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(text, 1, len - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void skip_without_gpus(int status, const char *what) {
+    if (status == 77 && !getenv("ZF_REQUIRE_GPU")) cr_skip_test("SKIP: %s: the GPUs it needs are not visible", what);
+}
+
+static int count_error_lines(const char *text) {
+    int errors = strncmp(text, "error:", 6) == 0;
+    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n')) errors += strncmp(nl + 1, "error:", 6) == 0;
+    return errors;
+}
+
+/* One rank through NCCL, its communication stream held 4 s by the modeled
+ * link's kernel before an all-reduce, a 1 s --timeout: the watchdog must end
+ * the child, exit 1. It exits 0 if the all-reduce ever completes. */
+static void hold_an_all_reduce_past_the_timeout(int child) {
+    (void)child;
     if (device_cuda_count() <= 0) _exit(77);
     world_set_timeout(1.0);
     ProcessGroup *pg = pg_create_nccl(1);
@@ -576,31 +623,86 @@ static void hold_an_all_reduce_past_the_timeout(void) {
     _exit(0);
 }
 
-Test(gpu_watchdog, a_stuck_collective_ends_the_run_naming_it, .timeout = 60) {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/zf_watchdog_%d.err", (int)getpid());
-    pid_t child = fork();
-    cr_assert_neq(child, -1, "fork failed");
-    if (child == 0) {
-        FILE *err = freopen(path, "w", stderr);
-        if (!err) _exit(4);
-        hold_an_all_reduce_past_the_timeout();
-    }
-    int status = 0;
-    cr_assert_eq(waitpid(child, &status, 0), child, "waitpid failed");
-    char text[4096] = "";
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[len] = 0;
-    if (f) fclose(f);
-    unlink(path);
-    cr_assert(WIFEXITED(status), "the child did not exit (status %d): %s", status, text);
-    if (WEXITSTATUS(status) == 77 && !getenv("ZF_REQUIRE_GPU"))
-        cr_skip_test("SKIP: no GPU visible (or a build without CUDA): the watchdog's test did not run");
-    cr_expect_eq(WEXITSTATUS(status), 1, "exit %d, stderr: %s", WEXITSTATUS(status), text);
+Test(gpu_processes, a_stuck_collective_ends_the_run_naming_it, .timeout = 60) {
+    char text[4096];
+    int status = end_child(start_child(hold_an_all_reduce_past_the_timeout, 0), 0, text, sizeof text);
+    skip_without_gpus(status, "the watchdog");
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
     cr_expect(strstr(text, "'all-reduce unit 7' did not complete within 1 s (--timeout)") != NULL, "stderr: %s",
               text);
-    int errors = strncmp(text, "error:", 6) == 0;
-    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n')) errors += strncmp(nl + 1, "error:", 6) == 0;
-    cr_expect_eq(errors, 1, "stderr: %s", text);
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* Process 1 of 2 waits for a rendezvous file that process 0 never writes. */
+static void wait_for_a_rendezvous_that_never_comes(int child) {
+    (void)child;
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(1.0);
+    _exit(world_join_file(2, 1, "/tmp/zf_gpu_no_such_rendezvous") == -1 ? 1 : 0);
+}
+
+Test(gpu_processes, a_rendezvous_file_that_never_comes_is_one_line, .timeout = 60) {
+    char text[4096];
+    int status = end_child(start_child(wait_for_a_rendezvous_that_never_comes, 0), 0, text, sizeof text);
+    skip_without_gpus(status, "the file rendezvous");
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect(strstr(text, "no --rendezvous file /tmp/zf_gpu_no_such_rendezvous from process 0 within 1 s") != NULL,
+              "stderr: %s", text);
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* Process `child` of 2, on GPU `child` alone, joined through a file: the
+ * world's all-gather, then an ordered reduce-scatter (scaled) and an
+ * all-gather of 4097 floats (uneven shards) through NCCL, against the sum in
+ * rank order on the host, byte for byte. Exits 0 when all agree. */
+enum { RENDEZVOUS_FLOATS = 4097 };
+
+static void rank_of_two_processes(int child) {
+    char visible[8];
+    snprintf(visible, sizeof visible, "%d", child);
+    if (setenv("CUDA_VISIBLE_DEVICES", visible, 1) != 0) _exit(4);
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(30.0);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_gpu_rendezvous_%d", (int)getppid());
+    if (world_join_file(2, child, path) != 0) _exit(3);
+    int procs[2] = { -1, -1 };
+    world_all_gather(&child, procs, sizeof child, "the test's all-gather");
+    if (procs[0] != 0 || procs[1] != 1) _exit(5);
+    ProcessGroup *pg = pg_create_nccl(2);
+    if (!pg) _exit(3);
+    size_t n = RENDEZVOUS_FLOATS, shard = pg_shard_size(n, 2);
+    float *mine = malloc(n * sizeof(float)), *other = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    fill_uniform(mine, n, -1, 1, 71 + (unsigned)child);
+    fill_uniform(other, n, -1, 1, 71 + (unsigned)(1 - child));
+    float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
+    stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
+    pg_reduce_scatter(pg, &buf, &own, n, 0.3f, NULL);
+    pg_all_gather(pg, &own, &buf, n, NULL);
+    stream_copy(pg->compute[0], got, buf, n * sizeof(float));
+    stream_synchronize(pg->compute[0]);
+    const float *rank0 = child == 0 ? mine : other, *rank1 = child == 0 ? other : mine;
+    for (size_t i = 0; i < n; i++) {
+        float want = (rank0[i] + rank1[i]) * 0.3f;
+        if (memcmp(&want, &got[i], sizeof want) != 0) _exit(6);
+    }
+    pg_destroy(pg);
+    _exit(0);
+}
+
+/* One GPU (gpu_check's machine) is not a failure here: the test needs two. */
+Test(gpu_processes, two_processes_through_a_rendezvous_file_sum_in_rank_order, .timeout = 120) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_gpu_rendezvous_%d", (int)getpid());
+    unlink(path);
+    pid_t first = start_child(rank_of_two_processes, 0), second = start_child(rank_of_two_processes, 1);
+    char text[2][4096];
+    int status1 = end_child(second, 1, text[1], sizeof text[1]);
+    if (status1 == 77)  /* process 0 may wait in NCCL's init for a peer that never comes */
+        cr_assert(kill(first, SIGKILL) == 0 || errno == ESRCH, "kill failed");
+    int status0 = end_child(first, 0, text[0], sizeof text[0]);
+    unlink(path);
+    if (status1 == 77) cr_skip_test("SKIP: two processes on two GPUs: fewer than two GPUs visible");
+    cr_expect_eq(status0, 0, "process 0: exit %d, stderr: %s", status0, text[0]);
+    cr_expect_eq(status1, 0, "process 1: exit %d, stderr: %s", status1, text[1]);
 }
