@@ -380,6 +380,7 @@ static void join_communicator(ProcessGroup *pg) {
     ncclUniqueId id;
     if (world()->proc == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", __FILE__, __LINE__);
     world_broadcast(&id, sizeof id, "the NCCL unique id");
+    world_deadline_start("NCCL's init of the ranks (ncclCommInitRank)");
     group_start();
     for (int r = 0; r < pg->nranks; r++) {
         cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
@@ -387,6 +388,7 @@ static void join_communicator(ProcessGroup *pg) {
                    __FILE__, __LINE__);
     }
     group_end();
+    world_deadline_end();
 }
 
 static void describe(ProcessGroup *pg) {

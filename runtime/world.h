@@ -46,6 +46,12 @@ void world_name_process(int proc, char *buf, size_t len);
  * world_nccl.c): for runs on GPUs without MPI (--nodes, --node-rank,
  * --rendezvous=file:PATH). 0, or -1 with a message. */
 int world_join_file(int nprocs, int proc, const char *path);
+/* Bound a blocking call that has no timeout of its own (NCCL's init, which
+ * waits for every peer) by the timeout: past it, one line naming `what` and
+ * the end of every process (world_abort). One at a time; world_deadline_end
+ * once the call is back. */
+void world_deadline_start(const char *what);
+void world_deadline_end(void);
 /* Leave the world after a run every process ended the same way (MPI_Finalize). */
 void world_finalize(void);
 /* End every process of the run now, this one with `status` (MPI_Abort): for an

@@ -6,7 +6,9 @@
  * Process 0 makes an NCCL unique id and writes it to PATH (a temporary file
  * renamed into place, so no reader sees half of it); the others poll for PATH
  * up to --timeout. Once every process has joined, process 0 removes the file:
- * a file left there is an earlier run's, which process 0 refuses to reuse.
+ * a file left there is an earlier run's, which process 0 refuses to reuse (a
+ * process that reads one waits in NCCL's init for peers that never come, until
+ * the timeout: world_deadline_start).
  *
  * The host's collectives (world_all_gather, world_broadcast: the flags'
  * hashes, losses, checkpoint state) then run as world_backend_exchange's
@@ -104,7 +106,9 @@ int world_join_file(int nprocs, int proc, const char *path) {
     cuda_check(cudaSetDevice(0), "cudaSetDevice", __FILE__, __LINE__);
     cuda_check(cudaStreamCreateWithFlags(&moves, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", __FILE__,
                __LINE__);
+    world_deadline_start("joining NCCL's communicator of the processes");
     check_nccl(ncclCommInitRank(&processes, nprocs, id, proc), "ncclCommInitRank");
+    world_deadline_end();
     if (proc == 0 && unlink(path) != 0)
         fprintf(stderr, "warning: cannot remove the --rendezvous file %s: %s\n", path, strerror(errno));
     int version = 0;
