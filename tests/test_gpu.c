@@ -606,7 +606,8 @@ static int count_error_lines(const char *text) {
 
 /* One rank through NCCL, its communication stream held 4 s by the modeled
  * link's kernel before an all-reduce, a 1 s --timeout: the watchdog must end
- * the child, exit 1. It exits 0 if the all-reduce ever completes. */
+ * the child, exit 1. It exits 0 if the all-reduce ever completes. A first
+ * all-reduce grows the staging (which waits for the stream) before the hold. */
 static void hold_an_all_reduce_past_the_timeout(int child) {
     (void)child;
     if (device_cuda_count() <= 0) _exit(77);
@@ -615,6 +616,8 @@ static void hold_an_all_reduce_past_the_timeout(int child) {
     if (!pg) _exit(3);
     size_t n = 4096;
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
+    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    stream_synchronize(pg->compute[0]);
     stream_timer_start(pg->comm[0]);
     stream_hold(pg->comm[0], 4.0);
     pg_trace_next(pg, "unit 7", 7);
