@@ -67,6 +67,11 @@ typedef struct {
      * oldest at head; a full queue holds the next collective until one is. */
     Watched watched[WATCH_SLOTS];
     int head, count, stop;
+    /* When the collective being enqueued began (0: none): NCCL's first send to a
+     * peer waits in ncclGroupEnd for the peer to connect, a wait the watchdog
+     * bounds too. */
+    double enqueuing_since;
+    char enqueuing_what[2 * FIBERS_NAME_MAX];
     pthread_mutex_t lock;
     pthread_cond_t freed;
     pthread_t watchdog;
@@ -98,11 +103,21 @@ static void unlock(pthread_mutex_t *m) {
     }
 }
 
+/* Tell the watchdog a collective is being enqueued. */
+static void enqueuing(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    lock(&st->lock);
+    st->enqueuing_since = host_seconds();
+    snprintf(st->enqueuing_what, sizeof st->enqueuing_what, "%s", pg->exchange_label);
+    unlock(&st->lock);
+}
+
 /* Queue the collective just enqueued for the watchdog: an event after it on
  * every local rank's communication stream. */
 static void watch(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
     lock(&st->lock);
+    st->enqueuing_since = 0;
     while (st->count == WATCH_SLOTS) {  /* the watchdog frees a slot, or ends the run */
         int rc = pthread_cond_wait(&st->freed, &st->lock);
         if (rc) {
@@ -177,6 +192,7 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
 }
 
 static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
+    enqueuing(pg);
     if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
         ordered_reduce_scatter(pg, send, recv, n, scale);
         watch(pg);
@@ -219,6 +235,7 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
 }
 
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+    enqueuing(pg);
     if (!divides(pg, n)) {
         exchange_all_gather(pg, send, recv, n);
         watch(pg);
@@ -271,9 +288,16 @@ static void check_async_errors(ProcessGroup *pg) {
     }
 }
 
-/* Drop the collectives that are done; the oldest past the timeout ends the run. */
+/* Drop the collectives that are done; the oldest past the timeout, or one
+ * whose enqueue is, ends the run. */
 static void check_collectives(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
+    char line[512];
+    if (st->enqueuing_since > 0 && host_seconds() - st->enqueuing_since > world()->timeout_s) {
+        snprintf(line, sizeof line, "error: process %d: NCCL's '%s' could not be enqueued within %g s (--timeout): "
+                 "a peer never connected", world()->proc, st->enqueuing_what, world()->timeout_s);
+        end_run(pg, line);
+    }
     while (st->count) {
         Watched *w = &st->watched[st->head];
         int late = -1;
@@ -290,10 +314,9 @@ static void check_collectives(ProcessGroup *pg) {
             continue;
         }
         if (host_seconds() - w->enqueued <= world()->timeout_s) return;
-        char line[512];
         snprintf(line, sizeof line, "error: rank %d (process %d): NCCL's '%s' did not complete within %g s "
-                 "(--timeout): a peer never arrived, or its GPU is stuck", pg_global_rank(pg, late), world()->proc, w->what,
-                 world()->timeout_s);
+                 "(--timeout): a peer never arrived, or its GPU is stuck", pg_global_rank(pg, late), world()->proc,
+                 w->what, world()->timeout_s);
         end_run(pg, line);
     }
 }

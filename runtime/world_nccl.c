@@ -14,13 +14,13 @@
  * hashes, losses, checkpoint state) then run as world_backend_exchange's
  * contract does, over NCCL: the host's chunks copied to GPU 0, ncclSend and
  * ncclRecv with every peer in one group, the received bytes copied back, all
- * on a stream of its own, polled until the timeout. The process group's own
+ * on a stream of its own, under a deadline of the timeout (world_deadline_start:
+ * NCCL does not say which peer is missing, so the line names the operation). The process group's own
  * collectives are NCCL's (process_group_nccl.c); ranks on the CPU across
  * processes need MPI (world_mpi.c).
  */
 #include <errno.h>
 #include <nccl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,24 +119,6 @@ int world_join_file(int nprocs, int proc, const char *path) {
     return 0;
 }
 
-/* Wait for the stream's moves, polled until the timeout: a peer that never
- * comes is one line naming the operation (every peer: NCCL does not say which). */
-static void wait_for_moves(const char *what) {
-    double deadline = host_seconds() + world()->timeout_s;
-    for (int polls = 0;; polls++) {
-        cudaError_t rc = cudaStreamQuery(moves);
-        if (rc == cudaSuccess) return;
-        if (rc != cudaErrorNotReady) cuda_check(rc, "cudaStreamQuery", __FILE__, __LINE__);
-        if (host_seconds() > deadline) {
-            int *missing = host_calloc((size_t)world()->nprocs, sizeof *missing);
-            for (int p = 0; p < world()->nprocs; p++) missing[p] = p != world()->proc;
-            world_timed_out(what, missing);
-        }
-        if (polls < 100) sched_yield();
-        else nanosleep(&(struct timespec){ 0, 50000 }, NULL);
-    }
-}
-
 static void nccl_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what) {
     const World *w = world();
     if (channel != WORLD_HOST) {
@@ -148,6 +130,7 @@ static void nccl_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk
     size_t *at = host_calloc((size_t)w->nprocs + 1, sizeof *at);
     for (int p = 0; p < w->nprocs; p++) at[p + 1] = at[p] + (p == w->proc ? 0 : to[p].bytes + from[p].bytes);
     char *buf = NULL;
+    world_deadline_start(what);  /* NCCL's first send to a peer waits for it to connect, in ncclGroupEnd */
     cuda_check(cudaSetDevice(0), "cudaSetDevice", __FILE__, __LINE__);
     cuda_check(cudaMalloc((void **)&buf, at[w->nprocs] + 1), "cudaMalloc", __FILE__, __LINE__);
     for (int p = 0; p < w->nprocs; p++)
@@ -167,7 +150,8 @@ static void nccl_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk
             cuda_check(cudaMemcpyAsync(from[p].data, buf + at[p] + to[p].bytes, from[p].bytes, cudaMemcpyDeviceToHost,
                                        moves),
                        "cudaMemcpyAsync", __FILE__, __LINE__);
-    wait_for_moves(what);
+    cuda_check(cudaStreamSynchronize(moves), "cudaStreamSynchronize", __FILE__, __LINE__);
+    world_deadline_end();
     cuda_check(cudaFree(buf), "cudaFree", __FILE__, __LINE__);
     free(at);
 }

@@ -600,7 +600,8 @@ static void skip_without_gpus(int status, const char *what) {
 
 static int count_error_lines(const char *text) {
     int errors = strncmp(text, "error:", 6) == 0;
-    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n')) errors += strncmp(nl + 1, "error:", 6) == 0;
+    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n'))
+        errors += strncmp(nl + 1, "error:", 6) == 0;
     return errors;
 }
 

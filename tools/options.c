@@ -16,8 +16,9 @@ int options_preset(TrainOptions *o, const char *name) {
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .collectives = "ordered", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .nodes = 1, .rendezvous = "", .prompt = "\n", .temperature = 1.0f,
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
+        .collectives = "ordered", .nodes = 1, .rendezvous = "",
+        .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
     if (strcmp(name, "char") == 0) {
