@@ -50,7 +50,7 @@ RUNTIME += runtime/world_none.c
 endif
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
-CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c $(wildcard kernels/cuda/*.cu)
+CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c runtime/world_nccl.c $(wildcard kernels/cuda/*.cu)
 CFLAGS_CUDA = -I$(CUDA_HOME)/include
 # Machine code for each CUDA_ARCH, and PTX of the last for newer GPUs to compile
 # at load. No fused multiply-adds in our kernels (-fmad=false): gcc does not

@@ -1,4 +1,4 @@
-/* host.c: the host allocation, file checks and thread start of host.h. */
+/* host.c: the host allocation, file checks, thread start and clock of host.h. */
 #include "host.h"
 
 #include <signal.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void *host_calloc(size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
@@ -36,4 +37,10 @@ int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg) {
         exit(1);
     }
     return rc;
+}
+
+double host_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

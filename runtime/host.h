@@ -1,5 +1,5 @@
-/* host.h: host memory that cannot fail, a check on paths given as files, and
- * the one way the runtime starts a thread.
+/* host.h: host memory that cannot fail, a check on paths given as files, the
+ * one way the runtime starts a thread, and the clock of its deadlines.
  *
  * Running out of host memory leaves nothing sensible to do: host_calloc ends
  * the program with a one-line error and exit status 1 (never an abort and a
@@ -22,5 +22,8 @@ int host_is_directory(const char *path);
  * start) leaves them to the main thread, whose handler the trainer polls
  * between steps. 0, or pthread_create's error. */
 int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
+
+/* Seconds on CLOCK_MONOTONIC: for deadlines. */
+double host_seconds(void);
 
 #endif

@@ -32,7 +32,7 @@ static const Collectives simulator_collectives;
 
 /* This process's share of a world of world_size ranks; 0 with a message when
  * they do not divide over the processes. */
-static int local_ranks(int world_size) {
+int pg_local_ranks(int world_size) {
     const World *w = world();
     if (world_size < 1 || world_size % w->nprocs != 0 || world_size > FIBERS_MAX_RANKS) {
         fprintf(stderr, "error: %d ranks over %d process%s, expected a multiple of the processes, at most %d\n",
@@ -53,7 +53,7 @@ static int cpu_sharers(int nranks) {
 }
 
 ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
-    int nranks = local_ranks(world_size);
+    int nranks = pg_local_ranks(world_size);
     if (!nranks) return NULL;
     const World *w = world();
     if (kind == DEVICE_CUDA && w->nprocs > 1) {
@@ -93,6 +93,15 @@ ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
     return pg;
 }
 
+/* NCCL where every process has a GPU for each of its ranks: past one process
+ * always (ranks on GPUs are NCCL's there), in one from two ranks on (one rank
+ * needs no NCCL, and gets the simulator's bits). */
+static int nccl_fits(int nranks, int gpus, Placement where) {
+    int P = world()->nprocs;
+    if (where == PLACE_CUDA_SIMULATOR || nranks % P != 0) return 0;
+    return gpus >= nranks / P && (P > 1 || nranks >= 2);
+}
+
 ProcessGroup *pg_create(int nranks, Placement where) {
     int gpus = where == PLACE_CPU ? 0 : device_cuda_count();
     if (gpus < 0) return NULL;  /* CUDA failed, and said why: no silent fall-back to the CPU */
@@ -102,7 +111,7 @@ ProcessGroup *pg_create(int nranks, Placement where) {
     }
     ProcessGroup *pg;
     if (gpus == 0) pg = pg_create_simulator(nranks, DEVICE_CPU);
-    else if (nranks >= 2 && gpus >= nranks && where != PLACE_CUDA_SIMULATOR) pg = pg_create_nccl(nranks);
+    else if (nccl_fits(nranks, gpus, where)) pg = pg_create_nccl(nranks);
     else pg = pg_create_simulator(nranks, DEVICE_CUDA);
     if (!pg) return NULL;
     size_t len = strlen(pg->description);
@@ -110,7 +119,7 @@ ProcessGroup *pg_create(int nranks, Placement where) {
         snprintf(pg->description + len, sizeof pg->description - len, " (--device=cpu)");
     else if (gpus == 0)
         snprintf(pg->description + len, sizeof pg->description - len, " (no GPU visible)");
-    else if (gpus < nranks)
+    else if (pg->simulated && gpus < nranks)
         snprintf(pg->description + len, sizeof pg->description - len, " (%d GPU%s visible for %d ranks)",
                  gpus, gpus == 1 ? "" : "s", nranks);
     else if (nranks >= 2 && where == PLACE_CUDA_SIMULATOR)
@@ -148,6 +157,8 @@ static size_t shard_length(size_t n, size_t shard, int r) {
     size_t lo = (size_t)r * shard;
     return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
 }
+
+size_t pg_shard_length(size_t n, int nranks, int rank) { return shard_length(n, pg_shard_size(n, nranks), rank); }
 
 /* The ranks whose events rank r's streams wait on around a collective: every
  * rank in the simulator, whose parts read and write the peers' buffers
@@ -306,6 +317,13 @@ static const Collectives simulator_collectives = {
 void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
     pg->link_gbps = gbps;
     pg->link_latency_us = latency_us;
+}
+
+void pg_set_sums(ProcessGroup *pg, SumOrder sums) {
+    pg->sums = sums;
+    size_t len = strlen(pg->description);
+    if (!pg->simulated && sums == SUMS_NCCL)
+        snprintf(pg->description + len, sizeof pg->description - len, ", NCCL's own sums (--collectives=nccl)");
 }
 
 double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n) {

@@ -19,8 +19,9 @@
  * rank's memory accounting, and runs the collectives as local kernels that
  * sum in rank order 0..N-1: the same bits every run. NCCL puts rank r on GPU r
  * and issues each collective for every rank inside one ncclGroupStart/
- * ncclGroupEnd; it sums in an order of its own, and its lengths must divide by
- * N (the arenas pad every unit to a multiple of N).
+ * ncclGroupEnd: by default a reduce-scatter is an all-to-all of the shards
+ * (ncclSend/ncclRecv) and the simulator's ordered sum on each rank's GPU, the
+ * simulator's bits; NCCL's own reduce-scatter on request (pg_set_sums).
  *
  * Past one process (runtime/world.h) the group holds this process's L ranks
  * of a world of N = P x L: global ranks first_rank .. first_rank + L - 1, in
@@ -47,6 +48,13 @@
 
 typedef struct ProcessGroup ProcessGroup;
 
+/* How NCCL's ranks sum (--collectives): in the world's rank order 0..N-1, as
+ * the simulator does, so any split gives the simulator's bits (the default); or
+ * in NCCL's own reduce-scatter, faster, in an order NCCL picks (ring, tree,
+ * NVLS), with bits that depend on the topology. The simulator always sums in
+ * rank order. */
+typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
+
 /* How a backend moves the data; the event ordering around it is shared. */
 typedef struct {
     void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale);
@@ -58,7 +66,8 @@ struct ProcessGroup {
     const Collectives *collectives;
     char description[256];              /* where the ranks run, in words */
     int simulated;                      /* 1: the simulator; 0: NCCL */
-    void *nccl[FIBERS_MAX_RANKS];       /* NCCL's communicators (ncclComm_t) */
+    void *nccl;                         /* NCCL's state: communicators, staging, watchdog (process_group_nccl.c) */
+    SumOrder sums;                      /* how NCCL sums (pg_set_sums) */
     int nranks;                         /* this process's ranks, L */
     int world_size;                     /* every process's, N = P x L: shards and sums are over them */
     int first_rank;                     /* the global rank of local rank 0 */
@@ -97,8 +106,14 @@ ProcessGroup *pg_create(int nranks, Placement where);
 /* N simulated ranks on the CPU, or all on GPU 0 (one process only); this
  * process's N / P of them, with the exchanges between processes on the CPU. */
 ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
-/* N ranks on GPUs 0..N-1 through NCCL (runtime/process_group_nccl.c). */
+/* N ranks of the world through NCCL (runtime/process_group_nccl.c), this
+ * process's N / P of them on its GPUs 0..N/P-1: process 0 makes the unique id,
+ * world_broadcast sends it to the others, each local rank joins with its
+ * global rank. */
 ProcessGroup *pg_create_nccl(int nranks);
+/* This process's share of a world of `world_size` ranks: world_size / P; 0
+ * with a message when they do not divide over the processes. */
+int pg_local_ranks(int world_size);
 /* Collects the group's trace, if any, before its streams go (runtime/trace.h). */
 void pg_destroy(ProcessGroup *pg);
 
@@ -108,6 +123,9 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
 size_t pg_shard_size(size_t n, int nranks);
+/* The valid length of rank r's shard of n floats over N ranks (short or empty
+ * at the end when N does not divide n). */
+size_t pg_shard_length(size_t n, int nranks, int rank);
 
 /* A modeled link for simulated ranks (--link): each collective then holds every
  * rank's communication stream, with no processor busy, as long as a ring would
@@ -115,6 +133,9 @@ size_t pg_shard_size(size_t n, int nranks);
  * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth. The
  * data moves as before; only time is added. gbps = 0 turns it off. */
 void pg_set_link(ProcessGroup *pg, double gbps, double latency_us);
+/* How NCCL's ranks sum from now on (SUMS_ORDERED, the zero value, by
+ * default); a simulated group always sums in rank order. */
+void pg_set_sums(ProcessGroup *pg, SumOrder sums);
 /* The seconds a ring over such a link takes for a collective of n floats
  * (an all-reduce, or a reduce-scatter or all-gather) among N ranks. */
 double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n);

@@ -1,87 +1,449 @@
-/* process_group_nccl.c: the NCCL backend of the process group: rank r on GPU r.
+/* process_group_nccl.c: the NCCL backend of the process group: this process's
+ * L ranks on its GPUs 0..L-1, global ranks first_rank .. first_rank + L - 1 of
+ * a world of N = P x L.
  *
- * The communicators come from ncclCommInitAll, one per GPU, all made by this
- * one thread. Each collective is issued for every rank inside one
- * ncclGroupStart/ncclGroupEnd, on the ranks' communication streams; the event
+ * Process 0 makes the unique id and world_broadcast gives it to the others
+ * (over MPI; with one process there is nothing to send); each local rank joins
+ * with its global rank, ncclCommInitRank for every local rank inside one
+ * ncclGroupStart/ncclGroupEnd. Each collective is issued for every local rank
+ * inside one group too, on the ranks' communication streams; the event
  * ordering around it is process_group.c's, each rank's streams waiting on its
- * own events only: NCCL orders the ranks itself. NCCL sums, and the mean's scaling
- * runs after it as a one-input stream_sum.
+ * own events only: NCCL orders the ranks itself.
  *
- * NCCL adds the ranks' shards in an order of its own (ring, tree or NVLS, as it
- * picks), not in rank order as the simulator does: across N > 1 GPUs the bits
- * may differ from the simulator's, and from one collective kind to another.
- * At N = 1 they are the simulator's (tests/test_gpu.c checks it).
+ * Ordered sums (the default): a reduce-scatter is an all-to-all of the shards,
+ * ncclSend/ncclRecv in one group (global rank g sends each peer q its shard q
+ * and receives shard g of every peer's buffer into a staging buffer on its
+ * GPU), then stream_sum, the simulator's kernel, adds the N parts in rank
+ * order 0..N-1 and scales: the simulator's bits for any split P x L. These are
+ * the bytes a ring's reduce-scatter puts on the wire, in N - 1 messages a rank
+ * instead of a ring's pipeline.
+ *
+ * --collectives=nccl (SUMS_NCCL): NCCL's own ncclReduceScatter, then the scale
+ * as a one-input stream_sum. NCCL adds in an order of its own (ring, tree or
+ * NVLS, as it picks): across N > 2 GPUs the bits may differ from the
+ * simulator's, and from one topology to another. Its lengths must divide by N
+ * (the arenas pad every unit to a multiple of N); a collective whose length
+ * does not takes the ordered path.
+ *
+ * An all-gather moves copies, so its bits never depend on the order:
+ * ncclAllGather where the length divides by N, else ncclSend/ncclRecv.
+ *
+ * The watchdog, as PyTorch's: a thread per group polls every communicator's
+ * ncclCommGetAsyncError, and an event recorded on each rank's communication
+ * stream after each collective. A collective not done within --timeout
+ * (world()->timeout_s) of its enqueue, or an error NCCL reports (a peer that
+ * died, a network that failed), aborts the communicators and ends the run: one
+ * line naming the collective, exit 1 in every process (world_abort). NCCL's
+ * own calls block in them otherwise, and a dead peer would hang the others.
  */
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "device_cuda.h"
 #include "host.h"
 #include "process_group.h"
+#include "world.h"
 
-/* As cuda_check (runtime/device_cuda.cu): one line and exit 1. */
+/* A collective the watchdog waits for: done once every local rank's event is. */
+enum { WATCH_SLOTS = 1024 };
+typedef struct {
+    cudaEvent_t done[FIBERS_MAX_RANKS];
+    double enqueued;                     /* host_seconds() */
+    char what[2 * FIBERS_NAME_MAX];      /* "all-gather unit 3" */
+} Watched;
+
+/* NCCL's side of a group. */
+typedef struct {
+    ncclComm_t comm[FIBERS_MAX_RANKS];   /* local rank r's, on GPU r */
+    /* Each local rank's staging for the shards its peers send it, N shards, on
+     * its GPU (MEM_WORKING); grown only between collectives, never under one. */
+    float *stage[FIBERS_MAX_RANKS];
+    size_t stage_floats;
+    /* The watchdog's queue: the collectives enqueued and not yet seen done,
+     * oldest at head; a full queue holds the next collective until one is. */
+    Watched watched[WATCH_SLOTS];
+    int head, count, stop;
+    /* When the collective being enqueued began (0: none): NCCL's first send to a
+     * peer waits in ncclGroupEnd for the peer to connect, a wait the watchdog
+     * bounds too. */
+    double enqueuing_since;
+    char enqueuing_what[2 * FIBERS_NAME_MAX];
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    pthread_t watchdog;
+    int watchdog_started;
+} NcclState;
+
+static NcclState *state_of(const ProcessGroup *pg) { return (NcclState *)pg->nccl; }
+
+/* As cuda_check (runtime/device_cuda.cu): one line, and the end of every process. */
 static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line) {
     if (rc == ncclSuccess) return;
     fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
-    exit(1);
+    world_abort(1);
 }
 
-/* NCCL's shards are exactly n / N long: lengths must divide by N. */
-static size_t equal_shard(const ProcessGroup *pg, size_t n) {
-    if (n % (size_t)pg->nranks != 0) {
-        fprintf(stderr, "fatal: an NCCL collective of %zu floats over %d ranks (lengths must divide)\n", n,
-                pg->nranks);
+static void lock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_lock(m);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_mutex_lock failed (%d)\n", rc);
         abort();
     }
-    return n / (size_t)pg->nranks;
+}
+
+static void unlock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_unlock(m);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_mutex_unlock failed (%d)\n", rc);
+        abort();
+    }
+}
+
+/* Tell the watchdog a collective is being enqueued. */
+static void enqueuing(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    lock(&st->lock);
+    st->enqueuing_since = host_seconds();
+    snprintf(st->enqueuing_what, sizeof st->enqueuing_what, "%s", pg->exchange_label);
+    unlock(&st->lock);
+}
+
+/* Queue the collective just enqueued for the watchdog: an event after it on
+ * every local rank's communication stream. */
+static void watch(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    lock(&st->lock);
+    st->enqueuing_since = 0;
+    while (st->count == WATCH_SLOTS) {  /* the watchdog frees a slot, or ends the run */
+        int rc = pthread_cond_wait(&st->freed, &st->lock);
+        if (rc) {
+            fprintf(stderr, "fatal: pthread_cond_wait failed (%d)\n", rc);
+            abort();
+        }
+    }
+    Watched *w = &st->watched[(st->head + st->count) % WATCH_SLOTS];
+    for (int r = 0; r < pg->nranks; r++)
+        cuda_check(cudaEventRecord(w->done[r], cuda_stream(pg->comm[r])), "cudaEventRecord", __FILE__, __LINE__);
+    w->enqueued = host_seconds();
+    snprintf(w->what, sizeof w->what, "%s", pg->exchange_label);
+    st->count++;
+    unlock(&st->lock);
+}
+
+static void group_start(void) { nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__); }
+static void group_end(void) { nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); }
+
+/* Whether NCCL's own collectives can take n floats: exactly n / N a rank. */
+static int divides(const ProcessGroup *pg, size_t n) { return n % (size_t)pg->world_size == 0; }
+
+/* Room for N shards of `shard` floats in every local rank's staging. Growing
+ * waits for every collective under way (they read the old staging); the
+ * first steps grow it, later ones find it large enough. */
+static void reserve_stage(ProcessGroup *pg, size_t shard) {
+    NcclState *st = state_of(pg);
+    size_t need = (size_t)pg->world_size * shard;
+    if (need <= st->stage_floats) return;
+    for (int r = 0; r < pg->nranks; r++) {
+        stream_synchronize(pg->comm[r]);
+        if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
+        st->stage[r] = device_alloc(pg->device[r], MEM_WORKING, need * sizeof(float));
+    }
+    st->stage_floats = need;
+}
+
+/* Global rank g's send to and receive from peer q, skipped when empty (both
+ * sides agree: the lengths are the valid parts of the shards). */
+static void send_floats(const float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(ncclSend(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
+}
+
+static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(ncclRecv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
+}
+
+/* The all-to-all of the shards, then each rank's ordered sum of its shard. */
+static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+                                   float scale) {
+    NcclState *st = state_of(pg);
+    int N = pg->world_size;
+    size_t shard = pg_shard_size(n, N);
+    reserve_stage(pg, shard);
+    group_start();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        for (int q = 0; q < N; q++) {
+            if (q == g) continue;
+            send_floats(send[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
+            recv_floats(st->stage[r] + (size_t)q * shard, pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
+        }
+    }
+    group_end();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        size_t len = pg_shard_length(n, N, g);
+        float *parts[STREAM_SUM_MAX];
+        for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)g * shard : st->stage[r] + (size_t)q * shard;
+        if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale);
+    }
 }
 
 static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
-    size_t shard = equal_shard(pg, n);
-    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    enqueuing(pg);
+    if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
+        ordered_reduce_scatter(pg, send, recv, n, scale);
+        watch(pg);
+        return;
+    }
+    NcclState *st = state_of(pg);
+    size_t shard = n / (size_t)pg->world_size;
+    group_start();
     for (int r = 0; r < pg->nranks; r++)
-        nccl_check(ncclReduceScatter(send[r], recv[r], shard, ncclFloat, ncclSum, (ncclComm_t)pg->nccl[r],
+        nccl_check(ncclReduceScatter(send[r], recv[r], shard, ncclFloat, ncclSum, st->comm[r],
                                      cuda_stream(pg->comm[r])),
                    "ncclReduceScatter", __FILE__, __LINE__);
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    group_end();
     if (scale != 1.0f)
         for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
+    watch(pg);
+}
+
+/* Each rank's shard to every peer, and every peer's into its recv. */
+static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+    NcclState *st = state_of(pg);
+    int N = pg->world_size;
+    size_t shard = pg_shard_size(n, N);
+    group_start();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        for (int q = 0; q < N; q++) {
+            if (q == g) continue;
+            send_floats(send[r], pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
+            recv_floats(recv[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
+        }
+    }
+    group_end();
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        float *own = recv[r] + (size_t)g * shard;
+        size_t len = pg_shard_length(n, N, g);
+        if (own != send[r] && len) stream_copy(pg->comm[r], own, send[r], len * sizeof(float));
+    }
 }
 
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
-    size_t shard = equal_shard(pg, n);
-    nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__);
+    enqueuing(pg);
+    if (!divides(pg, n)) {
+        exchange_all_gather(pg, send, recv, n);
+        watch(pg);
+        return;
+    }
+    NcclState *st = state_of(pg);
+    size_t shard = n / (size_t)pg->world_size;
+    group_start();
     for (int r = 0; r < pg->nranks; r++)
-        nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, (ncclComm_t)pg->nccl[r],
-                                 cuda_stream(pg->comm[r])),
+        nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
                    "ncclAllGather", __FILE__, __LINE__);
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+    group_end();
+    watch(pg);
+}
+
+/* ---- the watchdog ---- */
+
+/* Abort every communicator (NCCL's kernels and threads stop waiting for the
+ * peers), then end every process with the one line. */
+static void end_run(ProcessGroup *pg, const char *line) {
+    NcclState *st = state_of(pg);
+    const char *failed = NULL;
+    for (int r = 0; r < pg->nranks; r++)
+        if (ncclCommAbort(st->comm[r]) != ncclSuccess) failed = " (and ncclCommAbort failed)";
+    fprintf(stderr, "%s%s; stopping every process\n", line, failed ? failed : "");
+    world_abort(1);
+}
+
+/* Whether local rank r's event is past; a CUDA error there ends the run. */
+static int event_done(const ProcessGroup *pg, int r, cudaEvent_t ev) {
+    cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
+    cudaError_t rc = cudaEventQuery(ev);
+    if (rc == cudaErrorNotReady) return 0;
+    cuda_check(rc, "cudaEventQuery", __FILE__, __LINE__);
+    return 1;
+}
+
+/* An error NCCL reports on a communicator, as the run's last line. */
+static void check_async_errors(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    for (int r = 0; r < pg->nranks; r++) {
+        ncclResult_t async = ncclSuccess;
+        nccl_check(ncclCommGetAsyncError(st->comm[r], &async), "ncclCommGetAsyncError", __FILE__, __LINE__);
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        char line[512];
+        snprintf(line, sizeof line, "error: rank %d (process %d): NCCL failed under '%s': %s (%s)",
+                 pg_global_rank(pg, r), world()->proc, st->count ? st->watched[st->head].what : "no collective",
+                 ncclGetErrorString(async), ncclGetLastError(st->comm[r]));
+        end_run(pg, line);
+    }
+}
+
+/* Drop the collectives that are done; the oldest past the timeout, or one
+ * whose enqueue is, ends the run. */
+static void check_collectives(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    char line[512];
+    if (st->enqueuing_since > 0 && host_seconds() - st->enqueuing_since > world()->timeout_s) {
+        snprintf(line, sizeof line, "error: process %d: NCCL's '%s' could not be enqueued within %g s (--timeout): "
+                 "a peer never connected", world()->proc, st->enqueuing_what, world()->timeout_s);
+        end_run(pg, line);
+    }
+    while (st->count) {
+        Watched *w = &st->watched[st->head];
+        int late = -1;
+        for (int r = 0; r < pg->nranks && late < 0; r++)
+            if (!event_done(pg, r, w->done[r])) late = r;
+        if (late < 0) {
+            st->head = (st->head + 1) % WATCH_SLOTS;
+            st->count--;
+            int rc = pthread_cond_broadcast(&st->freed);
+            if (rc) {
+                fprintf(stderr, "fatal: pthread_cond_broadcast failed (%d)\n", rc);
+                abort();
+            }
+            continue;
+        }
+        if (host_seconds() - w->enqueued <= world()->timeout_s) return;
+        snprintf(line, sizeof line, "error: rank %d (process %d): NCCL's '%s' did not complete within %g s "
+                 "(--timeout): a peer never arrived, or its GPU is stuck", pg_global_rank(pg, late), world()->proc,
+                 w->what, world()->timeout_s);
+        end_run(pg, line);
+    }
+}
+
+/* Every 10 ms, until the group goes. */
+static void *watchdog_main(void *arg) {
+    ProcessGroup *pg = arg;
+    NcclState *st = state_of(pg);
+    for (;;) {
+        lock(&st->lock);
+        int stop = st->stop;
+        if (!stop) {
+            check_async_errors(pg);
+            check_collectives(pg);
+        }
+        unlock(&st->lock);
+        if (stop) return NULL;
+        nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+    }
+}
+
+static void start_watchdog(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    int rc = pthread_mutex_init(&st->lock, NULL);
+    if (!rc) rc = pthread_cond_init(&st->freed, NULL);
+    if (rc) {
+        fprintf(stderr, "error: the NCCL watchdog's lock: %s\n", strerror(rc));
+        world_abort(1);
+    }
+    for (int i = 0; i < WATCH_SLOTS; i++)
+        for (int r = 0; r < pg->nranks; r++) {
+            cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
+            cuda_check(cudaEventCreateWithFlags(&st->watched[i].done[r], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags", __FILE__, __LINE__);
+        }
+    rc = host_thread_create(&st->watchdog, watchdog_main, pg);
+    if (rc) {
+        fprintf(stderr, "error: cannot start the NCCL watchdog: %s\n", strerror(rc));
+        world_abort(1);
+    }
+    st->watchdog_started = 1;
+}
+
+static void stop_watchdog(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    if (!st->watchdog_started) return;
+    lock(&st->lock);
+    st->stop = 1;
+    unlock(&st->lock);
+    int rc = pthread_join(st->watchdog, NULL);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_join of the NCCL watchdog failed (%d)\n", rc);
+        abort();
+    }
+    for (int i = 0; i < WATCH_SLOTS; i++)
+        for (int r = 0; r < pg->nranks; r++)
+            cuda_check(cudaEventDestroy(st->watched[i].done[r]), "cudaEventDestroy", __FILE__, __LINE__);
+    if (pthread_cond_destroy(&st->freed) || pthread_mutex_destroy(&st->lock)) {
+        fprintf(stderr, "fatal: the NCCL watchdog's lock is still in use\n");
+        abort();
+    }
 }
 
 static void nccl_destroy(ProcessGroup *pg) {
-    for (int r = 0; r < pg->nranks; r++)
-        if (pg->nccl[r]) nccl_check(ncclCommDestroy((ncclComm_t)pg->nccl[r]), "ncclCommDestroy", __FILE__, __LINE__);
+    NcclState *st = state_of(pg);
+    if (!st) return;
+    stop_watchdog(pg);
+    for (int r = 0; r < pg->nranks; r++) {
+        if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
+        if (st->comm[r]) nccl_check(ncclCommDestroy(st->comm[r]), "ncclCommDestroy", __FILE__, __LINE__);
+    }
+    free(st);
+    pg->nccl = NULL;
 }
 
 static const Collectives nccl_collectives = {
     .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .destroy = nccl_destroy,
 };
 
-ProcessGroup *pg_create_nccl(int nranks) {
-    int gpus = device_cuda_count();
-    if (gpus < 0) return NULL;  /* the reason is printed */
-    if (nranks < 1 || nranks > FIBERS_MAX_RANKS || nranks > gpus) {
-        fprintf(stderr, "error: NCCL over %d ranks needs as many GPUs (%d visible)\n", nranks, gpus);
+/* Every local rank joins the world's communicator with its global rank, the
+ * unique id made by process 0 and broadcast to the others. */
+static void join_communicator(ProcessGroup *pg) {
+    NcclState *st = state_of(pg);
+    ncclUniqueId id;
+    if (world()->proc == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", __FILE__, __LINE__);
+    world_broadcast(&id, sizeof id, "the NCCL unique id");
+    world_deadline_start("NCCL's init of the ranks (ncclCommInitRank)");
+    group_start();
+    for (int r = 0; r < pg->nranks; r++) {
+        cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
+        nccl_check(ncclCommInitRank(&st->comm[r], pg->world_size, id, pg_global_rank(pg, r)), "ncclCommInitRank",
+                   __FILE__, __LINE__);
+    }
+    group_end();
+    world_deadline_end();
+}
+
+static void describe(ProcessGroup *pg) {
+    const World *w = world();
+    int version = 0, L = pg->nranks;
+    nccl_check(ncclGetVersion(&version), "ncclGetVersion", __FILE__, __LINE__);
+    char nccl[32];
+    snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", version / 10000, version / 100 % 100, version % 100);
+    if (w->nprocs > 1)
+        snprintf(pg->description, sizeof pg->description, "cuda, %d processes x %d rank%s on GPUs 0..%d of each "
+                 "through %s (id over %s); process %d holds rank%s %d..%d, %s", w->nprocs, L, L == 1 ? "" : "s",
+                 L - 1, nccl, w->engine, w->proc, L == 1 ? "" : "s", pg->first_rank, pg->first_rank + L - 1,
+                 device_name(pg->device[0]));
+    else
+        snprintf(pg->description, sizeof pg->description, "cuda, %d rank%s on %d GPU%s through %s, %s", L,
+                 L == 1 ? "" : "s", L, L == 1 ? "" : "s", nccl, device_name(pg->device[0]));
+}
+
+ProcessGroup *pg_create_nccl(int world_size) {
+    int nranks = pg_local_ranks(world_size), gpus = device_cuda_count();
+    if (!nranks || gpus < 0) return NULL;  /* the reason is printed */
+    if (nranks > gpus) {
+        fprintf(stderr, "error: NCCL over %d rank%s in this process needs as many GPUs (%d visible)\n", nranks,
+                nranks == 1 ? "" : "s", gpus);
         return NULL;
     }
     ProcessGroup *pg = host_calloc(1, sizeof *pg);
     pg->collectives = &nccl_collectives;
     pg->nranks = nranks;
-    pg->world_size = nranks;
-    int ordinals[FIBERS_MAX_RANKS];
+    pg->world_size = world_size;
+    pg->first_rank = world()->proc * nranks;
     for (int r = 0; r < nranks; r++) {
-        ordinals[r] = r;
         Device *dev = device_create_cuda(r);
         if (!dev) {
             pg->nranks = r;
@@ -90,13 +452,9 @@ ProcessGroup *pg_create_nccl(int nranks) {
         }
         pg_add_rank(pg, r, dev);
     }
-    ncclComm_t comms[FIBERS_MAX_RANKS];
-    nccl_check(ncclCommInitAll(comms, nranks, ordinals), "ncclCommInitAll", __FILE__, __LINE__);
-    for (int r = 0; r < nranks; r++) pg->nccl[r] = comms[r];
-    int version = 0;
-    nccl_check(ncclGetVersion(&version), "ncclGetVersion", __FILE__, __LINE__);
-    snprintf(pg->description, sizeof pg->description, "cuda, %d rank%s on %d GPU%s through NCCL %d.%d.%d, %s",
-             nranks, nranks == 1 ? "" : "s", nranks, nranks == 1 ? "" : "s", version / 10000,
-             version / 100 % 100, version % 100, device_name(pg->device[0]));
+    pg->nccl = host_calloc(1, sizeof(NcclState));
+    join_communicator(pg);
+    start_watchdog(pg);
+    describe(pg);
     return pg;
 }

@@ -1,11 +1,14 @@
 /* world.c: what every world shares (world.h): its state, the lines that name
  * processes, and the host's collectives, made of exchanges. The engine's part
- * is world_mpi.c, or world_none.c in a build without MPI. */
+ * is world_mpi.c, or world_none.c in a build without MPI; a world joined
+ * through a file rendezvous hands its exchanges to world_nccl.c instead. */
 #include "world.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "host.h"
 #include "world_backend.h"
@@ -18,6 +21,15 @@ World *world_state(void) { return &the_world; }
 
 int world_launched(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE") || getenv("PMI_RANK");
+}
+
+static WorldExchange joined_engine;  /* world_set_engine's, or NULL: world_backend_exchange */
+
+void world_set_engine(WorldExchange exchange) { joined_engine = exchange; }
+
+static void engine_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what) {
+    if (joined_engine) joined_engine(channel, to, from, what);
+    else world_backend_exchange(channel, to, from, what);
 }
 
 void world_set_timeout(double seconds) { the_world.timeout_s = seconds; }
@@ -38,7 +50,7 @@ void world_all_gather(const void *mine, void *all, size_t bytes, const char *wha
         to[p] = (WorldChunk){ (void *)mine, bytes };
         from[p] = (WorldChunk){ (char *)all + (size_t)p * bytes, bytes };
     }
-    world_backend_exchange(WORLD_HOST, to, from, what);
+    engine_exchange(WORLD_HOST, to, from, what);
     free(to);
     free(from);
 }
@@ -51,7 +63,7 @@ void world_broadcast(void *buf, size_t bytes, const char *what) {
         to[p] = (WorldChunk){ buf, root ? bytes : 0 };
         from[p] = (WorldChunk){ buf, p == 0 ? bytes : 0 };
     }
-    world_backend_exchange(WORLD_HOST, to, from, what);
+    engine_exchange(WORLD_HOST, to, from, what);
     free(to);
     free(from);
 }
@@ -67,7 +79,7 @@ int world_any(int flag, const char *what) {
 }
 
 void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what) {
-    if (the_world.nprocs > 1) world_backend_exchange(WORLD_STREAMS, to, from, what);
+    if (the_world.nprocs > 1) engine_exchange(WORLD_STREAMS, to, from, what);
 }
 
 void world_timed_out(const char *what, const int *missing) {
@@ -84,4 +96,62 @@ void world_timed_out(const char *what, const int *missing) {
     fprintf(stderr, "%s within %g s (--timeout): they never arrived; stopping every process\n", line,
             the_world.timeout_s);
     world_abort(1);
+}
+
+/* ---- deadlines for calls without a timeout ---- */
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_t thread;
+    int armed;
+    double until;       /* host_seconds() */
+    char what[128];
+} deadline = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void deadline_lock(int lock) {
+    int rc = lock ? pthread_mutex_lock(&deadline.lock) : pthread_mutex_unlock(&deadline.lock);
+    if (rc) {
+        fprintf(stderr, "fatal: the deadline's lock failed (%d)\n", rc);
+        abort();
+    }
+}
+
+/* Every 20 ms, until disarmed or past the deadline. */
+static void *deadline_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        deadline_lock(1);
+        int armed = deadline.armed, late = armed && host_seconds() > deadline.until;
+        if (late)
+            fprintf(stderr, "error: process %d: %s did not finish within %g s (--timeout): a process never came; "
+                    "stopping every process\n", the_world.proc, deadline.what, the_world.timeout_s);
+        deadline_lock(0);
+        if (late) world_abort(1);
+        if (!armed) return NULL;
+        nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+    }
+}
+
+void world_deadline_start(const char *what) {
+    deadline_lock(1);
+    deadline.armed = 1;
+    deadline.until = host_seconds() + the_world.timeout_s;
+    snprintf(deadline.what, sizeof deadline.what, "%s", what);
+    deadline_lock(0);
+    int rc = host_thread_create(&deadline.thread, deadline_main, NULL);
+    if (rc) {
+        fprintf(stderr, "error: cannot start the deadline of %s: %s\n", what, strerror(rc));
+        world_abort(1);
+    }
+}
+
+void world_deadline_end(void) {
+    deadline_lock(1);
+    deadline.armed = 0;
+    deadline_lock(0);
+    int rc = pthread_join(deadline.thread, NULL);
+    if (rc) {
+        fprintf(stderr, "fatal: pthread_join of a deadline failed (%d)\n", rc);
+        abort();
+    }
 }

@@ -4,8 +4,10 @@
  * p holding global ranks p*L .. p*L+L-1. Within a process the ranks meet as
  * they always have (runtime/fibers.h, runtime/process_group.h); between
  * processes an existing engine moves the bytes: MPI (world_mpi.c, Open MPI
- * from Debian) when the run was started by mpirun or srun, else nothing (one
- * process; world_none.c in a build without MPI). Never a transport of our own.
+ * from Debian) when the run was started by mpirun or srun; NCCL when the
+ * processes meet through a file (world_join_file, world_nccl.c: GPUs without
+ * MPI); else nothing (one process; world_none.c in a build without MPI).
+ * Never a transport of our own.
  *
  * Everything here is blocking for its caller and bounded by the timeout
  * (--timeout): a peer that never arrives ends the run in every process, with
@@ -39,6 +41,17 @@ void world_set_timeout(double seconds);
 void world_set_local_ranks(int local_ranks);
 /* "ranks 2..3 (process 1)", or "rank 1 (process 1)". */
 void world_name_process(int proc, char *buf, size_t len);
+/* Join a world of `nprocs` processes, this one `proc`, through a file (NCCL's
+ * unique id written by process 0, read by the others within the timeout;
+ * world_nccl.c): for runs on GPUs without MPI (--nodes, --node-rank,
+ * --rendezvous=file:PATH). 0, or -1 with a message. */
+int world_join_file(int nprocs, int proc, const char *path);
+/* Bound a blocking call that has no timeout of its own (NCCL's init, which
+ * waits for every peer) by the timeout: past it, one line naming `what` and
+ * the end of every process (world_abort). One at a time; world_deadline_end
+ * once the call is back. */
+void world_deadline_start(const char *what);
+void world_deadline_end(void);
 /* Leave the world after a run every process ended the same way (MPI_Finalize). */
 void world_finalize(void);
 /* End every process of the run now, this one with `status` (MPI_Abort): for an

@@ -14,6 +14,10 @@ int world_launched(void);
 /* world_exchange's contract, on a channel; a peer silent past the timeout ends
  * the run through world_timed_out. */
 void world_backend_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what);
+/* An engine joined after world_init in place of the launcher's (the file
+ * rendezvous over NCCL, world_nccl.c): the host's exchanges go to it from then on. */
+typedef void (*WorldExchange)(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what);
+void world_set_engine(WorldExchange exchange);
 /* One line naming the operation and the processes flagged in missing[P], then
  * world_abort(1). */
 void world_timed_out(const char *what, const int *missing) __attribute__((noreturn));

@@ -90,12 +90,6 @@ enum { PIECE_BYTES = 1 << 30 };
 
 static int pieces_of(size_t bytes) { return (int)((bytes + PIECE_BYTES - 1) / PIECE_BYTES); }
 
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void world_backend_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what) {
     const World *w = world();
     int P = w->nprocs, n = 0;
@@ -121,12 +115,12 @@ void world_backend_exchange(WorldChannel channel, const WorldChunk *to, WorldChu
     }
     /* Poll: a few yields for the quick case, then short naps, so a waiting
      * stream leaves the cores to the compute. */
-    double deadline = seconds_now() + w->timeout_s;
+    double deadline = host_seconds() + w->timeout_s;
     for (int polls = 0;; polls++) {
         int done = 0;
         mpi_check(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
         if (done) break;
-        if (seconds_now() > deadline) {
+        if (host_seconds() > deadline) {
             for (int i = 0; i < n; i++) {
                 int finished = 0;
                 mpi_check(MPI_Test(&req[i], &finished, MPI_STATUS_IGNORE), "MPI_Test");

@@ -69,6 +69,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->first = d->pg->first_rank;
     fibers_name_ranks_from(d->fibers, d->first);
     pg_set_link(d->pg, cfg->link_gbps, cfg->link_latency_us);
+    pg_set_sums(d->pg, cfg->sums);
     if (cfg->trace) pg_trace(d->pg, cfg->trace, cfg->trace_label ? cfg->trace_label : "");
     d->base.sync_grads = 1;
     d->base.placement = d->pg->description;

@@ -37,6 +37,7 @@ typedef struct {
     ModelConfig model;      /* a GPT, or the small MLP of the gates */
     int nranks;
     Placement device;       /* where the ranks run (runtime/process_group.h) */
+    SumOrder sums;          /* how ranks on GPUs through NCCL sum (--collectives; the zero value: in rank order) */
     int batch;              /* rows per rank */
     float dropout;
     uint32_t seed;

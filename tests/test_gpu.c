@@ -8,20 +8,28 @@
  * four strategies bit-identical at N = 2 and 3; overlap on and off bit-identical
  * with 2 micro-steps for every strategy; clipping (every stage within 1e-6 of
  * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
- * against the simulator, bit for bit: at N = 1, and at N = 2 where two GPUs
- * are there (a sum of two is the same in any order). Without a GPU the suite
+ * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
+ * where two GPUs are there, both (a sum of two is the same in any order); at
+ * N = 3 where three are, the ordered sums. In children of their own: the NCCL
+ * watchdog ending a run whose collective is stuck past --timeout; a file
+ * rendezvous that never comes; two processes joined through a file (where two
+ * GPUs are), their ordered sums against the host's. Without a GPU the suite
  * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
  * GPU fails instead.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../kernels/kernels.h"
 #include "../runtime/trace.h"
+#include "../runtime/world.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -416,7 +424,8 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
 }
 
 /* Reduce-scatter (scaled), all-gather and all-reduce through a process group,
- * each rank's buffer its own random values; returns every rank's bytes. */
+ * each rank's buffer n floats of its own random values (the last shard short
+ * where N does not divide n); returns every rank's bytes. */
 static float *collectives_on(ProcessGroup *pg, size_t n) {
     int N = pg->nranks;
     float *host = malloc((size_t)N * n * sizeof(float)), *buf[FIBERS_MAX_RANKS];
@@ -425,7 +434,7 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
         buf[r] = device_alloc(pg->device[r], MEM_WORKING, n * sizeof(float));
         stream_copy(pg->compute[r], buf[r], host + (size_t)r * n, n * sizeof(float));
     }
-    size_t shard = n / (size_t)N;
+    size_t shard = pg_shard_size(n, N);
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
     pg_reduce_scatter(pg, buf, shards, n, 0.3f, NULL);
@@ -439,17 +448,48 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
     return host;
 }
 
-static void expect_nccl_matches_the_simulator(int N) {
+/* N ranks through NCCL, summing as asked, against N simulated on one GPU, over
+ * n floats: the same bytes. */
+static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
     ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA);
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
-    size_t n = 4096 * (size_t)N;
+    pg_set_sums(nccl, sums);
     float *a = collectives_on(nccl, n), *b = collectives_on(sim, n);
-    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d: NCCL and the simulator differ", N);
+    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d, %s sums, n=%zu: NCCL and the simulator differ",
+              N, sums == SUMS_ORDERED ? "ordered" : "NCCL's own", n);
     free(a);
     free(b);
     pg_destroy(nccl);
     pg_destroy(sim);
+}
+
+/* Training through NCCL on N GPUs, summing as asked, against the simulator on
+ * one: DDP and ZeRO-2/3 with overlap on, the same weights to the bit. */
+static void expect_nccl_trains_as_the_simulator(int N, SumOrder sums) {
+    load_data();
+    TrainConfig tc = short_run(0.0f, 1);
+    int stages[3] = { 0, 2, 3 };
+    for (int i = 0; i < 3; i++) {
+        StrategyConfig sim_sc = small_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
+        nccl_sc.device = PLACE_CUDA;
+        nccl_sc.sums = sums;
+        nccl_sc.overlap = 1;
+        size_t n;
+        float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
+        cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on %d GPUs differs from the simulator",
+                  stages[i], N);
+        free(sim);
+        free(nccl);
+    }
+    dataset_free(&data);
+}
+
+static void need_gpus(int count) {
+    need_gpu();
+    if (device_cuda_count() < count)
+        cr_skip_test("NCCL on %d GPUs: %d GPU%s visible", count, device_cuda_count(),
+                     device_cuda_count() == 1 ? "" : "s");
 }
 
 /* A trace of ZeRO-3 on the GPU simulator, stamped by timing events: every
@@ -486,30 +526,187 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     unlink(path);
 }
 
+/* One rank: both ways of summing are the simulator's, on lengths that divide
+ * and one that does not (the all-gather's send/recv path). */
 Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
     need_gpu();
-    expect_nccl_matches_the_simulator(1);
+    expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4096);
+    expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4099);
+    expect_nccl_matches_the_simulator(1, SUMS_NCCL, 4096);
 }
 
-/* Two ranks through NCCL, against the simulator on one GPU: the collectives,
- * then DDP and ZeRO-3 training (their sums are of two, so the bits agree). */
+/* Two ranks through NCCL, against the simulator on one GPU: the collectives
+ * (uneven shards too), then training. NCCL's own sums agree here as well: a
+ * sum of two is the same in either order. */
 Test(gpu, nccl_on_two_gpus_matches_the_gpu_simulator) {
-    need_gpu();
-    if (device_cuda_count() < 2) test_skip("NCCL on two GPUs: %d GPU visible", device_cuda_count());
-    expect_nccl_matches_the_simulator(2);
-    load_data();
-    TrainConfig tc = short_run(0.0f, 1);
-    int stages[2] = { 0, 3 };
-    for (int i = 0; i < 2; i++) {
-        StrategyConfig sim_sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
-        nccl_sc.device = PLACE_CUDA;
-        nccl_sc.overlap = 1;
-        size_t n;
-        float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
-        cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on 2 GPUs differs from the simulator",
-                  stages[i]);
-        free(sim);
-        free(nccl);
+    need_gpus(2);
+    expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8192);
+    expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8193);
+    expect_nccl_matches_the_simulator(2, SUMS_NCCL, 8192);
+    expect_nccl_trains_as_the_simulator(2, SUMS_ORDERED);
+    expect_nccl_trains_as_the_simulator(2, SUMS_NCCL);
+}
+
+/* Three ranks: only the ordered sums promise the simulator's bits (NCCL's
+ * own add three in an order of their own). */
+Test(gpu, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
+    need_gpus(3);
+    expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096);
+    expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096 + 1);
+    expect_nccl_trains_as_the_simulator(3, SUMS_ORDERED);
+}
+
+/* ---- faults and processes: a suite of its own, whose process starts no CUDA
+ * before it forks (a child of a process that did could not use the GPU). A
+ * child exits 77 where the GPUs it needs are not there. ---- */
+
+TestSuite(gpu_processes);
+
+/* Where a child's stderr goes, named by the parent's pid and the child's index. */
+static void child_err_path(char *path, size_t len, int child) {
+    snprintf(path, len, "/tmp/zf_gpu_child_%d_%d.err", (int)getpid(), child);
+}
+
+/* Start `body(child)` in a child whose stderr goes to its file. */
+static pid_t start_child(void (*body)(int), int child) {
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork failed");
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr)) _exit(4);
+        body(child);
     }
-    dataset_free(&data);
+    return pid;
+}
+
+/* The child's exit status (or -1 for a signal), its stderr read into text. */
+static int end_child(pid_t pid, int child, char *text, size_t len) {
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid, "waitpid failed");
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(text, 1, len - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void skip_without_gpus(int status, const char *what) {
+    if (status == 77 && !getenv("ZF_REQUIRE_GPU")) cr_skip_test("SKIP: %s: the GPUs it needs are not visible", what);
+}
+
+static int count_error_lines(const char *text) {
+    int errors = strncmp(text, "error:", 6) == 0;
+    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n'))
+        errors += strncmp(nl + 1, "error:", 6) == 0;
+    return errors;
+}
+
+/* One rank through NCCL, its communication stream held 4 s by the modeled
+ * link's kernel before an all-reduce, a 1 s --timeout: the watchdog must end
+ * the child, exit 1. It exits 0 if the all-reduce ever completes. A first
+ * all-reduce grows the staging (which waits for the stream) before the hold. */
+static void hold_an_all_reduce_past_the_timeout(int child) {
+    (void)child;
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(1.0);
+    ProcessGroup *pg = pg_create_nccl(1);
+    if (!pg) _exit(3);
+    size_t n = 4096;
+    float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
+    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    stream_synchronize(pg->compute[0]);
+    stream_timer_start(pg->comm[0]);
+    stream_hold(pg->comm[0], 4.0);
+    pg_trace_next(pg, "unit 7", 7);
+    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    stream_synchronize(pg->compute[0]);
+    _exit(0);
+}
+
+Test(gpu_processes, a_stuck_collective_ends_the_run_naming_it, .timeout = 60) {
+    char text[4096];
+    int status = end_child(start_child(hold_an_all_reduce_past_the_timeout, 0), 0, text, sizeof text);
+    skip_without_gpus(status, "the watchdog");
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect(strstr(text, "'all-reduce unit 7' did not complete within 1 s (--timeout)") != NULL, "stderr: %s",
+              text);
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* Process 1 of 2 waits for a rendezvous file that process 0 never writes. */
+static void wait_for_a_rendezvous_that_never_comes(int child) {
+    (void)child;
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(1.0);
+    _exit(world_join_file(2, 1, "/tmp/zf_gpu_no_such_rendezvous") == -1 ? 1 : 0);
+}
+
+Test(gpu_processes, a_rendezvous_file_that_never_comes_is_one_line, .timeout = 60) {
+    char text[4096];
+    int status = end_child(start_child(wait_for_a_rendezvous_that_never_comes, 0), 0, text, sizeof text);
+    skip_without_gpus(status, "the file rendezvous");
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect(strstr(text, "no --rendezvous file /tmp/zf_gpu_no_such_rendezvous from process 0 within 1 s") != NULL,
+              "stderr: %s", text);
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* Process `child` of 2, on GPU `child` alone, joined through a file: the
+ * world's all-gather, then an ordered reduce-scatter (scaled) and an
+ * all-gather of 4097 floats (uneven shards) through NCCL, against the sum in
+ * rank order on the host, byte for byte. Exits 0 when all agree. */
+enum { RENDEZVOUS_FLOATS = 4097 };
+
+static void rank_of_two_processes(int child) {
+    char visible[8];
+    snprintf(visible, sizeof visible, "%d", child);
+    if (setenv("CUDA_VISIBLE_DEVICES", visible, 1) != 0) _exit(4);
+    if (device_cuda_count() <= 0) _exit(77);
+    world_set_timeout(30.0);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_gpu_rendezvous_%d", (int)getppid());
+    if (world_join_file(2, child, path) != 0) _exit(3);
+    int procs[2] = { -1, -1 };
+    world_all_gather(&child, procs, sizeof child, "the test's all-gather");
+    if (procs[0] != 0 || procs[1] != 1) _exit(5);
+    ProcessGroup *pg = pg_create_nccl(2);
+    if (!pg) _exit(3);
+    size_t n = RENDEZVOUS_FLOATS, shard = pg_shard_size(n, 2);
+    float *mine = malloc(n * sizeof(float)), *other = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    fill_uniform(mine, n, -1, 1, 71 + (unsigned)child);
+    fill_uniform(other, n, -1, 1, 71 + (unsigned)(1 - child));
+    float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
+    stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
+    pg_reduce_scatter(pg, &buf, &own, n, 0.3f, NULL);
+    pg_all_gather(pg, &own, &buf, n, NULL);
+    stream_copy(pg->compute[0], got, buf, n * sizeof(float));
+    stream_synchronize(pg->compute[0]);
+    const float *rank0 = child == 0 ? mine : other, *rank1 = child == 0 ? other : mine;
+    for (size_t i = 0; i < n; i++) {
+        float want = (rank0[i] + rank1[i]) * 0.3f;
+        if (memcmp(&want, &got[i], sizeof want) != 0) _exit(6);
+    }
+    pg_destroy(pg);
+    _exit(0);
+}
+
+/* One GPU (gpu_check's machine) is not a failure here: the test needs two. */
+Test(gpu_processes, two_processes_through_a_rendezvous_file_sum_in_rank_order, .timeout = 120) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_gpu_rendezvous_%d", (int)getpid());
+    unlink(path);
+    pid_t first = start_child(rank_of_two_processes, 0), second = start_child(rank_of_two_processes, 1);
+    char text[2][4096];
+    int status1 = end_child(second, 1, text[1], sizeof text[1]);
+    if (status1 == 77)  /* process 0 may wait in NCCL's init for a peer that never comes */
+        cr_assert(kill(first, SIGKILL) == 0 || errno == ESRCH, "kill failed");
+    int status0 = end_child(first, 0, text[0], sizeof text[0]);
+    unlink(path);
+    if (status1 == 77) cr_skip_test("SKIP: two processes on two GPUs: fewer than two GPUs visible");
+    cr_expect_eq(status0, 0, "process 0: exit %d, stderr: %s", status0, text[0]);
+    cr_expect_eq(status1, 0, "process 1: exit %d, stderr: %s", status1, text[1]);
 }

@@ -1,4 +1,5 @@
-/* test_runtime.c: CPU streams and events, memory accounting, the arena layout. */
+/* test_runtime.c: CPU streams and events, memory accounting, the arena layout,
+ * the world's deadlines. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -6,6 +7,7 @@
 
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "../runtime/world.h"
 #include "stream_stress.h"
 
 static void sleep_us(long us) {
@@ -237,4 +239,21 @@ Test(runtime, an_event_may_be_destroyed_while_its_record_is_pending) {
     stream_destroy(a);
     stream_destroy(b);
     device_destroy(dev);
+}
+
+/* A call bounded by world_deadline_start that outlasts the timeout ends the
+ * process, exit 1 (NCCL's init waiting for a peer that never comes). */
+Test(runtime, a_deadline_past_the_timeout_ends_the_process, .exit_code = 1, .timeout = 30) {
+    world_set_timeout(0.2);
+    world_deadline_start("a test's wait");
+    for (int i = 0; i < 50; i++) sleep_us(100000);  /* 5 s: the deadline must have ended it by now */
+}
+
+/* One ended in time is over: nothing happens past it. */
+Test(runtime, a_deadline_ended_in_time_does_nothing) {
+    world_set_timeout(0.2);
+    world_deadline_start("a test's wait");
+    world_deadline_end();
+    sleep_us(400000);
+    cr_expect(1, "still here past the deadline");
 }

@@ -17,6 +17,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
+        .collectives = "ordered", .nodes = 1, .rendezvous = "",
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
@@ -40,7 +41,7 @@ typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
 typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
 
 /* The most flags a tool has: the callers' tables hold this many. */
-enum { MAX_FLAGS = 48 };
+enum { MAX_FLAGS = 52 };
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
@@ -49,6 +50,9 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
         { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
+        { "collectives", FLAG_PATH, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
+          "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
+          "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
@@ -87,6 +91,11 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "CPU too)" },
         { "timeout", FLAG_FLOAT, &o->timeout, 0, "seconds a collective waits for the other processes (mpirun), "
           "then every process stops" },
+        { "nodes", FLAG_INT, &o->nodes, 0, "processes of a run on GPUs without mpirun, each started with its "
+          "--node-rank and the same --rendezvous" },
+        { "node-rank", FLAG_INT, &o->node_rank, 0, "this process's index, 0..--nodes-1 (0 makes the NCCL id)" },
+        { "rendezvous", FLAG_PATH, o->rendezvous, sizeof o->rendezvous, "file:PATH: where --nodes processes meet "
+          "(a shared filesystem; process 0 writes NCCL's id there, the others wait for it up to --timeout)" },
         { "inject-fault", FLAG_PATH, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
           "step in the forward, backward, collective, step or save, or hangs (hang; a test of a setup)" },
         { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
@@ -201,6 +210,8 @@ static int validate(TrainOptions *o, const char *prog) {
     else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
+    else if (strcmp(o->collectives, "ordered") && strcmp(o->collectives, "nccl"))
+        snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
@@ -220,9 +231,23 @@ static int validate(TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--max-memory-mb=%g must not be negative", o->max_memory_mb);
     else if (o->inject_fault[0] && fault_parse(o->inject_fault, &fault, why, sizeof why) != 0)
         snprintf(bad, sizeof bad, "--inject-fault=%s", why);
-    else if (o->inject_fault[0] && fault.rank >= o->gpus * world()->nprocs)
+    else if (o->nodes < 1 || o->nodes > FIBERS_MAX_RANKS)
+        snprintf(bad, sizeof bad, "--nodes=%d must be in 1..%d", o->nodes, FIBERS_MAX_RANKS);
+    else if (o->node_rank < 0 || o->node_rank >= o->nodes)
+        snprintf(bad, sizeof bad, "--node-rank=%d must be in 0..%d (--nodes=%d)", o->node_rank, o->nodes - 1, o->nodes);
+    else if (o->nodes > 1 && world()->nprocs > 1)
+        snprintf(bad, sizeof bad, "--nodes=%d: mpirun started %d processes already; use one or the other",
+                 o->nodes, world()->nprocs);
+    else if (o->rendezvous[0] && (strncmp(o->rendezvous, "file:", 5) != 0 || !o->rendezvous[5]))
+        snprintf(bad, sizeof bad, "--rendezvous=%.64s must be file:PATH", o->rendezvous);
+    else if (o->nodes > 1 && !o->rendezvous[0])
+        snprintf(bad, sizeof bad, "--nodes=%d needs --rendezvous=file:PATH, where the processes meet", o->nodes);
+    else if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)
+        snprintf(bad, sizeof bad, "--nodes=%d joins processes through NCCL; ranks on the CPU (--device=cpu) across "
+                 "processes need mpirun", o->nodes);
+    else if (o->inject_fault[0] && fault.rank >= o->gpus * world()->nprocs * o->nodes)
         snprintf(bad, sizeof bad, "--inject-fault=%s names rank %d, and the run has ranks 0..%d", o->inject_fault,
-                 fault.rank, o->gpus * world()->nprocs - 1);
+                 fault.rank, o->gpus * world()->nprocs * o->nodes - 1);
     else if (!(o->timeout > 0) || o->timeout > 1e6)
         snprintf(bad, sizeof bad, "--timeout=%g must be in (0, 1e6] seconds", o->timeout);
     else if (o->link[0] && !link_valid(o->link))
@@ -305,6 +330,14 @@ Placement options_placement(const TrainOptions *o) {
     if (strcmp(o->device, "cpu") == 0) return PLACE_CPU;
     if (strcmp(o->device, "cuda") == 0) return PLACE_CUDA;
     return PLACE_AUTO;
+}
+
+SumOrder options_sums(const TrainOptions *o) {
+    return strcmp(o->collectives, "nccl") == 0 ? SUMS_NCCL : SUMS_ORDERED;
+}
+
+int options_join_world(const TrainOptions *o) {
+    return o->nodes > 1 ? world_join_file(o->nodes, o->node_rank, o->rendezvous + strlen("file:")) : 0;
 }
 
 int options_no_strategy_status(const TrainOptions *o) {

@@ -20,6 +20,7 @@ typedef struct {
     int eval_every, eval_iters, log_every, sample_chars, seed;
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
     char device[8];                  /* auto, cpu or cuda */
+    char collectives[8];             /* ordered or nccl: how ranks on GPUs sum */
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
     int overlap;                     /* 1: collectives under the backward */
     float bucket_mb;                 /* DDP's bucket size */
@@ -32,6 +33,8 @@ typedef struct {
     int max_skips;                   /* steps --on-nan=skip may skip before the run stops */
     float max_memory_mb;             /* each rank's device memory cap; 0: none */
     float timeout;                   /* seconds a collective waits for the other processes */
+    int nodes, node_rank;            /* processes of a run without mpirun, and this one's index */
+    char rendezvous[OPTION_PATH_MAX];  /* file:PATH where they meet; "" for none */
     char inject_fault[32];           /* RANK:STEP:WHERE; "" for none */
     Fault fault;                     /* inject_fault parsed (FAULT_NONE for none) */
     /* bin/sample */
@@ -48,6 +51,11 @@ int options_preset(TrainOptions *o, const char *name);
 void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
+/* How --collectives asks NCCL's ranks to sum. */
+SumOrder options_sums(const TrainOptions *o);
+/* Join the processes of --nodes through --rendezvous (nothing for one): 0, or
+ * -1 with a message. */
+int options_join_world(const TrainOptions *o);
 /* The exit status when no strategy could be made (the message is printed):
  * 1 when CUDA is there but failed (a run that could not go on), 2 for a
  * command line no run can use (--device=cuda without a GPU). */

@@ -175,7 +175,10 @@ static int same_run_everywhere(int argc, char **argv, const Dataset *data) {
     const World *w = world();
     if (w->nprocs == 1) return 0;
     uint64_t mine[2] = { 0xcbf29ce484222325ull, 0xcbf29ce484222325ull };
-    for (int i = 1; i < argc; i++) mine[0] = fnv1a(mine[0], argv[i], strlen(argv[i]) + 1);
+    for (int i = 1; i < argc; i++) {  /* --node-rank is each process's own */
+        if (strcmp(argv[i], "--node-rank") == 0) i++;
+        else if (strncmp(argv[i], "--node-rank=", 12) != 0) mine[0] = fnv1a(mine[0], argv[i], strlen(argv[i]) + 1);
+    }
     mine[1] = fnv1a(mine[1], data->tokens, data->ntokens * sizeof(int));
     uint64_t *all = host_calloc((size_t)w->nprocs * 2, sizeof(uint64_t));
     world_all_gather(mine, all, sizeof mine, "the flags' hashes");
@@ -243,6 +246,8 @@ int main(int argc, char **argv) {
     if (rc) return finish(rc == 1 ? 0 : 2, 1);
     world_set_timeout(o.timeout);
     world_set_local_ranks(o.gpus);
+    if (options_join_world(&o) != 0) return finish(1, 1);
+    leader = world()->proc == 0;
 
     Dataset data;
     char err[512];
@@ -257,7 +262,8 @@ int main(int argc, char **argv) {
     }
     StrategyConfig sc = {
         .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o), .batch = o.batch, .dropout = o.dropout,
+        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o),
+        .sums = options_sums(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
         .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
