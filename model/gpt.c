@@ -46,10 +46,10 @@ static void backward_op(Model *m, float dloss) { gpt_backward((GPT *)m, dloss); 
 
 static const ModelOps gpt_ops = { forward_op, backward_op, gpt_destroy };
 
-GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, Device *dev, Stream *stream,
                 int max_B, int max_T) {
     GPT *m = host_calloc(1, sizeof *m);
-    model_init(&m->base, &gpt_ops, cfg, shard_multiple, dev, stream);
+    model_init(&m->base, &gpt_ops, cfg, unit, shard_multiple, dev, stream);
     m->max_B = max_B;
     m->max_T = max_T;
 
@@ -60,21 +60,45 @@ GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream 
     return m;
 }
 
-/* Views of one block's tensors inside a unit-sized buffer (weights or grads). */
-typedef struct { float *ln1_w, *qkv_w, *attproj_w, *ln2_w, *fc_w, *fcproj_w; } BlockTensors;
-typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
+/* A block's tensors, in the layout's order (gpt_layout.c), after the root's three. */
+enum { LN1, QKV, ATTPROJ, LN2, FC, FCPROJ, BLOCK_TENSORS, ROOT_TENSORS = 3 };
 
-static BlockTensors block_tensors(const GPT *m, float *unit_base) {
-    size_t C = m->base.cfg.embd;
-    BlockTensors b;
-    b.ln1_w = unit_base;
-    b.qkv_w = b.ln1_w + C;
-    b.attproj_w = b.qkv_w + 3 * C * C;
-    b.ln2_w = b.attproj_w + C * C;
-    b.fc_w = b.ln2_w + C;
-    b.fcproj_w = b.fc_w + 4 * C * C;
-    return b;
+static int block_tensor(int l, int i) { return ROOT_TENSORS + BLOCK_TENSORS * l + i; }
+static float *weights_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_weights, block_tensor(l, i)); }
+static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(l, i)); }
+
+/* The forward reaches tensor i of block l: where it opens a unit, the unit's
+ * hook, and its span of the trace (a block's first tensor opens one always).
+ * Returns the tensor's weights, read after the hook. */
+static const float *forward_weights(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (model_opens_unit(&m->base, t)) {
+        if (i != LN1) trace_end(m->base.stream);
+        model_before_forward(&m->base, unit);
+        trace_begin(m->base.stream, "forward", unit);
+    }
+    return weights_of(m, l, i);
 }
+
+/* The backward reaches tensor i of block l, going down: where it closes a unit
+ * (a block's last tensor always does), the unit's hook and span begin. */
+static void enter_backward(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (!model_closes_unit(&m->base, t)) return;
+    model_before_backward(&m->base, unit);
+    trace_begin(m->base.stream, "backward", unit);
+}
+
+/* The backward is done with tensor i of block l: where it opens its unit, the
+ * unit's gradient is complete. */
+static void leave_backward(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (!model_opens_unit(&m->base, t)) return;
+    trace_end(m->base.stream);
+    model_after_backward(&m->base, unit);
+}
+
+typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
 
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
     RootTensors r;
@@ -118,8 +142,6 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 
     const float *x = a->encoded;  /* the residual stream entering each block */
     for (int l = 0; l < L; l++) {
-        model_before_forward(&m->base, 1 + l);
-        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
         float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
         float *atty = a->atty + l * BT * C, *attproj = a->attproj + l * BT * C;
@@ -129,17 +151,16 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
         float *fcproj = a->fcproj + l * BT * C, *resid3 = a->resid3 + l * BT * C;
         uint32_t site = 1 + 3 * (uint32_t)l;
 
-        trace_begin(s, "forward", 1 + l);
-        layernorm_forward(s, ln1, ln1_mean, ln1_rstd, x, w.ln1_w, BT, C);
-        matmul_forward(s, qkv, ln1, w.qkv_w, BT, C, 3 * C);
+        layernorm_forward(s, ln1, ln1_mean, ln1_rstd, x, forward_weights(m, l, LN1), BT, C);
+        matmul_forward(s, qkv, ln1, forward_weights(m, l, QKV), BT, C, 3 * C);
         attention_forward(s, atty, att, a->att_scratch, qkv, B, T, C, NH, dropout_at(m, site));
-        matmul_forward(s, attproj, atty, w.attproj_w, BT, C, C);
+        matmul_forward(s, attproj, atty, forward_weights(m, l, ATTPROJ), BT, C, C);
         dropout_forward(s, attproj, attproj, BT * C, dropout_at(m, site + 1));
         residual_forward(s, resid2, x, attproj, BT * C);
-        layernorm_forward(s, ln2, ln2_mean, ln2_rstd, resid2, w.ln2_w, BT, C);
-        matmul_forward(s, fch, ln2, w.fc_w, BT, C, 4 * C);
+        layernorm_forward(s, ln2, ln2_mean, ln2_rstd, resid2, forward_weights(m, l, LN2), BT, C);
+        matmul_forward(s, fch, ln2, forward_weights(m, l, FC), BT, C, 4 * C);
         gelu_forward(s, fch_gelu, fch, BT * 4 * C);
-        matmul_forward(s, fcproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
+        matmul_forward(s, fcproj, fch_gelu, forward_weights(m, l, FCPROJ), BT, 4 * C, C);
         dropout_forward(s, fcproj, fcproj, BT * C, dropout_at(m, site + 2));
         residual_forward(s, resid3, resid2, fcproj, BT * C);
         trace_end(s);
@@ -176,9 +197,6 @@ void gpt_backward(GPT *m, float dloss) {
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
-        model_before_backward(&m->base, 1 + l);
-        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
-        BlockTensors dw = block_tensors(m, m->base.unit_grads[1 + l]);
         const float *x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded;
         float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
@@ -189,24 +207,34 @@ void gpt_backward(GPT *m, float dloss) {
         uint32_t site = 1 + 3 * (uint32_t)l;
 
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
-        trace_begin(s, "backward", 1 + l);
+        enter_backward(m, l, FCPROJ);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
+        matmul_backward(s, a->dfch_gelu, grads_of(m, l, FCPROJ), a->dproj, fch_gelu, weights_of(m, l, FCPROJ), BT,
+                        4 * C, C);
+        leave_backward(m, l, FCPROJ);
+        enter_backward(m, l, FC);
         gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
-        matmul_backward(s, a->dln, dw.fc_w, a->dfch, ln2, w.fc_w, BT, C, 4 * C);
-        layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C,
-                           m->base.layernorm_scratch);
+        matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, ln2, weights_of(m, l, FC), BT, C, 4 * C);
+        leave_backward(m, l, FC);
+        enter_backward(m, l, LN2);
+        layernorm_backward(s, a->dresid, grads_of(m, l, LN2), a->dln, resid2, weights_of(m, l, LN2), ln2_mean,
+                           ln2_rstd, BT, C, m->base.layernorm_scratch);
+        leave_backward(m, l, LN2);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
+        enter_backward(m, l, ATTPROJ);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        matmul_backward(s, a->datty, dw.attproj_w, a->dproj, atty, w.attproj_w, BT, C, C);
+        matmul_backward(s, a->datty, grads_of(m, l, ATTPROJ), a->dproj, atty, weights_of(m, l, ATTPROJ), BT, C, C);
+        leave_backward(m, l, ATTPROJ);
+        enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, qkv, att, B, T, C, NH,
                            dropout_at(m, site));
-        matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
-        layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C,
-                           m->base.layernorm_scratch);
-        trace_end(s);
-        model_after_backward(&m->base, 1 + l);
+        matmul_backward(s, a->dln, grads_of(m, l, QKV), a->dqkv, ln1, weights_of(m, l, QKV), BT, C, 3 * C);
+        leave_backward(m, l, QKV);
+        enter_backward(m, l, LN1);
+        layernorm_backward(s, a->dresid, grads_of(m, l, LN1), a->dln, x, weights_of(m, l, LN1), ln1_mean, ln1_rstd,
+                           BT, C, m->base.layernorm_scratch);
+        leave_backward(m, l, LN1);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */

@@ -1,7 +1,8 @@
 /* gpt.h: nanoGPT's character GPT: layout, forward, backward, on the Model base.
  *
  * Unit 0 is the root (token embedding wte, tied to the output head; position
- * embedding wpe; final LayerNorm ln_f), unit 1 + l is transformer block l.
+ * embedding wpe; final LayerNorm ln_f); then transformer block l is unit 1 + l,
+ * or two or four units (model.h's UnitPolicy).
  * Tensor names are nanoGPT's, so weights move to and from PyTorch unchanged.
  * The weights, gradients and hooks a strategy sees are the base's
  * (model/model.h).
@@ -52,12 +53,15 @@ typedef struct {
 
 /* NULL when the config is usable, else a message naming what is wrong. */
 const char *gpt_config_error(const ModelConfig *cfg);
-/* The unit-by-unit layout with nanoGPT's names; units padded to shard_multiple. */
+/* The unit-by-unit layout with nanoGPT's names; units padded to shard_multiple:
+ * whole blocks (gpt_layout), or the units of a policy. */
 void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
+void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
 
-/* A GPT with activations for up to max_B x max_T and no arenas: own them with
- * model_own_weights / model_own_grads, free with model_destroy. */
-GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
+/* A GPT in the units of `unit`, with activations for up to max_B x max_T and
+ * no arenas: own them with model_own_weights / model_own_grads, free with
+ * model_destroy. */
+GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, Device *dev, Stream *stream,
                 int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */

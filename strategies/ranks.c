@@ -30,7 +30,7 @@ static void set_memory_hint(Ranks *d) {
     double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
     for (int u = 0; u < d->layout->nunits; u++)
         unit_bytes = fmax(unit_bytes, (double)(d->layout->units[u].size * sizeof(float)));
-    double buffers_per_kind = d->base.cfg.overlap ? 1.0 : 0.5;
+    double buffers_per_kind = d->base.cfg.overlap ? strategy_live_units(&d->base.cfg) : 1;
     double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
     int stage = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++)
@@ -73,7 +73,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     for (int r = 0; r < d->nranks; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->nranks; r++) {
-        Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
+        Model *m = model_create(&cfg->model, cfg->unit, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
@@ -244,7 +244,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
         gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
         return 0;
     }
-    GPT *g = gpt_create(&s->cfg.model, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
+    GPT *g = gpt_create(&s->cfg.model, UNIT_BLOCK, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
     model_own_weights(&g->base);
     float *host = host_calloc(d->plain_layout.total, sizeof(float));
     ranks_read_weights(s, host);

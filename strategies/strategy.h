@@ -46,6 +46,13 @@ typedef struct {
      * either way. A bucket_bytes under 1 MB makes the first bucket that small too. */
     int overlap;
     size_t bucket_bytes;
+    /* How the blocks are cut into units (model/model.h): the unit of every
+     * collective and working buffer, with the same bits for each choice. */
+    UnitPolicy unit;
+    /* ZeRO-2/3 with overlap: units gathered and gradient slots at once, at most
+     * (FSDP's limit_all_gathers); ZeRO-3 prefetches up to max_live_units - 1
+     * units ahead. 1..MAX_LIVE_UNITS; 0 is the default, 2. The same bits for each. */
+    int max_live_units;
     double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
     /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
      * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the
@@ -55,6 +62,10 @@ typedef struct {
     Fault fault;            /* a failure to inject (tests, checking a setup); where FAULT_NONE for none */
     size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
 } StrategyConfig;
+
+enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
+/* cfg's max_live_units, its default filled in. */
+int strategy_live_units(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 
@@ -125,8 +136,9 @@ typedef struct {
     /* Bytes per parameter of the state a rank holds at N ranks (weights,
      * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
     double (*state_bytes_per_param)(int nranks);
-    /* Working buffers of the largest unit's size, with overlap on (ZeRO-2: two
-     * gradient slots; ZeRO-3: and two gather buffers); half as many with it off. */
+    /* Kinds of working buffer of the largest unit's size (ZeRO-2: gradient
+     * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
+     * on, one with it off. */
     int unit_buffers;
 } StrategyKind;
 enum { STRATEGY_KINDS = 4 };

@@ -198,6 +198,12 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--bucket-mb=0", "--bucket-mb=0 must be in (0, 4096]" },
         { TRAIN, "--bucket-mb=5000", "--bucket-mb=5000 must be in (0, 4096]" },
         { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a number, got 'nan'" },
+        { TRAIN, "--unit=layer", "--unit=layer must be block, half or tensor" },
+        { TRAIN, "--unit=Block", "--unit=Block must be block, half or tensor" },
+        { TRAIN, "--unit=tensors", "--unit=tensors must be block, half or tensor" },
+        { TRAIN, "--max-live-units=0", "--max-live-units=0 must be in 1..8" },
+        { TRAIN, "--max-live-units=9", "--max-live-units=9 must be in 1..8" },
+        { TRAIN, "--max-live-units=two", "--max-live-units expects an integer, got 'two'" },
         { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=0", "--link=0 must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=1,-5", "--link=1,-5 must be GBPS or GBPS,LATENCY_US" },
@@ -258,6 +264,8 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { ZERO_MEMORY, "--device=tpu", "zero_memory: --device=tpu must be auto, cpu or cuda" },
         { ZERO_MEMORY, "--overlap=3", "zero_memory: --overlap=3 must be 0 or 1" },
         { ZERO_MEMORY, "--bucket-mb=-1", "zero_memory: --bucket-mb=-1 must be in (0, 4096]" },
+        { ZERO_MEMORY, "--unit=matrix", "zero_memory: --unit=matrix must be block, half or tensor" },
+        { ZERO_MEMORY, "--max-live-units=-1", "zero_memory: --max-live-units=-1 must be in 1..8" },
     };
     const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
                                [ZERO_MEMORY] = zero_memory_binary() };

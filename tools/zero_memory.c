@@ -43,8 +43,11 @@ int main(int argc, char **argv) {
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); overlap %s\n\n",
-           o.overlap ? "on (two gradient slots and two gather buffers per kind)" : "off (one of each)");
+    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); units %s; overlap %s\n\n",
+           o.unit, o.overlap ? "on" : "off (one gradient slot and one gather buffer beside the root's)");
+    if (o.overlap)
+        printf("with overlap, %d gradient slots and %d gather buffers beside the root's (--max-live-units)\n\n",
+               o.max_live_units, o.max_live_units);
     Placement where = options_placement(&o);
     /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
     Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
@@ -63,6 +66,7 @@ int main(int argc, char **argv) {
             StrategyConfig sc = { .model = model, .nranks = N, .batch = 1, .seed = (uint32_t)o.seed,
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
                                   .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
+                                  .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
                                   .device = where };
             Strategy *s = kind->create(&sc);
             if (!s) return 1;
