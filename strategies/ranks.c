@@ -339,6 +339,8 @@ size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
     return device_bytes_in_use(((Ranks *)s)->pg->device[rank], kind);
 }
 
+size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes(((Ranks *)s)->pg->device[rank]); }
+
 /* Floats in rank r's buffer of a state held as `how`. */
 static size_t held_length(const Ranks *d, Holding how) {
     return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;

@@ -100,6 +100,9 @@ typedef struct {
     void (*write_state)(Strategy *s, const float *m, const float *v);
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
     size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
+    /* The most bytes of every kind together one rank held at once since the
+     * strategy was made: its device's high-water mark. */
+    size_t (*rank_peak_bytes)(Strategy *s, int rank);
     void (*destroy)(Strategy *s);
     /* How many values of `what` are NaN or infinite, over every rank's part:
      * one reduction per buffer on each rank's device, then the counts (waits). */

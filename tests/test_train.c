@@ -343,24 +343,57 @@ Test(train, help_lists_every_flag_and_exits_0) {
         cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
 }
 
-/* bin/zero_memory on a small model: it checks every rank against the ZeRO
- * formulas itself and exits 1 if one is off. */
-Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
-    const char *bin = zero_memory_binary();
+/* bin/zero_memory on a small model, with these flags: its table into out. */
+static void run_zero_memory(const char *flags, char *out, size_t len) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --layers=3 --embd=24 --heads=2 --block=16", bin);
+    snprintf(cmd, sizeof cmd, "%s --layers=2 --embd=96 --heads=2 --block=16 --batch=2 %s", zero_memory_binary(), flags);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
-    char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = fread(out, 1, len - 1, p);
     out[n] = 0;
     cr_expect_eq(pclose(p), 0, "%s failed:\n%s", cmd, out);
-    static const char *rows[] = { "| DDP | 1 |", "| ZeRO-1 | 2 |", "| ZeRO-2 | 4 |", "| ZeRO-3 | 8 |" };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        cr_expect(strstr(out, rows[i]) != NULL, "no row %s in:\n%s", rows[i], out);
+}
+
+/* A row's numbers: weights, gradients, optimizer, state, formula, state /
+ * formula, working, total, activations, peak. */
+enum { ROW_WORKING = 6, ROW_TOTAL, ROW_ACTIVATIONS, ROW_PEAK, ROW_VALUES };
+
+static void read_row(const char *out, const char *row, double v[ROW_VALUES]) {
+    const char *at = strstr(out, row);
+    cr_assert_not_null(at, "no row %s in:\n%s", row, out);
+    at += strlen(row);
+    for (int i = 0; i < ROW_VALUES; i++) {
+        char *end;
+        v[i] = strtod(at, &end);
+        cr_assert(end != at && strncmp(end, " |", 2) == 0, "row %s: value %d unreadable in:\n%s", row, i, out);
+        at = end + 2;
+    }
+}
+
+/* It checks every rank against the ZeRO formulas itself and exits 1 if one is
+ * off; activations and the peak come from a real step, and no step allocates:
+ * the peak is what the strategy built. Finer units shrink ZeRO-3's working
+ * buffers. */
+Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
+    char out[8192], tensor[8192];
+    run_zero_memory("", out, sizeof out);
+    static const char *rows[] = { "| DDP | 1 | ", "| ZeRO-1 | 2 | ", "| ZeRO-2 | 4 | ", "| ZeRO-3 | 8 | " };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double v[ROW_VALUES];
+        read_row(out, rows[i], v);
+        cr_expect_gt(v[ROW_ACTIVATIONS], 0.0, "%s: no activations:\n%s", rows[i], out);
+        cr_expect_lt(fabs(v[ROW_PEAK] - v[ROW_TOTAL] - v[ROW_ACTIVATIONS]), 0.2, "%s: peak %.1f, built %.1f:\n%s",
+                     rows[i], v[ROW_PEAK], v[ROW_TOTAL] + v[ROW_ACTIVATIONS], out);
+    }
     int table_rows = 0;
     for (const char *c = out; (c = strstr(c, " | 1.00")) != NULL; c++) table_rows++;
     cr_expect_eq(table_rows, 16, "16 rows at state / formula 1.00..:\n%s", out);
+    run_zero_memory("--unit=tensor", tensor, sizeof tensor);
+    double block_row[ROW_VALUES], tensor_row[ROW_VALUES];
+    read_row(out, "| ZeRO-3 | 2 | ", block_row);
+    read_row(tensor, "| ZeRO-3 | 2 | ", tensor_row);
+    cr_expect_lt(tensor_row[ROW_WORKING], block_row[ROW_WORKING], "ZeRO-3's working buffers: %.1f MB with tensors, "
+                 "%.1f MB with blocks", tensor_row[ROW_WORKING], block_row[ROW_WORKING]);
 }
 
 /* ---- bad checkpoint files: one line, exit 1, nothing overwritten ---- */

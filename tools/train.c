@@ -287,6 +287,9 @@ int main(int argc, char **argv) {
     else if (status == 0)
         printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
                o.iters, skipped, result.seconds);
+    if (status == 0)
+        printf("peak memory of rank 0: %.1f MB (the allocator's high-water mark over the run)\n",
+               s->ops->rank_peak_bytes(s, 0) / 1e6);
     int traced = o.iters - start_iter < o.trace_steps ? o.iters - start_iter : o.trace_steps;
     if (trace && write_trace(trace, &o, traced) != 0 && status == 0) status = 1;
     s->ops->destroy(s);
