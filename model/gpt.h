@@ -44,6 +44,7 @@ enum { ACTIVATION_TENSORS = 32 };
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
+    int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     Activations acts;
     /* the shape and step of the last forward */
     int B, T;
@@ -60,9 +61,12 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
 
 /* A GPT in the units of `unit`, with activations for up to max_B x max_T and
  * no arenas: own them with model_own_weights / model_own_grads, free with
- * model_destroy. */
-GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T);
+ * model_destroy. recompute = 1 (with whole-block units only: the recomputed
+ * forward reads the whole block) keeps each block's input and one block's
+ * internals, and runs each block's forward again just before its backward,
+ * after its before_backward hook: the same bits, less memory. */
+GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                Stream *stream, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,

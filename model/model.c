@@ -59,10 +59,10 @@ void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32
     }
 }
 
-Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, Device *dev, Stream *stream,
-                    int max_B, int max_T) {
+Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                    Stream *stream, int max_B, int max_T) {
     if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
-    return &gpt_create(cfg, unit, shard_multiple, dev, stream, max_B, max_T)->base;
+    return &gpt_create(cfg, unit, recompute, shard_multiple, dev, stream, max_B, max_T)->base;
 }
 
 void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,

@@ -116,9 +116,9 @@ int unit_policy_parse(const char *name);
 void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host);
 
 /* A model of cfg->kind in the units of `unit`, with activations for up to
- * max_B x max_T, no arenas. */
-Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, Device *dev, Stream *stream,
-                    int max_B, int max_T);
+ * max_B x max_T, no arenas; recompute as gpt_create's (the MLP keeps all). */
+Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                    Stream *stream, int max_B, int max_T);
 /* The base's part of a model's creation: layout and unit tables. */
 void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,
                 Device *dev, Stream *stream);

@@ -52,6 +52,10 @@ static void set_memory_hint(Ranks *d) {
 }
 
 int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
+    if (cfg->recompute && cfg->unit != UNIT_BLOCK) {
+        fprintf(stderr, "error: --recompute=1 recomputes whole blocks: it needs --unit=block\n");
+        return -1;
+    }
     d->base.ops = ops;
     d->base.name = name;
     d->base.cfg = *cfg;
@@ -73,7 +77,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     for (int r = 0; r < d->nranks; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->nranks; r++) {
-        Model *m = model_create(&cfg->model, cfg->unit, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
+        Model *m = model_create(&cfg->model, cfg->unit, cfg->recompute, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
@@ -244,7 +248,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
         gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
         return 0;
     }
-    GPT *g = gpt_create(&s->cfg.model, UNIT_BLOCK, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
+    GPT *g = gpt_create(&s->cfg.model, UNIT_BLOCK, 0, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
     model_own_weights(&g->base);
     float *host = host_calloc(d->plain_layout.total, sizeof(float));
     ranks_read_weights(s, host);

@@ -53,6 +53,9 @@ typedef struct {
      * (FSDP's limit_all_gathers); ZeRO-3 prefetches up to max_live_units - 1
      * units ahead. 1..MAX_LIVE_UNITS; 0 is the default, 2. The same bits for each. */
     int max_live_units;
+    /* 1: activation recompute (model/gpt.h), with unit UNIT_BLOCK only: each
+     * block's forward runs again just before its backward. The same bits. */
+    int recompute;
     double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
     /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
      * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the

@@ -490,3 +490,64 @@ Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 120) {
         free(ddp);
     }
 }
+
+/* ---- activation recompute: the same losses and weights, fewer activations ---- */
+
+/* ITERS steps of sc under a stage, driven by hand so that every step's loss
+ * is seen; returns the weights, the losses into losses[ITERS] and rank 0's
+ * activation bytes into *activations. */
+static float *train_with_losses(int zero, const StrategyConfig *sc, float losses[ITERS], size_t *activations) {
+    Strategy *s = strategy_create(zero, sc);
+    cr_assert_not_null(s);
+    int rows = sc->nranks * sc->batch, T = sc->model.block_size;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    for (int it = 0; it < ITERS; it++) {
+        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)it, 0, rows, T, x, y);
+        s->ops->set_lr(s, 1e-2f);
+        cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)it, 0, 1), 0);
+        losses[it] = s->ops->train_loss(s);
+        s->ops->step(s);
+    }
+    ArenaLayout plain;
+    model_layout(&sc->model, 1, &plain);
+    float *w = malloc(plain.total * sizeof(float));
+    s->ops->read_weights(s, w);
+    *activations = s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS);
+    s->ops->destroy(s);
+    free(x);
+    free(y);
+    return w;
+}
+
+Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 120) {
+    for (int N = 2; N <= 3; N++) {
+        for (int zero = 0; zero <= 3; zero++) {
+            for (int overlap = 0; overlap <= 1; overlap++) {
+                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                sc.overlap = overlap;
+                float kept_loss[ITERS], again_loss[ITERS];
+                size_t kept_bytes, again_bytes;
+                float *kept = train_with_losses(zero, &sc, kept_loss, &kept_bytes);
+                sc.recompute = 1;
+                float *again = train_with_losses(zero, &sc, again_loss, &again_bytes);
+                ArenaLayout plain;
+                model_layout(&sc.model, 1, &plain);
+                cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0,
+                          "--zero=%d N=%d overlap %d: recompute changed a loss", zero, N, overlap);
+                cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
+                          "--zero=%d N=%d overlap %d: recompute changed the weights", zero, N, overlap);
+                cr_expect_lt(again_bytes, kept_bytes, "--zero=%d: activations %zu bytes with recompute, %zu without",
+                             zero, again_bytes, kept_bytes);
+                free(kept);
+                free(again);
+            }
+        }
+    }
+}
+
+Test(strategies, recompute_needs_whole_block_units) {
+    StrategyConfig sc = small_gpt(2, 2, 0.0f);
+    sc.recompute = 1;
+    sc.unit = UNIT_HALF;
+    cr_expect_null(strategy_create(3, &sc), "--recompute=1 with --unit=half is refused");
+}

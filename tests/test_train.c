@@ -204,6 +204,9 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--max-live-units=0", "--max-live-units=0 must be in 1..8" },
         { TRAIN, "--max-live-units=9", "--max-live-units=9 must be in 1..8" },
         { TRAIN, "--max-live-units=two", "--max-live-units expects an integer, got 'two'" },
+        { TRAIN, "--recompute=2", "--recompute=2 must be 0 or 1" },
+        { TRAIN, "--recompute=yes", "--recompute expects an integer, got 'yes'" },
+        { TRAIN, "--recompute=1 --unit=half", "--recompute=1 recomputes whole blocks: it needs --unit=block, not half" },
         { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=0", "--link=0 must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=1,-5", "--link=1,-5 must be GBPS or GBPS,LATENCY_US" },
@@ -266,6 +269,7 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { ZERO_MEMORY, "--bucket-mb=-1", "zero_memory: --bucket-mb=-1 must be in (0, 4096]" },
         { ZERO_MEMORY, "--unit=matrix", "zero_memory: --unit=matrix must be block, half or tensor" },
         { ZERO_MEMORY, "--max-live-units=-1", "zero_memory: --max-live-units=-1 must be in 1..8" },
+        { ZERO_MEMORY, "--recompute=1 --unit=tensor", "zero_memory: --recompute=1 recomputes whole blocks" },
     };
     const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
                                [ZERO_MEMORY] = zero_memory_binary() };

@@ -56,6 +56,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "weight matrix with its norm); same bits for each" },
         { "max-live-units", FLAG_INT, &o->max_live_units, 0, "ZeRO-2/3 with overlap: units gathered and gradient "
           "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
+        { "recompute", FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
+          "its backward (needs --unit=block; same bits as 0)" },
         { "link", FLAG_PATH, o->link, sizeof o->link, "GBPS[,LATENCY_US]: model a link for simulated ranks" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
@@ -209,6 +211,10 @@ static int validate(TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
     else if (o->max_live_units < 1 || o->max_live_units > MAX_LIVE_UNITS)
         snprintf(bad, sizeof bad, "--max-live-units=%d must be in 1..%d", o->max_live_units, MAX_LIVE_UNITS);
+    else if (o->recompute != 0 && o->recompute != 1)
+        snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
+    else if (o->recompute && strcmp(o->unit, "block") != 0)
+        snprintf(bad, sizeof bad, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s", o->unit);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
     else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);

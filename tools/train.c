@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
         .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
+        .recompute = o.recompute,
         .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
@@ -247,9 +248,9 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live\n", s->name, o.iters, o.batch, o.gpus,
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o.iters, o.batch, o.gpus,
            o.grad_accum, o.lr, o.min_lr, o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off", o.unit,
-           o.max_live_units);
+           o.max_live_units, o.recompute ? ", recompute" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,

@@ -80,8 +80,9 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
     printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); %d row(s) of %d a rank;\n"
-           "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's\n\n", batch, o.block,
-           o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1, o.overlap ? o.max_live_units : 1);
+           "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
+           batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
+           o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
     Placement where = options_placement(&o);
     /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
     Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
@@ -104,6 +105,7 @@ int main(int argc, char **argv) {
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
                                   .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
                                   .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
+                                  .recompute = o.recompute,
                                   .device = where, .batch = batch, .dropout = o.dropout };
             Strategy *s = kind->create(&sc);
             if (!s || real_step(s, &data, N, batch, o.block, (uint32_t)o.seed) != 0) {
