@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
-# over a modeled link: bench/results/overlap.{md,csv,png}), then the CPU presets
+# over a modeled link: bench/results/overlap.{md,csv,png}), what finer units, the
+# live-unit limit and recompute cost (bench/results/units.md), peak memory per rank
+# against N (bench/results/memory.{md,png}), then the CPU presets
 # against this machine's sgemm ceiling and the char-small step against
 # PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
 # PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
@@ -46,6 +48,37 @@ PLOT
     echo "wrote $results/overlap.md, $results/overlap.csv and $results/overlap.png"
 else
     echo "wrote $results/overlap.md and $results/overlap.csv; no plot: gnuplot is missing (make deps installs it)"
+fi
+echo
+
+# The cost of finer units, the live-unit limit and recompute: ZeRO-3 at N = 4 over the link
+# the overlap table chose (bench_units, a row per choice)
+link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $results/overlap.md)
+"$bin/bench_units" --layers=8 --gpus=4 --iters=10 --link="$link" | tee $results/units.md
+echo
+
+# Peak memory per rank against N for each strategy (the char preset, the finest units,
+# one row a rank): bin/zero_memory's table, and its plot
+"$bin/zero_memory" --unit=tensor | tee $results/memory.md
+if command -v gnuplot >/dev/null; then
+    awk -F'|' '/^\| (DDP|ZeRO-[123]) \|/ { gsub(/ /, "", $2); print $2, $3 + 0, $13 + 0 }' $results/memory.md \
+        > $results/memory.dat
+    gnuplot <<PLOT
+set terminal pngcairo size 900,480
+set output "$results/memory.png"
+set title "Peak memory per rank (allocator high-water mark over a step), char preset, --unit=tensor, 1 row a rank"
+set xlabel "ranks N"
+set ylabel "MB per rank"
+set logscale x 2
+set xtics (1, 2, 4, 8)
+set xrange [0.8:10]
+set yrange [0:*]
+set key top right
+plot for [s in "DDP ZeRO-1 ZeRO-2 ZeRO-3"] "$results/memory.dat" using (strcol(1) eq s ? \$2 : NaN):3 \
+     with linespoints title s
+PLOT
+    rm -f $results/memory.dat
+    echo "wrote $results/units.md, $results/memory.md and $results/memory.png"
 fi
 echo
 

@@ -11,20 +11,23 @@
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
 
-/* The activation size table: each buffer and its size in floats, for B x T. */
-static void activation_table(Activations *a, const ModelConfig *cfg, int B, int T,
+/* The activation size table: each buffer and its size in floats, for B x T.
+ * With recompute the blocks' internals are kept for one block (Lk = 1), and
+ * only each block's output (resid3, the next one's input) for all L. */
+static void activation_table(Activations *a, const ModelConfig *cfg, int recompute, int B, int T,
                              ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
+    size_t Lk = recompute ? 1 : L;
     size_t att = (size_t)B * NH * T * T;
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
-        { &a->ln1, L * BT * C }, { &a->ln1_mean, L * BT }, { &a->ln1_rstd, L * BT },
-        { &a->qkv, L * BT * 3 * C },
-        { &a->att, L * att },
-        { &a->atty, L * BT * C }, { &a->attproj, L * BT * C }, { &a->resid2, L * BT * C },
-        { &a->ln2, L * BT * C }, { &a->ln2_mean, L * BT }, { &a->ln2_rstd, L * BT },
-        { &a->fch, L * BT * 4 * C }, { &a->fch_gelu, L * BT * 4 * C },
-        { &a->fcproj, L * BT * C }, { &a->resid3, L * BT * C },
+        { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Lk * BT }, { &a->ln1_rstd, Lk * BT },
+        { &a->qkv, Lk * BT * 3 * C },
+        { &a->att, Lk * att },
+        { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
+        { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Lk * BT }, { &a->ln2_rstd, Lk * BT },
+        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
+        { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, BT * V }, { &a->probs, BT * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
@@ -46,35 +49,92 @@ static void backward_op(Model *m, float dloss) { gpt_backward((GPT *)m, dloss); 
 
 static const ModelOps gpt_ops = { forward_op, backward_op, gpt_destroy };
 
-GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T) {
+GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                Stream *stream, int max_B, int max_T) {
     GPT *m = host_calloc(1, sizeof *m);
-    model_init(&m->base, &gpt_ops, cfg, shard_multiple, dev, stream);
+    model_init(&m->base, &gpt_ops, cfg, unit, shard_multiple, dev, stream);
     m->max_B = max_B;
     m->max_T = max_T;
+    m->recompute = recompute;
 
     ActivationSlot table[ACTIVATION_TENSORS];
-    activation_table(&m->acts, cfg, max_B, max_T, table);
+    activation_table(&m->acts, cfg, recompute, max_B, max_T, table);
     model_alloc_activations(&m->base, table, ACTIVATION_TENSORS, (size_t)max_B * max_T);
     m->base.mean_loss = m->acts.mean_loss;
     return m;
 }
 
-/* Views of one block's tensors inside a unit-sized buffer (weights or grads). */
-typedef struct { float *ln1_w, *qkv_w, *attproj_w, *ln2_w, *fc_w, *fcproj_w; } BlockTensors;
-typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
+/* A block's tensors, in the layout's order (gpt_layout.c), after the root's three. */
+enum { LN1, QKV, ATTPROJ, LN2, FC, FCPROJ, BLOCK_TENSORS, ROOT_TENSORS = 3 };
 
-static BlockTensors block_tensors(const GPT *m, float *unit_base) {
-    size_t C = m->base.cfg.embd;
-    BlockTensors b;
-    b.ln1_w = unit_base;
-    b.qkv_w = b.ln1_w + C;
-    b.attproj_w = b.qkv_w + 3 * C * C;
-    b.ln2_w = b.attproj_w + C * C;
-    b.fc_w = b.ln2_w + C;
-    b.fcproj_w = b.fc_w + 4 * C * C;
+static int block_tensor(int l, int i) { return ROOT_TENSORS + BLOCK_TENSORS * l + i; }
+static float *weights_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_weights, block_tensor(l, i)); }
+static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(l, i)); }
+
+/* The forward reaches tensor i of block l: where it opens a unit, the unit's
+ * hook, and its span of the trace (a block's first tensor opens one always).
+ * Returns the tensor's weights, read after the hook. */
+static const float *forward_weights(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (model_opens_unit(&m->base, t)) {
+        if (i != LN1) trace_end(m->base.stream);
+        model_before_forward(&m->base, unit);
+        trace_begin(m->base.stream, "forward", unit);
+    }
+    return weights_of(m, l, i);
+}
+
+/* The backward reaches tensor i of block l, going down: where it closes a unit
+ * (a block's last tensor always does), the unit's hook and span begin. */
+static void enter_backward(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (!model_closes_unit(&m->base, t)) return;
+    model_before_backward(&m->base, unit);
+    trace_begin(m->base.stream, "backward", unit);
+}
+
+/* The backward is done with tensor i of block l: where it opens its unit, the
+ * unit's gradient is complete. */
+static void leave_backward(GPT *m, int l, int i) {
+    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    if (!model_opens_unit(&m->base, t)) return;
+    trace_end(m->base.stream);
+    model_after_backward(&m->base, unit);
+}
+
+/* Where the forward reads weights: in the forward itself, through the unit
+ * hooks (forward_weights); recomputed inside the backward, where the
+ * backward's hook has made the block's unit present, directly. */
+static const float *block_weights(GPT *m, int l, int i, int hooks) {
+    return hooks ? forward_weights(m, l, i) : weights_of(m, l, i);
+}
+
+/* Block l's activations for this forward's B x T: its input x, its output
+ * resid3, and its internals, which with recompute every block writes over
+ * the one block's buffers that there are. */
+typedef struct {
+    const float *x;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *attproj, *resid2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *resid3;
+} BlockActivations;
+
+static BlockActivations block_activations(const GPT *m, int l) {
+    const Activations *a = &m->acts;
+    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd, att = BT * m->base.cfg.heads * m->T;
+    size_t k = m->recompute ? 0 : (size_t)l;  /* the internals' block */
+    BlockActivations b = {
+        .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
+        .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + k * BT, .ln1_rstd = a->ln1_rstd + k * BT,
+        .qkv = a->qkv + k * BT * 3 * C, .att = a->att + k * att,
+        .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
+        .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + k * BT, .ln2_rstd = a->ln2_rstd + k * BT,
+        .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + k * BT * 4 * C,
+        .fcproj = a->fcproj + k * BT * C, .resid3 = a->resid3 + (size_t)l * BT * C,
+    };
     return b;
 }
+
+typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
 
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
     RootTensors r;
@@ -91,11 +151,35 @@ static Dropout dropout_at(const GPT *m, uint32_t site) {
     return d;
 }
 
+/* Block l's forward from its input, with this forward's dropout masks (pure
+ * functions of seed, rank, step, site and element), so that a recomputation
+ * writes the same bits. hooks: 1 in the forward, 0 recomputed in the backward. */
+static void block_forward(GPT *m, int l, int hooks) {
+    Stream *s = m->base.stream;
+    int B = m->B, T = m->T, C = m->base.cfg.embd, NH = m->base.cfg.heads;
+    size_t BT = (size_t)B * T;
+    BlockActivations b = block_activations(m, l);
+    uint32_t site = 1 + 3 * (uint32_t)l;
+    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
+    matmul_forward(s, b.qkv, b.ln1, block_weights(m, l, QKV, hooks), BT, C, 3 * C);
+    attention_forward(s, b.atty, b.att, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
+    matmul_forward(s, b.attproj, b.atty, block_weights(m, l, ATTPROJ, hooks), BT, C, C);
+    dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
+    residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
+    layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C);
+    matmul_forward(s, b.fch, b.ln2, block_weights(m, l, FC, hooks), BT, C, 4 * C);
+    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C);
+    matmul_forward(s, b.fcproj, b.fch_gelu, block_weights(m, l, FCPROJ, hooks), BT, 4 * C, C);
+    if (!hooks) return;  /* the output is kept: the rest would write it again */
+    dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
+    residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
+}
+
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
                  uint32_t step, int training) {
     Stream *s = m->base.stream;
     const ModelConfig *cfg = &m->base.cfg;
-    int C = cfg->embd, NH = cfg->heads, V = cfg->vocab, L = cfg->layers;
+    int C = cfg->embd, V = cfg->vocab, L = cfg->layers;
     size_t BT = (size_t)B * T;
     Activations *a = &m->acts;
     if (B < 1 || B > m->max_B || T < 1 || T > m->max_T || T > cfg->block_size) {
@@ -116,35 +200,11 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
     trace_end(s);
 
-    const float *x = a->encoded;  /* the residual stream entering each block */
     for (int l = 0; l < L; l++) {
-        model_before_forward(&m->base, 1 + l);
-        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
-        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
-        float *atty = a->atty + l * BT * C, *attproj = a->attproj + l * BT * C;
-        float *resid2 = a->resid2 + l * BT * C;
-        float *ln2 = a->ln2 + l * BT * C, *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
-        float *fcproj = a->fcproj + l * BT * C, *resid3 = a->resid3 + l * BT * C;
-        uint32_t site = 1 + 3 * (uint32_t)l;
-
-        trace_begin(s, "forward", 1 + l);
-        layernorm_forward(s, ln1, ln1_mean, ln1_rstd, x, w.ln1_w, BT, C);
-        matmul_forward(s, qkv, ln1, w.qkv_w, BT, C, 3 * C);
-        attention_forward(s, atty, att, a->att_scratch, qkv, B, T, C, NH, dropout_at(m, site));
-        matmul_forward(s, attproj, atty, w.attproj_w, BT, C, C);
-        dropout_forward(s, attproj, attproj, BT * C, dropout_at(m, site + 1));
-        residual_forward(s, resid2, x, attproj, BT * C);
-        layernorm_forward(s, ln2, ln2_mean, ln2_rstd, resid2, w.ln2_w, BT, C);
-        matmul_forward(s, fch, ln2, w.fc_w, BT, C, 4 * C);
-        gelu_forward(s, fch_gelu, fch, BT * 4 * C);
-        matmul_forward(s, fcproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
-        dropout_forward(s, fcproj, fcproj, BT * C, dropout_at(m, site + 2));
-        residual_forward(s, resid3, resid2, fcproj, BT * C);
+        block_forward(m, l, 1);
         trace_end(s);
-        x = resid3;
     }
+    const float *x = a->resid3 + (size_t)(L - 1) * BT * C;  /* the last block's output */
 
     trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
@@ -176,37 +236,39 @@ void gpt_backward(GPT *m, float dloss) {
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
-        model_before_backward(&m->base, 1 + l);
-        BlockTensors w = block_tensors(m, m->base.unit_weights[1 + l]);
-        BlockTensors dw = block_tensors(m, m->base.unit_grads[1 + l]);
-        const float *x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded;
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
-        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + l * BT * NH * T;
-        float *atty = a->atty + l * BT * C;
-        float *resid2 = a->resid2 + l * BT * C;
-        float *ln2 = a->ln2 + l * BT * C, *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        BlockActivations b = block_activations(m, l);
         uint32_t site = 1 + 3 * (uint32_t)l;
 
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
-        trace_begin(s, "backward", 1 + l);
+        enter_backward(m, l, FCPROJ);
+        if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        matmul_backward(s, a->dfch_gelu, dw.fcproj_w, a->dproj, fch_gelu, w.fcproj_w, BT, 4 * C, C);
-        gelu_backward(s, a->dfch, fch, a->dfch_gelu, BT * 4 * C);
-        matmul_backward(s, a->dln, dw.fc_w, a->dfch, ln2, w.fc_w, BT, C, 4 * C);
-        layernorm_backward(s, a->dresid, dw.ln2_w, a->dln, resid2, w.ln2_w, ln2_mean, ln2_rstd, BT, C,
-                           m->base.layernorm_scratch);
+        matmul_backward(s, a->dfch_gelu, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
+                        4 * C, C);
+        leave_backward(m, l, FCPROJ);
+        enter_backward(m, l, FC);
+        gelu_backward(s, a->dfch, b.fch, a->dfch_gelu, BT * 4 * C);
+        matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
+        leave_backward(m, l, FC);
+        enter_backward(m, l, LN2);
+        layernorm_backward(s, a->dresid, grads_of(m, l, LN2), a->dln, b.resid2, weights_of(m, l, LN2), b.ln2_mean,
+                           b.ln2_rstd, BT, C, m->base.layernorm_scratch);
+        leave_backward(m, l, LN2);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
+        enter_backward(m, l, ATTPROJ);
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        matmul_backward(s, a->datty, dw.attproj_w, a->dproj, atty, w.attproj_w, BT, C, C);
-        attention_backward(s, a->dqkv, a->att_scratch, a->datty, qkv, att, B, T, C, NH,
-                           dropout_at(m, site));
-        matmul_backward(s, a->dln, dw.qkv_w, a->dqkv, ln1, w.qkv_w, BT, C, 3 * C);
-        layernorm_backward(s, a->dresid, dw.ln1_w, a->dln, x, w.ln1_w, ln1_mean, ln1_rstd, BT, C,
-                           m->base.layernorm_scratch);
-        trace_end(s);
-        model_after_backward(&m->base, 1 + l);
+        matmul_backward(s, a->datty, grads_of(m, l, ATTPROJ), a->dproj, b.atty, weights_of(m, l, ATTPROJ), BT, C,
+                        C);
+        leave_backward(m, l, ATTPROJ);
+        enter_backward(m, l, QKV);
+        attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.att, B, T, C, NH, dropout_at(m, site));
+        matmul_backward(s, a->dln, grads_of(m, l, QKV), a->dqkv, b.ln1, weights_of(m, l, QKV), BT, C, 3 * C);
+        leave_backward(m, l, QKV);
+        enter_backward(m, l, LN1);
+        layernorm_backward(s, a->dresid, grads_of(m, l, LN1), a->dln, b.x, weights_of(m, l, LN1), b.ln1_mean,
+                           b.ln1_rstd, BT, C, m->base.layernorm_scratch);
+        leave_backward(m, l, LN1);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */

@@ -1,7 +1,8 @@
 /* gpt.h: nanoGPT's character GPT: layout, forward, backward, on the Model base.
  *
  * Unit 0 is the root (token embedding wte, tied to the output head; position
- * embedding wpe; final LayerNorm ln_f), unit 1 + l is transformer block l.
+ * embedding wpe; final LayerNorm ln_f); then transformer block l is unit 1 + l,
+ * or two or four units (model.h's UnitPolicy).
  * Tensor names are nanoGPT's, so weights move to and from PyTorch unchanged.
  * The weights, gradients and hooks a strategy sees are the base's
  * (model/model.h).
@@ -43,6 +44,7 @@ enum { ACTIVATION_TENSORS = 32 };
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
+    int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     Activations acts;
     /* the shape and step of the last forward */
     int B, T;
@@ -52,13 +54,19 @@ typedef struct {
 
 /* NULL when the config is usable, else a message naming what is wrong. */
 const char *gpt_config_error(const ModelConfig *cfg);
-/* The unit-by-unit layout with nanoGPT's names; units padded to shard_multiple. */
+/* The unit-by-unit layout with nanoGPT's names; units padded to shard_multiple:
+ * whole blocks (gpt_layout), or the units of a policy. */
 void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
+void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
 
-/* A GPT with activations for up to max_B x max_T and no arenas: own them with
- * model_own_weights / model_own_grads, free with model_destroy. */
-GPT *gpt_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T);
+/* A GPT in the units of `unit`, with activations for up to max_B x max_T and
+ * no arenas: own them with model_own_weights / model_own_grads, free with
+ * model_destroy. recompute = 1 (with whole-block units only: the recomputed
+ * forward reads the whole block) keeps each block's input and one block's
+ * internals, and runs each block's forward again just before its backward,
+ * after its before_backward hook: the same bits, less memory. */
+GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                Stream *stream, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,

@@ -9,7 +9,7 @@ const char *gpt_config_error(const ModelConfig *cfg) {
     if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
     if (cfg->block_size < 1) return "--block must be at least 1";
     if (cfg->layers < 1) return "--layers must be at least 1";
-    if (3 + 6 * (long)cfg->layers > ARENA_MAX_TENSORS || 1 + (long)cfg->layers > ARENA_MAX_UNITS) {
+    if (3 + 6 * (long)cfg->layers > ARENA_MAX_TENSORS || 1 + 4 * (long)cfg->layers > ARENA_MAX_UNITS) {  /* the finest units */
         snprintf(msg, sizeof msg, "--layers=%d is more than the arena's tables hold (at most %d)", cfg->layers,
                  (ARENA_MAX_TENSORS - 3) / 6);
         return msg;
@@ -24,6 +24,10 @@ const char *gpt_config_error(const ModelConfig *cfg) {
 }
 
 void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    gpt_layout_units(cfg, UNIT_BLOCK, shard_multiple, layout);
+}
+
+void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout) {
     int C = cfg->embd;
     char name[ARENA_NAME_MAX];
     arena_init(layout, shard_multiple);
@@ -32,18 +36,21 @@ void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout)
     arena_add_tensor(layout, "transformer.wpe.weight", cfg->block_size, C);
     arena_add_tensor(layout, "transformer.ln_f.weight", C, 0);
     arena_end_unit(layout);
-    /* per block, in the order the forward uses them */
-    static const struct { const char *suffix; int rows, cols; } block[] = {
-        { "ln_1.weight", 1, 0 },
-        { "attn.c_attn.weight", 3, 1 },
-        { "attn.c_proj.weight", 1, 1 },
-        { "ln_2.weight", 1, 0 },
-        { "mlp.c_fc.weight", 4, 1 },
-        { "mlp.c_proj.weight", 1, 4 },
+    /* per block, in the order the forward uses them; which policies open a unit there */
+    static const struct { const char *suffix; int rows, cols; int opens[UNIT_POLICIES]; } block[] = {
+        { "ln_1.weight", 1, 0, .opens = { [UNIT_BLOCK] = 1, [UNIT_HALF] = 1, [UNIT_TENSOR] = 1 } },
+        { "attn.c_attn.weight", 3, 1, .opens = { 0 } },
+        { "attn.c_proj.weight", 1, 1, .opens = { [UNIT_TENSOR] = 1 } },
+        { "ln_2.weight", 1, 0, .opens = { [UNIT_HALF] = 1, [UNIT_TENSOR] = 1 } },
+        { "mlp.c_fc.weight", 4, 1, .opens = { 0 } },
+        { "mlp.c_proj.weight", 1, 4, .opens = { [UNIT_TENSOR] = 1 } },
     };
     for (int l = 0; l < cfg->layers; l++) {
-        arena_begin_unit(layout);
         for (int i = 0; i < 6; i++) {
+            if (block[i].opens[unit]) {
+                if (i > 0) arena_end_unit(layout);
+                arena_begin_unit(layout);
+            }
             snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i].suffix);
             arena_add_tensor(layout, name, block[i].rows * C, block[i].cols * C);
         }

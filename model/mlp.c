@@ -104,7 +104,7 @@ static const ModelOps mlp_ops = { mlp_forward, mlp_backward, mlp_destroy };
 MLP *mlp_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
                 int max_B, int max_T) {
     MLP *m = host_calloc(1, sizeof *m);
-    model_init(&m->base, &mlp_ops, cfg, shard_multiple, dev, stream);
+    model_init(&m->base, &mlp_ops, cfg, UNIT_BLOCK, shard_multiple, dev, stream);  /* a layer is one unit */
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)max_B * max_T;
     /* the size table */
     ActivationSlot table[] = {

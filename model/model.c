@@ -13,10 +13,26 @@
 #include "mlp.h"
 
 void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    model_layout_units(cfg, UNIT_BLOCK, shard_multiple, layout);
+}
+
+void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout) {
     if (cfg->kind == MODEL_MLP)
         mlp_layout(cfg, shard_multiple, layout);
     else
-        gpt_layout(cfg, shard_multiple, layout);
+        gpt_layout_units(cfg, unit, shard_multiple, layout);
+}
+
+static const char *const UNIT_POLICY_NAMES[UNIT_POLICIES] = {
+    [UNIT_BLOCK] = "block", [UNIT_HALF] = "half", [UNIT_TENSOR] = "tensor",
+};
+
+const char *unit_policy_name(UnitPolicy unit) { return UNIT_POLICY_NAMES[unit]; }
+
+int unit_policy_parse(const char *name) {
+    for (int u = 0; u < UNIT_POLICIES; u++)
+        if (strcmp(name, UNIT_POLICY_NAMES[u]) == 0) return u;
+    return -1;
 }
 
 void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host) {
@@ -43,19 +59,19 @@ void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32
     }
 }
 
-Model *model_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                    int max_B, int max_T) {
+Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                    Stream *stream, int max_B, int max_T) {
     if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
-    return &gpt_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
+    return &gpt_create(cfg, unit, recompute, shard_multiple, dev, stream, max_B, max_T)->base;
 }
 
-void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard_multiple,
+void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,
                 Device *dev, Stream *stream) {
     m->ops = ops;
     m->cfg = *cfg;
     m->dev = dev;
     m->stream = stream;
-    model_layout(cfg, shard_multiple, &m->layout);
+    model_layout_units(cfg, unit, shard_multiple, &m->layout);
     m->unit_weights = host_calloc(m->layout.nunits, sizeof *m->unit_weights);
     m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
 }
@@ -124,6 +140,22 @@ void model_destroy(Model *m) {
     free(m->unit_weights);
     free(m->unit_grads);
     m->ops->destroy(m);
+}
+
+float *model_tensor(const Model *m, float *const *units, int tensor) {
+    const TensorSpec *t = &m->layout.tensors[tensor];
+    return units[t->unit] + (t->offset - m->layout.units[t->unit].offset);
+}
+
+int model_opens_unit(const Model *m, int tensor) {
+    const TensorSpec *t = &m->layout.tensors[tensor];
+    return t->offset == m->layout.units[t->unit].offset;
+}
+
+int model_closes_unit(const Model *m, int tensor) {
+    const TensorSpec *t = &m->layout.tensors[tensor];
+    const UnitSpec *u = &m->layout.units[t->unit];
+    return t->offset + t->numel == u->offset + u->used;
 }
 
 void model_before_forward(Model *m, int unit) {

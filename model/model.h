@@ -6,12 +6,16 @@
  * redirects them from its hooks to a gather buffer or a gradient slot. The hooks
  * run on the host, at unit boundaries, as the model enqueues its work:
  *
- *     forward:  before_forward(0), before_forward(1), ..., before_forward(L)
- *     backward: before_backward(0), before_backward(L), after_backward(L), ...,
+ *     forward:  before_forward(0), before_forward(1), ..., before_forward(U)
+ *     backward: before_backward(0), before_backward(U), after_backward(U), ...,
  *               before_backward(1), after_backward(1), after_backward(0)
  *
  * Unit 0, the root, holds the token embedding tied to the output head, so it is
- * first in and last out of the backward, and its gradient completes last.
+ * first in and last out of the backward, and its gradient completes last. The
+ * other units cut the blocks as a UnitPolicy says (FSDP's wrapping policy): a
+ * unit's hooks come just before the first op that reads its weights in the
+ * forward, and around the ops that make its gradient in the backward, so a
+ * finer unit is gathered, and its gradient slot held, for less of the step.
  *
  * Two models implement this: nanoGPT's GPT (model/gpt.h), and a small MLP
  * (model/mlp.h) that the strategy gates run as well.
@@ -36,6 +40,13 @@ typedef struct {
     int embd;        /* C */
     ModelKind kind;
 } ModelConfig;
+
+/* How the blocks are cut into units: a whole block; its attention half (ln_1,
+ * c_attn, c_proj) and its MLP half (ln_2, c_fc, c_proj); or each weight
+ * matrix, with the norm before it. The root unit is the same in all three, and
+ * so is every tensor's value: only the arena's unit boundaries (and padding)
+ * move. A model without such halves (the MLP) has the same units in all three. */
+typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
 
 /* Called at unit boundaries; any may be NULL. */
 typedef struct {
@@ -91,18 +102,25 @@ struct Model {
     uint32_t seed, rank;
 };
 
-/* The unit-by-unit layout, units padded to shard_multiple. */
+/* The unit-by-unit layout, units padded to shard_multiple: whole blocks
+ * (UNIT_BLOCK), as the host's copies of a state and checkpoints lay it out. */
 void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
+/* The same tensors in the units of a policy. */
+void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
+/* "block", "half", "tensor"; and back (-1 for another name). */
+const char *unit_policy_name(UnitPolicy unit);
+int unit_policy_parse(const char *name);
 /* nanoGPT's init into a host buffer of layout->total floats (padding zeroed):
  * 2-D tensors N(0, 0.02), residual output projections (c_proj) N(0, 0.02 /
  * sqrt(2L)), 1-D tensors (norm weights) 1. */
 void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host);
 
-/* A model of cfg->kind with activations for up to max_B x max_T, no arenas. */
-Model *model_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                    int max_B, int max_T);
+/* A model of cfg->kind in the units of `unit`, with activations for up to
+ * max_B x max_T, no arenas; recompute as gpt_create's (the MLP keeps all). */
+Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
+                    Stream *stream, int max_B, int max_T);
 /* The base's part of a model's creation: layout and unit tables. */
-void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, int shard_multiple,
+void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,
                 Device *dev, Stream *stream);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
  * table of a model's create), the batch's token buffers for `positions` and
@@ -116,6 +134,12 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
 void model_own_weights(Model *m);
 void model_own_grads(Model *m);
 void model_destroy(Model *m);
+
+/* Where tensor t is, through a unit table (unit_weights or unit_grads). */
+float *model_tensor(const Model *m, float *const *units, int tensor);
+/* Whether tensor t is the first of its unit (it opens it), or the last. */
+int model_opens_unit(const Model *m, int tensor);
+int model_closes_unit(const Model *m, int tensor);
 
 /* Call the hook of that name, if any, for a unit. */
 void model_before_forward(Model *m, int unit);

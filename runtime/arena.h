@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 256, ARENA_ALIGN = 16 };
+enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 1024, ARENA_ALIGN = 16 };
 
 typedef struct {
     char name[ARENA_NAME_MAX];

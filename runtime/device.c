@@ -55,6 +55,9 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
     }
     pthread_mutex_lock(&dev->mu);
     dev->bytes[kind] += bytes;
+    size_t total = 0;
+    for (int k = 0; k < MEM_KINDS; k++) total += dev->bytes[k];
+    if (total > dev->peak) dev->peak = total;
     pthread_mutex_unlock(&dev->mu);
     return p;
 }
@@ -70,6 +73,13 @@ void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes) {
 size_t device_bytes_in_use(const Device *dev, MemKind kind) {
     pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
     size_t n = dev->bytes[kind];
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
+    return n;
+}
+
+size_t device_peak_bytes(const Device *dev) {
+    pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
+    size_t n = dev->peak;
     pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
     return n;
 }

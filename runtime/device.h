@@ -62,6 +62,10 @@ int device_ordinal(const Device *dev);
 void *device_alloc(Device *dev, MemKind kind, size_t bytes);
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes);
 size_t device_bytes_in_use(const Device *dev, MemKind kind);
+/* The high-water mark: the most bytes of every kind together that were in
+ * use at once on dev since it was made, on every backend (the accounting is
+ * device.c's, not the hardware's). */
+size_t device_peak_bytes(const Device *dev);
 /* Cap the bytes of every kind together at `bytes` (--max-memory-mb; 0: none),
  * on any backend, so that a device of a given size can be played on the CPU. */
 void device_set_limit(Device *dev, size_t bytes);

@@ -45,8 +45,9 @@ struct Device {
     DeviceKind kind;
     int ordinal;                 /* the GPU's index; -1 on the CPU */
     char name[64];
-    pthread_mutex_t mu;          /* guards bytes */
+    pthread_mutex_t mu;          /* guards bytes and peak */
     size_t bytes[MEM_KINDS];
+    size_t peak;                 /* the most bytes of every kind together in use at once */
     size_t limit;                /* every kind together may not pass it; 0: no cap */
     char owner[96];              /* who allocates here, for a failure's line ("" when unsaid) */
     char hint[160];              /* what to do instead, for that line */

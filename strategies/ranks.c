@@ -32,7 +32,7 @@ static void set_memory_hint(Ranks *d) {
     double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
     for (int u = 0; u < d->layout->nunits; u++)
         unit_bytes = fmax(unit_bytes, (double)(d->layout->units[u].size * sizeof(float)));
-    double buffers_per_kind = d->base.cfg.overlap ? 1.0 : 0.5;
+    double buffers_per_kind = d->base.cfg.overlap ? strategy_live_units(&d->base.cfg) : 1;
     double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
     int stage = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++)
@@ -54,6 +54,10 @@ static void set_memory_hint(Ranks *d) {
 }
 
 int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
+    if (cfg->recompute && cfg->unit != UNIT_BLOCK) {
+        fprintf(stderr, "error: --recompute=1 recomputes whole blocks: it needs --unit=block\n");
+        return -1;
+    }
     d->base.ops = ops;
     d->base.name = name;
     d->base.cfg = *cfg;
@@ -79,7 +83,8 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     for (int r = 0; r < d->local; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->local; r++) {
-        Model *m = model_create(&cfg->model, d->nranks, d->pg->device[r], d->pg->compute[r], cfg->batch,
+        Model *m = model_create(&cfg->model, cfg->unit, cfg->recompute, d->nranks, d->pg->device[r], d->pg->compute[r],
+                                cfg->batch,
                                 cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
@@ -269,7 +274,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
         world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
         return 0;
     }
-    GPT *g = gpt_create(&s->cfg.model, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
+    GPT *g = gpt_create(&s->cfg.model, UNIT_BLOCK, 0, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
     model_own_weights(&g->base);
     float *host = host_calloc(d->plain_layout.total, sizeof(float));
     ranks_read_weights(s, host);
@@ -396,6 +401,8 @@ void ranks_init_weights(Ranks *d) {
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
     return device_bytes_in_use(((Ranks *)s)->pg->device[rank], kind);
 }
+
+size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes(((Ranks *)s)->pg->device[rank]); }
 
 /* Each count goes through the first float of the rank's norm_parts, free
  * between clippings, and the model's sumsq scratch (any part of the arena

@@ -125,6 +125,7 @@ void ranks_write_weights(Strategy *s, const float *host);
 void ranks_read_state(Strategy *s, float *m, float *v);
 void ranks_write_state(Strategy *s, const float *m, const float *v);
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind);
+size_t ranks_rank_peak_bytes(Strategy *s, int rank);
 size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what);
 
 #endif

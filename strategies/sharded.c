@@ -4,8 +4,10 @@
  * Adam state of those shards live in shard arenas of total / N floats. The
  * full gradient of a unit exists only in a gradient slot, for the span of that
  * unit's backward: the root unit has a slot of its own (its gradient completes
- * last, since the token embedding is also the output head), the blocks share
- * one, or two with overlap. The unit hooks drive the collectives, the last rank
+ * last, since the token embedding is also the output head), the other units
+ * share one, or max_live_units (K) with overlap. Units are what the model's
+ * unit policy makes them (whole blocks, halves, or weight matrices), and every
+ * slot and gather buffer is as large as the largest of them. The unit hooks drive the collectives, the last rank
  * to arrive enqueuing each one for every rank:
  *
  *   before_backward(u)  zero the unit's slot
@@ -17,15 +19,16 @@
  * into a gather buffer before its forward and before its backward:
  *
  *   before_forward(u)   all-gather unit u's weights, unless they are there
- *   before_backward(u)  the same for a block; the root unit, gathered at the
+ *   before_backward(u)  the same for every unit but the root, gathered at the
  *                       start of the forward, stays so until the backward ends
  *
  * A collective waits for every rank's compute work so far (runtime/
  * process_group.h). Without overlap every rank's compute stream then waits for
  * it at once. With overlap (FSDP's): the reduce-scatters run on the
- * communication streams under the backward of the units below, the blocks
- * take turns in two slots and two gather buffers, each gather prefetches the
- * next unit's (at most two gathered at once), and the compute streams wait on
+ * communication streams under the backward of the units below, the units
+ * take turns in K slots and K gather buffers, each gather prefetches the next
+ * K - 1 units' (at most K gathered at once, K = 1 prefetching none), and the
+ * compute streams wait on
  * each collective's events only where they use its buffers: a slot is zeroed
  * again only after every rank's part of the reduce-scatter that read it. No
  * host wait anywhere. The sums run in the same kernel and the same rank order
@@ -48,7 +51,7 @@ typedef struct {
     int unit;                         /* a gather buffer's unit, -1 when it holds none */
 } UnitBuffer;
 
-enum { MAX_POOL = 2 };  /* block buffers of each kind: two with overlap, else one */
+enum { MAX_POOL = MAX_LIVE_UNITS };  /* unit buffers of each kind: K with overlap, else one */
 
 typedef struct {
     Ranks ranks;
@@ -57,13 +60,13 @@ typedef struct {
     size_t part;                   /* shard arena length: total / N */
     float *grad_shard[FIBERS_MAX_RANKS];
     float *weight_shard[FIBERS_MAX_RANKS];       /* ZeRO-3 */
-    UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the blocks' */
+    UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the other units' */
     UnitBuffer gather[1 + MAX_POOL];             /* ZeRO-3, likewise */
 } Sharded;
 
-/* Blocks take turns in the pool by unit number, so with two buffers a unit and
- * its neighbour (the next one in the forward, the one below in the backward)
- * never share one. */
+/* Units take turns in the pool by unit number, so with K buffers a unit and
+ * its K - 1 neighbours (the next ones in the forward, the ones below in the
+ * backward) never share one. */
 static UnitBuffer *slot_of(Sharded *d, int unit) { return &d->slot[unit == 0 ? 0 : 1 + unit % d->pool]; }
 static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0 ? 0 : 1 + unit % d->pool]; }
 
@@ -85,21 +88,24 @@ static void ensure_gathered(Sharded *d, int unit, int prefetch) {
 }
 
 /* Before a unit's forward: the weights changed since the last forward, so the
- * root's gather starts afresh; with overlap, the next unit is prefetched. */
+ * root's gather starts afresh; with overlap, the next K - 1 units are
+ * prefetched (the root's buffer is its own, so unit 0 prefetches K - 1 too). */
 static void gather_forward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
     if (unit == 0)
         for (int i = 0; i <= d->pool; i++) d->gather[i].unit = -1;
     ensure_gathered(d, unit, 0);
-    if (ranks->base.cfg.overlap && unit + 1 < ranks->layout->nunits) ensure_gathered(d, unit + 1, 1);
+    for (int next = unit + 1; ranks->base.cfg.overlap && next < unit + d->pool && next < ranks->layout->nunits; next++)
+        ensure_gathered(d, next, 1);
 }
 
-/* Before a block's backward; with overlap, the block below is prefetched. The
- * last blocks of the forward are often still there. */
+/* Before a unit's backward; with overlap, the K - 1 units below are
+ * prefetched. The last units of the forward are often still there. */
 static void gather_backward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
     ensure_gathered(d, unit, 0);
-    if (ranks->base.cfg.overlap && unit > 1) ensure_gathered(d, unit - 1, 1);
+    for (int below = unit - 1; ranks->base.cfg.overlap && below > unit - d->pool && below > 0; below--)
+        ensure_gathered(d, below, 1);
 }
 
 /* Every rank's slot of the unit, reduced into the owners' gradient shards.
@@ -247,11 +253,16 @@ static const StrategyOps sharded_ops = {
     .set_lr = ranks_set_lr, .forward_backward = ranks_forward_backward, .clip_grads = ranks_clip_grads,
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
     .read_weights = ranks_read_weights, .write_weights = ranks_write_weights, .read_state = ranks_read_state,
-    .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes, .destroy = destroy,
+    .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes,
+    .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
     .count_nonfinite = ranks_count_nonfinite,
 };
 
 static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
+    if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS) {
+        fprintf(stderr, "error: --max-live-units=%d must be in 1..%d\n", cfg->max_live_units, MAX_LIVE_UNITS);
+        return NULL;
+    }
     Sharded *d = host_calloc(1, sizeof *d);
     Ranks *ranks = &d->ranks;
     if (ranks_init(ranks, cfg, &sharded_ops, stage == 3 ? "ZeRO-3" : "ZeRO-2") != 0) {
@@ -260,13 +271,13 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->stage = stage;
-    d->pool = cfg->overlap ? 2 : 1;
+    d->pool = cfg->overlap ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->nranks;
-    size_t block_size = 0;
+    size_t unit_size = 0;  /* the largest unit's, but the root's */
     for (int u = 1; u < layout->nunits; u++)
-        if (layout->units[u].size > block_size) block_size = layout->units[u].size;
+        if (layout->units[u].size > unit_size) unit_size = layout->units[u].size;
     for (int i = 0; i <= d->pool; i++) {
-        d->slot[i].floats = d->gather[i].floats = i == 0 ? layout->units[0].size : block_size;
+        d->slot[i].floats = d->gather[i].floats = i == 0 ? layout->units[0].size : unit_size;
         d->gather[i].unit = -1;
         ranks_events_create(ranks, d->slot[i].done);
         ranks_events_create(ranks, d->gather[i].done);

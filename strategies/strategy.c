@@ -12,9 +12,13 @@ static double zero3_state(int nranks) { return 16.0 / nranks; }
 const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
     { .name = "DDP", .stage = 0, .create = ddp_create, .state_bytes_per_param = ddp_state },
     { .name = "ZeRO-1", .stage = 1, .create = zero1_create, .state_bytes_per_param = zero1_state },
-    { .name = "ZeRO-2", .stage = 2, .create = zero2_create, .state_bytes_per_param = zero2_state, .unit_buffers = 2 },
-    { .name = "ZeRO-3", .stage = 3, .create = zero3_create, .state_bytes_per_param = zero3_state, .unit_buffers = 4 },
+    { .name = "ZeRO-2", .stage = 2, .create = zero2_create, .state_bytes_per_param = zero2_state, .unit_buffers = 1 },
+    { .name = "ZeRO-3", .stage = 3, .create = zero3_create, .state_bytes_per_param = zero3_state, .unit_buffers = 2 },
 };
+
+int strategy_live_units(const StrategyConfig *cfg) {
+    return cfg->max_live_units > 0 ? cfg->max_live_units : DEFAULT_LIVE_UNITS;
+}
 
 Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
     for (int k = 0; k < STRATEGY_KINDS; k++)

@@ -49,6 +49,16 @@ typedef struct {
      * either way. A bucket_bytes under 1 MB makes the first bucket that small too. */
     int overlap;
     size_t bucket_bytes;
+    /* How the blocks are cut into units (model/model.h): the unit of every
+     * collective and working buffer, with the same bits for each choice. */
+    UnitPolicy unit;
+    /* ZeRO-2/3 with overlap: units gathered and gradient slots at once, at most
+     * (FSDP's limit_all_gathers); ZeRO-3 prefetches up to max_live_units - 1
+     * units ahead. 1..MAX_LIVE_UNITS; 0 is the default, 2. The same bits for each. */
+    int max_live_units;
+    /* 1: activation recompute (model/gpt.h), with unit UNIT_BLOCK only: each
+     * block's forward runs again just before its backward. The same bits. */
+    int recompute;
     double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
     /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
      * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the
@@ -58,6 +68,10 @@ typedef struct {
     Fault fault;            /* a failure to inject (tests, checking a setup); where FAULT_NONE for none */
     size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
 } StrategyConfig;
+
+enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
+/* cfg's max_live_units, its default filled in. */
+int strategy_live_units(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 
@@ -92,6 +106,9 @@ typedef struct {
     void (*write_state)(Strategy *s, const float *m, const float *v);
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
     size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
+    /* The most bytes of every kind together one rank held at once since the
+     * strategy was made: its device's high-water mark. */
+    size_t (*rank_peak_bytes)(Strategy *s, int rank);
     void (*destroy)(Strategy *s);
     /* How many values of `what` are NaN or infinite, over every rank's part:
      * one reduction per buffer on each rank's device, then the counts (waits). */
@@ -128,8 +145,9 @@ typedef struct {
     /* Bytes per parameter of the state a rank holds at N ranks (weights,
      * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
     double (*state_bytes_per_param)(int nranks);
-    /* Working buffers of the largest unit's size, with overlap on (ZeRO-2: two
-     * gradient slots; ZeRO-3: and two gather buffers); half as many with it off. */
+    /* Kinds of working buffer of the largest unit's size (ZeRO-2: gradient
+     * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
+     * on, one with it off. */
     int unit_buffers;
 } StrategyKind;
 enum { STRATEGY_KINDS = 4 };

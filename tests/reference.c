@@ -179,7 +179,7 @@ void test_stream_teardown(void) {
 }
 
 Model *test_model(const ModelConfig *cfg, int B, int T) {
-    Model *m = model_create(cfg, 1, test_device, test_stream, B, T);
+    Model *m = model_create(cfg, UNIT_BLOCK, 0, 1, test_device, test_stream, B, T);
     model_own_weights(m);
     model_own_grads(m);
     return m;

@@ -1,4 +1,4 @@
-/* test_runtime.c: CPU streams and events, memory accounting, the arena layout,
+/* test_runtime.c: CPU streams and events, memory accounting and its peak, the arena layout,
  * the world's deadlines. */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -124,6 +124,11 @@ Test(runtime, stream_copy_and_memory_accounting) {
     device_free(dev, MEM_WEIGHTS, a, 1000 * sizeof(float));
     device_free(dev, MEM_GRADS, b, 10 * sizeof(float));
     cr_expect_eq(device_bytes_in_use(dev, MEM_WEIGHTS), 0);
+    /* the high-water mark: every kind at once, kept past the frees */
+    cr_expect_eq(device_peak_bytes(dev), 4040);
+    float *c = device_alloc(dev, MEM_WORKING, 2000 * sizeof(float));
+    cr_expect_eq(device_peak_bytes(dev), 8000, "a larger allocation later raises it");
+    device_free(dev, MEM_WORKING, c, 2000 * sizeof(float));
     stream_destroy(s);
     device_destroy(dev);
 }

@@ -419,3 +419,135 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
         free(y);
     }
 }
+
+/* ---- units: how finely the blocks are cut, and how many live at once, change no bit ---- */
+
+/* The run of sc, held to DDP's with whole blocks and overlap off: the same
+ * bits. With overlap, small buckets and a slow link, as above. */
+static void expect_same_bits(const float *want, size_t n, int zero, StrategyConfig sc, int overlap) {
+    if (overlap) {
+        sc.overlap = 1;
+        sc.bucket_bytes = 8 << 10;
+        sc.link_gbps = 0.2;
+        sc.link_latency_us = 20;
+    }
+    size_t got_n;
+    float *got = train(zero, sc, 0.0f, &got_n);
+    cr_assert_eq(got_n, n);
+    cr_expect(memcmp(got, want, n * sizeof(float)) == 0, "--zero=%d N=%d --unit=%s --max-live-units=%d overlap %d: "
+              "other weights than DDP's with whole blocks", zero, sc.nranks, unit_policy_name(sc.unit),
+              strategy_live_units(&sc), overlap);
+    free(got);
+}
+
+/* A block is one unit, two or four; ZeRO-2/3's working buffers shrink with them. */
+static void expect_units_of(UnitPolicy unit, int zero, const StrategyConfig *sc, size_t *working) {
+    static const int per_block[UNIT_POLICIES] = { [UNIT_BLOCK] = 1, [UNIT_HALF] = 2, [UNIT_TENSOR] = 4 };
+    Strategy *s = strategy_create(zero, sc);
+    cr_assert_not_null(s);
+    Ranks *ranks = (Ranks *)s;
+    cr_expect_eq(ranks->layout->nunits, 1 + per_block[unit] * sc->model.layers, "--unit=%s: %d units",
+                 unit_policy_name(unit), ranks->layout->nunits);
+    *working = s->ops->rank_bytes(s, 0, MEM_WORKING);
+    s->ops->destroy(s);
+}
+
+Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
+    for (int N = 1; N <= 4; N++) {
+        size_t n;
+        float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
+        for (int zero = 0; zero <= 3; zero++) {
+            size_t working[UNIT_POLICIES];
+            for (int unit = 0; unit < UNIT_POLICIES; unit++) {
+                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                sc.unit = (UnitPolicy)unit;
+                expect_units_of(sc.unit, zero, &sc, &working[unit]);
+                for (int overlap = 0; overlap <= 1; overlap++) expect_same_bits(ddp, n, zero, sc, overlap);
+            }
+            if (zero >= 2)
+                cr_expect(working[UNIT_BLOCK] > working[UNIT_HALF] && working[UNIT_HALF] > working[UNIT_TENSOR],
+                          "--zero=%d N=%d: working %zu, %zu, %zu bytes for blocks, halves, tensors", zero, N,
+                          working[UNIT_BLOCK], working[UNIT_HALF], working[UNIT_TENSOR]);
+        }
+        free(ddp);
+    }
+}
+
+/* K = 1, 2, 3 units live at once (ZeRO-3 prefetching 0, 1, 2 ahead), on the
+ * finest units, where K = 3 runs ahead across a block's boundary. */
+Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 120) {
+    for (int N = 2; N <= 3; N++) {
+        size_t n;
+        float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
+        for (int zero = 2; zero <= 3; zero++) {
+            for (int K = 1; K <= 3; K++) {
+                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                sc.unit = UNIT_TENSOR;
+                sc.max_live_units = K;
+                expect_same_bits(ddp, n, zero, sc, 1);
+            }
+        }
+        free(ddp);
+    }
+}
+
+/* ---- activation recompute: the same losses and weights, fewer activations ---- */
+
+/* ITERS steps of sc under a stage, driven by hand so that every step's loss
+ * is seen; returns the weights, the losses into losses[ITERS] and rank 0's
+ * activation bytes into *activations. */
+static float *train_with_losses(int zero, const StrategyConfig *sc, float losses[ITERS], size_t *activations) {
+    Strategy *s = strategy_create(zero, sc);
+    cr_assert_not_null(s);
+    int rows = sc->nranks * sc->batch, T = sc->model.block_size;
+    int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
+    for (int it = 0; it < ITERS; it++) {
+        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)it, 0, rows, T, x, y);
+        s->ops->set_lr(s, 1e-2f);
+        cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)it, 0, 1), 0);
+        losses[it] = s->ops->train_loss(s);
+        s->ops->step(s);
+    }
+    ArenaLayout plain;
+    model_layout(&sc->model, 1, &plain);
+    float *w = malloc(plain.total * sizeof(float));
+    s->ops->read_weights(s, w);
+    *activations = s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS);
+    s->ops->destroy(s);
+    free(x);
+    free(y);
+    return w;
+}
+
+Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 120) {
+    for (int N = 2; N <= 3; N++) {
+        for (int zero = 0; zero <= 3; zero++) {
+            for (int overlap = 0; overlap <= 1; overlap++) {
+                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                sc.overlap = overlap;
+                float kept_loss[ITERS], again_loss[ITERS];
+                size_t kept_bytes, again_bytes;
+                float *kept = train_with_losses(zero, &sc, kept_loss, &kept_bytes);
+                sc.recompute = 1;
+                float *again = train_with_losses(zero, &sc, again_loss, &again_bytes);
+                ArenaLayout plain;
+                model_layout(&sc.model, 1, &plain);
+                cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0,
+                          "--zero=%d N=%d overlap %d: recompute changed a loss", zero, N, overlap);
+                cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
+                          "--zero=%d N=%d overlap %d: recompute changed the weights", zero, N, overlap);
+                cr_expect_lt(again_bytes, kept_bytes, "--zero=%d: activations %zu bytes with recompute, %zu without",
+                             zero, again_bytes, kept_bytes);
+                free(kept);
+                free(again);
+            }
+        }
+    }
+}
+
+Test(strategies, recompute_needs_whole_block_units) {
+    StrategyConfig sc = small_gpt(2, 2, 0.0f);
+    sc.recompute = 1;
+    sc.unit = UNIT_HALF;
+    cr_expect_null(strategy_create(3, &sc), "--recompute=1 with --unit=half is refused");
+}

@@ -186,6 +186,15 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--bucket-mb=0", "--bucket-mb=0 must be in (0, 4096]" },
         { TRAIN, "--bucket-mb=5000", "--bucket-mb=5000 must be in (0, 4096]" },
         { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a number, got 'nan'" },
+        { TRAIN, "--unit=layer", "--unit=layer must be block, half or tensor" },
+        { TRAIN, "--unit=Block", "--unit=Block must be block, half or tensor" },
+        { TRAIN, "--unit=tensors", "--unit=tensors must be block, half or tensor" },
+        { TRAIN, "--max-live-units=0", "--max-live-units=0 must be in 1..8" },
+        { TRAIN, "--max-live-units=9", "--max-live-units=9 must be in 1..8" },
+        { TRAIN, "--max-live-units=two", "--max-live-units expects an integer, got 'two'" },
+        { TRAIN, "--recompute=2", "--recompute=2 must be 0 or 1" },
+        { TRAIN, "--recompute=yes", "--recompute expects an integer, got 'yes'" },
+        { TRAIN, "--recompute=1 --unit=half", "--recompute=1 recomputes whole blocks: it needs --unit=block, not half" },
         { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=0", "--link=0 must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--link=1,-5", "--link=1,-5 must be GBPS or GBPS,LATENCY_US" },
@@ -248,6 +257,9 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { ZERO_MEMORY, "--device=tpu", "zero_memory: --device=tpu must be auto, cpu or cuda" },
         { ZERO_MEMORY, "--overlap=3", "zero_memory: --overlap=3 must be 0 or 1" },
         { ZERO_MEMORY, "--bucket-mb=-1", "zero_memory: --bucket-mb=-1 must be in (0, 4096]" },
+        { ZERO_MEMORY, "--unit=matrix", "zero_memory: --unit=matrix must be block, half or tensor" },
+        { ZERO_MEMORY, "--max-live-units=-1", "zero_memory: --max-live-units=-1 must be in 1..8" },
+        { ZERO_MEMORY, "--recompute=1 --unit=tensor", "zero_memory: --recompute=1 recomputes whole blocks" },
     };
     const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
                                [ZERO_MEMORY] = zero_memory_binary() };
@@ -325,24 +337,57 @@ Test(train, help_lists_every_flag_and_exits_0) {
         cr_expect(strstr(out, flags[i]) != NULL, "--help does not list %s", flags[i]);
 }
 
-/* bin/zero_memory on a small model: it checks every rank against the ZeRO
- * formulas itself and exits 1 if one is off. */
-Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
-    const char *bin = zero_memory_binary();
+/* bin/zero_memory on a small model, with these flags: its table into out. */
+static void run_zero_memory(const char *flags, char *out, size_t len) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --layers=3 --embd=24 --heads=2 --block=16", bin);
+    snprintf(cmd, sizeof cmd, "%s --layers=2 --embd=96 --heads=2 --block=16 --batch=2 %s", zero_memory_binary(), flags);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
-    char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = fread(out, 1, len - 1, p);
     out[n] = 0;
     cr_expect_eq(pclose(p), 0, "%s failed:\n%s", cmd, out);
-    static const char *rows[] = { "| DDP | 1 |", "| ZeRO-1 | 2 |", "| ZeRO-2 | 4 |", "| ZeRO-3 | 8 |" };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        cr_expect(strstr(out, rows[i]) != NULL, "no row %s in:\n%s", rows[i], out);
+}
+
+/* A row's numbers: weights, gradients, optimizer, state, formula, state /
+ * formula, working, total, activations, peak. */
+enum { ROW_WORKING = 6, ROW_TOTAL, ROW_ACTIVATIONS, ROW_PEAK, ROW_VALUES };
+
+static void read_row(const char *out, const char *row, double v[ROW_VALUES]) {
+    const char *at = strstr(out, row);
+    cr_assert_not_null(at, "no row %s in:\n%s", row, out);
+    at += strlen(row);
+    for (int i = 0; i < ROW_VALUES; i++) {
+        char *end;
+        v[i] = strtod(at, &end);
+        cr_assert(end != at && strncmp(end, " |", 2) == 0, "row %s: value %d unreadable in:\n%s", row, i, out);
+        at = end + 2;
+    }
+}
+
+/* It checks every rank against the ZeRO formulas itself and exits 1 if one is
+ * off; activations and the peak come from a real step, and no step allocates:
+ * the peak is what the strategy built. Finer units shrink ZeRO-3's working
+ * buffers. */
+Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
+    char out[8192], tensor[8192];
+    run_zero_memory("", out, sizeof out);
+    static const char *rows[] = { "| DDP | 1 | ", "| ZeRO-1 | 2 | ", "| ZeRO-2 | 4 | ", "| ZeRO-3 | 8 | " };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double v[ROW_VALUES];
+        read_row(out, rows[i], v);
+        cr_expect_gt(v[ROW_ACTIVATIONS], 0.0, "%s: no activations:\n%s", rows[i], out);
+        cr_expect_lt(fabs(v[ROW_PEAK] - v[ROW_TOTAL] - v[ROW_ACTIVATIONS]), 0.2, "%s: peak %.1f, built %.1f:\n%s",
+                     rows[i], v[ROW_PEAK], v[ROW_TOTAL] + v[ROW_ACTIVATIONS], out);
+    }
     int table_rows = 0;
     for (const char *c = out; (c = strstr(c, " | 1.00")) != NULL; c++) table_rows++;
     cr_expect_eq(table_rows, 16, "16 rows at state / formula 1.00..:\n%s", out);
+    run_zero_memory("--unit=tensor", tensor, sizeof tensor);
+    double block_row[ROW_VALUES], tensor_row[ROW_VALUES];
+    read_row(out, "| ZeRO-3 | 2 | ", block_row);
+    read_row(tensor, "| ZeRO-3 | 2 | ", tensor_row);
+    cr_expect_lt(tensor_row[ROW_WORKING], block_row[ROW_WORKING], "ZeRO-3's working buffers: %.1f MB with tensors, "
+                 "%.1f MB with blocks", tensor_row[ROW_WORKING], block_row[ROW_WORKING]);
 }
 
 /* ---- bad checkpoint files: one line, exit 1, nothing overwritten ---- */

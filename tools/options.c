@@ -17,7 +17,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .collectives = "ordered", .nodes = 1, .rendezvous = "",
+        .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
     };
@@ -41,7 +41,7 @@ typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
 typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
 
 /* The most flags a tool has: the callers' tables hold this many. */
-enum { MAX_FLAGS = 52 };
+enum { MAX_FLAGS = 64 };
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
@@ -56,6 +56,12 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
+        { "unit", FLAG_PATH, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
+          "weight matrix with its norm); same bits for each" },
+        { "max-live-units", FLAG_INT, &o->max_live_units, 0, "ZeRO-2/3 with overlap: units gathered and gradient "
+          "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
+        { "recompute", FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
+          "its backward (needs --unit=block; same bits as 0)" },
         { "link", FLAG_PATH, o->link, sizeof o->link, "GBPS[,LATENCY_US]: model a link for simulated ranks" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
@@ -214,6 +220,14 @@ static int validate(TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
+    else if (unit_policy_parse(o->unit) < 0)
+        snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
+    else if (o->max_live_units < 1 || o->max_live_units > MAX_LIVE_UNITS)
+        snprintf(bad, sizeof bad, "--max-live-units=%d must be in 1..%d", o->max_live_units, MAX_LIVE_UNITS);
+    else if (o->recompute != 0 && o->recompute != 1)
+        snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
+    else if (o->recompute && strcmp(o->unit, "block") != 0)
+        snprintf(bad, sizeof bad, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s", o->unit);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
     else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);

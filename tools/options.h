@@ -24,6 +24,9 @@ typedef struct {
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
     int overlap;                     /* 1: collectives under the backward */
     float bucket_mb;                 /* DDP's bucket size */
+    char unit[8];                    /* block, half or tensor: how the blocks are cut into units */
+    int max_live_units;              /* ZeRO-2/3: units gathered and gradient slots at once */
+    int recompute;                   /* 1: each block's forward again before its backward */
     char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
     char out[OPTION_PATH_MAX];       /* checkpoints go to out/ckpt.safetensors; "" for none */
     char resume[OPTION_PATH_MAX];    /* a checkpoint to continue */

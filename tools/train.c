@@ -266,6 +266,8 @@ int main(int argc, char **argv) {
         .sums = options_sums(&o), .batch = o.batch, .dropout = o.dropout,
         .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
         .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
+        .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
+        .recompute = o.recompute,
         .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
     };
     options_link(&o, &sc.link_gbps, &sc.link_latency_us);
@@ -338,8 +340,9 @@ int main(int argc, char **argv) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s\n", s->name, o.iters, o.batch, sc.nranks, o.grad_accum, o.lr, o.min_lr,
-           o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off");
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o.iters, o.batch, sc.nranks,
+           o.grad_accum, o.lr, o.min_lr, o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off", o.unit,
+           o.max_live_units, o.recompute ? ", recompute" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
@@ -379,6 +382,9 @@ int main(int argc, char **argv) {
     else if (status == 0)
         printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
                o.iters, skipped, result.seconds);
+    if (status == 0)
+        printf("peak memory of rank 0: %.1f MB (the allocator's high-water mark over the run)\n",
+               s->ops->rank_peak_bytes(s, 0) / 1e6);
     int traced = o.iters - start_iter < o.trace_steps ? o.iters - start_iter : o.trace_steps;
     if (trace && write_trace(trace, &o, traced) != 0 && status == 0) status = 1;
     s->ops->destroy(s);

@@ -1,25 +1,60 @@
 /* zero_memory.c: bin/zero_memory, the memory each strategy holds per rank.
  *
  * Builds DDP and ZeRO-1, 2 and 3 for real at N = 1, 2, 4 and 8 simulated ranks,
- * without training, and prints what the allocator counted on each rank by kind:
- * weights, gradients, optimizer state (Adam m and v), and the working buffers
- * (gradient slots, gather buffers, clipping partials). The persistent state is
- * checked against the fp32 ZeRO formulas, P parameters, N ranks:
+ * runs one real training step on each, and prints what the allocator counted
+ * on each rank by kind: weights, gradients, optimizer state (Adam m and v),
+ * the working buffers (gradient slots, gather buffers, clipping partials) and
+ * the activations; and the peak, the allocator's own high-water mark of
+ * everything the rank held at once from its creation through that step. The
+ * persistent state is checked against the fp32 ZeRO formulas, P parameters,
+ * N ranks:
  *     DDP 16P, ZeRO-1 8P + 8P/N, ZeRO-2 4P + 12P/N, ZeRO-3 16P/N bytes;
  * the exit status is 1 if any rank is more than 1% off. Model flags are
- * bin/train's (default: the char preset), and --device places the ranks as
- * bin/train does. Activations are no part of this table (they are the same
- * under every strategy, and bin/train prints them); each rank is built for one
- * row, so that N = 8 fits in a small machine. On a GPU the allocator's counts
- * leave out what CUDA holds itself (its context, cuBLAS's workspaces, NCCL's
- * buffers), so a last column adds what CUDA reports in use on GPU 0.
+ * bin/train's (default: the char preset), and so are --unit, --max-live-units
+ * and --overlap; --device places the ranks as bin/train does. Each rank is
+ * built for --batch rows when the flag is given, else for one row, so that
+ * N = 8 of the char preset fits and steps in seconds on a small machine. On a
+ * GPU the allocator's counts leave out what CUDA holds itself (its context,
+ * cuBLAS's workspaces, NCCL's buffers), so a last column adds what CUDA
+ * reports in use on GPU 0.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../model/data.h"
 #include "../model/gpt.h"
 #include "../strategies/strategy.h"
 #include "options.h"
+
+/* Rows per rank: --batch's when the command line gives it, else one. */
+static int rows_per_rank(const TrainOptions *o, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--batch", 7) == 0 && (argv[i][7] == 0 || argv[i][7] == '=')) return o->batch;
+    return 1;
+}
+
+/* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
+static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, uint32_t seed) {
+    size_t n = (size_t)N * batch * T;
+    int *x = malloc(n * sizeof(int)), *y = malloc(n * sizeof(int));
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return -1;
+    }
+    dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, seed, 0, 0, N * batch, T, x, y);
+    s->ops->set_lr(s, 1e-3f);
+    int rc = s->ops->forward_backward(s, x, y, 0, 0, 1);
+    if (rc == 0) {
+        s->ops->clip_grads(s, 1.0f);
+        s->ops->step(s);
+        s->ops->train_loss(s);  /* waits for the step */
+    }
+    free(x);
+    free(y);
+    return rc;
+}
 
 int main(int argc, char **argv) {
     TrainOptions o;
@@ -32,43 +67,57 @@ int main(int argc, char **argv) {
         return 1;
     }
     ModelConfig model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT };
-    dataset_free(&data);
     const char *bad = gpt_config_error(&model);
     if (bad) {
         fprintf(stderr, "zero_memory: %s\n", bad);
+        dataset_free(&data);
         return 2;
     }
+    int batch = rows_per_rank(&o, argc, argv);
     ArenaLayout layout;
     model_layout(&model, 1, &layout);
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); overlap %s\n\n",
-           o.overlap ? "on (two gradient slots and two gather buffers per kind)" : "off (one of each)");
+    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); %d row(s) of %d a rank;\n"
+           "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
+           batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
+           o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
     Placement where = options_placement(&o);
     /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
     Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
-    if (where != PLACE_CPU && device_cuda_count() < 0) return 1;
+    if (where != PLACE_CPU && device_cuda_count() < 0) {
+        dataset_free(&data);
+        return 1;
+    }
     if (gpu0) printf("CUDA reports %.1f MB in use on GPU 0 before any strategy is built\n\n",
                      device_reported_bytes(gpu0) / 1e6);
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
-           "| working | total |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
+           "| working | total | activations | peak |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
     static const int ranks[4] = { 1, 2, 4, 8 };
     int off = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         for (int i = 0; i < 4; i++) {
             int N = ranks[i];
-            StrategyConfig sc = { .model = model, .nranks = N, .batch = 1, .seed = (uint32_t)o.seed,
+            StrategyConfig sc = { .model = model, .nranks = N, .seed = (uint32_t)o.seed,
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
                                   .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
-                                  .device = where };
+                                  .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
+                                  .recompute = o.recompute,
+                                  .device = where, .batch = batch, .dropout = o.dropout };
             Strategy *s = kind->create(&sc);
-            if (!s) return 1;
+            if (!s || real_step(s, &data, N, batch, o.block, (uint32_t)o.seed) != 0) {
+                if (s) s->ops->destroy(s);
+                dataset_free(&data);
+                return 1;
+            }
             /* every rank holds the same; the table shows the largest */
-            double kind_mb[MEM_KINDS] = { 0 };
+            double kind_mb[MEM_KINDS] = { 0 }, peak_mb = 0;
             for (int r = 0; r < N; r++) {
+                double rank_peak = s->ops->rank_peak_bytes(s, r) / 1e6;
+                if (rank_peak > peak_mb) peak_mb = rank_peak;
                 for (int k = 0; k < MEM_KINDS; k++) {
                     double mb = s->ops->rank_bytes(s, r, (MemKind)k) / 1e6;
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
@@ -79,23 +128,26 @@ int main(int argc, char **argv) {
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
             double want = kind->state_bytes_per_param(N) * P / 1e6;
-            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f |", kind->name, N,
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f |", kind->name, N,
                    kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want,
-                   state / want, kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING]);
+                   state / want, kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb);
             if (gpu0) printf(" %.1f |", device_reported_bytes(gpu0) / 1e6);
             printf("\n");
             s->ops->destroy(s);
         }
     }
     printf("\nstate = weights + gradients + optimizer; total = state + working (gradient slots, gather\n"
-           "buffers, clipping partials, the reductions' scratch). Activations are not in the table: the\n"
-           "same under every strategy, they grow with the batch (bin/train prints them). On a GPU the\n"
-           "table leaves out what CUDA holds itself: its context, cuBLAS's workspaces, NCCL's buffers.\n");
+           "buffers, clipping partials, the reductions' scratch); activations: the forward's, kept for\n"
+           "the backward, and the backward's workspace, for the rows a rank was built for. peak: the\n"
+           "allocator's high-water mark, everything the rank held at once from its creation through one\n"
+           "real training step. On a GPU the table leaves out what CUDA holds itself: its context,\n"
+           "cuBLAS's workspaces, NCCL's buffers.\n");
     if (gpu0)
         printf("GPU 0 in use (CUDA): what cudaMemGetInfo reports with the strategy built, for every rank on\n"
                "GPU 0 (all of them when simulated) and every process on it, the CUDA context included;\n"
                "cuBLAS's workspaces come at the first matmul, so a built strategy holds none yet.\n");
     device_destroy(gpu0);
+    dataset_free(&data);
     if (off) {
         fprintf(stderr, "zero_memory: %d rank(s) hold a state more than 1%% off the ZeRO formula\n", off);
         return 1;
