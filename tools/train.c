@@ -237,159 +237,196 @@ static int close_output(FILE *log) {
     return ok ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
-    const char *blas = blas_ensure_core(argv);
-    if (world_init(&argc, &argv) != 0) return 1;
-    int leader = world()->proc == 0;
+/* What a run holds from its start to its end. */
+typedef struct {
     TrainOptions o;
-    int rc = parse_flags(&o, argc, argv);
-    if (rc) return finish(rc == 1 ? 0 : 2, 1);
-    world_set_timeout(o.timeout);
-    world_set_local_ranks(o.gpus);
-    if (options_join_world(&o) != 0) return finish(1, 1);
-    leader = world()->proc == 0;
-
     Dataset data;
-    char err[512];
-    if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
-        if (world()->nprocs > 1) fprintf(stderr, "train: process %d: %s\n", world()->proc, err);
-        else fprintf(stderr, "train: %s\n", err);
-        return finish(1, 0);
-    }
-    if (same_run_everywhere(argc, argv, &data) != 0) {
-        dataset_free(&data);
-        return finish(2, 1);
-    }
-    StrategyConfig sc = {
-        .model = { data.vocab, o.block, o.layers, o.heads, o.embd, MODEL_GPT },
-        .nranks = o.gpus * world()->nprocs, .device = options_placement(&o),
-        .sums = options_sums(&o), .batch = o.batch, .dropout = o.dropout,
-        .seed = (uint32_t)o.seed, .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
-        .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6), .fault = o.fault,
-        .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
-        .recompute = o.recompute,
-        .max_memory_bytes = (size_t)(o.max_memory_mb * 1e6),
+    StrategyConfig sc;
+    Strategy *s;
+    FILE *log;
+    Trace *trace;
+    int start_iter;
+} Run;
+
+/* The run's strategy made, its files opened and its start loaded, each check
+ * in turn. 0, or the exit status after a one-line error; *every_process says
+ * whether every process met it (bad flags) or this one alone (a file). */
+static int open_run(Run *run, int *every_process) {
+    TrainOptions *o = &run->o;
+    int leader = world()->proc == 0;
+    run->sc = (StrategyConfig){
+        .model = { run->data.vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT },
+        .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
+        .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
+        .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
+        .overlap = o->overlap, .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .fault = o->fault,
+        .unit = (UnitPolicy)unit_policy_parse(o->unit), .max_live_units = o->max_live_units,
+        .recompute = o->recompute,
+        .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
-    options_link(&o, &sc.link_gbps, &sc.link_latency_us);
-    FILE *log = NULL, *trace_file = NULL;
+    StrategyConfig *sc = &run->sc;
+    options_link(o, &sc->link_gbps, &sc->link_latency_us);
     /* past one process, process 0 traces its ranks, writes the log and saves */
-    Trace *trace = o.trace[0] && leader ? trace_create(TRACE_MAX_SPANS) : NULL;
-    sc.trace = trace;
-    Strategy *s = NULL;
-    int status = 0, start_iter = 0, every_process = 1;
-    const char *bad = gpt_config_error(&sc.model);
-    double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o.zero);
+    run->trace = o->trace[0] && leader ? trace_create(TRACE_MAX_SPANS) : NULL;
+    sc->trace = run->trace;
+    FILE *trace_file = NULL;
+    int status = 0;
+    *every_process = 1;
+    const char *bad = gpt_config_error(&sc->model);
+    double link_seconds = bad ? 0.0 : link_step_seconds(sc, o->zero);
     if (bad) {
         fprintf(stderr, "train: %s\n", bad);
         status = 2;
     } else if (link_seconds > LINK_STEP_MAX_SECONDS) {
-        fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o.link,
+        fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o->link,
                 link_seconds, LINK_STEP_MAX_SECONDS);
         status = 2;
-    } else if (leader && o.log[0] && !(log = fopen(o.log, "w"))) {
-        fprintf(stderr, "train: cannot write --log file '%s': %s\n", o.log, strerror(errno));
+    } else if (leader && o->log[0] && !(run->log = fopen(o->log, "w"))) {
+        fprintf(stderr, "train: cannot write --log file '%s': %s\n", o->log, strerror(errno));
         status = 1;
-        every_process = 0;
-    } else if (leader && o.trace[0] && !(trace_file = fopen(o.trace, "w"))) {
-        fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o.trace, strerror(errno));
+        *every_process = 0;
+    } else if (leader && o->trace[0] && !(trace_file = fopen(o->trace, "w"))) {
+        fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o->trace, strerror(errno));
         status = 1;
-        every_process = 0;
-    } else if (leader && o.out[0] && prepare_out(o.out) != 0) {
+        *every_process = 0;
+    } else if (leader && o->out[0] && prepare_out(o->out) != 0) {
         status = 1;
-        every_process = 0;
-    } else if (!(s = strategy_create(o.zero, &sc))) {
-        status = options_no_strategy_status(&o);
-        every_process = 0;
-    } else if (o.tf32 && s->device_kind != DEVICE_CUDA) {
+        *every_process = 0;
+    } else if (!(run->s = strategy_create(o->zero, sc))) {
+        status = options_no_strategy_status(o);
+        *every_process = 0;
+    } else if (o->tf32 && run->s->device_kind != DEVICE_CUDA) {
         fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
         status = 2;
-    } else if (sc.link_gbps > 0 && !s->simulated) {
+    } else if (sc->link_gbps > 0 && !run->s->simulated) {
         fprintf(stderr, "train: --link models a link for simulated ranks; these run on GPUs through NCCL\n");
         status = 2;
     } else {
-        status = start_from(s, &o, &data, &start_iter);
+        status = start_from(run->s, o, &run->data, &run->start_iter);
     }
     if (trace_file) fclose(trace_file);
-    if (status != 0) {
-        if (!every_process) finish(status, 0);  /* the others are waiting in a collective */
-        if (s) s->ops->destroy(s);
-        trace_destroy(trace);
-        if (log) fclose(log);
-        dataset_free(&data);
-        return finish(status, 1);
-    }
+    return status;
+}
 
-    device_cuda_set_tf32(o.tf32);
-    /* past one process, process 0 alone prints: the others' stdout is quiet */
-    if (!leader && !freopen("/dev/null", "w", stdout)) {
-        fprintf(stderr, "train: process %d: cannot quiet its output: %s\n", world()->proc, strerror(errno));
-        return finish(1, 0);
-    }
+static void close_run(Run *run) {
+    if (run->s) run->s->ops->destroy(run->s);
+    trace_destroy(run->trace);
+    if (run->log) fclose(run->log);
+    dataset_free(&run->data);
+}
+
+/* The lines that say what is about to run. 0, or 1 after a one-line error
+ * when they could not be written. */
+static int print_header(const Run *run, const char *blas) {
+    const TrainOptions *o = &run->o;
+    const StrategyConfig *sc = &run->sc;
+    Strategy *s = run->s;
     printf("device: %s\n", s->placement);
     if (world()->nprocs > 1)
-        printf("world: %d processes x %d ranks through %s, a collective's --timeout %g s\n", world()->nprocs, o.gpus,
-               world()->engine, o.timeout);
-    if (sc.link_gbps > 0)
+        printf("world: %d processes x %d ranks through %s, a collective's --timeout %g s\n", world()->nprocs, o->gpus,
+               world()->engine, o->timeout);
+    if (sc->link_gbps > 0)
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
-               sc.link_gbps, sc.link_latency_us);
+               sc->link_gbps, sc->link_latency_us);
     printf("blas: %s\n", blas);
     ArenaLayout layout;
-    model_layout(&sc.model, 1, &layout);
+    model_layout(&sc->model, 1, &layout);
     printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n",
-           o.data, data.ntokens, data.vocab, data.ntrain, data.ntokens - data.ntrain);
+           o->data, run->data.ntokens, run->data.vocab, run->data.ntrain, run->data.ntokens - run->data.ntrain);
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
-           o.preset, o.layers, o.heads, o.embd, o.block, layout.numel / 1e6);
+           o->preset, o->layers, o->heads, o->embd, o->block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o.iters, o.batch, sc.nranks,
-           o.grad_accum, o.lr, o.min_lr, o.warmup, o.dropout, o.grad_clip, o.seed, o.overlap ? "on" : "off", o.unit,
-           o.max_live_units, o.recompute ? ", recompute" : "");
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o->iters, o->batch, sc->nranks,
+           o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed, o->overlap ? "on" : "off",
+           o->unit, o->max_live_units, o->recompute ? ", recompute" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_WORKING) / 1e6, s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS) / 1e6,
            s->device_kind == DEVICE_CUDA ? " (not counted: the CUDA context, cuBLAS's workspaces, NCCL's buffers)"
                                          : "");
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
-        finish(1, 0);
-        s->ops->destroy(s);
-        trace_destroy(trace);
-        if (log) fclose(log);
-        dataset_free(&data);
-        return 1;
-    }
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
+    return 1;
+}
+
+/* Train, and say how the run ended: its exit status. */
+static int train(Run *run) {
+    const TrainOptions *o = &run->o;
+    Strategy *s = run->s;
     TrainConfig tc = {
-        .iters = o.iters, .start_iter = start_iter, .grad_accum = o.grad_accum,
-        .out_dir = o.out[0] ? o.out : NULL, .always_save = o.always_save,
-        .schedule = { o.lr, o.min_lr, o.warmup, o.decay_iters < 0 ? o.iters : o.decay_iters },
-        .grad_clip = o.grad_clip, .eval_every = o.eval_every, .eval_iters = o.eval_iters,
-        .log_every = o.log_every, .sample_chars = o.sample_chars, .out = stdout, .log = log,
-        .trace = trace, .trace_steps = o.trace_steps,
-        .skip_nonfinite = strcmp(o.on_nan, "skip") == 0, .max_skips = o.max_skips, .stop_signal = &stop_signal,
+        .iters = o->iters, .start_iter = run->start_iter, .grad_accum = o->grad_accum,
+        .out_dir = o->out[0] ? o->out : NULL, .always_save = o->always_save,
+        .schedule = { o->lr, o->min_lr, o->warmup, o->decay_iters < 0 ? o->iters : o->decay_iters },
+        .grad_clip = o->grad_clip, .eval_every = o->eval_every, .eval_iters = o->eval_iters,
+        .log_every = o->log_every, .sample_chars = o->sample_chars, .out = stdout, .log = run->log,
+        .trace = run->trace, .trace_steps = o->trace_steps,
+        .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
     };
     TrainResult result = { 0 };
     /* from here on a signal stops the run between steps; before, it ends it as by default */
-    status = catch_stop_signals();
-    if (status == 0) status = train_run(s, &tc, &data, &result);
+    int status = catch_stop_signals();
+    if (status == 0) status = train_run(s, &tc, &run->data, &result);
     if (status != 0 && !result.every_process) finish(status, 0);  /* the others are waiting in a collective */
     char skipped[64] = "";
     if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
     if (status == 0 && result.stopped_by)
-        status = report_stop(&result, &o, start_iter);
-    else if (status == 0 && o.eval_iters > 0)
+        status = report_stop(&result, o, run->start_iter);
+    else if (status == 0 && o->eval_iters > 0)
         printf("done: %d iters%s in %.1f s of steps, final val loss %.4f\n",
-               o.iters, skipped, result.seconds, result.val_loss);
+               o->iters, skipped, result.seconds, result.val_loss);
     else if (status == 0)
         printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
-               o.iters, skipped, result.seconds);
+               o->iters, skipped, result.seconds);
     if (status == 0)
         printf("peak memory of rank 0: %.1f MB (the allocator's high-water mark over the run)\n",
                s->ops->rank_peak_bytes(s, 0) / 1e6);
-    int traced = o.iters - start_iter < o.trace_steps ? o.iters - start_iter : o.trace_steps;
-    if (trace && write_trace(trace, &o, traced) != 0 && status == 0) status = 1;
-    s->ops->destroy(s);
-    trace_destroy(trace);
-    dataset_free(&data);
+    int traced = o->iters - run->start_iter < o->trace_steps ? o->iters - run->start_iter : o->trace_steps;
+    if (run->trace && write_trace(run->trace, o, traced) != 0 && status == 0) status = 1;
+    return status;
+}
+
+int main(int argc, char **argv) {
+    const char *blas = blas_ensure_core(argv);
+    if (world_init(&argc, &argv) != 0) return 1;
+    Run run = { 0 };
+    int rc = parse_flags(&run.o, argc, argv);
+    if (rc) return finish(rc == 1 ? 0 : 2, 1);
+    world_set_timeout(run.o.timeout);
+    world_set_local_ranks(run.o.gpus);
+    if (options_join_world(&run.o) != 0) return finish(1, 1);
+
+    char err[512];
+    if (dataset_load(&run.data, run.o.data, run.o.block, err, sizeof err) != 0) {
+        if (world()->nprocs > 1) fprintf(stderr, "train: process %d: %s\n", world()->proc, err);
+        else fprintf(stderr, "train: %s\n", err);
+        return finish(1, 0);
+    }
+    if (same_run_everywhere(argc, argv, &run.data) != 0) {
+        dataset_free(&run.data);
+        return finish(2, 1);
+    }
+    int every_process, status = open_run(&run, &every_process);
+    if (status != 0) {
+        if (!every_process) finish(status, 0);  /* the others are waiting in a collective */
+        close_run(&run);
+        return finish(status, 1);
+    }
+    device_cuda_set_tf32(run.o.tf32);
+    /* past one process, process 0 alone prints: the others' stdout is quiet */
+    if (world()->proc != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "train: process %d: cannot quiet its output: %s\n", world()->proc, strerror(errno));
+        return finish(1, 0);
+    }
+    if (print_header(&run, blas) != 0) {
+        finish(1, 0);
+        close_run(&run);
+        return 1;
+    }
+    status = train(&run);
+    FILE *log = run.log;
+    run.log = NULL;  /* close_output closes it, checking the last writes */
+    close_run(&run);
     int closed = close_output(log);
     return finish(status ? status : closed, 1);
 }
