@@ -159,13 +159,93 @@ static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss,
     return -1;
 }
 
+/* An evaluation at `iter`: both splits' losses said, and a save at a new best
+ * val loss (every eval with always_save), but not at the end, which saves
+ * whatever its loss. 0, or 1 when an output or the save failed. */
+static int eval_and_save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result,
+                         float *best_val) {
+    result->train_loss = evaluate(s, data, SPLIT_TRAIN, cfg->eval_iters);
+    result->val_loss = evaluate(s, data, SPLIT_VAL, cfg->eval_iters);
+    if (cfg->out)
+        fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n", iter, result->train_loss, result->val_loss);
+    if (cfg->log)
+        fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n", iter, result->train_loss,
+                result->val_loss);
+    if (flush_output(cfg) != 0) return 1;
+    if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < *best_val) &&
+        iter > cfg->start_iter && save(s, cfg, data, iter, result) != 0)
+        return 1;
+    if (result->val_loss < *best_val) *best_val = result->val_loss;
+    return 0;
+}
+
+/* The step of `iter`: its micro-steps' forward and backward, the check of its
+ * loss and gradient, then clipping and AdamW unless it is skipped (*verdict,
+ * as check_step's). 0, or 1 when the run must stop. */
+static int train_step(Strategy *s, const TrainConfig *cfg, const Dataset *data, HostBatch *b, int iter,
+                      TrainResult *result, int *verdict) {
+    int micros = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
+    s->ops->set_lr(s, lr_at(&cfg->schedule, iter));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < micros; micro++) {
+        dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, micro * b->rows, b->rows, b->T,
+                      b->x, b->y);
+        if (s->ops->forward_backward(s, b->x, b->y, (uint32_t)iter, micro, micros) != 0) return 1;
+        loss_sum += s->ops->train_loss(s);
+    }
+    result->last_loss = (float)(loss_sum / micros);
+    *verdict = check_step(s, cfg, iter, result->last_loss, result);
+    if (*verdict < 0 || (*verdict > 0 && flush_output(cfg) != 0)) {
+        result->every_process = *verdict < 0;
+        return 1;
+    }
+    int faulty_rank = s->cfg.fault.rank;
+    if (*verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
+        if (world()->proc == 0)
+            fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
+                    faulty_rank, iter);
+        result->every_process = 1;
+        return 1;
+    }
+    if (*verdict == 0) {
+        s->ops->clip_grads(s, cfg->grad_clip);
+        s->ops->step(s);
+    }
+    return 0;
+}
+
+/* The steps since the last progress line, for its ms/iter and tokens/s. */
+typedef struct {
+    double start;
+    int steps;
+} Window;
+
+/* The progress line of `iter`, over the window's steps, which start anew.
+ * 0, or 1 when it could not be written. */
+static int log_progress(const TrainConfig *cfg, int iter, float loss, float lr, size_t tokens_per_step,
+                        Window *window) {
+    double elapsed = wall_seconds() - window->start;
+    double ms = 1000.0 * elapsed / window->steps;
+    double tok_s = (double)tokens_per_step * window->steps / elapsed;
+    char eta[32];
+    format_eta(ms / 1000.0 * (cfg->iters - iter - 1), eta, sizeof eta);
+    if (cfg->out)
+        fprintf(cfg->out, "iter %d: loss %.4f, lr %.2e, %.1f ms/iter, %.0f tok/s, eta %s\n", iter, loss, lr, ms,
+                tok_s, eta);
+    if (cfg->log)
+        fprintf(cfg->log, "{\"iter\": %d, \"loss\": %.6f, \"lr\": %.6e, \"ms_per_iter\": %.3f, "
+                "\"tokens_per_s\": %.1f}\n", iter, loss, lr, ms, tok_s);
+    *window = (Window){ wall_seconds(), 0 };
+    return flush_output(cfg);
+}
+
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
     memset(result, 0, sizeof *result);
     HostBatch b = batch_alloc(s);
-    int micros = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
-    size_t tokens_per_step = (size_t)b.rows * b.T * micros;
-    double step_seconds = 0.0, window_start = wall_seconds();
-    int window_steps = 0, status = 0;
+    size_t tokens_per_step = (size_t)b.rows * b.T * (cfg->grad_accum > 1 ? cfg->grad_accum : 1);
+    double step_seconds = 0.0;
+    Window window = { wall_seconds(), 0 };
+    int status = 0;
     float best_val = INFINITY;
 
     for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
@@ -183,26 +263,8 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
         if (eval_now && cfg->eval_iters > 0) {
             double t0 = wall_seconds();
-            result->train_loss = evaluate(s, data, SPLIT_TRAIN, cfg->eval_iters);
-            result->val_loss = evaluate(s, data, SPLIT_VAL, cfg->eval_iters);
-            if (cfg->out)
-                fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n",
-                        iter, result->train_loss, result->val_loss);
-            if (cfg->log)
-                fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n",
-                        iter, result->train_loss, result->val_loss);
-            if (flush_output(cfg) != 0) {
-                status = 1;
-                break;
-            }
-            /* the end saves below, whatever its loss */
-            if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < best_val) &&
-                iter > cfg->start_iter && save(s, cfg, data, iter, result) != 0) {
-                status = 1;
-                break;
-            }
-            if (result->val_loss < best_val) best_val = result->val_loss;
-            window_start += wall_seconds() - t0;  /* evals do not count as step time */
+            if ((status = eval_and_save(s, cfg, data, iter, result, &best_val)) != 0) break;
+            window.start += wall_seconds() - t0;  /* evals do not count as step time */
         }
         if (iter == cfg->iters) {
             if (cfg->out_dir) status = save(s, cfg, data, iter, result);
@@ -211,60 +273,15 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
 
         double t0 = wall_seconds();
         if (cfg->trace) trace_record(cfg->trace, iter - cfg->start_iter < cfg->trace_steps);
-        float lr = lr_at(&cfg->schedule, iter);
-        s->ops->set_lr(s, lr);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < micros && status == 0; micro++) {
-            dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, micro * b.rows, b.rows, b.T,
-                          b.x, b.y);
-            if (s->ops->forward_backward(s, b.x, b.y, (uint32_t)iter, micro, micros) != 0) status = 1;
-            else loss_sum += s->ops->train_loss(s);
-        }
-        if (status != 0) break;
-        float loss = (float)(loss_sum / micros);
-        result->last_loss = loss;
-        int verdict = check_step(s, cfg, iter, loss, result);
-        if (verdict < 0 || (verdict > 0 && flush_output(cfg) != 0)) {
-            result->every_process = verdict < 0;
-            status = 1;
-            break;
-        }
-        int faulty_rank = s->cfg.fault.rank;
-        if (verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
-            if (world()->proc == 0)
-                fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
-                        faulty_rank, iter);
-            result->every_process = 1;
-            status = 1;
-            break;
-        }
-        if (verdict == 0) {
-            s->ops->clip_grads(s, cfg->grad_clip);
-            s->ops->step(s);
-        }
+        int verdict = 0;
+        if ((status = train_step(s, cfg, data, &b, iter, result, &verdict)) != 0) break;
         if (cfg->trace) trace_record(cfg->trace, 0);
         step_seconds += wall_seconds() - t0;
-        window_steps++;
+        window.steps++;
         /* a skipped step has said so, and has no loss to log */
-        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1)) {
-            double elapsed = wall_seconds() - window_start;
-            double ms = 1000.0 * elapsed / window_steps;
-            double tok_s = (double)tokens_per_step * window_steps / elapsed;
-            char eta[32];
-            format_eta(ms / 1000.0 * (cfg->iters - iter - 1), eta, sizeof eta);
-            if (cfg->out)
-                fprintf(cfg->out, "iter %d: loss %.4f, lr %.2e, %.1f ms/iter, %.0f tok/s, eta %s\n",
-                        iter, loss, lr, ms, tok_s, eta);
-            if (cfg->log)
-                fprintf(cfg->log, "{\"iter\": %d, \"loss\": %.6f, \"lr\": %.6e, \"ms_per_iter\": %.3f, "
-                        "\"tokens_per_s\": %.1f}\n", iter, loss, lr, ms, tok_s);
-            if (flush_output(cfg) != 0) {
-                status = 1;
-                break;
-            }
-            window_start = wall_seconds();
-            window_steps = 0;
-        }
+        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1) &&
+            (status = log_progress(cfg, iter, result->last_loss, s->lr, tokens_per_step, &window)) != 0)
+            break;
     }
     result->seconds = step_seconds;
     if (status == 0 && !result->stopped_by && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
