@@ -74,7 +74,8 @@ TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 BINS = bin/train bin/zero_memory bin/sample
 
 .PHONY: all test bench bench-torch test-asan test-tsan fuzz valgrind mutate deps clean
-all: $(BINS) $(TEST_BINS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
+BENCH_BINS = $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_mpi
+all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -123,7 +124,7 @@ test: $(TEST_BINS) $(BINS)
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
 	    OPENBLAS_CORETYPE=SkylakeX ./$(BUILD)/bin/$$t --jobs 2; done; fi
 
-bench: $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap
+bench: $(BENCH_BINS) bin/train
 	bench/run.sh $(BUILD)/bin
 
 # The char-small step against PyTorch 2.x from PyPI, whose venv (build/torch-venv,
