@@ -26,7 +26,7 @@ bin=${1:-build/cpu/bin}
 results=bench/results
 mkdir -p $results
 
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=20 --log=$results/overlap.csv | tee $results/overlap.md
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --log=$results/overlap.csv | tee $results/overlap.md
 if command -v gnuplot >/dev/null; then
     # one row per strategy and N > 1: free-link step, step with overlap off, with overlap on
     awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $7; off[key] = $4; order[++n] = key }
