@@ -12,7 +12,8 @@
  *              step without overlap
  *   exposed  = median of (the row's step - baseline step)
  *   hidden   = 1 - exposed (overlap on) / comm, within 0..100% but for noise
- * Each ms/step and comm comes with its quartiles. Simulated ranks share one
+ * Each ms/step and comm comes with its quartiles; a comm more than 15% from
+ * its model is marked, and the notes say why. Simulated ranks share one
  * device: their compute shares it, and only the link is modeled.
  *
  * Without --link, the link is chosen so that DDP's all-reduce at N = 4 takes
@@ -223,7 +224,8 @@ int main(int argc, char **argv) {
             double predicted = model_ms(zero, N, &model, o.grad_clip, gbps, latency_us);
             char versus[16] = "-";
             double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;
-            if (predicted > 0) snprintf(versus, sizeof versus, "%+.0f%%%s", 100.0 * apart, fabs(apart) > 0.15 ? " *" : "");
+            if (predicted > 0)
+                snprintf(versus, sizeof versus, "%+.0f%%%s", 100.0 * apart, fabs(apart) > 0.15 ? " *" : "");
             for (int overlap = 0; overlap <= 1; overlap++) {
                 Spread step = t.step[overlap ? ON : OFF];
                 double exposed = overlap ? t.exposed.median : t.comm.median;
