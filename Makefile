@@ -124,7 +124,7 @@ test: $(TEST_BINS) $(BINS)
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
 	    OPENBLAS_CORETYPE=SkylakeX ./$(BUILD)/bin/$$t --jobs 2; done; fi
 
-bench: $(BENCH_BINS) bin/train
+bench: $(BENCH_BINS) $(BUILD)/bin/train
 	bench/run.sh $(BUILD)/bin
 
 # The char-small step against PyTorch 2.x from PyPI, whose venv (build/torch-venv,
