@@ -77,7 +77,8 @@ TEST_DRIVERS = $(BUILD)/bin/mpi_collectives
 BINS = bin/train bin/zero_memory bin/sample
 
 .PHONY: all test bench bench-torch test-asan test-tsan fuzz valgrind mutate deps clean
-all: $(BINS) $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_units
+BENCH_BINS = $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_units $(BUILD)/bin/bench_mpi
+all: $(BINS) $(TEST_BINS) $(TEST_DRIVERS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -134,7 +135,7 @@ test: $(TEST_BINS) $(TEST_DRIVERS) $(BINS)
 	    for t in test_kernels test_model; do echo "== $$t with OPENBLAS_CORETYPE=SkylakeX"; \
 	    OPENBLAS_CORETYPE=SkylakeX ./$(BUILD)/bin/$$t --jobs 2; done; fi
 
-bench: $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_units $(BUILD)/bin/zero_memory
+bench: $(BENCH_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory
 	bench/run.sh $(BUILD)/bin
 
 # The char-small step against PyTorch 2.x from PyPI, whose venv (build/torch-venv,

@@ -12,6 +12,11 @@
 # of the backward, as in larger models) and 0.25 MB buckets (so that DDP's
 # buckets are single blocks, as PyTorch's 25 MB ones are in a large model).
 #
+# Past one process (bench/results/mpi.md): char-small as 2 processes x 2 ranks
+# against 1 process x 4 ranks, same flags, on the same cores, the runs taken in
+# turn, and the MPI transport's all-to-all over loopback (bench_mpi) at 2 and 4
+# processes against the ring model of --link.
+#
 # PyTorch gets its best settings: OpenBLAS's SkylakeX kernels where the CPU has
 # AVX-512 (Debian's OpenBLAS 0.3.21 otherwise falls back to generic ones),
 # passive OpenMP waiting (its two thread pools fight on two cores otherwise),
@@ -23,7 +28,7 @@ bin=${1:-build/cpu/bin}
 results=bench/results
 mkdir -p $results
 
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=20 --log=$results/overlap.csv | tee $results/overlap.md
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --log=$results/overlap.csv | tee $results/overlap.md
 if command -v gnuplot >/dev/null; then
     # one row per strategy and N > 1: free-link step, step with overlap off, with overlap on
     awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $7; off[key] = $4; order[++n] = key }
@@ -79,6 +84,58 @@ plot for [s in "DDP ZeRO-1 ZeRO-2 ZeRO-3"] "$results/memory.dat" using (strcol(1
 PLOT
     rm -f $results/memory.dat
     echo "wrote $results/units.md, $results/memory.md and $results/memory.png"
+fi
+echo
+
+# Past one process: char-small as 2 processes x 2 ranks against 1 x 4 on the same cores,
+# and the MPI exchange's bandwidth against the ring model of --link
+# The ms/iter of every progress line past a warm-up, one a line.
+step_ms() {
+    awk '$1 == "iter" && $2 + 0 >= 5 { for (i = 3; i <= NF; i++) if ($i == "ms/iter,") print $(i - 1) }'
+}
+# Median, quartiles and count of the numbers on stdin.
+spread() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "- - - 0"; exit }
+        printf "%.1f %.1f %.1f %d\n", v[int(0.5 * (NR - 1) + 1.5)], v[int(0.25 * (NR - 1) + 1.5)],
+        v[int(0.75 * (NR - 1) + 1.5)], NR }'
+}
+if command -v mpirun >/dev/null && [ -x "$bin/bench_mpi" ]; then
+    mpi="mpirun --allow-run-as-root --oversubscribe"
+    flags="--iters=25 --eval-every=0 --eval-iters=1 --log-every=1 --sample-chars=0"
+    tmp=$(mktemp -d)
+    for round in 1 2 3; do
+        "$bin/train" $flags --gpus=4 | step_ms >> $tmp/one
+        $mpi -np 2 "$bin/train" $flags --gpus=2 | step_ms >> $tmp/two
+        $mpi --bind-to none -np 2 "$bin/train" $flags --gpus=2 | step_ms >> $tmp/unbound
+    done
+    {
+        echo "char-small (bin/train's default preset, DDP), $flags, 3 rounds of each in turn;"
+        echo "median ms/iter of the steps past the 5th of every round, quartiles in brackets"
+        echo
+        echo "| world | ms/iter (quartiles) | steps | vs 1 x 4 |"
+        echo "|---|---|---|---|"
+        read -r one one_lo one_hi one_n < <(spread < $tmp/one)
+        for run in one two unbound; do
+            read -r m lo hi n < <(spread < $tmp/$run)
+            case $run in
+                one) what="1 process x 4 ranks" ;;
+                two) what="2 processes x 2 ranks (mpirun -np 2, its default core binding)" ;;
+                unbound) what="2 processes x 2 ranks (mpirun -np 2 --bind-to none)" ;;
+            esac
+            awk -v w="$what" -v m=$m -v lo=$lo -v hi=$hi -v n=$n -v one=$one \
+                'BEGIN { printf "| %s | %s (%s-%s) | %s | %.2fx |\n", w, m, lo, hi, n, m / one }'
+        done
+        echo
+        for np in 2 4; do
+            echo "bench_mpi at $np processes:"
+            $mpi -np $np "$bin/bench_mpi"
+            echo
+        done
+    } | tee $results/mpi.md
+    rm -rf $tmp
+    echo "wrote $results/mpi.md"
+else
+    echo "past one process: SKIP: no mpirun, or a build without MPI (make deps installs Open MPI)"
 fi
 echo
 

@@ -15,7 +15,9 @@
  *                       shards (the mean); the slot is free again once it ran
  *
  * ZeRO-2 keeps full weights: after AdamW on its shards, every unit's weights
- * are all-gathered. ZeRO-3 keeps only its weight shards, and gathers a unit
+ * are all-gathered, each as soon as its AdamW is done; with overlap they run
+ * under the next forward, each unit's forward waiting for its own (FSDP's
+ * SHARD_GRAD_OP does the same). ZeRO-3 keeps only its weight shards, and gathers a unit
  * into a gather buffer before its forward and before its backward:
  *
  *   before_forward(u)   all-gather unit u's weights, unless they are there
@@ -62,6 +64,11 @@ typedef struct {
     float *weight_shard[FIBERS_MAX_RANKS];       /* ZeRO-3 */
     UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the other units' */
     UnitBuffer gather[1 + MAX_POOL];             /* ZeRO-3, likewise */
+    /* ZeRO-2 with overlap: each rank's part of each unit's weight all-gather
+     * after the step ([unit][rank]), and whether some are not yet waited for
+     * by every rank (settle_weights). */
+    Event *(*weights_done)[FIBERS_MAX_RANKS];
+    int weights_in_flight;
 } Sharded;
 
 /* Units take turns in the pool by unit number, so with K buffers a unit and
@@ -184,34 +191,78 @@ static void after_backward(void *ctx, int unit) {
     }
 }
 
-/* AdamW on every shard a rank owns; ZeRO-2 then gathers every unit's weights. */
+/* ZeRO-2: before its forward, a rank waits for its own part of the unit's
+ * weight gather (its part alone writes its full weights). */
+static void wait_weights(void *ctx, int unit) {
+    RankRef *ref = ctx;
+    Sharded *d = (Sharded *)ref->ranks;
+    if (d->weights_in_flight) stream_wait_event(d->ranks.pg->compute[ref->rank], d->weights_done[unit][ref->rank]);
+}
+
+/* Every rank's compute waits for every rank's part of the weight gathers in
+ * flight: before anything but a forward reads the full weights, and before
+ * AdamW writes the shards that peers' parts read. */
+static void settle_weights(Sharded *d) {
+    if (!d->weights_in_flight) return;
+    for (int r = 0; r < d->ranks.local; r++)
+        for (int u = 0; u < d->ranks.layout->nunits; u++) ranks_wait_all(&d->ranks, r, d->weights_done[u]);
+    d->weights_in_flight = 0;
+}
+
+/* ZeRO-2: every rank's full weights of unit u gathered from the owners'
+ * shards; with overlap, under what follows, until a forward or settle_weights
+ * waits for it. */
+static void gather_weights(Sharded *d, int u) {
+    Ranks *ranks = &d->ranks;
+    float *shards[FIBERS_MAX_RANKS], *full[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->local; r++) {
+        full[r] = ranks->model[r]->unit_weights[u];
+        shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
+    }
+    char what[FIBERS_NAME_MAX];
+    snprintf(what, sizeof what, "weights unit %d", u);
+    pg_trace_next(ranks->pg, what, u);
+    int overlap = ranks->base.cfg.overlap;
+    pg_all_gather(ranks->pg, shards, full, ranks->layout->units[u].size, overlap ? d->weights_done[u] : NULL);
+    d->weights_in_flight |= overlap;
+}
+
+/* AdamW on every shard a rank owns, unit by unit; ZeRO-2 gathers each unit's
+ * weights once its shards are updated. */
 static void step(Strategy *s) {
     Sharded *d = (Sharded *)s;
     Ranks *ranks = &d->ranks;
     const ArenaLayout *layout = ranks->layout;
+    settle_weights(d);
     s->adam_step++;
     AdamWParams hp = { s->lr, s->cfg.beta1, s->cfg.beta2, s->cfg.eps, s->cfg.weight_decay, s->adam_step };
-    for (int r = 0; r < ranks->local; r++) {
-        Model *m = ranks->model[r];
-        for (int u = 0; u < layout->nunits; u++) {
+    for (int u = 0; u < layout->nunits; u++) {
+        for (int r = 0; r < ranks->local; r++) {
+            Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
             float *params = d->stage == 3 ? d->weight_shard[r] + at : m->params + lo;
             adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->nranks, params,
                         d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
         }
+        if (d->stage == 2) gather_weights(d, u);
     }
-    if (d->stage == 3) return;
-    for (int u = 0; u < layout->nunits; u++) {
-        float *shards[FIBERS_MAX_RANKS], *full[FIBERS_MAX_RANKS];
-        for (int r = 0; r < ranks->local; r++) {
-            full[r] = ranks->model[r]->unit_weights[u];
-            shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
-        }
-        char what[FIBERS_NAME_MAX];
-        snprintf(what, sizeof what, "weights unit %d", u);
-        pg_trace_next(ranks->pg, what, u);
-        pg_all_gather(ranks->pg, shards, full, layout->units[u].size, NULL);
-    }
+}
+
+/* The ops that read or write the full weights outside a forward: after the
+ * weight gathers in flight. */
+static void settled_read_weights(Strategy *s, float *host) {
+    settle_weights((Sharded *)s);
+    ranks_read_weights(s, host);
+}
+
+static void settled_write_weights(Strategy *s, const float *host) {
+    settle_weights((Sharded *)s);
+    ranks_write_weights(s, host);
+}
+
+static size_t settled_count_nonfinite(Strategy *s, NonfiniteOf what) {
+    settle_weights((Sharded *)s);
+    return ranks_count_nonfinite(s, what);
 }
 
 /* Every buffer of a rank, its kind and its length in floats. */
@@ -245,6 +296,8 @@ static void destroy(Strategy *s) {
         ranks_events_destroy(&d->ranks, d->slot[i].done);
         ranks_events_destroy(&d->ranks, d->gather[i].done);
     }
+    for (int u = 0; u < d->ranks.layout->nunits; u++) ranks_events_destroy(&d->ranks, d->weights_done[u]);
+    free(d->weights_done);
     ranks_release(&d->ranks);
     free(d);
 }
@@ -252,10 +305,10 @@ static void destroy(Strategy *s) {
 static const StrategyOps sharded_ops = {
     .set_lr = ranks_set_lr, .forward_backward = ranks_forward_backward, .clip_grads = ranks_clip_grads,
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
-    .read_weights = ranks_read_weights, .write_weights = ranks_write_weights, .read_state = ranks_read_state,
+    .read_weights = settled_read_weights, .write_weights = settled_write_weights, .read_state = ranks_read_state,
     .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes,
     .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
-    .count_nonfinite = ranks_count_nonfinite,
+    .count_nonfinite = settled_count_nonfinite,
 };
 
 static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
@@ -282,6 +335,8 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         ranks_events_create(ranks, d->slot[i].done);
         ranks_events_create(ranks, d->gather[i].done);
     }
+    d->weights_done = host_calloc((size_t)layout->nunits, sizeof *d->weights_done);
+    for (int u = 0; u < layout->nunits; u++) ranks_events_create(ranks, d->weights_done[u]);
     for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
         Buffer buffers[4 + 2 * (1 + MAX_POOL)];
@@ -295,6 +350,7 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
             ranks->weights[r] = d->weight_shard[r];
         } else {
             model_own_weights(m);
+            m->hooks.before_forward = wait_weights;
             ranks->weights[r] = m->params;
         }
         m->hooks.before_backward = before_backward;

@@ -390,6 +390,11 @@ static void pass_before_backward(void *ctx, int unit) {
     h->inner.before_backward(h->inner.ctx, unit);
 }
 
+static void pass_before_forward(void *ctx, int unit) {
+    SkippingHooks *h = ctx;
+    h->inner.before_forward(h->inner.ctx, unit);
+}
+
 Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60) {
     for (int zero = 2; zero <= 3; zero++) {
         StrategyConfig sc = small_gpt(3, 2, 0.0f);
@@ -399,6 +404,7 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
         SkippingHooks h = { m->hooks, 2 };
         m->hooks.ctx = &h;
         m->hooks.before_backward = pass_before_backward;
+        m->hooks.before_forward = pass_before_forward;  /* ZeRO-2's waits for the weights' gathers */
         if (zero == 2) m->hooks.after_backward = skip_after_backward;
         else {  /* skip a forward gather instead */
             m->hooks.before_forward = skip_before_forward;
