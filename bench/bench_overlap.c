@@ -11,7 +11,7 @@
  *   model    = what the ring cost model predicts for the collectives of the
  *              step without overlap
  *   exposed  = median of (the row's step - baseline step)
- *   hidden   = 1 - exposed (overlap on) / comm, within 0..100% but for noise
+ *   hidden   = 1 - exposed (overlap on) / comm, shown within 0..100% (noise marked)
  * Each ms/step and comm comes with its quartiles; a comm more than 15% from
  * its model is marked, and the notes say why. Simulated ranks share one
  * device: their compute shares it, and only the link is modeled.
@@ -150,15 +150,18 @@ static double model_ms(int zero, int nranks, const ModelConfig *model, float gra
     return 1e3 * seconds;
 }
 
-/* The share of comm that overlap hid, as measured; noise (the quartiles) can
- * push it outside 0..100%, and then it says so. */
+/* The share of comm that overlap hid, as measured, within 0..100%: noise (the
+ * quartiles) can push the measure past either end, and then the share is the
+ * end it passed, marked as noise (the exposed column keeps the measure). */
 static void hidden_text(char *out, size_t len, int nranks, const Times *t, int overlap) {
     if (nranks == 1 || t->comm.median <= 0) {
         snprintf(out, len, "-");
         return;
     }
     double exposed = overlap ? t->exposed.median : t->comm.median, hidden = 100.0 * (1.0 - exposed / t->comm.median);
-    snprintf(out, len, "%.0f%%%s", hidden, hidden < -0.5 || hidden > 100.5 ? " (noise)" : "");
+    int noise = hidden < -0.5 || hidden > 100.5;
+    hidden = hidden < 0.0 ? 0.0 : (hidden > 100.0 ? 100.0 : hidden);
+    snprintf(out, len, "%.0f%%%s", hidden, noise ? " (noise)" : "");
 }
 
 int main(int argc, char **argv) {
@@ -246,7 +249,7 @@ int main(int argc, char **argv) {
            "comm = median over the steps of (step with overlap off - free-link step), every collective the link\n"
            "charges counted (gradients and the weights' gathers); model = the ring cost model's time for those\n"
            "collectives; exposed = median of (step - free-link step); hidden = 1 - exposed / comm. Quartiles in\n"
-           "brackets. A hidden share outside 0..100%% is noise, and says so. ZeRO-1 does not overlap: its one\n"
+           "brackets. A measure past 0 or 100%% is noise: the share shows that end, marked so. ZeRO-1 does not overlap: its one\n"
            "reduce-scatter of the arena needs the whole backward.\n"
            "* comm more than 15%% from the model: the simulation, not the link, parts them. Without overlap every\n"
            "collective is a barrier, and ranks sharing the cores reach it apart: that wait counts as comm, not in\n"
