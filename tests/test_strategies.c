@@ -322,14 +322,14 @@ static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
     free(on);
 }
 
-Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 120) {
+Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 300) {
     for (int N = 2; N <= 3; N++)
         for (int zero = 0; zero <= 3; zero++) expect_overlap_changes_nothing(zero, N, 1);
 }
 
 /* With gradient accumulation too, and on one rank, where the reduce-scatter
  * into the slot itself has nothing to move but must still wait for the backward. */
-Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 120) {
+Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 300) {
     for (int N = 1; N <= 2; N++)
         for (int zero = 0; zero <= 3; zero++) expect_overlap_changes_nothing(zero, N, 3);
 }
@@ -481,7 +481,7 @@ Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
 
 /* K = 1, 2, 3 units live at once (ZeRO-3 prefetching 0, 1, 2 ahead), on the
  * finest units, where K = 3 runs ahead across a block's boundary. */
-Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 120) {
+Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         size_t n;
         float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
@@ -525,7 +525,7 @@ static float *train_with_losses(int zero, const StrategyConfig *sc, float losses
     return w;
 }
 
-Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 120) {
+Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         for (int zero = 0; zero <= 3; zero++) {
             for (int overlap = 0; overlap <= 1; overlap++) {

@@ -116,7 +116,7 @@ static int distinct_names(const TraceSpan *spans, int n, const char *prefix) {
     return count;
 }
 
-Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 120) {
+Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(0, 1, &n);
     cr_expect_gt(distinct_names(spans, n, "all-reduce bucket"), 1, "DDP all-reduced a single bucket");
@@ -126,7 +126,7 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 120) {
     free(spans);
 }
 
-Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 120) {
+Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
     for (int zero = 2; zero <= 3; zero++) {
         int n;
         TraceSpan *spans = trace_steps(zero, 1, &n);
@@ -137,7 +137,7 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 120) {
     }
 }
 
-Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 120) {
+Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(3, 1, &n);
     for (int r = 0; r < RANKS; r++)
@@ -148,7 +148,7 @@ Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 120) {
 
 /* Overlap off, and ZeRO-1, which never overlaps: not a single collective of
  * any kind runs under its rank's compute. */
-Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 120) {
+Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300) {
     static const struct { int zero, overlap; } runs[] = { { 0, 0 }, { 1, 0 }, { 1, 1 }, { 2, 0 }, { 3, 0 } };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         int n;

@@ -444,7 +444,7 @@ Test(train, binary_data_and_a_single_byte_train_as_they_are, .timeout = 60) {
     unlink(out);
 }
 
-Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout = 120) {
+Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout = 300) {
     static const char *model = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
     char dir[] = "/tmp/zf_bad_XXXXXX", good_path[256], bad_path[256], args[1024], err[4096];
     cr_assert_not_null(mkdtemp(dir));
@@ -794,7 +794,7 @@ static void train_checkpoint(char *dir, size_t dirlen, char *ckpt, size_t len, i
     cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
 }
 
-Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 120) {
+Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 300) {
     char dir[64], ckpt[128], args[1024], err[4096];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 4);
     size_t n;
@@ -825,7 +825,7 @@ static int adam_steps_of(const char *ckpt) {
     return info.adam_step;
 }
 
-Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 120) {
+Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 300) {
     char dir[64], ckpt[128], args[1024], err[4096];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     size_t n;
@@ -956,7 +956,7 @@ Test(train, safetensors_tensors_must_cover_the_data_exactly) {
     unlink(path);
 }
 
-Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 120) {
+Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 300) {
     char dir[64], ckpt[128], args[512], err[4096];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     snprintf(args, sizeof args, "--ckpt=%s --chars=-1", ckpt);
@@ -1005,7 +1005,7 @@ static const char *const FAULT_SITES_TESTED[] = { "forward", "backward", "collec
  * step and the place, exit 1, in seconds, and the checkpoint left byte for
  * byte as it was. The faults strike at step 3 of a run resumed at 2, the save's
  * at the final save (5). */
-Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_intact, .timeout = 120) {
+Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_intact, .timeout = 300) {
     char dir[64], ckpt[128], args[1024], err[4096], needle[160];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     size_t n;
@@ -1068,7 +1068,7 @@ static int fault_run(int zero, int nranks, Fault fault, const char *out_dir, con
 /* A run that a fault stopped after its save at step 2 resumes from that file
  * to the uninterrupted run's weights, byte for byte: every site, every
  * strategy, N = 1 and 3 (the fault at step 3, the save's at the final save). */
-Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 120) {
+Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 300) {
     char dir[64], ckpt[128];
     temp_dir(dir, sizeof dir, "fault");
     snprintf(ckpt, sizeof ckpt, "%s/%s", dir, CHECKPOINT_FILE_NAME);
@@ -1149,7 +1149,7 @@ static int finish_child(Child *c, char *err, size_t errlen) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 120) {
+Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 300) {
     static const struct { int sig; const char *name; } cases[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[64], ckpt[128], args[1024], err[4096], needle[128];
@@ -1177,7 +1177,7 @@ Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 1
 /* A step of several seconds (ZeRO-3 on 2 ranks over a link of 0.5 s a hop): the
  * first SIGINT waits for it, a second one exits at once, the checkpoint of the
  * run before as it was. */
-Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout = 120) {
+Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout = 300) {
     char dir[64], ckpt[128], args[1024], err[4096];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     size_t n;
@@ -1206,7 +1206,7 @@ Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout =
  * --init-from takes it, and the weights it starts from are the file's, byte
  * for byte (saved after 0 steps). A file of other shapes than the flags' is a
  * one-line error naming the tensor. */
-Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package, .timeout = 120) {
+Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package, .timeout = 300) {
     need_safetensors();
     char dir[64], torch_file[128], ckpt[128], cmd[2048], args[1024], err[4096];
     temp_dir(dir, sizeof dir, "torch_st");
