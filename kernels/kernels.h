@@ -69,7 +69,8 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
                         const float *qkv, const float *out, const float *saved, int B, int T,
                         int C, int NH, Dropout drop);
 
-/* Exact GELU: x * Phi(x), with Phi through erf. */
+/* Exact GELU: x * Phi(x), with Phi through erf; the backward's dinp may be
+ * dout (in place: the model's MLP keeps one hidden-sized gradient). */
 void gelu_forward(Stream *s, float *out, const float *inp, size_t n);
 void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 

@@ -32,7 +32,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, const Devic
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, BT * V }, { &a->probs, BT * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
-        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C }, { &a->dfch_gelu, BT * 4 * C },
+        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->dlogits, BT * V },
         { &a->att_scratch, att.scratch },
     };
@@ -245,11 +245,11 @@ void gpt_backward(GPT *m, float dloss) {
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        matmul_backward(s, a->dfch_gelu, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
+        matmul_backward(s, a->dfch, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
                         4 * C, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
-        gelu_backward(s, a->dfch, b.fch, a->dfch_gelu, BT * 4 * C);
+        gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C);  /* in place: one hidden-sized gradient */
         matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);

@@ -34,12 +34,12 @@ typedef struct {
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
     float *dqkv;                             /* [B,T,3C] */
-    float *dfch, *dfch_gelu;                 /* [B,T,4C] */
+    float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
     float *dlogits;                          /* [B,T,V] */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
 } Activations;
 
-enum { ACTIVATION_TENSORS = 32 };
+enum { ACTIVATION_TENSORS = 31 };
 
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */

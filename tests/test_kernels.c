@@ -297,6 +297,10 @@ Test(kernels, gelu_forward_backward) {
     double *num = malloc(sizeof(double) * n);
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward: %g", rel_error(dx, num, n));
+    /* in place (dinp = dout, as the model runs it): the same bits */
+    gelu_backward(test_stream, g, x, g, n);
+    stream_synchronize(test_stream);
+    cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
 }
 

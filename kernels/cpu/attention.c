@@ -32,8 +32,8 @@ AttentionBuffers cpu_attention_buffers(int B, int T, int NH) {
     return sizes;
 }
 
-/* One (batch row, head): its q, k, v (and their gradients) with a row stride
- * of 3C, its output rows (stride C), its log-sum-exp, its mask's first element. */
+/* One (batch row, head): its q, k and v, columns of qkv with a row stride of
+ * 3C, and the first element of its dropout mask, [T, T] per (batch row, head). */
 typedef struct {
     const float *q, *k, *v;
     int T, C, hs;
@@ -227,6 +227,12 @@ static void backward_query_block(const Head *hd, const HeadGrads *g, int r0, int
     }
 }
 
+/* x[t, 0 .. hs) = 0 for the T rows of a head's columns of qkv (stride 3C). */
+static void zero_head_columns(float *x, int T, int C, int hs) {
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < hs; c++) x[(size_t)t * 3 * C + c] = 0.0f;
+}
+
 typedef struct {
     float *dqkv;
     const float *dout, *qkv, *out, *lse;
@@ -244,9 +250,9 @@ static void attention_backward_task(void *p) {
         size_t rows_at = (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
         HeadGrads g = { dq, dq + C, dq + 2 * C, a->dout + rows_at, a->out + rows_at, a->lse + (size_t)bh * T };
         /* every tile adds into the head's gradients, which start at 0 */
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < hd.hs; c++) g.dq[(size_t)t * 3 * C + c] = g.dk[(size_t)t * 3 * C + c] =
-                g.dv[(size_t)t * 3 * C + c] = 0.0f;
+        zero_head_columns(g.dq, T, C, hd.hs);
+        zero_head_columns(g.dk, T, C, hd.hs);
+        zero_head_columns(g.dv, T, C, hd.hs);
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS) backward_query_block(&hd, &g, r0, min_int(ATT_ROWS, T - r0));
     }
 }
