@@ -27,11 +27,12 @@ typedef struct {
                            int C, int OC);
     void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
-    void (*attention_forward)(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+    AttentionBuffers (*attention_buffers)(int B, int T, int NH);
+    void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                               int B, int T, int C, int NH, Dropout drop);
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH,
-                               Dropout drop);
+                               const float *qkv, const float *out, const float *saved, int B,
+                               int T, int C, int NH, Dropout drop);
     void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n);
     void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);

@@ -6,8 +6,8 @@
 #include "../runtime/trace.h"
 #include "backend.h"
 
-static const KernelOps *backend(Stream *s) {
-    if (device_kind(stream_device(s)) == DEVICE_CPU) return &cpu_kernel_ops;
+static const KernelOps *backend_of(const Device *dev) {
+    if (device_kind(dev) == DEVICE_CPU) return &cpu_kernel_ops;
     const KernelOps *ops = cuda_kernel_ops();
     if (!ops) {
         fprintf(stderr, "fatal: a GPU stream in a build without CUDA\n");
@@ -15,6 +15,8 @@ static const KernelOps *backend(Stream *s) {
     }
     return ops;
 }
+
+static const KernelOps *backend(Stream *s) { return backend_of(stream_device(s)); }
 
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C) {
@@ -62,17 +64,21 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     trace_end(s);
 }
 
-void attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B,
+AttentionBuffers attention_buffers(const Device *dev, int B, int T, int NH) {
+    return backend_of(dev)->attention_buffers(B, T, NH);
+}
+
+void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
                        int T, int C, int NH, Dropout drop) {
     trace_begin(s, "attention_forward", -1);
-    backend(s)->attention_forward(s, out, att, scratch, qkv, B, T, C, NH, drop);
+    backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop);
     trace_end(s);
 }
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int C, int NH, Dropout drop) {
+                        const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop) {
     trace_begin(s, "attention_backward", -1);
-    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, att, B, T, C, NH, drop);
+    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop);
     trace_end(s);
 }
 

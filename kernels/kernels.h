@@ -55,16 +55,22 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
- * channels); att[B,NH,T,T] keeps the softmax probabilities (before dropout),
- * out[B,T,C] the heads side by side. scratch holds B*NH*T*T floats (forward)
- * or 2*B*NH*T*T floats (backward). */
-void attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
+ * channels); out[B,T,C] the heads side by side. `saved` is what the forward
+ * keeps for the backward, and `scratch` what both use, each in floats as the
+ * device's backend says (attention_buffers): the CPU keeps the log-sum-exp of
+ * each row of scores (B*NH*T) and needs no scratch (blocked, as FlashAttention:
+ * no T x T matrix); the GPU keeps the probabilities (B*NH*T*T) and uses two
+ * T x T matrices of scratch. The backward reads the forward's out too. */
+typedef struct { size_t saved, scratch; } AttentionBuffers;
+AttentionBuffers attention_buffers(const Device *dev, int B, int T, int NH);
+void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                        int B, int T, int C, int NH, Dropout drop);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
-                        const float *qkv, const float *att, int B, int T, int C, int NH,
-                        Dropout drop);
+                        const float *qkv, const float *out, const float *saved, int B, int T,
+                        int C, int NH, Dropout drop);
 
-/* Exact GELU: x * Phi(x), with Phi through erf. */
+/* Exact GELU: x * Phi(x), with Phi through erf; the backward's dinp may be
+ * dout (in place: the model's MLP keeps one hidden-sized gradient). */
 void gelu_forward(Stream *s, float *out, const float *inp, size_t n);
 void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 

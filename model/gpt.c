@@ -13,17 +13,18 @@
 
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
- * only each block's output (resid3, the next one's input) for all L. */
-static void activation_table(Activations *a, const ModelConfig *cfg, int recompute, int B, int T,
-                             ActivationSlot table[ACTIVATION_TENSORS]) {
-    size_t L = cfg->layers, C = cfg->embd, NH = cfg->heads, V = cfg->vocab, BT = (size_t)B * T;
+ * only each block's output (resid3, the next one's input) for all L. What
+ * attention keeps and its scratch are the device's backend's to size. */
+static void activation_table(Activations *a, const ModelConfig *cfg, const Device *dev, int recompute, int B,
+                             int T, ActivationSlot table[ACTIVATION_TENSORS]) {
+    size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t Lk = recompute ? 1 : L;
-    size_t att = (size_t)B * NH * T * T;
+    AttentionBuffers att = attention_buffers(dev, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
         { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Lk * BT }, { &a->ln1_rstd, Lk * BT },
         { &a->qkv, Lk * BT * 3 * C },
-        { &a->att, Lk * att },
+        { &a->att_saved, Lk * att.saved },
         { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
         { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Lk * BT }, { &a->ln2_rstd, Lk * BT },
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
@@ -31,9 +32,9 @@ static void activation_table(Activations *a, const ModelConfig *cfg, int recompu
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, BT * V }, { &a->probs, BT * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
-        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C }, { &a->dfch_gelu, BT * 4 * C },
+        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->dlogits, BT * V },
-        { &a->att_scratch, 2 * att },
+        { &a->att_scratch, att.scratch },
     };
     memcpy(table, slots, sizeof slots);
 }
@@ -58,7 +59,7 @@ GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shar
     m->recompute = recompute;
 
     ActivationSlot table[ACTIVATION_TENSORS];
-    activation_table(&m->acts, cfg, recompute, max_B, max_T, table);
+    activation_table(&m->acts, cfg, dev, recompute, max_B, max_T, table);
     model_alloc_activations(&m->base, table, ACTIVATION_TENSORS, (size_t)max_B * max_T);
     m->base.mean_loss = m->acts.mean_loss;
     return m;
@@ -114,18 +115,19 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
  * the one block's buffers that there are. */
 typedef struct {
     const float *x;
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *attproj, *resid2;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att_saved, *atty, *attproj, *resid2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *resid3;
 } BlockActivations;
 
 static BlockActivations block_activations(const GPT *m, int l) {
     const Activations *a = &m->acts;
-    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd, att = BT * m->base.cfg.heads * m->T;
+    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
+    size_t att = attention_buffers(m->base.dev, m->B, m->T, m->base.cfg.heads).saved;
     size_t k = m->recompute ? 0 : (size_t)l;  /* the internals' block */
     BlockActivations b = {
         .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
         .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + k * BT, .ln1_rstd = a->ln1_rstd + k * BT,
-        .qkv = a->qkv + k * BT * 3 * C, .att = a->att + k * att,
+        .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + k * att,
         .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
         .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + k * BT, .ln2_rstd = a->ln2_rstd + k * BT,
         .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + k * BT * 4 * C,
@@ -162,7 +164,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     uint32_t site = 1 + 3 * (uint32_t)l;
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
     matmul_forward(s, b.qkv, b.ln1, block_weights(m, l, QKV, hooks), BT, C, 3 * C);
-    attention_forward(s, b.atty, b.att, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
+    attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
     matmul_forward(s, b.attproj, b.atty, block_weights(m, l, ATTPROJ, hooks), BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
     residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
@@ -243,11 +245,11 @@ void gpt_backward(GPT *m, float dloss) {
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        matmul_backward(s, a->dfch_gelu, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
+        matmul_backward(s, a->dfch, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
                         4 * C, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
-        gelu_backward(s, a->dfch, b.fch, a->dfch_gelu, BT * 4 * C);
+        gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C);  /* in place: one hidden-sized gradient */
         matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
@@ -262,7 +264,8 @@ void gpt_backward(GPT *m, float dloss) {
                         C);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
-        attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.att, B, T, C, NH, dropout_at(m, site));
+        attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
+                           dropout_at(m, site));
         matmul_backward(s, a->dln, grads_of(m, l, QKV), a->dqkv, b.ln1, weights_of(m, l, QKV), BT, C, 3 * C);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);

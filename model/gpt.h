@@ -20,7 +20,7 @@ typedef struct {
     float *encoded;                          /* [B,T,C] embeddings after dropout */
     float *ln1, *ln1_mean, *ln1_rstd;        /* [L,B,T,C], [L,B,T] */
     float *qkv;                              /* [L,B,T,3C] */
-    float *att;                              /* [L,B,NH,T,T] softmax probabilities */
+    float *att_saved;                        /* [L, attention_buffers().saved]: the CPU's log-sum-exp [B,NH,T], the GPU's probabilities [B,NH,T,T] */
     float *atty;                             /* [L,B,T,C] attention output */
     float *attproj;                          /* [L,B,T,C] after dropout */
     float *resid2;                           /* [L,B,T,C] */
@@ -34,12 +34,12 @@ typedef struct {
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
     float *dqkv;                             /* [B,T,3C] */
-    float *dfch, *dfch_gelu;                 /* [B,T,4C] */
+    float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
     float *dlogits;                          /* [B,T,V] */
-    float *att_scratch;                      /* [2,B,NH,T,T] */
+    float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
 } Activations;
 
-enum { ACTIVATION_TENSORS = 32 };
+enum { ACTIVATION_TENSORS = 31 };
 
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */

@@ -40,7 +40,7 @@ void ref_matmul(double *out, const double *inp, const double *weight, int N, int
         }
 }
 
-void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH, Dropout drop) {
+void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int C, int NH, Dropout drop) {
     int hs = C / NH;
     double *w = malloc(sizeof(double) * T);
     float *mask = malloc(sizeof(float) * T);
@@ -57,6 +57,7 @@ void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH, 
                     if (w[j] > maxval) maxval = w[j];
                 }
                 for (int j = 0; j <= t; j++) { w[j] = exp(w[j] - maxval); sum += w[j]; }
+                if (lse) lse[((size_t)b * NH + h) * T + t] = maxval + log(sum);
                 if (drop.p > 0) dropout_scales(drop, (((size_t)b * NH + h) * T + t) * T, (size_t)T, mask);
                 for (int d = 0; d < hs; d++) {
                     double acc = 0;
@@ -121,7 +122,7 @@ double ref_gpt_loss(const ModelConfig *cfg, const ArenaLayout *layout, const dou
         ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_1.weight", l), BT, C);
         ref_matmul(qkv, ln, param(layout, params, "transformer.h.%d.attn.c_attn.weight", l), BT, C, 3 * C);
         uint32_t site = 1 + 3 * (uint32_t)l;
-        ref_attention(y, qkv, B, T, C, NH, at_site(drop, site));
+        ref_attention(y, NULL, qkv, B, T, C, NH, at_site(drop, site));
         ref_matmul(proj, y, param(layout, params, "transformer.h.%d.attn.c_proj.weight", l), BT, C, C);
         ref_dropout(proj, proj, BT * C, at_site(drop, site + 1));
         for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];

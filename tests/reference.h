@@ -17,7 +17,8 @@ void ref_embedding(double *out, const int *tokens, const double *wte, const doub
 void ref_layernorm(double *out, const double *inp, const double *weight, int N, int C);
 void ref_matmul(double *out, const double *inp, const double *weight, int N, int C, int OC);
 /* Causal attention over qkv[B,T,3C]; drop.p > 0 applies the kernels' mask. */
-void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH, Dropout drop);
+/* lse, where not NULL, gets each row's log-sum-exp of scores [B,NH,T]. */
+void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int C, int NH, Dropout drop);
 void ref_gelu(double *out, const double *inp, size_t n);
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
 /* Mean cross-entropy of softmax(logits) against targets. */

@@ -138,43 +138,56 @@ typedef struct { double *qkv, *g, *out; int B, T, C, NH; Dropout drop; } Attenti
 
 static double attention_objective(void *p) {
     AttentionCtx *c = p;
-    ref_attention(c->out, c->qkv, c->B, c->T, c->C, c->NH, c->drop);
+    ref_attention(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH, c->drop);
     return dot(c->g, c->out, (size_t)c->B * c->T * c->C);
 }
 
+/* One attention forward and backward on `stream`, into buffers of exactly the
+ * sizes the backend asks for (so that AddressSanitizer sees any access past them). */
+typedef struct { float *out, *saved, *scratch, *dqkv; AttentionBuffers sizes; } AttentionRun;
+
+static AttentionRun run_attention(Stream *stream, const float *qkv, const float *g, const float *base, int B,
+                                  int T, int C, int NH, Dropout drop) {
+    size_t nqkv = (size_t)B * T * 3 * C;
+    AttentionRun r = { .sizes = attention_buffers(stream_device(stream), B, T, NH) };
+    r.out = alloc_floats((size_t)B * T * C);
+    r.saved = alloc_floats(r.sizes.saved);
+    r.scratch = alloc_floats(r.sizes.scratch);
+    r.dqkv = alloc_floats(nqkv);
+    memcpy(r.dqkv, base, sizeof(float) * nqkv);
+    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop);
+    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop);
+    stream_synchronize(stream);
+    return r;
+}
+
+static void free_attention_run(AttentionRun r) { free(r.out); free(r.saved); free(r.scratch); free(r.dqkv); }
+
 static void check_attention(float p, int B, int T) {
     int C = 8, NH = 2;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
     Dropout drop = { p, 42, 3, 7, 11 };
-    float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *out = alloc_floats(nout);
-    float *att = alloc_floats(natt), *scratch = alloc_floats(2 * natt);
-    float *dqkv = alloc_floats(nqkv), *base = alloc_floats(nqkv);
+    float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 21);
     fill_uniform(g, nout, -1, 1, 22);
     fill_uniform(base, nqkv, -1, 1, 23);
-    memcpy(dqkv, base, sizeof(float) * nqkv);
-    attention_forward(test_stream, out, att, scratch, qkv, B, T, C, NH, drop);
-    attention_backward(test_stream, dqkv, scratch, g, qkv, att, B, T, C, NH, drop);
-    stream_synchronize(test_stream);
+    AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
+    /* the CPU keeps one float a row of scores and no T x T scratch */
+    cr_expect_eq(r.sizes.saved, rows);
+    cr_expect_eq(r.sizes.scratch, (size_t)0);
 
     AttentionCtx c = { to_double(qkv, nqkv), to_double(g, nout), malloc(sizeof(double) * nout), B, T, C, NH, drop };
-    ref_attention(c.out, c.qkv, B, T, C, NH, drop);
-    cr_expect_lt(rel_error(out, c.out, nout), FWD_TOL, "attention forward (p=%g): %g", p, rel_error(out, c.out, nout));
+    double *lse = malloc(sizeof(double) * rows);
+    ref_attention(c.out, lse, c.qkv, B, T, C, NH, drop);
+    cr_expect_lt(rel_error(r.out, c.out, nout), FWD_TOL, "attention forward (p=%g): %g", p, rel_error(r.out, c.out, nout));
+    cr_expect_lt(rel_error(r.saved, lse, rows), FWD_TOL, "attention log-sum-exp (p=%g): %g", p,
+                 rel_error(r.saved, lse, rows));
     double *num = malloc(sizeof(double) * nqkv);
     numeric_grad(c.qkv, nqkv, attention_objective, &c, num);
-    cr_expect_lt(rel_error(dqkv, num, nqkv), GRAD_TOL, "attention dqkv (p=%g): %g", p, rel_error(dqkv, num, nqkv));
-    /* the causal mask: each row of probabilities sums to 1 over j <= t and is 0 after */
-    for (int r = 0; r < B * NH * T; r++) {
-        int t = r % T;
-        double sum = 0;
-        for (int j = 0; j < T; j++) {
-            if (j > t) cr_expect_eq(att[(size_t)r * T + j], 0.0f);
-            sum += att[(size_t)r * T + j];
-        }
-        cr_expect_float_eq(sum, 1.0, 1e-5);
-    }
-    free(qkv); free(g); free(out); free(att); free(scratch); free(dqkv); free(base);
-    free(c.qkv); free(c.g); free(c.out); free(num);
+    cr_expect_lt(rel_error(r.dqkv, num, nqkv), GRAD_TOL, "attention dqkv (p=%g): %g", p, rel_error(r.dqkv, num, nqkv));
+    free_attention_run(r);
+    free(qkv); free(g); free(base);
+    free(c.qkv); free(c.g); free(c.out); free(lse); free(num);
 }
 
 Test(kernels, attention_forward_backward) { check_attention(0.0f, 2, 5); }
@@ -182,6 +195,31 @@ Test(kernels, attention_with_dropout) { check_attention(0.3f, 2, 5); }
 /* longer than a row block (32), and not a multiple of it */
 Test(kernels, attention_in_row_blocks) { check_attention(0.0f, 1, 70); }
 Test(kernels, attention_in_row_blocks_with_dropout) { check_attention(0.2f, 1, 45); }
+/* more than one key block (64), the last one partial */
+Test(kernels, attention_in_key_blocks_with_dropout) { check_attention(0.2f, 1, 131); }
+
+/* The same bits on one thread as on every core: each (batch row, head) runs
+ * on one thread, in an order fixed by the shapes. */
+Test(kernels, attention_same_bits_at_any_thread_count) {
+    int B = 2, T = 100, C = 16, NH = 4;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    Dropout drop = { 0.2f, 5, 1, 3, 4 };
+    float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
+    fill_uniform(qkv, nqkv, -1.5f, 1.5f, 31);
+    fill_uniform(g, nout, -1, 1, 32);
+    Device *one_thread = device_create_cpu(1024);
+    Stream *one_thread_stream = stream_create(one_thread);
+    AttentionRun every_core = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
+    AttentionRun single = run_attention(one_thread_stream, qkv, g, base, B, T, C, NH, drop);
+    cr_expect_eq(memcmp(every_core.out, single.out, sizeof(float) * nout), 0, "attention out");
+    cr_expect_eq(memcmp(every_core.saved, single.saved, sizeof(float) * every_core.sizes.saved), 0, "log-sum-exp");
+    cr_expect_eq(memcmp(every_core.dqkv, single.dqkv, sizeof(float) * nqkv), 0, "attention dqkv");
+    free_attention_run(every_core);
+    free_attention_run(single);
+    stream_destroy(one_thread_stream);
+    device_destroy(one_thread);
+    free(qkv); free(g); free(base);
+}
 
 /* ---- embedding ---- */
 
@@ -259,6 +297,10 @@ Test(kernels, gelu_forward_backward) {
     double *num = malloc(sizeof(double) * n);
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward: %g", rel_error(dx, num, n));
+    /* in place (dinp = dout, as the model runs it): the same bits */
+    gelu_backward(test_stream, g, x, g, n);
+    stream_synchronize(test_stream);
+    cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
 }
 

@@ -246,3 +246,22 @@ Test(model, configs_beyond_the_arena_tables_are_refused) {
     const char *why = gpt_config_error(&too_deep);
     cr_expect(why && strstr(why, "--layers=171"), "%s", why ? why : "accepted");
 }
+
+/* The GPT's activations grow linearly with the block, with and without
+ * recompute: no T x T buffer (attention keeps one log-sum-exp a row of scores
+ * on the CPU). A quadratic term would make the second difference non-zero. */
+static size_t activation_floats(const ModelConfig *cfg, int recompute, int T) {
+    Model *m = model_create(cfg, UNIT_BLOCK, recompute, 1, test_device, test_stream, 2, T);
+    size_t floats = m->acts_floats;
+    model_destroy(m);
+    return floats;
+}
+
+Test(model, activations_hold_no_t_by_t_buffer) {
+    ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT };
+    for (int recompute = 0; recompute <= 1; recompute++) {
+        size_t a = activation_floats(&cfg, recompute, 64), b = activation_floats(&cfg, recompute, 128),
+               c = activation_floats(&cfg, recompute, 192);
+        cr_expect_eq(c - b, b - a, "recompute=%d: %zu, %zu, %zu floats at T = 64, 128, 192", recompute, a, b, c);
+    }
+}

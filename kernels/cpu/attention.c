@@ -1,11 +1,17 @@
-/* attention.c: causal multi-head self-attention, one (batch row, head) at a time.
+/* attention.c: causal multi-head self-attention, blocked as FlashAttention does.
  *
  * q, k and v of head h are column blocks of qkv[B,T,3C] with a row stride of 3C,
- * so each head's products are plain strided sgemms, with no permutes. Rows go
- * in blocks of ATT_ROWS: a block of rows ending at row r only sees keys 0..r,
- * so its sgemms stop there, which skips most of the masked upper triangle.
- * (b, h) pairs run in parallel; inside a parallel region an OpenMP OpenBLAS
- * runs each sgemm on the calling thread.
+ * so each tile's products are plain strided sgemms, with no permutes. Queries go
+ * in blocks of ATT_ROWS rows and keys in blocks of ATT_KEYS; a query block
+ * ending at row r sees only keys 0..r. The forward walks the key blocks with an
+ * online softmax (a running max and sum per query row, the output rescaled as
+ * the max grows) and keeps only each row's log-sum-exp for the backward, which
+ * recomputes each tile's probabilities from q, k and it, and its dropout mask
+ * from the mask's Philox counters. No T x T matrix is ever held: a thread's
+ * tiles (at most three of ATT_ROWS x ATT_KEYS floats, 24 KB) are on its stack.
+ * (b, h) pairs run in parallel, each on one thread in an order fixed by the
+ * shapes, so the bits do not depend on the thread count; inside a parallel
+ * region an OpenMP OpenBLAS runs each sgemm on the calling thread.
  */
 #include <cblas.h>
 #include <math.h>
@@ -15,12 +21,101 @@
 #include "cpu_kernels.h"
 #include "vector_math.h"
 
-enum { ATT_ROWS = 32 };
+/* ATT_KEYS is a multiple of ATT_ROWS, so every key block a query block meets
+ * starts at or before its first row: each tile row sees at least one key. */
+enum { ATT_ROWS = 32, ATT_KEYS = 64, ATT_TILE = ATT_ROWS * ATT_KEYS };
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
+AttentionBuffers cpu_attention_buffers(int B, int T, int NH) {
+    AttentionBuffers sizes = { .saved = (size_t)B * NH * T, .scratch = 0 };
+    return sizes;
+}
+
+/* One (batch row, head): its q, k and v, columns of qkv with a row stride of
+ * 3C, and the first element of its dropout mask, [T, T] per (batch row, head). */
 typedef struct {
-    float *out, *att, *scratch;
+    const float *q, *k, *v;
+    int T, C, hs;
+    float scale;
+    Dropout drop;
+    size_t mask_first;
+} Head;
+
+static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop) {
+    int b = bh / NH, h = bh % NH, hs = C / NH;
+    const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+    Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .T = T, .C = C, .hs = hs,
+                .scale = 1.0f / sqrtf((float)hs), .drop = drop, .mask_first = (size_t)bh * T * T };
+    return hd;
+}
+
+/* How many keys of the tile starting at key c0 (of `keys`) row t sees. */
+static int visible_keys(int t, int c0, int keys) { return min_int(keys, t - c0 + 1); }
+
+/* tile[i, j] = scale * q[r0 + i] . k[c0 + j], rows x keys, row stride ATT_KEYS. */
+static void tile_scores(const Head *hd, int r0, int rows, int c0, int keys, float *tile) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd->hs, hd->scale,
+                hd->q + (size_t)r0 * 3 * hd->C, 3 * hd->C, hd->k + (size_t)c0 * 3 * hd->C, 3 * hd->C,
+                0.0f, tile, ATT_KEYS);
+}
+
+/* mask[j] = the dropout scale of row t's key c0 + j, j < n. */
+static void tile_row_mask(const Head *hd, int t, int c0, int n, float *mask) {
+    dropout_scales(hd->drop, hd->mask_first + (size_t)t * hd->T + c0, (size_t)n, mask);
+}
+
+/* One row of a forward tile: the scores become exp(score - new max) (0 past
+ * the causal edge), the running max and sum move on, and the output row kept
+ * so far is rescaled to the new max (not on the first key block: nothing kept). */
+static void forward_tile_row(float *row, int n, int keys, float *max, float *sum, float *y, int hs, int first) {
+    float row_max = row[0];
+    #pragma omp simd reduction(max : row_max)
+    for (int j = 1; j < n; j++) row_max = row[j] > row_max ? row[j] : row_max;
+    float new_max = first || row_max > *max ? row_max : *max;
+    float row_sum = 0.0f;
+    #pragma omp simd reduction(+ : row_sum)
+    for (int j = 0; j < n; j++) { row[j] = expf(row[j] - new_max); row_sum += row[j]; }
+    for (int j = n; j < keys; j++) row[j] = 0.0f;
+    if (first) {
+        *sum = row_sum;
+    } else {
+        float rescale = expf(*max - new_max);
+        *sum = *sum * rescale + row_sum;
+        for (int c = 0; c < hs; c++) y[c] *= rescale;
+    }
+    *max = new_max;
+}
+
+/* Query rows r0 .. r0 + rows - 1 of one head: y = dropout(softmax) @ v over
+ * the key blocks they see, then lse = max + log(sum) per row. */
+static void forward_query_block(const Head *hd, int r0, int rows, float *y, float *lse) {
+    float tile[ATT_TILE], mask[ATT_KEYS], max[ATT_ROWS], sum[ATT_ROWS];
+    int end = r0 + rows, C = hd->C, hs = hd->hs;
+    for (int c0 = 0; c0 < end; c0 += ATT_KEYS) {
+        int keys = min_int(ATT_KEYS, end - c0);
+        tile_scores(hd, r0, rows, c0, keys, tile);
+        for (int i = 0; i < rows; i++) {
+            int t = r0 + i, n = visible_keys(t, c0, keys);
+            float *row = tile + (size_t)i * ATT_KEYS;
+            forward_tile_row(row, n, keys, &max[i], &sum[i], y + (size_t)i * C, hs, c0 == 0);
+            if (hd->drop.p > 0.0f) {
+                tile_row_mask(hd, t, c0, n, mask);
+                for (int j = 0; j < n; j++) row[j] *= mask[j];
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, tile, ATT_KEYS,
+                    hd->v + (size_t)c0 * 3 * C, 3 * C, c0 == 0 ? 0.0f : 1.0f, y, C);
+    }
+    for (int i = 0; i < rows; i++) {
+        float inv = 1.0f / sum[i];
+        for (int c = 0; c < hs; c++) y[(size_t)i * C + c] *= inv;
+        lse[i] = max[i] + logf(sum[i]);
+    }
+}
+
+typedef struct {
+    float *out, *lse;
     const float *qkv;
     int B, T, C, NH;
     Dropout drop;
@@ -28,128 +123,144 @@ typedef struct {
 
 static void attention_forward_task(void *p) {
     AttentionArgs *a = p;
-    int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
+    int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = a->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-        const float *k = q + C, *v = q + 2 * C;
-        float *att = a->att + (size_t)bh * T * T;
-        /* att = scale * q @ k^T over the keys each row block sees, then a causal
-         * softmax per row (which zeroes the rest of the row) */
-        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
-            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs,
-                        scale, q + (size_t)r0 * 3 * C, 3 * C, k, 3 * C, 0.0f, att + (size_t)r0 * T, T);
-        }
-        for (int t = 0; t < T; t++) {
-            float *row = att + (size_t)t * T;
-            float maxval = row[0];
-            #pragma omp simd reduction(max : maxval)
-            for (int j = 1; j <= t; j++) maxval = row[j] > maxval ? row[j] : maxval;
-            float sum = 0.0f;
-            #pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= t; j++) { row[j] = expf(row[j] - maxval); sum += row[j]; }
-            float inv = 1.0f / sum;
-            for (int j = 0; j <= t; j++) row[j] *= inv;
-            for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-        }
-        /* y = dropout(att) @ v */
-        const float *weights = att;
-        if (a->drop.p > 0.0f) {
-            float *dropped = a->scratch + (size_t)bh * T * T;
-            dropout_scales(a->drop, (size_t)bh * T * T, (size_t)T * T, dropped);
-            for (int i = 0; i < T * T; i++) dropped[i] *= att[i];
-            weights = dropped;
-        }
-        float *y = a->out + (size_t)b * T * C + (size_t)h * hs;
-        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
-            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys,
-                        1.0f, weights + (size_t)r0 * T, T, v, 3 * C, 0.0f, y + (size_t)r0 * C, C);
-        }
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop);
+        float *y = a->out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS)
+            forward_query_block(&hd, r0, min_int(ATT_ROWS, T - r0), y + (size_t)r0 * C,
+                                a->lse + (size_t)bh * T + r0);
     }
 }
 
-void cpu_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv,
-                       int B, int T, int C, int NH, Dropout drop) {
-    AttentionArgs a = { out, att, scratch, qkv, B, T, C, NH, drop };
+void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
+                           int B, int T, int C, int NH, Dropout drop) {
+    (void)scratch;  /* the tiles are on each thread's stack */
+    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop };
     stream_launch(s, attention_forward_task, &a, sizeof a);
 }
 
+/* One head's gradient rows, q's, k's and v's (stride 3C), and the output's
+ * gradient dy and the output y (stride C). */
 typedef struct {
-    float *dqkv, *scratch;
-    const float *dout, *qkv, *att;
+    float *dq, *dk, *dv;
+    const float *dy, *y, *lse;
+} HeadGrads;
+
+/* The tile's probabilities again: exp(score - lse) up to the causal edge, 0 past it. */
+static void tile_probabilities(const Head *hd, int r0, int rows, int c0, int keys, const float *lse,
+                               float *tile) {
+    tile_scores(hd, r0, rows, c0, keys, tile);
+    for (int i = 0; i < rows; i++) {
+        int n = visible_keys(r0 + i, c0, keys);
+        float *row = tile + (size_t)i * ATT_KEYS, row_lse = lse[r0 + i];
+        #pragma omp simd
+        for (int j = 0; j < n; j++) row[j] = expf(row[j] - row_lse);
+        for (int j = n; j < keys; j++) row[j] = 0.0f;
+    }
+}
+
+/* Through the tile's dropout: dweights (dy @ v^T) becomes the probabilities'
+ * gradient (times the mask), and weights the dropped probabilities. Returns the
+ * weights the forward multiplied v by: weights, or probs without dropout. */
+static const float *tile_dropout_backward(const Head *hd, int r0, int rows, int c0, int keys,
+                                          const float *probs, float *dweights, float *weights) {
+    const float *kept = probs;
+    if (hd->drop.p > 0.0f) {
+        for (int i = 0; i < rows; i++) {
+            int n = visible_keys(r0 + i, c0, keys);
+            float *w = weights + (size_t)i * ATT_KEYS, *dw = dweights + (size_t)i * ATT_KEYS;
+            const float *pr = probs + (size_t)i * ATT_KEYS;
+            tile_row_mask(hd, r0 + i, c0, n, w);
+            for (int j = 0; j < n; j++) { dw[j] *= w[j]; w[j] *= pr[j]; }
+            for (int j = n; j < keys; j++) w[j] = 0.0f;
+        }
+        kept = weights;
+    }
+    return kept;
+}
+
+/* dscores = probs * (dprobs - delta), in place of probs (0 past the causal edge stays 0). */
+static void tile_dscores(int r0, int rows, int c0, int keys, const float *delta, float *probs,
+                         const float *dprobs) {
+    for (int i = 0; i < rows; i++) {
+        int n = visible_keys(r0 + i, c0, keys);
+        float *pr = probs + (size_t)i * ATT_KEYS;
+        const float *dp = dprobs + (size_t)i * ATT_KEYS;
+        float d = delta[i];
+        #pragma omp simd
+        for (int j = 0; j < n; j++) pr[j] *= dp[j] - d;
+    }
+}
+
+/* Query rows r0 .. r0 + rows - 1 of one head: their dq, and their parts of dk
+ * and dv, over the key blocks they see. delta[i] = dy[t] . y[t] is the row's
+ * sum of probabilities times their gradients, as the softmax's backward needs. */
+static void backward_query_block(const Head *hd, const HeadGrads *g, int r0, int rows) {
+    float probs[ATT_TILE], dprobs[ATT_TILE], weights[ATT_TILE], delta[ATT_ROWS];
+    int end = r0 + rows, C = hd->C, hs = hd->hs;
+    const float *dy = g->dy + (size_t)r0 * C;
+    for (int i = 0; i < rows; i++) {
+        const float *dyr = dy + (size_t)i * C, *yr = g->y + (size_t)(r0 + i) * C;
+        float d = 0.0f;
+        #pragma omp simd reduction(+ : d)
+        for (int c = 0; c < hs; c++) d += dyr[c] * yr[c];
+        delta[i] = d;
+    }
+    for (int c0 = 0; c0 < end; c0 += ATT_KEYS) {
+        int keys = min_int(ATT_KEYS, end - c0);
+        size_t key_rows = (size_t)c0 * 3 * C;
+        tile_probabilities(hd, r0, rows, c0, keys, g->lse, probs);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, 1.0f, dy, C,
+                    hd->v + key_rows, 3 * C, 0.0f, dprobs, ATT_KEYS);
+        const float *kept = tile_dropout_backward(hd, r0, rows, c0, keys, probs, dprobs, weights);
+        /* dv += kept^T @ dy */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows, 1.0f, kept, ATT_KEYS, dy, C,
+                    1.0f, g->dv + key_rows, 3 * C);
+        tile_dscores(r0, rows, c0, keys, delta, probs, dprobs);
+        /* dq += scale * dscores @ k;  dk += scale * dscores^T @ q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, hd->scale, probs, ATT_KEYS,
+                    hd->k + key_rows, 3 * C, 1.0f, g->dq + (size_t)r0 * 3 * C, 3 * C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows, hd->scale, probs, ATT_KEYS,
+                    hd->q + (size_t)r0 * 3 * C, 3 * C, 1.0f, g->dk + key_rows, 3 * C);
+    }
+}
+
+/* x[t, 0 .. hs) = 0 for the T rows of a head's columns of qkv (stride 3C). */
+static void zero_head_columns(float *x, int T, int C, int hs) {
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < hs; c++) x[(size_t)t * 3 * C + c] = 0.0f;
+}
+
+typedef struct {
+    float *dqkv;
+    const float *dout, *qkv, *out, *lse;
     int B, T, C, NH;
     Dropout drop;
 } AttentionBackwardArgs;
 
 static void attention_backward_task(void *p) {
     AttentionBackwardArgs *a = p;
-    int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
+    int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t head = (size_t)b * T * 3 * C + (size_t)h * hs;
-        const float *q = a->qkv + head, *k = q + C, *v = q + 2 * C;
-        float *dq = a->dqkv + head, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dy = a->dout + (size_t)b * T * C + (size_t)h * hs;
-        const float *att = a->att + (size_t)bh * T * T;
-        float *datt = a->scratch + (size_t)bh * T * T;
-        float *mask = a->scratch + ((size_t)B * NH + bh) * T * T;
-
-        /* dweights = dy @ v^T (only where the forward had weights); through the
-         * dropout mask, datt = dweights * mask */
-        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
-            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs,
-                        1.0f, dy + (size_t)r0 * C, C, v, 3 * C, 0.0f, datt + (size_t)r0 * T, T);
-        }
-        const float *weights = att;
-        if (a->drop.p > 0.0f) {
-            dropout_scales(a->drop, (size_t)bh * T * T, (size_t)T * T, mask);
-            for (int i = 0; i < T * T; i++) {
-                datt[i] *= mask[i];
-                mask[i] *= att[i];
-            }
-            weights = mask;
-        }
-        /* dv = weights^T @ dy. Row blocks run last first: the last block sees every
-         * key and writes all of dv, the earlier ones add into its prefix. */
-        for (int r0 = (T - 1) / ATT_ROWS * ATT_ROWS; r0 >= 0; r0 -= ATT_ROWS) {
-            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows,
-                        1.0f, weights + (size_t)r0 * T, T, dy + (size_t)r0 * C, C,
-                        keys == T ? 0.0f : 1.0f, dv, 3 * C);
-        }
-        /* softmax backward, in place: dpre = att * (datt - sum(att * datt)) */
-        for (int t = 0; t < T; t++) {
-            const float *arow = att + (size_t)t * T;
-            float *drow = datt + (size_t)t * T;
-            float dot = 0.0f;
-            #pragma omp simd reduction(+ : dot)
-            for (int j = 0; j <= t; j++) dot += arow[j] * drow[j];
-            for (int j = 0; j <= t; j++) drow[j] = arow[j] * (drow[j] - dot);
-            for (int j = t + 1; j < T; j++) drow[j] = 0.0f;
-        }
-        /* dq = scale * dpre @ k;  dk = scale * dpre^T @ q (last block first, as dv) */
-        for (int r0 = (T - 1) / ATT_ROWS * ATT_ROWS; r0 >= 0; r0 -= ATT_ROWS) {
-            int rows = min_int(ATT_ROWS, T - r0), keys = r0 + rows;
-            const float *dpre = datt + (size_t)r0 * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys,
-                        scale, dpre, T, k, 3 * C, 0.0f, dq + (size_t)r0 * 3 * C, 3 * C);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows,
-                        scale, dpre, T, q + (size_t)r0 * 3 * C, 3 * C,
-                        keys == T ? 0.0f : 1.0f, dk, 3 * C);
-        }
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop);
+        float *dq = a->dqkv + (hd.q - a->qkv);
+        size_t rows_at = (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
+        HeadGrads g = { dq, dq + C, dq + 2 * C, a->dout + rows_at, a->out + rows_at, a->lse + (size_t)bh * T };
+        /* every tile adds into the head's gradients, which start at 0 */
+        zero_head_columns(g.dq, T, C, hd.hs);
+        zero_head_columns(g.dk, T, C, hd.hs);
+        zero_head_columns(g.dv, T, C, hd.hs);
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) backward_query_block(&hd, &g, r0, min_int(ATT_ROWS, T - r0));
     }
 }
 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
-                        const float *qkv, const float *att, int B, int T, int C, int NH,
-                        Dropout drop) {
-    AttentionBackwardArgs a = { dqkv, scratch, dout, qkv, att, B, T, C, NH, drop };
+                            const float *qkv, const float *out, const float *saved, int B, int T, int C,
+                            int NH, Dropout drop) {
+    (void)scratch;  /* the tiles are on each thread's stack */
+    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop };
     stream_launch(s, attention_backward_task, &a, sizeof a);
 }

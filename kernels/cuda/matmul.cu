@@ -82,6 +82,14 @@ static void gemm_batched(cublasHandle_t blas, cublasOperation_t opa, cublasOpera
                                            &beta, c, ldc, stride_c, batch));
 }
 
+/* The probabilities are kept for the backward; the scratch is the dropped
+ * weights and the probabilities' gradient, each T x T a (batch row, head). */
+AttentionBuffers cuda_attention_buffers(int B, int T, int NH) {
+    size_t probs = (size_t)B * NH * T * T;
+    AttentionBuffers sizes = { probs, 2 * probs };
+    return sizes;
+}
+
 void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B, int T,
                             int C, int NH, Dropout drop) {
     cublasHandle_t blas = cuda_blas(s);
@@ -114,7 +122,8 @@ void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, c
 }
 
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH, Dropout drop) {
+                             const float * /* out: the kept probabilities say all */, const float *att, int B,
+                             int T, int C, int NH, Dropout drop) {
     cublasHandle_t blas = cuda_blas(s);
     cudaStream_t stream = cuda_stream(s);
     int hs = C / NH;

@@ -8,6 +8,7 @@ static const KernelOps cuda_ops = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .attention_buffers = cuda_attention_buffers,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
     .gelu_forward = cuda_gelu_forward,
