@@ -94,10 +94,11 @@ static void enter_backward(GPT *m, int l, int i) {
     trace_begin(m->base.stream, "backward", unit);
 }
 
-/* The backward is done with tensor i of block l: where it opens its unit, the
- * unit's gradient is complete. */
+/* The backward is done with tensor i of block l: its gradient is complete, and
+ * where it opens its unit, the unit's gradient too. */
 static void leave_backward(GPT *m, int l, int i) {
     int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    model_grad_done(&m->base, t);
     if (!model_opens_unit(&m->base, t)) return;
     trace_end(m->base.stream);
     model_after_backward(&m->base, unit);

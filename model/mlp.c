@@ -88,8 +88,10 @@ static void mlp_backward(Model *base, float dloss) {
         /* dx reaches x_l through the residual as it is, and through the branch */
         gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
+        model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
                            m->ln_rstd + (size_t)l * BT, BT, C, base->layernorm_scratch);
+        model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);
     }

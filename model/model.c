@@ -170,6 +170,10 @@ void model_after_backward(Model *m, int unit) {
     if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.ctx, unit);
 }
 
+void model_grad_done(Model *m, int tensor) {
+    if (m->hooks.grad_done) m->hooks.grad_done(m->hooks.ctx, tensor);
+}
+
 float model_read_loss(Model *m) {
     float loss;
     stream_copy(m->stream, &loss, m->mean_loss, sizeof loss);

@@ -10,6 +10,8 @@
  *     backward: before_backward(0), before_backward(U), after_backward(U), ...,
  *               before_backward(1), after_backward(1), after_backward(0)
  *
+ * and grad_done(t) for each tensor of units 1..U as its gradient completes.
+ *
  * Unit 0, the root, holds the token embedding tied to the output head, so it is
  * first in and last out of the backward, and its gradient completes last. The
  * other units cut the blocks as a UnitPolicy says (FSDP's wrapping policy): a
@@ -53,6 +55,11 @@ typedef struct {
     void (*before_forward)(void *ctx, int unit);
     void (*before_backward)(void *ctx, int unit);
     void (*after_backward)(void *ctx, int unit);
+    /* A tensor of units 1..U has its whole gradient: called as the backward
+     * finishes each, in their arena order reversed (the root's tensors are
+     * complete at after_backward(0)). DDP's buckets close here, tensor by
+     * tensor as PyTorch's per-parameter hooks do, whatever the units. */
+    void (*grad_done)(void *ctx, int tensor);
     void *ctx;
 } UnitHooks;
 
@@ -141,10 +148,11 @@ float *model_tensor(const Model *m, float *const *units, int tensor);
 int model_opens_unit(const Model *m, int tensor);
 int model_closes_unit(const Model *m, int tensor);
 
-/* Call the hook of that name, if any, for a unit. */
+/* Call the hook of that name, if any, for a unit (a tensor: grad_done). */
 void model_before_forward(Model *m, int unit);
 void model_before_backward(Model *m, int unit);
 void model_after_backward(Model *m, int unit);
+void model_grad_done(Model *m, int tensor);
 
 /* Wait for the stream and return the mean loss of the last forward. */
 float model_read_loss(Model *m);

@@ -10,10 +10,12 @@
  *           its part of the arena); rank r runs AdamW on its part with m and v
  *           for that part only; an all-gather of the weights makes the replicas
  *           identical again.
- * DDP's buckets are PyTorch's: units merged in backward order up to
+ * DDP's buckets are PyTorch's: tensors merged in backward order up to
  * bucket_bytes, the first bucket 1 MB, each all-reduced on the communication
- * stream as soon as its last unit's backward is done, while the backward of the
- * units below goes on; the compute streams wait for them all only at the end.
+ * stream as soon as its last tensor's gradient is done (the model's grad_done
+ * hook, whatever --unit is), while the backward of the tensors below goes on;
+ * the last bucket holds the root, done last. The compute streams wait for them
+ * all only at the end.
  * Without overlap there is one bucket, the whole arena, all-reduced at the end.
  * Every sum runs in the same kernel, element by element in rank order, so the
  * buckets, overlap and ZeRO-1 all give the same bits.
@@ -27,11 +29,11 @@
 
 enum { FIRST_BUCKET_BYTES = 1 << 20 };
 
-/* Units [last_unit, last_unit + count) of the arena: a range, finished by
- * last_unit's backward, the lowest of them. */
+/* A range of the arena, all-reduced once its lowest tensor's gradient is done
+ * (the root's: once the backward is). */
 typedef struct {
     size_t offset, length;
-    int last_unit;
+    int unit;                          /* of that tensor, for the trace */
     Event *done[FIBERS_MAX_RANKS];     /* each rank's part of its all-reduce (overlap) */
 } Bucket;
 
@@ -40,25 +42,28 @@ typedef struct {
     int sharded;                   /* 0: DDP, 1: ZeRO-1 */
     size_t total, part;            /* padded arena length; total / N */
     int nbuckets;                  /* DDP */
-    Bucket bucket[ARENA_MAX_UNITS];
-    int bucket_ending_at[ARENA_MAX_UNITS];  /* the bucket a unit's backward finishes, or -1 */
+    Bucket bucket[ARENA_MAX_TENSORS];
+    int bucket_ending_at[ARENA_MAX_TENSORS];  /* the bucket a tensor's grad_done finishes, or -1 */
 } Replicated;
 
-/* DDP's buckets, in backward order (units L, L-1, ..., 0); one without overlap. */
+/* DDP's buckets, in backward order: the blocks' tensors from the top of the
+ * arena down, then the root's (tensors of unit 0, first in the arena), whose
+ * bucket ends with the backward. One bucket, the whole arena, without overlap. */
 static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
     const ArenaLayout *layout = d->ranks.layout;
     size_t target = cfg->bucket_bytes < FIRST_BUCKET_BYTES ? cfg->bucket_bytes : FIRST_BUCKET_BYTES, bytes = 0;
-    int top = layout->nunits - 1;
-    for (int u = top; u >= 0; u--) {
-        d->bucket_ending_at[u] = -1;
-        bytes += layout->units[u].size * sizeof(float);
-        if (u > 0 && (!cfg->overlap || bytes < target)) continue;
+    size_t end = layout->total;
+    for (int t = layout->ntensors - 1; t >= 0; t--) {
+        const TensorSpec *tensor = &layout->tensors[t];
+        d->bucket_ending_at[t] = -1;
+        bytes += tensor->numel * sizeof(float);
+        if (t > 0 && (!cfg->overlap || bytes < target || tensor->unit == 0)) continue;
         Bucket *b = &d->bucket[d->nbuckets];
-        b->offset = layout->units[u].offset;
-        b->length = layout->units[top].offset + layout->units[top].size - b->offset;
-        b->last_unit = u;
-        d->bucket_ending_at[u] = d->nbuckets++;
-        top = u - 1;
+        b->offset = tensor->offset;  /* tensor 0 is at 0: the last bucket ends the arena's start */
+        b->length = end - b->offset;
+        b->unit = tensor->unit;
+        d->bucket_ending_at[t] = d->nbuckets++;
+        end = b->offset;
         bytes = 0;
         target = cfg->bucket_bytes;
     }
@@ -86,7 +91,7 @@ static void all_reduce_bucket(Ranks *ranks, int index) {
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
     char what[FIBERS_NAME_MAX];
     snprintf(what, sizeof what, "bucket %d", index);
-    pg_trace_next(ranks->pg, what, b->last_unit);
+    pg_trace_next(ranks->pg, what, b->unit);
     pg_all_reduce(ranks->pg, grads, b->length, 1.0f / (float)ranks->nranks,
                   ranks->base.cfg.overlap ? b->done : NULL);
 }
@@ -104,22 +109,37 @@ static void reduce_scatter_arena(Ranks *ranks, int index) {
     pg_reduce_scatter(ranks->pg, grads, parts, d->total, 1.0f / (float)ranks->nranks, NULL);
 }
 
-static void after_backward(void *ctx, int unit) {
-    RankRef *ref = ctx;
+/* no_sync until the last micro-step */
+static int syncs_now(const Replicated *d) {
+    return d->ranks.base.sync_grads && d->ranks.micro == d->ranks.micros - 1;
+}
+
+/* DDP: the bucket that tensor's gradient completes, if any, is all-reduced. */
+static void all_reduce_if_ends(RankRef *ref, int tensor) {
     Replicated *d = (Replicated *)ref->ranks;
-    /* no_sync until the last micro-step */
-    if (!d->ranks.base.sync_grads || d->ranks.micro != d->ranks.micros - 1) return;
-    if (d->sharded) {
-        if (unit == 0) ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
-        return;
-    }
-    int k = d->bucket_ending_at[unit];
-    if (k < 0) return;
+    int k = d->bucket_ending_at[tensor];
+    if (k < 0 || !syncs_now(d)) return;
     char name[FIBERS_NAME_MAX];
     snprintf(name, sizeof name, "bucket %d all-reduce", k);
     ranks_rendezvous(ref->ranks, ref->rank, name, all_reduce_bucket, k);
-    /* the end of the backward: the optimizer reads every bucket */
-    if (unit == 0 && d->ranks.base.cfg.overlap)
+}
+
+static void grad_done(void *ctx, int tensor) {
+    all_reduce_if_ends(ctx, tensor);
+}
+
+/* The root's gradient completes the backward: ZeRO-1's reduce-scatter, or
+ * DDP's last bucket, after which the optimizer reads every bucket. */
+static void after_backward(void *ctx, int unit) {
+    RankRef *ref = ctx;
+    Replicated *d = (Replicated *)ref->ranks;
+    if (unit != 0 || !syncs_now(d)) return;
+    if (d->sharded) {
+        ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
+        return;
+    }
+    all_reduce_if_ends(ref, 0);
+    if (d->ranks.base.cfg.overlap)
         for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
 
@@ -186,6 +206,7 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
         model_own_grads(g);
         g->hooks.before_backward = zero_grads;
         g->hooks.after_backward = after_backward;
+        if (!sharded) g->hooks.grad_done = grad_done;
         size_t lo, len;
         owned_range(d, r, &lo, &len);
         d->ranks.m[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));

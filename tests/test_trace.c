@@ -34,7 +34,7 @@ enum { RANKS = 2, STEPS = 3 };
 static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur are whole ns */
 
 /* The trace of STEPS training steps of a --zero stage on RANKS simulated ranks:
- * four blocks 64 wide, one unit per DDP bucket, a link of 0.05 GB/s. */
+ * four blocks 64 wide, DDP buckets of 8 KB (a tensor or two), a link of 0.05 GB/s. */
 static TraceSpan *trace_steps(int zero, int overlap, int *n) {
     Trace *t = trace_create(1 << 16);
     StrategyConfig sc = {
@@ -123,6 +123,18 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
     for (int r = 0; r < RANKS; r++)
         cr_expect(starts_inside_a_backward(spans, n, r, "all-reduce bucket"),
                   "rank %d: no bucket's all-reduce started before its backward was over", r);
+    free(spans);
+}
+
+/* PyTorch's buckets are made of tensors: with buckets smaller than a block,
+ * each block's larger matrices are buckets of their own, whatever --unit is
+ * (here whole blocks: 5 units). Buckets made of units would be 5 at most. */
+Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
+    int n;
+    TraceSpan *spans = trace_steps(0, 1, &n);
+    int buckets = distinct_names(spans, n, "all-reduce bucket"), blocks = 4;
+    cr_expect_geq(buckets, 4 * blocks, "DDP all-reduced %d buckets: not a bucket for each of a block's 4 matrices",
+                  buckets);
     free(spans);
 }
 
