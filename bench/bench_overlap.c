@@ -57,6 +57,7 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
         .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = overlap,
         .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .link_gbps = gbps, .link_latency_us = latency_us,
+        .own_cores = 1,
         .trace = trace, .trace_label = trace_label,
     };
     Strategy *s = strategy_create(zero, &sc);

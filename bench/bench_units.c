@@ -35,7 +35,7 @@ static Strategy *make(const Choice *c, const TrainOptions *o, const Dataset *dat
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
         .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = 1,
         .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .unit = c->unit, .max_live_units = c->live_units,
-        .recompute = c->recompute,
+        .recompute = c->recompute, .own_cores = 1,  /* timed over the link: ranks as devices */
     };
     options_link(o, &sc.link_gbps, &sc.link_latency_us);
     Strategy *s = strategy_create(3, &sc);

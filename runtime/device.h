@@ -37,8 +37,11 @@ typedef struct Event Event;
 
 /* A CPU device shared by `sharing` devices (the simulated ranks): each of its
  * streams runs its tasks on cores / sharing threads (at least one), so N ranks'
- * streams together use the cores once rather than N times over. */
-Device *device_create_cpu(int sharing);
+ * streams together use the cores once rather than N times over. With slot >= 0
+ * (this device's index among them, all in one process), its streams keep to
+ * their own share of the cores, so that the ranks progress alike; -1 leaves
+ * that to the OS. */
+Device *device_create_cpu(int sharing, int slot);
 /* GPUs this process can use: 0 without any (no GPU, no driver, or a build
  * without CUDA); -1 after a one-line message when CUDA is there but fails (an
  * old driver, a fabric manager that is not running): that is no reason to fall

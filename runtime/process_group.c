@@ -52,7 +52,7 @@ static int cpu_sharers(int nranks) {
     return nranks * (bound ? 1 : world()->procs_on_node);
 }
 
-ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
+ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind, int own_cores) {
     int nranks = pg_local_ranks(world_size);
     if (!nranks) return NULL;
     const World *w = world();
@@ -68,7 +68,9 @@ ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
     pg->world_size = world_size;
     pg->first_rank = w->proc * nranks;
     for (int r = 0; r < nranks; r++) {
-        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(cpu_sharers(nranks));
+        /* the cores are this process's alone when it is bound, or the only one on its node */
+        int sharing = cpu_sharers(nranks), slot = own_cores && sharing == nranks ? r : -1;
+        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(sharing, slot);
         if (!dev) {
             pg_destroy(pg);
             return NULL;
@@ -87,7 +89,8 @@ ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind) {
     else if (kind == DEVICE_CUDA)
         snprintf(pg->description, sizeof pg->description, "cuda, one rank (no NCCL), %s", device_name(pg->device[0]));
     else if (nranks > 1)
-        snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU", nranks);
+        snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU%s", nranks,
+                 own_cores && cpu_sharers(nranks) == nranks && omp_get_num_procs() > 1 ? ", each on cores of its own" : "");
     else
         snprintf(pg->description, sizeof pg->description, "cpu, one rank");
     return pg;
@@ -102,7 +105,7 @@ static int nccl_fits(int nranks, int gpus, Placement where) {
     return gpus >= nranks / P && (P > 1 || nranks >= 2);
 }
 
-ProcessGroup *pg_create(int nranks, Placement where) {
+ProcessGroup *pg_create(int nranks, Placement where, int own_cores) {
     int gpus = where == PLACE_CPU ? 0 : device_cuda_count();
     if (gpus < 0) return NULL;  /* CUDA failed, and said why: no silent fall-back to the CPU */
     if (gpus == 0 && where != PLACE_AUTO && where != PLACE_CPU) {
@@ -110,9 +113,9 @@ ProcessGroup *pg_create(int nranks, Placement where) {
         return NULL;
     }
     ProcessGroup *pg;
-    if (gpus == 0) pg = pg_create_simulator(nranks, DEVICE_CPU);
+    if (gpus == 0) pg = pg_create_simulator(nranks, DEVICE_CPU, own_cores);
     else if (nccl_fits(nranks, gpus, where)) pg = pg_create_nccl(nranks);
-    else pg = pg_create_simulator(nranks, DEVICE_CUDA);
+    else pg = pg_create_simulator(nranks, DEVICE_CUDA, 0);
     if (!pg) return NULL;
     size_t len = strlen(pg->description);
     if (where == PLACE_CPU)

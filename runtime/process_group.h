@@ -101,11 +101,18 @@ typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA, PLACE_CUDA_SIMULATOR } Placeme
  * one rank, or fewer GPUs: the simulator on GPU 0 (one rank needs no NCCL, and
  * gets the simulator's bits); none (or PLACE_CPU): the simulator on the CPU.
  * NULL with a message when a GPU is asked for and none is visible, when CUDA
- * fails (device_cuda_count), or when N is out of range. */
-ProcessGroup *pg_create(int nranks, Placement where);
+ * fails (device_cuda_count), or when N is out of range. own_cores: as for
+ * pg_create_simulator. */
+ProcessGroup *pg_create(int nranks, Placement where, int own_cores);
 /* N simulated ranks on the CPU, or all on GPU 0 (one process only); this
- * process's N / P of them, with the exchanges between processes on the CPU. */
-ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind);
+ * process's N / P of them, with the exchanges between processes on the CPU.
+ * own_cores = 1: on the CPU each rank keeps to a share of the process's cores
+ * of its own (device_create_cpu's slot), where the process has the cores to
+ * itself (bound, or alone on its node), so the ranks progress alike, as
+ * devices do: what a modeled link's timings need. 0 leaves the cores to the
+ * OS, which keeps them busier (a plain step at N = 4 on two cores is about 10%
+ * faster) but lets one rank race ahead while the others wait for it. */
+ProcessGroup *pg_create_simulator(int nranks, DeviceKind kind, int own_cores);
 /* N ranks of the world through NCCL (runtime/process_group_nccl.c), this
  * process's N / P of them on its GPUs 0..N/P-1: process 0 makes the unique id,
  * world_broadcast sends it to the others, each local rank joins with its

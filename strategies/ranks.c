@@ -62,7 +62,7 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.name = name;
     d->base.cfg = *cfg;
     d->nranks = cfg->nranks;
-    d->pg = pg_create(cfg->nranks, cfg->device);
+    d->pg = pg_create(cfg->nranks, cfg->device, cfg->own_cores);
     d->fibers = d->pg ? fibers_create(d->pg->nranks) : NULL;
     if (!d->pg || !d->fibers) {
         pg_destroy(d->pg);

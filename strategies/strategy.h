@@ -60,6 +60,10 @@ typedef struct {
      * block's forward runs again just before its backward. The same bits. */
     int recompute;
     double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
+    /* 1: simulated ranks on the CPU each keep to cores of their own, so they
+     * progress alike, as devices (pg_create_simulator): bin/train with a
+     * modeled link, and the benches that time one against no link at all. */
+    int own_cores;
     /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
      * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the
      * strategy, whose destroy collects it. */

@@ -146,7 +146,7 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned 
 static void check_world(int local_ranks) {
     int world_size = world()->nprocs * local_ranks;
     world_set_local_ranks(local_ranks);
-    ProcessGroup *pg = pg_create_simulator(world_size, DEVICE_CPU);
+    ProcessGroup *pg = pg_create_simulator(world_size, DEVICE_CPU, 0);
     if (!pg) world_abort(1);
     for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++)
         for (int k = 0; k < 2; k++) {

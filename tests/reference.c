@@ -170,7 +170,7 @@ Device *test_device;
 Stream *test_stream;
 
 void test_stream_setup(void) {
-    test_device = device_create_cpu(1);
+    test_device = device_create_cpu(1, -1);
     test_stream = stream_create(test_device);
 }
 

@@ -24,7 +24,7 @@ typedef struct {
 /* Random inputs, copied to the devices by each rank's compute stream: the
  * collective must wait for those copies. */
 static Setup setup(int N, size_t n, unsigned seed) {
-    Setup s = { pg_create_simulator(N, DEVICE_CPU), n, pg_shard_size(n, N), { 0 }, { 0 } };
+    Setup s = { pg_create_simulator(N, DEVICE_CPU, 0), n, pg_shard_size(n, N), { 0 }, { 0 } };
     for (int r = 0; r < N; r++) {
         s.host[r] = malloc(n * sizeof(float));
         fill_uniform(s.host[r], n, -1, 1, seed * 100 + r);

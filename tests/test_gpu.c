@@ -456,7 +456,7 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
 /* N ranks through NCCL, summing as asked, against N simulated on one GPU, over
  * n floats: the same bytes. */
 static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
-    ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA);
+    ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA, 0);
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
     pg_set_sums(nccl, sums);

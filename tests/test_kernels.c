@@ -207,7 +207,7 @@ Test(kernels, attention_same_bits_at_any_thread_count) {
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 31);
     fill_uniform(g, nout, -1, 1, 32);
-    Device *one_thread = device_create_cpu(1024);
+    Device *one_thread = device_create_cpu(1024, -1);
     Stream *one_thread_stream = stream_create(one_thread);
     AttentionRun every_core = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
     AttentionRun single = run_attention(one_thread_stream, qkv, g, base, B, T, C, NH, drop);

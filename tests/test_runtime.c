@@ -2,6 +2,7 @@
  * the world's deadlines. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -23,7 +24,7 @@ static void append_task(void *p) {
 }
 
 Test(runtime, stream_runs_tasks_in_fifo_order) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev);
     enum { N = 5000 };  /* more than the queue holds: launch must block, not drop */
     static int log[N];
@@ -37,6 +38,54 @@ Test(runtime, stream_runs_tasks_in_fifo_order) {
     for (int i = 0; i < N; i++) cr_assert_eq(log[i], i);
     stream_destroy(s);
     device_destroy(dev);
+}
+
+static void affinity_task(void *p) {
+    cpu_set_t *cores = *(cpu_set_t **)p;
+    cr_assert_eq(sched_getaffinity(0, sizeof *cores, cores), 0);
+}
+
+/* The cores a stream's worker may run on. */
+static cpu_set_t worker_cores(Device *dev) {
+    cpu_set_t cores;
+    Stream *s = stream_create(dev);
+    cpu_set_t *out = &cores;
+    stream_launch(s, affinity_task, &out, sizeof out);
+    stream_synchronize(s);
+    stream_destroy(s);
+    return cores;
+}
+
+/* Ranks sharing the cores each keep to their own share (round the cores where
+ * they are fewer than the ranks), so that they progress alike; slot -1, and a
+ * single core, leave the workers where the process may run. */
+Test(runtime, simulated_ranks_keep_to_their_own_cores) {
+    enum { SHARING = 4 };
+    cpu_set_t allowed, all = { 0 };
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int n = CPU_COUNT(&allowed), per = n / SHARING > 1 ? n / SHARING : 1;
+    cpu_set_t cores[SHARING];
+    for (int k = 0; k < SHARING; k++) {
+        Device *dev = device_create_cpu(SHARING, k);
+        cores[k] = worker_cores(dev);
+        device_destroy(dev);
+        cpu_set_t outside;
+        CPU_AND(&outside, &cores[k], &allowed);
+        cr_expect(CPU_EQUAL(&outside, &cores[k]), "slot %d may run outside the process's cores", k);
+        cr_expect_eq(CPU_COUNT(&cores[k]), n < 2 ? n : per, "slot %d has %d cores, not %d", k,
+                     CPU_COUNT(&cores[k]), n < 2 ? n : per);
+        CPU_OR(&all, &all, &cores[k]);
+    }
+    if (n >= 2) {
+        cpu_set_t both;
+        CPU_AND(&both, &cores[0], &cores[1]);
+        cr_expect_eq(CPU_COUNT(&both), 0, "slots 0 and 1 share a core");
+        if (SHARING * per >= n) cr_expect(CPU_EQUAL(&all, &allowed), "the slots leave some of the cores unused");
+    }
+    Device *free_dev = device_create_cpu(SHARING, -1);
+    cpu_set_t unpinned = worker_cores(free_dev);
+    device_destroy(free_dev);
+    cr_expect(CPU_EQUAL(&unpinned, &allowed), "slot -1 pinned its worker");
 }
 
 /* A slow producer on one stream, a consumer on another that waits on its event. */
@@ -55,7 +104,7 @@ static void read_task(void *p) {
 }
 
 Test(runtime, stream_wait_event_orders_streams) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *producer = stream_create(dev), *consumer = stream_create(dev);
     Event *ev = event_create(dev);
     atomic_int cell = 0;
@@ -79,7 +128,7 @@ Test(runtime, stream_wait_event_orders_streams) {
 }
 
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev);
     Event *ev = event_create(dev);
     atomic_int cell = 0;
@@ -102,13 +151,13 @@ Test(runtime, event_synchronize_waits_for_the_recorded_point) {
 /* Several host threads, each driving its own streams with cross waits, all at
  * once: what the rank threads will do. */
 Test(runtime, streams_under_concurrent_host_threads) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     cr_expect_eq(stream_stress(dev, 4, 100), 0, "a read ran before its write");
     device_destroy(dev);
 }
 
 Test(runtime, stream_copy_and_memory_accounting) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev);
     float *a = device_alloc(dev, MEM_WEIGHTS, 1000 * sizeof(float));
     float *b = device_alloc(dev, MEM_GRADS, 10 * sizeof(float));
@@ -160,7 +209,7 @@ Test(runtime, arena_pads_units_to_the_shard_multiple_and_the_alignment) {
 /* A wait refers to the record it saw: a later record of the same event on an
  * idle stream must not release it early. */
 Test(runtime, a_later_record_on_another_stream_does_not_release_a_wait) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *slow = stream_create(dev), *idle = stream_create(dev), *waiter = stream_create(dev);
     Event *ev = event_create(dev);
     for (int round = 0; round < 20; round++) {
@@ -201,7 +250,7 @@ static void *late_launcher(void *p) {
 }
 
 Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev), *other = stream_create(dev);
     Event *gate = event_create(dev);
     atomic_int released = 0;
@@ -227,7 +276,7 @@ Test(runtime, synchronize_ignores_work_launched_after_it, .timeout = 10) {
 }
 
 Test(runtime, an_event_may_be_destroyed_while_its_record_is_pending) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     Stream *a = stream_create(dev), *b = stream_create(dev);
     atomic_int cell = 0;
     int seen = 0;

@@ -11,7 +11,7 @@
 #include "stream_stress.h"
 
 int main(void) {
-    Device *dev = device_create_cpu(1);
+    Device *dev = device_create_cpu(1, -1);
     int wrong = stream_stress(dev, 4, 200);
     device_destroy(dev);
     if (wrong) {

@@ -266,6 +266,7 @@ static int open_run(Run *run, int *every_process) {
     };
     StrategyConfig *sc = &run->sc;
     options_link(o, &sc->link_gbps, &sc->link_latency_us);
+    sc->own_cores = sc->link_gbps > 0;  /* a modeled link times the ranks as devices */
     /* past one process, process 0 traces its ranks, writes the log and saves */
     run->trace = o->trace[0] && leader ? trace_create(TRACE_MAX_SPANS) : NULL;
     sc->trace = run->trace;
