@@ -115,17 +115,14 @@ static int syncs_now(const Replicated *d) {
 }
 
 /* DDP: the bucket that tensor's gradient completes, if any, is all-reduced. */
-static void all_reduce_if_ends(RankRef *ref, int tensor) {
+static void grad_done(void *ctx, int tensor) {
+    RankRef *ref = ctx;
     Replicated *d = (Replicated *)ref->ranks;
     int k = d->bucket_ending_at[tensor];
     if (k < 0 || !syncs_now(d)) return;
     char name[FIBERS_NAME_MAX];
     snprintf(name, sizeof name, "bucket %d all-reduce", k);
     ranks_rendezvous(ref->ranks, ref->rank, name, all_reduce_bucket, k);
-}
-
-static void grad_done(void *ctx, int tensor) {
-    all_reduce_if_ends(ctx, tensor);
 }
 
 /* The root's gradient completes the backward: ZeRO-1's reduce-scatter, or
@@ -138,7 +135,7 @@ static void after_backward(void *ctx, int unit) {
         ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
         return;
     }
-    all_reduce_if_ends(ref, 0);
+    grad_done(ref, 0);  /* the root's bucket ends at tensor 0 */
     if (d->ranks.base.cfg.overlap)
         for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
