@@ -8,6 +8,7 @@
 
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "../runtime/process_group.h"
 #include "../runtime/world.h"
 #include "stream_stress.h"
 
@@ -86,6 +87,26 @@ Test(runtime, simulated_ranks_keep_to_their_own_cores) {
     cpu_set_t unpinned = worker_cores(free_dev);
     device_destroy(free_dev);
     cr_expect(CPU_EQUAL(&unpinned, &allowed), "slot -1 pinned its worker");
+}
+
+/* A process group timed as devices (own_cores, as a modeled link asks) keeps
+ * each rank to its share; without, its ranks run where the process may. */
+Test(runtime, a_process_group_timed_as_devices_keeps_each_rank_to_its_cores) {
+    enum { RANKS = 4 };
+    cpu_set_t allowed;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int n = CPU_COUNT(&allowed), per = n / RANKS > 1 ? n / RANKS : 1;
+    for (int own_cores = 0; own_cores <= 1; own_cores++) {
+        ProcessGroup *pg = pg_create_simulator(RANKS, DEVICE_CPU, own_cores);
+        cr_assert_not_null(pg);
+        int want = own_cores && n >= 2 ? per : n;
+        for (int r = 0; r < RANKS; r++) {
+            cpu_set_t cores = worker_cores(pg->device[r]);
+            cr_expect_eq(CPU_COUNT(&cores), want, "own_cores=%d: rank %d may run on %d cores, not %d", own_cores,
+                         r, CPU_COUNT(&cores), want);
+        }
+        pg_destroy(pg);
+    }
 }
 
 /* A slow producer on one stream, a consumer on another that waits on its event. */
