@@ -62,7 +62,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
         { "recompute", FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
           "its backward (needs --unit=block; same bits as 0)" },
-        { "link", FLAG_PATH, o->link, sizeof o->link, "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
+        { "link", FLAG_PATH, o->link, sizeof o->link,
+          "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
