@@ -53,14 +53,12 @@ static Spread spread(double *ms, int n) {
 
 static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset *data, int overlap, int sync,
                       double gbps, double latency_us, Trace *trace, const char *trace_label) {
-    StrategyConfig sc = {
-        .model = { data->vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT }, .nranks = nranks,
-        .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
-        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = overlap,
-        .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .link_gbps = gbps, .link_latency_us = latency_us,
-        .own_cores = 1,
-        .trace = trace, .trace_label = trace_label,
-    };
+    StrategyConfig sc = bench_config(o, data, nranks);
+    sc.overlap = overlap;
+    sc.link_gbps = gbps;
+    sc.link_latency_us = latency_us;
+    sc.trace = trace;
+    sc.trace_label = trace_label;
     Strategy *s = strategy_create(zero, &sc);
     if (!s) exit(1);
     s->sync_grads = sync;
@@ -173,15 +171,9 @@ static void hidden_text(char *out, size_t len, int nranks, const Times *t, int o
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
     TrainOptions o;
-    int rc = options_parse(&o, "bench_overlap", "char-small", argc, argv);
-    if (rc) return rc == 1 ? 0 : 2;
-    if (o.iters > 50) o.iters = 12;  /* --iters is the timed steps per variant; the preset's count is far too many */
     Dataset data;
-    char err[512];
-    if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
-        fprintf(stderr, "bench_overlap: %s\n", err);
-        return 1;
-    }
+    int rc = bench_open("bench_overlap", 12, argc, argv, &o, &data);  /* --iters: timed steps per variant */
+    if (rc >= 0) return rc;
     FILE *csv = NULL;
     if (o.log[0] && !(csv = fopen(o.log, "w"))) {
         fprintf(stderr, "bench_overlap: cannot write --log file '%s'\n", o.log);
@@ -264,6 +256,7 @@ int main(int argc, char **argv) {
     if (csv) fclose(csv);
     dataset_free(&data);
     int status = 0;
+    char err[512];
     if (trace && trace_write(trace, o.trace, err, sizeof err) != 0) {
         fprintf(stderr, "bench_overlap: %s\n", err);
         status = 1;

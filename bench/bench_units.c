@@ -30,14 +30,10 @@ static const Choice CHOICES[] = {
 enum { CHOICES_N = sizeof CHOICES / sizeof CHOICES[0] };
 
 static Strategy *make(const Choice *c, const TrainOptions *o, const Dataset *data) {
-    StrategyConfig sc = {
-        .model = { data->vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT }, .nranks = o->gpus,
-        .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
-        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = 1,
-        .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .unit = c->unit, .max_live_units = c->live_units,
-        .recompute = c->recompute, .own_cores = 1,  /* timed over the link: ranks as devices */
-    };
-    options_link(o, &sc.link_gbps, &sc.link_latency_us);
+    StrategyConfig sc = bench_config(o, data, o->gpus);
+    sc.unit = c->unit;
+    sc.max_live_units = c->live_units;
+    sc.recompute = c->recompute;
     Strategy *s = strategy_create(3, &sc);
     if (!s) exit(1);
     return s;
@@ -46,15 +42,9 @@ static Strategy *make(const Choice *c, const TrainOptions *o, const Dataset *dat
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
     TrainOptions o;
-    int rc = options_parse(&o, "bench_units", "char-small", argc, argv);
-    if (rc) return rc == 1 ? 0 : 2;
-    if (o.iters > 50) o.iters = 10;  /* --iters is the timed steps per row; the preset's count is far too many */
     Dataset data;
-    char err[512];
-    if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
-        fprintf(stderr, "bench_units: %s\n", err);
-        return 1;
-    }
+    int rc = bench_open("bench_units", 10, argc, argv, &o, &data);  /* --iters: timed steps per row */
+    if (rc >= 0) return rc;
     double gbps, latency_us;
     options_link(&o, &gbps, &latency_us);
     printf("blas: %s\n", blas);

@@ -1,6 +1,7 @@
 /* steps.c: timing training steps (steps.h). */
 #include "steps.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../runtime/host.h"
@@ -43,4 +44,27 @@ double median_step_ms(Strategy *s, const Dataset *data, int steps, float lr, flo
     double m = median(ms, steps);
     free(ms);
     return m;
+}
+
+int bench_open(const char *prog, int iters, int argc, char **argv, TrainOptions *o, Dataset *data) {
+    int rc = options_parse(o, prog, "char-small", argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (o->iters > 50) o->iters = iters;  /* the preset's count of optimizer steps is far too many */
+    char err[512];
+    if (dataset_load(data, o->data, o->block, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 1;
+    }
+    return -1;
+}
+
+StrategyConfig bench_config(const TrainOptions *o, const Dataset *data, int nranks) {
+    StrategyConfig sc = {
+        .model = { data->vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT }, .nranks = nranks,
+        .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
+        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = 1,
+        .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .own_cores = 1,
+    };
+    options_link(o, &sc.link_gbps, &sc.link_latency_us);
+    return sc;
 }
