@@ -288,12 +288,16 @@ int run_tool(const char *binary, const char *args, const char *out, char *err, s
     snprintf(cmd, sizeof cmd, "%s %s >%s 2>/tmp/zf_train_err_%d", binary, args, out, (int)getpid());
     int status = system(cmd);
     snprintf(cmd, sizeof cmd, "/tmp/zf_train_err_%d", (int)getpid());
-    FILE *f = fopen(cmd, "r");
-    size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
-    err[n] = 0;
-    if (f) fclose(f);
-    unlink(cmd);
+    take_text(cmd, err, errlen);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void take_text(const char *path, char *text, size_t len) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, len - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
 }
 
 unsigned char *read_all(const char *path, size_t *n) {

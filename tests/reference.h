@@ -82,6 +82,9 @@ const char *train_binary(void);
 /* Run `binary args` through the shell, its stdout to the file `out`, its
  * stderr into err; its exit status (-1 unless it exited). */
 int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen);
+/* The first len - 1 bytes of the file, NUL-terminated in text (empty if it
+ * cannot be read), and the file removed: a child's captured stderr. */
+void take_text(const char *path, char *text, size_t len);
 /* The whole file (malloc'd, NUL after its *n bytes); cr_asserts it is readable. */
 unsigned char *read_all(const char *path, size_t *n);
 /* A fresh folder /tmp/zf_STEM_XXXXXX (mkdtemp) in dir; and its removal. */

@@ -591,11 +591,7 @@ static int end_child(pid_t pid, int child, char *text, size_t len) {
     cr_assert_eq(waitpid(pid, &status, 0), pid, "waitpid failed");
     char path[64];
     child_err_path(path, sizeof path, child);
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(text, 1, len - 1, f) : 0;
-    text[got] = 0;
-    if (f) fclose(f);
-    unlink(path);
+    take_text(path, text, len);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
