@@ -1,4 +1,4 @@
-/* steps.c: timing training steps (steps.h). */
+/* steps.c: timing training steps, and the benches' common start (steps.h). */
 #include "steps.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* steps.h: timing a strategy's training steps, for the benchmarks. */
+/* steps.h: timing a strategy's training steps, for the benchmarks, and what
+ * the benches that train (bench_overlap, bench_units) start from. */
 #ifndef ZF_BENCH_STEPS_H
 #define ZF_BENCH_STEPS_H
 
