@@ -163,12 +163,31 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
 
 static void free_attention_run(AttentionRun r) { free(r.out); free(r.saved); free(r.scratch); free(r.dqkv); }
 
-static void check_attention(float p, int B, int T) {
+/* Scores that grow with the key's position: every query's first component 1,
+ * every key's rising to 4 at the last one, so each key block a row meets past
+ * its first raises the row's max and the online softmax must rescale what it
+ * kept (random scores raise it in few rows of a block, and a missed rescale
+ * can hide there). */
+static void rising_scores(float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                float *row = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+                row[0] = 1.0f;
+                row[C] = 4.0f * (float)(t + 1) / (float)T;
+            }
+}
+
+typedef enum { RANDOM_SCORES, RISING_SCORES } Scores;
+
+static void check_attention_of(float p, int B, int T, Scores scores) {
     int C = 8, NH = 2;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
     Dropout drop = { p, 42, 3, 7, 11 };
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 21);
+    if (scores == RISING_SCORES) rising_scores(qkv, B, T, C, NH);
     fill_uniform(g, nout, -1, 1, 22);
     fill_uniform(base, nqkv, -1, 1, 23);
     AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
@@ -190,6 +209,8 @@ static void check_attention(float p, int B, int T) {
     free(c.qkv); free(c.g); free(c.out); free(lse); free(num);
 }
 
+static void check_attention(float p, int B, int T) { check_attention_of(p, B, T, RANDOM_SCORES); }
+
 Test(kernels, attention_forward_backward) { check_attention(0.0f, 2, 5); }
 Test(kernels, attention_with_dropout) { check_attention(0.3f, 2, 5); }
 /* longer than a row block (32), and not a multiple of it */
@@ -197,6 +218,25 @@ Test(kernels, attention_in_row_blocks) { check_attention(0.0f, 1, 70); }
 Test(kernels, attention_in_row_blocks_with_dropout) { check_attention(0.2f, 1, 45); }
 /* more than one key block (64), the last one partial */
 Test(kernels, attention_in_key_blocks_with_dropout) { check_attention(0.2f, 1, 131); }
+/* A key block is 64 keys: T just below, at and just above one, and three with
+ * a ragged last one (64 + 64 + 22), each with and without dropout, over scores
+ * that raise every row's max from block to block. */
+Test(kernels, attention_below_one_key_block) {
+    check_attention_of(0.0f, 1, 63, RISING_SCORES);
+    check_attention_of(0.2f, 1, 63, RISING_SCORES);
+}
+Test(kernels, attention_at_one_key_block) {
+    check_attention_of(0.0f, 1, 64, RISING_SCORES);
+    check_attention_of(0.2f, 1, 64, RISING_SCORES);
+}
+Test(kernels, attention_just_past_one_key_block) {
+    check_attention_of(0.0f, 1, 65, RISING_SCORES);
+    check_attention_of(0.2f, 1, 65, RISING_SCORES);
+}
+Test(kernels, attention_over_key_blocks_with_a_ragged_last) { check_attention_of(0.0f, 1, 150, RISING_SCORES); }
+Test(kernels, attention_over_key_blocks_with_a_ragged_last_with_dropout) {
+    check_attention_of(0.2f, 1, 150, RISING_SCORES);
+}
 
 /* The same bits on one thread as on every core: each (batch row, head) runs
  * on one thread, in an order fixed by the shapes. */

@@ -99,6 +99,11 @@ MUTANTS = [
      "runtime/process_group.c",
      ": staged_from(pg, q, stage_stride(pg, shard, 0), (size_t)r * shard);",
      ": staged_from(pg, q, stage_stride(pg, shard, 0), 0);"),
+    ("attention-output-not-rescaled", "the online softmax: the output kept so far not rescaled when a key block "
+     "raises the row's max",
+     "kernels/cpu/attention.c",
+     "        for (int c = 0; c < hs; c++) y[c] *= rescale;",
+     "        (void)y;"),
     ("zero2-scale-dropped", "a dropped scale: ZeRO-2/3's reduce-scatter sums instead of averaging",
      "strategies/sharded.c",
      "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,",
