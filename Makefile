@@ -64,7 +64,7 @@ else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
 MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
-STRATEGIES = strategies/ranks.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
+STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
              strategies/checkpoint.c strategies/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))

@@ -10,11 +10,10 @@
  *           its part of the arena); rank r runs AdamW on its part with m and v
  *           for that part only; an all-gather of the weights makes the replicas
  *           identical again.
- * DDP's buckets are PyTorch's: tensors merged in backward order up to
- * bucket_bytes, the first bucket 1 MB, each all-reduced on the communication
- * stream as soon as its last tensor's gradient is done (the model's grad_done
- * hook, whatever --unit is), while the backward of the tensors below goes on;
- * the last bucket holds the root, done last. The compute streams wait for them
+ * DDP's buckets are PyTorch's (buckets.h), each all-reduced on the
+ * communication stream as soon as its last tensor's gradient is done (the
+ * model's grad_done hook, whatever --unit is), while the backward of the
+ * tensors below goes on; the last bucket holds the root, done last. The compute streams wait for them
  * all only at the end.
  * Without overlap there is one bucket, the whole arena, all-reduced at the end.
  * Every sum runs in the same kernel, element by element in rank order, so the
@@ -25,9 +24,8 @@
 
 #include "../model/optim.h"
 #include "../runtime/host.h"
+#include "buckets.h"
 #include "ranks.h"
-
-enum { FIRST_BUCKET_BYTES = 1 << 20 };
 
 /* A range of the arena, all-reduced once its lowest tensor's gradient is done
  * (the root's: once the backward is). */
@@ -46,26 +44,18 @@ typedef struct {
     int bucket_ending_at[ARENA_MAX_TENSORS];  /* the bucket a tensor's grad_done finishes, or -1 */
 } Replicated;
 
-/* DDP's buckets, in backward order: the blocks' tensors from the top of the
- * arena down, then the root's (tensors of unit 0, first in the arena), whose
- * bucket ends with the backward. One bucket, the whole arena, without overlap. */
+/* DDP's buckets (buckets.h), and the bucket each tensor's grad_done completes. */
 static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
     const ArenaLayout *layout = d->ranks.layout;
-    size_t target = cfg->bucket_bytes < FIRST_BUCKET_BYTES ? cfg->bucket_bytes : FIRST_BUCKET_BYTES, bytes = 0;
-    size_t end = layout->total;
-    for (int t = layout->ntensors - 1; t >= 0; t--) {
-        const TensorSpec *tensor = &layout->tensors[t];
-        d->bucket_ending_at[t] = -1;
-        bytes += tensor->numel * sizeof(float);
-        if (t > 0 && (!cfg->overlap || bytes < target || tensor->unit == 0)) continue;
-        Bucket *b = &d->bucket[d->nbuckets];
-        b->offset = tensor->offset;  /* tensor 0 is at 0: the last bucket ends the arena's start */
-        b->length = end - b->offset;
-        b->unit = tensor->unit;
-        d->bucket_ending_at[t] = d->nbuckets++;
-        end = b->offset;
-        bytes = 0;
-        target = cfg->bucket_bytes;
+    BucketSpan plan[ARENA_MAX_TENSORS];
+    d->nbuckets = ddp_plan_buckets(layout, cfg->bucket_bytes, cfg->overlap, plan);
+    for (int t = 0; t < layout->ntensors; t++) d->bucket_ending_at[t] = -1;
+    for (int k = 0; k < d->nbuckets; k++) {
+        Bucket *b = &d->bucket[k];
+        b->offset = plan[k].offset;
+        b->length = plan[k].length;
+        b->unit = layout->tensors[plan[k].last_tensor].unit;
+        d->bucket_ending_at[plan[k].last_tensor] = k;
     }
 }
 

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model/gpt.h"
 #include "../model/sample.h"
+#include "../strategies/buckets.h"
 #include "../strategies/ranks.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
@@ -549,6 +551,59 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
             }
         }
     }
+}
+
+/* PyTorch's rule, from the tensors' shapes: in backward order, a bucket takes
+ * tensors until it holds at least the cap (1 MB or less for the first, then
+ * bucket_bytes); the root's tensors all wait for tensor 0. Each bucket's range
+ * runs from its lowest tensor to where the bucket before it began. */
+static int expected_buckets(const ArenaLayout *layout, size_t bucket_bytes, BucketSpan *want) {
+    int n = 0, first = layout->ntensors - 1;
+    size_t held = 0, cap = bucket_bytes < (1u << 20) ? bucket_bytes : (1u << 20), above = layout->total;
+    for (int t = layout->ntensors - 1; t >= 0; t--) {
+        const TensorSpec *ts = &layout->tensors[t];
+        held += (size_t)ts->shape[0] * (size_t)(ts->ndim == 2 ? ts->shape[1] : 1) * sizeof(float);
+        int closes = t == 0 || (held >= cap && ts->unit != 0);
+        if (!closes) continue;
+        want[n++] = (BucketSpan){ first, t, ts->offset, above - ts->offset };
+        above = ts->offset;
+        first = t - 1;
+        held = 0;
+        cap = bucket_bytes;
+    }
+    return n;
+}
+
+static void expect_plan(const ModelConfig *model, int nranks, size_t bucket_bytes, int min_buckets) {
+    ArenaLayout layout;
+    gpt_layout(model, nranks, &layout);
+    BucketSpan got[ARENA_MAX_TENSORS], want[ARENA_MAX_TENSORS];
+    int n = ddp_plan_buckets(&layout, bucket_bytes, 1, got), expected = expected_buckets(&layout, bucket_bytes, want);
+    cr_assert_eq(n, expected, "%zu-byte buckets: %d planned, %d expected", bucket_bytes, n, expected);
+    cr_expect_geq(n, min_buckets, "%zu-byte buckets: %d", bucket_bytes, n);
+    size_t covered = 0;
+    for (int k = 0; k < n; k++) {
+        cr_expect(got[k].first_tensor == want[k].first_tensor && got[k].last_tensor == want[k].last_tensor,
+                  "%zu-byte buckets: bucket %d holds tensors %d..%d, expected %d..%d", bucket_bytes, k,
+                  got[k].last_tensor, got[k].first_tensor, want[k].last_tensor, want[k].first_tensor);
+        cr_expect(got[k].offset == want[k].offset && got[k].length == want[k].length,
+                  "%zu-byte buckets: bucket %d is [%zu, +%zu) floats, expected [%zu, +%zu)", bucket_bytes, k,
+                  got[k].offset, got[k].length, want[k].offset, want[k].length);
+        covered += got[k].length;
+    }
+    cr_expect_eq(covered, layout.total, "the buckets do not tile the arena");
+    cr_expect_eq(ddp_plan_buckets(&layout, bucket_bytes, 0, got), 1, "without overlap, one bucket");
+    cr_expect(got[0].offset == 0 && got[0].length == layout.total, "without overlap, the whole arena");
+}
+
+/* The exact plan at two bucket sizes on a GPT of four blocks (tensors of 1 to
+ * 48 KB, units padded for 3 ranks), and at the default 25 MB on the char preset,
+ * whose first bucket is 1 MB. */
+Test(strategies, ddp_buckets_are_planned_as_pytorch_plans_them) {
+    ModelConfig gpt = { data.vocab, 64, 4, 2, 64, MODEL_GPT }, char_preset = { 65, 256, 6, 6, 384, MODEL_GPT };
+    expect_plan(&gpt, 3, 8 << 10, 16);
+    expect_plan(&gpt, 3, 100 << 10, 3);
+    expect_plan(&char_preset, 1, 25000000, 3);
 }
 
 Test(strategies, recompute_needs_whole_block_units) {

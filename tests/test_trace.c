@@ -15,7 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../model/gpt.h"
 #include "../runtime/trace.h"
+#include "../strategies/buckets.h"
 #include "../strategies/trainer.h"
 #include "reference.h"
 
@@ -128,11 +130,18 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
 
 /* PyTorch's buckets are made of tensors: with buckets smaller than a block,
  * each block's larger matrices are buckets of their own, whatever --unit is
- * (here whole blocks: 5 units). Buckets made of units would be 5 at most. */
+ * (here whole blocks: 5 units). DDP all-reduces exactly the buckets of its
+ * plan (strategies/buckets.h, whose every bucket test_strategies holds to
+ * PyTorch's rule), more than units could make. */
 Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(0, 1, &n);
+    ArenaLayout layout;
+    gpt_layout(&(ModelConfig){ data.vocab, 64, 4, 2, 64, MODEL_GPT }, RANKS, &layout);
+    BucketSpan plan[ARENA_MAX_TENSORS];
     int buckets = distinct_names(spans, n, "all-reduce bucket"), blocks = 4;
+    int planned = ddp_plan_buckets(&layout, 8 << 10, 1, plan);
+    cr_expect_eq(buckets, planned, "DDP all-reduced %d buckets, and its plan has %d", buckets, planned);
     cr_expect_geq(buckets, 4 * blocks, "DDP all-reduced %d buckets: not a bucket for each of a block's 4 matrices",
                   buckets);
     free(spans);
