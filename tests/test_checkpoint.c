@@ -323,3 +323,84 @@ Test(checkpoint, gradient_accumulation_equals_a_larger_batch) {
         b->ops->destroy(b);
     }
 }
+
+/* ---- the non-finite check before a save ---- */
+
+/* The unpadded (host) index of the padded arena's element `at` under N ranks,
+ * or -1 when `at` is padding; the tensor it falls in, in *tensor. */
+static long host_index(const ArenaLayout *padded, const ArenaLayout *plain, size_t at, int *tensor) {
+    for (int t = 0; t < padded->ntensors; t++) {
+        const TensorSpec *ts = &padded->tensors[t];
+        if (at < ts->offset || at >= ts->offset + ts->numel) continue;
+        *tensor = t;
+        return (long)(plain->tensors[t].offset + (at - ts->offset));
+    }
+    return -1;
+}
+
+/* The first and last element of every rank's shard of every unit and of its
+ * part of the arena (ZeRO-1's), where they are no padding: every edge of what
+ * any strategy holds per rank. Host indices into at[], their tensors into
+ * tensor[]; how many. */
+static int shard_edges(const ModelConfig *model, int nranks, long *at, int *tensor) {
+    ArenaLayout padded, plain;
+    gpt_layout(model, nranks, &padded);
+    gpt_layout(model, 1, &plain);
+    int n = 0;
+    for (int u = 0; u <= padded.nunits; u++) {
+        size_t base = u < padded.nunits ? padded.units[u].offset : 0;
+        size_t shard = (u < padded.nunits ? padded.units[u].size : padded.total) / (size_t)nranks;
+        for (int r = 0; r < nranks; r++)
+            for (int edge = 0; edge < 2; edge++) {
+                long i = host_index(&padded, &plain, base + (size_t)r * shard + (edge ? shard - 1 : 0), &tensor[n]);
+                if (i >= 0) at[n++] = i;
+            }
+    }
+    return n;
+}
+
+/* One non-finite value (NaN, or +inf at the last edge) in the weights, m or v,
+ * at each edge of each rank's shard, under every strategy at N = 3 (padded,
+ * uneven shards): every save refuses, naming the tensor and the element, and
+ * writes nothing; the state restored, the save goes through. */
+Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
+    StrategyConfig sc = small_gpt(3, 2, 0.0f);
+    ArenaLayout plain;
+    gpt_layout(&sc.model, 1, &plain);
+    long at[4 * ARENA_MAX_UNITS];
+    int tensor[4 * ARENA_MAX_UNITS], edges = shard_edges(&sc.model, sc.nranks, at, tensor);
+    cr_assert_gt(edges, 12);
+    static const char *const prefix[3] = { "", "optim.exp_avg.", "optim.exp_avg_sq." };
+    CheckpointInfo info = { .model = sc.model, .iter = 2, .adam_step = 2, .seed = sc.seed };
+    memcpy(info.itos, data.itos, sizeof info.itos);
+    for (int zero = 0; zero <= 3; zero++) {
+        Strategy *s = strategy_create(zero, &sc);
+        cr_assert_not_null(s);
+        run(s, unclipped(0, 2, NULL));
+        State st = state_of(s);
+        for (int kind = 0; kind < 3; kind++)
+            for (int e = 0; e < edges; e++) {
+                float *x = (kind == 0 ? st.w : kind == 1 ? st.m : st.v) + at[e], kept = *x;
+                *x = e == edges - 1 ? INFINITY : NAN;
+                if (kind == 0) s->ops->write_weights(s, st.w);
+                else s->ops->write_state(s, st.m, st.v);
+                char err[512], want[256];
+                cr_assert_eq(checkpoint_save(s, path, &info, err, sizeof err), -1,
+                             "--zero=%d: saved a %s in %s%s", zero, e == edges - 1 ? "inf" : "NaN", prefix[kind],
+                             plain.tensors[tensor[e]].name);
+                snprintf(want, sizeof want, "the state is not finite ('%s%s' element %ld is %s)", prefix[kind],
+                         plain.tensors[tensor[e]].name, at[e] - (long)plain.tensors[tensor[e]].offset,
+                         e == edges - 1 ? "inf" : "nan");
+                cr_expect(strstr(err, want), "--zero=%d: '%s', expected '%s'", zero, err, want);
+                cr_expect_neq(access(path, F_OK), 0, "--zero=%d: a file was written", zero);
+                *x = kept;
+                if (kind == 0) s->ops->write_weights(s, st.w);
+                else s->ops->write_state(s, st.m, st.v);
+            }
+        char err[512];
+        cr_expect_eq(checkpoint_save(s, path, &info, err, sizeof err), 0, "--zero=%d, restored: %s", zero, err);
+        unlink(path);
+        state_free(st);
+        s->ops->destroy(s);
+    }
+}
