@@ -26,11 +26,11 @@ MPI_DIR = /usr/lib/x86_64-linux-gnu/openmpi
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp $(SAN) -I$(BLAS_INC) \
          $(CFLAGS_CUDA) $(CFLAGS_MPI) -MMD -MP
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
-LDLIBS = -lcjson -lopenblas $(LDLIBS_CUDA) $(LDLIBS_MPI) -lpthread -lmvec -lm
+LDLIBS = -ljansson -lopenblas $(LDLIBS_CUDA) $(LDLIBS_MPI) -lpthread -lmvec -lm
 
 # Without the Debian packages, say what to do instead of failing on a missing
 # header (make deps and make clean need none of them).
-REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/cjson/cJSON.h /usr/include/criterion/criterion.h \
+REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/jansson.h /usr/include/criterion/criterion.h \
                    $(if $(filter 1,$(MPI)),$(MPI_DIR)/include/mpi.h)
 MISSING_HEADERS = $(filter-out $(wildcard $(REQUIRED_HEADERS)),$(REQUIRED_HEADERS))
 ifneq ($(MISSING_HEADERS),)
@@ -69,7 +69,7 @@ STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c str
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
@@ -185,7 +185,7 @@ fuzz: build/fuzz/fuzz_checkpoint
 build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=all $(FUZZ_SRC) -lcjson -o $@
+	    -fno-sanitize-recover=all $(FUZZ_SRC) -ljansson -o $@
 
 # The tests' own test: seeded bugs (tools/mutate.py), each in a scratch copy
 # under build/mutate, `make CUDA=0 test` run on it, the survivors printed.
@@ -220,7 +220,7 @@ valgrind:
 	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/ckpt.safetensors --chars=20 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
-DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libcjson-dev python3-torch python3-numpy python3-venv \
+DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev python3-torch python3-numpy python3-venv \
                gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \

@@ -1,9 +1,9 @@
 /* safetensors.c: the safetensors reader and writer of safetensors.h. */
 #include "safetensors.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +13,8 @@
 
 #include "../runtime/host.h"
 
-static size_t dtype_size(const char *dtype) {
-    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0 ? 4 : 0;
-}
-
 static size_t tensor_bytes(const StTensor *t) {
-    size_t n = dtype_size(t->dtype);
+    size_t n = strcmp(t->dtype, "F32") == 0 || strcmp(t->dtype, "I32") == 0 ? 4 : 0;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
     return n;
 }
@@ -50,26 +46,29 @@ int safetensors_remove_stale_temps(const char *dir, const char *name) {
 
 int safetensors_write(const char *path, const StTensor *tensors, int n,
                       const char *metadata_json, char *err, size_t errlen) {
-    cJSON *header = cJSON_CreateObject();
+    json_t *header = json_object();
     if (metadata_json) {
-        cJSON *meta = cJSON_Parse(metadata_json);
-        if (!meta) { snprintf(err, errlen, "bad metadata JSON"); cJSON_Delete(header); return -1; }
-        cJSON_AddItemToObject(header, "__metadata__", meta);
+        json_t *meta = json_loads(metadata_json, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(meta)) {
+            snprintf(err, errlen, "bad metadata JSON");
+            json_decref(meta);
+            json_decref(header);
+            return -1;
+        }
+        json_object_set_new(header, "__metadata__", meta);
     }
     size_t offset = 0;
     for (int i = 0; i < n; i++) {
-        cJSON *entry = cJSON_AddObjectToObject(header, tensors[i].name);
-        cJSON_AddStringToObject(entry, "dtype", tensors[i].dtype);
-        cJSON *shape = cJSON_AddArrayToObject(entry, "shape");
-        for (int d = 0; d < tensors[i].ndim; d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)tensors[i].shape[d]));
-        cJSON *range = cJSON_AddArrayToObject(entry, "data_offsets");
-        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
+        json_t *shape = json_array(), *range = json_array();
+        for (int d = 0; d < tensors[i].ndim; d++) json_array_append_new(shape, json_integer(tensors[i].shape[d]));
+        json_array_append_new(range, json_integer((json_int_t)offset));
         offset += tensor_bytes(&tensors[i]);
-        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
+        json_array_append_new(range, json_integer((json_int_t)offset));
+        json_object_set_new(header, tensors[i].name,
+                            json_pack("{s:s, s:o, s:o}", "dtype", tensors[i].dtype, "shape", shape, "data_offsets", range));
     }
-    char *json = cJSON_PrintUnformatted(header);
-    cJSON_Delete(header);
+    char *json = json_dumps(header, JSON_COMPACT);
+    json_decref(header);
     if (!json) { snprintf(err, errlen, "out of memory writing '%s'", path); return -1; }
     size_t json_len = strlen(json);
     size_t padded = (json_len + 7) / 8 * 8;  /* data starts 8-byte aligned */
@@ -77,13 +76,13 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s%s%d", path, TEMP_INFIX, (int)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "path too long: '%.100s...'", path);
-        cJSON_free(json);
+        free(json);
         return -1;
     }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-        cJSON_free(json);
+        free(json);
         return -1;
     }
     unsigned char len_bytes[8];
@@ -94,7 +93,7 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
         size_t bytes = tensor_bytes(&tensors[i]);
         ok = fwrite(tensors[i].data, 1, bytes, f) == bytes;
     }
-    cJSON_free(json);
+    free(json);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -105,66 +104,155 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     return 0;
 }
 
-/* One tensor's byte range in the data section, for the coverage check. */
-typedef struct { double begin, end; const char *name; } ByteRange;
+/* The dtypes of the format, with their bits per element: the reference reader
+ * (the safetensors package) refuses any other name. */
+static const struct { const char *name; int bits; } DTYPES[] = {
+    { "BOOL", 8 }, { "F4", 4 }, { "F6_E2M3", 6 }, { "F6_E3M2", 6 }, { "U8", 8 }, { "I8", 8 }, { "F8_E5M2", 8 },
+    { "F8_E4M3", 8 }, { "F8_E8M0", 8 }, { "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 }, { "I16", 16 }, { "U16", 16 },
+    { "F16", 16 }, { "BF16", 16 }, { "I32", 32 }, { "U32", 32 }, { "F32", 32 }, { "C64", 64 }, { "F64", 64 },
+    { "I64", 64 }, { "U64", 64 },
+};
+
+/* Bits per element of a dtype, or 0 for a name the format does not define. */
+static int dtype_bits(const char *dtype) {
+    for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
+        if (strcmp(DTYPES[i].name, dtype) == 0) return DTYPES[i].bits;
+    return 0;
+}
+
+/* The reference reader's limit on a header. */
+enum { HEADER_MAX_BYTES = 100000000 };
+
+/* One tensor's entry, checked as the reference reads it: dtype, shape and its
+ * byte range. */
+typedef struct {
+    const char *name, *dtype;
+    int ndim;
+    json_int_t shape[8];
+    json_int_t begin, end;  /* in the data section */
+} Entry;
+
+/* "16,4": a shape as messages write it. */
+static void shape_text(const json_int_t *shape, int ndim, char *text, size_t len) {
+    text[0] = 0;
+    for (int d = 0; d < ndim; d++)
+        snprintf(text + strlen(text), len - strlen(text), "%s%lld", d ? "," : "", (long long)shape[d]);
+}
+
+/* A whole number >= 0 (JSON's integers: 4.0 and 4e0 are not). */
+static int count_of(const json_t *x, json_int_t *out) {
+    if (!json_is_integer(x) || json_integer_value(x) < 0) return 0;
+    *out = json_integer_value(x);
+    return 1;
+}
+
+/* The entry of tensor `name` as the format asks for it: an object with a known
+ * "dtype", a "shape" of whole numbers and a "data_offsets" pair [begin, end]
+ * of whole numbers that spans exactly the bytes of that shape (other fields,
+ * as the reference, ignored). 0, or -1 with a one-line message. */
+static int read_entry(const char *name, const json_t *e, const char *path, Entry *out, char *err, size_t errlen) {
+    const json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
+    const json_t *range = json_object_get(e, "data_offsets");
+    *out = (Entry){ .name = name, .dtype = json_string_value(dtype) };
+    int bits = out->dtype ? dtype_bits(out->dtype) : 0;
+    int ok = json_is_object(e) && bits > 0 && json_is_array(shape) && json_array_size(shape) <= 8 &&
+             json_is_array(range) && json_array_size(range) == 2 && count_of(json_array_get(range, 0), &out->begin) &&
+             count_of(json_array_get(range, 1), &out->end) && out->begin <= out->end;
+    out->ndim = ok ? (int)json_array_size(shape) : 0;
+    uint64_t numel = 1;
+    for (int d = 0; ok && d < out->ndim; d++) {
+        ok = count_of(json_array_get(shape, d), &out->shape[d]);
+        if (ok && out->shape[d] > 0) ok = numel <= UINT64_MAX / (uint64_t)out->shape[d] / 64;
+        numel *= ok ? (uint64_t)out->shape[d] : 1;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "'%s': tensor '%.100s' has no dtype of the format, shape of whole numbers or "
+                 "data_offsets pair [begin, end] of whole numbers", path, name);
+        return -1;
+    }
+    if (numel * (uint64_t)bits % 8 != 0 || numel * (uint64_t)bits / 8 != (uint64_t)(out->end - out->begin)) {
+        char shape_of[160];
+        shape_text(out->shape, out->ndim, shape_of, sizeof shape_of);
+        snprintf(err, errlen, "'%s': tensor '%.100s' has shape [%s] of %s (%llu bits), and data offsets [%lld, %lld] "
+                 "(%lld bytes)", path, name, shape_of, out->dtype, (unsigned long long)(numel * (uint64_t)bits),
+                 (long long)out->begin, (long long)out->end, (long long)(out->end - out->begin));
+        return -1;
+    }
+    return 0;
+}
 
 static int by_begin(const void *a, const void *b) {
-    const ByteRange *x = a, *y = b;
+    const Entry *x = a, *y = b;
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* The format asks that the tensors cover the data section exactly: every range
- * whole numbers inside it, none overlapping, no hole, nothing after the last
- * (in any order in the header). 0, or -1 with a one-line message. */
-static int check_coverage(const cJSON *header, size_t data_size, const char *path, char *err, size_t errlen) {
-    int n = 0;
-    for (const cJSON *e = header->child; e; e = e->next) n += strcmp(e->string, "__metadata__") != 0;
-    ByteRange *ranges = calloc((size_t)n + 1, sizeof *ranges);
-    if (!ranges) { snprintf(err, errlen, "'%s': out of host memory reading the header", path); return -1; }
-    int k = 0, rc = 0;
-    for (const cJSON *e = header->child; e && rc == 0; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0) continue;
-        const cJSON *range = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        const cJSON *first = cJSON_GetArrayItem(range, 0), *last = cJSON_GetArrayItem(range, 1);
-        if (!cJSON_IsArray(range) || cJSON_GetArraySize(range) != 2 || !cJSON_IsNumber(first) ||
-            !cJSON_IsNumber(last)) {
-            snprintf(err, errlen, "'%s': tensor '%.100s' has no data_offsets pair", path, e->string);
-            rc = -1;
-            break;
-        }
-        ByteRange r = { first->valuedouble, last->valuedouble, e->string };
-        if (!(r.begin >= 0 && r.end >= r.begin && r.end <= (double)data_size && r.begin == floor(r.begin) &&
-              r.end == floor(r.end))) {
-            snprintf(err, errlen, "'%s': tensor '%.100s' has data offsets [%.0f, %.0f] outside the %zu data bytes",
-                     path, e->string, r.begin, r.end, data_size);
-            rc = -1;
-        }
-        ranges[k++] = r;
+/* __metadata__, if there: null, or an object of strings. */
+static int check_metadata(const json_t *meta, const char *path, char *err, size_t errlen) {
+    const char *key;
+    const json_t *value;
+    if (!meta || json_is_null(meta)) return 0;
+    if (!json_is_object(meta)) {
+        snprintf(err, errlen, "'%s': __metadata__ is not an object of strings", path);
+        return -1;
     }
-    if (rc == 0) qsort(ranges, (size_t)k, sizeof *ranges, by_begin);
-    double covered = 0;
-    for (int i = 0; rc == 0 && i < k; i++) {
-        if (ranges[i].begin < covered) {
-            snprintf(err, errlen, "'%s': tensors '%.100s' and '%.100s' overlap in the data", path,
-                     ranges[i - 1].name, ranges[i].name);
-            rc = -1;
-        } else if (ranges[i].begin > covered) {
-            snprintf(err, errlen, "'%s': data bytes [%.0f, %.0f) belong to no tensor (a hole)", path, covered,
-                     ranges[i].begin);
+    json_object_foreach((json_t *)meta, key, value) {
+        if (json_is_string(value)) continue;
+        snprintf(err, errlen, "'%s': __metadata__ value '%.100s' is not a string", path, key);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every tensor's entry checked, and their byte ranges covering the data
+ * section exactly, as the format asks: none overlapping, no hole, nothing
+ * after the last (in any order in the header). 0, or -1 with a one-line message. */
+static int check_entries(const json_t *header, size_t data_size, const char *path, char *err, size_t errlen) {
+    size_t n = json_object_size(header);
+    Entry *entries = calloc(n + 1, sizeof *entries);
+    if (!entries) { snprintf(err, errlen, "'%s': out of host memory reading the header", path); return -1; }
+    int rc = check_metadata(json_object_get(header, "__metadata__"), path, err, errlen);
+    size_t k = 0;
+    const char *name;
+    const json_t *e;
+    json_object_foreach((json_t *)header, name, e) {
+        if (rc != 0) break;
+        if (strcmp(name, "__metadata__") == 0) continue;
+        rc = read_entry(name, e, path, &entries[k], err, errlen);
+        if (rc == 0 && (uint64_t)entries[k].end > data_size) {
+            snprintf(err, errlen, "'%s': tensor '%.100s' has data offsets [%lld, %lld] outside the %zu data bytes",
+                     path, name, (long long)entries[k].begin, (long long)entries[k].end, data_size);
             rc = -1;
         }
-        covered = ranges[i].end;
+        k++;
     }
-    if (rc == 0 && covered < (double)data_size) {
-        snprintf(err, errlen, "'%s': %.0f trailing bytes after the last tensor's data", path,
-                 (double)data_size - covered);
+    if (rc == 0) qsort(entries, k, sizeof *entries, by_begin);
+    json_int_t covered = 0;
+    for (size_t i = 0; rc == 0 && i < k; i++) {
+        if (entries[i].begin < covered) {
+            snprintf(err, errlen, "'%s': tensors '%.100s' and '%.100s' overlap in the data", path, entries[i - 1].name,
+                     entries[i].name);
+            rc = -1;
+        } else if (entries[i].begin > covered) {
+            snprintf(err, errlen, "'%s': data bytes [%lld, %lld) belong to no tensor (a hole)", path,
+                     (long long)covered, (long long)entries[i].begin);
+            rc = -1;
+        }
+        covered = entries[i].end;
+    }
+    if (rc == 0 && (uint64_t)covered < data_size) {
+        snprintf(err, errlen, "'%s': %llu trailing bytes after the last tensor's data", path,
+                 (unsigned long long)(data_size - (uint64_t)covered));
         rc = -1;
     }
-    free(ranges);
+    free(entries);
     return rc;
 }
 
-/* safetensors_parse over the first `size` bytes of a file of file_size bytes. */
+/* safetensors_parse over the first `size` bytes of a file of file_size bytes.
+ * The header is read as the reference reader reads it: UTF-8 JSON, one object,
+ * nothing after it but JSON's white space, every key once (a key twice is
+ * ambiguous, and refused: see docs/checkpoints.md), integers where the format
+ * has them. */
 static int parse(StFile *f, unsigned char *bytes, size_t size, size_t file_size, const char *path, char *err,
                  size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -177,20 +265,23 @@ static int parse(StFile *f, unsigned char *bytes, size_t size, size_t file_size,
     }
     uint64_t header_len = 0;
     for (int b = 0; b < 8; b++) header_len |= (uint64_t)f->bytes[b] << (8 * b);
-    if (header_len > f->size - 8) {
-        snprintf(err, errlen, "'%s': header length %llu runs past the end of the file (%zu bytes)",
-                 path, (unsigned long long)header_len, f->size);
+    if (header_len > f->size - 8 || header_len > HEADER_MAX_BYTES) {
+        snprintf(err, errlen, "'%s': header length %llu runs past the end of the file (%zu bytes)%s",
+                 path, (unsigned long long)header_len, f->size, header_len > HEADER_MAX_BYTES ? " or 100 MB" : "");
         safetensors_close(f);
         return -1;
     }
     f->data_start = 8 + (size_t)header_len;
-    f->header = cJSON_ParseWithLength((const char *)f->bytes + 8, (size_t)header_len);
-    if (!f->header || !cJSON_IsObject((cJSON *)f->header)) {
-        snprintf(err, errlen, "'%s': the header is not a JSON object", path);
+    json_error_t why;
+    f->header = json_loadb((const char *)f->bytes + 8, (size_t)header_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                           &why);
+    if (!f->header || !json_is_object((json_t *)f->header)) {
+        if (f->header) snprintf(err, errlen, "'%s': the header is not a JSON object", path);
+        else snprintf(err, errlen, "'%s': the header is not JSON: %s (at byte %d of it)", path, why.text, why.position);
         safetensors_close(f);
         return -1;
     }
-    if (check_coverage(f->header, file_size - f->data_start, path, err, errlen) != 0) {
+    if (check_entries(f->header, file_size - f->data_start, path, err, errlen) != 0) {
         safetensors_close(f);
         return -1;
     }
@@ -252,73 +343,42 @@ int safetensors_open_header(StFile *f, const char *path, char *err, size_t errle
 }
 
 void safetensors_close(StFile *f) {
-    cJSON_Delete((cJSON *)f->header);
+    json_decref((json_t *)f->header);
     free(f->bytes);
     memset(f, 0, sizeof *f);
 }
 
 const char *safetensors_metadata(const StFile *f, const char *key) {
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, "__metadata__");
-    const cJSON *value = meta ? cJSON_GetObjectItemCaseSensitive(meta, key) : NULL;
-    return cJSON_IsString(value) ? value->valuestring : NULL;
+    return json_string_value(json_object_get(json_object_get((json_t *)f->header, "__metadata__"), key));
 }
 
 int safetensors_count(const StFile *f) {
-    int n = 0;
-    for (cJSON *e = ((cJSON *)f->header)->child; e; e = e->next)
-        if (strcmp(e->string, "__metadata__") != 0) n++;
-    return n;
+    return (int)json_object_size((json_t *)f->header) - (json_object_get((json_t *)f->header, "__metadata__") != NULL);
 }
 
 static const void *tensor_data(const StFile *f, const char *name, const char *dtype, int ndim,
                                const int64_t *shape, char *err, size_t errlen) {
-    cJSON *e = cJSON_GetObjectItemCaseSensitive((cJSON *)f->header, name);
-    if (!e) { snprintf(err, errlen, "missing tensor '%s'", name); return NULL; }
-    cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    cJSON *range = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(range) ||
-        cJSON_GetArraySize(range) != 2) {
-        snprintf(err, errlen, "tensor '%s' has a malformed header entry", name);
+    const json_t *e = json_object_get((json_t *)f->header, name);
+    if (!e || strcmp(name, "__metadata__") == 0) { snprintf(err, errlen, "missing tensor '%s'", name); return NULL; }
+    Entry entry;
+    if (read_entry(name, e, "", &entry, err, errlen) != 0) return NULL;  /* checked at open: never here */
+    if (strcmp(entry.dtype, dtype) != 0) {
+        snprintf(err, errlen, "tensor '%s' has dtype %s, expected %s", name, entry.dtype, dtype);
         return NULL;
     }
-    if (strcmp(dt->valuestring, dtype) != 0) {
-        snprintf(err, errlen, "tensor '%s' has dtype %s, expected %s", name, dt->valuestring, dtype);
-        return NULL;
-    }
-    char want[64] = "", got[64] = "";
-    int same = cJSON_GetArraySize(sh) == ndim;
-    for (int d = 0; d < ndim; d++) {
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)shape[d]);
-    }
-    for (int d = 0; d < cJSON_GetArraySize(sh); d++) {
-        cJSON *x = cJSON_GetArrayItem(sh, d);
-        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%.0f", d ? "," : "", v);
-        if (d < ndim && v != (double)shape[d]) same = 0;
-    }
+    int same = entry.ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = entry.shape[d] == shape[d];
     if (!same) {
+        char want[160], got[160];
+        json_int_t wanted[2] = { ndim > 0 ? shape[0] : 0, ndim > 1 ? shape[1] : 0 };
+        shape_text(wanted, ndim, want, sizeof want);
+        shape_text(entry.shape, entry.ndim, got, sizeof got);
         snprintf(err, errlen, "tensor '%s' has shape [%s], expected [%s]", name, got, want);
         return NULL;
     }
-    size_t bytes = dtype_size(dtype);
-    for (int d = 0; d < ndim; d++) bytes *= (size_t)shape[d];
-    cJSON *first = cJSON_GetArrayItem(range, 0), *last = cJSON_GetArrayItem(range, 1);
-    if (!cJSON_IsNumber(first) || !cJSON_IsNumber(last)) {
-        snprintf(err, errlen, "tensor '%s' has non-numeric data offsets", name);
-        return NULL;
-    }
-    double begin = first->valuedouble, end = last->valuedouble;
-    size_t data_size = f->size - f->data_start;
-    if (!(begin >= 0 && end >= begin && end <= (double)data_size && begin == floor(begin) && end == floor(end) &&
-          (size_t)end - (size_t)begin == bytes)) {
-        snprintf(err, errlen, "tensor '%s' has data offsets [%.0f, %.0f] outside the %zu data bytes "
-                 "or not %zu bytes long", name, begin, end, data_size, bytes);
-        return NULL;
-    }
-    const unsigned char *data = f->bytes + f->data_start + (size_t)begin;
-    size_t numel = bytes / sizeof(float), bad = strcmp(dtype, "F32") == 0 ? safetensors_first_nonfinite(data, numel)
-                                                                          : numel;
+    const unsigned char *data = f->bytes + f->data_start + (size_t)entry.begin;
+    size_t numel = (size_t)(entry.end - entry.begin) / sizeof(float);
+    size_t bad = strcmp(dtype, "F32") == 0 ? safetensors_first_nonfinite(data, numel) : numel;
     if (bad < numel) {
         float x;
         memcpy(&x, data + bad * sizeof x, sizeof x);

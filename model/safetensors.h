@@ -36,7 +36,7 @@ typedef struct {
     unsigned char *bytes;
     size_t size;
     size_t data_start;
-    void *header;          /* cJSON object */
+    void *header;          /* the JSON header (a jansson json_t object) */
 } StFile;
 
 int safetensors_open(StFile *f, const char *path, char *err, size_t errlen);

@@ -1,7 +1,6 @@
 /* checkpoint.c: a strategy's state to and from the checkpoint file (checkpoint.h). */
 #include "checkpoint.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +65,7 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     } else if (nonfinite == 0 && world()->proc == 0) {
         char *meta = checkpoint_metadata_json(info);
         rc = safetensors_write(path, t, n, meta, err, errlen);
-        cJSON_free(meta);
+        free(meta);
     } else if (nonfinite == 0) {
         rc = 0;  /* process 0 writes; its outcome is every process's, below */
     } else {

@@ -41,7 +41,7 @@ typedef struct {
 enum { CHECKPOINT_NAME_MAX = ARENA_NAME_MAX + 32 };
 extern const char CHECKPOINT_M_PREFIX[], CHECKPOINT_V_PREFIX[], CHECKPOINT_HEAD[];
 extern const char CHECKPOINT_FILE_NAME[];  /* the trainer's file in its --out folder */
-/* __metadata__ for info, as a JSON object of strings (cJSON_free it). */
+/* __metadata__ for info, as a JSON object of strings (free it). */
 char *checkpoint_metadata_json(const CheckpointInfo *info);
 /* The metadata of an open file, checked. 0, or -1 with a one-line message. */
 int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen);

@@ -1,8 +1,8 @@
 /* checkpoint_file.c: the checkpoint file itself (checkpoint.h): its metadata,
  * and the checks of every tensor, with no strategy in sight, so that a fuzzer
  * can run them on any bytes. */
-#include <cjson/cJSON.h>
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,33 +17,24 @@ const char CHECKPOINT_M_PREFIX[] = "optim.exp_avg.", CHECKPOINT_V_PREFIX[] = "op
 
 /* __metadata__: every value a string, as the format asks. */
 char *checkpoint_metadata_json(const CheckpointInfo *info) {
-    cJSON *config = cJSON_CreateObject();
-    cJSON_AddNumberToObject(config, "vocab_size", info->model.vocab);
-    cJSON_AddNumberToObject(config, "block_size", info->model.block_size);
-    cJSON_AddNumberToObject(config, "n_layer", info->model.layers);
-    cJSON_AddNumberToObject(config, "n_head", info->model.heads);
-    cJSON_AddNumberToObject(config, "n_embd", info->model.embd);
-    cJSON_AddBoolToObject(config, "bias", 0);
-    cJSON *vocab = cJSON_CreateArray();
-    for (int i = 0; i < info->model.vocab; i++) cJSON_AddItemToArray(vocab, cJSON_CreateNumber(info->itos[i]));
-    char *config_text = cJSON_PrintUnformatted(config), *vocab_text = cJSON_PrintUnformatted(vocab);
+    json_t *vocab = json_array();
+    for (int i = 0; i < info->model.vocab; i++) json_array_append_new(vocab, json_integer(info->itos[i]));
+    json_t *config = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", info->model.vocab, "block_size",
+                               info->model.block_size, "n_layer", info->model.layers, "n_head", info->model.heads,
+                               "n_embd", info->model.embd, "bias", 0);
+    char *config_text = json_dumps(config, JSON_COMPACT), *vocab_text = json_dumps(vocab, JSON_COMPACT);
     char iter[16], adam_step[16], seed[16];
     snprintf(iter, sizeof iter, "%d", info->iter);
     snprintf(adam_step, sizeof adam_step, "%d", info->adam_step);
     snprintf(seed, sizeof seed, "%u", info->seed);
-    cJSON *meta = cJSON_CreateObject();
-    cJSON_AddStringToObject(meta, "format", "zerofiber checkpoint 1");
-    cJSON_AddStringToObject(meta, "config", config_text);
-    cJSON_AddStringToObject(meta, "vocab", vocab_text);
-    cJSON_AddStringToObject(meta, "iter", iter);
-    cJSON_AddStringToObject(meta, "adam_step", adam_step);
-    cJSON_AddStringToObject(meta, "seed", seed);
-    char *json = cJSON_PrintUnformatted(meta);
-    cJSON_free(config_text);
-    cJSON_free(vocab_text);
-    cJSON_Delete(config);
-    cJSON_Delete(vocab);
-    cJSON_Delete(meta);
+    json_t *meta = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "zerofiber checkpoint 1", "config",
+                             config_text, "vocab", vocab_text, "iter", iter, "adam_step", adam_step, "seed", seed);
+    char *json = json_dumps(meta, JSON_COMPACT);
+    free(config_text);
+    free(vocab_text);
+    json_decref(config);
+    json_decref(vocab);
+    json_decref(meta);
     return json;
 }
 
@@ -56,18 +47,16 @@ static long parse_count(const char *text, long lo, long hi) {
     return errno || *end || x < lo || x > hi ? -1 : x;
 }
 
-static int config_int(const cJSON *config, const char *key, int *out) {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(config, key);
-    if (!cJSON_IsNumber(item) || item->valuedouble < 1 || item->valuedouble > INT_MAX ||
-        item->valuedouble != (double)(int)item->valuedouble)
-        return -1;
-    *out = (int)item->valuedouble;
+static int config_int(const json_t *config, const char *key, int *out) {
+    const json_t *item = json_object_get(config, key);
+    if (!json_is_integer(item) || json_integer_value(item) < 1 || json_integer_value(item) > INT_MAX) return -1;
+    *out = (int)json_integer_value(item);
     return 0;
 }
 
 /* Whether the file's header has a tensor of this name. */
 static int holds(const StFile *f, const char *name) {
-    return cJSON_GetObjectItemCaseSensitive((const cJSON *)f->header, name) != NULL;
+    return json_object_get((const json_t *)f->header, name) != NULL;
 }
 
 /* The metadata of an open file, checked. */
@@ -84,24 +73,25 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
         snprintf(err, errlen, "'%s' is no checkpoint: its metadata lacks the model config or the vocabulary", path);
         return -1;
     }
-    cJSON *config = cJSON_Parse(config_text), *vocab = cJSON_Parse(vocab_text);
+    json_t *config = json_loads(config_text, JSON_REJECT_DUPLICATES, NULL);
+    json_t *vocab = json_loads(vocab_text, JSON_REJECT_DUPLICATES, NULL);
     ModelConfig *mc = &info->model;
-    int bad = !cJSON_IsObject(config) || config_int(config, "vocab_size", &mc->vocab) ||
+    int bad = !json_is_object(config) || config_int(config, "vocab_size", &mc->vocab) ||
               config_int(config, "block_size", &mc->block_size) || config_int(config, "n_layer", &mc->layers) ||
               config_int(config, "n_head", &mc->heads) || config_int(config, "n_embd", &mc->embd);
     const char *why = bad ? "its model config is not valid JSON with positive whole numbers" : gpt_config_error(mc);
-    if (!why && (!cJSON_IsArray(vocab) || cJSON_GetArraySize(vocab) != mc->vocab))
+    if (!why && (!json_is_array(vocab) || json_array_size(vocab) != (size_t)mc->vocab))
         why = "its vocabulary is not a list of vocab_size bytes";
     int seen[256] = { 0 };
     for (int i = 0; !why && i < mc->vocab; i++) {
-        const cJSON *b = cJSON_GetArrayItem(vocab, i);
-        double x = cJSON_IsNumber(b) ? b->valuedouble : -1;
-        if (x < 0 || x > 255 || x != floor(x)) why = "its vocabulary holds a non-byte";
-        else if (seen[(int)x]++) why = "its vocabulary holds a byte twice";
+        const json_t *b = json_array_get(vocab, (size_t)i);
+        json_int_t x = json_is_integer(b) ? json_integer_value(b) : -1;
+        if (x < 0 || x > 255) why = "its vocabulary holds a non-byte";
+        else if (seen[x]++) why = "its vocabulary holds a byte twice";
         else info->itos[i] = (unsigned char)x;
     }
-    cJSON_Delete(config);
-    cJSON_Delete(vocab);
+    json_decref(config);
+    json_decref(vocab);
     long iter = parse_count(safetensors_metadata(f, "iter"), 0, INT_MAX);
     long adam_step = parse_count(safetensors_metadata(f, "adam_step"), 0, INT_MAX);
     long seed = parse_count(safetensors_metadata(f, "seed"), 0, UINT32_MAX);
@@ -126,6 +116,19 @@ int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size
     int rc = checkpoint_info_of(&f, path, info, err, errlen);
     safetensors_close(&f);
     return rc;
+}
+
+/* Adam's second moment is a running mean of squares: a negative element makes
+ * its square root, and the next update, NaN. 0, or -1 naming the first one. */
+static int check_second_moment(const char *path, const char *name, const float *v, size_t n, char *err,
+                               size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] >= 0.0f) continue;
+        snprintf(err, errlen, "'%s': tensor '%s' holds a negative value (element %zu is %g), and Adam's second "
+                 "moment is a mean of squares", path, name, i, v[i]);
+        return -1;
+    }
+    return 0;
 }
 
 /* Copy one F32 tensor of the file into a host arena, checking it. */
@@ -175,6 +178,7 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
         if (rc == 0 && info->has_state) rc = take(f, path, name, ts, m, err, errlen);
         snprintf(name, sizeof name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
         if (rc == 0 && info->has_state) rc = take(f, path, name, ts, v, err, errlen);
+        if (rc == 0 && info->has_state) rc = check_second_moment(path, name, v + ts->offset, ts->numel, err, errlen);
     }
     /* the head is the token embedding: nanoGPT ties them */
     if (rc == 0) {

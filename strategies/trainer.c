@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../model/sample.h"
 #include "../runtime/host.h"
@@ -126,8 +127,12 @@ static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int it
     memcpy(info.itos, data->itos, sizeof info.itos);
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
+    int existed = access(path, F_OK) == 0;
     if (checkpoint_save(s, path, &info, err, sizeof err) != 0) {
-        if (world()->proc == 0) fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
+        if (world()->proc == 0 && existed)
+            fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
+        else if (world()->proc == 0)
+            fprintf(stderr, "error: saving at iter %d: %s (there is no %s)\n", iter, err, path);
         result->every_process = 1;
         return 1;
     }

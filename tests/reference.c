@@ -2,7 +2,7 @@
 #include "reference.h"
 
 #include <criterion/criterion.h>
-#include <cjson/cJSON.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -357,60 +357,60 @@ static char *read_text(const char *path) {
 }
 
 /* What is wrong with event i, or NULL; a complete event goes to *span. */
-static const char *trace_event_error(const cJSON *ev, TraceSpan *span, int *is_span) {
-    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(ev, "ph"), *name = cJSON_GetObjectItemCaseSensitive(ev, "name");
-    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(ev, "pid"), *args = cJSON_GetObjectItemCaseSensitive(ev, "args");
-    if (!cJSON_IsString(ph) || !cJSON_IsString(name) || !cJSON_IsNumber(pid) || !cJSON_IsObject(args))
+static const char *trace_event_error(const json_t *ev, TraceSpan *span, int *is_span) {
+    const json_t *ph = json_object_get(ev, "ph"), *name = json_object_get(ev, "name");
+    const json_t *pid = json_object_get(ev, "pid"), *args = json_object_get(ev, "args");
+    if (!json_is_string(ph) || !json_is_string(name) || !json_is_number(pid) || !json_is_object(args))
         return "an event without a string ph and name, a number pid and an args object";
-    *is_span = strcmp(ph->valuestring, "X") == 0;
-    if (strcmp(ph->valuestring, "M") == 0) {
-        const int names_a_row = !strcmp(name->valuestring, "process_name") || !strcmp(name->valuestring, "thread_name");
-        if (names_a_row && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(args, "name")))
+    *is_span = strcmp(json_string_value(ph), "X") == 0;
+    if (strcmp(json_string_value(ph), "M") == 0) {
+        const char *what = json_string_value(name);
+        const int names_a_row = !strcmp(what, "process_name") || !strcmp(what, "thread_name");
+        if (names_a_row && !json_is_string(json_object_get(args, "name")))
             return "a process_name or thread_name event without args.name";
         return NULL;
     }
     if (!*is_span) return "an event neither complete (X) nor metadata (M)";
-    const cJSON *tid = cJSON_GetObjectItemCaseSensitive(ev, "tid"), *ts = cJSON_GetObjectItemCaseSensitive(ev, "ts");
-    const cJSON *dur = cJSON_GetObjectItemCaseSensitive(ev, "dur"), *unit = cJSON_GetObjectItemCaseSensitive(args, "unit");
-    if (!cJSON_IsNumber(tid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur) || !cJSON_IsNumber(unit))
+    const json_t *tid = json_object_get(ev, "tid"), *ts = json_object_get(ev, "ts");
+    const json_t *dur = json_object_get(ev, "dur"), *unit = json_object_get(args, "unit");
+    if (!json_is_number(tid) || !json_is_number(ts) || !json_is_number(dur) || !json_is_number(unit))
         return "a complete event without numbers tid, ts, dur and args.unit";
-    if (ts->valuedouble < 0 || dur->valuedouble < 0) return "a complete event with a negative ts or dur";
-    snprintf(span->name, sizeof span->name, "%s", name->valuestring);
-    span->pid = pid->valueint;
-    span->tid = tid->valueint;
-    span->unit = unit->valueint;
-    span->ts = ts->valuedouble;
-    span->dur = dur->valuedouble;
+    if (json_number_value(ts) < 0 || json_number_value(dur) < 0) return "a complete event with a negative ts or dur";
+    snprintf(span->name, sizeof span->name, "%s", json_string_value(name));
+    span->pid = (int)json_number_value(pid);
+    span->tid = (int)json_number_value(tid);
+    span->unit = (int)json_number_value(unit);
+    span->ts = json_number_value(ts);
+    span->dur = json_number_value(dur);
     return NULL;
 }
 
 TraceSpan *trace_read_spans(const char *path, int *n, char *err, size_t errlen) {
     char *text = read_text(path);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    json_t *root = text ? json_loads(text, JSON_REJECT_DUPLICATES, NULL) : NULL;
     free(text);
-    const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
-    if (!cJSON_IsArray(events)) {
+    const json_t *events = json_object_get(root, "traceEvents");
+    if (!json_is_array(events)) {
         snprintf(err, errlen, "%s: %s", path, root ? "no traceEvents array" : "not readable JSON");
-        cJSON_Delete(root);
+        json_decref(root);
         return NULL;
     }
-    TraceSpan *spans = calloc((size_t)cJSON_GetArraySize(events) + 1, sizeof *spans);
+    TraceSpan *spans = calloc(json_array_size(events) + 1, sizeof *spans);
     *n = 0;
-    int i = 0;
-    const cJSON *ev;
-    cJSON_ArrayForEach(ev, events) {
+    size_t i;
+    const json_t *ev;
+    json_array_foreach(events, i, ev) {
         int is_span = 0;
         const char *bad = trace_event_error(ev, &spans[*n], &is_span);
         if (bad) {
-            snprintf(err, errlen, "%s: event %d: %s", path, i, bad);
+            snprintf(err, errlen, "%s: event %zu: %s", path, i, bad);
             free(spans);
-            cJSON_Delete(root);
+            json_decref(root);
             return NULL;
         }
         *n += is_span;
-        i++;
     }
-    cJSON_Delete(root);
+    json_decref(root);
     return spans;
 }
 

@@ -11,7 +11,7 @@
  * to override) and says SKIP without one, or fails under ZF_REQUIRE_MPI.
  */
 #include <criterion/criterion.h>
-#include <cjson/cJSON.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
@@ -178,17 +178,18 @@ Test(multiprocess, the_comparisons_tell_runs_apart) {
  * 1 Adam's m (optim.exp_avg.*), 2 its v (optim.exp_avg_sq.*). */
 static void kind_diffs(const StFile *want, const StFile *got, double diff[3]) {
     double max_diff[3] = { 0 }, scale[3] = { 0 };
-    const cJSON *item;
-    cJSON_ArrayForEach(item, (const cJSON *)want->header) {
-        if (!strcmp(item->string, "__metadata__")) continue;
-        int kind = !strncmp(item->string, "optim.exp_avg_sq.", 17) ? 2 : !strncmp(item->string, "optim.exp_avg.", 14);
-        const cJSON *other = cJSON_GetObjectItemCaseSensitive((const cJSON *)got->header, item->string);
-        const cJSON *at = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
-        const cJSON *other_at = cJSON_GetObjectItemCaseSensitive(other, "data_offsets");
-        cr_assert(cJSON_GetArraySize(other_at) == 2, "%s is missing from the resumed run's file", item->string);
-        size_t lo = (size_t)cJSON_GetArrayItem(at, 0)->valuedouble, hi = (size_t)cJSON_GetArrayItem(at, 1)->valuedouble;
-        size_t other_lo = (size_t)cJSON_GetArrayItem(other_at, 0)->valuedouble;
-        cr_assert_eq((size_t)cJSON_GetArrayItem(other_at, 1)->valuedouble - other_lo, hi - lo, "%s", item->string);
+    const char *name;
+    const json_t *item;
+    json_object_foreach((json_t *)want->header, name, item) {
+        if (!strcmp(name, "__metadata__")) continue;
+        int kind = !strncmp(name, "optim.exp_avg_sq.", 17) ? 2 : !strncmp(name, "optim.exp_avg.", 14);
+        const json_t *other = json_object_get((const json_t *)got->header, name);
+        const json_t *at = json_object_get(item, "data_offsets"), *other_at = json_object_get(other, "data_offsets");
+        cr_assert(json_array_size(other_at) == 2, "%s is missing from the resumed run's file", name);
+        size_t lo = (size_t)json_integer_value(json_array_get(at, 0));
+        size_t hi = (size_t)json_integer_value(json_array_get(at, 1));
+        size_t other_lo = (size_t)json_integer_value(json_array_get(other_at, 0));
+        cr_assert_eq((size_t)json_integer_value(json_array_get(other_at, 1)) - other_lo, hi - lo, "%s", name);
         const float *a = (const float *)(want->bytes + want->data_start + lo);
         const float *b = (const float *)(got->bytes + got->data_start + other_lo);
         for (size_t i = 0; i < (hi - lo) / sizeof(float); i++) {

@@ -9,7 +9,7 @@
 #   tools/gpu_check.sh            on the GPU machine (carry build/gpu/bundle.tar.xz): the steps below
 #
 # The GPU machine has CUDA, and cuBLAS and NCCL in its toolkit or its Python venv, but no
-# Criterion, cJSON or OpenBLAS, and reaches no package registry: so the binaries travel with
+# Criterion, Jansson or OpenBLAS, and reaches no package registry: so the binaries travel with
 # their libraries. cudart is linked in statically (Makefile); cuBLAS and NCCL are found there,
 # in the CUDA toolkit's folders first, then the venv's nvidia/*/lib; the C and C++ runtimes
 # (libc, libstdc++, libgcc_s) are the machine's own, which are newer than ours.

@@ -112,6 +112,16 @@ MUTANTS = [
      "strategies/ranks.c",
      "            nbufs = 3;",
      "            nbufs = 2;"),
+    ("shape-rank-loose", "the checkpoint reader: a tensor with more dimensions than asked ([16, 1] for [16]) "
+     "accepted",
+     "model/safetensors.c",
+     "    int same = entry.ndim == ndim;",
+     "    int same = entry.ndim >= ndim;"),
+    ("header-float-offsets", "the safetensors reader: 8.0 or 8e0 taken for the whole number 8, which the "
+     "reference refuses",
+     "model/safetensors.c",
+     "    if (!json_is_integer(x) || json_integer_value(x) < 0) return 0;\n    *out = json_integer_value(x);",
+     "    if (!json_is_number(x) || json_number_value(x) < 0) return 0;\n    *out = (json_int_t)json_number_value(x);"),
     ("zero2-scale-dropped", "a dropped scale: ZeRO-2/3's reduce-scatter sums instead of averaging",
      "strategies/sharded.c",
      "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,",
