@@ -88,7 +88,7 @@ $(BUILD)/%.o: %.cu Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/bin/train: $(BUILD)/tools/train.o $(LIB_OBJ)
+$(BUILD)/bin/train: $(BUILD)/tools/train.o $(BUILD)/tools/run_files.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 

@@ -62,7 +62,7 @@ static double exchange_seconds(uint8_t *send, uint8_t *recv, size_t bytes, doubl
     world_broadcast(&reps, sizeof reps, "bench_mpi's repetitions");
     double *seconds = host_calloc((size_t)reps, sizeof(double));
     for (int i = 0; i < reps; i++) {
-        (void)world_any(0, "bench_mpi's start");  /* every process starts together */
+        (void)world_first_nonzero(0, NULL, "bench_mpi's start");  /* every process starts together */
         t = wall_seconds();
         exchange(send, recv, bytes);
         seconds[i] = wall_seconds() - t;
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     for (size_t bytes = MIN_BYTES; bytes <= MAX_BYTES; bytes *= 4) {
         memset(recv, 0, bytes);
         double fastest, seconds = exchange_seconds(send, recv, bytes, &fastest);
-        if (world_any(!arrived_intact(recv, bytes), "bench_mpi's check")) {
+        if (world_first_nonzero(!arrived_intact(recv, bytes), NULL, "bench_mpi's check")) {
             if (w->proc == 0) fprintf(stderr, "bench_mpi: the exchange of %zu bytes delivered wrong bytes\n", bytes);
             status = 1;
             break;

@@ -2,6 +2,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,18 @@ int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t
                  "not known", path);
         return -1;
     }
+    /* the text and its tokens, before a byte is read: a file too big for the
+     * machine is one line, not the OOM killer's work */
+    size_t size_bytes = (size_t)st.st_size, need = size_bytes * (1 + sizeof(int));
+    if (size_bytes > SIZE_MAX / (1 + sizeof(int)) || host_memory_take(need) != 0) {
+        snprintf(err, errlen, "data file '%s' has %.1f MB; reading it takes %.1f MB of host memory (its bytes and "
+                 "their tokens), and the machine has %.1f MB for the run", path, size_bytes / 1e6, need / 1e6,
+                 host_memory_budget() / 1e6);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
+        host_memory_give_back(need);
         snprintf(err, errlen, "cannot open data file '%s': %s", path, strerror(errno));
         return -1;
     }
@@ -37,14 +48,16 @@ int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t
     size_t n = 0;
     if (text && fseek(f, 0, SEEK_SET) == 0) n = fread(text, 1, (size_t)size, f);
     fclose(f);
-    if (!text || n != (size_t)size) {
-        snprintf(err, errlen, text || size < 0 ? "cannot read data file '%s'" : "data file '%s' does not fit in host memory",
-                 path);
+    if (!text || n != (size_t)size || n != size_bytes) {
+        host_memory_give_back(need);
+        snprintf(err, errlen, text || size < 0 ? "cannot read data file '%s' (or it changed as it was read)"
+                                               : "data file '%s' does not fit in host memory", path);
         free(text);
         return -1;
     }
     size_t ntrain = n * 9 / 10;  /* nanoGPT's int(n * 0.9) */
     if (n - ntrain < (size_t)block_size + 1 || ntrain < (size_t)block_size + 1) {
+        host_memory_give_back(need);
         free(text);
         snprintf(err, errlen, "data file '%s' has %zu bytes; each split needs more than --block=%d "
                  "(at least %zu bytes)", path, n, block_size, (size_t)(block_size + 1) * 10);
@@ -60,15 +73,22 @@ int dataset_load(Dataset *d, const char *path, int block_size, char *err, size_t
         }
     }
     d->tokens = malloc(n * sizeof(int));
-    if (!d->tokens) { free(text); snprintf(err, errlen, "out of memory for '%s'", path); return -1; }
+    if (!d->tokens) {
+        host_memory_give_back(need);
+        free(text);
+        snprintf(err, errlen, "out of memory for '%s'", path);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) d->tokens[i] = d->stoi[text[i]];
     free(text);
+    host_memory_give_back(n);  /* the text's; the tokens' stay taken until dataset_free */
     d->ntokens = n;
     d->ntrain = ntrain;
     return 0;
 }
 
 void dataset_free(Dataset *d) {
+    if (d->tokens) host_memory_give_back(d->ntokens * sizeof(int));
     free(d->tokens);
     d->tokens = NULL;
 }

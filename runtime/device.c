@@ -42,11 +42,17 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
     };
     double in_use = device_total_bytes(dev);
     int capped = dev->limit > 0 && in_use + (double)bytes > (double)dev->limit;
-    void *p = capped ? NULL : dev->ops->alloc(dev, bytes);
+    /* the CPU's devices share the machine's memory, taken before it is touched */
+    int beyond_machine = !capped && dev->kind == DEVICE_CPU && host_memory_take(bytes) != 0;
+    void *p = capped || beyond_machine ? NULL : dev->ops->alloc(dev, bytes);
+    if (!p && !capped && !beyond_machine && dev->kind == DEVICE_CPU) host_memory_give_back(bytes);
     if (!p) {
         /* a clear line and status 1, not an abort: the run's state is on disk */
         char cap[96] = "";
-        if (dev->limit > 0) snprintf(cap, sizeof cap, ", of the %.1f MB --max-memory-mb allows", dev->limit / 1e6);
+        if (beyond_machine)
+            snprintf(cap, sizeof cap, ", of the %.1f MB the machine had free for the run", host_memory_budget() / 1e6);
+        else if (dev->limit > 0)
+            snprintf(cap, sizeof cap, ", of the %.1f MB --max-memory-mb allows", dev->limit / 1e6);
         fprintf(stderr,
                 "error: out of memory on %s%s%s: cannot allocate %zu bytes for %s (%.1f MB in use there%s)%s%s\n",
                 dev->name, dev->owner[0] ? " for " : "", dev->owner, bytes, kind_names[kind], in_use / 1e6, cap,
@@ -65,6 +71,7 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
 void device_free(Device *dev, MemKind kind, void *ptr, size_t bytes) {
     if (!ptr) return;
     dev->ops->free(dev, ptr);
+    if (dev->kind == DEVICE_CPU) host_memory_give_back(bytes);
     pthread_mutex_lock(&dev->mu);
     dev->bytes[kind] -= bytes;
     pthread_mutex_unlock(&dev->mu);

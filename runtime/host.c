@@ -1,7 +1,8 @@
-/* host.c: the host allocation, file checks, thread start and clock of host.h. */
+/* host.c: the host allocation, the machine's memory, file checks, thread start and clock of host.h. */
 #include "host.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -17,16 +18,75 @@ void *host_calloc(size_t count, size_t size) {
     return p;
 }
 
+size_t host_memory_free(void) {
+    unsigned long long kb = 0, limit = 0, used = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    size_t free_bytes = (size_t)kb * 1024;
+    /* a container's limit (cgroup v2) may be lower than the machine's */
+    f = fopen("/sys/fs/cgroup/memory.max", "r");
+    int limited = f && fscanf(f, "%llu", &limit) == 1;
+    if (f) fclose(f);
+    f = limited ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
+    if (f && fscanf(f, "%llu", &used) == 1 && used < limit && limit - used < free_bytes)
+        free_bytes = (size_t)(limit - used);
+    if (f) fclose(f);
+    return free_bytes;
+}
+
+/* The memory the run may take: what was free at its first take, less a
+ * sixteenth (at most 1 GB) for what it does not count (its stacks, the
+ * libraries' own buffers, the host's copies of the model at a save). */
+static struct {
+    pthread_mutex_t lock;
+    int known;
+    size_t budget, taken;
+} machine = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+int host_memory_take(size_t bytes) {
+    pthread_mutex_lock(&machine.lock);
+    if (!machine.known) {
+        size_t free_bytes = host_memory_free(), spare = free_bytes / 16 < (1u << 30) ? free_bytes / 16 : 1u << 30;
+        machine.budget = free_bytes ? free_bytes - spare : SIZE_MAX;  /* unknown: the kernel decides */
+        machine.known = 1;
+    }
+    int fits = bytes <= machine.budget - machine.taken;
+    if (fits) machine.taken += bytes;
+    pthread_mutex_unlock(&machine.lock);
+    return fits ? 0 : -1;
+}
+
+void host_memory_give_back(size_t bytes) {
+    pthread_mutex_lock(&machine.lock);
+    machine.taken -= bytes < machine.taken ? bytes : machine.taken;
+    pthread_mutex_unlock(&machine.lock);
+}
+
+size_t host_memory_budget(void) {
+    pthread_mutex_lock(&machine.lock);
+    size_t budget = machine.known ? machine.budget : 0;
+    pthread_mutex_unlock(&machine.lock);
+    return budget;
+}
+
 int host_is_directory(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+const int HOST_STOP_SIGNALS[HOST_STOP_SIGNAL_COUNT] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
+
+void host_stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    for (int i = 0; i < HOST_STOP_SIGNAL_COUNT; i++) sigaddset(set, HOST_STOP_SIGNALS[i]);
+}
+
 int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg) {
     sigset_t stop, old;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
+    host_stop_signals(&stop);
     int rc = pthread_sigmask(SIG_BLOCK, &stop, &old);
     if (rc != 0) return rc;
     rc = pthread_create(thread, NULL, start, arg);  /* the new thread inherits the mask */

@@ -1,5 +1,6 @@
-/* host.h: host memory that cannot fail, a check on paths given as files, the
- * one way the runtime starts a thread, and the clock of its deadlines.
+/* host.h: host memory that cannot fail, the machine's memory a run takes, a
+ * check on paths given as files, the signals that stop a run, the one way the runtime starts a thread, and the
+ * clock of its deadlines.
  *
  * Running out of host memory leaves nothing sensible to do: host_calloc ends
  * the program with a one-line error and exit status 1 (never an abort and a
@@ -9,18 +10,39 @@
 #define ZF_HOST_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 
 /* count * size zeroed bytes (at least one), or exit with a message. */
 void *host_calloc(size_t count, size_t size);
+
+/* The machine's memory, for what a run holds the whole way: every CPU
+ * device's allocations and the data's tokens are taken from what was free when
+ * the run first asked (less a spare sixteenth, at most 1 GB), before any of
+ * their pages is touched, so that a run too big for the machine stops at
+ * once with one line, rather than be ended by the kernel's OOM killer later
+ * with none. host_memory_take: 0, or -1 when `bytes` more would not fit;
+ * host_memory_give_back returns them; host_memory_budget is what the run
+ * could take (0 before the first take). host_memory_free: what the machine
+ * has free now (MemAvailable, or less under a cgroup's limit). */
+int host_memory_take(size_t bytes);
+void host_memory_give_back(size_t bytes);
+size_t host_memory_budget(void);
+size_t host_memory_free(void);
 /* 1 when path names a directory: a file was asked for, and reading one fails
  * with a message that does not say why. */
 int host_is_directory(const char *path);
 
-/* pthread_create, with SIGINT and SIGTERM blocked in the new thread: every
+/* The signals that stop a run at the next step (the trainer's handler sets a
+ * flag it polls): SIGINT, SIGTERM, SIGHUP (a closed terminal), and SIGUSR1
+ * and SIGUSR2 (a batch system's warning; mpirun passes them on); as a set. */
+enum { HOST_STOP_SIGNAL_COUNT = 5 };
+extern const int HOST_STOP_SIGNALS[HOST_STOP_SIGNAL_COUNT];
+void host_stop_signals(sigset_t *set);
+
+/* pthread_create, with the stop signals blocked in the new thread: every
  * thread of the runtime (rank fibers, stream workers, and the OpenMP pools they
- * start) leaves them to the main thread, whose handler the trainer polls
- * between steps. 0, or pthread_create's error. */
+ * start) leaves them to the main thread. 0, or pthread_create's error. */
 int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
 
 /* Seconds on CLOCK_MONOTONIC: for deadlines. */

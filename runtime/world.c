@@ -68,14 +68,16 @@ void world_broadcast(void *buf, size_t bytes, const char *what) {
     free(from);
 }
 
-int world_any(int flag, const char *what) {
-    int P = the_world.nprocs, any = 0;
-    if (P == 1) return flag != 0;
-    int *flags = host_calloc((size_t)P, sizeof *flags);
-    world_all_gather(&flag, flags, sizeof flag, what);
-    for (int p = 0; p < P; p++) any |= flags[p] != 0;
-    free(flags);
-    return any;
+int world_first_nonzero(int value, int *proc, const char *what) {
+    int P = the_world.nprocs, first = -1;
+    int *values = host_calloc((size_t)P, sizeof *values);
+    world_all_gather(&value, values, sizeof value, what);
+    for (int p = 0; p < P && first < 0; p++)
+        if (values[p]) first = p;
+    int found = first < 0 ? 0 : values[first];
+    free(values);
+    if (proc) *proc = first < 0 ? 0 : first;
+    return found;
 }
 
 void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what) {

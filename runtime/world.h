@@ -63,8 +63,9 @@ void world_abort(int status) __attribute__((noreturn));
 void world_all_gather(const void *mine, void *all, size_t bytes, const char *what);
 /* buf on every process = buf on process 0. */
 void world_broadcast(void *buf, size_t bytes, const char *what);
-/* Whether any process passes a non-zero flag. */
-int world_any(int flag, const char *what);
+/* The value of the first process (in process order) that passes a non-zero
+ * one, and that process in *proc (when not NULL); 0 when none does. */
+int world_first_nonzero(int value, int *proc, const char *what);
 
 /* One exchange of the process group: to[p] goes to process p and from[p]
  * arrives from it, for every p but this process (their own entries unused;

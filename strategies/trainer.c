@@ -31,15 +31,36 @@ static HostBatch batch_alloc(const Strategy *s) {
 
 static void batch_free(HostBatch *b) { free(b->x); free(b->y); }
 
-float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters) {
+/* Whether a stop signal reached any process of the run (the first one's goes
+ * to result); every process asks at the same points, so all stop at the same
+ * one. Never without a stop_signal. */
+static int stop_requested(const TrainConfig *cfg, TrainResult *result) {
+    if (!cfg || !cfg->stop_signal) return 0;
+    int sig = world_first_nonzero(*cfg->stop_signal, &result->stopped_in, "the stop signals");
+    if (sig) result->stopped_by = sig;
+    return sig != 0;
+}
+
+/* The mean loss over eval_iters fixed batches of a split into *loss; 1 if a
+ * stop signal (stop_requested, between batches) cut it short. */
+static int mean_eval_loss(Strategy *s, const Dataset *data, int split, int eval_iters, const TrainConfig *cfg,
+                          TrainResult *result, float *loss) {
     HostBatch b = batch_alloc(s);
     double total = 0.0;
-    for (int i = 0; i < eval_iters; i++) {
+    int i = 0;
+    for (; i < eval_iters && !stop_requested(cfg, result); i++) {
         dataset_batch(data, split, BATCH_EVAL, s->cfg.seed, (uint32_t)i, 0, b.rows, b.T, b.x, b.y);
         total += s->ops->eval_loss(s, b.x, b.y);
     }
     batch_free(&b);
-    return (float)(total / eval_iters);
+    *loss = (float)(total / eval_iters);
+    return i < eval_iters;
+}
+
+float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters) {
+    float loss;
+    mean_eval_loss(s, data, split, eval_iters, NULL, NULL, &loss);
+    return loss;
 }
 
 static void format_eta(double seconds, char *buf, size_t len) {
@@ -64,8 +85,13 @@ int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sam
     memcpy(tokens, prompt, (size_t)n_prompt * sizeof(int));
     for (int left = n_new; rc == 0 && left > 0;) {
         int n = left < SAMPLE_PIECE ? left : SAMPLE_PIECE;
-        rc = s->ops->generate(s, tokens, have, n, how);
-        if (rc == 0) rc = emit(ctx, tokens + have, n);
+        /* in calls of SAMPLE_CALL tokens, each continuing the last: the draws
+         * are keyed by position, so they are one call's */
+        for (int done = 0; rc == 0 && done < n; done += SAMPLE_CALL) {
+            int k = n - done < SAMPLE_CALL ? n - done : SAMPLE_CALL;
+            rc = s->ops->generate(s, tokens, have + done, k, how);
+            if (rc == 0) rc = emit(ctx, tokens + have + done, k);
+        }
         have += n;
         left -= n;
         if (have > block) {  /* the last block is all the next piece's forward sees */
@@ -91,30 +117,32 @@ static int flush_output(const TrainConfig *cfg) {
     return 1;
 }
 
-typedef struct { const TrainConfig *cfg; const Dataset *data; } SampleSink;
+typedef struct { const TrainConfig *cfg; const Dataset *data; TrainResult *result; int failed; } SampleSink;
 
-/* A piece of the sample, to the progress lines and (as part of one JSON
- * string) to the log. */
+/* A part of the sample, to the progress lines and (as part of one JSON
+ * string) to the log; then the sample stops if a write failed or a stop
+ * signal came. */
 static int emit_sample(void *ctx, const int *piece, int n) {
-    const SampleSink *sink = ctx;
+    SampleSink *sink = ctx;
     for (int i = 0; i < n; i++) {
         unsigned char c = sink->data->itos[piece[i]];
         if (sink->cfg->out) fputc(c, sink->cfg->out);
         if (sink->cfg->log) json_char(sink->cfg->log, c);
     }
-    return flush_output(sink->cfg);
+    sink->failed = flush_output(sink->cfg);
+    return sink->failed || stop_requested(sink->cfg, sink->result);
 }
 
-/* sample_chars characters after a newline, as nanoGPT's sample.py starts; 0,
- * or 1 when they could not be written. */
-static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data) {
+/* sample_chars characters after a newline, as nanoGPT's sample.py starts, up
+ * to a stop signal; 0, or 1 when they could not be written. */
+static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
     if (s->cfg.model.kind != MODEL_GPT) return 0;  /* the gates' MLP generates nothing */
     int first = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;  /* any first token will do otherwise */
-    SampleSink sink = { cfg, data };
+    SampleSink sink = { cfg, data, result, 0 };
     if (cfg->out) fputs("sample:\n", cfg->out);
     if (cfg->log) fputs("{\"sample\": \"", cfg->log);
-    if (generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed }, emit_sample, &sink) != 0)
-        return 1;
+    generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed }, emit_sample, &sink);
+    if (sink.failed) return 1;
     if (cfg->out) fputc('\n', cfg->out);
     if (cfg->log) fputs("\"}\n", cfg->log);
     return flush_output(cfg);
@@ -169,8 +197,9 @@ static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss,
  * whatever its loss. 0, or 1 when an output or the save failed. */
 static int eval_and_save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result,
                          float *best_val) {
-    result->train_loss = evaluate(s, data, SPLIT_TRAIN, cfg->eval_iters);
-    result->val_loss = evaluate(s, data, SPLIT_VAL, cfg->eval_iters);
+    if (mean_eval_loss(s, data, SPLIT_TRAIN, cfg->eval_iters, cfg, result, &result->train_loss) ||
+        mean_eval_loss(s, data, SPLIT_VAL, cfg->eval_iters, cfg, result, &result->val_loss))
+        return 0;  /* a stop signal: the run saves and stops at this step */
     if (cfg->out)
         fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n", iter, result->train_loss, result->val_loss);
     if (cfg->log)
@@ -256,23 +285,16 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
     for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
         result->iters_done = iter;
         /* every process stops at the same step, whichever caught the signal */
-        int caught = cfg->stop_signal ? *cfg->stop_signal : 0;
-        if (world_any(caught, "the stop signals")) {
-            result->stopped_by = caught ? caught : SIGTERM;
-            /* with every step done, the end's eval and save below, but no sample */
-            if (iter < cfg->iters) {
-                if (cfg->out_dir && iter > cfg->start_iter) status = save(s, cfg, data, iter, result);
-                break;
-            }
-        }
+        stop_requested(cfg, result);
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
-        if (eval_now && cfg->eval_iters > 0) {
+        if (eval_now && cfg->eval_iters > 0 && !result->stopped_by) {
             double t0 = wall_seconds();
             if ((status = eval_and_save(s, cfg, data, iter, result, &best_val)) != 0) break;
             window.start += wall_seconds() - t0;  /* evals do not count as step time */
         }
-        if (iter == cfg->iters) {
-            if (cfg->out_dir) status = save(s, cfg, data, iter, result);
+        if (result->stopped_by || iter == cfg->iters) {
+            /* a stop saves the steps done since the start; the end, every run's */
+            if (cfg->out_dir && (iter > cfg->start_iter || !result->stopped_by)) status = save(s, cfg, data, iter, result);
             break;
         }
 
@@ -289,7 +311,7 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
             break;
     }
     result->seconds = step_seconds;
-    if (status == 0 && !result->stopped_by && cfg->sample_chars > 0) status = sample_text(s, cfg, data);
+    if (status == 0 && !result->stopped_by && cfg->sample_chars > 0) status = sample_text(s, cfg, data, result);
     if (status == 0) status = flush_output(cfg);
     batch_free(&b);
     return status;

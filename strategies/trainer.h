@@ -29,8 +29,9 @@ typedef struct {
      * run there; 1 skips it (no update) and goes on, at most max_skips times. */
     int skip_nonfinite, max_skips;
     /* NULL, or a flag a signal handler sets (to the signal's number): the run
-     * stops after the step in flight, saving first with out_dir; every
-     * process of the run at the same step, whichever caught it. */
+     * stops after the step in flight, or the evaluation batch or the sample's
+     * call of generate (trainer.h) in flight, saving first with out_dir;
+     * every process of the run at the same point, whichever caught it. */
     const volatile sig_atomic_t *stop_signal;
 } TrainConfig;
 
@@ -40,6 +41,7 @@ typedef struct {
     double seconds;        /* wall time of the steps, evals excluded */
     int skipped;           /* steps skipped for a non-finite loss or gradient */
     int stopped_by;        /* the signal that stopped the run early; 0 if none */
+    int stopped_in;        /* the first process that caught it */
     int iters_done;        /* steps done when the run ended (skipped ones included) */
     /* A failure every process of the run met at the same point (a step not
      * finite, a failed save, an injected step fault), process 0 saying why;
@@ -59,15 +61,16 @@ typedef struct {
  * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);
 
-/* New tokens per piece of a generated text. */
-enum { SAMPLE_PIECE = 4096 };
+/* New tokens per piece of a generated text, and per call of generate within
+ * a piece (between calls, the text is written and a stop looked for). */
+enum { SAMPLE_PIECE = 4096, SAMPLE_CALL = 64 };
 
-/* Generate n_new tokens after prompt[0, n_prompt) with s->ops->generate, at
- * most SAMPLE_PIECE at a time, each piece continuing the last block_size tokens
- * before it, and hand each piece's new tokens to emit (0 to go on): memory stays
- * bounded, and text appears as it comes, however long. The first piece draws
- * as one generate call would; each later one from a key of its own. 0, or -1
- * when the model is no GPT or emit stopped it. */
+/* Generate n_new tokens after prompt[0, n_prompt) with s->ops->generate, in
+ * pieces of at most SAMPLE_PIECE, each piece continuing the last block_size
+ * tokens before it, and hand each call's SAMPLE_CALL new tokens (or fewer) to
+ * emit (0 to go on): memory stays bounded, and text appears as it comes,
+ * however long. The first piece draws as one generate call would; each later
+ * one from a key of its own. 0, or -1 when the model is no GPT or emit stopped it. */
 int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sampling how,
                     int (*emit)(void *ctx, const int *piece, int n), void *ctx);
 

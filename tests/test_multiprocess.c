@@ -351,36 +351,121 @@ Test(multiprocess, an_error_in_a_rank_of_another_process_ends_every_process_once
     free(line);
 }
 
-/* Processes started with other flags, or with the same flags on other data
- * (mpirun's MPMD form), refuse to train: one line naming process 1. */
+/* A tiny run, flag by flag: process 1 gets one of them changed. */
+static const char *const TINY_FLAGS[] = {
+    "--layers=1", "--embd=16", "--heads=2", "--block=16", "--batch=2", "--iters=2", "--lr=1e-3", "--seed=1",
+    "--eval-iters=1", "--dropout=0", "--grad-clip=1", "--sample-chars=0",
+};
+enum { TINY_COUNT = sizeof TINY_FLAGS / sizeof TINY_FLAGS[0] };
+
+/* The tiny run's flags, the flag at `changed` (if in range) as `instead`. */
+static void tiny_flags(char *out, size_t len, int changed, const char *instead) {
+    out[0] = 0;
+    for (int i = 0; i < TINY_COUNT; i++)
+        snprintf(out + strlen(out), len - strlen(out), " %s", i == changed ? instead : TINY_FLAGS[i]);
+}
+
+/* mpirun's MPMD form, `launch` ("-np 1 [-wdir D] TRAIN ARGS : ..."): exit
+ * `want` within 20 s (the --timeout is 300), and stderr one line of ours
+ * holding `needle`. */
+static void expect_launch_refused(const char *launch, const char *needle, int want, const char *what) {
+    char err[8192];
+    double seconds;
+    int rc = run_failing(launch, err, sizeof err, &seconds);
+    cr_expect_eq(rc, want, "%s: exit %d, stderr:\n%s", what, rc, err);
+    cr_expect_lt(seconds, 20, "%s: %.1f s to refuse", what, seconds);
+    cr_expect_eq(count_lines_with(err, "train: "), 1, "%s: stderr:\n%s", what, err);
+    cr_expect(strstr(err, needle) != NULL, "%s: no '%s' in stderr:\n%s", what, needle, err);
+}
+
+/* Process 0 with args0 and process 1 with args1, as expect_launch_refused. */
+static void expect_refused(const char *args0, const char *args1, const char *needle, int want, const char *what) {
+    char args[8192];
+    char *train = realpath(train_binary(), NULL);  /* a process may run in a folder of its own */
+    cr_assert_not_null(train, "%s", train_binary());
+    snprintf(args, sizeof args, "-np 1 %s %s : -np 1 %s %s", train, args0, train, args1);
+    expect_launch_refused(args, needle, want, what);
+    free(train);
+}
+
+/* Processes started with other flags (any one of them, wherever it stands),
+ * or with the same flags on other data (a byte changed at the start, the
+ * middle or the end): one line naming process 1 and what differs, exit 2. */
 Test(multiprocess, processes_that_disagree_refuse_to_start) {
     need_mpi();
-    char args[8192], err[8192];
-    char *train = realpath(train_binary(), NULL);  /* each process runs in a folder of its own below */
-    cr_assert_not_null(train, "%s", train_binary());
-    const char *tiny = "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --iters=2 --eval-iters=1 --sample-chars=0";
-    snprintf(args, sizeof args, "-np 1 %s %s --seed=1 : -np 1 %s %s --seed=2", train, tiny, train, tiny);
-    double seconds;
-    int rc = run_failing(args, err, sizeof err, &seconds);
-    cr_expect_neq(rc, 0, "other flags: exit 0");
-    cr_expect_eq(count_lines_with(err, "train: "), 1, "other flags: stderr:\n%s", err);
-    cr_expect(strstr(err, "rank 1 (process 1) was started with other flags"), "other flags: stderr:\n%s", err);
-
-    char dirs[2][64], file[160], cmd[256];
-    for (int d = 0; d < 2; d++) {
-        temp_dir(dirs[d], sizeof dirs[d], "mp_data");
-        snprintf(file, sizeof file, "%s/d.txt", dirs[d]);
-        snprintf(cmd, sizeof cmd, "head -c 20000 data/tinyshakespeare.txt | tail -c %d > %s", 10000 + d, file);
-        cr_assert_eq(system(cmd), 0);
+    char same[1024], other[1024], needle[128];
+    tiny_flags(same, sizeof same, -1, NULL);
+    static const struct { int at; const char *instead, *flag; } changes[] = {
+        { 0, "--layers=2", "layers" }, { 6, "--lr=2e-3", "lr" }, { 7, "--seed=2", "seed" },
+        { TINY_COUNT - 1, "--sample-chars=5", "sample-chars" },
+    };
+    for (size_t i = 0; i < sizeof changes / sizeof changes[0]; i++) {
+        tiny_flags(other, sizeof other, changes[i].at, changes[i].instead);
+        snprintf(needle, sizeof needle, "rank 1 (process 1) was started with another --%s than process 0",
+                 changes[i].flag);
+        expect_refused(same, other, needle, 2, changes[i].instead);
     }
-    snprintf(args, sizeof args, "-np 1 -wdir %s %s %s --data=d.txt : -np 1 -wdir %s %s %s --data=d.txt", dirs[0],
-             train, tiny, dirs[1], train, tiny);
-    rc = run_failing(args, err, sizeof err, &seconds);
-    cr_expect_neq(rc, 0, "other data: exit 0");
-    cr_expect_eq(count_lines_with(err, "train: "), 1, "other data: stderr:\n%s", err);
-    cr_expect(strstr(err, "rank 1 (process 1) was started with another data file"), "other data: stderr:\n%s", err);
-    for (int d = 0; d < 2; d++) remove_dir(dirs[d]);
-    free(train);
+    char dirs[2][64], file[160], cmd[256], args[1200];
+    static const long positions[] = { 0, 5000, 9999 };
+    for (size_t k = 0; k < sizeof positions / sizeof positions[0]; k++) {
+        for (int d = 0; d < 2; d++) {
+            temp_dir(dirs[d], sizeof dirs[d], "mp_data");
+            snprintf(file, sizeof file, "%s/d.txt", dirs[d]);
+            snprintf(cmd, sizeof cmd, "head -c 10000 data/tinyshakespeare.txt > %s", file);
+            cr_assert_eq(system(cmd), 0);
+        }
+        /* process 1's copy: one byte swapped for another letter of the text */
+        snprintf(file, sizeof file, "%s/d.txt", dirs[1]);
+        FILE *f = fopen(file, "r+b");
+        cr_assert_not_null(f);
+        cr_assert_eq(fseek(f, positions[k], SEEK_SET), 0);
+        int c = fgetc(f);
+        cr_assert_eq(fseek(f, positions[k], SEEK_SET), 0);
+        fputc(c == 'e' ? 't' : 'e', f);
+        cr_assert_eq(fclose(f), 0);
+        snprintf(args, sizeof args, "%s --data=d.txt", same);
+        char *train = realpath(train_binary(), NULL), launch[4096], what[64];
+        snprintf(launch, sizeof launch, "-np 1 -wdir %s %s %s : -np 1 -wdir %s %s %s", dirs[0], train, args, dirs[1],
+                 train, args);
+        snprintf(what, sizeof what, "data with byte %ld changed", positions[k]);
+        expect_launch_refused(launch, "rank 1 (process 1) was started with another data file", 2, what);
+        free(train);
+        for (int d = 0; d < 2; d++) remove_dir(dirs[d]);
+    }
+}
+
+/* A flag that no run can use, given to process 1 alone: every process stops
+ * within seconds, exit 2, with one line naming process 1 and the flag (not a
+ * silent process 1 and the others waiting out their --timeout). */
+Test(multiprocess, a_bad_flag_on_one_process_ends_every_process_at_once) {
+    need_mpi();
+    char same[1024], bad[1200];
+    tiny_flags(same, sizeof same, -1, NULL);
+    static const struct { const char *flag, *needle; } cases[] = {
+        { "--bogus=1", "train: process 1: unknown flag '--bogus'" },
+        { "--lr=abc", "train: process 1: --lr expects a decimal number, got 'abc'" },
+        { "--help", "train: process 1: it was started with --help, and the others were not" },
+        { "--out=", "train: process 1: --out has an empty value" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(bad, sizeof bad, "%s %s", same, cases[i].flag);
+        expect_refused(same, bad, cases[i].needle, 2, cases[i].flag);
+    }
+    /* the same bad flag everywhere: said once, as one process says it */
+    snprintf(bad, sizeof bad, "%s --lr=abc", same);
+    expect_refused(bad, bad, "train: --lr expects a decimal number, got 'abc'", 2, "--lr=abc everywhere");
+}
+
+/* What every process meets (data that cannot be read, a checkpoint that cannot
+ * be loaded) is said once, by process 0, and every process exits 1. */
+Test(multiprocess, an_error_every_process_meets_is_said_once) {
+    need_mpi();
+    char same[1024], args[1200];
+    tiny_flags(same, sizeof same, -1, NULL);
+    snprintf(args, sizeof args, "%s --data=/nonexistent/d.txt", same);
+    expect_refused(args, args, "train: cannot open data file '/nonexistent/d.txt'", 1, "missing data");
+    snprintf(args, sizeof args, "%s --resume=/nonexistent/c.safetensors", same);
+    expect_refused(args, args, "train: cannot open '/nonexistent/c.safetensors'", 1, "missing checkpoint");
 }
 
 /* The bin/train children of mpirun (pid `parent`), process p's at pids[p];
@@ -474,6 +559,74 @@ Test(multiprocess, a_killed_process_ends_the_others_within_the_timeout) {
     cr_expect_neq(done, 0, "mpirun still ran %g s after process 1 was killed", seconds);
     cr_expect(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "mpirun exited 0 after a process was killed");
     cr_expect(others_ended, "process 0 (pid %d) still ran after mpirun ended", (int)pids[0]);
+}
+
+/* The stop line's step count ("after N steps"), or -1. */
+static int steps_in(const char *err) {
+    const char *at = strstr(err, " after ");
+    int steps = -1;
+    return at && sscanf(at, " after %d steps", &steps) == 1 ? steps : -1;
+}
+
+/* SIGTERM and SIGINT sent to each process in turn (not only to process 0, and
+ * not to mpirun, which would turn either into SIGTERM for every process):
+ * every process stops at the same step and process 0 saves it; the line names
+ * the signal and the process it reached, mpirun exits 128 + the signal, and the
+ * checkpoint, resumed for 2 steps more, is the file of a run never stopped. */
+Test(multiprocess, a_signal_to_any_process_stops_every_process_at_the_same_step, .timeout = 300) {
+    need_mpi();
+    static const struct { int sig; const char *name; } signals[] = { { SIGTERM, "SIGTERM" }, { SIGINT, "SIGINT" } };
+    for (int target = 0; target < 2; target++)
+        for (size_t k = 0; k < sizeof signals / sizeof signals[0]; k++) {
+            char dir[64], out[128], err_path[128], args[4096], err[8192], what[64];
+            temp_dir(dir, sizeof dir, "mp_signal");
+            snprintf(out, sizeof out, "%s/stdout.txt", dir);
+            snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+            snprintf(what, sizeof what, "%s to process %d", signals[k].name, target);
+            snprintf(args, sizeof args, "exec %s -np 2 %s %s --batch=3 --iters=100000 --eval-every=0 --gpus=1 "
+                     "--out=%s >%s 2>%s", test_mpirun(), train_binary(), BASE, dir, out, err_path);
+            pid_t mpirun = fork();
+            cr_assert_geq(mpirun, 0);
+            if (mpirun == 0) {
+                setpgid(0, 0);
+                execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+                _exit(127);
+            }
+            setpgid(mpirun, mpirun);
+            pid_t pids[2] = { 0, 0 };
+            int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
+            int sent = found == 2 && kill(pids[target], signals[k].sig) == 0, status = 0;
+            pid_t done = 0;
+            for (double until = seconds_now() + 30; sent && (done = waitpid(mpirun, &status, WNOHANG)) == 0 &&
+                                                    seconds_now() < until;)
+                usleep(50000);
+            kill(-mpirun, SIGKILL);  /* whatever happened: no training run left behind */
+            if (done == 0) waitpid(mpirun, &status, 0);
+            take_text(err_path, err, sizeof err);
+            cr_assert(stepping && found == 2 && sent, "%s: no two training processes to signal", what);
+            cr_expect(done != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 128 + signals[k].sig,
+                      "%s: mpirun %s %d, stderr:\n%s", what, done ? "exited" : "still ran, status",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, err);
+            char needle[96];
+            snprintf(needle, sizeof needle, "train: stopped by %s (to process %d) after ", signals[k].name, target);
+            cr_expect_eq(count_lines_with(err, "train: "), 1, "%s: stderr:\n%s", what, err);
+            cr_expect(strstr(err, needle) && strstr(err, "saved in"), "%s: stderr:\n%s", what, err);
+            int steps = steps_in(err);
+            cr_assert_gt(steps, 0, "%s: stderr:\n%s", what, err);
+            /* resumed by 2 x 1 for 2 steps more: the bits of 1 x 2 never stopped */
+            char ckpt[128];
+            snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+            snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=1 --resume=%s", BASE, steps + 2,
+                     ckpt);
+            Run resumed = launch(2, args);
+            snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=2", BASE, steps + 2);
+            Run straight = launch(0, args);
+            cr_expect(same_checkpoint(&straight, &resumed), "%s: stopped at %d and resumed, the file differs from a "
+                      "run never stopped", what, steps);
+            run_free(&resumed);
+            run_free(&straight);
+            remove_dir(dir);
+        }
 }
 
 /* ---- the process group over processes ---- */

@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
+#include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
+#include "../tools/options.h"
 #include "reference.h"
 
 static Dataset data;
@@ -146,10 +148,13 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--iters=0x10", "--iters expects an integer, got '0x10'" },
         { TRAIN, "--iters=-1", "--iters=-1 must not be negative" },
         { TRAIN, "--seed=1.5", "--seed expects an integer, got '1.5'" },
-        { TRAIN, "--lr=fast", "--lr expects a number, got 'fast'" },
-        { TRAIN, "--lr=1e-3x", "--lr expects a number, got '1e-3x'" },
-        { TRAIN, "--lr=nan", "--lr expects a number, got 'nan'" },
-        { TRAIN, "--lr=inf", "--lr=inf is out of range (a finite 32-bit float)" },
+        { TRAIN, "--lr=fast", "--lr expects a decimal number, got 'fast'" },
+        { TRAIN, "--lr=1e-3x", "--lr expects a decimal number, got '1e-3x'" },
+        { TRAIN, "--lr=nan", "--lr expects a decimal number, got 'nan'" },
+        { TRAIN, "--lr=inf", "--lr expects a decimal number, got 'inf'" },
+        { TRAIN, "--lr=1e39", "--lr=1e39 is out of range (a finite 32-bit float)" },
+        { TRAIN, "--lr=0x1p-3", "--lr expects a decimal number, got '0x1p-3'" },
+        { TRAIN, "--iters=' 5'", "--iters expects an integer, got ' 5'" },
         { TRAIN, "--lr=0", "--lr=0 must be positive" },
         { TRAIN, "--lr=-1", "--lr=-1 must be positive" },
         { TRAIN, "--min-lr=-0.1", "--min-lr=-0.1 must not be negative" },
@@ -186,7 +191,7 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--overlap=2", "--overlap=2 must be 0 or 1" },
         { TRAIN, "--bucket-mb=0", "--bucket-mb=0 must be in (0, 4096]" },
         { TRAIN, "--bucket-mb=5000", "--bucket-mb=5000 must be in (0, 4096]" },
-        { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a number, got 'nan'" },
+        { TRAIN, "--bucket-mb=nan", "--bucket-mb expects a decimal number, got 'nan'" },
         { TRAIN, "--unit=layer", "--unit=layer must be block, half or tensor" },
         { TRAIN, "--unit=Block", "--unit=Block must be block, half or tensor" },
         { TRAIN, "--unit=tensors", "--unit=tensors must be block, half or tensor" },
@@ -203,7 +208,7 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--dropout=1.5", "--dropout=1.5 must be in [0, 1)" },
         { TRAIN, "--dropout=1", "--dropout=1 must be in [0, 1)" },
         { TRAIN, "--dropout=-0.1", "--dropout=-0.1 must be in [0, 1)" },
-        { TRAIN, "--dropout=0.5.5", "--dropout expects a number, got '0.5.5'" },
+        { TRAIN, "--dropout=0.5.5", "--dropout expects a decimal number, got '0.5.5'" },
         { TRAIN, "--weight-decay=-1", "--weight-decay=-1 must not be negative" },
         { TRAIN, "--beta2=1", "--beta2=1 must be in [0, 1)" },
         { TRAIN, "--beta2=-0.5", "--beta2=-0.5 must be in [0, 1)" },
@@ -219,7 +224,7 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--always-save=2", "--always-save=2 must be 0 or 1" },
         { TRAIN, "--resume=a --init-from=b", "--resume and --init-from exclude each other" },
         { TRAIN, "--max-skips=x", "--max-skips expects an integer, got 'x'" },
-        { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a number, got 'lots'" },
+        { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a decimal number, got 'lots'" },
         { TRAIN, "--temperature=0", "--temperature=0 must be positive" },
         { TRAIN, "--top-k=-1", "--top-k=-1 must not be negative" },
         { TRAIN, "--iters=99999999999", "--iters=99999999999 is out of range" },
@@ -236,8 +241,13 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--inject-fault=-1:1:step", "RANK and STEP must not be negative" },
         { TRAIN, "--inject-fault=0:1:step:x", "must be RANK:STEP:WHERE" },
         { TRAIN, "--gpus=2 --inject-fault=2:1:forward", "names rank 2, and the run has ranks 0..1" },
-        { TRAIN, "--timeout=0", "--timeout=0 must be in (0, 1e6] seconds" },
+        { TRAIN, "--timeout=0", "--timeout=0 must be in [1, 1e6] seconds" },
         { TRAIN, "--timeout=abc", "--timeout" },
+        { TRAIN, "--timeout=0.001", "--timeout=0.001 must be in [1, 1e6] seconds" },
+        { TRAIN, "--rendezvous=file:/tmp/zf_never", "--rendezvous=file:/tmp/zf_never needs --nodes" },
+        { TRAIN, "--iters=10 --inject-fault=0:10:forward", "names step 10, and the run's steps are 0..9 (--iters=10)" },
+        { TRAIN, "--iters=10 --inject-fault=0:11:save", "names step 11, and the run's saves hold steps 1..10" },
+        { TRAIN, "--overwrite=2", "--overwrite=2 must be 0 or 1" },
         { SAMPLE, "", "--ckpt PATH is required" },
         { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
         { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
@@ -270,6 +280,72 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
     for (size_t i = 0; i < n; i++)
         expect_one_line(run_tool(binaries[cases[i].tool], cases[i].args, "/dev/null", err, sizeof err), 2, err,
                         cases[i].needle, cases[i].args);
+}
+
+/* Split a command line at its spaces into argv[1..] (argv[0] "train"); argc. */
+static int split_args(char *line, char **argv, int max) {
+    int argc = 0;
+    argv[argc++] = "train";
+    for (char *word = strtok(line, " "); word && argc < max; word = strtok(NULL, " ")) argv[argc++] = word;
+    return argc;
+}
+
+/* Each flag's hashes (options_flag_hashes) for a command line, which must parse. */
+static int hashes_of(const char *args, uint64_t *hashes, const char **names) {
+    char line[512], err[1024], *argv[32];
+    snprintf(line, sizeof line, "%s", args);
+    int argc = split_args(line, argv, 32);
+    TrainOptions o;
+    cr_assert_eq(options_read(&o, "train", "char-small", argc, argv, err, sizeof err), 0, "'%s': %s", args, err);
+    return options_flag_hashes(&o, hashes, names);
+}
+
+/* What processes compare before they train (tools/options.h): a change of any
+ * single flag's value, whatever the flag, changes that flag's hash, however the
+ * value is written, and --node-rank (each process's own) changes none. Each
+ * flag of the table needs a line here: a new flag without one fails. */
+Test(train, every_flag_alone_tells_two_processes_apart) {
+    static const char NODES[] = "--nodes=2 --rendezvous=file:/tmp/zf_r";
+    static const struct { const char *flag, *base, *other; } changes[] = {
+        { "preset", "", "--preset=char" }, { "data", "", "--data=other.txt" }, { "zero", "", "--zero=3" },
+        { "gpus", "", "--gpus=2" }, { "device", "", "--device=cpu" }, { "collectives", "", "--collectives=nccl" },
+        { "tf32", "", "--tf32=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
+        { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
+        { "link", "", "--link=5" }, { "layers", "", "--layers=3" }, { "heads", "", "--heads=2" }, { "embd", "", "--embd=64" },
+        { "block", "", "--block=32" }, { "batch", "", "--batch=4" }, { "iters", "", "--iters=10" }, { "lr", "", "--lr=2e-3" },
+        { "min-lr", "", "--min-lr=2e-4" }, { "warmup", "", "--warmup=5" }, { "lr-decay-iters", "", "--lr-decay-iters=50" },
+        { "dropout", "", "--dropout=0.1" }, { "weight-decay", "", "--weight-decay=0.01" }, { "beta2", "", "--beta2=0.95" },
+        { "grad-clip", "", "--grad-clip=0.5" }, { "seed", "", "--seed=7" }, { "eval-every", "", "--eval-every=5" },
+        { "eval-iters", "", "--eval-iters=3" }, { "log-every", "", "--log-every=2" }, { "sample-chars", "", "--sample-chars=9" },
+        { "log", "", "--log=l.jsonl" }, { "trace", "", "--trace=t.json" }, { "trace-steps", "", "--trace-steps=2" },
+        { "out", "", "--out=o" }, { "always-save", "", "--always-save=1" }, { "overwrite", "", "--overwrite=1" },
+        { "resume", "", "--resume=r.safetensors" }, { "init-from", "", "--init-from=i.safetensors" },
+        { "grad-accum", "", "--grad-accum=2" }, { "on-nan", "", "--on-nan=skip" }, { "max-skips", "", "--max-skips=3" },
+        { "max-memory-mb", "", "--max-memory-mb=100" }, { "timeout", "", "--timeout=60" },
+        { "nodes", "", NODES }, { "node-rank", NODES, "--nodes=2 --rendezvous=file:/tmp/zf_r --node-rank=1" },
+        { "rendezvous", NODES, "--nodes=2 --rendezvous=file:/tmp/zf_s" }, { "inject-fault", "", "--inject-fault=0:1:forward" },
+        { "ckpt", "", "--ckpt=c.safetensors" }, { "prompt", "", "--prompt=A" }, { "chars", "", "--chars=9" },
+        { "temperature", "", "--temperature=0.5" }, { "top-k", "", "--top-k=3" },
+    };
+    uint64_t base[MAX_FLAGS], other[MAX_FLAGS];
+    const char *names[MAX_FLAGS];
+    int n = hashes_of("", base, names);
+    for (int i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < sizeof changes / sizeof changes[0] && strcmp(changes[k].flag, names[i]) != 0) k++;
+        cr_assert_lt(k, sizeof changes / sizeof changes[0], "--%s has no other value in this test: add one", names[i]);
+        hashes_of(changes[k].base, base, names);
+        hashes_of(changes[k].other, other, names);
+        int differ = 0;
+        for (int j = 0; j < n; j++) differ |= base[j] != other[j];
+        if (strcmp(names[i], "node-rank") == 0) cr_expect(!differ, "--node-rank changed what processes compare");
+        else cr_expect_neq(base[i], other[i], "'%s' left --%s's hash as '%s' has it", changes[k].other, names[i],
+                           changes[k].base);
+    }
+    /* one value written two ways, flags in two orders: the same run */
+    hashes_of("--lr=1e-3 --seed=5", base, names);
+    hashes_of("--seed 5 --lr 0.001", other, names);
+    cr_expect_eq(memcmp(base, other, (size_t)n * sizeof base[0]), 0, "--lr=1e-3 and --lr 0.001 told apart");
 }
 
 Test(train, a_value_longer_than_its_flag_holds_is_an_error) {
@@ -467,7 +543,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         write_replaced(bad_path, good, n, edits[i].from, edits[i].to);
-        snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", model, dir, bad_path);
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s --overwrite=1 --resume=%s", model, dir, bad_path);
         int rc = run_train(args, err, sizeof err);
         cr_expect_eq(rc, 1, "%s: exit %d", edits[i].what, rc);
         cr_expect(strstr(err, edits[i].needle) != NULL, "%s: stderr was: %s", edits[i].what, err);
@@ -495,7 +571,7 @@ Test(train, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
             memcpy(longer + 9 + strlen(extra), good + 9, n - 9);
             write_all(bad_path, longer, n + strlen(extra));
         }
-        snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", model, dir, bad_path);
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s --overwrite=1 --resume=%s", model, dir, bad_path);
         int rc = run_train(args, err, sizeof err);
         cr_expect_eq(rc, 1, "%s: exit %d", cases[c].what, rc);
         cr_expect(strstr(err, cases[c].needle) != NULL, "%s: stderr was: %s", cases[c].what, err);
@@ -760,6 +836,56 @@ Test(train, a_failed_allocation_is_one_line_and_exit_1, .timeout = 60) {
 }
 
 /* 8 blocks of 128 on 4 ranks: DDP holds 28 MB a rank, ZeRO-3 12.3 MB (bin/train's memory line). */
+/* The command that runs bin/train with its address space capped near the
+ * machine's free memory (ulimit -v), so that a run that took more than the
+ * machine has fails to allocate, rather than wake the kernel's OOM killer
+ * (which may take the test's neighbours with it); not under AddressSanitizer,
+ * whose shadow memory needs terabytes of address space. */
+static void capped_train(char *cmd, size_t len) {
+#ifdef __SANITIZE_ADDRESS__
+    snprintf(cmd, len, "%s", train_binary());
+#else
+    snprintf(cmd, len, "ulimit -v %zu; exec %s", host_memory_free() / 1024 * 5 / 4, train_binary());
+#endif
+}
+
+/* A model whose weights alone pass the memory the machine has free (each
+ * allocation under what the kernel would refuse by itself, so it would be
+ * granted, touched and OOM-killed) stops at its first allocation past it:
+ * one line naming the machine's free memory, exit 1, within seconds. */
+Test(train, a_run_bigger_than_the_machine_stops_at_once_in_one_line, .timeout = 60) {
+    double free_bytes = (double)host_memory_free(), per_layer = 12.0 * 2048 * 2048 * sizeof(float);
+    int layers = (int)ceil(1.1 * free_bytes / per_layer);
+    if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
+    char cmd[1024], args[512], err[4096];
+    capped_train(cmd, sizeof cmd);
+    snprintf(args, sizeof args, "%s --embd=2048 --heads=16 --layers=%d --batch=1 --device=cpu", TINY, layers);
+    double t0 = wall_seconds();
+    int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
+    expect_one_line(rc, 1, err, "error: out of memory on cpu for DDP, N=1, rank 0: cannot allocate", "too big a model");
+    cr_expect(strstr(err, "the machine had free for the run") != NULL, "not the machine's memory: %s", err);
+    cr_expect_lt(wall_seconds() - t0, 30.0, "%.1f s to refuse", wall_seconds() - t0);
+}
+
+/* A data file whose bytes and tokens would take twice the machine's free
+ * memory (a sparse file: no disk taken) is refused before a byte is read. */
+Test(train, a_data_file_bigger_than_the_machine_is_refused_before_reading, .timeout = 60) {
+    char dir[64], big[128], cmd[1024], args[512], err[4096];
+    temp_dir(dir, sizeof dir, "bigdata");
+    snprintf(big, sizeof big, "%s/big.txt", dir);
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)(host_memory_free() / 5 * 2)), 0);
+    close(fd);
+    capped_train(cmd, sizeof cmd);
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s", TINY, big);
+    double t0 = wall_seconds();
+    expect_one_line(run_tool(cmd, args, "/dev/null", err, sizeof err), 1, err,
+                    "of host memory (its bytes and their tokens), and the machine has", "a sparse data file");
+    cr_expect_lt(wall_seconds() - t0, 10.0, "%.1f s to refuse", wall_seconds() - t0);
+    remove_dir(dir);
+}
+
 static const char CAPPED[] = "--layers=8 --embd=128 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0 "
                              "--iters=2 --gpus=4";
 
@@ -847,7 +973,7 @@ Test(train, a_tensor_of_another_shape_is_refused_by_every_reader, .timeout = 300
         write_reshaped(bad, good, n, cases[i].tensor, cases[i].shape);
         char needle[256];
         snprintf(needle, sizeof needle, "'%s' %s", cases[i].tensor, cases[i].needle);
-        snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", TINY, dir, bad);
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s --overwrite=1 --resume=%s", TINY, dir, bad);
         snprintf(what, sizeof what, "--resume, %s as %s", cases[i].tensor, cases[i].shape);
         expect_one_line(run_train(args, err, sizeof err), 1, err, needle, what);
         snprintf(args, sizeof args, "%s --iters=2 --init-from=%s", TINY, bad);
@@ -882,7 +1008,7 @@ Test(train, a_negative_second_moment_is_refused_at_load, .timeout = 60) {
     memcpy(bytes + (v - f.bytes) + 5 * sizeof(float), &minus, sizeof minus);
     safetensors_close(&f);
     write_all(bad, bytes, n);
-    snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", TINY, dir, bad);
+    snprintf(args, sizeof args, "%s --iters=4 --out=%s --overwrite=1 --resume=%s", TINY, dir, bad);
     expect_one_line(run_train(args, err, sizeof err), 1, err,
                     "tensor 'optim.exp_avg_sq.transformer.h.1.mlp.c_fc.weight' holds a negative value (element 5 is "
                     "-0.001)", "a negative v");
@@ -919,6 +1045,122 @@ static int adam_steps_of(const char *ckpt) {
     char err[512];
     cr_assert_eq(checkpoint_read_info(ckpt, &info, err, sizeof err), 0, "%s", err);
     return info.adam_step;
+}
+
+/* ---- the run's files: no output over another file, no checkpoint replaced unasked ---- */
+
+/* A command line whose output is the same file as another of its paths is
+ * refused at start (exit 2, one line naming both flags), and the file is as it
+ * was: the same path, a hard link and a symbolic link alike, for every output
+ * against every other path (--log, --trace, --out's checkpoint; --data,
+ * --resume, --init-from). Two outputs to /dev/null are no such case. */
+Test(train, an_output_over_another_file_of_the_run_is_refused, .timeout = 120) {
+    char dir[64], ckpt[128], data[160], hard[160], soft[160], fresh[160], args[2048], err[4096], what[1024];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(data, sizeof data, "%s/data.txt", dir);
+    snprintf(hard, sizeof hard, "%s/hard", dir);
+    snprintf(soft, sizeof soft, "%s/soft", dir);
+    snprintf(fresh, sizeof fresh, "%s/fresh.jsonl", dir);
+    size_t n_ckpt, n_data;
+    unsigned char *good_ckpt = read_all(ckpt, &n_ckpt), *good_data = read_all("data/tinyshakespeare.txt", &n_data);
+    write_all(data, good_data, n_data);
+    cr_assert_eq(link(ckpt, hard), 0);
+    cr_assert_eq(symlink(ckpt, soft), 0);
+    /* (with --out, the output is also the same file as --out's checkpoint, which may be named first) */
+    const struct { const char *output, *input, *needle; } cases[] = {
+        { "--log=%s", "--resume=%s --out=%s", "--log '%s' is the same file as --" },
+        { "--trace=%s", "--resume=%s --out=%s", "--trace '%s' is the same file as --" },
+        { "--log=%s", "--init-from=%s", "--log '%s' is the same file as --init-from '%s'" },
+        { "--trace=%s", "--init-from=%s", "--trace '%s' is the same file as --init-from '%s'" },
+    };
+    const char *aliases[] = { ckpt, hard, soft };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int a = 0; a < 3; a++) {
+            char output[256], input[512], needle[512];
+            snprintf(output, sizeof output, cases[c].output, aliases[a]);
+            snprintf(input, sizeof input, cases[c].input, ckpt, dir);
+            snprintf(needle, sizeof needle, cases[c].needle, aliases[a], ckpt);
+            snprintf(args, sizeof args, "%s --iters=4 --data=%s %s %s --overwrite=1", TINY, data, output, input);
+            snprintf(what, sizeof what, "%s %s", output, input);
+            expect_one_line(run_train(args, err, sizeof err), 2, err, needle, what);
+        }
+    /* the data, and the checkpoint's own path as the log of its --out */
+    cr_assert_eq(unlink(hard), 0);
+    cr_assert_eq(link(data, hard), 0);
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s --log=%s", TINY, data, hard);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --data", "--log over --data");
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s --trace=%s", TINY, data, data);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --data", "--trace over --data");
+    snprintf(args, sizeof args, "%s --iters=4 --data=%s --out=%s --log=%s --resume=%s", TINY, data, dir, ckpt, ckpt);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --out's checkpoint",
+                    "--log over --out's checkpoint");
+    /* two outputs of one new file; two outputs to a device */
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s --log=%s --trace=%s/./fresh.jsonl", TINY, data, fresh, dir);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "--log", "--log and --trace of one new file");
+    cr_expect_neq(access(fresh, F_OK), 0, "the refused run made %s", fresh);
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s --log=/dev/null --trace=/dev/null", TINY, data);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "/dev/null twice: %s", err);
+    expect_unchanged(ckpt, good_ckpt, n_ckpt, "the checkpoint changed");
+    expect_unchanged(data, good_data, n_data, "the data changed");
+    free(good_ckpt);
+    free(good_data);
+    remove_dir(dir);
+}
+
+/* A checkpoint in --out is another run's state: a run that does not resume it
+ * (fresh, --init-from it, or --resume of another file) is refused at start,
+ * exit 2, the file as it was; --resume it, or --overwrite=1, and the run goes. */
+Test(train, a_checkpoint_in_out_is_replaced_only_by_its_own_resume, .timeout = 120) {
+    char dir[64], ckpt[128], other[160], args[2048], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(other, sizeof other, "%s/other.safetensors", dir);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    write_all(other, good, n);
+    const char *refused[] = { "", "--init-from=%s", "--resume=%s" };
+    const char *paths[] = { "", ckpt, other };
+    for (int i = 0; i < 3; i++) {
+        char start[256];
+        snprintf(start, sizeof start, refused[i], paths[i]);
+        snprintf(args, sizeof args, "%s --iters=4 --out=%s %s", TINY, dir, start);
+        expect_one_line(run_train(args, err, sizeof err), 2, err, "holds a checkpoint already", start);
+        expect_unchanged(ckpt, good, n, "a refused run changed the checkpoint");
+    }
+    snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", TINY, dir, ckpt);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "its own resume: %s", err);
+    cr_expect_eq(adam_steps_of(ckpt), 4);
+    snprintf(args, sizeof args, "%s --iters=3 --out=%s --overwrite=1", TINY, dir);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "--overwrite=1: %s", err);
+    cr_expect_eq(adam_steps_of(ckpt), 3);
+    free(good);
+    remove_dir(dir);
+}
+
+/* A FIFO that nothing reads, as --log, fails at once with one line rather
+ * than wait in its open (exit 1); one that something reads takes the log; a
+ * FIFO as --trace, written whole at the end, is refused. */
+Test(train, a_fifo_log_needs_a_reader_and_a_trace_a_file, .timeout = 60) {
+    char dir[64], fifo[128], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "fifo");
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0666), 0);
+    snprintf(args, sizeof args, "%s --iters=2 --log=%s", TINY, fifo);
+    double t0 = wall_seconds();
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "is a FIFO or a socket that nothing reads", "--log");
+    cr_expect_lt(wall_seconds() - t0, 20.0, "the refusal took %.1f s", wall_seconds() - t0);
+    snprintf(args, sizeof args, "%s --iters=2 --trace=%s", TINY, fifo);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "the trace is written whole at the end", "--trace");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cat %s > %s/read.jsonl & sleep 0.2; %s %s --iters=2 --log-every=1 --log=%s >/dev/null; "
+             "status=$?; wait; exit $status", fifo, dir, train_binary(), TINY, fifo);
+    cr_expect_eq(system(cmd), 0, "a FIFO with a reader");
+    char read_path[128];
+    snprintf(read_path, sizeof read_path, "%s/read.jsonl", dir);
+    size_t n;
+    char *text = (char *)read_all(read_path, &n);
+    cr_expect(strstr(text, "\"iter\": 1") != NULL, "the reader got: %s", text);
+    free(text);
+    remove_dir(dir);
 }
 
 Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 300) {
@@ -1074,9 +1316,18 @@ Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_inta
                 char what[1100];
                 snprintf(what, sizeof what, "%s changed the checkpoint", args);
                 expect_unchanged(ckpt, good, n, what);
+                if (w == sizeof FAULT_SITES_TESTED / sizeof FAULT_SITES_TESTED[0] - 1)
+                    cr_expect(strstr(err, "is as it was)") != NULL, "%s: %s", args, err);
             }
         }
     }
+    /* a failed first save says that there is no checkpoint, not that one is as it was */
+    char fresh[64];
+    temp_dir(fresh, sizeof fresh, "fresh");
+    snprintf(args, sizeof args, "%s --iters=2 --out=%s --inject-fault=0:2:save", TINY, fresh);
+    snprintf(needle, sizeof needle, "nothing was saved (there is no %s/ckpt.safetensors)", fresh);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, needle, "the first save");
+    remove_dir(fresh);
     free(good);
     remove_dir(dir);
 }
@@ -1148,7 +1399,7 @@ Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 300) {
     remove_dir(dir);
 }
 
-/* ---- signals: SIGINT and SIGTERM ---- */
+/* ---- signals ---- */
 
 typedef struct { pid_t pid; FILE *out; char err_path[64]; } Child;
 
@@ -1198,8 +1449,12 @@ static int finish_child(Child *c, char *err, size_t errlen) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Every stop signal: SIGINT, SIGTERM, SIGHUP (a terminal closed), SIGUSR1
+ * and SIGUSR2 (a batch system's warning). */
 Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 300) {
-    static const struct { int sig; const char *name; } cases[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
+    static const struct { int sig; const char *name; } cases[] = {
+        { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" }, { SIGHUP, "SIGHUP" }, { SIGUSR1, "SIGUSR1" }, { SIGUSR2, "SIGUSR2" },
+    };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[64], ckpt[128], args[1024], err[4096], needle[128];
         temp_dir(dir, sizeof dir, "signal");
@@ -1221,6 +1476,82 @@ Test(train, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 3
         cr_expect_eq(adam_steps_of(ckpt), done + 2);
         remove_dir(dir);
     }
+}
+
+/* A signal in the middle of a long evaluation (at step 3 of a run resumed at
+ * 2), or of the end's long sample, stops the run within seconds (between two
+ * evaluation batches, or two calls of the sample), saved at the step the
+ * evaluation was for, or with every step done. */
+Test(train, a_signal_in_an_evaluation_or_the_sample_stops_the_run_at_once, .timeout = 300) {
+    static const struct { const char *what, *args, *wait_for, *needle; int sig, steps; } cases[] = {
+        { "an evaluation", "--iters=100 --eval-every=3 --eval-iters=1000000 --log-every=1", "iter 2:",
+          "train: stopped by SIGTERM after 3 steps, saved in", SIGTERM, 3 },
+        { "the sample", "--iters=4 --eval-iters=1 --sample-chars=100000000", "sample:",
+          "train: stopped by SIGINT after 4 steps, saved in", SIGINT, 4 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64], ckpt[128], args[1024], err[4096];
+        train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+        snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 %s --out=%s --resume=%s",
+                 cases[i].args, dir, ckpt);
+        Child c = start_train(args);
+        cr_assert(wait_for_line(&c, cases[i].wait_for), "%s: no '%s' line", cases[i].what, cases[i].wait_for);
+        usleep(300 * 1000);
+        double t0 = wall_seconds();
+        cr_assert_eq(kill(c.pid, cases[i].sig), 0);
+        /* a run that does not stop is killed after 20 s, and fails below */
+        pid_t watchdog = fork();
+        cr_assert_geq(watchdog, 0);
+        if (watchdog == 0) {
+            sleep(20);
+            kill(c.pid, SIGKILL);
+            _exit(0);
+        }
+        int rc = finish_child(&c, err, sizeof err);
+        double seconds = wall_seconds() - t0;
+        kill(watchdog, SIGKILL);
+        waitpid(watchdog, NULL, 0);
+        expect_one_line(rc, 128 + cases[i].sig, err, cases[i].needle, cases[i].what);
+        cr_expect_lt(seconds, 5.0, "%s: %.1f s from the signal to the end", cases[i].what, seconds);
+        cr_expect_eq(adam_steps_of(ckpt), cases[i].steps, "%s", cases[i].what);
+        remove_dir(dir);
+    }
+}
+
+/* A signal while the run starts (reading a 200 MB data file) is taken as any
+ * other: no step done, nothing saved, exit 143; not the default death. */
+Test(train, a_signal_in_the_start_stops_the_run_before_any_step, .timeout = 120) {
+    char dir[64], data_path[128], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "signal");
+    snprintf(data_path, sizeof data_path, "%s/big.txt", dir);
+    FILE *f = fopen(data_path, "wb");
+    cr_assert_not_null(f);
+    char block[1 << 16];
+    for (size_t i = 0; i < sizeof block; i++) block[i] = (char)('a' + i % 26);
+    for (int i = 0; i < 200 * 16; i++) cr_assert_eq(fwrite(block, 1, sizeof block, f), sizeof block);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(args, sizeof args, "%s --iters=5 --data=%s --out=%s", TINY, data_path, dir);
+    Child c = start_train(args);
+    usleep(300 * 1000);
+    cr_assert_eq(kill(c.pid, SIGTERM), 0);
+    int rc = finish_child(&c, err, sizeof err);
+    expect_one_line(rc, 143, err, "train: stopped by SIGTERM before any step; nothing to save", "a signal at start");
+    remove_dir(dir);
+}
+
+/* A reader that goes away (`bin/train | head -1`) is a failed write: one line,
+ * exit 1, not SIGPIPE's silent death. */
+Test(train, a_closed_pipe_is_a_failed_write_in_one_line, .timeout = 60) {
+    char cmd[1024], err_path[64], err[4096];
+    snprintf(err_path, sizeof err_path, "/tmp/zf_pipe_err_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s --iters=200 --log-every=1 2>%s | head -1 >/dev/null; exit ${PIPESTATUS[0]}",
+             train_binary(), TINY, err_path);
+    char full[1200];
+    snprintf(full, sizeof full, "bash -c '%s'", cmd);
+    int status = system(full);
+    take_text(err_path, err, sizeof err);
+    expect_one_line(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1, err, "cannot write the progress output: Broken pipe",
+                    "a closed pipe");
 }
 
 /* A step of several seconds (ZeRO-3 on 2 ranks over a link of 0.5 s a hop): the

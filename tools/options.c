@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +40,6 @@ int options_preset(TrainOptions *o, const char *name) {
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
 /* A flag: where its value goes, and for text, how big that buffer is. */
 typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
-
-/* The most flags a tool has: the callers' tables hold this many. */
-enum { MAX_FLAGS = 64 };
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
@@ -89,6 +87,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "trace-steps", FLAG_INT, &o->trace_steps, 0, "training steps --trace records, from the first" },
         { "out", FLAG_PATH, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
         { "always-save", FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
+        { "overwrite", FLAG_INT, &o->overwrite, 0, "1: a run that does not --resume the checkpoint already in --out "
+          "may replace it" },
         { "resume", FLAG_PATH, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
         { "init-from", FLAG_PATH, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
         { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
@@ -117,7 +117,7 @@ static int flag_table(TrainOptions *o, Flag *f) {
     return n;
 }
 
-static void usage(FILE *out, const char *prog, TrainOptions *o) {
+void options_usage(FILE *out, const char *prog, TrainOptions *o) {
     Flag flags[MAX_FLAGS];
     int n = flag_table(o, flags);
     fprintf(out, "usage: %s [--flag=value ...]\n\nflags (defaults of preset %s):\n", prog, o->preset);
@@ -132,42 +132,47 @@ static void usage(FILE *out, const char *prog, TrainOptions *o) {
 
 /* An empty value is always a mistake (a script's unset variable), never "unset":
  * an empty --resume= would otherwise start from scratch over the checkpoint. */
-static int empty_value(const char *prog, const char *name, const char *text) {
+static int empty_value(const char *prog, const char *name, const char *text, char *err, size_t errlen) {
     if (text[0]) return 0;
-    fprintf(stderr, "%s: --%s has an empty value (see --help)\n", prog, name);
+    snprintf(err, errlen, "%s: --%s has an empty value (see --help)", prog, name);
     return 2;
 }
 
-static int set_flag(const Flag *f, const char *prog, const char *text) {
+/* A number as people write one in decimal: digits, a sign, a point, an
+ * exponent; not hex ("0x1p3"), "inf" or "nan", which strtof also takes. */
+static int decimal_text(const char *text) {
+    return text[strspn(text, "0123456789+-.eE")] == 0;
+}
+
+static int set_flag(const Flag *f, const char *prog, const char *text, char *err, size_t errlen) {
     char *end;
     errno = 0;
-    if (empty_value(prog, f->name, text)) return 2;
+    if (empty_value(prog, f->name, text, err, errlen)) return 2;
     if (f->type == FLAG_INT) {
         long v = strtol(text, &end, 10);
-        if (end == text || *end) {
-            fprintf(stderr, "%s: --%s expects an integer, got '%s' (see --help)\n", prog, f->name, text);
+        if (end == text || *end || !decimal_text(text)) {
+            snprintf(err, errlen, "%s: --%s expects an integer, got '%s' (see --help)", prog, f->name, text);
             return 2;
         }
         if (errno == ERANGE || v < -2147483647L || v > 2147483647L) {
-            fprintf(stderr, "%s: --%s=%s is out of range (a 32-bit integer)\n", prog, f->name, text);
+            snprintf(err, errlen, "%s: --%s=%s is out of range (a 32-bit integer)", prog, f->name, text);
             return 2;
         }
         *(int *)f->value = (int)v;
     } else if (f->type == FLAG_FLOAT) {
         float v = strtof(text, &end);
-        if (end == text || *end || isnan(v)) {
-            fprintf(stderr, "%s: --%s expects a number, got '%s' (see --help)\n", prog, f->name, text);
+        if (end == text || *end || !decimal_text(text)) {
+            snprintf(err, errlen, "%s: --%s expects a decimal number, got '%s' (see --help)", prog, f->name, text);
             return 2;
         }
         if (errno == ERANGE || !isfinite(v)) {
-            fprintf(stderr, "%s: --%s=%s is out of range (a finite 32-bit float)\n", prog, f->name, text);
+            snprintf(err, errlen, "%s: --%s=%s is out of range (a finite 32-bit float)", prog, f->name, text);
             return 2;
         }
         *(float *)f->value = v;
     } else {
         if (strlen(text) >= f->size) {
-            fprintf(stderr, "%s: --%s value is too long (at most %zu characters)\n", prog, f->name,
-                    f->size - 1);
+            snprintf(err, errlen, "%s: --%s value is too long (at most %zu characters)", prog, f->name, f->size - 1);
             return 2;
         }
         snprintf((char *)f->value, f->size, "%s", text);
@@ -202,7 +207,7 @@ void options_link(const TrainOptions *o, double *gbps, double *latency_us) {
 /* The arena's tensor table holds 3 + 6 L tensors (runtime/arena.h). */
 enum { MAX_LAYERS = (ARENA_MAX_TENSORS - 3) / 6 };
 
-static int validate(TrainOptions *o, const char *prog) {
+static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen) {
     char bad[192] = "", why[160];
     Fault fault = { .where = FAULT_NONE };
     if (o->layers < 1 || o->layers > MAX_LAYERS)
@@ -236,6 +241,8 @@ static int validate(TrainOptions *o, const char *prog) {
         snprintf(bad, sizeof bad, "--grad-accum=%d must be in 1..1024", o->grad_accum);
     else if (o->always_save != 0 && o->always_save != 1)
         snprintf(bad, sizeof bad, "--always-save=%d must be 0 or 1", o->always_save);
+    else if (o->overwrite != 0 && o->overwrite != 1)
+        snprintf(bad, sizeof bad, "--overwrite=%d must be 0 or 1", o->overwrite);
     else if (strcmp(o->on_nan, "stop") && strcmp(o->on_nan, "skip"))
         snprintf(bad, sizeof bad, "--on-nan=%s must be stop or skip", o->on_nan);
     else if (o->max_skips < 0) snprintf(bad, sizeof bad, "--max-skips=%d must not be negative", o->max_skips);
@@ -263,8 +270,16 @@ static int validate(TrainOptions *o, const char *prog) {
     else if (o->inject_fault[0] && fault.rank >= o->gpus * world()->nprocs * o->nodes)
         snprintf(bad, sizeof bad, "--inject-fault=%s names rank %d, and the run has ranks 0..%d", o->inject_fault,
                  fault.rank, o->gpus * world()->nprocs * o->nodes - 1);
-    else if (!(o->timeout > 0) || o->timeout > 1e6)
-        snprintf(bad, sizeof bad, "--timeout=%g must be in (0, 1e6] seconds", o->timeout);
+    else if (!(o->timeout >= 1) || o->timeout > 1e6)
+        snprintf(bad, sizeof bad, "--timeout=%g must be in [1, 1e6] seconds (a process takes about a second to "
+                 "start)", o->timeout);
+    else if (o->rendezvous[0] && o->nodes == 1)
+        snprintf(bad, sizeof bad, "--rendezvous=%.64s needs --nodes, the processes that meet there", o->rendezvous);
+    else if (o->inject_fault[0] && (fault.where == FAULT_SAVE ? fault.step < 1 || fault.step > o->iters
+                                                              : fault.step >= o->iters))
+        snprintf(bad, sizeof bad, "--inject-fault=%s names step %d, and the run's %s %d..%d (--iters=%d)",
+                 o->inject_fault, fault.step, fault.where == FAULT_SAVE ? "saves hold steps" : "steps are",
+                 fault.where == FAULT_SAVE ? 1 : 0, fault.where == FAULT_SAVE ? o->iters : o->iters - 1, o->iters);
     else if (o->link[0] && !link_valid(o->link))
         snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
@@ -292,33 +307,31 @@ static int validate(TrainOptions *o, const char *prog) {
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
     o->fault = fault;
     if (!bad[0]) return 0;
-    fprintf(stderr, "%s: %s\n", prog, bad);
+    snprintf(err, errlen, "%s: %s", prog, bad);
     return 2;
 }
 
-int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
-                  int argc, char **argv) {
+int options_read(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv, char *err,
+                 size_t errlen) {
+    err[0] = 0;
     /* the preset goes first, whatever its place on the command line */
     const char *preset = default_preset;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
         else if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
     }
-    if (empty_value(prog, "preset", preset)) return 2;
+    if (empty_value(prog, "preset", preset, err, errlen)) return 2;
     if (options_preset(o, preset) != 0) {
-        fprintf(stderr, "%s: unknown --preset '%s' (char or char-small)\n", prog, preset);
+        snprintf(err, errlen, "%s: unknown --preset '%s' (char or char-small)", prog, preset);
         return 2;
     }
     Flag flags[MAX_FLAGS];
     int n = flag_table(o, flags);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout, prog, o);
-            return 1;
-        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
         if (strncmp(arg, "--", 2) != 0) {
-            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, arg);
+            snprintf(err, errlen, "%s: unexpected argument '%s' (see --help)", prog, arg);
             return 2;
         }
         const char *name = arg + 2, *eq = strchr(name, '=');
@@ -327,18 +340,47 @@ int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
         for (int k = 0; k < n; k++)
             if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0) f = &flags[k];
         if (!f) {
-            fprintf(stderr, "%s: unknown flag '--%.*s' (see --help)\n", prog, (int)len, name);
+            snprintf(err, errlen, "%s: unknown flag '--%.*s' (see --help)", prog, (int)len, name);
             return 2;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) {
-            fprintf(stderr, "%s: --%s needs a value (see --help)\n", prog, f->name);
+            snprintf(err, errlen, "%s: --%s needs a value (see --help)", prog, f->name);
             return 2;
         }
-        int rc = set_flag(f, prog, value);
+        int rc = set_flag(f, prog, value, err, errlen);
         if (rc) return rc;
     }
-    return validate(o, prog);
+    return validate(o, prog, err, errlen);
+}
+
+int options_parse(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv) {
+    char err[OPTION_PATH_MAX + 256];
+    int rc = options_read(o, prog, default_preset, argc, argv, err, sizeof err);
+    if (rc == 1) options_usage(stdout, prog, o);
+    if (rc == 2) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
+/* FNV-1a, 64 bits: enough to tell two runs apart. */
+uint64_t options_hash(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names) {
+    Flag flags[MAX_FLAGS];
+    int n = flag_table(o, flags);
+    for (int i = 0; i < n; i++) {
+        const Flag *f = &flags[i];
+        size_t bytes = f->type == FLAG_PATH ? strlen((const char *)f->value) + 1 : f->type == FLAG_INT ? sizeof(int)
+                                                                                                       : sizeof(float);
+        names[i] = f->name;
+        /* --node-rank is each process's own */
+        hashes[i] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);
+    }
+    return n;
 }
 
 Placement options_placement(const TrainOptions *o) {
@@ -352,7 +394,13 @@ SumOrder options_sums(const TrainOptions *o) {
 }
 
 int options_join_world(const TrainOptions *o) {
-    return o->nodes > 1 ? world_join_file(o->nodes, o->node_rank, o->rendezvous + strlen("file:")) : 0;
+    if (o->nodes == 1) return 0;
+    if (device_cuda_count() == 0) {  /* no run of --nodes can start here: a command line's error */
+        fprintf(stderr, "train: --nodes=%d joins processes through NCCL, and no GPU is visible (or this build has "
+                "no CUDA)\n", o->nodes);
+        return 2;
+    }
+    return world_join_file(o->nodes, o->node_rank, o->rendezvous + strlen("file:")) == 0 ? 0 : 1;
 }
 
 int options_no_strategy_status(const TrainOptions *o) {

@@ -2,12 +2,13 @@
 #ifndef ZF_OPTIONS_H
 #define ZF_OPTIONS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../runtime/process_group.h"
 #include "../strategies/strategy.h"
 
-enum { OPTION_PATH_MAX = 512 };
+enum { OPTION_PATH_MAX = 512, MAX_FLAGS = 64 };
 
 typedef struct {
     char preset[32];
@@ -32,6 +33,7 @@ typedef struct {
     char resume[OPTION_PATH_MAX];    /* a checkpoint to continue */
     char init_from[OPTION_PATH_MAX]; /* a checkpoint's weights to start from */
     int always_save, grad_accum;
+    int overwrite;                   /* 1: a run that does not resume the checkpoint in --out may replace it */
     char on_nan[8];                  /* stop or skip: a step whose loss or gradient is not finite */
     int max_skips;                   /* steps --on-nan=skip may skip before the run stops */
     float max_memory_mb;             /* each rank's device memory cap; 0: none */
@@ -57,16 +59,31 @@ Placement options_placement(const TrainOptions *o);
 /* How --collectives asks NCCL's ranks to sum. */
 SumOrder options_sums(const TrainOptions *o);
 /* Join the processes of --nodes through --rendezvous (nothing for one): 0, or
- * -1 with a message. */
+ * the exit status with a message (2 where no GPU is visible, 1 where joining
+ * failed). */
 int options_join_world(const TrainOptions *o);
 /* The exit status when no strategy could be made (the message is printed):
  * 1 when CUDA is there but failed (a run that could not go on), 2 for a
  * command line no run can use (--device=cuda without a GPU). */
 int options_no_strategy_status(const TrainOptions *o);
-/* Parse --flag=value / --flag value over a preset (--preset=NAME, default
- * default_preset). Returns 0 to run, 1 after printing --help, or 2 after a
- * one-line error naming the bad flag or value. */
+/* Read --flag=value / --flag value over a preset (--preset=NAME, default
+ * default_preset), printing nothing: 0 to run, 1 for --help, or 2 with a
+ * one-line message naming the bad flag or value in err. */
+int options_read(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv, char *err,
+                 size_t errlen);
+/* options_read for a tool of one process: --help printed (1), or the message
+ * (2) on stderr. */
 int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
                   int argc, char **argv);
+/* Every flag's help line, with the preset's defaults, to out. */
+void options_usage(FILE *out, const char *prog, TrainOptions *o);
+/* What a run's flags make it: each flag's value hashed into hashes[i] and its
+ * name into names[i] (MAX_FLAGS of room each), --node-rank's hash 0 (each
+ * process has its own); how many. Two processes run the same only if every
+ * hash is equal, however the values were written (--lr=1e-3, --lr 0.001) and
+ * in whatever order. */
+int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names);
+/* FNV-1a over bytes, from h (0xcbf29ce484222325 to start). */
+uint64_t options_hash(uint64_t h, const void *data, size_t bytes);
 
 #endif

@@ -16,6 +16,7 @@
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "options.h"
+#include "run_files.h"
 
 /* Room for a few steps of 64 ranks of the char preset; past it spans are counted, not kept. */
 enum { TRACE_MAX_SPANS = 1 << 18 };
@@ -41,56 +42,31 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     if (!path[0]) return 0;
     CheckpointInfo info;
     char err[768];
+    /* every process learns process 0's outcome, the one that reads the file, which says it */
     if (checkpoint_load(s, path, o->resume[0] != 0, &info, err, sizeof err) != 0) {
-        fprintf(stderr, "train: %s\n", err);
+        if (world()->proc == 0) fprintf(stderr, "train: %s\n", err);
         return 1;
     }
     if (info.foreign)
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
     else if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
-        fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
+        if (world()->proc == 0) fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
         return 2;
     }
     if (!o->resume[0]) return 0;
     if (info.seed != (uint32_t)o->seed) {
-        fprintf(stderr, "train: '%s' was trained with --seed=%u; resume it with the same seed\n", path, info.seed);
+        if (world()->proc == 0)
+            fprintf(stderr, "train: '%s' was trained with --seed=%u; resume it with the same seed\n", path, info.seed);
         return 2;
     }
     if (info.iter >= o->iters) {
-        fprintf(stderr, "train: '%s' has done %d steps already; ask for more with --iters\n", path, info.iter);
+        if (world()->proc == 0)
+            fprintf(stderr, "train: '%s' has done %d steps already; ask for more with --iters\n", path, info.iter);
         return 2;
     }
     *start_iter = info.iter;
     printf("resumed: %s, %d steps done\n", path, info.iter);
-    return 0;
-}
-
-/* The --out folder: made if missing, proved writable with a probe file (removed)
- * before any training time is spent, and cleared of the temporary files that
- * cut-short saves left. 0, or 1 after a one-line error. */
-static int prepare_out(const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "train: cannot make the --out folder '%s': %s\n", dir, strerror(errno));
-        return 1;
-    }
-    if (!host_is_directory(dir)) {
-        fprintf(stderr, "train: --out '%s' is a file, not a folder\n", dir);
-        return 1;
-    }
-    char probe[OPTION_PATH_MAX + 64];
-    snprintf(probe, sizeof probe, "%s/.zf-probe.%d", dir, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    int ok = fd >= 0 && write(fd, "probe", 5) == 5;
-    int saved_errno = errno;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
-    if (fd >= 0) unlink(probe);
-    if (!ok) {
-        fprintf(stderr, "train: cannot write in the --out folder '%s': %s\n", dir, strerror(saved_errno));
-        return 1;
-    }
-    int stale = safetensors_remove_stale_temps(dir, CHECKPOINT_FILE_NAME);
-    if (stale > 0) printf("out: removed %d temporary file(s) that cut-short saves left in %s\n", stale, dir);
     return 0;
 }
 
@@ -112,8 +88,9 @@ static double link_step_seconds(const StrategyConfig *sc, int zero) {
 /* A link this slow would make a run last days for nothing: a mistyped unit. */
 enum { LINK_STEP_MAX_SECONDS = 60 };
 
-/* The first SIGINT or SIGTERM: its number, for the trainer to stop after the
- * step in flight and save. */
+/* The first stop signal (runtime/host.h: SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+ * SIGUSR2): its number, for the trainer to stop after the step in flight and
+ * save. */
 static volatile sig_atomic_t stop_signal;
 
 /* A second one exits at once: a save it cuts short leaves only its temporary
@@ -128,29 +105,38 @@ static void on_stop_signal(int sig) {
     stop_signal = sig;
 }
 
-/* Handle SIGINT and SIGTERM on this (the main) thread; the runtime's threads
- * block them (runtime/host.h). 0, or 1 after a one-line error. */
+/* From the start of main: the stop signals handled on this (the main) thread,
+ * which the runtime's threads leave to it (runtime/host.h), and SIGPIPE
+ * ignored, so that a reader gone (`| head`) is a failed write, said in one
+ * line. 0, or 1 after a one-line error. */
 static int catch_stop_signals(void) {
-    struct sigaction sa;
+    struct sigaction sa, ignore;
     memset(&sa, 0, sizeof sa);
+    memset(&ignore, 0, sizeof ignore);
     sa.sa_handler = on_stop_signal;
     sa.sa_flags = SA_RESTART;  /* a write or read under way goes on */
+    ignore.sa_handler = SIG_IGN;
+    int rc = sigaction(SIGPIPE, &ignore, NULL) != 0 ? errno : 0;
+    for (int i = 0; rc == 0 && i < HOST_STOP_SIGNAL_COUNT; i++)
+        if (sigaction(HOST_STOP_SIGNALS[i], &sa, NULL) != 0) rc = errno;
     sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    int rc = sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ? errno : 0;
+    host_stop_signals(&stop);
     /* a parent may have left them blocked, which exec keeps */
     if (rc == 0) rc = pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
     if (rc == 0) return 0;
-    fprintf(stderr, "train: cannot handle SIGINT and SIGTERM: %s\n", strerror(rc));
+    fprintf(stderr, "train: cannot handle the stop signals: %s\n", strerror(rc));
     return 1;
 }
 
 /* The one line of a run a signal stopped; its exit status, 128 + the signal. */
 static int report_stop(const TrainResult *result, const TrainOptions *o, int start_iter) {
     if (world()->proc != 0) return 128 + result->stopped_by;  /* process 0 says it for every process */
-    const char *name = result->stopped_by == SIGINT ? "SIGINT" : "SIGTERM";
+    char name[48];
+    const char *abbrev = sigabbrev_np(result->stopped_by);
+    if (world()->nprocs > 1)
+        snprintf(name, sizeof name, "SIG%s (to process %d)", abbrev ? abbrev : "?", result->stopped_in);
+    else
+        snprintf(name, sizeof name, "SIG%s", abbrev ? abbrev : "?");
     if (!o->out[0])
         fprintf(stderr, "train: stopped by %s after %d steps; nothing saved (no --out)\n", name, result->iters_done);
     else if (result->iters_done == start_iter)
@@ -161,35 +147,73 @@ static int report_stop(const TrainResult *result, const TrainOptions *o, int sta
     return 128 + result->stopped_by;
 }
 
-/* FNV-1a, 64 bits: enough to tell two command lines or data files apart. */
-static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+/* One process's verdict on a check of the start: its status (0: go on) and
+ * its one-line message. */
+typedef struct {
+    int status;
+    char message[OPTION_PATH_MAX + 256];
+} Verdict;
+
+/* Every process of the run must end a check of the start the same way: each
+ * gives its verdict, and process 0 prints one line for all of them: the
+ * message once when every process met it, else the first process that failed,
+ * named (`unsaid` says what a failure without a message is). The status every
+ * process leaves with (0: go on): the failure's, or disagreement_status (when
+ * not 0) where the processes did not all fail alike. One process says its own
+ * message. */
+static int agree(const Verdict *mine, int disagreement_status, const char *unsaid) {
+    const World *w = world();
+    if (w->nprocs == 1) {
+        if (mine->status && mine->message[0]) fprintf(stderr, "%s\n", mine->message);
+        return mine->status;
+    }
+    Verdict *all = host_calloc((size_t)w->nprocs, sizeof *all);
+    world_all_gather(mine, all, sizeof *mine, "the start's checks");
+    int first = -1, same = 1;
+    for (int p = 0; p < w->nprocs; p++) {
+        if (first < 0 && all[p].status) first = p;
+        same &= all[p].status == all[0].status && strcmp(all[p].message, all[0].message) == 0;
+    }
+    int status = first < 0 ? 0 : same ? all[first].status : disagreement_status ? disagreement_status
+                                                                                : all[first].status;
+    if (first >= 0 && w->proc == 0 && same && all[0].message[0]) fprintf(stderr, "%s\n", all[0].message);
+    else if (first >= 0 && w->proc == 0 && !same) {
+        const char *message = all[first].message[0] ? all[first].message : unsaid, *colon = strstr(message, ": ");
+        fprintf(stderr, "train: process %d: %s\n", first, colon ? colon + 2 : message);
+    }
+    free(all);
+    return status;
 }
 
 /* Every process must run the same flags on the same data: each hashes its
- * command line and its data file's tokens, and they compare. 0, or 2 (every
- * process) after process 0 names, in one line, the first process that differs. */
-static int same_run_everywhere(int argc, char **argv, const Dataset *data) {
+ * flags' values (options_flag_hashes) and its data's vocabulary and tokens,
+ * and they compare. 0, or 2 (every process) after process 0 names, in one
+ * line, the first process that differs and what differs. */
+static int same_run_everywhere(TrainOptions *o, const Dataset *data) {
     const World *w = world();
     if (w->nprocs == 1) return 0;
-    uint64_t mine[2] = { 0xcbf29ce484222325ull, 0xcbf29ce484222325ull };
-    for (int i = 1; i < argc; i++) {  /* --node-rank is each process's own */
-        if (strcmp(argv[i], "--node-rank") == 0) i++;
-        else if (strncmp(argv[i], "--node-rank=", 12) != 0) mine[0] = fnv1a(mine[0], argv[i], strlen(argv[i]) + 1);
-    }
-    mine[1] = fnv1a(mine[1], data->tokens, data->ntokens * sizeof(int));
-    uint64_t *all = host_calloc((size_t)w->nprocs * 2, sizeof(uint64_t));
+    enum { SLOTS = MAX_FLAGS + 1 };  /* the flags', then the data's */
+    uint64_t mine[SLOTS] = { 0 };
+    const char *names[MAX_FLAGS];
+    int nflags = options_flag_hashes(o, mine, names);
+    mine[MAX_FLAGS] = options_hash(0xcbf29ce484222325ull, data->itos, (size_t)data->vocab);
+    mine[MAX_FLAGS] = options_hash(mine[MAX_FLAGS], data->tokens, data->ntokens * sizeof(int));
+    uint64_t *all = host_calloc((size_t)w->nprocs * SLOTS, sizeof(uint64_t));
     world_all_gather(mine, all, sizeof mine, "the flags' hashes");
     int status = 0;
     for (int p = 1; p < w->nprocs && status == 0; p++) {
-        if (all[2 * p] == all[0] && all[2 * p + 1] == all[1]) continue;
+        const uint64_t *theirs = all + (size_t)p * SLOTS;
+        int flag = 0;
+        while (flag < nflags && theirs[flag] == all[flag]) flag++;
+        if (flag == nflags && theirs[MAX_FLAGS] == all[MAX_FLAGS]) continue;
         char who[64];
         world_name_process(p, who, sizeof who);
-        if (w->proc == 0)
-            fprintf(stderr, "train: %s was started with %s than process 0; every process must run the same\n", who,
-                    all[2 * p] != all[0] ? "other flags" : "another data file (--data)");
+        if (w->proc == 0 && flag < nflags)
+            fprintf(stderr, "train: %s was started with another --%s than process 0; every process must run the "
+                    "same\n", who, names[flag]);
+        else if (w->proc == 0)
+            fprintf(stderr, "train: %s was started with another data file (--data) than process 0; every process "
+                    "must run the same\n", who);
         status = 2;
     }
     free(all);
@@ -205,32 +229,26 @@ static int finish(int status, int every_process) {
     return status;
 }
 
-/* Parse the flags; past one process only process 0 says what is wrong with
- * them (every process has the same): 0 to run, or the exit status. */
+/* Read the flags in every process, which then agree: 0 to run, or the exit
+ * status (0 after --help, which process 0 prints; 2 after one line naming
+ * what is wrong, and past one process, where only some processes were given
+ * it, the process). */
 static int parse_flags(TrainOptions *o, int argc, char **argv) {
-    int saved = -1, quiet = world()->proc != 0;
-    if (quiet) {
-        fflush(stderr);
-        saved = dup(STDERR_FILENO);
-        int null = open("/dev/null", O_WRONLY);
-        if (saved < 0 || null < 0 || dup2(null, STDERR_FILENO) < 0) quiet = 0;
-        if (null >= 0) close(null);
-    }
-    int rc = options_parse(o, "train", "char-small", argc, argv);
-    if (quiet) {
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-    }
-    if (saved >= 0) close(saved);
-    return rc;
+    Verdict mine = { 0 };
+    mine.status = options_read(o, "train", "char-small", argc, argv, mine.message, sizeof mine.message);
+    int status = agree(&mine, 2, "train: it was started with --help, and the others were not; every process must "
+                                 "run the same flags");
+    if (status == 1 && world()->proc == 0) options_usage(stdout, "train", o);
+    return status;
 }
 
 /* The last writes to stdout and the log: a full disk must not pass for a
- * finished run. 0, or 1 after a one-line error. */
-static int close_output(FILE *log) {
-    int ok = fflush(stdout) == 0 && !ferror(stdout);
+ * finished run. 0, or 1 after a one-line error (none when the run failed
+ * already: its line is said). */
+static int close_output(FILE *log, int failed) {
+    int ok = (fflush(stdout) == 0 && !ferror(stdout)) || failed;
     if (!ok) fprintf(stderr, "train: cannot write the progress output: %s\n", strerror(errno));
-    if (log && (fclose(log) != 0) && ok) {
+    if (log && (fclose(log) != 0) && ok && !failed) {
         fprintf(stderr, "train: cannot write the --log file: %s\n", strerror(errno));
         ok = 0;
     }
@@ -248,12 +266,29 @@ typedef struct {
     int start_iter;
 } Run;
 
-/* The run's strategy made, its files opened and its start loaded, each check
- * in turn. 0, or the exit status after a one-line error; *every_process says
- * whether every process met it (bad flags) or this one alone (a file). */
-static int open_run(Run *run, int *every_process) {
+/* Process 0's files (run_files.h), checked, then opened: none written over
+ * another, no checkpoint in --out replaced unasked, the log opened, the trace
+ * and --out proved writable. Its verdict. */
+static Verdict open_files(Run *run) {
+    const TrainOptions *o = &run->o;
+    Verdict v = { 0 };
+    char *err = v.message;
+    size_t len = sizeof v.message;
+    int stale = 0;
+    if ((v.status = run_files_distinct(o, err, len)) || (v.status = run_files_keep_checkpoint(o, err, len)) ||
+        (o->log[0] && (v.status = run_files_open_log(o->log, &run->log, err, len))) ||
+        (o->trace[0] && (v.status = run_files_check_trace(o->trace, err, len))) ||
+        (o->out[0] && (v.status = run_files_prepare_out(o->out, &stale, err, len))))
+        return v;
+    if (stale > 0) printf("out: removed %d temporary file(s) that cut-short saves left in %s\n", stale, o->out);
+    return v;
+}
+
+/* The run's strategy made and its start loaded, each check in turn. 0, or
+ * the exit status after a one-line error; *alone is 1 when this process alone
+ * failed (its ranks could not be made), which must end the others. */
+static int open_run(Run *run, int *alone) {
     TrainOptions *o = &run->o;
-    int leader = world()->proc == 0;
     run->sc = (StrategyConfig){
         .model = { run->data.vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT },
         .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
@@ -268,45 +303,34 @@ static int open_run(Run *run, int *every_process) {
     options_link(o, &sc->link_gbps, &sc->link_latency_us);
     sc->own_cores = sc->link_gbps > 0;  /* a modeled link times the ranks as devices */
     /* past one process, process 0 traces its ranks, writes the log and saves */
-    run->trace = o->trace[0] && leader ? trace_create(TRACE_MAX_SPANS) : NULL;
+    run->trace = o->trace[0] && world()->proc == 0 ? trace_create(TRACE_MAX_SPANS) : NULL;
     sc->trace = run->trace;
-    FILE *trace_file = NULL;
-    int status = 0;
-    *every_process = 1;
-    const char *bad = gpt_config_error(&sc->model);
-    double link_seconds = bad ? 0.0 : link_step_seconds(sc, o->zero);
-    if (bad) {
-        fprintf(stderr, "train: %s\n", bad);
-        status = 2;
-    } else if (link_seconds > LINK_STEP_MAX_SECONDS) {
+    *alone = !(run->s = strategy_create(o->zero, sc));
+    if (*alone) return options_no_strategy_status(o);
+    const char *bad = o->tf32 && run->s->device_kind != DEVICE_CUDA ? "--tf32=1 needs a GPU, and the ranks run on the CPU"
+                      : sc->link_gbps > 0 && !run->s->simulated ? "--link models a link for simulated ranks; these run "
+                                                                    "on GPUs through NCCL"
+                                                                  : NULL;
+    if (bad && world()->proc == 0) fprintf(stderr, "train: %s\n", bad);
+    if (bad) return 2;
+    return start_from(run->s, o, &run->data, &run->start_iter);
+}
+
+/* What the flags ask that no run can do: a model the GPT cannot be, a link too
+ * slow to train on. 0, or 2 after a one-line error. */
+static int check_model(const Run *run) {
+    const TrainOptions *o = &run->o;
+    StrategyConfig sc = { .model = { run->data.vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT },
+                          .nranks = o->gpus * world()->nprocs };
+    options_link(o, &sc.link_gbps, &sc.link_latency_us);
+    const char *bad = gpt_config_error(&sc.model);
+    double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o->zero);
+    int says = world()->proc == 0;  /* every process has the same flags */
+    if (bad && says) fprintf(stderr, "train: %s\n", bad);
+    else if (!bad && link_seconds > LINK_STEP_MAX_SECONDS && says)
         fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o->link,
                 link_seconds, LINK_STEP_MAX_SECONDS);
-        status = 2;
-    } else if (leader && o->log[0] && !(run->log = fopen(o->log, "w"))) {
-        fprintf(stderr, "train: cannot write --log file '%s': %s\n", o->log, strerror(errno));
-        status = 1;
-        *every_process = 0;
-    } else if (leader && o->trace[0] && !(trace_file = fopen(o->trace, "w"))) {
-        fprintf(stderr, "train: cannot write --trace file '%s': %s\n", o->trace, strerror(errno));
-        status = 1;
-        *every_process = 0;
-    } else if (leader && o->out[0] && prepare_out(o->out) != 0) {
-        status = 1;
-        *every_process = 0;
-    } else if (!(run->s = strategy_create(o->zero, sc))) {
-        status = options_no_strategy_status(o);
-        *every_process = 0;
-    } else if (o->tf32 && run->s->device_kind != DEVICE_CUDA) {
-        fprintf(stderr, "train: --tf32=1 needs a GPU, and the ranks run on the CPU\n");
-        status = 2;
-    } else if (sc->link_gbps > 0 && !run->s->simulated) {
-        fprintf(stderr, "train: --link models a link for simulated ranks; these run on GPUs through NCCL\n");
-        status = 2;
-    } else {
-        status = start_from(run->s, o, &run->data, &run->start_iter);
-    }
-    if (trace_file) fclose(trace_file);
-    return status;
+    return bad || link_seconds > LINK_STEP_MAX_SECONDS ? 2 : 0;
 }
 
 static void close_run(Run *run) {
@@ -365,9 +389,7 @@ static int train(Run *run) {
         .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
     };
     TrainResult result = { 0 };
-    /* from here on a signal stops the run between steps; before, it ends it as by default */
-    int status = catch_stop_signals();
-    if (status == 0) status = train_run(s, &tc, &run->data, &result);
+    int status = train_run(s, &tc, &run->data, &result);
     if (status != 0 && !result.every_process) finish(status, 0);  /* the others are waiting in a collective */
     char skipped[64] = "";
     if (result.skipped > 0) snprintf(skipped, sizeof skipped, ", %d skipped (not finite)", result.skipped);
@@ -388,37 +410,41 @@ static int train(Run *run) {
 }
 
 int main(int argc, char **argv) {
+    /* first: a signal in the start would otherwise end the run as by default */
+    if (catch_stop_signals() != 0) return 1;
     const char *blas = blas_ensure_core(argv);
     if (world_init(&argc, &argv) != 0) return 1;
     Run run = { 0 };
-    int rc = parse_flags(&run.o, argc, argv);
-    if (rc) return finish(rc == 1 ? 0 : 2, 1);
-    world_set_timeout(run.o.timeout);
-    world_set_local_ranks(run.o.gpus);
-    if (options_join_world(&run.o) != 0) return finish(1, 1);
-
-    char err[512];
-    if (dataset_load(&run.data, run.o.data, run.o.block, err, sizeof err) != 0) {
-        if (world()->nprocs > 1) fprintf(stderr, "train: process %d: %s\n", world()->proc, err);
-        else fprintf(stderr, "train: %s\n", err);
-        return finish(1, 0);
-    }
-    if (same_run_everywhere(argc, argv, &run.data) != 0) {
-        dataset_free(&run.data);
-        return finish(2, 1);
-    }
-    int every_process, status = open_run(&run, &every_process);
-    if (status != 0) {
-        if (!every_process) finish(status, 0);  /* the others are waiting in a collective */
-        close_run(&run);
-        return finish(status, 1);
-    }
-    device_cuda_set_tf32(run.o.tf32);
+    int status = parse_flags(&run.o, argc, argv);
+    if (status) return finish(status == 1 ? 0 : status, 1);
     /* past one process, process 0 alone prints: the others' stdout is quiet */
     if (world()->proc != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "train: process %d: cannot quiet its output: %s\n", world()->proc, strerror(errno));
         return finish(1, 0);
     }
+    world_set_timeout(run.o.timeout);
+    world_set_local_ranks(run.o.gpus);
+    if ((status = options_join_world(&run.o)) != 0) return finish(status, 1);
+
+    Verdict data = { 0 };
+    char err[400];
+    if (dataset_load(&run.data, run.o.data, run.o.block, err, sizeof err) != 0) {
+        data.status = 1;
+        snprintf(data.message, sizeof data.message, "train: %s", err);
+    }
+    if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
+        (status = check_model(&run))) {
+        dataset_free(&run.data);
+        return finish(status, 1);
+    }
+    Verdict files = world()->proc == 0 ? open_files(&run) : (Verdict){ 0 };
+    int alone = 0;
+    if ((status = agree(&files, 0, NULL)) || (status = open_run(&run, &alone))) {
+        if (alone) finish(status, 0);  /* the others are waiting in a collective */
+        close_run(&run);
+        return finish(status, 1);
+    }
+    device_cuda_set_tf32(run.o.tf32);
     if (print_header(&run, blas) != 0) {
         finish(1, 0);
         close_run(&run);
@@ -428,6 +454,6 @@ int main(int argc, char **argv) {
     FILE *log = run.log;
     run.log = NULL;  /* close_output closes it, checking the last writes */
     close_run(&run);
-    int closed = close_output(log);
+    int closed = close_output(log, status != 0);
     return finish(status ? status : closed, 1);
 }
