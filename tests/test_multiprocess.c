@@ -508,14 +508,14 @@ static int process_ended(pid_t pid) {
     return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
 }
 
-/* Wait, at most `limit` seconds, for process 0 to print its second step into
- * the file `out` (training is under way); 1 if it did. */
+/* Wait, at most `limit` seconds, for process 0 to print step 1 (or 10, 100,
+ * ... with --log-every) into the file `out` (training is under way); 1 if it did. */
 static int wait_for_steps(const char *out, double limit) {
     for (double until = seconds_now() + limit; seconds_now() < until; usleep(50000)) {
         FILE *f = fopen(out, "r");
         char line[1024];
         int stepping = 0;
-        while (f && !stepping && fgets(line, sizeof line, f)) stepping = !strncmp(line, "iter 1:", 7);
+        while (f && !stepping && fgets(line, sizeof line, f)) stepping = !strncmp(line, "iter 1", 6);
         if (f) fclose(f);
         if (stepping) return 1;
     }
@@ -561,6 +561,46 @@ Test(multiprocess, a_killed_process_ends_the_others_within_the_timeout) {
     cr_expect(others_ended, "process 0 (pid %d) still ran after mpirun ended", (int)pids[0]);
 }
 
+/* A training run under mpirun (2 processes of 1 rank, saving to a fresh
+ * folder) that steps, then gets `sig`: at process `target`, or at mpirun
+ * itself (target -1). Its stderr and the seconds from the signal to mpirun's
+ * end; mpirun's exit status, -1 if it had to be killed after 30 s. mpirun runs
+ * in a process group of its own, killed whole at the end whatever happened. */
+typedef struct { char dir[64]; char err[8192]; int status; double seconds; } Stopped;
+
+static Stopped signal_a_run(int target, int sig, const char *mpirun_flags) {
+    Stopped run = { .status = -1 };
+    char out[128], err_path[128], args[4096];
+    temp_dir(run.dir, sizeof run.dir, "mp_signal");
+    snprintf(out, sizeof out, "%s/stdout.txt", run.dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", run.dir);
+    /* a progress line every 100 steps, as a run prints a few a second: mpirun stops reading the processes' output
+       once signalled, and a process that fills the pipe waits in its write until SIGKILL */
+    snprintf(args, sizeof args, "exec %s %s -np 2 %s %s --batch=3 --iters=100000 --eval-every=0 --log-every=100 "
+             "--gpus=1 --out=%s >%s 2>%s", test_mpirun(), mpirun_flags, train_binary(), BASE, run.dir, out, err_path);
+    pid_t mpirun = fork();
+    cr_assert_geq(mpirun, 0);
+    if (mpirun == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(mpirun, mpirun);
+    pid_t pids[2] = { 0, 0 };
+    int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
+    int sent = found == 2 && kill(target < 0 ? mpirun : pids[target], sig) == 0, status = 0;
+    double start = seconds_now();
+    pid_t done = 0;
+    while (sent && (done = waitpid(mpirun, &status, WNOHANG)) == 0 && seconds_now() - start < 30) usleep(50000);
+    run.seconds = seconds_now() - start;
+    kill(-mpirun, SIGKILL);
+    if (done == 0) waitpid(mpirun, &status, 0);
+    take_text(err_path, run.err, sizeof run.err);
+    cr_assert(stepping && found == 2 && sent, "no two training processes to signal");
+    if (done != 0 && WIFEXITED(status)) run.status = WEXITSTATUS(status);
+    return run;
+}
+
 /* The stop line's step count ("after N steps"), or -1. */
 static int steps_in(const char *err) {
     const char *at = strstr(err, " after ");
@@ -568,65 +608,65 @@ static int steps_in(const char *err) {
     return at && sscanf(at, " after %d steps", &steps) == 1 ? steps : -1;
 }
 
-/* SIGTERM and SIGINT sent to each process in turn (not only to process 0, and
- * not to mpirun, which would turn either into SIGTERM for every process):
- * every process stops at the same step and process 0 saves it; the line names
- * the signal and the process it reached, mpirun exits 128 + the signal, and the
- * checkpoint, resumed for 2 steps more, is the file of a run never stopped. */
+/* The run's checkpoint, resumed by 2 x 1 for 2 steps more, is the file of
+ * 1 x 2 never stopped: every process stopped at the same step, and process 0
+ * saved that step's state. */
+static void expect_resumes_as_never_stopped(const Stopped *run, const char *what) {
+    int steps = steps_in(run->err);
+    cr_assert_gt(steps, 0, "%s: stderr:\n%s", what, run->err);
+    char args[2048];
+    snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=1 --resume=%s/ckpt.safetensors", BASE,
+             steps + 2, run->dir);
+    Run resumed = launch(2, args);
+    snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=2", BASE, steps + 2);
+    Run straight = launch(0, args);
+    cr_expect(same_checkpoint(&straight, &resumed), "%s: stopped at %d and resumed, the file differs from a run never "
+              "stopped", what, steps);
+    run_free(&resumed);
+    run_free(&straight);
+}
+
+/* SIGTERM and SIGINT sent to each process in turn: every process stops at the
+ * same step and process 0 saves it; the line names the signal and the process
+ * it reached, mpirun exits 128 + the signal, and the checkpoint resumes. */
 Test(multiprocess, a_signal_to_any_process_stops_every_process_at_the_same_step, .timeout = 300) {
     need_mpi();
     static const struct { int sig; const char *name; } signals[] = { { SIGTERM, "SIGTERM" }, { SIGINT, "SIGINT" } };
     for (int target = 0; target < 2; target++)
         for (size_t k = 0; k < sizeof signals / sizeof signals[0]; k++) {
-            char dir[64], out[128], err_path[128], args[4096], err[8192], what[64];
-            temp_dir(dir, sizeof dir, "mp_signal");
-            snprintf(out, sizeof out, "%s/stdout.txt", dir);
-            snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+            char what[64], needle[96];
             snprintf(what, sizeof what, "%s to process %d", signals[k].name, target);
-            snprintf(args, sizeof args, "exec %s -np 2 %s %s --batch=3 --iters=100000 --eval-every=0 --gpus=1 "
-                     "--out=%s >%s 2>%s", test_mpirun(), train_binary(), BASE, dir, out, err_path);
-            pid_t mpirun = fork();
-            cr_assert_geq(mpirun, 0);
-            if (mpirun == 0) {
-                setpgid(0, 0);
-                execl("/bin/sh", "sh", "-c", args, (char *)NULL);
-                _exit(127);
-            }
-            setpgid(mpirun, mpirun);
-            pid_t pids[2] = { 0, 0 };
-            int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
-            int sent = found == 2 && kill(pids[target], signals[k].sig) == 0, status = 0;
-            pid_t done = 0;
-            for (double until = seconds_now() + 30; sent && (done = waitpid(mpirun, &status, WNOHANG)) == 0 &&
-                                                    seconds_now() < until;)
-                usleep(50000);
-            kill(-mpirun, SIGKILL);  /* whatever happened: no training run left behind */
-            if (done == 0) waitpid(mpirun, &status, 0);
-            take_text(err_path, err, sizeof err);
-            cr_assert(stepping && found == 2 && sent, "%s: no two training processes to signal", what);
-            cr_expect(done != 0 && WIFEXITED(status) && WEXITSTATUS(status) == 128 + signals[k].sig,
-                      "%s: mpirun %s %d, stderr:\n%s", what, done ? "exited" : "still ran, status",
-                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, err);
-            char needle[96];
+            Stopped run = signal_a_run(target, signals[k].sig, "");
+            cr_expect_eq(run.status, 128 + signals[k].sig, "%s: mpirun's exit status, stderr:\n%s", what, run.err);
             snprintf(needle, sizeof needle, "train: stopped by %s (to process %d) after ", signals[k].name, target);
-            cr_expect_eq(count_lines_with(err, "train: "), 1, "%s: stderr:\n%s", what, err);
-            cr_expect(strstr(err, needle) && strstr(err, "saved in"), "%s: stderr:\n%s", what, err);
-            int steps = steps_in(err);
-            cr_assert_gt(steps, 0, "%s: stderr:\n%s", what, err);
-            /* resumed by 2 x 1 for 2 steps more: the bits of 1 x 2 never stopped */
-            char ckpt[128];
-            snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
-            snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=1 --resume=%s", BASE, steps + 2,
-                     ckpt);
-            Run resumed = launch(2, args);
-            snprintf(args, sizeof args, "%s --batch=3 --iters=%d --eval-every=0 --gpus=2", BASE, steps + 2);
-            Run straight = launch(0, args);
-            cr_expect(same_checkpoint(&straight, &resumed), "%s: stopped at %d and resumed, the file differs from a "
-                      "run never stopped", what, steps);
-            run_free(&resumed);
-            run_free(&straight);
-            remove_dir(dir);
+            cr_expect_eq(count_lines_with(run.err, "train: "), 1, "%s: stderr:\n%s", what, run.err);
+            cr_expect(strstr(run.err, needle) && strstr(run.err, "saved in"), "%s: stderr:\n%s", what, run.err);
+            expect_resumes_as_never_stopped(&run, what);
+            remove_dir(run.dir);
         }
+}
+
+/* mpirun itself signalled. SIGUSR1, which it passes on to every process: the
+ * run stops and saves as for any stop signal, and mpirun exits 138. SIGINT (a
+ * Ctrl-C at mpirun's terminal), which mpirun turns into SIGTERM for every
+ * process, with SIGKILL after its odls_base_sigkill_timeout (1 s; 10 here, so
+ * that a loaded machine cannot make the test fail): the line says SIGTERM and
+ * the checkpoint resumes; mpirun's own exit status there is Open MPI's (1). */
+Test(multiprocess, a_signal_to_mpirun_stops_and_saves_within_its_grace, .timeout = 300) {
+    need_mpi();
+    Stopped run = signal_a_run(-1, SIGUSR1, "");
+    cr_expect_eq(run.status, 128 + SIGUSR1, "SIGUSR1 to mpirun: its exit status, stderr:\n%s", run.err);
+    /* every process gets it, the first to catch it is named */
+    cr_expect(strstr(run.err, "train: stopped by SIGUSR1 (to process ") && strstr(run.err, "saved in"),
+              "SIGUSR1 to mpirun: stderr:\n%s", run.err);
+    expect_resumes_as_never_stopped(&run, "SIGUSR1 to mpirun");
+    remove_dir(run.dir);
+    run = signal_a_run(-1, SIGINT, "--mca odls_base_sigkill_timeout 10");
+    cr_expect_neq(run.status, 0, "SIGINT to mpirun: exit 0");
+    cr_expect(strstr(run.err, "train: stopped by SIGTERM (to process ") && strstr(run.err, "saved in"),
+              "SIGINT to mpirun: stderr:\n%s", run.err);
+    expect_resumes_as_never_stopped(&run, "SIGINT to mpirun");
+    remove_dir(run.dir);
 }
 
 /* ---- the process group over processes ---- */

@@ -147,7 +147,7 @@ enum { NCASES = sizeof HEADERS / sizeof HEADERS[0] };
 
 /* The reference's verdict on each file: 1 accepted, 0 refused, read from one
  * Python run over them all. */
-static void reference_verdicts(char paths[][64], int n, int *accepted) {
+static void reference_verdicts(char paths[][80], int n, int *accepted) {
     char cmd[8192];
     int len = snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib %s -c '\n"
                        "import sys\nfrom safetensors import deserialize\n"
@@ -164,7 +164,7 @@ static void reference_verdicts(char paths[][64], int n, int *accepted) {
 
 Test(safetensors, a_header_is_read_as_the_reference_reads_it) {
     need_safetensors();
-    char dir[48], paths[NCASES][64];
+    char dir[48], paths[NCASES][80];
     temp_dir(dir, sizeof dir, "st");
     for (int i = 0; i < NCASES; i++) {
         snprintf(paths[i], sizeof paths[i], "%s/%d.safetensors", dir, i);
