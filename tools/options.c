@@ -128,6 +128,12 @@ void options_usage(FILE *out, const char *prog, TrainOptions *o) {
         else snprintf(def, sizeof def, "%s", (char *)flags[i].value);
         fprintf(out, "  --%-16s %s (default: %s)\n", flags[i].name, flags[i].help, def[0] ? def : "none");
     }
+    if (strcmp(prog, "train") == 0)
+        fprintf(out, "\nSIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 stop the run after the step in flight, saved with "
+                "--out (exit 128 + the signal).\nUnder mpirun, Ctrl-C or a kill of mpirun sends every process SIGTERM "
+                "and, a second later, SIGKILL: give the\nstep in flight and the save longer with `mpirun --mca "
+                "odls_base_sigkill_timeout 60 ...`, or stop the run with\n`kill -USR1 <mpirun's pid>`, which mpirun "
+                "passes on to every process.\n");
 }
 
 /* An empty value is always a mistake (a script's unset variable), never "unset":
