@@ -64,8 +64,8 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
         json_array_append_new(range, json_integer((json_int_t)offset));
         offset += tensor_bytes(&tensors[i]);
         json_array_append_new(range, json_integer((json_int_t)offset));
-        json_object_set_new(header, tensors[i].name,
-                            json_pack("{s:s, s:o, s:o}", "dtype", tensors[i].dtype, "shape", shape, "data_offsets", range));
+        json_t *entry = json_pack("{s:s, s:o, s:o}", "dtype", tensors[i].dtype, "shape", shape, "data_offsets", range);
+        json_object_set_new(header, tensors[i].name, entry);
     }
     char *json = json_dumps(header, JSON_COMPACT);
     json_decref(header);

@@ -294,7 +294,8 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         }
         if (result->stopped_by || iter == cfg->iters) {
             /* a stop saves the steps done since the start; the end, every run's */
-            if (cfg->out_dir && (iter > cfg->start_iter || !result->stopped_by)) status = save(s, cfg, data, iter, result);
+            if (cfg->out_dir && (iter > cfg->start_iter || !result->stopped_by))
+                status = save(s, cfg, data, iter, result);
             break;
         }
 

@@ -522,6 +522,20 @@ static int wait_for_steps(const char *out, double limit) {
     return 0;
 }
 
+/* `cmd` run by the shell in a process group of its own (its pid, the group's
+ * id), for a test to kill whole at its end, whatever happened. */
+static pid_t start_in_own_group(const char *cmd) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
 /* Process 1 killed with SIGKILL while the run trains: mpirun and process 0 end,
  * non-zero, within the --timeout (5 s) plus 10 s. mpirun runs in a process
  * group of its own, killed whole at the end whatever happened, and nothing
@@ -534,14 +548,7 @@ Test(multiprocess, a_killed_process_ends_the_others_within_the_timeout) {
     snprintf(args, sizeof args, "exec %s -np 2 %s --layers=2 --embd=64 --heads=2 --block=64 --batch=4 --iters=20000 "
              "--eval-every=0 --log-every=1 --sample-chars=0 --gpus=2 --timeout=5 >%s 2>%s/stderr.txt",
              test_mpirun(), train_binary(), out, dir);
-    pid_t mpirun = fork();
-    cr_assert_geq(mpirun, 0);
-    if (mpirun == 0) {
-        setpgid(0, 0);
-        execl("/bin/sh", "sh", "-c", args, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(mpirun, mpirun);
+    pid_t mpirun = start_in_own_group(args);
     pid_t pids[2] = { 0, 0 };
     int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
     int killed = found == 2 && kill(pids[1], SIGKILL) == 0, status = 0;
@@ -563,10 +570,9 @@ Test(multiprocess, a_killed_process_ends_the_others_within_the_timeout) {
 
 /* A training run under mpirun (2 processes of 1 rank, saving to a fresh
  * folder) that steps, then gets `sig`: at process `target`, or at mpirun
- * itself (target -1). Its stderr and the seconds from the signal to mpirun's
- * end; mpirun's exit status, -1 if it had to be killed after 30 s. mpirun runs
- * in a process group of its own, killed whole at the end whatever happened. */
-typedef struct { char dir[64]; char err[8192]; int status; double seconds; } Stopped;
+ * itself (target -1). Its folder, its stderr, and mpirun's exit status (-1 if
+ * it had to be killed 30 s after the signal). */
+typedef struct { char dir[64]; char err[8192]; int status; } Stopped;
 
 static Stopped signal_a_run(int target, int sig, const char *mpirun_flags) {
     Stopped run = { .status = -1 };
@@ -578,21 +584,13 @@ static Stopped signal_a_run(int target, int sig, const char *mpirun_flags) {
        once signalled, and a process that fills the pipe waits in its write until SIGKILL */
     snprintf(args, sizeof args, "exec %s %s -np 2 %s %s --batch=3 --iters=100000 --eval-every=0 --log-every=100 "
              "--gpus=1 --out=%s >%s 2>%s", test_mpirun(), mpirun_flags, train_binary(), BASE, run.dir, out, err_path);
-    pid_t mpirun = fork();
-    cr_assert_geq(mpirun, 0);
-    if (mpirun == 0) {
-        setpgid(0, 0);
-        execl("/bin/sh", "sh", "-c", args, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(mpirun, mpirun);
+    pid_t mpirun = start_in_own_group(args);
     pid_t pids[2] = { 0, 0 };
     int stepping = wait_for_steps(out, 60), found = stepping ? train_children(mpirun, pids, 2) : 0;
     int sent = found == 2 && kill(target < 0 ? mpirun : pids[target], sig) == 0, status = 0;
     double start = seconds_now();
     pid_t done = 0;
     while (sent && (done = waitpid(mpirun, &status, WNOHANG)) == 0 && seconds_now() - start < 30) usleep(50000);
-    run.seconds = seconds_now() - start;
     kill(-mpirun, SIGKILL);
     if (done == 0) waitpid(mpirun, &status, 0);
     take_text(err_path, run.err, sizeof run.err);

@@ -1,12 +1,10 @@
 /* train.c: bin/train, the trainer's command line. */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../kernels/cpu/blas_setup.h"
@@ -51,7 +49,8 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
     else if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
-        if (world()->proc == 0) fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
+        if (world()->proc == 0)
+            fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
         return 2;
     }
     if (!o->resume[0]) return 0;
@@ -307,10 +306,10 @@ static int open_run(Run *run, int *alone) {
     sc->trace = run->trace;
     *alone = !(run->s = strategy_create(o->zero, sc));
     if (*alone) return options_no_strategy_status(o);
-    const char *bad = o->tf32 && run->s->device_kind != DEVICE_CUDA ? "--tf32=1 needs a GPU, and the ranks run on the CPU"
-                      : sc->link_gbps > 0 && !run->s->simulated ? "--link models a link for simulated ranks; these run "
-                                                                    "on GPUs through NCCL"
-                                                                  : NULL;
+    const char *bad = NULL;
+    if (o->tf32 && run->s->device_kind != DEVICE_CUDA) bad = "--tf32=1 needs a GPU, and the ranks run on the CPU";
+    else if (sc->link_gbps > 0 && !run->s->simulated)
+        bad = "--link models a link for simulated ranks; these run on GPUs through NCCL";
     if (bad && world()->proc == 0) fprintf(stderr, "train: %s\n", bad);
     if (bad) return 2;
     return start_from(run->s, o, &run->data, &run->start_iter);
