@@ -50,7 +50,8 @@ RUNTIME += runtime/world_none.c
 endif
 KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
-CUDA_SRC = runtime/device_cuda.cu runtime/process_group_nccl.c runtime/world_nccl.c $(wildcard kernels/cuda/*.cu)
+CUDA_SRC = runtime/device_cuda.cu runtime/gpu_libraries.c runtime/process_group_nccl.c runtime/world_nccl.c \
+           $(wildcard kernels/cuda/*.cu)
 CFLAGS_CUDA = -I$(CUDA_HOME)/include
 # Machine code for each CUDA_ARCH, and PTX of the last for newer GPUs to compile
 # at load. No fused multiply-adds in our kernels (-fmad=false): gcc does not
@@ -58,8 +59,9 @@ CFLAGS_CUDA = -I$(CUDA_HOME)/include
 NVCCFLAGS = -O3 -std=c++17 -fmad=false $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
-# cudart linked in (static), so a binary needs only cuBLAS and NCCL from the GPU machine.
-LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart_static -ldl -lrt -lstdc++
+# cudart linked in (static); cuBLAS and NCCL loaded at their first use (runtime/gpu_libraries.h), found on
+# LD_LIBRARY_PATH, then in the toolkit's folder (the run path): a binary starts where neither is.
+LDLIBS_CUDA = -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif

@@ -4,10 +4,11 @@
  * range of it. Tensors are grouped into units (a transformer block, or the root
  * unit of embeddings and final norm), and each unit is padded to a multiple of
  * `shard_multiple` so that it splits into equal shards, one per rank, and of
- * ARENA_ALIGN floats (64 bytes), so that every unit starts as aligned as a
- * fresh buffer does: a tensor then has the same alignment in the arena as in a
- * gradient slot or a gather buffer, and a BLAS that picks its kernels by
- * alignment picks the same ones for every strategy. Gradients and optimizer
+ * ARENA_ALIGN floats (256 bytes, as cudaMalloc aligns), so that every unit
+ * starts as aligned as a fresh buffer does, on the CPU (64 bytes) and the GPU
+ * alike: a tensor then has the same alignment in the arena as in a gradient
+ * slot or a gather buffer, and a BLAS that picks its kernels by alignment
+ * (cuBLAS does) picks the same ones for every strategy. Gradients and optimizer
  * state use the same layout, so a unit or a shard is one range of one buffer.
  */
 #ifndef ZF_ARENA_H
@@ -15,7 +16,7 @@
 
 #include <stddef.h>
 
-enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 1024, ARENA_ALIGN = 16 };
+enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 1024, ARENA_ALIGN = 64 };
 
 typedef struct {
     char name[ARENA_NAME_MAX];

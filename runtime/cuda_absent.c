@@ -9,6 +9,10 @@
 
 int device_cuda_count(void) { return 0; }
 
+const char *device_cuda_absence(void) { return "this build has no CUDA"; }
+
+void device_cuda_libraries(char *buf, size_t len) { snprintf(buf, len, "none: this build has no CUDA"); }
+
 Device *device_create_cuda(int ordinal) {
     fprintf(stderr, "error: GPU %d: this build has no CUDA support (make CUDA=0)\n", ordinal);
     return NULL;

@@ -47,6 +47,13 @@ Device *device_create_cpu(int sharing, int slot);
  * old driver, a fabric manager that is not running): that is no reason to fall
  * back to the CPU. Asked once; later calls give the same answer, silently. */
 int device_cuda_count(void);
+/* Why device_cuda_count() is 0, in words: "this build has no CUDA", "no CUDA
+ * driver (libcuda.so.1: ...)" with the loader's reason, or "the driver sees
+ * no GPU"; "" when there are GPUs. */
+const char *device_cuda_absence(void);
+/* The files cuBLAS and NCCL were loaded from (runtime/gpu_libraries.h), cuBLAS
+ * loaded now if it was not: for the lines that describe a run on GPUs. */
+void device_cuda_libraries(char *buf, size_t len);
 /* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
 Device *device_create_cuda(int ordinal);
 /* Let GPU matmuls use TF32 tensor cores (--tf32); off by default: exact fp32,

@@ -16,20 +16,25 @@
 
 #include "device_backend.h"
 #include "device_cuda.h"
+#include "gpu_libraries.h"
+#include "world.h"
 
 /* A failed CUDA or cuBLAS call (out of memory, a lost device) ends the run as
  * one line and exit 1, as every error does, never a core dump: nothing on the
- * GPU can be trusted after it, and the last checkpoint on disk is untouched. */
+ * GPU can be trusted after it, and the last checkpoint on disk is untouched.
+ * The line is flushed and the process leaves without exit()'s teardown
+ * (world_abort), which would run the libraries' destructors under the calls
+ * other threads have in flight: a hang or a crash in place of the line. */
 void cuda_check(cudaError_t rc, const char *what, const char *file, int line) {
     if (rc == cudaSuccess) return;
     fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, cudaGetErrorString(rc));
-    exit(1);
+    world_abort(1);
 }
 
 void cublas_check(cublasStatus_t rc, const char *what, const char *file, int line) {
     if (rc == CUBLAS_STATUS_SUCCESS) return;
     fprintf(stderr, "error: %s failed at %s:%d: cuBLAS status %d\n", what, file, line, (int)rc);
-    exit(1);
+    world_abort(1);
 }
 
 void cuda_check_launch(const char *kernel, const char *file, int line) {
@@ -72,24 +77,33 @@ static void set_max_connections(void) {
     }
 }
 
+static pthread_once_t count_once = PTHREAD_ONCE_INIT;
+static int gpu_count;
+static char absence[512];  /* why gpu_count is 0 */
+
 /* Whether a CUDA driver is installed at all: without one, the runtime reports
- * an insufficient driver, which here means no GPU rather than an old driver. */
+ * an insufficient driver, which here means no GPU rather than an old driver.
+ * Where it is not, absence says what the loader said. */
 static int driver_installed(void) {
     void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!driver) return 0;
+    if (!driver) {
+        const char *why = dlerror();
+        snprintf(absence, sizeof absence, "no CUDA driver (%s)", why ? why : "libcuda.so.1 not found");
+        return 0;
+    }
     dlclose(driver);
     return 1;
 }
 
-static pthread_once_t count_once = PTHREAD_ONCE_INIT;
-static int gpu_count;
-
 static void count_gpus(void) {
     set_max_connections();
     cudaError_t rc = cudaGetDeviceCount(&gpu_count);
+    if (rc == cudaSuccess && gpu_count == 0) snprintf(absence, sizeof absence, "the driver sees no GPU");
     if (rc == cudaSuccess) return;
     cudaGetLastError();
     if (rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && !driver_installed())) {
+        if (rc == cudaErrorNoDevice) snprintf(absence, sizeof absence, "the driver sees no GPU (%s)",
+                                              cudaGetErrorString(rc));
         gpu_count = 0;
         return;
     }
@@ -105,6 +119,16 @@ int device_cuda_count(void) {
         abort();
     }
     return gpu_count;
+}
+
+const char *device_cuda_absence(void) {
+    device_cuda_count();
+    return absence;
+}
+
+void device_cuda_libraries(char *buf, size_t len) {
+    gpu_cublas();
+    gpu_library_files(buf, len);
 }
 
 static void cuda_destroy(Device *dev) { free(dev); }
@@ -135,6 +159,8 @@ static Stream *cuda_stream_create(Device *dev) {
     s->base.dev = dev;
     CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CHECK(cudaMalloc((void **)&s->timer, sizeof *s->timer));
+    /* a hold before any timer_start reads it: from 0, a hold already past */
+    CHECK(cudaMemsetAsync(s->timer, 0, sizeof *s->timer, s->stream));
     return &s->base;
 }
 
@@ -142,7 +168,7 @@ static void cuda_stream_destroy(Stream *stream) {
     CudaStream *s = (CudaStream *)stream;
     use_device(stream->dev);
     CHECK(cudaStreamSynchronize(s->stream));
-    if (s->blas) cublas_check(cublasDestroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
+    if (s->blas) cublas_check(gpu_cublas()->destroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
     CHECK(cudaFree(s->timer));
     CHECK(cudaStreamDestroy(s->stream));
     free(s);
@@ -157,9 +183,10 @@ cublasHandle_t cuda_blas(Stream *stream) {
     CudaStream *s = (CudaStream *)stream;
     use_device(stream->dev);
     if (!s->blas) {
-        cublas_check(cublasCreate(&s->blas), "cublasCreate", __FILE__, __LINE__);
-        cublas_check(cublasSetStream(s->blas, s->stream), "cublasSetStream", __FILE__, __LINE__);
-        cublas_check(cublasSetMathMode(s->blas, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        const Cublas *blas = gpu_cublas();
+        cublas_check(blas->create(&s->blas), "cublasCreate", __FILE__, __LINE__);
+        cublas_check(blas->set_stream(s->blas, s->stream), "cublasSetStream", __FILE__, __LINE__);
+        cublas_check(blas->set_math_mode(s->blas, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                      "cublasSetMathMode", __FILE__, __LINE__);
     }
     return s->blas;

@@ -109,7 +109,7 @@ ProcessGroup *pg_create(int nranks, Placement where, int own_cores) {
     int gpus = where == PLACE_CPU ? 0 : device_cuda_count();
     if (gpus < 0) return NULL;  /* CUDA failed, and said why: no silent fall-back to the CPU */
     if (gpus == 0 && where != PLACE_AUTO && where != PLACE_CPU) {
-        fprintf(stderr, "error: --device=cuda, but no GPU is visible (or this build has no CUDA)\n");
+        fprintf(stderr, "error: --device=cuda, but no GPU is visible (%s)\n", device_cuda_absence());
         return NULL;
     }
     ProcessGroup *pg;
@@ -121,7 +121,7 @@ ProcessGroup *pg_create(int nranks, Placement where, int own_cores) {
     if (where == PLACE_CPU)
         snprintf(pg->description + len, sizeof pg->description - len, " (--device=cpu)");
     else if (gpus == 0)
-        snprintf(pg->description + len, sizeof pg->description - len, " (no GPU visible)");
+        snprintf(pg->description + len, sizeof pg->description - len, " (no GPU visible: %s)", device_cuda_absence());
     else if (pg->simulated && gpus < nranks)
         snprintf(pg->description + len, sizeof pg->description - len, " (%d GPU%s visible for %d ranks)",
                  gpus, gpus == 1 ? "" : "s", nranks);

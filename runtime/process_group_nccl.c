@@ -36,7 +36,6 @@
  * line naming the collective, exit 1 in every process (world_abort). NCCL's
  * own calls block in them otherwise, and a dead peer would hang the others.
  */
-#include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +43,7 @@
 #include <time.h>
 
 #include "device_cuda.h"
+#include "gpu_libraries.h"
 #include "host.h"
 #include "process_group.h"
 #include "world.h"
@@ -83,7 +83,7 @@ static NcclState *state_of(const ProcessGroup *pg) { return (NcclState *)pg->ncc
 /* As cuda_check (runtime/device_cuda.cu): one line, and the end of every process. */
 static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line) {
     if (rc == ncclSuccess) return;
-    fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(rc));
+    fprintf(stderr, "error: %s failed at %s:%d: %s\n", what, file, line, gpu_nccl()->get_error_string(rc));
     world_abort(1);
 }
 
@@ -134,8 +134,8 @@ static void watch(ProcessGroup *pg) {
     unlock(&st->lock);
 }
 
-static void group_start(void) { nccl_check(ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__); }
-static void group_end(void) { nccl_check(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); }
+static void group_start(void) { nccl_check(gpu_nccl()->group_start(), "ncclGroupStart", __FILE__, __LINE__); }
+static void group_end(void) { nccl_check(gpu_nccl()->group_end(), "ncclGroupEnd", __FILE__, __LINE__); }
 
 /* Whether NCCL's own collectives can take n floats: exactly n / N a rank. */
 static int divides(const ProcessGroup *pg, size_t n) { return n % (size_t)pg->world_size == 0; }
@@ -158,11 +158,11 @@ static void reserve_stage(ProcessGroup *pg, size_t shard) {
 /* Global rank g's send to and receive from peer q, skipped when empty (both
  * sides agree: the lengths are the valid parts of the shards). */
 static void send_floats(const float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
-    if (count) nccl_check(ncclSend(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
+    if (count) nccl_check(gpu_nccl()->send(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
 }
 
 static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
-    if (count) nccl_check(ncclRecv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
+    if (count) nccl_check(gpu_nccl()->recv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
 }
 
 /* The all-to-all of the shards, then each rank's ordered sum of its shard. */
@@ -202,7 +202,7 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
     size_t shard = n / (size_t)pg->world_size;
     group_start();
     for (int r = 0; r < pg->nranks; r++)
-        nccl_check(ncclReduceScatter(send[r], recv[r], shard, ncclFloat, ncclSum, st->comm[r],
+        nccl_check(gpu_nccl()->reduce_scatter(send[r], recv[r], shard, ncclFloat, ncclSum, st->comm[r],
                                      cuda_stream(pg->comm[r])),
                    "ncclReduceScatter", __FILE__, __LINE__);
     group_end();
@@ -245,7 +245,7 @@ static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *
     size_t shard = n / (size_t)pg->world_size;
     group_start();
     for (int r = 0; r < pg->nranks; r++)
-        nccl_check(ncclAllGather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
+        nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
                    "ncclAllGather", __FILE__, __LINE__);
     group_end();
     watch(pg);
@@ -253,14 +253,30 @@ static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *
 
 /* ---- the watchdog ---- */
 
-/* Abort every communicator (NCCL's kernels and threads stop waiting for the
- * peers), then end every process with the one line. */
-static void end_run(ProcessGroup *pg, const char *line) {
+/* The communicators' aborts, on a thread of their own: ncclCommAbort may wait
+ * for the very kernel that hangs. */
+enum { ABORT_SECONDS = 5 };
+
+static void *abort_communicators(void *arg) {
+    ProcessGroup *pg = arg;
     NcclState *st = state_of(pg);
-    const char *failed = NULL;
-    for (int r = 0; r < pg->nranks; r++)
-        if (ncclCommAbort(st->comm[r]) != ncclSuccess) failed = " (and ncclCommAbort failed)";
-    fprintf(stderr, "%s%s; stopping every process\n", line, failed ? failed : "");
+    for (int r = 0; r < pg->nranks; r++) gpu_nccl()->comm_abort(st->comm[r]);
+    return NULL;
+}
+
+/* End every process with the one line: said and flushed first, then every
+ * communicator aborted (NCCL's kernels and threads stop waiting for the
+ * peers) within ABORT_SECONDS, then world_abort, whatever the aborts did. */
+static void end_run(ProcessGroup *pg, const char *line) {
+    fprintf(stderr, "%s; stopping every process\n", line);
+    fflush(stderr);
+    pthread_t aborts;
+    if (host_thread_create(&aborts, abort_communicators, pg) == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += ABORT_SECONDS;
+        pthread_timedjoin_np(aborts, NULL, &until);  /* past it, the process leaves with the aborts under way */
+    }
     world_abort(1);
 }
 
@@ -278,12 +294,12 @@ static void check_async_errors(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
     for (int r = 0; r < pg->nranks; r++) {
         ncclResult_t async = ncclSuccess;
-        nccl_check(ncclCommGetAsyncError(st->comm[r], &async), "ncclCommGetAsyncError", __FILE__, __LINE__);
+        nccl_check(gpu_nccl()->comm_get_async_error(st->comm[r], &async), "ncclCommGetAsyncError", __FILE__, __LINE__);
         if (async == ncclSuccess || async == ncclInProgress) continue;
         char line[512];
         snprintf(line, sizeof line, "error: rank %d (process %d): NCCL failed under '%s': %s (%s)",
                  pg_global_rank(pg, r), world()->proc, st->count ? st->watched[st->head].what : "no collective",
-                 ncclGetErrorString(async), ncclGetLastError(st->comm[r]));
+                 gpu_nccl()->get_error_string(async), gpu_nccl()->get_last_error(st->comm[r]));
         end_run(pg, line);
     }
 }
@@ -386,7 +402,7 @@ static void nccl_destroy(ProcessGroup *pg) {
     stop_watchdog(pg);
     for (int r = 0; r < pg->nranks; r++) {
         if (st->stage[r]) device_free(pg->device[r], MEM_WORKING, st->stage[r], st->stage_floats * sizeof(float));
-        if (st->comm[r]) nccl_check(ncclCommDestroy(st->comm[r]), "ncclCommDestroy", __FILE__, __LINE__);
+        if (st->comm[r]) nccl_check(gpu_nccl()->comm_destroy(st->comm[r]), "ncclCommDestroy", __FILE__, __LINE__);
     }
     free(st);
     pg->nccl = NULL;
@@ -401,13 +417,13 @@ static const Collectives nccl_collectives = {
 static void join_communicator(ProcessGroup *pg) {
     NcclState *st = state_of(pg);
     ncclUniqueId id;
-    if (world()->proc == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", __FILE__, __LINE__);
+    if (world()->proc == 0) nccl_check(gpu_nccl()->get_unique_id(&id), "ncclGetUniqueId", __FILE__, __LINE__);
     world_broadcast(&id, sizeof id, "the NCCL unique id");
     world_deadline_start("NCCL's init of the ranks (ncclCommInitRank)");
     group_start();
     for (int r = 0; r < pg->nranks; r++) {
         cuda_check(cudaSetDevice(device_ordinal(pg->device[r])), "cudaSetDevice", __FILE__, __LINE__);
-        nccl_check(ncclCommInitRank(&st->comm[r], pg->world_size, id, pg_global_rank(pg, r)), "ncclCommInitRank",
+        nccl_check(gpu_nccl()->comm_init_rank(&st->comm[r], pg->world_size, id, pg_global_rank(pg, r)), "ncclCommInitRank",
                    __FILE__, __LINE__);
     }
     group_end();
@@ -417,7 +433,7 @@ static void join_communicator(ProcessGroup *pg) {
 static void describe(ProcessGroup *pg) {
     const World *w = world();
     int version = 0, L = pg->nranks;
-    nccl_check(ncclGetVersion(&version), "ncclGetVersion", __FILE__, __LINE__);
+    nccl_check(gpu_nccl()->get_version(&version), "ncclGetVersion", __FILE__, __LINE__);
     char nccl[32];
     snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", version / 10000, version / 100 % 100, version % 100);
     if (w->nprocs > 1)

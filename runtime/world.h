@@ -23,6 +23,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int nprocs;          /* P; 1 without a launcher */
     int proc;            /* this process's index, 0 .. P-1 */
@@ -55,7 +59,10 @@ void world_deadline_end(void);
 /* Leave the world after a run every process ended the same way (MPI_Finalize). */
 void world_finalize(void);
 /* End every process of the run now, this one with `status` (MPI_Abort): for an
- * error the others cannot know of. A one-process world just exits. */
+ * error the others cannot know of. A one-process world just leaves. Every
+ * output is flushed first, and the process leaves with _exit, never exit():
+ * from any thread, with CUDA, NCCL or MPI calls in flight on others, whose
+ * libraries' teardown would hang or crash under them. */
 void world_abort(int status) __attribute__((noreturn));
 
 /* all[p * bytes ..] = process p's `mine`, on every process; `what` names the
@@ -76,5 +83,9 @@ typedef struct {
     size_t bytes;
 } WorldChunk;
 void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "host.h"
 #include "world_backend.h"
@@ -79,10 +80,9 @@ void world_finalize(void) {
 }
 
 void world_abort(int status) {
-    fflush(stdout);
-    fflush(stderr);
+    fflush(NULL);
     if (joined && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
-    exit(status);
+    _exit(status);
 }
 
 /* A message is at most INT_MAX bytes: larger ones go as pieces, in order. */

@@ -20,7 +20,6 @@
  * processes need MPI (world_mpi.c).
  */
 #include <errno.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "device_cuda.h"
+#include "gpu_libraries.h"
 #include "host.h"
 #include "world_backend.h"
 
@@ -38,7 +38,7 @@ static cudaStream_t moves;     /* where the host's chunks move */
  * process (the others' timeouts end them). */
 static void check_nccl(ncclResult_t rc, const char *what) {
     if (rc == ncclSuccess) return;
-    fprintf(stderr, "error: process %d: %s failed: %s\n", world()->proc, what, ncclGetErrorString(rc));
+    fprintf(stderr, "error: process %d: %s failed: %s\n", world()->proc, what, gpu_nccl()->get_error_string(rc));
     world_abort(1);
 }
 
@@ -89,8 +89,8 @@ int world_join_file(int nprocs, int proc, const char *path) {
     int gpus = device_cuda_count();
     if (gpus < 0) return -1;  /* the reason is printed */
     if (gpus == 0) {
-        fprintf(stderr, "error: process %d: the --rendezvous joins processes through NCCL, and no GPU is visible\n",
-                proc);
+        fprintf(stderr, "error: process %d: the --rendezvous joins processes through NCCL, and no GPU is visible (%s)\n",
+                proc, device_cuda_absence());
         return -1;
     }
     World *w = world_state();
@@ -98,7 +98,7 @@ int world_join_file(int nprocs, int proc, const char *path) {
     w->proc = proc;
     ncclUniqueId id;
     if (proc == 0) {
-        check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        check_nccl(gpu_nccl()->get_unique_id(&id), "ncclGetUniqueId");
         if (write_id(path, &id) != 0) return -1;
     } else if (read_id(path, &id) != 0) {
         return -1;
@@ -107,12 +107,12 @@ int world_join_file(int nprocs, int proc, const char *path) {
     cuda_check(cudaStreamCreateWithFlags(&moves, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", __FILE__,
                __LINE__);
     world_deadline_start("joining NCCL's communicator of the processes");
-    check_nccl(ncclCommInitRank(&processes, nprocs, id, proc), "ncclCommInitRank");
+    check_nccl(gpu_nccl()->comm_init_rank(&processes, nprocs, id, proc), "ncclCommInitRank");
     world_deadline_end();
     if (proc == 0 && unlink(path) != 0)
         fprintf(stderr, "warning: cannot remove the --rendezvous file %s: %s\n", path, strerror(errno));
     int version = 0;
-    check_nccl(ncclGetVersion(&version), "ncclGetVersion");
+    check_nccl(gpu_nccl()->get_version(&version), "ncclGetVersion");
     snprintf(w->engine, sizeof w->engine, "NCCL %d.%d.%d, file rendezvous", version / 10000, version / 100 % 100,
              version % 100);
     world_set_engine(nccl_exchange);
@@ -137,14 +137,14 @@ static void nccl_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk
         if (p != w->proc && to[p].bytes)
             cuda_check(cudaMemcpyAsync(buf + at[p], to[p].data, to[p].bytes, cudaMemcpyHostToDevice, moves),
                        "cudaMemcpyAsync", __FILE__, __LINE__);
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    check_nccl(gpu_nccl()->group_start(), "ncclGroupStart");
     for (int p = 0; p < w->nprocs; p++) {
         if (p == w->proc) continue;
-        if (to[p].bytes) check_nccl(ncclSend(buf + at[p], to[p].bytes, ncclUint8, p, processes, moves), "ncclSend");
+        if (to[p].bytes) check_nccl(gpu_nccl()->send(buf + at[p], to[p].bytes, ncclUint8, p, processes, moves), "ncclSend");
         if (from[p].bytes)
-            check_nccl(ncclRecv(buf + at[p] + to[p].bytes, from[p].bytes, ncclUint8, p, processes, moves), "ncclRecv");
+            check_nccl(gpu_nccl()->recv(buf + at[p] + to[p].bytes, from[p].bytes, ncclUint8, p, processes, moves), "ncclRecv");
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    check_nccl(gpu_nccl()->group_end(), "ncclGroupEnd");
     for (int p = 0; p < w->nprocs; p++)
         if (p != w->proc && from[p].bytes)
             cuda_check(cudaMemcpyAsync(from[p].data, buf + at[p] + to[p].bytes, from[p].bytes, cudaMemcpyDeviceToHost,

@@ -10,10 +10,11 @@
  * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
  * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
  * where two GPUs are there, both (a sum of two is the same in any order); at
- * N = 3 where three are, the ordered sums. In children of their own: the NCCL
- * watchdog ending a run whose collective is stuck past --timeout; a file
- * rendezvous that never comes; two processes joined through a file (where two
- * GPUs are), their ordered sums against the host's. Without a GPU the suite
+ * N = 3 where three are, the ordered sums (suite gpu_nccl). In children of
+ * their own (suite gpu_processes): the NCCL watchdog ending a run whose
+ * collective is stuck past --timeout; a file rendezvous that never comes; two
+ * processes joined through a file (where two GPUs are), their ordered sums
+ * against the host's. Without a GPU the suite
  * prints one SKIP line; with ZF_REQUIRE_GPU=1 (tools/gpu_check.sh) a missing
  * GPU fails instead.
  */
@@ -531,19 +532,30 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     unlink(path);
 }
 
+/* ---- NCCL against the simulator: a suite of its own, so that gpu_check runs
+ * it with a limit of its own (an NCCL hang takes no other test with it) ---- */
+
+TestSuite(gpu_nccl, .init = setup, .fini = teardown);
+
 /* One rank: both ways of summing are the simulator's, on lengths that divide
- * and one that does not (the all-gather's send/recv path). */
-Test(gpu, nccl_on_one_rank_matches_the_gpu_simulator) {
+ * and one that does not (the all-gather's send/recv path). And the files
+ * cuBLAS and NCCL came from, loaded at their first use, are named. */
+Test(gpu_nccl, nccl_on_one_rank_matches_the_gpu_simulator) {
     need_gpu();
+    char files[1200];
+    device_cuda_libraries(files, sizeof files);
+    cr_expect(strstr(files, "cuBLAS from /") && strstr(files, "libcublas.so."), "%s", files);
     expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4096);
     expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4099);
     expect_nccl_matches_the_simulator(1, SUMS_NCCL, 4096);
+    device_cuda_libraries(files, sizeof files);
+    cr_expect(strstr(files, "NCCL from /") && strstr(files, "libnccl.so."), "%s", files);
 }
 
 /* Two ranks through NCCL, against the simulator on one GPU: the collectives
  * (uneven shards too), then training. NCCL's own sums agree here as well: a
  * sum of two is the same in either order. */
-Test(gpu, nccl_on_two_gpus_matches_the_gpu_simulator) {
+Test(gpu_nccl, nccl_on_two_gpus_matches_the_gpu_simulator) {
     need_gpus(2);
     expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8192);
     expect_nccl_matches_the_simulator(2, SUMS_ORDERED, 8193);
@@ -554,7 +566,7 @@ Test(gpu, nccl_on_two_gpus_matches_the_gpu_simulator) {
 
 /* Three ranks: only the ordered sums promise the simulator's bits (NCCL's
  * own add three in an order of their own). */
-Test(gpu, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
+Test(gpu_nccl, ordered_nccl_on_three_gpus_matches_the_gpu_simulator) {
     need_gpus(3);
     expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096);
     expect_nccl_matches_the_simulator(3, SUMS_ORDERED, 3 * 4096 + 1);
@@ -608,14 +620,15 @@ static int count_error_lines(const char *text) {
 
 /* One rank through NCCL, its communication stream held 4 s by the modeled
  * link's kernel before an all-reduce, a 1 s --timeout: the watchdog must end
- * the child, exit 1. It exits 0 if the all-reduce ever completes. A first
+ * the child, exit 1. It exits 0 if the all-reduce ever completes. The 1 s is
+ * set once NCCL's init is done (a cold init takes about as long), and a first
  * all-reduce grows the staging (which waits for the stream) before the hold. */
 static void hold_an_all_reduce_past_the_timeout(int child) {
     (void)child;
     if (device_cuda_count() <= 0) _exit(77);
-    world_set_timeout(1.0);
     ProcessGroup *pg = pg_create_nccl(1);
     if (!pg) _exit(3);
+    world_set_timeout(1.0);
     size_t n = 4096;
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
     pg_all_reduce(pg, &buf, n, 0.5f, NULL);

@@ -1,10 +1,14 @@
 /* test_runtime.c: CPU streams and events, memory accounting and its peak, the arena layout,
- * the world's deadlines. */
+ * the world's deadlines and its abort. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
@@ -203,7 +207,8 @@ Test(runtime, stream_copy_and_memory_accounting) {
     device_destroy(dev);
 }
 
-/* Units pad to lcm(3, ARENA_ALIGN = 16) = 48 floats. */
+/* Units pad to lcm(3, ARENA_ALIGN = 64) = 192 floats: 768 bytes, so every
+ * unit starts 256-byte aligned, as a fresh cudaMalloc buffer does. */
 Test(runtime, arena_pads_units_to_the_shard_multiple_and_the_alignment) {
     ArenaLayout a;
     arena_init(&a, 3);
@@ -212,16 +217,17 @@ Test(runtime, arena_pads_units_to_the_shard_multiple_and_the_alignment) {
     arena_add_tensor(&a, "n", 4, 0);   /* 4 floats, 1-D */
     arena_end_unit(&a);
     arena_begin_unit(&a);
-    arena_add_tensor(&a, "y", 6, 8);   /* 48 floats, already a multiple of 48 */
+    arena_add_tensor(&a, "y", 12, 16);  /* 192 floats, already a multiple of 192 */
     arena_end_unit(&a);
     cr_expect_eq(a.units[0].used, 14);
-    cr_expect_eq(a.units[0].size, 48);
-    cr_expect_eq(a.units[1].offset, 48);
-    cr_expect_eq(a.units[1].size, 48);
-    cr_expect_eq(a.total, 96);
-    cr_expect_eq(a.numel, 62);
+    cr_expect_eq(a.units[0].size, 192);
+    cr_expect_eq(a.units[1].offset, 192);
+    cr_expect_eq(a.units[1].offset * sizeof(float) % 256, 0);
+    cr_expect_eq(a.units[1].size, 192);
+    cr_expect_eq(a.total, 384);
+    cr_expect_eq(a.numel, 206);
     int y = arena_find(&a, "y"), n = arena_find(&a, "n");
-    cr_expect_eq(a.tensors[y].offset, 48);
+    cr_expect_eq(a.tensors[y].offset, 192);
     cr_expect_eq(a.tensors[n].ndim, 1);
     cr_expect_eq(a.tensors[n].offset, 10);
     cr_expect_eq(arena_find(&a, "missing"), -1);
@@ -331,4 +337,42 @@ Test(runtime, a_deadline_ended_in_time_does_nothing) {
     world_deadline_end();
     sleep_us(400000);
     cr_expect(1, "still here past the deadline");
+}
+
+/* ---- world_abort: from any thread, at once ---- */
+
+static void say_teardown(void) { fputs("teardown ran\n", stdout); }
+
+static void *abort_from_a_thread(void *arg) {
+    (void)arg;
+    world_abort(3);
+}
+
+/* World_abort from a thread other than main (a watchdog's, a stream worker's):
+ * what was printed is flushed, the status is the one asked, and exit()'s
+ * teardown (atexit handlers, the libraries' destructors) does not run under the
+ * other threads' calls, the main thread here busy in its own. */
+Test(runtime, world_abort_flushes_and_leaves_without_the_teardown, .timeout = 30) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/zf_abort_%d.txt", (int)getpid());
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen(path, "w", stdout)) _exit(9);
+        atexit(say_teardown);
+        printf("flushed\n");  /* buffered: a file */
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_from_a_thread, NULL) != 0) _exit(8);
+        for (;;) sleep_us(100000);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char text[256] = "";
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 3, "status %d", status);
+    cr_expect_str_eq(text, "flushed\n", "the output was: %s", text);
 }

@@ -44,8 +44,8 @@ static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     return sc;
 }
 
-/* Three layers 22 wide over rows of 14 positions: units of 1744 (1738 aligned
- * to 16) and 512 floats (506 aligned), which N = 3, 5, 6 and 7 all pad. */
+/* Three layers 22 wide over rows of 14 positions: units of 1738 and 506 real
+ * floats, which N = 3, 5, 6 and 7 all pad. */
 static StrategyConfig small_mlp(int nranks, int batch) {
     StrategyConfig sc = {
         .model = { data.vocab, 14, 3, 1, 22, MODEL_MLP }, .nranks = nranks, .batch = batch,
@@ -232,13 +232,13 @@ Test(strategies, clipping_sums_the_squared_norms_in_rank_order) {
 
 /* ---- gate 4: units that N does not divide are padded, and still match ---- */
 
-/* Units pad to lcm(N, ARENA_ALIGN = 16) floats: 16 for N = 1, 2, 4, 8, which
- * therefore pad nothing, since every unit is already aligned at N = 1. These
- * counts pad every unit of both test models. */
+/* Units pad to lcm(N, ARENA_ALIGN = 64) floats: 64 for N = 1, 2, 4, 8, which
+ * pad only to the alignment. These counts pad every unit of both test models
+ * past that: none of their real floats fills a multiple of N's. */
 Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
     struct { int nranks, multiple; } counts[4] = {
-        { .nranks = 3, .multiple = 48 }, { .nranks = 5, .multiple = 80 },
-        { .nranks = 6, .multiple = 48 }, { .nranks = 7, .multiple = 112 },
+        { .nranks = 3, .multiple = 192 }, { .nranks = 5, .multiple = 320 },
+        { .nranks = 6, .multiple = 192 }, { .nranks = 7, .multiple = 448 },
     };
     for (int c = 0; c < 4; c++) {
         int N = counts[c].nranks;
@@ -249,7 +249,7 @@ Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
             model_layout(&models[i].model, 1, &plain);
             model_layout(&models[i].model, N, &padded);
             for (int u = 0; u < plain.nunits; u++) {
-                size_t size = plain.units[u].size, padded_size = padded.units[u].size;
+                size_t size = plain.units[u].used, padded_size = padded.units[u].size;
                 cr_expect_neq(size % multiple, 0, "model %d unit %d: %zu floats need no padding at N=%d", i, u,
                               size, N);
                 cr_expect_eq(padded_size % multiple, 0, "model %d unit %d at N=%d: %zu floats", i, u, N,

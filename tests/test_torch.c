@@ -153,12 +153,15 @@ Test(torch, lr_at_is_nanogpts_get_lr) {
 enum { ADAMW_STEPS = 6 };
 
 /* Random gradients for every step, each scaled to its global norm: above the
- * clipping threshold of 1 on steps 1, 3 and 5 only. */
+ * clipping threshold of 1 on steps 1, 3 and 5 only. The units' padding holds
+ * zeros, as a backward leaves it (PyTorch's tensors have none). */
 static void adamw_gradients(const ArenaLayout *layout, float *grads) {
     static const double norms[ADAMW_STEPS] = { 0.3, 2.5, 0.8, 4.0, 0.05, 1.7 };
     for (int k = 0; k < ADAMW_STEPS; k++) {
         float *g = grads + (size_t)k * layout->total;
-        fill_uniform(g, layout->total, -1.0f, 1.0f, 100 + k);
+        memset(g, 0, layout->total * sizeof(float));
+        for (int t = 0; t < layout->ntensors; t++)
+            fill_uniform(g + layout->tensors[t].offset, layout->tensors[t].numel, -1.0f, 1.0f, 100 + 31 * k + t);
         double sumsq = 0;
         for (size_t i = 0; i < layout->total; i++) sumsq += (double)g[i] * g[i];
         for (size_t i = 0; i < layout->total; i++) g[i] = (float)(g[i] * norms[k] / sqrt(sumsq));

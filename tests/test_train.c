@@ -1279,12 +1279,19 @@ Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 300
 
 Test(train, device_cuda_without_a_gpu_is_exit_2_from_every_tool, .timeout = 60) {
     if (device_cuda_count() > 0) test_skip("a GPU is visible; --device=cuda is no error here");
-    char dir[64], ckpt[128], args[512], err[4096];
+    char dir[64], ckpt[128], args[512], err[4096], out[160];
     expect_one_line(run_train("--device=cuda --iters=1", err, sizeof err), 2, err, "no GPU is visible", "bin/train");
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 1);
+    snprintf(out, sizeof out, "%s/zero_memory.txt", dir);
     snprintf(args, sizeof args, "--ckpt=%s --device=cuda", ckpt);
     expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err, "no GPU is visible",
                     "bin/sample");
+    expect_one_line(run_tool(zero_memory_binary(), "--device=cuda", out, err, sizeof err), 2, err,
+                    "no GPU is visible", "bin/zero_memory");
+    size_t n;
+    unsigned char *printed = read_all(out, &n);
+    cr_expect_eq(n, 0, "bin/zero_memory printed before its error: %s", printed);
+    free(printed);
     remove_dir(dir);
 }
 

@@ -1,54 +1,53 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh: the checks that need a GPU, as one script that fits one GPU lease.
+# tools/gpu_check.sh: the checks that need a GPU, as one script that fits one GPU lease
+# (tools/gpu_check.md says how to run it, and what each step is for).
 #
 #   tools/gpu_check.sh bundle     here, on any machine with nvcc: build for sm_90 and pack the
 #                                 binaries with the libraries they need into build/gpu/bundle.tar.xz
-#   tools/gpu_check.sh --dry-run  here: everything that can be checked without a GPU (the bundle
-#                                 unpacks, every binary resolves its libraries against the bundle
-#                                 and a CUDA toolkit folder only, the steps and their total timeout)
+#   tools/gpu_check.sh --dry-run  here: everything that can be checked without a GPU (the bundle,
+#                                 its libraries, its binaries starting with the toolkit hidden, and
+#                                 the steps' order, deadline and skipping with every GPU step stubbed)
 #   tools/gpu_check.sh            on the GPU machine (carry build/gpu/bundle.tar.xz): the steps below
 #
-# The GPU machine has CUDA, and cuBLAS and NCCL in its toolkit or its Python venv, but no
-# Criterion, Jansson or OpenBLAS, and reaches no package registry: so the binaries travel with
-# their libraries. cudart is linked in statically (Makefile); cuBLAS and NCCL are found there,
-# in the CUDA toolkit's folders first, then the venv's nvidia/*/lib; the C and C++ runtimes
-# (libc, libstdc++, libgcc_s) are the machine's own, which are newer than ours.
+# The GPU machine has a driver, CUDA 13, and cuBLAS and NCCL in its toolkit or its Python venv,
+# but no Criterion, Jansson or OpenBLAS, and reaches no package registry: the binaries travel
+# with their libraries. cudart is linked in; cuBLAS and NCCL are loaded at their first use
+# (runtime/gpu_libraries.h) from LD_LIBRARY_PATH: the bundle's lib, then the folders holding
+# them, then the machine's own LD_LIBRARY_PATH, which the driver may need.
 #
-# Every step has a timeout and prints one line, PASS, FAIL or REFUSED, with its time (and a
-# passing step's figure: the tests' synthesis, the last ms/iter line); the
-# timeouts add up to at most 480 s, the GPU tests first. The full output goes to
-# $OUT/gpu_check.log (OUT defaults to build/gpu/out) as it runs, so a run killed from outside
-# still leaves what it did. compute-sanitizer is REFUSED, not FAILED, where the machine's
-# runtime does not let it reach the device (gVisor: "Device not supported", error 999).
+# The whole check runs under one deadline (DEADLINE_S from the script's start), its steps in
+# order of value; a step whose timeout (and GRACE_S more) does not fit in what is left is
+# skipped, and says so. Each prints one line: PASS, FAIL, REFUSED or SKIP, its seconds and its
+# figure. STEPS_ONLY="name ..." runs only those (a second call). Everything lands in $OUT as it runs
+# (OUT defaults to build/gpu/out): gpu_check.log, machine.txt, and the per-step losses of the
+# GPU against the CPU (losses_*.jsonl), fewer than 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 GPU_BUILD=build/gpu
 BUNDLE=$GPU_BUILD/bundle.tar.xz
 BINARIES="train zero_memory test_gpu"
-BUDGET_S=480
-SETUP_S=30   # on the GPU machine, before the steps: unpack (20 s) and find the libraries (10 s)
+DEADLINE_S=${DEADLINE_S:-420}   # the whole check: a lease of 15 minutes keeps room for a short second call
+GRACE_S=20                      # past a step's timeout: timeout's kill after 5 s, the GPU's state after a failure
 OUT=${OUT:-$GPU_BUILD/out}
 mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log
 : >"$LOG"
-
-# The steps: name, timeout in seconds, command (run from the repository root, $BIN the binaries).
-STEPS=(
-    "gpu-tests|150|env ZF_REQUIRE_GPU=1 \$BIN/test_gpu --verbose --jobs 1"
-    "compute-sanitizer|75|compute-sanitizer --tool memcheck --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 --layers=2 --embd=64 --heads=4 --block=64 --batch=4 --iters=2 --eval-every=0 --eval-iters=1 --sample-chars=8 --dropout=0.1"
-    "char-ddp-1gpu|60|\$BIN/train --preset=char --device=cuda --zero=0 --gpus=1 --iters=60 --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
-    "char-zero3-4sim|60|\$BIN/train --preset=char --device=cuda --zero=3 --gpus=4 --batch=16 --iters=40 --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
-    "zero-memory-cuda|30|\$BIN/zero_memory --device=cuda"
-    "torch-nanogpt-char|75|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40"
-)
 
 say() { echo "$*" | tee -a "$LOG"; }
 
 # The GPU machine has no MPI: the bundle is built without it (MPI=0, one process).
 # Libraries of ours the bundle carries: everything the binaries load, but the C library's
 # family, the C++ runtime and CUDA's own (the GPU machine has newer ones).
-NOT_BUNDLED='/(libc|libm|libmvec|libdl|librt|libresolv|libpthread|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|/lib(cuda|cudart|cublas|cublasLt|nccl)\.so'
+RUNTIME_LIBS='/(libc|libm|libmvec|libdl|librt|libresolv|libpthread|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so'
+NOT_BUNDLED="$RUNTIME_LIBS|/lib(cuda|cudart|cublas|cublasLt|nccl)\\.so"
+
+# The sonames the binaries open at their first use, from the headers they were built with.
+runtime_sonames() {
+    local inc=${CUDA_HOME:-/usr/local/cuda}/include
+    echo "libcublas.so.$(awk '/#define CUBLAS_VER_MAJOR/ { print $3 }' "$inc/cublas_api.h")"
+    echo "libnccl.so.$(awk '/#define NCCL_MAJOR/ { print $3 }' "$inc/nccl.h")"
+}
 
 bundle() {
     make -j"$(nproc)" CUDA=1 MPI=0 CUDA_ARCH=90 OPT="-O3 -march=x86-64-v3" BUILD=$GPU_BUILD \
@@ -61,12 +60,13 @@ bundle() {
     for b in $BINARIES; do ldd $GPU_BUILD/bin/$b; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
         grep -v -E "$NOT_BUNDLED" | while read -r lib; do cp -L "$lib" $GPU_BUILD/bundle/lib/ || exit 1; done ||
         return 1
+    runtime_sonames >$GPU_BUILD/bundle/runtime_libraries.txt || return 1
     tar -C $GPU_BUILD -cJf "$BUNDLE" bundle && rm -rf $GPU_BUILD/bundle
 }
 
 # Folders that may hold cuBLAS and NCCL: the CUDA toolkit's, then the Python venv's
 # nvidia/*/lib (asked of python3, then by a glob of /opt/*/.venv), never a scan of the disk.
-# $1 = toolkit: the toolkit's folders only (the dry run's: a clean CUDA machine).
+# $1 = toolkit: the toolkit's folders only.
 library_folders() {
     local d
     for d in /usr/local/cuda*/lib64 /usr/local/cuda*/lib /usr/local/cuda*/targets/*/lib; do
@@ -79,29 +79,34 @@ for p in nvidia.__path__:
     for d in /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib; do [ -d "$d" ] && echo "$d"; done
 }
 
-# The LD_LIBRARY_PATH that resolves every binary in $1: the bundle's lib, then the first
-# folder of library_folders $2 holding each missing library. Stops at once, naming what
-# is unresolved. Prints the path.
+# The LD_LIBRARY_PATH for the binaries in $1: the bundle's lib, then the first folder of
+# library_folders $2 holding each library ldd misses or the binaries open at first use
+# (the bundle's runtime_libraries.txt), then the machine's own LD_LIBRARY_PATH. Stops at
+# once, naming what is unresolved. Prints the path.
 resolve_libraries() {
-    local bin=$1 path=$1/../lib missing name d found
-    local folders
+    local bin=$1 path=$1/../lib missing name d found folders wanted
     folders=$(library_folders "${2:-}" | awk '!seen[$0]++')
-    for name in $(for b in $BINARIES; do LD_LIBRARY_PATH=$path ldd $bin/$b; done |
-                  awk '/not found/ { print $1 }' | sort -u); do
+    wanted=$( (for b in $BINARIES; do LD_LIBRARY_PATH=$path ldd $bin/$b; done | awk '/not found/ { print $1 }';
+               cat "$bin/../runtime_libraries.txt" 2>/dev/null) | sort -u)
+    missing=""
+    for name in $wanted; do
         found=""
         for d in $folders; do
             if [ -e "$d/$name" ]; then found=$d; break; fi
         done
-        [ -n "$found" ] && case ":$path:" in *":$found:"*) ;; *) path=$path:$found ;; esac
+        if [ -z "$found" ]; then missing="$missing $name"; continue; fi
+        case ":$path:" in *":$found:"*) ;; *) path=$path:$found ;; esac
+        echo "library: $name from $found" >>"$LOG"
     done
-    missing=$(for b in $BINARIES; do LD_LIBRARY_PATH=$path ldd $bin/$b; done | awk '/not found/ { print $1 }' |
-              sort -u | tr '\n' ' ')
+    [ -n "${LD_LIBRARY_PATH:-}" ] && path=$path:$LD_LIBRARY_PATH
     echo "libraries: LD_LIBRARY_PATH=$path (searched: $(echo $folders | tr ' ' ':'))" >>"$LOG"
-    if [ -n "$missing" ]; then
-        echo "unresolved: $missing" | tee -a "$LOG" >&2
+    missing="$missing $(for b in $BINARIES; do LD_LIBRARY_PATH=$path ldd $bin/$b; done | awk '/not found/ { print $1 }' |
+                        sort -u | tr '\n' ' ')"
+    echo "$path"
+    if [ -n "${missing// /}" ]; then
+        echo "unresolved:$missing" | tee -a "$LOG" >&2
         return 1
     fi
-    echo "$path"
 }
 
 # Every library a binary loads comes from the bundle, from `allowed` folders, or is the
@@ -110,8 +115,7 @@ check_origins() {
     local bin=$1 path=$2 allowed=$3 b lib bad=""
     for b in $BINARIES; do
         for lib in $(LD_LIBRARY_PATH=$path ldd $bin/$b | awk '$3 ~ /^\// { print $3 }'); do
-            echo "$lib" | grep -q -E '/(libc|libm|libmvec|libdl|librt|libresolv|libpthread|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' &&
-                continue
+            echo "$lib" | grep -q -E "$RUNTIME_LIBS" && continue
             case "$lib" in "$bin"/../lib/*) continue ;; esac
             local ok=0 d
             for d in $allowed; do case "$lib" in "$d"/*) ok=1 ;; esac; done
@@ -121,114 +125,251 @@ check_origins() {
     [ -z "$bad" ] || { echo "from outside the bundle:$bad" | tee -a "$LOG" >&2; return 1; }
 }
 
-step_list() {
-    local total=$SETUP_S s name limit
-    echo "  setup (unpack, libraries): $SETUP_S s"
-    for s in "${STEPS[@]}"; do
-        IFS='|' read -r name limit _ <<<"$s"
-        echo "  $name: ${limit} s"
-        total=$((total + limit))
-    done
-    echo "  total: $total s (budget $BUDGET_S s)"
-    [ $total -le $BUDGET_S ]
+# ---- the steps ----------------------------------------------------------------------------
+
+# The steps, in order of value: name, timeout in seconds, command (run from the repository
+# root: $BIN the binaries, $OUT the output folder). Their timeouts sum past the deadline on
+# purpose: the last ones run only when the first ones were quick.
+SMALL="--layers=2 --embd=64 --heads=4 --block=64 --batch=4 --eval-every=0 --eval-iters=1 --sample-chars=8"
+CHAR="--preset=char --device=cuda --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
+STEPS=(
+    "preflight|30|preflight"
+    "smoke|25|\$BIN/train --device=cuda $SMALL --iters=3"
+    "char-fp32|45|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60"
+    "torch-eager|60|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager"
+    "char-tf32|30|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60 --tf32=1"
+    "torch-eager-tf32|45|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager --tf32"
+    "gpu-vs-cpu|45|losses_against_the_cpu"
+    "gpu-tests|90|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu/*"
+    "gpu-nccl-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_nccl/*"
+    "gpu-process-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_processes/*"
+    "char-zero3-4sim|45|\$BIN/train $CHAR --zero=3 --gpus=4 --batch=16 --iters=40"
+    "zero-memory-cuda|30|\$BIN/zero_memory --device=cuda"
+    "torch-compiled|100|python3 tools/torch_gpt.py bench --preset char --device cuda --iters 40 --modes compiled"
+    "compute-sanitizer|75|compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 $SMALL --iters=2 --dropout=0.1"
+)
+
+# What the machine is, into $OUT/machine.txt: each question bounded, none of them fatal.
+preflight() {
+    local m=$OUT/machine.txt
+    {
+        echo "== date"; date -u
+        echo "== driver (ldconfig -p)"; timeout 10 ldconfig -p | grep -E 'libcuda\.so|libnvidia-ml\.so'
+        echo "== nvidia-smi"; timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+        timeout 15 nvidia-smi -L
+        echo "== LD_LIBRARY_PATH"; echo "${LIBS:-}"
+        echo "== libraries the binaries open"; cat "$BIN/../runtime_libraries.txt"
+        echo "== cpu"; nproc; grep -m1 'model name' /proc/cpuinfo
+        grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+        echo "== memory"; grep -E 'MemTotal|MemAvailable' /proc/meminfo
+        echo "== /dev/shm"; timeout 5 df -h /dev/shm
+        echo "== network"; timeout 5 ip -br addr 2>/dev/null || cat /proc/net/dev
+        echo "== python"; timeout 30 python3 -c 'import sys, torch
+print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "no GPU to torch")'
+    } >"$m" 2>&1
+    cat "$m"
+    grep -q -E '^GPU [0-9]+:' "$m"   # the figure: nvidia-smi found a GPU
 }
 
-result() { say "$1 $2 ($3 s)"; }
+# The same init, batches and dropout masks trained on the GPU and on the CPU, one rank and
+# ZeRO-3 on 2 simulated ranks: each step's loss into $OUT, and the largest relative
+# difference over the steps. GPU math rounds otherwise than the CPU's: it must stay within
+# LOSS_TOL, not match.
+LOSS_TOL=1e-3
+losses_against_the_cpu() {
+    local flags="--layers=4 --embd=128 --heads=4 --block=64 --batch=8 --iters=20 --log-every=1 --eval-every=0"
+    flags="$flags --eval-iters=1 --sample-chars=0 --dropout=0.1 --lr=1e-3 --warmup=2"
+    local name split device
+    for split in "one|--zero=0 --gpus=1" "zero3|--zero=3 --gpus=2"; do
+        name=${split%%|*}
+        for device in cuda cpu; do
+            env LD_LIBRARY_PATH="$LIBS" timeout -k 5 20 $BIN/train $flags ${split#*|} --device=$device \
+                --log="$OUT/losses_${name}_$device.jsonl" >/dev/null || return 1
+        done
+    done
+    python3 - "$OUT" "$LOSS_TOL" <<'EOF'
+import json, sys
+out, tol = sys.argv[1], float(sys.argv[2])
+worst = 0.0
+for name in ("one", "zero3"):
+    losses = {}
+    for device in ("cuda", "cpu"):
+        with open(f"{out}/losses_{name}_{device}.jsonl") as f:
+            losses[device] = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    if len(losses["cuda"]) != len(losses["cpu"]) or not losses["cpu"]:
+        sys.exit(f"{name}: {len(losses['cuda'])} steps on the GPU, {len(losses['cpu'])} on the CPU")
+    diff = max(abs(g - c) / abs(c) for g, c in zip(losses["cuda"], losses["cpu"]))
+    print(f"losses, GPU against CPU, {name}: {len(losses['cpu'])} steps, largest relative difference {diff:.2e}")
+    worst = max(worst, diff)
+print(f"largest relative difference of a step's loss: {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+EOF
+}
+
+# Seconds since the script began; in a stub run, each step as if it had used its whole timeout.
+elapsed() { echo $((SECONDS + VIRTUAL_S)); }
+
+# Run the steps in order under the deadline. $1 = stub: every command replaced by an echo,
+# and every step counted as taking its whole timeout (the worst case), so that the deadline
+# and the skipping run as they would on the GPU.
+run_steps() {
+    local stub=${1:-} s name limit command left start took rc section figure why
+    VIRTUAL_S=$((0 - SECONDS))  # a stub run starts its clock at its first step
+    [ -z "$stub" ] && VIRTUAL_S=0
+    for s in "${STEPS[@]}"; do
+        IFS='|' read -r name limit command <<<"$s"
+        case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
+        left=$((DEADLINE_S - $(elapsed)))
+        if [ $((limit + GRACE_S)) -gt "$left" ]; then
+            say "SKIP $name (needs up to $((limit + GRACE_S)) s, $left s of the $DEADLINE_S s deadline left)"
+            continue
+        fi
+        command=${command//\$BIN/$BIN}
+        [ -n "$stub" ] && command="echo stub: $name"
+        echo >>"$LOG"
+        echo "== $name (timeout $limit s): $command" >>"$LOG"
+        start=$SECONDS
+        set -f  # a command's words are its own: --filter gpu/* is Criterion's pattern, not the shell's
+        case "$command" in
+            preflight|losses_against_the_cpu) timeout_function "$limit" "$command" >>"$LOG" 2>&1 ;;
+            python3*) timeout -k 5 "$limit" $command >>"$LOG" 2>&1 ;;  # PyTorch keeps the machine's libraries
+            *) env LD_LIBRARY_PATH="$LIBS" timeout -k 5 "$limit" $command >>"$LOG" 2>&1 ;;
+        esac
+        rc=$?
+        set +f
+        took=$((SECONDS - start))
+        [ -n "$stub" ] && VIRTUAL_S=$((VIRTUAL_S + limit + GRACE_S - took))
+        section=$(awk -v h="== $name " 'index($0, h) == 1 { keep = 1; next } keep' "$LOG")
+        figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|largest relative|^GPU 0:|^\| ZeRO-3 \| 8 |^stub:' |
+                 tail -1)
+        if [ $rc -eq 0 ]; then
+            say "PASS $name ($took s)${figure:+: $figure}"
+        elif [ "$name" = compute-sanitizer ] && echo "$section" | grep -q -E 'Device not supported|error 999'; then
+            say "REFUSED $name ($took s): the runtime keeps compute-sanitizer from the device"
+        else
+            if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="timed out"; else why="rc=$rc"; fi
+            say "FAIL $name ($took s, $why)${figure:+: $figure}"
+            echo "$section" | tail -15 | sed 's/^/    /' | tee -a "$LOG"
+            # the machine as the failure left it
+            [ -z "$stub" ] && { echo "== the GPU after $name failed"; timeout 15 nvidia-smi; } >>"$LOG" 2>&1
+            FAILED=1
+        fi
+    done
+}
+
+# A function of this script under a timeout: in a child shell of a process group of its own
+# (job control), killed whole past it (124), whatever it started.
+timeout_function() {
+    local limit=$1 fn=$2 until=$((SECONDS + $1))
+    set -m
+    ( "$fn" ) &
+    local pid=$!
+    set +m
+    while kill -0 $pid 2>/dev/null; do
+        if [ $SECONDS -ge $until ]; then kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; return 124; fi
+        sleep 0.1
+    done
+    wait $pid
+}
 
 # --------------------------------------------------------------------------------------------
 
 if [ "${1:-}" = bundle ]; then
     start=$SECONDS
-    if bundle; then result PASS bundle $((SECONDS - start)); ls -la "$BUNDLE"; exit 0; fi
-    result FAIL bundle $((SECONDS - start)); tail -20 "$LOG"; exit 1
+    if bundle; then say "PASS bundle ($((SECONDS - start)) s)"; ls -la "$BUNDLE"; exit 0; fi
+    say "FAIL bundle ($((SECONDS - start)) s)"; tail -20 "$LOG"; exit 1
 fi
+
+FAILED=0
 
 if [ "${1:-}" = --dry-run ]; then
     NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
     if [ -z "$NVCC" ]; then say "SKIP gpu_check dry run: no nvcc here, so no CUDA build to check"; exit 0; fi
-    failed=0
     start=$SECONDS
-    if bundle; then result PASS bundle $((SECONDS - start)); else
-        result FAIL bundle $((SECONDS - start)); tail -20 "$LOG"; exit 1
+    if bundle; then say "PASS bundle ($((SECONDS - start)) s)"; else
+        say "FAIL bundle ($((SECONDS - start)) s)"; tail -20 "$LOG"; exit 1
     fi
     start=$SECONDS
     tmp=$(mktemp -d /tmp/zf_bundle.XXXXXX)
     trap 'rm -rf "$tmp"' EXIT
-    if tar -C "$tmp" -xJf "$BUNDLE" && [ -d "$tmp/bundle/lib" ] &&
+    if tar -C "$tmp" -xJf "$BUNDLE" && [ -d "$tmp/bundle/lib" ] && [ -s "$tmp/bundle/runtime_libraries.txt" ] &&
        for b in $BINARIES; do [ -x "$tmp/bundle/bin/$b" ] || exit 1; done; then
-        result PASS unpack $((SECONDS - start))
+        say "PASS unpack ($((SECONDS - start)) s)"
     else
-        result FAIL unpack $((SECONDS - start)); exit 1
+        say "FAIL unpack ($((SECONDS - start)) s)"; exit 1
     fi
+    BIN=$tmp/bundle/bin
     start=$SECONDS
     carried=$(ls "$tmp/bundle/lib" | tr '\n' ' ')
     echo "bundled libraries: $carried" >>"$LOG"
     if echo " $carried" | grep -q -E ' (libc|libm|libstdc\+\+|libgcc_s|libcudart|libcublas|libnccl)[.-]'; then
-        echo "bundled what the GPU machine brings: $carried" | tee -a "$LOG"
-        result FAIL bundle-contents $((SECONDS - start)); failed=1
+        say "FAIL bundle-contents ($((SECONDS - start)) s): it carries what the GPU machine brings: $carried"
+        FAILED=1
     else
-        result PASS bundle-contents $((SECONDS - start))
+        say "PASS bundle-contents ($((SECONDS - start)) s)"
     fi
+    # Every library resolved against the bundle and the toolkit, the machine's own path kept
+    # last (a driver found only through it), and cuBLAS and NCCL not needed to start.
     start=$SECONDS
-    if path=$(resolve_libraries "$tmp/bundle/bin" toolkit) &&
-       check_origins "$tmp/bundle/bin" "$path" "$(library_folders toolkit)"; then
-        result PASS libraries $((SECONDS - start))
+    if LIBS=$(LD_LIBRARY_PATH=/the/machine/own/lib resolve_libraries "$BIN" toolkit) &&
+       check_origins "$BIN" "$LIBS" "$(library_folders toolkit)" && [ "${LIBS##*:}" = /the/machine/own/lib ] &&
+       ! for b in $BINARIES; do ldd "$BIN/$b"; done | grep -q -E 'lib(cublas|nccl)'; then
+        say "PASS libraries ($((SECONDS - start)) s): cuBLAS and NCCL opened at first use"
     else
-        result FAIL libraries $((SECONDS - start)); failed=1
+        say "FAIL libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=${LIBS:-}"; FAILED=1
     fi
+    # A machine with a driver and no toolkit, as near as this one comes: the toolkit's folders
+    # hidden from the loader (empty folders mounted over them, in a mount namespace of its own),
+    # and no GPU. Every binary must start and say "no GPU" in one line, never miss a library.
     start=$SECONDS
-    if out=$(step_list); then echo "$out" | tee -a "$LOG"; result PASS step-budget $((SECONDS - start)); else
-        echo "$out" | tee -a "$LOG"; result FAIL step-budget $((SECONDS - start)); failed=1
+    hide=""
+    for d in $(library_folders toolkit); do hide="$hide mount --bind $tmp/empty $d &&"; done
+    mkdir -p "$tmp/empty"
+    hidden=$(unshare -m sh -c "$hide env LD_LIBRARY_PATH=$BIN/../lib $BIN/train --device=cuda --iters=1 2>&1;
+             echo rc=\$?; env LD_LIBRARY_PATH=$BIN/../lib $BIN/zero_memory --device=cuda 2>&1; echo rc=\$?" 2>&1)
+    echo "$hidden" >>"$LOG"
+    if [ "$(echo "$hidden" | grep -c 'no GPU is visible (no CUDA driver (libcuda.so.1: ')" -eq 2 ] &&
+       [ "$(echo "$hidden" | grep -c '^rc=2$')" -eq 2 ] && ! echo "$hidden" | grep -q 'error while loading shared libraries'; then
+        say "PASS starts-without-toolkit ($((SECONDS - start)) s): $(echo "$hidden" | grep -m1 'no GPU is visible')"
+    else
+        say "FAIL starts-without-toolkit ($((SECONDS - start)) s): $(echo "$hidden" | head -3 | tr '\n' ' ')"
+        FAILED=1
     fi
-    [ $failed -eq 0 ] && say "gpu_check dry run: all passed" || say "gpu_check dry run: FAILED (see $LOG)"
-    exit $failed
+    # The steps as they will run, stubbed, each taking its whole timeout: the order, the
+    # deadline and the skipping.
+    say "steps, stubbed, each as if it took its whole timeout ($DEADLINE_S s deadline):"
+    run_steps stub
+    # in the order of the table, each once; the headline figures within the deadline even
+    # then, PyTorch's eager step before its cold compile, compute-sanitizer last
+    order=$(awk '/^steps, stubbed/ { on = 1; next } on && /^(PASS|SKIP|FAIL) / { print $2 }' "$LOG" | tr '\n' ' ')
+    table=$(for s in "${STEPS[@]}"; do echo "${s%%|*}"; done | tr '\n' ' ')
+    if [ "$order" = "$table" ] && grep -q '^SKIP ' "$LOG" && grep -q '^PASS char-fp32 ' "$LOG" &&
+       grep -q '^PASS torch-eager ' "$LOG" && grep -q '^PASS gpu-vs-cpu ' "$LOG" &&
+       [ "${table%% *}" = preflight ] && [ "$(echo $table | awk '{ print $NF }')" = compute-sanitizer ] &&
+       [ "$(echo " $table" | sed 's/ torch-compiled .*//' | grep -c ' torch-eager ')" -eq 1 ]; then
+        say "PASS step-order ($(grep -c '^SKIP ' "$LOG") of ${#STEPS[@]} steps past the deadline in the worst case)"
+    else
+        say "FAIL step-order"; FAILED=1
+    fi
+    [ $FAILED -eq 0 ] && say "gpu_check dry run: all passed" || say "gpu_check dry run: FAILED (see $LOG)"
+    exit $FAILED
 fi
 
 # ---- on the GPU machine ----
 
 PATH=$PATH:/usr/local/cuda/bin   # compute-sanitizer, where the image leaves it off PATH
-failed=0
-start=$SECONDS
-if ! nvidia-smi -L >>"$LOG" 2>&1; then result FAIL gpu-visible $((SECONDS - start)); exit 1; fi
-result PASS gpu-visible $((SECONDS - start))
 if [ ! -f "$BUNDLE" ]; then
     say "no $BUNDLE: build it where nvcc is (tools/gpu_check.sh bundle) and carry it here"; exit 1
 fi
 start=$SECONDS
 tmp=$(mktemp -d /tmp/zf_bundle.XXXXXX)
-if ! timeout 20 tar -C "$tmp" -xJf "$BUNDLE"; then result FAIL unpack $((SECONDS - start)); exit 1; fi
+if ! timeout 20 tar -C "$tmp" -xJf "$BUNDLE"; then say "FAIL unpack ($((SECONDS - start)) s)"; exit 1; fi
 BIN=$tmp/bundle/bin
-if ! LIBS=$(resolve_libraries "$BIN"); then result FAIL libraries $((SECONDS - start)); exit 1; fi
-result PASS libraries $((SECONDS - start))
-echo "step list:" >>"$LOG"
-step_list >>"$LOG"
-
-for s in "${STEPS[@]}"; do
-    IFS='|' read -r name limit command <<<"$s"
-    command=${command//\$BIN/$BIN}
-    echo >>"$LOG"
-    echo "== $name (timeout $limit s): $command" >>"$LOG"
-    start=$SECONDS
-    if [ "${name%%-*}" = torch ]; then  # PyTorch keeps the machine's own libraries
-        timeout -k 5 "$limit" $command >>"$LOG" 2>&1
-    else
-        env LD_LIBRARY_PATH="$LIBS" timeout -k 5 "$limit" $command >>"$LOG" 2>&1
-    fi
-    rc=$?
-    took=$((SECONDS - start))
-    section=$(awk -v h="== $name " 'index($0, h) == 1 { keep = 1; next } keep' "$LOG")
-    if [ $rc -eq 0 ]; then  # with the step's figure, if it prints one
-        figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|^\| ZeRO-3 \| 8 ' | tail -1)
-        say "PASS $name ($took s)${figure:+: $figure}"
-    elif [ "$name" = compute-sanitizer ] &&
-         echo "$section" | grep -q -E 'Device not supported|error 999'; then
-        result REFUSED "$name" $took
-    else
-        if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="timed out"; else why="rc=$rc"; fi
-        say "FAIL $name ($took s, $why)"
-        echo "$section" | tail -15 | sed 's/^/    /'
-        failed=1
-    fi
-done
-[ $failed -eq 0 ] && say "gpu_check: all passed" || say "gpu_check: FAILED (see $LOG)"
-exit $failed
+# a library missing fails the steps that need it, each with its line; the others still run
+if LIBS=$(resolve_libraries "$BIN"); then say "PASS libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=$LIBS"
+else say "FAIL libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=$LIBS; the steps run anyway"; FAILED=1; fi
+ONLY=${STEPS_ONLY:-}
+run_steps
+[ $FAILED -eq 0 ] && say "gpu_check: all passed" || say "gpu_check: FAILED (see $LOG)"
+exit $FAILED

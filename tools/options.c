@@ -402,8 +402,8 @@ SumOrder options_sums(const TrainOptions *o) {
 int options_join_world(const TrainOptions *o) {
     if (o->nodes == 1) return 0;
     if (device_cuda_count() == 0) {  /* no run of --nodes can start here: a command line's error */
-        fprintf(stderr, "train: --nodes=%d joins processes through NCCL, and no GPU is visible (or this build has "
-                "no CUDA)\n", o->nodes);
+        fprintf(stderr, "train: --nodes=%d joins processes through NCCL, and no GPU is visible (%s)\n", o->nodes,
+                device_cuda_absence());
         return 2;
     }
     return world_join_file(o->nodes, o->node_rank, o->rendezvous + strlen("file:")) == 0 ? 0 : 1;

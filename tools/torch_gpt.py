@@ -57,12 +57,13 @@ Commands:
       "optim.exp_avg_sq.NAME", named as the checkpoint names them).
 
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
-        [--modes eager,compiled]
+        [--modes eager,compiled] [--tf32]
       Times full training steps of nanoGPT's shakespeare_char recipe
       (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
       baseline the C trainer is compared against, per mode (eager, and
       torch.compile(model) where torch has it) and thread count (1 to the
-      cores), then prints the best ("best: ... N ms/iter").
+      cores), then prints the best ("best: ... N ms/iter"). On a GPU, fp32
+      with TF32 off, or on with --tf32 (as bin/train's --tf32=1).
 
 safetensors is read and written by hand (json + struct + numpy): the
 package is not installed.
@@ -478,7 +479,7 @@ def blas_report():
 
 def time_steps(p, train, iters, warmup, device, compiled):
     """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones
-    (fp32 everywhere; on a GPU, TF32 off and each step waited for), and the first
+    (fp32 everywhere; on a GPU, TF32 as --tf32 says and each step waited for), and the first
     step's ms (the compilation's, when compiled). Compiled as nanoGPT's train.py
     compiles: torch.compile(model), the optimizer on the model's own parameters."""
     torch.manual_seed(1337)
@@ -527,9 +528,9 @@ def cmd_bench(args):
         for line in blas_report():
             print(line, flush=True)
     else:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        print(f"device: {torch.cuda.get_device_name(0)}, fp32 (TF32 off)", flush=True)
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        print(f"device: {torch.cuda.get_device_name(0)}, fp32 (TF32 {'on' if args.tf32 else 'off'})", flush=True)
     print(f"vocab {len(vocab)}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
           f"block {p['block_size']}, batch {p['batch_size']}, dropout {p['dropout']}, warmup {p['warmup']}",
           flush=True)
@@ -605,6 +606,7 @@ def main():
     b.add_argument("--data", default="data/tinyshakespeare.txt")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     b.add_argument("--modes", default="eager,compiled", type=bench_modes)
+    b.add_argument("--tf32", action="store_true", help="on a GPU: let matmuls use TF32 tensor cores")
     args = ap.parse_args()
     try:
         {"grads": cmd_grads, "loss": cmd_loss, "lr": cmd_lr, "adamw": cmd_adamw, "train": cmd_train,

@@ -353,6 +353,11 @@ static int print_header(const Run *run, const char *blas) {
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
                sc->link_gbps, sc->link_latency_us);
     printf("blas: %s\n", blas);
+    if (s->device_kind == DEVICE_CUDA) {
+        char libraries[1200];
+        device_cuda_libraries(libraries, sizeof libraries);
+        printf("gpu libraries: %s\n", libraries);
+    }
     ArenaLayout layout;
     model_layout(&sc->model, 1, &layout);
     printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n",

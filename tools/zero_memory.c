@@ -73,6 +73,13 @@ int main(int argc, char **argv) {
         dataset_free(&data);
         return 2;
     }
+    Placement where = options_placement(&o);
+    if (where == PLACE_CUDA && device_cuda_count() <= 0) {  /* before any line of the table */
+        if (device_cuda_count() == 0)
+            fprintf(stderr, "zero_memory: --device=cuda, but no GPU is visible (%s)\n", device_cuda_absence());
+        dataset_free(&data);
+        return options_no_strategy_status(&o);
+    }
     int batch = rows_per_rank(&o, argc, argv);
     ArenaLayout layout;
     model_layout(&model, 1, &layout);
@@ -83,7 +90,6 @@ int main(int argc, char **argv) {
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
            o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
-    Placement where = options_placement(&o);
     /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
     Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
     if (where != PLACE_CPU && device_cuda_count() < 0) {

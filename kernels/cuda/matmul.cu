@@ -8,6 +8,7 @@
  */
 #include <math.h>
 
+#include "../../runtime/gpu_libraries.h"
 #include "../dropout.h"
 #include "cuda_kernels.cuh"
 
@@ -15,7 +16,7 @@ static const float ONE = 1.0f, ZERO = 0.0f;
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T */
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
-    CHECK_CUBLAS(cublasSgemm(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &ONE, weight, C, inp, C, &ZERO,
+    CHECK_CUBLAS(gpu_cublas()->sgemm(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &ONE, weight, C, inp, C, &ZERO,
                              out, OC));
 }
 
@@ -23,9 +24,9 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
                           const float *weight, int N, int C, int OC) {
     cublasHandle_t blas = cuda_blas(s);
     /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
-    CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &ONE, weight, C, dout, OC, &ZERO, dinp, C));
+    CHECK_CUBLAS(gpu_cublas()->sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &ONE, weight, C, dout, OC, &ZERO, dinp, C));
     /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
-    CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &ONE, inp, C, dout, OC, &ONE, dweight, C));
+    CHECK_CUBLAS(gpu_cublas()->sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &ONE, inp, C, dout, OC, &ONE, dweight, C));
 }
 
 /* A warp per row t of each (b, h): att = causal softmax of the scaled scores
@@ -78,7 +79,7 @@ __global__ static void softmax_backward_kernel(float *datt, const float *att, in
 static void gemm_batched(cublasHandle_t blas, cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k,
                          float alpha, const float *a, int lda, long long stride_a, const float *b, int ldb,
                          long long stride_b, float beta, float *c, int ldc, long long stride_c, int batch) {
-    CHECK_CUBLAS(cublasSgemmStridedBatched(blas, opa, opb, m, n, k, &alpha, a, lda, stride_a, b, ldb, stride_b,
+    CHECK_CUBLAS(gpu_cublas()->sgemm_strided_batched(blas, opa, opb, m, n, k, &alpha, a, lda, stride_a, b, ldb, stride_b,
                                            &beta, c, ldc, stride_c, batch));
 }
 
