@@ -351,10 +351,12 @@ Test(multiprocess, an_error_in_a_rank_of_another_process_ends_every_process_once
     free(line);
 }
 
-/* A tiny run, flag by flag: process 1 gets one of them changed. */
+/* A tiny run, flag by flag: process 1 gets one of them changed. A --timeout
+ * of 30 s bounds a run whose processes do not agree (a regression) that the
+ * tests below must see end within 20. */
 static const char *const TINY_FLAGS[] = {
     "--layers=1", "--embd=16", "--heads=2", "--block=16", "--batch=2", "--iters=2", "--lr=1e-3", "--seed=1",
-    "--eval-iters=1", "--dropout=0", "--grad-clip=1", "--sample-chars=0",
+    "--eval-iters=1", "--dropout=0", "--grad-clip=1", "--timeout=30", "--sample-chars=0",
 };
 enum { TINY_COUNT = sizeof TINY_FLAGS / sizeof TINY_FLAGS[0] };
 

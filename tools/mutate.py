@@ -186,6 +186,22 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, shell=True, **kw)
 
 
+def end_leftovers(src):
+    """Kill what a mutant's tests left running in the scratch tree (mpirun's processes have
+    process groups of their own, so a timed-out test can leave them): a bin/train still
+    running there would keep the next mutant from copying its build over it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if (cwd == src or cwd.startswith(src + "/")) and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 9)
+            except OSError:
+                pass
+
+
 def scratch_copy(root, scratch):
     """The working tree's files (tracked and untracked, not ignored) and the CPU build's objects."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, check=True,
@@ -236,6 +252,7 @@ def main(argv):
         with open(log, "w") as out:
             built = sh("make CUDA=0 -j2 all", cwd=src, stdout=out, stderr=subprocess.STDOUT).returncode == 0
             rc = sh("timeout 900 make CUDA=0 test", cwd=src, stdout=out, stderr=subprocess.STDOUT).returncode
+        end_leftovers(src)
         for target, original in originals.items():
             open(target, "w").write(original)
         if not built:
