@@ -141,7 +141,7 @@ MUTANTS = [
     ("eval-deaf-to-signals", "a stop signal waits for the end of an evaluation, however long",
      "strategies/trainer.c",
      "    for (; i < eval_iters && !stop_requested(cfg, result); i++) {",
-     "    for (; i < eval_iters; i++) {"),
+     "    for (; i < eval_iters && (cfg || result || 1); i++) {"),
     ("sigpipe-kills", "SIGPIPE left to its default: a reader gone kills the run without a line",
      "tools/train.c",
      "    int rc = sigaction(SIGPIPE, &ignore, NULL) != 0 ? errno : 0;",
