@@ -26,11 +26,11 @@ MPI_DIR = /usr/lib/x86_64-linux-gnu/openmpi
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp $(SAN) -I$(BLAS_INC) \
          $(CFLAGS_CUDA) $(CFLAGS_MPI) -MMD -MP
 LDFLAGS = -fopenmp $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
-LDLIBS = -ljansson -lopenblas $(LDLIBS_CUDA) $(LDLIBS_MPI) -lpthread -lmvec -lm
+LDLIBS = -ljansson -lpcre2-8 -lopenblas $(LDLIBS_CUDA) $(LDLIBS_MPI) -lpthread -lmvec -lm
 
 # Without the Debian packages, say what to do instead of failing on a missing
 # header (make deps and make clean need none of them).
-REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/jansson.h /usr/include/criterion/criterion.h \
+REQUIRED_HEADERS = $(BLAS_INC)/cblas.h /usr/include/jansson.h /usr/include/pcre2.h /usr/include/criterion/criterion.h \
                    $(if $(filter 1,$(MPI)),$(MPI_DIR)/include/mpi.h)
 MISSING_HEADERS = $(filter-out $(wildcard $(REQUIRED_HEADERS)),$(REQUIRED_HEADERS))
 ifneq ($(MISSING_HEADERS),)
@@ -65,13 +65,13 @@ LDLIBS_CUDA = -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lcudart_static
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
-MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c
+MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c
 STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
              strategies/checkpoint.c strategies/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
@@ -222,7 +222,7 @@ valgrind:
 	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/ckpt.safetensors --chars=20 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
-DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev python3-torch python3-numpy python3-venv \
+DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \
                gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -231,9 +231,10 @@ deps:
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
-	@# safetensors (for a test of files PyTorch writes) is not in Debian 12: from PyPI, into build/pylib
-	@PYTHONPATH=build/pylib python3 -c 'import safetensors' 2>/dev/null || \
-	    python3 -m pip install -q --target build/pylib safetensors
+	@# safetensors (for a test of files PyTorch writes) and tokenizers (the BPE's reference) are not in
+	@# Debian 12: from PyPI, into build/pylib
+	@PYTHONPATH=build/pylib python3 -c 'import safetensors, tokenizers' 2>/dev/null || \
+	    python3 -m pip install -q --upgrade --target build/pylib safetensors tokenizers
 
 clean:
 	rm -rf build bin

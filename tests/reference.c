@@ -256,17 +256,24 @@ void need_torch(void) {
               "this a failure)", test_python());
 }
 
-void need_safetensors(void) {
-    need_torch();
+/* The package `module` of build/pylib, importable, or the test skips (fails under ZF_REQUIRE_TORCH). */
+static void need_pylib(const char *module) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib %s -c 'import safetensors.torch' >/dev/null 2>&1", test_python());
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=build/pylib %s -c 'import %s' >/dev/null 2>&1", test_python(), module);
     if (system(cmd) == 0) return;
     if (getenv("ZF_REQUIRE_TORCH"))
-        cr_assert_fail("ZF_REQUIRE_TORCH is set, and %s cannot import safetensors from build/pylib (make deps "
-                       "installs it there from PyPI)", test_python());
-    test_skip("the safetensors package is not in build/pylib (make deps installs it from PyPI; "
-              "ZF_REQUIRE_TORCH=1 makes this a failure)");
+        cr_assert_fail("ZF_REQUIRE_TORCH is set, and %s cannot import %s from build/pylib (make deps "
+                       "installs it there from PyPI)", test_python(), module);
+    test_skip("the %s package is not in build/pylib (make deps installs it from PyPI; "
+              "ZF_REQUIRE_TORCH=1 makes this a failure)", module);
 }
+
+void need_safetensors(void) {
+    need_torch();
+    need_pylib("safetensors.torch");
+}
+
+void need_tokenizers(void) { need_pylib("tokenizers"); }
 
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
     int head = snprintf(cmd, len, "%s tools/torch_gpt.py ", test_python());

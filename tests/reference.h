@@ -74,6 +74,10 @@ void need_torch(void);
  * there must import safetensors.torch, or the test skips (fails under
  * ZF_REQUIRE_TORCH). */
 void need_safetensors(void);
+/* The tokenizers package that make deps installs into build/pylib (PyPI):
+ * test_python() with PYTHONPATH set there must import it, or the test skips
+ * (fails under ZF_REQUIRE_TORCH, which CI sets). No PyTorch needed. */
+void need_tokenizers(void);
 /* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
