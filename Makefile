@@ -76,7 +76,7 @@ TESTS = test_kernels test_runtime test_collectives test_model test_train test_st
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
 TEST_DRIVERS = $(BUILD)/bin/mpi_collectives
-BINS = bin/train bin/zero_memory bin/sample
+BINS = bin/train bin/zero_memory bin/sample bin/prepare
 
 .PHONY: all test bench bench-torch test-asan test-tsan fuzz valgrind mutate deps clean
 BENCH_BINS = $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_units $(BUILD)/bin/bench_mpi
@@ -99,6 +99,10 @@ $(BUILD)/bin/zero_memory: $(BUILD)/tools/zero_memory.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/bin/sample: $(BUILD)/tools/sample.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/prepare: $(BUILD)/tools/prepare.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -156,7 +160,7 @@ test-asan:
 	$(MAKE) CUDA=0 BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" build-asan-tests
 	@set -e; for t in $(TESTS); do echo "== asan $$t"; \
-	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ZF_SAMPLE=build/asan/bin/sample ASAN_OPTIONS=detect_leaks=1 \
+	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ZF_SAMPLE=build/asan/bin/sample ZF_PREPARE=build/asan/bin/prepare ASAN_OPTIONS=detect_leaks=1 \
 	    ZF_MPIRUN="$(ASAN_MPIRUN)" ./build/asan/bin/$$t --jobs 1; done
 
 # ThreadSanitizer over the streams and everything that uses them. Criterion
@@ -196,7 +200,8 @@ mutate:
 	tools/mutate.py $(MUTANTS)
 
 .PHONY: build-asan-tests
-build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample
+build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample \
+                  $(BUILD)/bin/prepare
 
 # bin/train and bin/sample under valgrind's memcheck (CI): no invalid access and
 # no definite leak, over a save, a resume under another strategy, dropout,
@@ -211,7 +216,7 @@ VALGRIND = OPENBLAS_CORETYPE=Prescott valgrind -q --leak-check=full --errors-for
 VALGRIND_TRAIN = build/cpu/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \
                  --dropout=0.1 --sample-chars=20 --out=build/valgrind
 valgrind:
-	$(MAKE) CUDA=0 build/cpu/bin/train build/cpu/bin/sample
+	$(MAKE) CUDA=0 build/cpu/bin/train build/cpu/bin/sample build/cpu/bin/prepare
 	rm -rf build/valgrind && mkdir -p build/valgrind
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=3 --zero=3 --gpus=3 --log=build/valgrind/log.jsonl >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=5 --zero=1 --gpus=2 \
@@ -220,6 +225,16 @@ valgrind:
 	    --resume=build/valgrind/ckpt.safetensors >/dev/null 2>build/valgrind/fault.err; test $$? -eq 1
 	grep -q "injected fault" build/valgrind/fault.err
 	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/ckpt.safetensors --chars=20 >/dev/null
+	@# the BPE path: a tokenizer trained by the tokenizers package (make deps), a folder prepared with it, a
+	@# run on its ids, and a sample that encodes and decodes
+	PYTHONPATH=build/pylib python3 tests/tokenizers_reference.py train build/valgrind/tokenizer.json 300 \
+	    tests/tokenizer_sample.txt
+	$(VALGRIND) --error-exitcode=1 build/cpu/bin/prepare --tokenizer=build/valgrind/tokenizer.json \
+	    --data=tests/tokenizer_sample.txt --out=build/valgrind/tokens >/dev/null
+	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/bpe --iters=2 --zero=3 --gpus=2 --data=build/valgrind/tokens \
+	    --tokenizer=build/valgrind/tokenizer.json >/dev/null
+	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
+	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --chars=10 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \

@@ -115,7 +115,7 @@ static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data
     Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
     int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
-    dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, rows, T, x, y);
+    bench_batch(data, 0, rows, T, x, y);
     double both[REPS], forward[REPS];
     for (int i = 0; i < REPS; i++) {
         double t = wall_seconds();

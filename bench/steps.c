@@ -18,10 +18,17 @@ double quantile(double *values, int n, double q) {
 
 double median(double *values, int n) { return quantile(values, n, 0.5); }
 
+void bench_batch(const Dataset *data, uint32_t step, int rows, int T, int *x, int *y) {
+    char err[768];
+    if (dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, step, 0, rows, T, x, y, err, sizeof err) == 0) return;
+    fprintf(stderr, "bench: %s\n", err);
+    exit(1);
+}
+
 double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float grad_clip) {
     int rows = s->cfg.batch * s->cfg.nranks, T = s->cfg.model.block_size;
     int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
-    dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, 1, step, 0, rows, T, x, y);
+    bench_batch(data, step, rows, T, x, y);
     double t = wall_seconds();
     s->ops->set_lr(s, lr);
     if (s->ops->forward_backward(s, x, y, step, 0, 1) != 0) exit(1);

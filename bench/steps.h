@@ -6,6 +6,8 @@
 #include "../strategies/trainer.h"
 #include "../tools/options.h"
 
+/* The training batch of `step` (rows x T), or the run ends with the data's line. */
+void bench_batch(const Dataset *data, uint32_t step, int rows, int T, int *x, int *y);
 /* Wall ms of training step `step` (forward, backward, clipping, AdamW, and the
  * loss read back, which waits for it all) on that step's training batch. */
 double step_ms(Strategy *s, const Dataset *data, uint32_t step, float lr, float grad_clip);

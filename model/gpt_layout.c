@@ -6,7 +6,7 @@
 
 const char *gpt_config_error(const ModelConfig *cfg) {
     static char msg[128];
-    if (cfg->vocab < 1 || cfg->vocab > 256) return "vocab must be in 1..256 (a byte-level tokenizer)";
+    if (cfg->vocab < 1 || cfg->vocab > (1 << 24)) return "vocab must be in 1..16777216";
     if (cfg->block_size < 1) return "--block must be at least 1";
     if (cfg->layers < 1) return "--layers must be at least 1";
     if (3 + 6 * (long)cfg->layers > ARENA_MAX_TENSORS || 1 + 4 * (long)cfg->layers > ARENA_MAX_UNITS) {  /* the finest units */

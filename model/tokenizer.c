@@ -429,8 +429,8 @@ static Candidate heap_pop(Scratch *s) {
 
 /* The pair that starts at symbol i, if a merge takes it. */
 static void offer(const Tokenizer *t, Scratch *s, int i) {
+    if (i < 0 || s->next[i] < 0) return;
     int j = s->next[i], merged;
-    if (i < 0 || j < 0) return;
     int rank = merge_rank(&t->merges, s->id[i], s->id[j], &merged);
     if (rank != INT_MAX) heap_push(s, (Candidate){ rank, i, s->id[i], s->id[j], merged });
 }

@@ -28,6 +28,7 @@
 
 typedef struct {
     ModelConfig model;
+    int characters;            /* 1: each token a byte (itos); 0: a tokenizer's ids (the file lists no vocabulary) */
     unsigned char itos[256];   /* token -> byte, model.vocab of them */
     int iter;                  /* training steps done */
     int adam_step;

@@ -41,26 +41,38 @@ static int stop_requested(const TrainConfig *cfg, TrainResult *result) {
     return sig != 0;
 }
 
+/* A window the data cannot give (an id past the vocabulary): every process
+ * draws the same windows, so each meets it at once and process 0 says it. */
+static int batch_failed(const char *err) {
+    if (world()->proc == 0) fprintf(stderr, "error: %s; stopping\n", err);
+    return -1;
+}
+
 /* The mean loss over eval_iters fixed batches of a split into *loss; 1 if a
- * stop signal (stop_requested, between batches) cut it short. */
+ * stop signal (stop_requested, between batches) cut it short, -1 (said) if
+ * the data could not give a batch. */
 static int mean_eval_loss(Strategy *s, const Dataset *data, int split, int eval_iters, const TrainConfig *cfg,
                           TrainResult *result, float *loss) {
     HostBatch b = batch_alloc(s);
     double total = 0.0;
-    int i = 0;
+    int i = 0, rc = 0;
+    char err[768];
     for (; i < eval_iters && !stop_requested(cfg, result); i++) {
-        dataset_batch(data, split, BATCH_EVAL, s->cfg.seed, (uint32_t)i, 0, b.rows, b.T, b.x, b.y);
+        if (dataset_batch(data, split, BATCH_EVAL, s->cfg.seed, (uint32_t)i, 0, b.rows, b.T, b.x, b.y, err,
+                          sizeof err) != 0) {
+            rc = batch_failed(err);
+            break;
+        }
         total += s->ops->eval_loss(s, b.x, b.y);
     }
     batch_free(&b);
     *loss = (float)(total / eval_iters);
-    return i < eval_iters;
+    return rc ? rc : i < eval_iters;
 }
 
 float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters) {
     float loss;
-    mean_eval_loss(s, data, split, eval_iters, NULL, NULL, &loss);
-    return loss;
+    return mean_eval_loss(s, data, split, eval_iters, NULL, NULL, &loss) == 0 ? loss : NAN;
 }
 
 static void format_eta(double seconds, char *buf, size_t len) {
@@ -120,24 +132,44 @@ static int flush_output(const TrainConfig *cfg) {
 typedef struct { const TrainConfig *cfg; const Dataset *data; TrainResult *result; int failed; } SampleSink;
 
 /* A part of the sample, to the progress lines and (as part of one JSON
- * string) to the log; then the sample stops if a write failed or a stop
- * signal came. */
+ * string) to the log, each token as the bytes it stands for; then the sample
+ * stops if a write failed or a stop signal came. */
 static int emit_sample(void *ctx, const int *piece, int n) {
     SampleSink *sink = ctx;
     for (int i = 0; i < n; i++) {
-        unsigned char c = sink->data->itos[piece[i]];
-        if (sink->cfg->out) fputc(c, sink->cfg->out);
-        if (sink->cfg->log) json_char(sink->cfg->log, c);
+        size_t len = 1;
+        const unsigned char *bytes = sink->data->characters ? &sink->data->itos[piece[i]]
+                                                            : tokenizer_bytes(sink->cfg->tokenizer, piece[i], &len);
+        for (size_t k = 0; k < len; k++) {
+            if (sink->cfg->out) fputc(bytes[k], sink->cfg->out);
+            if (sink->cfg->log) json_char(sink->cfg->log, bytes[k]);
+        }
     }
     sink->failed = flush_output(sink->cfg);
     return sink->failed || stop_requested(sink->cfg, sink->result);
 }
 
-/* sample_chars characters after a newline, as nanoGPT's sample.py starts, up
- * to a stop signal; 0, or 1 when they could not be written. */
+/* The token a sample starts from: a newline's, as nanoGPT's sample.py starts
+ * ("\n" encoded); -1 where there is none to decode with. */
+static int newline_token(const TrainConfig *cfg, const Dataset *data) {
+    if (data->characters) return data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;  /* any first token will do */
+    if (!cfg->tokenizer) return -1;
+    TokenIds ids = { 0 };
+    char err[128];
+    int first = tokenizer_encode(cfg->tokenizer, "\n", 1, &ids, err, sizeof err) == 0 && ids.n > 0 ? ids.ids[0] : 0;
+    token_ids_free(&ids);
+    return first;
+}
+
+/* sample_chars tokens after a newline, up to a stop signal; 0, or 1 when
+ * they could not be written. */
 static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
     if (s->cfg.model.kind != MODEL_GPT) return 0;  /* the gates' MLP generates nothing */
-    int first = data->stoi['\n'] >= 0 ? data->stoi['\n'] : 0;  /* any first token will do otherwise */
+    int first = newline_token(cfg, data);
+    if (first < 0) {
+        if (cfg->out) fputs("sample: none (token ids without --tokenizer to decode them)\n", cfg->out);
+        return flush_output(cfg);
+    }
     SampleSink sink = { cfg, data, result, 0 };
     if (cfg->out) fputs("sample:\n", cfg->out);
     if (cfg->log) fputs("{\"sample\": \"", cfg->log);
@@ -151,7 +183,8 @@ static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data,
 /* DIR/ckpt.safetensors, as of `iter` steps done. A failed save fails every
  * process at once (they learn process 0's outcome). */
 static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result) {
-    CheckpointInfo info = { .model = s->cfg.model, .iter = iter, .adam_step = s->adam_step, .seed = s->cfg.seed };
+    CheckpointInfo info = { .model = s->cfg.model, .characters = data->characters, .iter = iter,
+                            .adam_step = s->adam_step, .seed = s->cfg.seed };
     memcpy(info.itos, data->itos, sizeof info.itos);
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
@@ -197,9 +230,13 @@ static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss,
  * whatever its loss. 0, or 1 when an output or the save failed. */
 static int eval_and_save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result,
                          float *best_val) {
-    if (mean_eval_loss(s, data, SPLIT_TRAIN, cfg->eval_iters, cfg, result, &result->train_loss) ||
-        mean_eval_loss(s, data, SPLIT_VAL, cfg->eval_iters, cfg, result, &result->val_loss))
-        return 0;  /* a stop signal: the run saves and stops at this step */
+    int rc = mean_eval_loss(s, data, SPLIT_TRAIN, cfg->eval_iters, cfg, result, &result->train_loss);
+    if (rc == 0) rc = mean_eval_loss(s, data, SPLIT_VAL, cfg->eval_iters, cfg, result, &result->val_loss);
+    if (rc < 0) {
+        result->every_process = 1;
+        return 1;
+    }
+    if (rc > 0) return 0;  /* a stop signal: the run saves and stops at this step */
     if (cfg->out)
         fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n", iter, result->train_loss, result->val_loss);
     if (cfg->log)
@@ -222,8 +259,13 @@ static int train_step(Strategy *s, const TrainConfig *cfg, const Dataset *data, 
     s->ops->set_lr(s, lr_at(&cfg->schedule, iter));
     double loss_sum = 0.0;
     for (int micro = 0; micro < micros; micro++) {
-        dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, micro * b->rows, b->rows, b->T,
-                      b->x, b->y);
+        char err[768];
+        if (dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, s->cfg.seed, (uint32_t)iter, micro * b->rows, b->rows, b->T,
+                          b->x, b->y, err, sizeof err) != 0) {
+            batch_failed(err);
+            result->every_process = 1;
+            return 1;
+        }
         if (s->ops->forward_backward(s, b->x, b->y, (uint32_t)iter, micro, micros) != 0) return 1;
         loss_sum += s->ops->train_loss(s);
     }

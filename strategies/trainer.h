@@ -7,6 +7,7 @@
 
 #include "../model/data.h"
 #include "../model/optim.h"
+#include "../model/tokenizer.h"
 #include "strategy.h"
 
 typedef struct {
@@ -33,6 +34,9 @@ typedef struct {
      * call of generate (trainer.h) in flight, saving first with out_dir;
      * every process of the run at the same point, whichever caught it. */
     const volatile sig_atomic_t *stop_signal;
+    /* How the sample is written for a token folder's ids (its text decoded);
+     * NULL: a token folder's run samples nothing. A text file's bytes need none. */
+    const Tokenizer *tokenizer;
 } TrainConfig;
 
 typedef struct {

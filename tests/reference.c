@@ -239,6 +239,12 @@ void test_skip(const char *why_fmt, ...) {
     cr_skip_test("SKIP: %s", why);
 }
 
+void test_batch(const Dataset *d, int split, int purpose, uint32_t seed, uint32_t index, int row0, int rows, int T,
+                int *x, int *y) {
+    char err[768];
+    cr_assert_eq(dataset_batch(d, split, purpose, seed, index, row0, rows, T, x, y, err, sizeof err), 0, "%s", err);
+}
+
 const char *test_python(void) {
     const char *p = getenv("ZF_PYTHON");
     if (p) return p;
@@ -288,6 +294,16 @@ void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
 const char *train_binary(void) {
     const char *path = getenv("ZF_TRAIN");
     return path ? path : "./bin/train";
+}
+
+const char *prepare_binary(void) {
+    const char *path = getenv("ZF_PREPARE");
+    return path ? path : "./bin/prepare";
+}
+
+const char *sample_binary(void) {
+    const char *path = getenv("ZF_SAMPLE");
+    return path ? path : "./bin/sample";
 }
 
 int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen) {

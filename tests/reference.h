@@ -59,6 +59,10 @@ float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, 
                      size_t *n);
 
 
+/* dataset_batch (model/data.h), cr_asserting that the data gave the batch. */
+void test_batch(const Dataset *d, int split, int purpose, uint32_t seed, uint32_t index, int row0, int rows, int T,
+                int *x, int *y);
+
 /* Skip the calling test, saying "SKIP: suite::test: why" in one line on stderr:
  * cr_skip_test's own message shows only under --verbose, and a test that did
  * not run must say so in make test's output. */
@@ -83,6 +87,9 @@ void need_tokenizers(void);
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The binary under test: bin/train, or the sanitizer build's (ZF_TRAIN). */
 const char *train_binary(void);
+/* bin/prepare and bin/sample, or the sanitizer build's (ZF_PREPARE, ZF_SAMPLE). */
+const char *prepare_binary(void);
+const char *sample_binary(void);
 /* Run `binary args` through the shell, its stdout to the file `out`, its
  * stderr into err; its exit status (-1 unless it exited). */
 int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen);

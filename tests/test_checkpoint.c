@@ -282,7 +282,7 @@ Test(checkpoint, pytorch_loads_it_and_gets_the_same_loss) {
     run(s, steps(0, 5, dir));
     int rows = sc.batch * sc.nranks, T = sc.model.block_size;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
-    dataset_batch(&data, SPLIT_VAL, BATCH_EVAL, sc.seed, 0, 0, rows, T, x, y);
+    test_batch(&data, SPLIT_VAL, BATCH_EVAL, sc.seed, 0, 0, rows, T, x, y);
     float ours = s->ops->eval_loss(s, x, y);
     char bpath[300], err[256];
     snprintf(bpath, sizeof bpath, "%s/batch.safetensors", dir);
@@ -371,7 +371,7 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
     int tensor[4 * ARENA_MAX_UNITS], edges = shard_edges(&sc.model, sc.nranks, at, tensor);
     cr_assert_gt(edges, 12);
     static const char *const prefix[3] = { "", "optim.exp_avg.", "optim.exp_avg_sq." };
-    CheckpointInfo info = { .model = sc.model, .iter = 2, .adam_step = 2, .seed = sc.seed };
+    CheckpointInfo info = { .model = sc.model, .characters = 1, .iter = 2, .adam_step = 2, .seed = sc.seed };
     memcpy(info.itos, data.itos, sizeof info.itos);
     for (int zero = 0; zero <= 3; zero++) {
         Strategy *s = strategy_create(zero, &sc);

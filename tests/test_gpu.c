@@ -312,7 +312,7 @@ static void train_losses(StrategyConfig sc, float *losses, int steps) {
     int rows = sc.nranks * sc.batch, T = sc.model.block_size;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
     for (int it = 0; it < steps; it++) {
-        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, rows, T, x, y);
+        test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, rows, T, x, y);
         s->ops->set_lr(s, lr_at(&schedule, it));
         cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)it, 0, 1), 0);
         s->ops->clip_grads(s, 1.0f);

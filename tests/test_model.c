@@ -94,7 +94,7 @@ Test(model, loss_at_init_is_log_vocab) {
     float *params = malloc(m->base.layout.total * sizeof(float));
     model_init_params(&cfg, &m->base.layout, 1337, params);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
-    dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1337, 0, 0, B, T, x, y);
+    test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1337, 0, 0, B, T, x, y);
     stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
     gpt_forward(m, x, y, B, T, 0, 0);
     float loss = model_read_loss(&m->base);
@@ -116,15 +116,15 @@ Test(model, dataset_splits_and_batches) {
     Dataset data;
     char err[256];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 8, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(data.ntokens, 1115394);
-    cr_expect_eq(data.ntrain, 1003854);  /* nanoGPT's int(0.9 * n) */
+    cr_expect_eq(data.len[SPLIT_TRAIN] + data.len[SPLIT_VAL], 1115394);
+    cr_expect_eq(data.len[SPLIT_TRAIN], 1003854);  /* nanoGPT's int(0.9 * n) */
     for (int v = 1; v < data.vocab; v++) cr_expect_lt(data.itos[v - 1], data.itos[v], "vocabulary is sorted");
     int x[4 * 8], y[4 * 8], x2[2 * 8], y2[2 * 8];
-    dataset_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 0, 4, 8, x, y);
+    test_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 0, 4, 8, x, y);
     for (int r = 0; r < 4; r++)
         for (int t = 0; t + 1 < 8; t++) cr_expect_eq(y[r * 8 + t], x[r * 8 + t + 1], "targets are the next tokens");
     /* rows depend on their global index only: rows 2..3 drawn alone are the same */
-    dataset_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 2, 2, 8, x2, y2);
+    test_batch(&data, SPLIT_VAL, BATCH_TRAIN, 5, 3, 2, 2, 8, x2, y2);
     cr_expect(memcmp(x + 16, x2, sizeof x2) == 0);
     dataset_free(&data);
 }
@@ -179,7 +179,7 @@ Test(model, matches_pytorch_nanogpt) {
     float *params = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     random_params(&m->base.layout, params, 3);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
-    dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, B, T, x, y);
+    test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, 1, 0, 0, B, T, x, y);
     float loss = model_loss_and_grads(&m->base, params, x, y, B, T, 0);
     stream_copy(test_stream, grads, m->base.grads, P * sizeof(float));
     stream_synchronize(test_stream);

@@ -92,7 +92,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     float plain_lr = 0;
     for (int it = 0; it < ITERS; it++) {
         plain_lr = lr_at(&tc.schedule, it);
-        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, B, T, x, y);
+        test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc.seed, (uint32_t)it, 0, B, T, x, y);
         fill_zero(test_stream, g->base.grads, P);
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
@@ -284,7 +284,7 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
     float eval[4];
     int rows = sc.nranks * sc.batch, T = sc.model.block_size;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
-    dataset_batch(&data, SPLIT_VAL, BATCH_EVAL, sc.seed, 0, 0, rows, T, x, y);
+    test_batch(&data, SPLIT_VAL, BATCH_EVAL, sc.seed, 0, 0, rows, T, x, y);
     for (int zero = 0; zero <= 3; zero++) {
         Strategy *s = strategy_create(zero, &sc);
         TrainResult r;
@@ -510,7 +510,7 @@ static float *train_with_losses(int zero, const StrategyConfig *sc, float losses
     int rows = sc->nranks * sc->batch, T = sc->model.block_size;
     int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
     for (int it = 0; it < ITERS; it++) {
-        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)it, 0, rows, T, x, y);
+        test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)it, 0, rows, T, x, y);
         s->ops->set_lr(s, 1e-2f);
         cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)it, 0, 1), 0);
         losses[it] = s->ops->train_loss(s);

@@ -6,13 +6,17 @@
  * sample of scripts, emoji, combining marks and odd white space
  * (tests/tokenizer_sample.txt); both encode the same texts and the ids must
  * be the same, one for one. bin/prepare's files must be, byte for byte, what
- * nanoGPT's prepare.py split gives through the package.
+ * nanoGPT's prepare.py split gives through the package. Then bin/train and
+ * bin/sample on such a folder, and on folders they must refuse.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../model/tokenizer.h"
 #include "reference.h"
@@ -226,5 +230,217 @@ Test(tokenizer, a_file_it_cannot_read_as_asked_is_refused_in_one_line) {
     cr_assert(strstr(err, "not UTF-8 at byte 16"), "%s", err);
     token_ids_free(&ids);
     tokenizer_free(t);
+    remove_dir(dir);
+}
+
+static int count_newlines(const char *text) {
+    int n = 0;
+    for (; *text; text++) n += *text == '\n';
+    return n;
+}
+
+/* Whether two files hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* bin/prepare against nanoGPT's prepare.py split done through the package: a
+ * text of one byte a character, and one of many (where characters and bytes
+ * part: the split counts characters). */
+Test(tokenizer, bin_prepare_writes_what_the_prepare_py_split_writes) {
+    need_tokenizers();
+    char dir[48], path[128], ours[160], theirs[160], args[640], a[200], b[200], err[1024];
+    temp_dir(dir, sizeof dir, "prep");
+    train_tokenizer(dir, "700", path, sizeof path);
+    const char *texts[] = { SHAKESPEARE, SAMPLE };
+    for (int i = 0; i < 2; i++) {
+        snprintf(ours, sizeof ours, "%s/ours%d", dir, i);
+        snprintf(theirs, sizeof theirs, "%s/theirs%d", dir, i);
+        cr_assert_eq(mkdir(theirs, 0777), 0);
+        python("prepare %s %s %s", path, texts[i], theirs);
+        snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s", path, texts[i], ours);
+        int rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", args, rc, err);
+        static const char *splits[] = { "train.bin", "val.bin" };
+        for (int s = 0; s < 2; s++) {
+            snprintf(a, sizeof a, "%s/%s", ours, splits[s]);
+            snprintf(b, sizeof b, "%s/%s", theirs, splits[s]);
+            cr_expect(same_file(a, b), "%s: %s differs from the prepare.py split's", texts[i], splits[s]);
+        }
+        snprintf(a, sizeof a, "%s/meta.json", ours);
+        size_t n;
+        char *meta = (char *)read_all(a, &n);
+        cr_expect_str_eq(meta, "{\"vocab_size\": 700, \"dtype\": \"uint16\"}\n");
+        free(meta);
+    }
+    /* a second time: refused, the files kept; with --overwrite=1, written again */
+    snprintf(a, sizeof a, "%s/ours0/train.bin", dir);
+    snprintf(b, sizeof b, "%s/theirs0/train.bin", dir);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/ours0", path, SAMPLE, dir);
+    int rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 2 && strstr(err, "is there already (--overwrite=1 replaces it)") && same_file(a, b),
+              "exit %d: %s", rc, err);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/ours0 --overwrite=1", path, SAMPLE, dir);
+    cr_expect_eq(run_tool(prepare_binary(), args, "/dev/null", err, sizeof err), 0, "%s", err);
+    snprintf(b, sizeof b, "%s/theirs1/train.bin", dir);
+    cr_expect(same_file(a, b), "--overwrite=1 did not write the new text's ids");
+    /* text that is not UTF-8: one line naming the byte */
+    snprintf(a, sizeof a, "%s/latin1.txt", dir);
+    FILE *f = fopen(a, "wb");
+    fputs("caf\xe9 au lait", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/latin1", path, a, dir);
+    rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 2 && strstr(err, "not UTF-8 at byte 3") && count_newlines(err) == 1, "exit %d: %s", rc, err);
+    remove_dir(dir);
+}
+
+/* ---- bin/train and bin/sample on a folder of token ids ---- */
+
+TestSuite(token_data, .timeout = 300);
+
+static const char SMALL[] = "--layers=2 --embd=32 --heads=2 --block=32 --batch=4 --eval-iters=2 --lr=3e-3 --warmup=0";
+
+/* The first number after `key` in text, or NAN. */
+static float number_after(const char *text, const char *key) {
+    const char *at = strstr(text, key);
+    return at ? strtof(at + strlen(key), NULL) : NAN;
+}
+
+Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample) {
+    need_tokenizers();
+    char dir[48], tok[128], args[1024], out[160], err[4096], a[200], b[200];
+    temp_dir(dir, sizeof dir, "tokens");
+    train_tokenizer(dir, "500", tok, sizeof tok);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/data", tok, SHAKESPEARE, dir);
+    cr_assert_eq(run_tool(prepare_binary(), args, "/dev/null", err, sizeof err), 0, "%s", err);
+    snprintf(out, sizeof out, "%s/stdout", dir);
+    /* ZeRO-3 on 2 ranks, then DDP on 2: the same checkpoint, byte for byte */
+    for (int zero = 3; zero >= 0; zero -= 3) {
+        snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=30 --eval-every=29 --sample-chars=40 "
+                 "--zero=%d --gpus=2 --out=%s/zero%d", SMALL, dir, tok, zero, dir, zero);
+        int rc = run_tool(train_binary(), args, out, err, sizeof err);
+        cr_assert_eq(rc, 0, "--zero=%d: exit %d: %s", zero, rc, err);
+    }
+    snprintf(a, sizeof a, "%s/zero3/ckpt.safetensors", dir);
+    snprintf(b, sizeof b, "%s/zero0/ckpt.safetensors", dir);
+    cr_expect(same_file(a, b), "ZeRO-3 and DDP on token ids saved different checkpoints");
+    size_t n;
+    char *text = (char *)read_all(out, &n);
+    cr_expect(strstr(text, "token ids (uint16, memory-mapped), vocabulary 500"), "%s", text);
+    float first = number_after(text, "eval iter 0: train loss "), last = number_after(text, "eval iter 29: train loss ");
+    cr_expect(first > 5.5f && last < first - 0.5f, "the loss went from %.3f to %.3f in 29 steps", first, last);
+    const char *sample = strstr(text, "sample:\n");
+    cr_assert_not_null(sample, "%s", text);
+    cr_expect_geq(strlen(sample + 8), 40, "40 tokens decode to at least 40 bytes: '%s'", sample + 8);
+    free(text);
+
+    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO: --chars=20", a, tok);
+    int rc = run_tool(sample_binary(), args, out, err, sizeof err);
+    text = (char *)read_all(out, &n);
+    cr_expect(rc == 0 && strncmp(text, "ROMEO:", 6) == 0 && n > 26, "exit %d: '%s' %s", rc, text, err);
+    free(text);
+    snprintf(args, sizeof args, "--ckpt=%s --prompt=ROMEO:", a);
+    rc = run_tool(sample_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 2 && strstr(err, "was trained on token ids: pass the --tokenizer") && count_newlines(err) == 1,
+              "exit %d: %s", rc, err);
+    remove_dir(dir);
+}
+
+/* DIR/name: count ids of `value`, `width` bytes each (then `extra` stray bytes). */
+static void write_ids(const char *dir, const char *name, int width, size_t count, uint32_t value, int extra) {
+    char path[200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    for (size_t i = 0; i < count; i++) cr_assert_eq(fwrite(&value, (size_t)width, 1, f), 1);  /* little-endian */
+    for (int i = 0; i < extra; i++) fputc(0, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+static void write_meta(const char *dir, const char *json) {
+    char path[200];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* bin/train on dir with more flags: its exit status, stderr in err. */
+static int train_on(const char *dir, const char *more, char *err, size_t errlen) {
+    char args[1024];
+    snprintf(args, sizeof args, "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --iters=1 "
+             "--sample-chars=0 --data=%s %s", dir, more);
+    return run_tool(train_binary(), args, "/dev/null", err, errlen);
+}
+
+static void expect_refused(int rc, int want, const char *err, const char *needle, const char *what) {
+    cr_expect(rc == want && strstr(err, needle) && count_newlines(err) == 1, "%s: exit %d (not %d), stderr: %s", what,
+              rc, want, err);
+}
+
+Test(token_data, a_folder_it_cannot_use_is_refused_in_one_line) {
+    char dir[48], err[4096];
+    temp_dir(dir, sizeof dir, "badtok");
+    write_ids(dir, "train.bin", 2, 100, 7, 1);
+    write_ids(dir, "val.bin", 2, 100, 7, 0);
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "train.bin' has 201 bytes, not a whole number of uint16",
+                   "an odd byte count");
+    write_ids(dir, "train.bin", 2, 100, 7, 0);
+    write_ids(dir, "val.bin", 2, 10, 7, 0);
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "val.bin holds 10 tokens; each split needs more than "
+                   "--block=16 (at least 17)", "a split shorter than the block");
+    char path[200];
+    snprintf(path, sizeof path, "%s/val.bin", dir);
+    unlink(path);
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "val.bin': No such file or directory (a token folder "
+                   "holds train.bin and val.bin", "no val.bin");
+    write_ids(dir, "val.bin", 2, 100, 7, 0);
+    /* no meta.json: uint16 ids of GPT-2's vocabulary, as nanoGPT's own folders */
+    cr_expect_eq(train_on(dir, "", err, sizeof err), 0, "%s", err);
+    write_meta(dir, "{\"vocab_size\": 100, \"dtype\": \"int8\"}");
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "meta.json': its dtype is neither uint16 nor uint32",
+                   "a dtype of another kind");
+    write_meta(dir, "{\"vocab_size\": 70000, \"dtype\": \"uint16\"}");
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "its vocab_size does not fit its dtype uint16",
+                   "a vocabulary too big for uint16");
+    write_meta(dir, "{\"vocab_size\": 100");
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "meta.json': ", "a meta.json cut short");
+    /* ids at or above the vocabulary: found in the first batch */
+    write_meta(dir, "{\"vocab_size\": 5, \"dtype\": \"uint16\"}");
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "split's id 7 at position", "ids past the vocabulary");
+    cr_expect(strstr(err, "is not below the vocabulary's 5"), "%s", err);
+    write_meta(dir, "{\"vocab_size\": 7}");  /* the ids are 7: one past the last */
+    expect_refused(train_on(dir, "", err, sizeof err), 1, err, "id 7 at position", "ids equal to the vocabulary");
+    /* uint32 ids, as meta.json says */
+    write_meta(dir, "{\"vocab_size\": 100000, \"dtype\": \"uint32\"}");
+    write_ids(dir, "train.bin", 4, 100, 99999, 0);
+    write_ids(dir, "val.bin", 4, 100, 99999, 0);
+    cr_expect_eq(train_on(dir, "", err, sizeof err), 0, "%s", err);
+    expect_refused(train_on(SHAKESPEARE, "--tokenizer=t.json", err, sizeof err), 2, err,
+                   "--tokenizer decodes a folder of token ids, and --data=data/tinyshakespeare.txt is a text file",
+                   "a tokenizer for a text file");
+    remove_dir(dir);
+}
+
+Test(token_data, a_tokenizer_of_another_vocabulary_is_refused) {
+    need_tokenizers();
+    char dir[48], tok[128], more[256], err[4096];
+    temp_dir(dir, sizeof dir, "tokvocab");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    write_ids(dir, "train.bin", 2, 100, 7, 0);
+    write_ids(dir, "val.bin", 2, 100, 7, 0);
+    write_meta(dir, "{\"vocab_size\": 299, \"dtype\": \"uint16\"}");
+    snprintf(more, sizeof more, "--tokenizer=%s", tok);
+    expect_refused(train_on(dir, more, err, sizeof err), 2, err, "has 300 ids, and the vocabulary of", "a vocabulary "
+                   "one short of the tokenizer's");
+    write_meta(dir, "{\"vocab_size\": 300, \"dtype\": \"uint16\"}");
+    cr_expect_eq(train_on(dir, more, err, sizeof err), 0, "%s", err);
     remove_dir(dir);
 }

@@ -281,7 +281,7 @@ static void write_batches(const char *path, const StrategyConfig *sc, int first,
     int rows = sc->batch * sc->nranks, T = sc->model.block_size;
     int *x = malloc(sizeof(int) * n * rows * T), *y = malloc(sizeof(int) * n * rows * T);
     for (int k = 0; k < n; k++)
-        dataset_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)(first + k), 0, rows, T,
+        test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, (uint32_t)(first + k), 0, rows, T,
                       x + (size_t)k * rows * T, y + (size_t)k * rows * T);
     StTensor batch[2] = { { "x", "I32", 2, { n * rows, T }, x }, { "y", "I32", 2, { n * rows, T }, y } };
     char err[512];

@@ -114,12 +114,7 @@ static int count_lines(const char *text) {
     return n;
 }
 
-/* The binaries under test: bin/sample and bin/zero_memory, or the sanitizer build's. */
-static const char *sample_binary(void) {
-    const char *path = getenv("ZF_SAMPLE");
-    return path ? path : "./bin/sample";
-}
-
+/* The binary under test: bin/zero_memory, or the sanitizer build's. */
 static const char *zero_memory_binary(void) {
     const char *path = getenv("ZF_ZERO_MEMORY");
     return path ? path : "./bin/zero_memory";
@@ -308,6 +303,7 @@ Test(train, every_flag_alone_tells_two_processes_apart) {
     static const char NODES[] = "--nodes=2 --rendezvous=file:/tmp/zf_r";
     static const struct { const char *flag, *base, *other; } changes[] = {
         { "preset", "", "--preset=char" }, { "data", "", "--data=other.txt" }, { "zero", "", "--zero=3" },
+        { "tokenizer", "", "--tokenizer=t.json" },
         { "gpus", "", "--gpus=2" }, { "device", "", "--device=cpu" }, { "collectives", "", "--collectives=nccl" },
         { "tf32", "", "--tf32=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
         { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
@@ -734,7 +730,9 @@ Test(train, an_empty_value_is_an_error_for_every_flag) {
 
 Test(train, a_directory_given_as_a_file_says_so) {
     char err[4096];
-    expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "'/tmp' is a directory", "--data=/tmp");
+    /* a folder is a token folder's place (model/data.h): it says what it lacks */
+    expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "cannot open '/tmp/train.bin': No such file or "
+                    "directory (a token folder holds train.bin and val.bin", "--data=/tmp");
     expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a directory, not a checkpoint",
                     "--resume=/tmp");
     expect_one_line(run_train("--log=/tmp --iters=1", err, sizeof err), 1, err,

@@ -179,6 +179,22 @@ MUTANTS = [
      "strategies/sharded.c",
      "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,",
      "pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f,"),
+    ("bpe-rightmost-first", "merges of one rank taken right to left ('aaa' as a + aa, not aa + a)",
+     "model/tokenizer.c",
+     "(a.rank == b.rank && a.at < b.at)",
+     "(a.rank == b.rank && a.at > b.at)"),
+    ("pieces-ascii-classes", "the pre-tokenizer's classes in ASCII only: Unicode white space taken for symbols",
+     "model/tokenizer.c",
+     "PCRE2_UTF | PCRE2_UCP",
+     "PCRE2_UTF"),
+    ("prepare-splits-bytes", "bin/prepare's split at 90% of the bytes, not of the characters",
+     "tools/prepare.c",
+     "chars += (text[i] & 0xC0) != 0x80;",
+     "chars += 1;"),
+    ("token-id-at-vocab-accepted", "an id equal to the vocabulary's size read as a token (one past the embedding)",
+     "model/data.c",
+     "if (id >= (uint32_t)d->vocab) {",
+     "if (id > (uint32_t)d->vocab) {"),
 ]
 
 

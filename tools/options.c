@@ -15,7 +15,7 @@
 int options_preset(TrainOptions *o, const char *name) {
     /* values that both presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
-        .data = "data/tinyshakespeare.txt", .log = "", .trace = "", .trace_steps = 3,
+        .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .max_live_units = DEFAULT_LIVE_UNITS,
@@ -44,7 +44,10 @@ typedef struct { const char *name; FlagType type; void *value; size_t size; cons
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
         { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
-        { "data", FLAG_PATH, o->data, sizeof o->data, "text file to train on" },
+        { "data", FLAG_PATH, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
+          "ids: train.bin and val.bin as nanoGPT's prepare.py or bin/prepare writes them, memory-mapped" },
+        { "tokenizer", FLAG_PATH, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
+          "BPE) of a token folder's ids: the sample decoded, bin/sample's --prompt encoded, bin/prepare's encoder" },
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
         { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },

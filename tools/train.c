@@ -9,6 +9,7 @@
 
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
+#include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
 #include "../strategies/checkpoint.h"
@@ -48,9 +49,13 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     if (info.foreign)
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
-    else if (memcmp(info.itos, data->itos, (size_t)data->vocab) != 0) {
+    else if (info.characters != data->characters ||
+             (data->characters && memcmp(info.itos, data->itos, (size_t)data->vocab) != 0)) {
         if (world()->proc == 0)
-            fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's\n", path, o->data);
+            fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's%s\n", path, o->data,
+                    info.characters == data->characters ? ""
+                    : info.characters ? " (on a text file's characters, not token ids)"
+                                      : " (on token ids, not a text file's characters)");
         return 2;
     }
     if (!o->resume[0]) return 0;
@@ -184,6 +189,29 @@ static int agree(const Verdict *mine, int disagreement_status, const char *unsai
     return status;
 }
 
+/* What tells two processes' data apart: its vocabulary, and every id of each
+ * split; past DATA_HASHED_WHOLE bytes, a split's size and DATA_HASH_SAMPLES
+ * spans of 4 KB spread over it (hashing 17 GB would cost each start minutes). */
+enum { DATA_HASHED_WHOLE = 256 << 20, DATA_HASH_SAMPLES = 256, DATA_HASH_SPAN = 4096 };
+
+static uint64_t data_hash(const Dataset *data) {
+    uint64_t h = options_hash(0xcbf29ce484222325ull, &data->vocab, sizeof data->vocab);
+    h = options_hash(h, &data->characters, sizeof data->characters);
+    h = options_hash(h, data->itos, sizeof data->itos);
+    for (int split = 0; split < SPLITS; split++) {
+        size_t bytes = data->len[split] * (size_t)data->token_bytes;
+        const unsigned char *ids = data->tokens[split];
+        h = options_hash(h, &bytes, sizeof bytes);
+        if (bytes <= DATA_HASHED_WHOLE) {
+            h = options_hash(h, ids, bytes);
+            continue;
+        }
+        for (size_t k = 0; k < DATA_HASH_SAMPLES; k++)
+            h = options_hash(h, ids + (bytes - DATA_HASH_SPAN) / (DATA_HASH_SAMPLES - 1) * k, DATA_HASH_SPAN);
+    }
+    return h;
+}
+
 /* Every process must run the same flags on the same data: each hashes its
  * flags' values (options_flag_hashes) and its data's vocabulary and tokens,
  * and they compare. 0, or 2 (every process) after process 0 names, in one
@@ -195,8 +223,7 @@ static int same_run_everywhere(TrainOptions *o, const Dataset *data) {
     uint64_t mine[SLOTS] = { 0 };
     const char *names[MAX_FLAGS];
     int nflags = options_flag_hashes(o, mine, names);
-    mine[MAX_FLAGS] = options_hash(0xcbf29ce484222325ull, data->itos, (size_t)data->vocab);
-    mine[MAX_FLAGS] = options_hash(mine[MAX_FLAGS], data->tokens, data->ntokens * sizeof(int));
+    mine[MAX_FLAGS] = data_hash(data);
     uint64_t *all = host_calloc((size_t)w->nprocs * SLOTS, sizeof(uint64_t));
     world_all_gather(mine, all, sizeof mine, "the flags' hashes");
     int status = 0;
@@ -258,6 +285,7 @@ static int close_output(FILE *log, int failed) {
 typedef struct {
     TrainOptions o;
     Dataset data;
+    Tokenizer *tokenizer;  /* a token folder's decoder; NULL for none */
     StrategyConfig sc;
     Strategy *s;
     FILE *log;
@@ -332,7 +360,33 @@ static int check_model(const Run *run) {
     return bad || link_seconds > LINK_STEP_MAX_SECONDS ? 2 : 0;
 }
 
+/* This process's data, and the tokenizer of a token folder's ids; its verdict. */
+static Verdict load_data(Run *run) {
+    const TrainOptions *o = &run->o;
+    Verdict v = { 0 };
+    char err[400];
+    if (dataset_load(&run->data, o->data, o->block, err, sizeof err) != 0) {
+        v.status = 1;
+        snprintf(v.message, sizeof v.message, "train: %s", err);
+    } else if (o->tokenizer[0] && run->data.characters) {
+        v.status = 2;
+        snprintf(v.message, sizeof v.message, "train: --tokenizer decodes a folder of token ids, and --data=%.300s is a "
+                 "text file, whose bytes are its tokens", o->data);
+    } else if (o->tokenizer[0] && !(run->tokenizer = tokenizer_load(o->tokenizer, err, sizeof err))) {
+        v.status = 1;
+        snprintf(v.message, sizeof v.message, "train: %s", err);
+    } else if (run->tokenizer && tokenizer_vocab(run->tokenizer) != run->data.vocab) {
+        v.status = 2;
+        snprintf(v.message, sizeof v.message, "train: --tokenizer=%.200s has %d ids, and the vocabulary of %.200s is %d (its "
+                 "meta.json's vocab_size, or GPT-2's %d without one)", o->tokenizer, tokenizer_vocab(run->tokenizer),
+                 o->data, run->data.vocab, GPT2_VOCAB);
+    }
+    return v;
+}
+
 static void close_run(Run *run) {
+    tokenizer_free(run->tokenizer);
+    run->tokenizer = NULL;
     if (run->s) run->s->ops->destroy(run->s);
     trace_destroy(run->trace);
     if (run->log) fclose(run->log);
@@ -360,8 +414,14 @@ static int print_header(const Run *run, const char *blas) {
     }
     ArenaLayout layout;
     model_layout(&sc->model, 1, &layout);
-    printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n",
-           o->data, run->data.ntokens, run->data.vocab, run->data.ntrain, run->data.ntokens - run->data.ntrain);
+    const Dataset *d = &run->data;
+    if (d->characters)
+        printf("data: %s, %zu characters, vocabulary %d, %zu train / %zu val tokens\n", o->data,
+               d->len[SPLIT_TRAIN] + d->len[SPLIT_VAL], d->vocab, d->len[SPLIT_TRAIN], d->len[SPLIT_VAL]);
+    else
+        printf("data: %s, token ids (uint%d, memory-mapped), vocabulary %d, %zu train / %zu val tokens, %s\n",
+               o->data, 8 * d->token_bytes, d->vocab, d->len[SPLIT_TRAIN], d->len[SPLIT_VAL],
+               o->tokenizer[0] ? o->tokenizer : "no --tokenizer (no sample)");
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
            o->preset, o->layers, o->heads, o->embd, o->block, layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
@@ -391,6 +451,7 @@ static int train(Run *run) {
         .log_every = o->log_every, .sample_chars = o->sample_chars, .out = stdout, .log = run->log,
         .trace = run->trace, .trace_steps = o->trace_steps,
         .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
+        .tokenizer = run->tokenizer,
     };
     TrainResult result = { 0 };
     int status = train_run(s, &tc, &run->data, &result);
@@ -430,15 +491,10 @@ int main(int argc, char **argv) {
     world_set_local_ranks(run.o.gpus);
     if ((status = options_join_world(&run.o)) != 0) return finish(status, 1);
 
-    Verdict data = { 0 };
-    char err[400];
-    if (dataset_load(&run.data, run.o.data, run.o.block, err, sizeof err) != 0) {
-        data.status = 1;
-        snprintf(data.message, sizeof data.message, "train: %s", err);
-    }
+    Verdict data = load_data(&run);
     if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
         (status = check_model(&run))) {
-        dataset_free(&run.data);
+        close_run(&run);
         return finish(status, 1);
     }
     Verdict files = world()->proc == 0 ? open_files(&run) : (Verdict){ 0 };

@@ -43,9 +43,11 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
         free(y);
         return -1;
     }
-    dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, seed, 0, 0, N * batch, T, x, y);
+    char err[768];
+    int rc = dataset_batch(data, SPLIT_TRAIN, BATCH_TRAIN, seed, 0, 0, N * batch, T, x, y, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "zero_memory: %s\n", err);
     s->ops->set_lr(s, 1e-3f);
-    int rc = s->ops->forward_backward(s, x, y, 0, 0, 1);
+    if (rc == 0) rc = s->ops->forward_backward(s, x, y, 0, 0, 1);
     if (rc == 0) {
         s->ops->clip_grads(s, 1.0f);
         s->ops->step(s);
