@@ -41,6 +41,7 @@ typedef struct {
                                  const float *logits, const int *targets, int N, int V);
     void (*crossentropy_backward)(Stream *s, float *dlogits, const float *probs, const int *targets,
                                   int N, int V, float dloss);
+    void (*mean_forward)(Stream *s, float *mean, const float *x, int n);
     void (*adamw_update)(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                          AdamWParams hp);
     void (*sumsq_reduce)(Stream *s, float *out, const float *x, size_t n, double *scratch);

@@ -126,6 +126,12 @@ void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *pro
     trace_end(s);
 }
 
+void mean_forward(Stream *s, float *mean, const float *x, int n) {
+    trace_begin(s, "mean_forward", -1);
+    backend(s)->mean_forward(s, mean, x, n);
+    trace_end(s);
+}
+
 void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N,
                            int V, float dloss) {
     trace_begin(s, "crossentropy_backward", -1);

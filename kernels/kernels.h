@@ -82,11 +82,14 @@ void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout 
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
 
 /* Fused softmax + cross-entropy over logits[N,V]: probs = softmax(logits),
- * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean (summed in
- * double in an order fixed by N: rows in order on the CPU, a fixed tree on the
- * GPU). targets may be NULL (inference): only probs are written. */
+ * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean as
+ * mean_forward takes it, unless mean_loss is NULL (a chunk of a batch's rows).
+ * targets may be NULL (inference): only probs are written. */
 void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                           const float *logits, const int *targets, int N, int V);
+/* *mean = the mean of x[0, n), summed in double in an order fixed by n: in
+ * order on the CPU, a fixed tree on the GPU. */
+void mean_forward(Stream *s, float *mean, const float *x, int n);
 /* dlogits = dloss * (probs - onehot(targets)) (overwrites). */
 void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
                            int N, int V, float dloss);

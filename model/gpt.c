@@ -11,6 +11,12 @@
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
 
+/* The classifier's rows at once for batches of up to B x T. */
+static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
+    size_t rows = CLASSIFIER_CHUNK_FLOATS / (size_t)cfg->vocab, most = (size_t)B * T;
+    return rows < 1 ? 1 : rows < most ? rows : most;
+}
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. What
@@ -18,6 +24,7 @@
 static void activation_table(Activations *a, const ModelConfig *cfg, const Device *dev, int recompute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
+    size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = recompute ? 1 : L;
     AttentionBuffers att = attention_buffers(dev, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
@@ -30,10 +37,9 @@ static void activation_table(Activations *a, const ModelConfig *cfg, const Devic
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
-        { &a->logits, BT * V }, { &a->probs, BT * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
+        { &a->logits, logit_rows * V }, { &a->probs, R * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
-        { &a->dlogits, BT * V },
         { &a->att_scratch, att.scratch },
     };
     memcpy(table, slots, sizeof slots);
@@ -57,6 +63,7 @@ GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shar
     m->max_B = max_B;
     m->max_T = max_T;
     m->recompute = recompute;
+    m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
     ActivationSlot table[ACTIVATION_TENSORS];
     activation_table(&m->acts, cfg, dev, recompute, max_B, max_T, table);
@@ -178,6 +185,23 @@ static void block_forward(GPT *m, int l, int hooks) {
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
 }
 
+/* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
+ * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
+ * dln's rows and into dwte, at dloss a row. */
+static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
+    Stream *s = m->base.stream;
+    Activations *a = &m->acts;
+    int C = m->base.cfg.embd, V = m->base.cfg.vocab;
+    int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
+    const float *lnf = a->lnf + r0 * C;
+    const int *targets = m->base.targets + r0;
+    matmul_forward(s, a->logits, lnf, wte, rows, C, V);
+    crossentropy_forward(s, NULL, a->losses + r0, a->probs, a->logits, targets, rows, V);
+    if (!dwte) return;
+    crossentropy_backward(s, a->probs, a->probs, targets, rows, V, dloss);  /* in place: the chunk's dlogits */
+    matmul_backward(s, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
+}
+
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
                  uint32_t step, int training) {
     Stream *s = m->base.stream;
@@ -211,9 +235,14 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 
     trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
-    matmul_forward(s, a->logits, a->lnf, root.wte, BT, C, V);  /* head tied to wte */
-    crossentropy_forward(s, a->mean_loss, a->losses, a->probs, a->logits,
-                         targets ? m->base.targets : NULL, BT, V);
+    if (targets) {
+        for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
+            classifier_chunk(m, root.wte, r0, BT, NULL, 0.0f);
+        mean_forward(s, a->mean_loss, a->losses, (int)BT);
+    } else {
+        for (int b = 0; b < B; b++)  /* each row's last position: what generation draws from */
+            matmul_forward(s, a->logits + (size_t)b * V, a->lnf + ((size_t)b * T + T - 1) * C, root.wte, 1, C, V);
+    }
     trace_end(s);
 }
 
@@ -229,10 +258,10 @@ void gpt_backward(GPT *m, float dloss) {
     RootTensors droot = root_tensors(m, m->base.unit_grads[0]);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
-    /* loss -> logits -> final LayerNorm; dresid carries d(residual stream) down */
+    /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid carries d(residual stream) down */
     trace_begin(s, "backward", 0);
-    crossentropy_backward(s, a->dlogits, a->probs, m->base.targets, BT, V, dloss / (float)BT);
-    matmul_backward(s, a->dln, droot.wte, a->dlogits, a->lnf, root.wte, BT, C, V);
+    for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
+        classifier_chunk(m, root.wte, r0, BT, droot.wte, dloss / (float)BT);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
                        a->lnf_mean, a->lnf_rstd, BT, C, m->base.layernorm_scratch);

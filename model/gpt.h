@@ -29,22 +29,27 @@ typedef struct {
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C] */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
-    float *logits, *probs;                   /* [B,T,V] */
+    float *logits, *probs;                   /* [R,V]: a chunk of R = classifier_rows rows (training), or
+                                                each row's last position (generation); probs becomes
+                                                the chunk's dlogits in the backward */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
     float *dqkv;                             /* [B,T,3C] */
     float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
-    float *dlogits;                          /* [B,T,V] */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
 } Activations;
 
-enum { ACTIVATION_TENSORS = 31 };
+enum { ACTIVATION_TENSORS = 30 };
+/* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
+ * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
+enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
 
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
+    int classifier_rows;           /* rows of logits at once (CLASSIFIER_CHUNK_FLOATS / V; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */
     int B, T;
@@ -64,7 +69,11 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * model_destroy. recompute = 1 (with whole-block units only: the recomputed
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
- * after its before_backward hook: the same bits, less memory. */
+ * after its before_backward hook: the same bits, less memory.
+ * The classifier (logits, softmax, loss) runs classifier_rows rows at a
+ * time, in the forward for the loss and again in the backward for its
+ * gradient: one chunk of logits is ever held. A forward without targets
+ * (generation) computes the logits of each row's last position only. */
 GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
                 Stream *stream, int max_B, int max_T);
 

@@ -15,7 +15,7 @@ void gpt_generate(GPT *m, int *tokens, int n_prompt, int n_new, Sampling how) {
     for (int n = n_prompt; n < n_prompt + n_new; n++) {
         int T = n < window ? n : window;
         gpt_forward(m, tokens + n - T, NULL, 1, T, 0, 0);
-        stream_copy(m->base.stream, logits, m->acts.logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+        stream_copy(m->base.stream, logits, m->acts.logits, (size_t)V * sizeof(float));  /* the last position's */
         stream_synchronize(m->base.stream);
 
         float maxval = -INFINITY;

@@ -38,12 +38,13 @@ static float model_loss_and_grads(Model *m, const float *params, const int *x, c
 
 /* The float model's gradient against central differences of the double
  * reference, every tensor, with dropout p (the same masks on both sides). */
-static void check_model_gradient(ModelKind kind, float p) {
+static void check_model_gradient(ModelKind kind, float p, int classifier_rows) {
     ModelConfig cfg = { 7, 6, 2, 2, 8, kind };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
     Dropout drop = { p, 11, 1, 5, 0 };
     Model *m = test_model(&cfg, B, cfg.block_size);
+    if (classifier_rows) ((GPT *)m)->classifier_rows = classifier_rows;
     m->dropout = p;
     m->seed = drop.seed;
     m->rank = drop.rank;
@@ -79,9 +80,13 @@ static void check_model_gradient(ModelKind kind, float p) {
     free(params); free(grads); free(dparams); free(num);
 }
 
-Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f); }
-Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f); }
-Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f); }
+Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0); }
+Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0); }
+Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f, 0); }
+/* the classifier in chunks of 3 of the 10 rows (3, 3, 3, then 1) */
+Test(model, gradient_with_the_classifier_in_chunks_matches_finite_differences) {
+    check_model_gradient(MODEL_GPT, 0.0f, 3);
+}
 
 Test(model, loss_at_init_is_log_vocab) {
     Dataset data;
@@ -250,8 +255,8 @@ Test(model, configs_beyond_the_arena_tables_are_refused) {
 /* The GPT's activations grow linearly with the block, with and without
  * recompute: no T x T buffer (attention keeps one log-sum-exp a row of scores
  * on the CPU). A quadratic term would make the second difference non-zero. */
-static size_t activation_floats(const ModelConfig *cfg, int recompute, int T) {
-    Model *m = model_create(cfg, UNIT_BLOCK, recompute, 1, test_device, test_stream, 2, T);
+static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, int T) {
+    Model *m = model_create(cfg, UNIT_BLOCK, recompute, 1, test_device, test_stream, B, T);
     size_t floats = m->acts_floats;
     model_destroy(m);
     return floats;
@@ -260,8 +265,54 @@ static size_t activation_floats(const ModelConfig *cfg, int recompute, int T) {
 Test(model, activations_hold_no_t_by_t_buffer) {
     ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT };
     for (int recompute = 0; recompute <= 1; recompute++) {
-        size_t a = activation_floats(&cfg, recompute, 64), b = activation_floats(&cfg, recompute, 128),
-               c = activation_floats(&cfg, recompute, 192);
+        size_t a = activation_floats(&cfg, recompute, 2, 64), b = activation_floats(&cfg, recompute, 2, 128),
+               c = activation_floats(&cfg, recompute, 2, 192);
         cr_expect_eq(c - b, b - a, "recompute=%d: %zu, %zu, %zu floats at T = 64, 128, 192", recompute, a, b, c);
     }
+}
+
+/* GPT-2's vocabulary: the classifier in chunks of CLASSIFIER_CHUNK_FLOATS
+ * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
+ * double reference's, and generation's logits those of the last position. */
+Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
+    ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT };
+    int B = 1, T = 400;
+    GPT *m = (GPT *)test_model(&cfg, B, T);
+    cr_expect_eq(m->classifier_rows, CLASSIFIER_CHUNK_FLOATS / 50304);
+    /* a second row of 400 positions adds what the blocks keep of them, no logits */
+    size_t one = activation_floats(&cfg, 0, 1, T), two = activation_floats(&cfg, 0, 2, T);
+    cr_expect_lt(two - one, (size_t)T * cfg.vocab / 10, "a row of %d positions added %zu floats", T, two - one);
+    size_t P = m->base.layout.total;
+    float *params = malloc(P * sizeof(float));
+    random_params(&m->base.layout, params, 7);
+    int *x = malloc(sizeof(int) * T), *y = malloc(sizeof(int) * T);
+    for (int t = 0; t < T; t++) {
+        x[t] = (t * 7919) % cfg.vocab;
+        y[t] = (t * 104729 + 13) % cfg.vocab;
+    }
+    float loss = model_loss_and_grads(&m->base, params, x, y, B, T, 0);
+    double *dparams = to_double(params, P);
+    Dropout none = { 0 };
+    double want = ref_model_loss(&cfg, &m->base.layout, dparams, x, y, B, T, none);
+    cr_expect(fabs(loss - want) < 1e-5 * want, "loss %.8g, reference %.8g", loss, want);
+    gpt_forward(m, x, NULL, B, T, 0, 0);
+    float *last = malloc(cfg.vocab * sizeof(float));
+    stream_copy(test_stream, last, m->acts.logits, cfg.vocab * sizeof(float));
+    stream_synchronize(test_stream);
+    /* each logit the dot product of the last position's final norm with the id's embedding */
+    int C = cfg.embd;
+    float *lnf = malloc((size_t)T * C * sizeof(float));
+    stream_copy(test_stream, lnf, m->acts.lnf, (size_t)T * C * sizeof(float));
+    stream_synchronize(test_stream);
+    const float *wte = params + m->base.layout.tensors[arena_find(&m->base.layout, "transformer.wte.weight")].offset;
+    double worst = 0.0, largest = 0.0;
+    for (int v = 0; v < cfg.vocab; v++) {
+        double dot = 0.0;
+        for (int c = 0; c < C; c++) dot += (double)lnf[(size_t)(T - 1) * C + c] * wte[(size_t)v * C + c];
+        worst = fmax(worst, fabs(last[v] - dot));
+        largest = fmax(largest, fabs(dot));
+    }
+    cr_expect_lt(worst, 1e-5 * largest, "generation's logits are off by %g, the largest %g", worst, largest);
+    model_destroy(&m->base);
+    free(params); free(dparams); free(x); free(y); free(last); free(lnf);
 }

@@ -195,6 +195,10 @@ MUTANTS = [
      "model/data.c",
      "if (id >= (uint32_t)d->vocab) {",
      "if (id > (uint32_t)d->vocab) {"),
+    ("classifier-ragged-chunk-dropped", "the classifier's backward skips the last chunk when it is short",
+     "model/gpt.c",
+     "    for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)\n        classifier_chunk(m, root.wte, r0, BT, droot.wte,",
+     "    for (size_t r0 = 0; r0 + (size_t)m->classifier_rows <= BT; r0 += (size_t)m->classifier_rows)\n        classifier_chunk(m, root.wte, r0, BT, droot.wte,"),
 ]
 
 

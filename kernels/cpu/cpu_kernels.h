@@ -38,6 +38,7 @@ void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float 
                               const float *logits, const int *targets, int N, int V);
 void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
                                int N, int V, float dloss);
+void cpu_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
                       AdamWParams hp);
 void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);

@@ -12,6 +12,25 @@ typedef struct {
     int N, V;
 } CrossEntropyArgs;
 
+/* In order, in double: the same bits whatever the threads. */
+static float mean_of(const float *x, int n) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += x[i];
+    return (float)(total / n);
+}
+
+typedef struct { float *mean; const float *x; int n; } MeanArgs;
+
+static void mean_task(void *p) {
+    MeanArgs *a = p;
+    *a->mean = mean_of(a->x, a->n);
+}
+
+void cpu_mean_forward(Stream *s, float *mean, const float *x, int n) {
+    MeanArgs a = { mean, x, n };
+    stream_launch(s, mean_task, &a, sizeof a);
+}
+
 static void crossentropy_forward_task(void *p) {
     CrossEntropyArgs *a = p;
     int V = a->V;
@@ -29,10 +48,7 @@ static void crossentropy_forward_task(void *p) {
         /* -log softmax from the logits themselves: exact even where prob underflows */
         if (a->targets) a->losses[i] = logf(sum) - (logit[a->targets[i]] - maxval);
     }
-    if (!a->targets) return;
-    double total = 0.0;
-    for (int i = 0; i < a->N; i++) total += a->losses[i];
-    *a->mean_loss = (float)(total / a->N);
+    if (a->targets && a->mean_loss) *a->mean_loss = mean_of(a->losses, a->N);
 }
 
 void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,

@@ -18,6 +18,7 @@ const KernelOps cpu_kernel_ops = {
     .dropout_forward = cpu_dropout_forward,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
+    .mean_forward = cpu_mean_forward,
     .adamw_update = cpu_adamw_update,
     .sumsq_reduce = cpu_sumsq_reduce,
     .clip_scale = cpu_clip_scale,

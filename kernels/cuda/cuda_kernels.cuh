@@ -57,6 +57,7 @@ void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float
                                const int *targets, int N, int V);
 void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
                                 float dloss);
+void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp);
 void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);

@@ -56,8 +56,12 @@ void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float
     cudaStream_t stream = cuda_stream(s);
     crossentropy_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(losses, probs, logits, targets, N, V);
     CHECK_LAUNCH("crossentropy_kernel");
-    if (!targets) return;
-    mean_kernel<<<1, THREADS, 0, stream>>>(mean_loss, losses, N);
+    if (!targets || !mean_loss) return;
+    cuda_mean_forward(s, mean_loss, losses, N);
+}
+
+void cuda_mean_forward(Stream *s, float *mean, const float *x, int n) {
+    mean_kernel<<<1, THREADS, 0, cuda_stream(s)>>>(mean, x, n);
     CHECK_LAUNCH("mean_kernel");
 }
 

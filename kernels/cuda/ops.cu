@@ -17,6 +17,7 @@ static const KernelOps cuda_ops = {
     .dropout_forward = cuda_dropout_forward,
     .crossentropy_forward = cuda_crossentropy_forward,
     .crossentropy_backward = cuda_crossentropy_backward,
+    .mean_forward = cuda_mean_forward,
     .adamw_update = cuda_adamw_update,
     .sumsq_reduce = cuda_sumsq_reduce,
     .clip_scale = cuda_clip_scale,
