@@ -36,6 +36,8 @@ typedef struct {
     void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n);
     void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);
+    void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC);
+    void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC);
     void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
     void (*crossentropy_forward)(Stream *s, float *mean_loss, float *losses, float *probs,
                                  const float *logits, const int *targets, int N, int V);

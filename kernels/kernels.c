@@ -94,6 +94,18 @@ void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, 
     trace_end(s);
 }
 
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
+    trace_begin(s, "bias_forward", -1);
+    backend(s)->bias_forward(s, out, bias, N, OC);
+    trace_end(s);
+}
+
+void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
+    trace_begin(s, "bias_backward", -1);
+    backend(s)->bias_backward(s, dbias, dout, N, OC);
+    trace_end(s);
+}
+
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
     trace_begin(s, "residual_forward", -1);
     backend(s)->residual_forward(s, out, a, b, n);

@@ -77,6 +77,12 @@ void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 
+/* A Linear's or a LayerNorm's bias: out[N,OC] += bias[OC] on every row; and
+ * dbias[OC] += the column sums of dout[N,OC], each column summed over the
+ * rows in order (the same bits whatever the threads). */
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
+void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);
+
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p). */
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);

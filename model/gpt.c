@@ -72,18 +72,38 @@ GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shar
     return m;
 }
 
-/* A block's tensors, in the layout's order (gpt_layout.c), after the root's three. */
-enum { LN1, QKV, ATTPROJ, LN2, FC, FCPROJ, BLOCK_TENSORS, ROOT_TENSORS = 3 };
+/* A block's parts, in the layout's order (gpt_layout.c), after the root's
+ * tensors: each a weight, followed by its bias with cfg.bias. */
+enum { LN1, QKV, ATTPROJ, LN2, FC, FCPROJ, BLOCK_PARTS };
 
-static int block_tensor(int l, int i) { return ROOT_TENSORS + BLOCK_TENSORS * l + i; }
-static float *weights_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_weights, block_tensor(l, i)); }
-static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(l, i)); }
+/* The index of part i's weight in block l; its bias is the next tensor. */
+static int block_tensor(const GPT *m, int l, int i) {
+    int per_part = 1 + m->base.cfg.bias, root = 3 + m->base.cfg.bias;
+    return root + BLOCK_PARTS * per_part * l + per_part * i;
+}
+/* The part's last tensor: its bias, or its weight. */
+static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) + m->base.cfg.bias; }
+static float *weights_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i)); }
+static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i)); }
+
+/* out[N,OC] += part i's bias; dout's column sums into its gradient. Nothing without cfg.bias. */
+static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
+    if (m->base.cfg.bias)
+        bias_forward(m->base.stream, out, model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i) + 1),
+                     (int)N, OC);
+}
+
+static void bias_grad(GPT *m, const float *dout, int l, int i, size_t N, int OC) {
+    if (m->base.cfg.bias)
+        bias_backward(m->base.stream, model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1), dout,
+                      (int)N, OC);
+}
 
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
  * hook, and its span of the trace (a block's first tensor opens one always).
  * Returns the tensor's weights, read after the hook. */
 static const float *forward_weights(GPT *m, int l, int i) {
-    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    int t = block_tensor(m, l, i), unit = m->base.layout.tensors[t].unit;
     if (model_opens_unit(&m->base, t)) {
         if (i != LN1) trace_end(m->base.stream);
         model_before_forward(&m->base, unit);
@@ -92,19 +112,21 @@ static const float *forward_weights(GPT *m, int l, int i) {
     return weights_of(m, l, i);
 }
 
-/* The backward reaches tensor i of block l, going down: where it closes a unit
- * (a block's last tensor always does), the unit's hook and span begin. */
+/* The backward reaches part i of block l, going down: where its last tensor
+ * closes a unit (a block's last always does), the unit's hook and span begin. */
 static void enter_backward(GPT *m, int l, int i) {
-    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    int t = part_last(m, l, i), unit = m->base.layout.tensors[t].unit;
     if (!model_closes_unit(&m->base, t)) return;
     model_before_backward(&m->base, unit);
     trace_begin(m->base.stream, "backward", unit);
 }
 
-/* The backward is done with tensor i of block l: its gradient is complete, and
- * where it opens its unit, the unit's gradient too. */
+/* The backward is done with part i of block l: its gradients are complete
+ * (said in the arena's order reversed: the bias, then the weight), and where
+ * it opens its unit, the unit's gradient too. */
 static void leave_backward(GPT *m, int l, int i) {
-    int t = block_tensor(l, i), unit = m->base.layout.tensors[t].unit;
+    int t = block_tensor(m, l, i), unit = m->base.layout.tensors[t].unit;
+    if (m->base.cfg.bias) model_grad_done(&m->base, t + 1);
     model_grad_done(&m->base, t);
     if (!model_opens_unit(&m->base, t)) return;
     trace_end(m->base.stream);
@@ -144,7 +166,7 @@ static BlockActivations block_activations(const GPT *m, int l) {
     return b;
 }
 
-typedef struct { float *wte, *wpe, *lnf_w; } RootTensors;
+typedef struct { float *wte, *wpe, *lnf_w, *lnf_b; } RootTensors;  /* lnf_b: NULL without cfg.bias */
 
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
     RootTensors r;
@@ -152,6 +174,7 @@ static RootTensors root_tensors(const GPT *m, float *unit_base) {
     r.wte = unit_base;
     r.wpe = r.wte + (size_t)cfg->vocab * cfg->embd;
     r.lnf_w = r.wpe + (size_t)cfg->block_size * cfg->embd;
+    r.lnf_b = cfg->bias ? r.lnf_w + cfg->embd : NULL;
     return r;
 }
 
@@ -171,15 +194,21 @@ static void block_forward(GPT *m, int l, int hooks) {
     BlockActivations b = block_activations(m, l);
     uint32_t site = 1 + 3 * (uint32_t)l;
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
+    add_bias(m, b.ln1, l, LN1, BT, C);
     matmul_forward(s, b.qkv, b.ln1, block_weights(m, l, QKV, hooks), BT, C, 3 * C);
+    add_bias(m, b.qkv, l, QKV, BT, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
     matmul_forward(s, b.attproj, b.atty, block_weights(m, l, ATTPROJ, hooks), BT, C, C);
+    add_bias(m, b.attproj, l, ATTPROJ, BT, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
     residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
     layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C);
+    add_bias(m, b.ln2, l, LN2, BT, C);
     matmul_forward(s, b.fch, b.ln2, block_weights(m, l, FC, hooks), BT, C, 4 * C);
+    add_bias(m, b.fch, l, FC, BT, 4 * C);
     gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C);
     matmul_forward(s, b.fcproj, b.fch_gelu, block_weights(m, l, FCPROJ, hooks), BT, 4 * C, C);
+    add_bias(m, b.fcproj, l, FCPROJ, BT, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
@@ -235,6 +264,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 
     trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
+    if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
     if (targets) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
             classifier_chunk(m, root.wte, r0, BT, NULL, 0.0f);
@@ -262,6 +292,7 @@ void gpt_backward(GPT *m, float dloss) {
     trace_begin(s, "backward", 0);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, root.wte, r0, BT, droot.wte, dloss / (float)BT);
+    if (droot.lnf_b) bias_backward(s, droot.lnf_b, a->dln, (int)BT, C);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
                        a->lnf_mean, a->lnf_rstd, BT, C, m->base.layernorm_scratch);
@@ -277,12 +308,15 @@ void gpt_backward(GPT *m, float dloss) {
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         matmul_backward(s, a->dfch, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
                         4 * C, C);
+        bias_grad(m, a->dproj, l, FCPROJ, BT, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C);  /* in place: one hidden-sized gradient */
         matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
+        bias_grad(m, a->dfch, l, FC, BT, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
+        bias_grad(m, a->dln, l, LN2, BT, C);
         layernorm_backward(s, a->dresid, grads_of(m, l, LN2), a->dln, b.resid2, weights_of(m, l, LN2), b.ln2_mean,
                            b.ln2_rstd, BT, C, m->base.layernorm_scratch);
         leave_backward(m, l, LN2);
@@ -292,13 +326,16 @@ void gpt_backward(GPT *m, float dloss) {
         dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
         matmul_backward(s, a->datty, grads_of(m, l, ATTPROJ), a->dproj, b.atty, weights_of(m, l, ATTPROJ), BT, C,
                         C);
+        bias_grad(m, a->dproj, l, ATTPROJ, BT, C);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site));
         matmul_backward(s, a->dln, grads_of(m, l, QKV), a->dqkv, b.ln1, weights_of(m, l, QKV), BT, C, 3 * C);
+        bias_grad(m, a->dqkv, l, QKV, BT, 3 * C);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
+        bias_grad(m, a->dln, l, LN1, BT, C);
         layernorm_backward(s, a->dresid, grads_of(m, l, LN1), a->dln, b.x, weights_of(m, l, LN1), b.ln1_mean,
                            b.ln1_rstd, BT, C, m->base.layernorm_scratch);
         leave_backward(m, l, LN1);

@@ -40,8 +40,9 @@ void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32
     for (int ti = 0; ti < layout->ntensors; ti++) {
         const TensorSpec *t = &layout->tensors[ti];
         float *w = host + t->offset;
-        if (t->ndim == 1) {  /* norm weights */
-            for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
+        if (t->ndim == 1) {  /* norm weights 1, biases 0 (as memset), as nanoGPT's _init_weights */
+            if (!strstr(t->name, ".bias"))
+                for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
             continue;
         }
         double std = 0.02;

@@ -41,6 +41,7 @@ typedef struct {
     int heads;       /* NH */
     int embd;        /* C */
     ModelKind kind;
+    int bias;        /* 1: a bias in every Linear and LayerNorm, as GPT-2's (the GPT only) */
 } ModelConfig;
 
 /* How the blocks are cut into units: a whole block; its attention half (ln_1,

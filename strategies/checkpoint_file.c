@@ -22,7 +22,7 @@ char *checkpoint_metadata_json(const CheckpointInfo *info) {
         json_array_append_new(vocab, json_integer(info->itos[i]));
     json_t *config = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", info->model.vocab, "block_size",
                                info->model.block_size, "n_layer", info->model.layers, "n_head", info->model.heads,
-                               "n_embd", info->model.embd, "bias", 0);
+                               "n_embd", info->model.embd, "bias", info->model.bias);
     char *config_text = json_dumps(config, JSON_COMPACT), *vocab_text = json_dumps(vocab, JSON_COMPACT);
     char iter[16], adam_step[16], seed[16];
     snprintf(iter, sizeof iter, "%d", info->iter);
@@ -80,7 +80,11 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     int bad = !json_is_object(config) || config_int(config, "vocab_size", &mc->vocab) ||
               config_int(config, "block_size", &mc->block_size) || config_int(config, "n_layer", &mc->layers) ||
               config_int(config, "n_head", &mc->heads) || config_int(config, "n_embd", &mc->embd);
-    const char *why = bad ? "its model config is not valid JSON with positive whole numbers" : gpt_config_error(mc);
+    const json_t *bias = json_object_get(config, "bias");  /* nanoGPT's GPTConfig.bias; absent: none */
+    if (!bad && bias && !json_is_boolean(bias)) bad = 1;
+    mc->bias = json_is_true(bias);
+    const char *why = bad ? "its model config is not valid JSON with positive whole numbers (and a true or false "
+                            "bias)" : gpt_config_error(mc);
     /* a text file's bytes, or none: a tokenizer's ids */
     info->characters = json_array_size(vocab) > 0;
     if (!why && (!json_is_array(vocab) || (info->characters && json_array_size(vocab) != (size_t)mc->vocab)))
@@ -150,7 +154,7 @@ static int take(const StFile *f, const char *path, const char *name, const Tenso
 
 static int same_model(const ModelConfig *a, const ModelConfig *b) {
     return a->vocab == b->vocab && a->block_size == b->block_size && a->layers == b->layers &&
-           a->heads == b->heads && a->embd == b->embd;
+           a->heads == b->heads && a->embd == b->embd && a->bias == b->bias;
 }
 
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
@@ -160,9 +164,10 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     else if (checkpoint_info_of(f, path, info, err, errlen) != 0) return -1;
     const ModelConfig *got = &info->model;
     if (!same_model(want, got)) {
-        snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d; "
-                 "this run's is %d, %d, %d, %d, %d", path, got->layers, got->heads, got->embd, got->block_size,
-                 got->vocab, want->layers, want->heads, want->embd, want->block_size, want->vocab);
+        snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d, bias %d; "
+                 "this run's is %d, %d, %d, %d, %d, %d", path, got->layers, got->heads, got->embd, got->block_size,
+                 got->vocab, got->bias, want->layers, want->heads, want->embd, want->block_size, want->vocab,
+                 want->bias);
         return -1;
     }
     if (with_state && !info->has_state) {

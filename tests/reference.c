@@ -102,6 +102,17 @@ static const double *param(const ArenaLayout *layout, const double *params, cons
     return params + layout->tensors[arena_find(layout, name)].offset;
 }
 
+/* out[N,OC] += the bias of that name, where the layout has one (a model with biases). */
+static void add_bias(double *out, const ArenaLayout *layout, const double *params, const char *fmt, int l, size_t N,
+                     int OC) {
+    char name[ARENA_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    if (arena_find(layout, name) < 0) return;
+    const double *b = params + layout->tensors[arena_find(layout, name)].offset;
+    for (size_t n = 0; n < N; n++)
+        for (int c = 0; c < OC; c++) out[n * OC + c] += b[c];
+}
+
 /* drop at one site */
 static Dropout at_site(Dropout drop, uint32_t site) {
     drop.site = site;
@@ -120,20 +131,27 @@ double ref_gpt_loss(const ModelConfig *cfg, const ArenaLayout *layout, const dou
     ref_dropout(x, x, BT * C, at_site(drop, 0));
     for (int l = 0; l < cfg->layers; l++) {
         ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_1.weight", l), BT, C);
+        add_bias(ln, layout, params, "transformer.h.%d.ln_1.bias", l, BT, C);
         ref_matmul(qkv, ln, param(layout, params, "transformer.h.%d.attn.c_attn.weight", l), BT, C, 3 * C);
+        add_bias(qkv, layout, params, "transformer.h.%d.attn.c_attn.bias", l, BT, 3 * C);
         uint32_t site = 1 + 3 * (uint32_t)l;
         ref_attention(y, NULL, qkv, B, T, C, NH, at_site(drop, site));
         ref_matmul(proj, y, param(layout, params, "transformer.h.%d.attn.c_proj.weight", l), BT, C, C);
+        add_bias(proj, layout, params, "transformer.h.%d.attn.c_proj.bias", l, BT, C);
         ref_dropout(proj, proj, BT * C, at_site(drop, site + 1));
         for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
         ref_layernorm(ln, x, param(layout, params, "transformer.h.%d.ln_2.weight", l), BT, C);
+        add_bias(ln, layout, params, "transformer.h.%d.ln_2.bias", l, BT, C);
         ref_matmul(fc, ln, param(layout, params, "transformer.h.%d.mlp.c_fc.weight", l), BT, C, 4 * C);
+        add_bias(fc, layout, params, "transformer.h.%d.mlp.c_fc.bias", l, BT, 4 * C);
         ref_gelu(act, fc, BT * 4 * C);
         ref_matmul(proj, act, param(layout, params, "transformer.h.%d.mlp.c_proj.weight", l), BT, 4 * C, C);
+        add_bias(proj, layout, params, "transformer.h.%d.mlp.c_proj.bias", l, BT, C);
         ref_dropout(proj, proj, BT * C, at_site(drop, site + 2));
         for (size_t i = 0; i < BT * C; i++) x[i] += proj[i];
     }
     ref_layernorm(ln, x, param(layout, params, "transformer.ln_f.weight", 0), BT, C);
+    add_bias(ln, layout, params, "transformer.ln_f.bias", 0, BT, C);
     ref_matmul(logits, ln, param(layout, params, "transformer.wte.weight", 0), BT, C, V);
     double loss = ref_crossentropy(logits, targets, BT, V);
     free(x); free(ln); free(qkv); free(y); free(proj); free(fc); free(act); free(logits);

@@ -40,7 +40,7 @@ TestSuite(checkpoint, .init = setup, .fini = teardown);
 
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT }, .nranks = nranks, .batch = batch, .dropout = dropout,
+        .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
         .seed = 9, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;

@@ -298,7 +298,7 @@ static void load_data(void) {
 
 static StrategyConfig small_gpt(int nranks, Placement where, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT }, .nranks = nranks, .device = where, .batch = 4,
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0 }, .nranks = nranks, .device = where, .batch = 4,
         .dropout = dropout, .seed = 7, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;

@@ -38,8 +38,8 @@ static float model_loss_and_grads(Model *m, const float *params, const int *x, c
 
 /* The float model's gradient against central differences of the double
  * reference, every tensor, with dropout p (the same masks on both sides). */
-static void check_model_gradient(ModelKind kind, float p, int classifier_rows) {
-    ModelConfig cfg = { 7, 6, 2, 2, 8, kind };  /* V, block, layers, heads, embd */
+static void check_model_gradient(ModelKind kind, float p, int classifier_rows, int bias) {
+    ModelConfig cfg = { 7, 6, 2, 2, 8, kind, bias };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
     Dropout drop = { p, 11, 1, 5, 0 };
@@ -80,20 +80,22 @@ static void check_model_gradient(ModelKind kind, float p, int classifier_rows) {
     free(params); free(grads); free(dparams); free(num);
 }
 
-Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0); }
-Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0); }
-Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f, 0); }
+Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0, 0); }
+Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 0); }
+Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f, 0, 0); }
 /* the classifier in chunks of 3 of the 10 rows (3, 3, 3, then 1) */
 Test(model, gradient_with_the_classifier_in_chunks_matches_finite_differences) {
-    check_model_gradient(MODEL_GPT, 0.0f, 3);
+    check_model_gradient(MODEL_GPT, 0.0f, 3, 0);
 }
+/* GPT-2's biases, every Linear's and LayerNorm's, with dropout */
+Test(model, gradient_with_biases_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 1); }
 
 Test(model, loss_at_init_is_log_vocab) {
     Dataset data;
     char err[256];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 64, err, sizeof err), 0, "%s", err);
     cr_assert_eq(data.vocab, 65);
-    ModelConfig cfg = { data.vocab, 64, 4, 4, 128, MODEL_GPT };
+    ModelConfig cfg = { data.vocab, 64, 4, 4, 128, MODEL_GPT, 0 };
     int B = 12, T = 64;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     float *params = malloc(m->base.layout.total * sizeof(float));
@@ -135,7 +137,7 @@ Test(model, dataset_splits_and_batches) {
 }
 
 Test(model, weights_round_trip_and_bad_files) {
-    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT };
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0 };
     ArenaLayout layout;
     gpt_layout(&cfg, 1, &layout);
     float *params = malloc(layout.total * sizeof(float)), *back = calloc(layout.total, sizeof(float));
@@ -172,12 +174,13 @@ Test(model, weights_round_trip_and_bad_files) {
 
 /* ---- PyTorch's nanoGPT on the same weights and batch ---- */
 
-Test(model, matches_pytorch_nanogpt) {
+/* Our loss and every gradient against nanoGPT's model in PyTorch (tools/torch_gpt.py), with or without biases. */
+static void expect_pytorchs_gradients(int bias) {
     need_torch();
     Dataset data;
     char err[512];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
-    ModelConfig cfg = { data.vocab, 32, 2, 4, 32, MODEL_GPT };
+    ModelConfig cfg = { data.vocab, 32, 2, 4, 32, MODEL_GPT, bias };
     int B = 4, T = 32;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     size_t P = m->base.layout.total;
@@ -227,8 +230,11 @@ Test(model, matches_pytorch_nanogpt) {
     free(params); free(grads); free(x); free(y);
 }
 
+Test(model, matches_pytorch_nanogpt) { expect_pytorchs_gradients(0); }
+Test(model, matches_pytorch_nanogpt_with_gpt2s_biases) { expect_pytorchs_gradients(1); }
+
 Test(model, generation_is_deterministic_and_in_vocabulary) {
-    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT };
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0 };
     GPT *m = (GPT *)test_model(&cfg, 1, cfg.block_size);
     float *params = malloc(m->base.layout.total * sizeof(float));
     random_params(&m->base.layout, params, 9);
@@ -246,7 +252,7 @@ Test(model, generation_is_deterministic_and_in_vocabulary) {
 }
 
 Test(model, configs_beyond_the_arena_tables_are_refused) {
-    ModelConfig ok = { 65, 16, 170, 1, 8, MODEL_GPT }, too_deep = { 65, 16, 171, 1, 8, MODEL_GPT };
+    ModelConfig ok = { 65, 16, 170, 1, 8, MODEL_GPT, 0 }, too_deep = { 65, 16, 171, 1, 8, MODEL_GPT, 0 };
     cr_expect_null(gpt_config_error(&ok));
     const char *why = gpt_config_error(&too_deep);
     cr_expect(why && strstr(why, "--layers=171"), "%s", why ? why : "accepted");
@@ -263,7 +269,7 @@ static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, in
 }
 
 Test(model, activations_hold_no_t_by_t_buffer) {
-    ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT };
+    ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {
         size_t a = activation_floats(&cfg, recompute, 2, 64), b = activation_floats(&cfg, recompute, 2, 128),
                c = activation_floats(&cfg, recompute, 2, 192);
@@ -275,7 +281,7 @@ Test(model, activations_hold_no_t_by_t_buffer) {
  * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
  * double reference's, and generation's logits those of the last position. */
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
-    ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT };
+    ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0 };
     int B = 1, T = 400;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     cr_expect_eq(m->classifier_rows, CLASSIFIER_CHUNK_FLOATS / 50304);

@@ -38,7 +38,7 @@ enum { ITERS = 6 };
  * pad (checked in gate 4 below). */
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT }, .nranks = nranks, .batch = batch, .dropout = dropout,
+        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
         .seed = 3, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -48,7 +48,7 @@ static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
  * floats, which N = 3, 5, 6 and 7 all pad. */
 static StrategyConfig small_mlp(int nranks, int batch) {
     StrategyConfig sc = {
-        .model = { data.vocab, 14, 3, 1, 22, MODEL_MLP }, .nranks = nranks, .batch = batch,
+        .model = { data.vocab, 14, 3, 1, 22, MODEL_MLP, 0 }, .nranks = nranks, .batch = batch,
         .seed = 5, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -481,6 +481,38 @@ Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
     }
 }
 
+/* GPT-2's biases, in every unit policy: each bias in its weight's unit. */
+Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 300) {
+    for (int N = 2; N <= 3; N++) {
+        StrategyConfig sc = small_gpt(N, 2, 0.1f);
+        sc.model.bias = 1;
+        size_t n;
+        float *ddp = train(0, sc, 0.0f, &n);
+        for (int zero = 0; zero <= 3; zero++)
+            for (int unit = 0; unit < UNIT_POLICIES; unit++) {
+                sc.unit = (UnitPolicy)unit;
+                expect_same_bits(ddp, n, zero, sc, 1);
+            }
+        /* DDP with a bucket a tensor: each bias's all-reduce starts at its own grad_done */
+        StrategyConfig each = sc;
+        each.overlap = 1;
+        each.bucket_bytes = 4;
+        size_t got_n;
+        float *got = train(0, each, 0.0f, &got_n);
+        cr_expect(got_n == n && memcmp(got, ddp, n * sizeof(float)) == 0, "N=%d: a bucket a tensor differs", N);
+        free(got);
+        free(ddp);
+    }
+}
+
+/* GPT-2's shape, reduced: biases, its vocabulary of 50304 (the classifier in
+ * chunks of 333 rows, the last of 1024 ragged), its block of 1024, 2 layers. */
+Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout = 300) {
+    StrategyConfig sc = small_gpt(3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
+    sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1 };
+    expect_stages_match_ddp(sc, "reduced GPT-2");
+}
+
 /* K = 1, 2, 3 units live at once (ZeRO-3 prefetching 0, 1, 2 ahead), on the
  * finest units, where K = 3 runs ahead across a block's boundary. */
 Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 300) {
@@ -600,7 +632,7 @@ static void expect_plan(const ModelConfig *model, int nranks, size_t bucket_byte
  * 48 KB, units padded for 3 ranks), and at the default 25 MB on the char preset,
  * whose first bucket is 1 MB. */
 Test(strategies, ddp_buckets_are_planned_as_pytorch_plans_them) {
-    ModelConfig gpt = { data.vocab, 64, 4, 2, 64, MODEL_GPT }, char_preset = { 65, 256, 6, 6, 384, MODEL_GPT };
+    ModelConfig gpt = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0 }, char_preset = { 65, 256, 6, 6, 384, MODEL_GPT, 0 };
     expect_plan(&gpt, 3, 8 << 10, 16);
     expect_plan(&gpt, 3, 100 << 10, 3);
     expect_plan(&char_preset, 1, 25000000, 3);

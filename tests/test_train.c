@@ -33,7 +33,7 @@ TestSuite(train, .init = setup, .fini = teardown);
 
 static StrategyConfig small_model(float dropout, uint32_t seed) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT }, .nranks = 1, .batch = 8, .dropout = dropout,
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0 }, .nranks = 1, .batch = 8, .dropout = dropout,
         .seed = seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -308,6 +308,7 @@ Test(train, every_flag_alone_tells_two_processes_apart) {
         { "tf32", "", "--tf32=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
         { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
         { "link", "", "--link=5" }, { "layers", "", "--layers=3" }, { "heads", "", "--heads=2" }, { "embd", "", "--embd=64" },
+        { "bias", "", "--bias=1" }, { "pad-vocab", "", "--pad-vocab=64" },
         { "block", "", "--block=32" }, { "batch", "", "--batch=4" }, { "iters", "", "--iters=10" }, { "lr", "", "--lr=2e-3" },
         { "min-lr", "", "--min-lr=2e-4" }, { "warmup", "", "--warmup=5" }, { "lr-decay-iters", "", "--lr-decay-iters=50" },
         { "dropout", "", "--dropout=0.1" }, { "weight-decay", "", "--weight-decay=0.01" }, { "beta2", "", "--beta2=0.95" },
@@ -1608,7 +1609,7 @@ Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(args, sizeof args, "%s --iters=0 --init-from=%s --out=%s", TINY, torch_file, dir);
     cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
-    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT };
+    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0 };
     ArenaLayout layout;
     gpt_layout(&model, 1, &layout);
     StFile theirs, ours;
@@ -1628,4 +1629,61 @@ Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package
     expect_one_line(run_train(args, err, sizeof err), 1, err,
                     "tensor 'transformer.wte.weight' has shape [65,16], expected [65,32]", "other shapes");
     remove_dir(dir);
+}
+
+/* GPT-2's biases through the checkpoint: 3 steps of ZeRO-3 on 2 ranks, resumed
+ * by DDP on 2 for 3 more, save the file an unbroken run of 6 saves, byte for
+ * byte; a run without biases refuses it. */
+Test(train, a_checkpoint_with_biases_resumes_under_another_strategy_to_the_same_bytes, .timeout = 120) {
+    char dir[64], args[1024], err[4096], whole[160], resumed[160];
+    temp_dir(dir, sizeof dir, "bias");
+    static const char MODEL[] = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0 "
+                                "--dropout=0.1 --bias=1 --gpus=2";
+    snprintf(whole, sizeof whole, "%s/whole/%s", dir, CHECKPOINT_FILE_NAME);
+    snprintf(resumed, sizeof resumed, "%s/parts/%s", dir, CHECKPOINT_FILE_NAME);
+    snprintf(args, sizeof args, "%s --zero=3 --iters=6 --out=%s/whole", MODEL, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "%s --zero=3 --iters=3 --out=%s/parts", MODEL, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "%s --zero=0 --iters=6 --out=%s/parts --resume=%s", MODEL, dir, resumed);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    size_t na, nb;
+    unsigned char *a = read_all(whole, &na), *b = read_all(resumed, &nb);
+    cr_expect(na == nb && memcmp(a, b, na) == 0, "the resumed run's checkpoint differs from the unbroken run's");
+    free(a);
+    free(b);
+    snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --iters=8 --init-from=%s", whole);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "bias 1; this run's is 2, 2, 16, 16, 65, 0",
+                    "a run without biases from a checkpoint with them");
+    remove_dir(dir);
+}
+
+/* The GPT-2 presets: nanoGPT's configs, with biases, over its train_gpt2
+ * recipe, and GPT-2's 50257 ids padded to 50304 (a text's 65 stay 65). */
+Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
+    static const struct { const char *name; int layers, heads, embd; } want[] = {
+        { "gpt2", 12, 12, 768 }, { "gpt2-medium", 24, 16, 1024 }, { "gpt2-large", 36, 20, 1280 },
+        { "gpt2-xl", 48, 25, 1600 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char line[64], err[256], *argv[4];
+        snprintf(line, sizeof line, "--preset=%s", want[i].name);
+        int argc = split_args(line, argv, 4);
+        TrainOptions o;
+        cr_assert_eq(options_read(&o, "train", "char", argc, argv, err, sizeof err), 0, "%s", err);
+        cr_expect(o.layers == want[i].layers && o.heads == want[i].heads && o.embd == want[i].embd, "%s",
+                  want[i].name);
+        cr_expect(o.block == 1024 && o.bias == 1 && o.batch == 12 && o.grad_accum == 5 && o.warmup == 2000 &&
+                  o.lr == 6e-4f && o.min_lr == 6e-5f && o.beta2 == 0.95f && o.weight_decay == 0.1f && o.dropout == 0,
+                  "%s: not nanoGPT's train_gpt2 recipe", want[i].name);
+        cr_expect_eq(options_model_vocab(&o, GPT2_VOCAB), 50304, "%s", want[i].name);
+        ModelConfig cfg = { 50304, o.block, o.layers, o.heads, o.embd, MODEL_GPT, o.bias };
+        cr_expect_null(gpt_config_error(&cfg), "%s", want[i].name);
+    }
+    char line[64] = "", err[256], *argv[2];
+    int argc = split_args(line, argv, 2);
+    TrainOptions o;
+    cr_assert_eq(options_read(&o, "train", "char", argc, argv, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(options_model_vocab(&o, 65), 65);
+    cr_expect_eq(o.bias, 0);
 }

@@ -12,16 +12,29 @@
 #include "../runtime/fibers.h"
 #include "../runtime/world.h"
 
+/* nanoGPT's GPT-2 configs: name, layers, heads, width */
+static const struct { const char *name; int layers, heads, embd; } GPT2_PRESETS[] = {
+    { "gpt2", 12, 12, 768 }, { "gpt2-medium", 24, 16, 1024 }, { "gpt2-large", 36, 20, 1280 },
+    { "gpt2-xl", 48, 25, 1600 },
+};
+
+int options_model_vocab(const TrainOptions *o, int data_vocab) {
+    long padded = ((long)data_vocab + o->pad_vocab - 1) / o->pad_vocab * o->pad_vocab;
+    return padded > (1 << 24) ? data_vocab : (int)padded;
+}
+
 int options_preset(TrainOptions *o, const char *name) {
-    /* values that both presets share: nanoGPT's shakespeare_char config */
+    /* values the presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
-        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f,
+        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f, .pad_vocab = 1,
     };
+    size_t gpt2 = 0, n_gpt2 = sizeof GPT2_PRESETS / sizeof *GPT2_PRESETS;
+    while (gpt2 < n_gpt2 && strcmp(name, GPT2_PRESETS[gpt2].name) != 0) gpt2++;
     if (strcmp(name, "char") == 0) {
         base.layers = 6; base.heads = 6; base.embd = 384; base.block = 256; base.batch = 64;
         base.iters = 5000; base.eval_iters = 200; base.dropout = 0.2f;
@@ -29,6 +42,14 @@ int options_preset(TrainOptions *o, const char *name) {
         /* nanoGPT's README recipe for a CPU */
         base.layers = 4; base.heads = 4; base.embd = 128; base.block = 64; base.batch = 12;
         base.iters = 2000; base.eval_iters = 20; base.dropout = 0.0f;
+    } else if (gpt2 < n_gpt2) {
+        /* nanoGPT's config/train_gpt2.py over train.py's defaults; biases as GPT-2 has them; its 40 micro-batches
+         * of 12 over 8 ranks are 5 a rank; GPT-2's 50257 ids padded to 50304 */
+        base.layers = GPT2_PRESETS[gpt2].layers; base.heads = GPT2_PRESETS[gpt2].heads;
+        base.embd = GPT2_PRESETS[gpt2].embd; base.block = 1024; base.batch = 12; base.grad_accum = 5;
+        base.bias = 1; base.pad_vocab = 64; base.dropout = 0.0f;
+        base.iters = 600000; base.warmup = 2000; base.lr = 6e-4f; base.min_lr = 6e-5f; base.beta2 = 0.95f;
+        base.eval_every = 1000; base.eval_iters = 200;
     } else {
         return -1;
     }
@@ -43,7 +64,8 @@ typedef struct { const char *name; FlagType type; void *value; size_t size; cons
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
-        { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char) or char-small (its CPU recipe)" },
+        { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char), char-small (its CPU "
+          "recipe), or gpt2, gpt2-medium, gpt2-large, gpt2-xl (nanoGPT's GPT-2 configs and train_gpt2 recipe)" },
         { "data", FLAG_PATH, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
           "ids: train.bin and val.bin as nanoGPT's prepare.py or bin/prepare writes them, memory-mapped" },
         { "tokenizer", FLAG_PATH, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
@@ -68,6 +90,10 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
+        { "bias", FLAG_INT, &o->bias, 0, "1: a bias in every Linear and LayerNorm, as GPT-2's (0: none, as nanoGPT's "
+          "char configs)" },
+        { "pad-vocab", FLAG_INT, &o->pad_vocab, 0, "round the model's vocabulary up to a multiple of this (nanoGPT "
+          "pads GPT-2's 50257 to 50304; the extra ids never occur in the data)" },
         { "block", FLAG_INT, &o->block, 0, "context length" },
         { "batch", FLAG_INT, &o->batch, 0, "rows per batch" },
         { "iters", FLAG_INT, &o->iters, 0, "optimizer steps" },
@@ -226,6 +252,9 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
     else if (o->embd % o->heads)
         snprintf(bad, sizeof bad, "--embd=%d is not divisible by --heads=%d", o->embd, o->heads);
     else if (o->block < 1) snprintf(bad, sizeof bad, "--block=%d must be at least 1", o->block);
+    else if (o->bias != 0 && o->bias != 1) snprintf(bad, sizeof bad, "--bias=%d must be 0 or 1", o->bias);
+    else if (o->pad_vocab < 1 || o->pad_vocab > 4096)
+        snprintf(bad, sizeof bad, "--pad-vocab=%d must be in 1..4096", o->pad_vocab);
     else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
         snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, FIBERS_MAX_RANKS);
     else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
@@ -331,7 +360,8 @@ int options_read(TrainOptions *o, const char *prog, const char *default_preset, 
     }
     if (empty_value(prog, "preset", preset, err, errlen)) return 2;
     if (options_preset(o, preset) != 0) {
-        snprintf(err, errlen, "%s: unknown --preset '%s' (char or char-small)", prog, preset);
+        snprintf(err, errlen, "%s: unknown --preset '%s' (char, char-small, gpt2, gpt2-medium, gpt2-large or gpt2-xl)",
+                 prog, preset);
         return 2;
     }
     Flag flags[MAX_FLAGS];

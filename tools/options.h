@@ -18,6 +18,8 @@ typedef struct {
     char trace[OPTION_PATH_MAX];     /* a Chrome trace of the first trace_steps steps; "" for none */
     int trace_steps;
     int layers, heads, embd, block, batch;
+    int bias;                        /* 1: biases in every Linear and LayerNorm (GPT-2's) */
+    int pad_vocab;                   /* the model's vocabulary, the data's rounded up to a multiple of this */
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
@@ -51,8 +53,11 @@ typedef struct {
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
 } TrainOptions;
 
-/* Fill o with the named preset ("char" or "char-small"); -1 if unknown. */
+/* Fill o with the named preset (char, char-small, gpt2, gpt2-medium,
+ * gpt2-large, gpt2-xl); -1 if unknown. */
 int options_preset(TrainOptions *o, const char *name);
+/* The model's vocabulary for data of data_vocab ids: rounded up to --pad-vocab. */
+int options_model_vocab(const TrainOptions *o, int data_vocab);
 /* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one. */
 void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference for zerofiber's C GPT.
 
-The model is nanoGPT's model.py GPT with bias=False: token + position
+The model is nanoGPT's model.py GPT, bias=False or (GPT-2's) True: token + position
 embeddings, L pre-LayerNorm blocks (causal self-attention, exact-GELU MLP),
 a final LayerNorm and a head (lm_head) tied to the token embedding. Parameter
 names are nanoGPT's state-dict names (transformer.wte.weight,
@@ -143,22 +143,23 @@ def write_safetensors(path, tensors):
 # ---------------------------------------------------------------------- model
 
 class LayerNorm(nn.Module):
-    """LayerNorm with a weight and no bias, eps 1e-5."""
+    """LayerNorm with a weight and an optional bias, eps 1e-5 (nanoGPT's)."""
 
-    def __init__(self, ndim):
+    def __init__(self, ndim, bias):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
 
     def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head, block_size, dropout):
+    def __init__(self, n_embd, n_head, block_size, dropout, bias):
         super().__init__()
         self.n_head = n_head
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=False)
-        self.c_proj = nn.Linear(n_embd, n_embd, bias=False)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.dropout = dropout
@@ -184,11 +185,11 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, n_embd, dropout):
+    def __init__(self, n_embd, dropout, bias):
         super().__init__()
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=False)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=bias)
         self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -196,12 +197,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size, dropout):
+    def __init__(self, n_embd, n_head, block_size, dropout, bias):
         super().__init__()
-        self.ln_1 = LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout)
-        self.ln_2 = LayerNorm(n_embd)
-        self.mlp = MLP(n_embd, dropout)
+        self.ln_1 = LayerNorm(n_embd, bias)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout, bias)
+        self.ln_2 = LayerNorm(n_embd, bias)
+        self.mlp = MLP(n_embd, dropout, bias)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -209,7 +210,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=False):
         super().__init__()
         if n_head <= 0 or n_embd % n_head:
             raise ValueError(f"{n_head} heads do not divide width {n_embd}")
@@ -217,8 +218,8 @@ class GPT(nn.Module):
             wte=nn.Embedding(vocab_size, n_embd),
             wpe=nn.Embedding(block_size, n_embd),
             drop=nn.Dropout(dropout),
-            h=nn.ModuleList(Block(n_embd, n_head, block_size, dropout) for _ in range(n_layer)),
-            ln_f=LayerNorm(n_embd),
+            h=nn.ModuleList(Block(n_embd, n_head, block_size, dropout, bias) for _ in range(n_layer)),
+            ln_f=LayerNorm(n_embd, bias),
         ))
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied, as in nanoGPT
@@ -277,7 +278,7 @@ def load_model(weights, n_head):
     V, C = weights["transformer.wte.weight"].shape
     block = weights["transformer.wpe.weight"].shape[0]
     L = len({m.group(1) for n in weights if (m := re.match(r"transformer\.h\.(\d+)\.", n))})
-    model = GPT(V, block, L, n_head, C)
+    model = GPT(V, block, L, n_head, C, bias="transformer.ln_f.bias" in weights)
     expected = model.state_dict()
     for name in sorted(set(expected) | set(weights)):
         if name not in weights:

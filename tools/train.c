@@ -317,7 +317,8 @@ static Verdict open_files(Run *run) {
 static int open_run(Run *run, int *alone) {
     TrainOptions *o = &run->o;
     run->sc = (StrategyConfig){
-        .model = { run->data.vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT },
+        .model = { options_model_vocab(o, run->data.vocab), o->block, o->layers, o->heads, o->embd, MODEL_GPT,
+                   o->bias },
         .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
@@ -347,8 +348,9 @@ static int open_run(Run *run, int *alone) {
  * slow to train on. 0, or 2 after a one-line error. */
 static int check_model(const Run *run) {
     const TrainOptions *o = &run->o;
-    StrategyConfig sc = { .model = { run->data.vocab, o->block, o->layers, o->heads, o->embd, MODEL_GPT },
-                          .nranks = o->gpus * world()->nprocs };
+    ModelConfig model = { options_model_vocab(o, run->data.vocab), o->block, o->layers, o->heads, o->embd,
+                          MODEL_GPT, o->bias };
+    StrategyConfig sc = { .model = model, .nranks = o->gpus * world()->nprocs };
     options_link(o, &sc.link_gbps, &sc.link_latency_us);
     const char *bad = gpt_config_error(&sc.model);
     double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o->zero);
@@ -370,8 +372,8 @@ static Verdict load_data(Run *run) {
         snprintf(v.message, sizeof v.message, "train: %s", err);
     } else if (o->tokenizer[0] && run->data.characters) {
         v.status = 2;
-        snprintf(v.message, sizeof v.message, "train: --tokenizer decodes a folder of token ids, and --data=%.300s is a "
-                 "text file, whose bytes are its tokens", o->data);
+        snprintf(v.message, sizeof v.message, "train: --tokenizer decodes a folder of token ids, and --data=%.300s is "
+                 "a text file, whose bytes are its tokens", o->data);
     } else if (o->tokenizer[0] && !(run->tokenizer = tokenizer_load(o->tokenizer, err, sizeof err))) {
         v.status = 1;
         snprintf(v.message, sizeof v.message, "train: %s", err);
@@ -422,8 +424,9 @@ static int print_header(const Run *run, const char *blas) {
         printf("data: %s, token ids (uint%d, memory-mapped), vocabulary %d, %zu train / %zu val tokens, %s\n",
                o->data, 8 * d->token_bytes, d->vocab, d->len[SPLIT_TRAIN], d->len[SPLIT_VAL],
                o->tokenizer[0] ? o->tokenizer : "no --tokenizer (no sample)");
-    printf("model: preset %s, %d layers, %d heads, %d wide, block %d, %.2fM parameters\n",
-           o->preset, o->layers, o->heads, o->embd, o->block, layout.numel / 1e6);
+    printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d%s, %.2fM parameters\n",
+           o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "",
+           layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
            "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o->iters, o->batch, sc->nranks,
            o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed, o->overlap ? "on" : "off",

@@ -33,6 +33,8 @@ void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float 
 void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
+void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
+void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);
 void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                               const float *logits, const int *targets, int N, int V);

@@ -1,4 +1,4 @@
-/* elementwise.c: GELU, residual add, dropout, zero fill and the clipping scale. */
+/* elementwise.c: GELU, residual add, biases, dropout, zero fill and the clipping scale. */
 #include <math.h>
 #include <string.h>
 
@@ -56,6 +56,46 @@ static void residual_forward_task(void *p) {
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
     ResidualArgs args = { out, a, b, n };
     stream_launch(s, residual_forward_task, &args, sizeof args);
+}
+
+typedef struct { float *out; const float *in; int N, OC; } BiasArgs;
+
+static void bias_forward_task(void *p) {
+    BiasArgs *a = p;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < a->N; n++) {
+        float *row = a->out + (size_t)n * a->OC;
+        #pragma omp simd
+        for (int c = 0; c < a->OC; c++) row[c] += a->in[c];
+    }
+}
+
+void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
+    BiasArgs a = { out, bias, N, OC };
+    stream_launch(s, bias_forward_task, &a, sizeof a);
+}
+
+enum { BIAS_COLUMNS = 256 };  /* columns a thread sums at once, row by row */
+
+static void bias_backward_task(void *p) {
+    BiasArgs *a = p;
+    int blocks = (a->OC + BIAS_COLUMNS - 1) / BIAS_COLUMNS;
+    #pragma omp parallel for schedule(static)
+    for (int b = 0; b < blocks; b++) {
+        int c0 = b * BIAS_COLUMNS, c1 = c0 + BIAS_COLUMNS < a->OC ? c0 + BIAS_COLUMNS : a->OC;
+        float sum[BIAS_COLUMNS] = { 0 };
+        for (int n = 0; n < a->N; n++) {
+            const float *row = a->in + (size_t)n * a->OC;
+            #pragma omp simd
+            for (int c = c0; c < c1; c++) sum[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++) a->out[c] += sum[c - c0];
+    }
+}
+
+void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
+    BiasArgs a = { dbias, dout, N, OC };
+    stream_launch(s, bias_backward_task, &a, sizeof a);
 }
 
 typedef struct { float *out; const float *inp; size_t n; Dropout drop; } DropoutArgs;

@@ -1,4 +1,4 @@
-/* elementwise.cu: GELU, residual add, dropout, zero fill, clipping and AdamW on the GPU. */
+/* elementwise.cu: GELU, residual add, biases, dropout, zero fill, clipping and AdamW on the GPU. */
 #include <math.h>
 
 #include "../dropout.h"
@@ -39,6 +39,30 @@ __global__ static void residual_kernel(float *out, const float *a, const float *
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
     residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n);
     CHECK_LAUNCH("residual_kernel");
+}
+
+__global__ static void bias_forward_kernel(float *out, const float *bias, int N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * OC) out[i] += bias[i % OC];
+}
+
+void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
+    bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, bias, N, OC);
+    CHECK_LAUNCH("bias_forward_kernel");
+}
+
+/* A thread a column, its rows in order: the CPU's sum, bit for bit. */
+__global__ static void bias_backward_kernel(float *dbias, const float *dout, int N, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float sum = 0.0f;
+    for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + c];
+    dbias[c] += sum;
+}
+
+void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
+    bias_backward_kernel<<<blocks_for((size_t)OC), THREADS, 0, cuda_stream(s)>>>(dbias, dout, N, OC);
+    CHECK_LAUNCH("bias_backward_kernel");
 }
 
 /* The same Philox mask as the CPU's, one element per thread. */
