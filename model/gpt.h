@@ -1,4 +1,4 @@
-/* gpt.h: nanoGPT's character GPT: layout, forward, backward, on the Model base.
+/* gpt.h: nanoGPT's GPT (its char configs, and GPT-2's with biases): layout, forward, backward, on the Model base.
  *
  * Unit 0 is the root (token embedding wte, tied to the output head; position
  * embedding wpe; final LayerNorm ln_f); then transformer block l is unit 1 + l,
