@@ -207,16 +207,17 @@ sys.exit(0 if worst <= tol else 1)
 EOF
 }
 
-# Seconds since the script began; in a stub run, each step as if it had used its whole timeout.
-elapsed() { echo $((SECONDS + VIRTUAL_S)); }
+# Seconds since the script began; in a stub run, the whole timeouts of the steps run so far,
+# added up (a clock of its own: the real seconds between steps would move the edge by one).
+elapsed() { if [ -n "$STUB_CLOCK" ]; then echo "$STUB_CLOCK"; else echo "$SECONDS"; fi; }
 
 # Run the steps in order under the deadline. $1 = stub: every command replaced by an echo,
 # and every step counted as taking its whole timeout (the worst case), so that the deadline
 # and the skipping run as they would on the GPU.
 run_steps() {
     local stub=${1:-} s name limit command left start took rc section figure why
-    VIRTUAL_S=$((0 - SECONDS))  # a stub run starts its clock at its first step
-    [ -z "$stub" ] && VIRTUAL_S=0
+    STUB_CLOCK=
+    [ -n "$stub" ] && STUB_CLOCK=0  # a stub run starts its clock at its first step
     for s in "${STEPS[@]}"; do
         IFS='|' read -r name limit command <<<"$s"
         case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
@@ -239,7 +240,7 @@ run_steps() {
         rc=$?
         set +f
         took=$((SECONDS - start))
-        [ -n "$stub" ] && VIRTUAL_S=$((VIRTUAL_S + limit + GRACE_S - took))
+        [ -n "$stub" ] && STUB_CLOCK=$((STUB_CLOCK + limit + GRACE_S))
         section=$(awk -v h="== $name " 'index($0, h) == 1 { keep = 1; next } keep' "$LOG")
         figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|largest relative|^GPU 0:|^\| ZeRO-3 \| 8 |^stub:' |
                  tail -1)
