@@ -231,7 +231,9 @@ def end_leftovers(src):
 
 
 def scratch_copy(root, scratch):
-    """The working tree's files (tracked and untracked, not ignored) and the CPU build's objects."""
+    """The working tree's files (tracked and untracked, not ignored), the CPU build's objects, and the PyPI
+    packages of build/pylib (without them the safetensors and tokenizers tests would skip, and a mutant that only
+    they catch would survive)."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, check=True,
                            capture_output=True).stdout.decode().split("\0")
     src = os.path.join(scratch, "src")
@@ -241,8 +243,9 @@ def scratch_copy(root, scratch):
             continue  # deleted in the working tree
         os.makedirs(os.path.dirname(os.path.join(src, f)) or src, exist_ok=True)
         shutil.copy2(os.path.join(root, f), os.path.join(src, f))
-    if os.path.isdir(os.path.join(root, "build/cpu")):
-        shutil.copytree(os.path.join(root, "build/cpu"), os.path.join(src, "build/cpu"), symlinks=True)
+    for built in ("build/cpu", "build/pylib"):
+        if os.path.isdir(os.path.join(root, built)):
+            shutil.copytree(os.path.join(root, built), os.path.join(src, built), symlinks=True)
     return src
 
 
