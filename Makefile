@@ -65,20 +65,20 @@ LDLIBS_CUDA = -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lcudart_static
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
-MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c
+MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c model/hf_gpt2.c
 STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
              strategies/checkpoint.c strategies/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
 TEST_DRIVERS = $(BUILD)/bin/mpi_collectives
-BINS = bin/train bin/zero_memory bin/sample bin/prepare
+BINS = bin/train bin/zero_memory bin/sample bin/prepare bin/export
 
-.PHONY: all test bench bench-torch test-asan test-tsan fuzz valgrind mutate deps clean
+.PHONY: all test test-large bench bench-torch venv test-asan test-tsan fuzz valgrind mutate deps clean
 BENCH_BINS = $(BUILD)/bin/bench_cpu $(BUILD)/bin/bench_overlap $(BUILD)/bin/bench_units $(BUILD)/bin/bench_mpi
 all: $(BINS) $(TEST_BINS) $(TEST_DRIVERS) $(BENCH_BINS)
 
@@ -103,6 +103,10 @@ $(BUILD)/bin/sample: $(BUILD)/tools/sample.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/bin/prepare: $(BUILD)/tools/prepare.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/export: $(BUILD)/tools/export.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -144,10 +148,15 @@ test: $(TEST_BINS) $(TEST_DRIVERS) $(BINS)
 bench: $(BENCH_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory
 	bench/run.sh $(BUILD)/bin
 
-# The char-small step against PyTorch 2.x from PyPI, whose venv (build/torch-venv,
-# about 5.4 GB) this makes when it is missing; make bench then runs it too.
-bench-torch: $(BUILD)/bin/bench_cpu
-	tools/torch_peer.sh --install $(BUILD)/bin
+# The char-small step against PyTorch 2.x from PyPI, in the venv of make venv
+# (made when missing); make bench runs it too, where the venv is there.
+bench-torch: $(BUILD)/bin/bench_cpu venv
+	tools/torch_peer.sh $(BUILD)/bin
+
+# The gates on the gpt2 preset's whole model, 124M parameters (tools/test_large.sh):
+# about 5 minutes on two cores, so in neither make test nor CI.
+test-large: $(BINS) venv
+	tools/test_large.sh bin
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build. One job:
 # Criterion's parallel runner leaks a few bytes of its own, which would fail it.
@@ -160,7 +169,7 @@ test-asan:
 	$(MAKE) CUDA=0 BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" build-asan-tests
 	@set -e; for t in $(TESTS); do echo "== asan $$t"; \
-	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ZF_SAMPLE=build/asan/bin/sample ZF_PREPARE=build/asan/bin/prepare ASAN_OPTIONS=detect_leaks=1 \
+	    ZF_TRAIN=build/asan/bin/train ZF_ZERO_MEMORY=build/asan/bin/zero_memory ZF_SAMPLE=build/asan/bin/sample ZF_PREPARE=build/asan/bin/prepare ZF_EXPORT=build/asan/bin/export ASAN_OPTIONS=detect_leaks=1 \
 	    ZF_MPIRUN="$(ASAN_MPIRUN)" ./build/asan/bin/$$t --jobs 1; done
 
 # ThreadSanitizer over the streams and everything that uses them. Criterion
@@ -201,7 +210,7 @@ mutate:
 
 .PHONY: build-asan-tests
 build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample \
-                  $(BUILD)/bin/prepare
+                  $(BUILD)/bin/prepare $(BUILD)/bin/export
 
 # bin/train and bin/sample under valgrind's memcheck (CI): no invalid access and
 # no definite leak, over a save, a resume under another strategy, dropout,
@@ -216,7 +225,7 @@ VALGRIND = OPENBLAS_CORETYPE=Prescott valgrind -q --leak-check=full --errors-for
 VALGRIND_TRAIN = build/cpu/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \
                  --dropout=0.1 --sample-chars=20 --out=build/valgrind
 valgrind:
-	$(MAKE) CUDA=0 build/cpu/bin/train build/cpu/bin/sample build/cpu/bin/prepare
+	$(MAKE) CUDA=0 build/cpu/bin/train build/cpu/bin/sample build/cpu/bin/prepare build/cpu/bin/export
 	rm -rf build/valgrind && mkdir -p build/valgrind
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=3 --zero=3 --gpus=3 --log=build/valgrind/log.jsonl >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=5 --zero=1 --gpus=2 \
@@ -235,6 +244,13 @@ valgrind:
 	    --tokenizer=build/valgrind/tokenizer.json >/dev/null
 	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --chars=10 >/dev/null
+	@# Hugging Face's GPT-2 form: that run exported as a folder, a run started from it, a sample of it
+	$(VALGRIND) --error-exitcode=1 build/cpu/bin/export --ckpt=build/valgrind/bpe/ckpt.safetensors \
+	    --hf=build/valgrind/hf >/dev/null
+	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/from_hf --iters=1 --zero=2 --gpus=2 \
+	    --data=build/valgrind/tokens --init-from=build/valgrind/hf --tokenizer=build/valgrind/tokenizer.json >/dev/null
+	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/hf \
+	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --chars=5 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \
@@ -250,6 +266,24 @@ deps:
 	@# Debian 12: from PyPI, into build/pylib
 	@PYTHONPATH=build/pylib python3 -c 'import safetensors, tokenizers' 2>/dev/null || \
 	    python3 -m pip install -q --upgrade --target build/pylib safetensors tokenizers
+	@$(MAKE) --no-print-directory venv
+
+# PyTorch 2.x, transformers, safetensors, tokenizers and NumPy from PyPI, in a
+# venv made once per machine outside the clone (ZF_VENV), so that every clone,
+# CI's too, finds it: the transformers tests (tests/test_hf.c) and the PyTorch
+# 2.x peer of make bench run there. PyPI's Linux wheel of PyTorch brings its
+# CUDA libraries along: about 5.6 GB, a few minutes the first time. An
+# incomplete venv (a cut-short install) is made again.
+ZF_VENV ?= $(HOME)/.cache/zerofiber/venv
+export ZF_VENV
+VENV_PACKAGES = 'torch>=2' 'transformers>=4.40' safetensors tokenizers numpy
+venv:
+	@if $(ZF_VENV)/bin/python -c 'import torch, transformers, safetensors, tokenizers, numpy' 2>/dev/null; then \
+	    echo "venv: $(ZF_VENV) holds PyTorch and transformers"; \
+	else echo "venv: making $(ZF_VENV) (PyTorch 2.x and transformers from PyPI, about 5.6 GB)"; \
+	    rm -rf $(ZF_VENV) && mkdir -p $(dir $(ZF_VENV)) && /usr/bin/python3 -m venv $(ZF_VENV) && \
+	    $(ZF_VENV)/bin/pip install -q $(VENV_PACKAGES) || { rm -rf $(ZF_VENV); \
+	    echo "venv: pip could not install $(VENV_PACKAGES) into $(ZF_VENV)" >&2; exit 1; }; fi
 
 clean:
 	rm -rf build bin

@@ -47,7 +47,7 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
     TrainOptions o;
     options_preset(&o, preset);
     StrategyConfig sc = {
-        .model = { options_model_vocab(&o, data->vocab), o.block, o.layers, o.heads, o.embd, MODEL_GPT, o.bias },
+        .model = options_model(&o, data->vocab),
         .nranks = nranks,
         .batch = batch ? batch : o.batch, .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2,
         .eps = 1e-8f, .weight_decay = o.weight_decay,

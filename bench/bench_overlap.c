@@ -186,8 +186,7 @@ int main(int argc, char **argv) {
     }
     if (trace_file) fclose(trace_file);
     Trace *trace = o.trace[0] ? trace_create(TRACE_MAX_SPANS) : NULL;
-    ModelConfig model = { options_model_vocab(&o, data.vocab), o.block, o.layers, o.heads, o.embd, MODEL_GPT,
-                          o.bias };
+    ModelConfig model = options_model(&o, data.vocab);
     double gbps, latency_us;
     options_link(&o, &gbps, &latency_us);
     const char *chosen = "given by --link";

@@ -67,7 +67,7 @@ int bench_open(const char *prog, int iters, int argc, char **argv, TrainOptions 
 
 StrategyConfig bench_config(const TrainOptions *o, const Dataset *data, int nranks) {
     StrategyConfig sc = {
-        .model = { options_model_vocab(o, data->vocab), o->block, o->layers, o->heads, o->embd, MODEL_GPT, o->bias },
+        .model = options_model(o, data->vocab),
         .nranks = nranks,
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
         .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = 1,

@@ -33,8 +33,8 @@ typedef struct {
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop);
-    void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n);
-    void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+    void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);
     void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC);

@@ -82,15 +82,15 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
     trace_end(s);
 }
 
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
     trace_begin(s, "gelu_forward", -1);
-    backend(s)->gelu_forward(s, out, inp, n);
+    backend(s)->gelu_forward(s, out, inp, n, tanh_form);
     trace_end(s);
 }
 
-void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
     trace_begin(s, "gelu_backward", -1);
-    backend(s)->gelu_backward(s, dinp, inp, dout, n);
+    backend(s)->gelu_backward(s, dinp, inp, dout, n, tanh_form);
     trace_end(s);
 }
 

@@ -69,10 +69,12 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
                         const float *qkv, const float *out, const float *saved, int B, int T,
                         int C, int NH, Dropout drop);
 
-/* Exact GELU: x * Phi(x), with Phi through erf; the backward's dinp may be
- * dout (in place: the model's MLP keeps one hidden-sized gradient). */
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n);
-void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+/* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
+ * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))) (transformers' gelu_new). The backward's dinp may be dout (in place:
+ * the model's MLP keeps one hidden-sized gradient). */
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);

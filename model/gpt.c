@@ -206,7 +206,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     add_bias(m, b.ln2, l, LN2, BT, C);
     matmul_forward(s, b.fch, b.ln2, block_weights(m, l, FC, hooks), BT, C, 4 * C);
     add_bias(m, b.fch, l, FC, BT, 4 * C);
-    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C);
+    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
     matmul_forward(s, b.fcproj, b.fch_gelu, block_weights(m, l, FCPROJ, hooks), BT, 4 * C, C);
     add_bias(m, b.fcproj, l, FCPROJ, BT, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
@@ -311,7 +311,7 @@ void gpt_backward(GPT *m, float dloss) {
         bias_grad(m, a->dproj, l, FCPROJ, BT, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
-        gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C);  /* in place: one hidden-sized gradient */
+        gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, m->base.cfg.gelu_tanh);  /* in place: one hidden-sized gradient */
         matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
         bias_grad(m, a->dfch, l, FC, BT, 4 * C);
         leave_backward(m, l, FC);

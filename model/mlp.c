@@ -56,7 +56,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
         layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, BT, C);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
-        gelu_forward(s, h_gelu, h, BT * C);
+        gelu_forward(s, h_gelu, h, BT * C, 0);
         residual_forward(s, x_next, x, h_gelu, BT * C);
         trace_end(s);
     }
@@ -86,7 +86,7 @@ static void mlp_backward(Model *base, float dloss) {
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
-        gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C);
+        gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C, 0);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,

@@ -42,6 +42,7 @@ typedef struct {
     int embd;        /* C */
     ModelKind kind;
     int bias;        /* 1: a bias in every Linear and LayerNorm, as GPT-2's (the GPT only) */
+    int gelu_tanh;   /* 1: GELU's tanh form, as GPT-2 and transformers' gelu_new; 0: exact, as nanoGPT's (the GPT only) */
 } ModelConfig;
 
 /* How the blocks are cut into units: a whole block; its attention half (ln_1,

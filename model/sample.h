@@ -7,11 +7,14 @@
 #include "gpt.h"
 
 /* How to draw each token: softmax(logits / temperature) over the top_k
- * likeliest tokens (0: all of them), from Philox(seed), one counter per position. */
+ * likeliest tokens (0: all of them) among ids 0..vocab-1, from Philox(seed),
+ * one counter per position. vocab is the data's or the tokenizer's: ids past
+ * it are the model's padding (--pad-vocab), never drawn; 0 for the model's. */
 typedef struct {
     float temperature;
     int top_k;
     uint32_t seed;
+    int vocab;
 } Sampling;
 
 /* tokens[0, n_prompt) is the prompt (at least one token); fills

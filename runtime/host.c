@@ -1,6 +1,7 @@
-/* host.c: the host allocation, the machine's memory, file checks, thread start and clock of host.h. */
+/* host.c: the host allocation, the machine's memory, file checks and writes, thread start and clock of host.h. */
 #include "host.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void *host_calloc(size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
@@ -75,6 +77,19 @@ size_t host_memory_budget(void) {
 int host_is_directory(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4096s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(bytes, 1, n, f) == n;
+    ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) == 0) return 0;
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    unlink(tmp);
+    return -1;
 }
 
 const int HOST_STOP_SIGNALS[HOST_STOP_SIGNAL_COUNT] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };

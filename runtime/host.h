@@ -1,5 +1,5 @@
 /* host.h: host memory that cannot fail, the machine's memory a run takes, a
- * check on paths given as files, the signals that stop a run, the one way the runtime starts a thread, and the
+ * check on paths given as files, a file written whole, the signals that stop a run, the one way the runtime starts a thread, and the
  * clock of its deadlines.
  *
  * Running out of host memory leaves nothing sensible to do: host_calloc ends
@@ -32,6 +32,10 @@ size_t host_memory_free(void);
 /* 1 when path names a directory: a file was asked for, and reading one fails
  * with a message that does not say why. */
 int host_is_directory(const char *path);
+/* n bytes to path, written whole beside it (path.tmp.PID), flushed to the
+ * disk, then renamed over it: a crash or a full disk leaves the old file, or
+ * none, never half of the new one. 0, or -1 with a one-line message. */
+int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen);
 
 /* The signals that stop a run at the next step (the trainer's handler sets a
  * flag it polls): SIGINT, SIGTERM, SIGHUP (a closed terminal), and SIGUSR1

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model/hf_gpt2.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
 
@@ -97,7 +98,11 @@ int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInf
     int rc = -1;
     memset(info, 0, sizeof *info);
     if (errlen > 0) err[0] = 0;
-    if (world()->proc == 0 && safetensors_open(&f, path, err, errlen) == 0) {
+    HfGpt2 hf;
+    if (world()->proc == 0 && !with_state && hf_gpt2_at(path)) {
+        rc = hf_gpt2_open(path, &hf, err, errlen) == 0 ? hf_gpt2_read_weights(&hf, &s->cfg.model, w, err, errlen) : -1;
+        *info = (CheckpointInfo){ .model = s->cfg.model, .foreign = 1, .hf_vocab = hf.model.vocab };
+    } else if (world()->proc == 0 && safetensors_open(&f, path, err, errlen) == 0) {
         rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, w, m, v, err, errlen);
         safetensors_close(&f);
     }

@@ -36,6 +36,8 @@ typedef struct {
     int has_state;             /* the file holds Adam's state */
     int foreign;               /* a safetensors file without our metadata (weights only): the model is the
                                   one asked for, and the file says nothing of the vocabulary or steps */
+    int hf_vocab;              /* a Hugging Face GPT-2 folder (model/hf_gpt2.h), foreign too: its vocabulary;
+                                  0 for any other file */
 } CheckpointInfo;
 
 /* The file's side (checkpoint_file.c). */
@@ -52,8 +54,9 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
  * a file with no model config or vocabulary in its metadata (one that PyTorch's
  * safetensors.torch.save_file wrote from nanoGPT's state_dict) is taken as
  * info->foreign: its tensors must have nanoGPT's names and want's shapes (F32,
- * finite), lm_head.weight, if there, equal to the token embedding. 0, or -1
- * with a one-line message naming the problem. */
+ * finite), lm_head.weight, if there, equal to the token embedding. m and v
+ * may be NULL: Adam's state is then left unread. 0, or -1 with a one-line
+ * message naming the problem. */
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
                      CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen);
 
@@ -67,7 +70,9 @@ int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size
 
 /* Load the weights, and with `with_state` Adam's m, v and step, into s, whose
  * model must be the file's. Every tensor is checked (names, dtype, shapes, no
- * missing or extra ones) before s changes. 0, or -1 with a one-line message. */
+ * missing or extra ones) before s changes. Without with_state, path may also
+ * be a Hugging Face GPT-2 (hf_gpt2_at), read as model/hf_gpt2.h says. 0, or -1
+ * with a one-line message. */
 int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInfo *info, char *err,
                     size_t errlen);
 

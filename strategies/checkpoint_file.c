@@ -20,9 +20,10 @@ char *checkpoint_metadata_json(const CheckpointInfo *info) {
     json_t *vocab = json_array();
     for (int i = 0; info->characters && i < info->model.vocab; i++)
         json_array_append_new(vocab, json_integer(info->itos[i]));
-    json_t *config = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "vocab_size", info->model.vocab, "block_size",
+    json_t *config = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:s}", "vocab_size", info->model.vocab, "block_size",
                                info->model.block_size, "n_layer", info->model.layers, "n_head", info->model.heads,
-                               "n_embd", info->model.embd, "bias", info->model.bias);
+                               "n_embd", info->model.embd, "bias", info->model.bias, "gelu",
+                               info->model.gelu_tanh ? "tanh" : "erf");
     char *config_text = json_dumps(config, JSON_COMPACT), *vocab_text = json_dumps(vocab, JSON_COMPACT);
     char iter[16], adam_step[16], seed[16];
     snprintf(iter, sizeof iter, "%d", info->iter);
@@ -83,8 +84,12 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     const json_t *bias = json_object_get(config, "bias");  /* nanoGPT's GPTConfig.bias; absent: none */
     if (!bad && bias && !json_is_boolean(bias)) bad = 1;
     mc->bias = json_is_true(bias);
+    const json_t *gelu = json_object_get(config, "gelu");  /* absent: exact, as nanoGPT's */
+    const char *gelu_text = gelu ? json_string_value(gelu) : "erf";
+    if (!bad && (!gelu_text || (strcmp(gelu_text, "erf") && strcmp(gelu_text, "tanh")))) bad = 1;
+    mc->gelu_tanh = gelu_text && strcmp(gelu_text, "tanh") == 0;
     const char *why = bad ? "its model config is not valid JSON with positive whole numbers (and a true or false "
-                            "bias)" : gpt_config_error(mc);
+                            "bias, a gelu of erf or tanh)" : gpt_config_error(mc);
     /* a text file's bytes, or none: a tokenizer's ids */
     info->characters = json_array_size(vocab) > 0;
     if (!why && (!json_is_array(vocab) || (info->characters && json_array_size(vocab) != (size_t)mc->vocab)))
@@ -154,7 +159,7 @@ static int take(const StFile *f, const char *path, const char *name, const Tenso
 
 static int same_model(const ModelConfig *a, const ModelConfig *b) {
     return a->vocab == b->vocab && a->block_size == b->block_size && a->layers == b->layers &&
-           a->heads == b->heads && a->embd == b->embd && a->bias == b->bias;
+           a->heads == b->heads && a->embd == b->embd && a->bias == b->bias && a->gelu_tanh == b->gelu_tanh;
 }
 
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
@@ -164,10 +169,10 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     else if (checkpoint_info_of(f, path, info, err, errlen) != 0) return -1;
     const ModelConfig *got = &info->model;
     if (!same_model(want, got)) {
-        snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d, bias %d; "
-                 "this run's is %d, %d, %d, %d, %d, %d", path, got->layers, got->heads, got->embd, got->block_size,
-                 got->vocab, got->bias, want->layers, want->heads, want->embd, want->block_size, want->vocab,
-                 want->bias);
+        snprintf(err, errlen, "'%s' holds a model of %d layers, %d heads, %d wide, block %d, vocabulary %d, bias %d, "
+                 "GELU %s; this run's is %d, %d, %d, %d, %d, %d, %s", path, got->layers, got->heads, got->embd,
+                 got->block_size, got->vocab, got->bias, got->gelu_tanh ? "tanh" : "erf", want->layers, want->heads,
+                 want->embd, want->block_size, want->vocab, want->bias, want->gelu_tanh ? "tanh" : "erf");
         return -1;
     }
     if (with_state && !info->has_state) {
@@ -183,10 +188,11 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
         char name[CHECKPOINT_NAME_MAX];
         rc = take(f, path, ts->name, ts, w, err, errlen);
         snprintf(name, sizeof name, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
-        if (rc == 0 && info->has_state) rc = take(f, path, name, ts, m, err, errlen);
+        if (rc == 0 && info->has_state && m) rc = take(f, path, name, ts, m, err, errlen);
         snprintf(name, sizeof name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
-        if (rc == 0 && info->has_state) rc = take(f, path, name, ts, v, err, errlen);
-        if (rc == 0 && info->has_state) rc = check_second_moment(path, name, v + ts->offset, ts->numel, err, errlen);
+        if (rc == 0 && info->has_state && v) rc = take(f, path, name, ts, v, err, errlen);
+        if (rc == 0 && info->has_state && v)
+            rc = check_second_moment(path, name, v + ts->offset, ts->numel, err, errlen);
     }
     /* the head is the token embedding: nanoGPT ties them */
     if (rc == 0) {

@@ -173,7 +173,7 @@ static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data,
     SampleSink sink = { cfg, data, result, 0 };
     if (cfg->out) fputs("sample:\n", cfg->out);
     if (cfg->log) fputs("{\"sample\": \"", cfg->log);
-    generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed }, emit_sample, &sink);
+    generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed, data->vocab }, emit_sample, &sink);
     if (sink.failed) return 1;
     if (cfg->out) fputc('\n', cfg->out);
     if (cfg->log) fputs("\"}\n", cfg->log);

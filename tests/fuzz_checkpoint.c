@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         expect_one_line(err);
         return 0;
     }
-    ModelConfig want = { 65, 8, 1, 1, 8, MODEL_GPT, 0 };  /* tests/corpus/tiny.safetensors */
+    ModelConfig want = { 65, 8, 1, 1, 8, MODEL_GPT, 0, 0 };  /* tests/corpus/tiny.safetensors */
     ArenaLayout layout;
     gpt_layout(&want, 1, &layout);
     float *w = calloc(layout.total, sizeof(float)), *m = calloc(layout.total, sizeof(float)),

@@ -72,8 +72,12 @@ void ref_attention(double *out, double *lse, const double *qkv, int B, int T, in
     free(mask);
 }
 
-void ref_gelu(double *out, const double *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = 0.5 * inp[i] * (1.0 + erf(inp[i] / sqrt(2.0)));
+void ref_gelu(double *out, const double *inp, size_t n, int tanh_form) {
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        out[i] = tanh_form ? 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)))
+                           : 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    }
 }
 
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop) {
@@ -144,7 +148,7 @@ double ref_gpt_loss(const ModelConfig *cfg, const ArenaLayout *layout, const dou
         add_bias(ln, layout, params, "transformer.h.%d.ln_2.bias", l, BT, C);
         ref_matmul(fc, ln, param(layout, params, "transformer.h.%d.mlp.c_fc.weight", l), BT, C, 4 * C);
         add_bias(fc, layout, params, "transformer.h.%d.mlp.c_fc.bias", l, BT, 4 * C);
-        ref_gelu(act, fc, BT * 4 * C);
+        ref_gelu(act, fc, BT * 4 * C, cfg->gelu_tanh);
         ref_matmul(proj, act, param(layout, params, "transformer.h.%d.mlp.c_proj.weight", l), BT, 4 * C, C);
         add_bias(proj, layout, params, "transformer.h.%d.mlp.c_proj.bias", l, BT, C);
         ref_dropout(proj, proj, BT * C, at_site(drop, site + 2));
@@ -169,7 +173,7 @@ static double ref_mlp_loss(const ModelConfig *cfg, const ArenaLayout *layout, co
     for (int l = 0; l < cfg->layers; l++) {
         ref_layernorm(ln, x, param(layout, params, "layers.%d.ln.weight", l), BT, C);
         ref_matmul(h, ln, param(layout, params, "layers.%d.fc.weight", l), BT, C, C);
-        ref_gelu(h, h, BT * C);
+        ref_gelu(h, h, BT * C, 0);
         for (size_t i = 0; i < BT * C; i++) x[i] += h[i];
     }
     ref_matmul(logits, x, param(layout, params, "transformer.wte.weight", 0), BT, C, V);
@@ -299,6 +303,25 @@ void need_safetensors(void) {
 
 void need_tokenizers(void) { need_pylib("tokenizers"); }
 
+const char *venv_python(void) {
+    static char path[1024];
+    const char *venv = getenv("ZF_VENV"), *home = getenv("HOME");
+    if (venv) snprintf(path, sizeof path, "%s/bin/python", venv);
+    else snprintf(path, sizeof path, "%s/.cache/zerofiber/venv/bin/python", home ? home : "");
+    return path;
+}
+
+void need_transformers(void) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch, transformers' >/dev/null 2>&1", venv_python());
+    if (system(cmd) == 0) return;
+    if (getenv("ZF_REQUIRE_TORCH"))
+        cr_assert_fail("ZF_REQUIRE_TORCH is set, and %s cannot import torch and transformers (make venv makes it)",
+                       venv_python());
+    test_skip("transformers is not importable by %s (make venv installs PyTorch 2.x and transformers there, about "
+              "5.6 GB; ZF_REQUIRE_TORCH=1 makes this a failure)", venv_python());
+}
+
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
     int head = snprintf(cmd, len, "%s tools/torch_gpt.py ", test_python());
     cr_assert(head > 0 && (size_t)head < len, "the command does not fit in %zu bytes", len);
@@ -322,6 +345,11 @@ const char *prepare_binary(void) {
 const char *sample_binary(void) {
     const char *path = getenv("ZF_SAMPLE");
     return path ? path : "./bin/sample";
+}
+
+const char *export_binary(void) {
+    const char *path = getenv("ZF_EXPORT");
+    return path ? path : "./bin/export";
 }
 
 int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen) {

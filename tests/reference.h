@@ -19,7 +19,8 @@ void ref_matmul(double *out, const double *inp, const double *weight, int N, int
 /* Causal attention over qkv[B,T,3C]; drop.p > 0 applies the kernels' mask. */
 /* lse, where not NULL, gets each row's log-sum-exp of scores [B,NH,T]. */
 void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int C, int NH, Dropout drop);
-void ref_gelu(double *out, const double *inp, size_t n);
+/* Exact GELU, or with tanh_form GPT-2's tanh approximation. */
+void ref_gelu(double *out, const double *inp, size_t n, int tanh_form);
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
 /* Mean cross-entropy of softmax(logits) against targets. */
 double ref_crossentropy(const double *logits, const int *targets, int N, int V);
@@ -82,6 +83,14 @@ void need_safetensors(void);
  * test_python() with PYTHONPATH set there must import it, or the test skips
  * (fails under ZF_REQUIRE_TORCH, which CI sets). No PyTorch needed. */
 void need_tokenizers(void);
+/* The Python of the venv that `make venv` makes once per machine, outside the
+ * clone (ZF_VENV, else ~/.cache/zerofiber/venv): PyTorch 2.x and transformers
+ * from PyPI. */
+const char *venv_python(void);
+/* Skip the calling test (test_skip) when venv_python() cannot import torch and
+ * transformers; with ZF_REQUIRE_TORCH set (as .ci/run sets it, after make venv)
+ * fail it instead. */
+void need_transformers(void);
 /* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -90,6 +99,8 @@ const char *train_binary(void);
 /* bin/prepare and bin/sample, or the sanitizer build's (ZF_PREPARE, ZF_SAMPLE). */
 const char *prepare_binary(void);
 const char *sample_binary(void);
+/* bin/export, or the sanitizer build's (ZF_EXPORT). */
+const char *export_binary(void);
 /* Run `binary args` through the shell, its stdout to the file `out`, its
  * stderr into err; its exit status (-1 unless it exited). */
 int run_tool(const char *binary, const char *args, const char *out, char *err, size_t errlen);

@@ -40,7 +40,7 @@ TestSuite(checkpoint, .init = setup, .fini = teardown);
 
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
+        .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
         .seed = 9, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -403,4 +403,27 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
         state_free(st);
         s->ops->destroy(s);
     }
+}
+
+/* The GELU's form is the model's: kept in the file's config ("gelu"), and a
+ * run of the other form refuses the file in one line. */
+Test(checkpoint, the_gelu_form_is_saved_and_a_run_of_the_other_refuses_it) {
+    StrategyConfig sc = small_gpt(1, 2, 0.0f);
+    sc.model.gelu_tanh = 1;
+    char file[300];
+    snprintf(file, sizeof file, "%s/tanh.safetensors", dir);
+    save_run(0, &sc, steps(0, 2, dir), file);
+    CheckpointInfo info;
+    char err[768];
+    cr_assert_eq(checkpoint_read_info(file, &info, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(info.model.gelu_tanh, 1, "the file says tanh");
+    Strategy *same = resumed(0, &sc, file, &info);
+    same->ops->destroy(same);
+    sc.model.gelu_tanh = 0;
+    Strategy *other = strategy_create(0, &sc);
+    cr_assert_not_null(other);
+    cr_expect_neq(checkpoint_load(other, file, 1, &info, err, sizeof err), 0, "an exact-GELU run took a tanh file");
+    cr_expect(strstr(err, "GELU tanh; this run's is") && strstr(err, ", erf"), "%s", err);
+    other->ops->destroy(other);
+    unlink(file);
 }

@@ -199,12 +199,14 @@ Test(gpu, elementwise_ops) {
     size_t n = 100003;
     Dropout drop = { 0.3f, 5, 2, 7, 3 };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
-    gelu_forward(test_stream, out.cpu, x.cpu, n);
-    gelu_forward(gpu_stream, out.gpu, x.gpu, n);
-    expect_match(out, ELEMENTWISE_TOL, "gelu forward");
-    gelu_backward(test_stream, out.cpu, x.cpu, y.cpu, n);
-    gelu_backward(gpu_stream, out.gpu, x.gpu, y.gpu, n);
-    expect_match(out, ELEMENTWISE_TOL, "gelu backward");
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form);
+        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form);
+        expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
+        gelu_backward(test_stream, out.cpu, x.cpu, y.cpu, n, tanh_form);
+        gelu_backward(gpu_stream, out.gpu, x.gpu, y.gpu, n, tanh_form);
+        expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
+    }
     residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n);
     residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n);
     expect_match(out, ELEMENTWISE_TOL, "residual");
@@ -298,7 +300,7 @@ static void load_data(void) {
 
 static StrategyConfig small_gpt(int nranks, Placement where, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0 }, .nranks = nranks, .device = where, .batch = 4,
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0, 0 }, .nranks = nranks, .device = where, .batch = 4,
         .dropout = dropout, .seed = 7, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;

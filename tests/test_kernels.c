@@ -307,11 +307,11 @@ Test(kernels, embedding_wide_rows) { check_embedding(70); }
 
 /* ---- gelu, dropout, residual ---- */
 
-typedef struct { double *inp, *g, *out; size_t n; Dropout drop; } PointwiseCtx;
+typedef struct { double *inp, *g, *out; size_t n; Dropout drop; int tanh_form; } PointwiseCtx;
 
 static double gelu_objective(void *p) {
     PointwiseCtx *c = p;
-    ref_gelu(c->out, c->inp, c->n);
+    ref_gelu(c->out, c->inp, c->n, c->tanh_form);
     return dot(c->g, c->out, c->n);
 }
 
@@ -321,27 +321,39 @@ static double dropout_objective(void *p) {
     return dot(c->g, c->out, c->n);
 }
 
-Test(kernels, gelu_forward_backward) {
+static void check_gelu(int tanh_form) {
     size_t n = 203;  /* not a multiple of any vector width */
     float *x = alloc_floats(n), *g = alloc_floats(n), *out = alloc_floats(n), *dx = alloc_floats(n), *base = alloc_floats(n);
     fill_uniform(x, n, -6, 6, 41);
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(test_stream, out, x, n);
-    gelu_backward(test_stream, dx, x, g, n);
+    gelu_forward(test_stream, out, x, n, tanh_form);
+    gelu_backward(test_stream, dx, x, g, n, tanh_form);
     stream_synchronize(test_stream);
-    PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 } };
-    ref_gelu(c.out, c.inp, n);
-    cr_expect_lt(rel_error(out, c.out, n), FWD_TOL, "gelu forward: %g", rel_error(out, c.out, n));
+    PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
+    ref_gelu(c.out, c.inp, n, tanh_form);
+    cr_expect_lt(rel_error(out, c.out, n), FWD_TOL, "gelu forward (tanh %d): %g", tanh_form, rel_error(out, c.out, n));
     double *num = malloc(sizeof(double) * n);
     numeric_grad(c.inp, n, gelu_objective, &c, num);
-    cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward: %g", rel_error(dx, num, n));
+    cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward (tanh %d): %g", tanh_form, rel_error(dx, num, n));
     /* in place (dinp = dout, as the model runs it): the same bits */
-    gelu_backward(test_stream, g, x, g, n);
+    gelu_backward(test_stream, g, x, g, n, tanh_form);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
+}
+
+Test(kernels, gelu_forward_backward) { check_gelu(0); }
+
+/* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
+Test(kernels, gelu_tanh_form_forward_backward) {
+    check_gelu(1);
+    float x = 2.7f, exact, approx;
+    gelu_forward(test_stream, &exact, &x, 1, 0);
+    gelu_forward(test_stream, &approx, &x, 1, 1);
+    stream_synchronize(test_stream);
+    cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }
 
 Test(kernels, dropout_forward_backward) {
@@ -376,7 +388,7 @@ Test(kernels, dropout_forward_backward) {
     cr_expect(memcmp(m1, m4, sizeof m1) != 0, "another step draws another mask");
 
     size_t small = 37;
-    PointwiseCtx c = { to_double(x, small), to_double(g, small), malloc(sizeof(double) * small), small, drop };
+    PointwiseCtx c = { to_double(x, small), to_double(g, small), malloc(sizeof(double) * small), small, drop, 0 };
     double *num = malloc(sizeof(double) * small);
     numeric_grad(c.inp, small, dropout_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, small), GRAD_TOL);

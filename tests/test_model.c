@@ -38,8 +38,8 @@ static float model_loss_and_grads(Model *m, const float *params, const int *x, c
 
 /* The float model's gradient against central differences of the double
  * reference, every tensor, with dropout p (the same masks on both sides). */
-static void check_model_gradient(ModelKind kind, float p, int classifier_rows, int bias) {
-    ModelConfig cfg = { 7, 6, 2, 2, 8, kind, bias };  /* V, block, layers, heads, embd */
+static void check_model_gradient(ModelKind kind, float p, int classifier_rows, int bias, int gelu_tanh) {
+    ModelConfig cfg = { 7, 6, 2, 2, 8, kind, bias, gelu_tanh };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
     Dropout drop = { p, 11, 1, 5, 0 };
@@ -80,22 +80,24 @@ static void check_model_gradient(ModelKind kind, float p, int classifier_rows, i
     free(params); free(grads); free(dparams); free(num);
 }
 
-Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0, 0); }
-Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 0); }
-Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f, 0, 0); }
+Test(model, gradient_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0, 0, 0); }
+Test(model, gradient_with_dropout_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 0, 0); }
+Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODEL_MLP, 0.0f, 0, 0, 0); }
 /* the classifier in chunks of 3 of the 10 rows (3, 3, 3, then 1) */
 Test(model, gradient_with_the_classifier_in_chunks_matches_finite_differences) {
-    check_model_gradient(MODEL_GPT, 0.0f, 3, 0);
+    check_model_gradient(MODEL_GPT, 0.0f, 3, 0, 0);
 }
 /* GPT-2's biases, every Linear's and LayerNorm's, with dropout */
-Test(model, gradient_with_biases_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 1); }
+Test(model, gradient_with_biases_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 1, 0); }
+/* GPT-2's whole form: biases and GELU's tanh approximation */
+Test(model, gradient_in_gpt2_form_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.0f, 0, 1, 1); }
 
 Test(model, loss_at_init_is_log_vocab) {
     Dataset data;
     char err[256];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 64, err, sizeof err), 0, "%s", err);
     cr_assert_eq(data.vocab, 65);
-    ModelConfig cfg = { data.vocab, 64, 4, 4, 128, MODEL_GPT, 0 };
+    ModelConfig cfg = { data.vocab, 64, 4, 4, 128, MODEL_GPT, 0, 0 };
     int B = 12, T = 64;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     float *params = malloc(m->base.layout.total * sizeof(float));
@@ -137,7 +139,7 @@ Test(model, dataset_splits_and_batches) {
 }
 
 Test(model, weights_round_trip_and_bad_files) {
-    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0 };
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0, 0 };
     ArenaLayout layout;
     gpt_layout(&cfg, 1, &layout);
     float *params = malloc(layout.total * sizeof(float)), *back = calloc(layout.total, sizeof(float));
@@ -180,7 +182,7 @@ static void expect_pytorchs_gradients(int bias) {
     Dataset data;
     char err[512];
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
-    ModelConfig cfg = { data.vocab, 32, 2, 4, 32, MODEL_GPT, bias };
+    ModelConfig cfg = { data.vocab, 32, 2, 4, 32, MODEL_GPT, bias, 0 };
     int B = 4, T = 32;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     size_t P = m->base.layout.total;
@@ -234,15 +236,15 @@ Test(model, matches_pytorch_nanogpt) { expect_pytorchs_gradients(0); }
 Test(model, matches_pytorch_nanogpt_with_gpt2s_biases) { expect_pytorchs_gradients(1); }
 
 Test(model, generation_is_deterministic_and_in_vocabulary) {
-    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0 };
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 0, 0 };
     GPT *m = (GPT *)test_model(&cfg, 1, cfg.block_size);
     float *params = malloc(m->base.layout.total * sizeof(float));
     random_params(&m->base.layout, params, 9);
     stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
     int a[20] = { 3 }, b[20] = { 3 }, c[20] = { 3 };
-    gpt_generate(m, a, 1, 19, (Sampling){ 1.0f, 0, 5 });  /* longer than the block: the window slides */
-    gpt_generate(m, b, 1, 19, (Sampling){ 1.0f, 0, 5 });
-    gpt_generate(m, c, 1, 19, (Sampling){ 1.0f, 0, 6 });
+    gpt_generate(m, a, 1, 19, (Sampling){ 1.0f, 0, 5, 0 });  /* longer than the block: the window slides */
+    gpt_generate(m, b, 1, 19, (Sampling){ 1.0f, 0, 5, 0 });
+    gpt_generate(m, c, 1, 19, (Sampling){ 1.0f, 0, 6, 0 });
     cr_expect(memcmp(a, b, sizeof a) == 0, "the same seed samples the same text");
     cr_expect(memcmp(a, c, sizeof a) != 0, "another seed samples other text");
     cr_expect_eq(a[0], 3, "the prompt is kept");
@@ -251,8 +253,41 @@ Test(model, generation_is_deterministic_and_in_vocabulary) {
     free(params);
 }
 
+/* A padded vocabulary (--pad-vocab, or GPT-2's 50257 in 50304): ids past the
+ * data's are never drawn, even where the temperature makes every id about as
+ * likely; and top-k of 1 is the argmax over the data's ids. */
+Test(model, sampling_never_draws_the_padding_and_top_1_is_the_argmax) {
+    ModelConfig cfg = { 11, 8, 2, 2, 8, MODEL_GPT, 1, 1 };
+    int data_vocab = 7;
+    GPT *m = (GPT *)test_model(&cfg, 1, cfg.block_size);
+    float *params = malloc(m->base.layout.total * sizeof(float));
+    random_params(&m->base.layout, params, 9);
+    stream_copy(test_stream, m->base.params, params, m->base.layout.total * sizeof(float));
+    int hot[40] = { 3 }, all[40] = { 3 }, greedy[8] = { 3 };
+    gpt_generate(m, hot, 1, 39, (Sampling){ 100.0f, 0, 5, data_vocab });
+    gpt_generate(m, all, 1, 39, (Sampling){ 100.0f, 0, 5, 0 });
+    int padding_drawn = 0;
+    for (int i = 0; i < 40; i++) {
+        cr_expect(hot[i] >= 0 && hot[i] < data_vocab, "token %d of the padding drawn at %d", hot[i], i);
+        padding_drawn += all[i] >= data_vocab;
+    }
+    cr_expect_gt(padding_drawn, 0, "the model's whole vocabulary, unlimited, draws the padding too");
+    gpt_generate(m, greedy, 1, 7, (Sampling){ 1.0f, 1, 5, data_vocab });
+    float logits[11];
+    for (int n = 1; n < 8; n++) {
+        gpt_forward(m, greedy, NULL, 1, n, 0, 0);
+        stream_copy(test_stream, logits, m->acts.logits, sizeof logits);
+        stream_synchronize(test_stream);
+        int best = 0;
+        for (int j = 1; j < data_vocab; j++) best = logits[j] > logits[best] ? j : best;
+        cr_expect_eq(greedy[n], best, "position %d: top-1 drew %d, the argmax is %d", n, greedy[n], best);
+    }
+    model_destroy(&m->base);
+    free(params);
+}
+
 Test(model, configs_beyond_the_arena_tables_are_refused) {
-    ModelConfig ok = { 65, 16, 170, 1, 8, MODEL_GPT, 0 }, too_deep = { 65, 16, 171, 1, 8, MODEL_GPT, 0 };
+    ModelConfig ok = { 65, 16, 170, 1, 8, MODEL_GPT, 0, 0 }, too_deep = { 65, 16, 171, 1, 8, MODEL_GPT, 0, 0 };
     cr_expect_null(gpt_config_error(&ok));
     const char *why = gpt_config_error(&too_deep);
     cr_expect(why && strstr(why, "--layers=171"), "%s", why ? why : "accepted");
@@ -269,7 +304,7 @@ static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, in
 }
 
 Test(model, activations_hold_no_t_by_t_buffer) {
-    ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0 };
+    ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {
         size_t a = activation_floats(&cfg, recompute, 2, 64), b = activation_floats(&cfg, recompute, 2, 128),
                c = activation_floats(&cfg, recompute, 2, 192);
@@ -281,7 +316,7 @@ Test(model, activations_hold_no_t_by_t_buffer) {
  * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
  * double reference's, and generation's logits those of the last position. */
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
-    ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0 };
+    ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0, 0 };
     int B = 1, T = 400;
     GPT *m = (GPT *)test_model(&cfg, B, T);
     cr_expect_eq(m->classifier_rows, CLASSIFIER_CHUNK_FLOATS / 50304);

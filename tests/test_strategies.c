@@ -38,7 +38,7 @@ enum { ITERS = 6 };
  * pad (checked in gate 4 below). */
 static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
     StrategyConfig sc = {
-        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
+        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT, 0, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
         .seed = 3, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -104,7 +104,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     }
     stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
     int plain_text[40] = { 0 }, ddp_text[40] = { 0 };
-    gpt_generate(g, plain_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed });
+    gpt_generate(g, plain_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed, 0 });
 
     /* DDP through the trainer */
     Strategy *s = strategy_create(0, &sc);
@@ -112,7 +112,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
     float *ddp = malloc(P * sizeof(float));
     s->ops->read_weights(s, ddp);
-    cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed }), 0);
+    cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed, 0 }), 0);
     cr_expect(memcmp(plain, ddp, P * sizeof(float)) == 0, "weights differ from the plain loop");
     cr_expect(memcmp(&plain_lr, &s->lr, sizeof plain_lr) == 0, "lr %g, plain %g", s->lr, plain_lr);
     cr_expect(memcmp(plain_text, ddp_text, sizeof plain_text) == 0, "generated text differs");
@@ -291,7 +291,7 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
         cr_assert_eq(train_run(s, &tc, &data, &r), 0);
         eval[zero] = s->ops->eval_loss(s, x, y);
         text[zero][0] = 1;
-        cr_assert_eq(s->ops->generate(s, text[zero], 1, 29, (Sampling){ 1.0f, 0, 7 }), 0);
+        cr_assert_eq(s->ops->generate(s, text[zero], 1, 29, (Sampling){ 1.0f, 0, 7, 0 }), 0);
         s->ops->destroy(s);
         cr_expect(memcmp(&eval[zero], &eval[0], sizeof(float)) == 0, "--zero=%d: eval loss %.9g, DDP %.9g",
                   zero, eval[zero], eval[0]);
@@ -505,11 +505,12 @@ Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 3
     }
 }
 
-/* GPT-2's shape, reduced: biases, its vocabulary of 50304 (the classifier in
- * chunks of 333 rows, the last of 1024 ragged), its block of 1024, 2 layers. */
+/* GPT-2's shape, reduced: biases, GELU's tanh form, its vocabulary of 50304
+ * (the classifier in chunks of 333 rows, the last of 1024 ragged), its block
+ * of 1024, 2 layers. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout = 300) {
     StrategyConfig sc = small_gpt(3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
-    sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1 };
+    sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1, 1 };
     expect_stages_match_ddp(sc, "reduced GPT-2");
 }
 
@@ -632,7 +633,7 @@ static void expect_plan(const ModelConfig *model, int nranks, size_t bucket_byte
  * 48 KB, units padded for 3 ranks), and at the default 25 MB on the char preset,
  * whose first bucket is 1 MB. */
 Test(strategies, ddp_buckets_are_planned_as_pytorch_plans_them) {
-    ModelConfig gpt = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0 }, char_preset = { 65, 256, 6, 6, 384, MODEL_GPT, 0 };
+    ModelConfig gpt = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, char_preset = { 65, 256, 6, 6, 384, MODEL_GPT, 0, 0 };
     expect_plan(&gpt, 3, 8 << 10, 16);
     expect_plan(&gpt, 3, 100 << 10, 3);
     expect_plan(&char_preset, 1, 25000000, 3);

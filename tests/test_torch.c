@@ -187,7 +187,7 @@ static void write_adamw_gradients(const char *path, const ArenaLayout *layout, c
 }
 
 Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
-    ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, 0 };  /* 2-D weights that decay, LayerNorm weights that do not */
+    ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, 0, 0 };  /* 2-D weights that decay, LayerNorm weights that do not */
     ArenaLayout layout;
     gpt_layout(&cfg, 1, &layout);
     size_t P = layout.total;
@@ -252,7 +252,7 @@ static const float GRAD_CLIP = 0.5f;  /* below every step's norm: each step is c
 /* DDP on one rank, as bin/train --gpus=1 runs it, without dropout. */
 static StrategyConfig one_rank_gpt(void) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 4, 32, MODEL_GPT, 0 }, .nranks = 1, .batch = 4, .dropout = 0.0f,
+        .model = { data.vocab, 32, 2, 4, 32, MODEL_GPT, 0, 0 }, .nranks = 1, .batch = 4, .dropout = 0.0f,
         .seed = 5, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;

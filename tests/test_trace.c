@@ -40,7 +40,7 @@ static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur 
 static TraceSpan *trace_steps(int zero, int overlap, int *n) {
     Trace *t = trace_create(1 << 16);
     StrategyConfig sc = {
-        .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
+        .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
         .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .overlap = overlap,
         .bucket_bytes = 8 << 10, .link_gbps = 0.05, .link_latency_us = 20, .trace = t,
     };
@@ -137,7 +137,7 @@ Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(0, 1, &n);
     ArenaLayout layout;
-    gpt_layout(&(ModelConfig){ data.vocab, 64, 4, 2, 64, MODEL_GPT, 0 }, RANKS, &layout);
+    gpt_layout(&(ModelConfig){ data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, RANKS, &layout);
     BucketSpan plan[ARENA_MAX_TENSORS];
     int buckets = distinct_names(spans, n, "all-reduce bucket"), blocks = 4;
     int planned = ddp_plan_buckets(&layout, 8 << 10, 1, plan);

@@ -33,7 +33,7 @@ TestSuite(train, .init = setup, .fini = teardown);
 
 static StrategyConfig small_model(float dropout, uint32_t seed) {
     StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0 }, .nranks = 1, .batch = 8, .dropout = dropout,
+        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0, 0 }, .nranks = 1, .batch = 8, .dropout = dropout,
         .seed = seed, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
     };
     return sc;
@@ -194,6 +194,7 @@ Test(train, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--max-live-units=9", "--max-live-units=9 must be in 1..8" },
         { TRAIN, "--max-live-units=two", "--max-live-units expects an integer, got 'two'" },
         { TRAIN, "--recompute=2", "--recompute=2 must be 0 or 1" },
+        { TRAIN, "--gelu=relu", "--gelu=relu must be erf or tanh" },
         { TRAIN, "--recompute=yes", "--recompute expects an integer, got 'yes'" },
         { TRAIN, "--recompute=1 --unit=half", "--recompute=1 recomputes whole blocks: it needs --unit=block, not half" },
         { TRAIN, "--link=abc", "--link=abc must be GBPS or GBPS,LATENCY_US" },
@@ -308,7 +309,7 @@ Test(train, every_flag_alone_tells_two_processes_apart) {
         { "tf32", "", "--tf32=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
         { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
         { "link", "", "--link=5" }, { "layers", "", "--layers=3" }, { "heads", "", "--heads=2" }, { "embd", "", "--embd=64" },
-        { "bias", "", "--bias=1" }, { "pad-vocab", "", "--pad-vocab=64" },
+        { "bias", "", "--bias=1" }, { "gelu", "", "--gelu=tanh" }, { "pad-vocab", "", "--pad-vocab=64" },
         { "block", "", "--block=32" }, { "batch", "", "--batch=4" }, { "iters", "", "--iters=10" }, { "lr", "", "--lr=2e-3" },
         { "min-lr", "", "--min-lr=2e-4" }, { "warmup", "", "--warmup=5" }, { "lr-decay-iters", "", "--lr-decay-iters=50" },
         { "dropout", "", "--dropout=0.1" }, { "weight-decay", "", "--weight-decay=0.01" }, { "beta2", "", "--beta2=0.95" },
@@ -1609,7 +1610,7 @@ Test(train, init_from_takes_nanogpts_state_dict_saved_by_the_safetensors_package
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(args, sizeof args, "%s --iters=0 --init-from=%s --out=%s", TINY, torch_file, dir);
     cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
-    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0 };
+    ModelConfig model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0, 0 };
     ArenaLayout layout;
     gpt_layout(&model, 1, &layout);
     StFile theirs, ours;
@@ -1653,7 +1654,8 @@ Test(train, a_checkpoint_with_biases_resumes_under_another_strategy_to_the_same_
     free(a);
     free(b);
     snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --iters=8 --init-from=%s", whole);
-    expect_one_line(run_train(args, err, sizeof err), 1, err, "bias 1; this run's is 2, 2, 16, 16, 65, 0",
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "bias 1, GELU erf; this run's is 2, 2, 16, 16, 65, 0, erf",
                     "a run without biases from a checkpoint with them");
     remove_dir(dir);
 }
@@ -1677,7 +1679,8 @@ Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
                   o.lr == 6e-4f && o.min_lr == 6e-5f && o.beta2 == 0.95f && o.weight_decay == 0.1f && o.dropout == 0,
                   "%s: not nanoGPT's train_gpt2 recipe", want[i].name);
         cr_expect_eq(options_model_vocab(&o, GPT2_VOCAB), 50304, "%s", want[i].name);
-        ModelConfig cfg = { 50304, o.block, o.layers, o.heads, o.embd, MODEL_GPT, o.bias };
+        ModelConfig cfg = options_model(&o, GPT2_VOCAB);
+        cr_expect(cfg.vocab == 50304 && cfg.gelu_tanh, "%s: GPT-2's padded vocabulary and its GELU", want[i].name);
         cr_expect_null(gpt_config_error(&cfg), "%s", want[i].name);
     }
     char line[64] = "", err[256], *argv[2];
@@ -1686,4 +1689,5 @@ Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
     cr_assert_eq(options_read(&o, "train", "char", argc, argv, err, sizeof err), 0, "%s", err);
     cr_expect_eq(options_model_vocab(&o, 65), 65);
     cr_expect_eq(o.bias, 0);
+    cr_expect_eq(options_model(&o, 65).gelu_tanh, 0, "the char presets keep nanoGPT's exact GELU");
 }

@@ -23,6 +23,12 @@ int options_model_vocab(const TrainOptions *o, int data_vocab) {
     return padded > (1 << 24) ? data_vocab : (int)padded;
 }
 
+ModelConfig options_model(const TrainOptions *o, int data_vocab) {
+    int vocab = data_vocab > o->init_vocab ? data_vocab : o->init_vocab;
+    return (ModelConfig){ options_model_vocab(o, vocab), o->block, o->layers, o->heads, o->embd, MODEL_GPT,
+                          o->bias, strcmp(o->gelu, "tanh") == 0 };
+}
+
 int options_preset(TrainOptions *o, const char *name) {
     /* values the presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
@@ -32,6 +38,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f, .pad_vocab = 1,
+        .gelu = "erf",
     };
     size_t gpt2 = 0, n_gpt2 = sizeof GPT2_PRESETS / sizeof *GPT2_PRESETS;
     while (gpt2 < n_gpt2 && strcmp(name, GPT2_PRESETS[gpt2].name) != 0) gpt2++;
@@ -48,6 +55,7 @@ int options_preset(TrainOptions *o, const char *name) {
         base.layers = GPT2_PRESETS[gpt2].layers; base.heads = GPT2_PRESETS[gpt2].heads;
         base.embd = GPT2_PRESETS[gpt2].embd; base.block = 1024; base.batch = 12; base.grad_accum = 5;
         base.bias = 1; base.pad_vocab = 64; base.dropout = 0.0f;
+        snprintf(base.gelu, sizeof base.gelu, "tanh");
         base.iters = 600000; base.warmup = 2000; base.lr = 6e-4f; base.min_lr = 6e-5f; base.beta2 = 0.95f;
         base.eval_every = 1000; base.eval_iters = 200;
     } else {
@@ -92,6 +100,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
         { "bias", FLAG_INT, &o->bias, 0, "1: a bias in every Linear and LayerNorm, as GPT-2's (0: none, as nanoGPT's "
           "char configs)" },
+        { "gelu", FLAG_PATH, o->gelu, sizeof o->gelu, "erf (exact GELU, as nanoGPT's) or tanh (GPT-2's "
+          "approximation, as transformers' gelu_new)" },
         { "pad-vocab", FLAG_INT, &o->pad_vocab, 0, "round the model's vocabulary up to a multiple of this (nanoGPT "
           "pads GPT-2's 50257 to 50304; the extra ids never occur in the data)" },
         { "block", FLAG_INT, &o->block, 0, "context length" },
@@ -253,6 +263,8 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--embd=%d is not divisible by --heads=%d", o->embd, o->heads);
     else if (o->block < 1) snprintf(bad, sizeof bad, "--block=%d must be at least 1", o->block);
     else if (o->bias != 0 && o->bias != 1) snprintf(bad, sizeof bad, "--bias=%d must be 0 or 1", o->bias);
+    else if (strcmp(o->gelu, "erf") && strcmp(o->gelu, "tanh"))
+        snprintf(bad, sizeof bad, "--gelu=%s must be erf or tanh", o->gelu);
     else if (o->pad_vocab < 1 || o->pad_vocab > 4096)
         snprintf(bad, sizeof bad, "--pad-vocab=%d must be in 1..4096", o->pad_vocab);
     else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
@@ -391,6 +403,47 @@ int options_read(TrainOptions *o, const char *prog, const char *default_preset, 
         if (rc) return rc;
     }
     return validate(o, prog, err, errlen);
+}
+
+/* Whether argv gives --name (as --name=VALUE or --name VALUE). */
+static int given(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
+            (argv[i][2 + len] == '=' || argv[i][2 + len] == 0))
+            return 1;
+    return 0;
+}
+
+int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char **argv, char *err,
+                          size_t errlen) {
+    const char *gelu = hf->gelu_tanh ? "tanh" : "erf";
+    struct { const char *flag; int *ours; int theirs; } shape[] = {
+        { "layers", &o->layers, hf->layers }, { "heads", &o->heads, hf->heads }, { "embd", &o->embd, hf->embd },
+        { "bias", &o->bias, hf->bias },
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof *shape; i++) {
+        if (given(argc, argv, shape[i].flag) && *shape[i].ours != shape[i].theirs) {
+            snprintf(err, errlen, "train: --%s=%d, and the Hugging Face --init-from=%.300s has %d", shape[i].flag,
+                     *shape[i].ours, o->init_from, shape[i].theirs);
+            return 2;
+        }
+        *shape[i].ours = shape[i].theirs;
+    }
+    if (given(argc, argv, "gelu") && strcmp(o->gelu, gelu) != 0) {
+        snprintf(err, errlen, "train: --gelu=%s, and the Hugging Face --init-from=%.300s has GELU's %s form", o->gelu,
+                 o->init_from, gelu);
+        return 2;
+    }
+    snprintf(o->gelu, sizeof o->gelu, "%s", gelu);
+    if (given(argc, argv, "block") && o->block > hf->block_size) {
+        snprintf(err, errlen, "train: --block=%d, and the Hugging Face --init-from=%.300s has %d positions", o->block,
+                 o->init_from, hf->block_size);
+        return 2;
+    }
+    if (!given(argc, argv, "block")) o->block = hf->block_size;
+    o->init_vocab = hf->vocab;
+    return validate(o, "train", err, errlen);
 }
 
 int options_parse(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv) {

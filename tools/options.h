@@ -19,6 +19,7 @@ typedef struct {
     int trace_steps;
     int layers, heads, embd, block, batch;
     int bias;                        /* 1: biases in every Linear and LayerNorm (GPT-2's) */
+    char gelu[8];                    /* erf (exact, nanoGPT's) or tanh (GPT-2's approximation) */
     int pad_vocab;                   /* the model's vocabulary, the data's rounded up to a multiple of this */
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;
@@ -45,6 +46,7 @@ typedef struct {
     char rendezvous[OPTION_PATH_MAX];  /* file:PATH where they meet; "" for none */
     char inject_fault[32];           /* RANK:STEP:WHERE; "" for none */
     Fault fault;                     /* inject_fault parsed (FAULT_NONE for none) */
+    int init_vocab;                  /* a Hugging Face --init-from's vocabulary, the least the model's; 0: none */
     /* bin/sample */
     char ckpt[OPTION_PATH_MAX];
     char prompt[OPTION_PATH_MAX];
@@ -58,6 +60,16 @@ typedef struct {
 int options_preset(TrainOptions *o, const char *name);
 /* The model's vocabulary for data of data_vocab ids: rounded up to --pad-vocab. */
 int options_model_vocab(const TrainOptions *o, int data_vocab);
+/* The GPT the flags ask for, over data of data_vocab ids (and at least
+ * init_vocab), its vocabulary rounded up to --pad-vocab. */
+ModelConfig options_model(const TrainOptions *o, int data_vocab);
+/* A Hugging Face GPT-2 to start from (--init-from, model/hf_gpt2.h) sets the
+ * model: its layers, heads, width, biases and GELU; its positions as --block,
+ * unless the command line asks fewer (the first rows are kept); its
+ * vocabulary as init_vocab. A shape flag of the command line (argv) that asks
+ * another is refused. 0, or 2 with a one-line message naming the flag. */
+int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char **argv, char *err,
+                          size_t errlen);
 /* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one. */
 void options_link(const TrainOptions *o, double *gbps, double *latency_us);
 /* Where --device asks the ranks to run. */

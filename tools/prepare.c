@@ -38,17 +38,12 @@ static size_t split_byte(const unsigned char *text, size_t n) {
     return n;
 }
 
-/* DIR/name, written whole as name.tmp, then renamed over it. 0, or 1 after a line. */
+/* DIR/name, written whole beside its place, then renamed into it. 0, or 1 after a line. */
 static int write_output(const char *dir, const char *name, const void *bytes, size_t n) {
-    char path[1200], tmp[1210];
+    char path[1200], err[1400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(bytes, 1, n, f) == n;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, path) == 0) return 0;
-    fprintf(stderr, "prepare: cannot write '%s': %s\n", path, strerror(errno));
-    unlink(tmp);
+    if (host_write_file(path, bytes, n, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "prepare: %s\n", err);
     return 1;
 }
 

@@ -2,7 +2,8 @@
  *
  *   bin/sample --ckpt PATH [--tokenizer JSON] [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--seed S]
  *
- * The model comes from the checkpoint, not from the flags; the prompt must use
+ * The model comes from the checkpoint (ours, or a Hugging Face GPT-2 folder,
+ * model/hf_gpt2.h), not from the flags; the prompt must use
  * the checkpoint's vocabulary: its bytes, or, for a checkpoint of token ids,
  * the --tokenizer=tokenizer.json of its data, which encodes the prompt and
  * decodes what is generated (--chars then counts tokens). Generation runs on one rank (a GPU if there is
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../model/hf_gpt2.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
@@ -112,7 +114,11 @@ int main(int argc, char **argv) {
     }
     CheckpointInfo info;
     char err[768];
-    if (checkpoint_read_info(o.ckpt, &info, err, sizeof err) != 0) {
+    HfGpt2 hf;
+    int from_hf = hf_gpt2_at(o.ckpt);
+    if (from_hf && hf_gpt2_open(o.ckpt, &hf, err, sizeof err) == 0)  /* its ids need the --tokenizer */
+        info = (CheckpointInfo){ .model = hf.model, .seed = (uint32_t)o.seed, .foreign = 1 };
+    else if (from_hf || checkpoint_read_info(o.ckpt, &info, err, sizeof err) != 0) {
         fprintf(stderr, "sample: %s\n", err);
         return 1;
     }
@@ -137,7 +143,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sample: %s\n", err);
         rc = -1;
     } else {
-        Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed };
+        Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed, tokenizer ? tokenizer_vocab(tokenizer) : 0 };
         rc = emit_text(&decoder, tokens, n_prompt);
         if (rc == 0) rc = generate_pieces(s, tokens, n_prompt, o.sample_chars, how, emit_text, &decoder);
         if (rc == 0) rc = putchar('\n') == EOF || fflush(stdout) != 0;

@@ -1,33 +1,23 @@
 #!/usr/bin/env bash
-# tools/torch_peer.sh [--install] [BIN]: the char-small step against the peer a
+# tools/torch_peer.sh [BIN]: the char-small step against the peer a
 # user would pick today, a current PyTorch 2.x from PyPI (MKL, oneDNN) running
 # nanoGPT's model (tools/torch_gpt.py bench) eager and torch.compile'd, at 1 and
 # 2 threads. Its best, beside zerofiber's best char-small step (BIN/bench_cpu,
 # default build/cpu/bin), both measured in this run.
 #
-# That PyTorch lives in a venv, build/torch-venv, made only with --install
-# (make bench-torch): PyPI's Linux wheel brings its CUDA libraries along, about
-# 5.4 GB, so neither make test nor CI ever makes it. Without the venv and without
-# --install, one line says how to enable the comparison.
+# That PyTorch lives in the venv that make venv makes once per machine, outside
+# the clone (ZF_VENV, else ~/.cache/zerofiber/venv; PyPI's Linux wheel brings
+# its CUDA libraries along, about 5.6 GB). Without it, one line says how to
+# enable the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-install=0
-if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 bin=${1:-build/cpu/bin}
-venv=build/torch-venv
-python=$venv/bin/python
+python=${ZF_VENV:-$HOME/.cache/zerofiber/venv}/bin/python
 
 if [ ! -x "$python" ]; then
-    if [ $install = 0 ]; then
-        echo "vs PyTorch 2.x: not set up: make bench-torch installs it from PyPI into $venv (about 5.4 GB) and runs it"
-        exit 0
-    fi
-    rm -rf "$venv"
-    /usr/bin/python3 -m venv "$venv" ||
-        { echo "torch_peer.sh: cannot create $venv (Debian's python3-venv: make deps)" >&2; exit 1; }
-    "$venv/bin/pip" install --quiet 'torch>=2' numpy ||
-        { rm -rf "$venv"; echo "torch_peer.sh: pip could not install torch>=2 into $venv" >&2; exit 1; }
+    echo "vs PyTorch 2.x: not set up: make venv installs it from PyPI (about 5.6 GB), make bench-torch runs it"
+    exit 0
 fi
 [ -x "$bin/bench_cpu" ] || { echo "torch_peer.sh: no $bin/bench_cpu (make first)" >&2; exit 1; }
 

@@ -9,6 +9,7 @@
 
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
+#include "../model/hf_gpt2.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
@@ -46,7 +47,10 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
         if (world()->proc == 0) fprintf(stderr, "train: %s\n", err);
         return 1;
     }
-    if (info.foreign)
+    if (info.hf_vocab)
+        printf("init-from: %s, a Hugging Face GPT-2 (Conv1D weights transposed, the tied head), vocabulary %d%s\n",
+               path, info.hf_vocab, info.hf_vocab < s->cfg.model.vocab ? ", padded with zero rows" : "");
+    else if (info.foreign)
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
     else if (info.characters != data->characters ||
@@ -317,8 +321,7 @@ static Verdict open_files(Run *run) {
 static int open_run(Run *run, int *alone) {
     TrainOptions *o = &run->o;
     run->sc = (StrategyConfig){
-        .model = { options_model_vocab(o, run->data.vocab), o->block, o->layers, o->heads, o->embd, MODEL_GPT,
-                   o->bias },
+        .model = options_model(o, run->data.vocab),
         .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
@@ -344,13 +347,41 @@ static int open_run(Run *run, int *alone) {
     return start_from(run->s, o, &run->data, &run->start_iter);
 }
 
+/* A Hugging Face GPT-2 in --init-from sets the model (options_take_hf_model):
+ * process 0 reads its config.json and tells the others. 0, or the exit status
+ * (1 for a config.json it cannot take, 2 for flags that ask another model)
+ * after a one-line error. */
+static int take_hf_model(Run *run, int argc, char **argv) {
+    TrainOptions *o = &run->o;
+    if (!o->init_from[0]) return 0;
+    struct { int hf; Verdict v; ModelConfig model; } mine = { 0 };
+    HfGpt2 hf;
+    char err[OPTION_PATH_MAX + 128];
+    if (world()->proc == 0 && (mine.hf = hf_gpt2_at(o->init_from))) {
+        if (hf_gpt2_open(o->init_from, &hf, err, sizeof err) != 0) {
+            mine.v.status = 1;
+            snprintf(mine.v.message, sizeof mine.v.message, "train: %s", err);
+        }
+        mine.model = hf.model;
+    }
+    world_broadcast(&mine, sizeof mine, "the Hugging Face model");
+    if (!mine.hf) return 0;
+    if (!mine.v.status)
+        mine.v.status = options_take_hf_model(o, &mine.model, argc, argv, mine.v.message, sizeof mine.v.message);
+    if (!mine.v.status && run->data.vocab > mine.model.vocab) {
+        mine.v.status = 2;
+        snprintf(mine.v.message, sizeof mine.v.message, "train: --data=%.200s has %d ids, more than the %d of the "
+                 "Hugging Face --init-from=%.200s", o->data, run->data.vocab, mine.model.vocab, o->init_from);
+    }
+    if (mine.v.status && world()->proc == 0) fprintf(stderr, "%s\n", mine.v.message);
+    return mine.v.status;
+}
+
 /* What the flags ask that no run can do: a model the GPT cannot be, a link too
  * slow to train on. 0, or 2 after a one-line error. */
 static int check_model(const Run *run) {
     const TrainOptions *o = &run->o;
-    ModelConfig model = { options_model_vocab(o, run->data.vocab), o->block, o->layers, o->heads, o->embd,
-                          MODEL_GPT, o->bias };
-    StrategyConfig sc = { .model = model, .nranks = o->gpus * world()->nprocs };
+    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs };
     options_link(o, &sc.link_gbps, &sc.link_latency_us);
     const char *bad = gpt_config_error(&sc.model);
     double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o->zero);
@@ -424,8 +455,8 @@ static int print_header(const Run *run, const char *blas) {
         printf("data: %s, token ids (uint%d, memory-mapped), vocabulary %d, %zu train / %zu val tokens, %s\n",
                o->data, 8 * d->token_bytes, d->vocab, d->len[SPLIT_TRAIN], d->len[SPLIT_VAL],
                o->tokenizer[0] ? o->tokenizer : "no --tokenizer (no sample)");
-    printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d%s, %.2fM parameters\n",
-           o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "",
+    printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d%s, GELU %s, %.2fM parameters\n",
+           o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "", o->gelu,
            layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
            "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o->iters, o->batch, sc->nranks,
@@ -496,7 +527,7 @@ int main(int argc, char **argv) {
 
     Verdict data = load_data(&run);
     if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
-        (status = check_model(&run))) {
+        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run))) {
         close_run(&run);
         return finish(status, 1);
     }

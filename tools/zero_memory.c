@@ -68,8 +68,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zero_memory: %s\n", err);
         return 1;
     }
-    ModelConfig model = { options_model_vocab(&o, data.vocab), o.block, o.layers, o.heads, o.embd, MODEL_GPT,
-                          o.bias };
+    ModelConfig model = options_model(&o, data.vocab);
     const char *bad = gpt_config_error(&model);
     if (bad) {
         fprintf(stderr, "zero_memory: %s\n", bad);

@@ -30,8 +30,8 @@ void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop);
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n);
-void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);

@@ -10,10 +10,23 @@
 /* Elementwise loops run in chunks this long, so a dropout mask fits on the stack. */
 enum { CHUNK = 1024 };
 
-typedef struct { float *out; const float *inp; size_t n; } GeluArgs;
+/* GELU in one of its two forms: exact, x * Phi(x) with Phi from erf (nanoGPT's
+ * nn.GELU()), or GPT-2's tanh approximation (transformers' gelu_new). */
+typedef struct { float *out; const float *inp; size_t n; int tanh_form; } GeluArgs;
+
+/* sqrt(2 / pi) and the cubic's coefficient of the tanh form */
+static const float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
 static void gelu_forward_task(void *p) {
     GeluArgs *a = p;
+    if (a->tanh_form) {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < a->n; i++) {
+            float x = a->inp[i];
+            a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
+        }
+        return;
+    }
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < a->n; i++) {
         float x = a->inp[i];
@@ -21,15 +34,25 @@ static void gelu_forward_task(void *p) {
     }
 }
 
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
-    GeluArgs a = { out, inp, n };
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
+    GeluArgs a = { out, inp, n, tanh_form };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
-typedef struct { float *dinp; const float *inp, *dout; size_t n; } GeluBackwardArgs;
+typedef struct { float *dinp; const float *inp, *dout; size_t n; int tanh_form; } GeluBackwardArgs;
 
 static void gelu_backward_task(void *p) {
     GeluBackwardArgs *a = p;
+    if (a->tanh_form) {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < a->n; i++) {
+            float x = a->inp[i];
+            float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
+            float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
+            a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        }
+        return;
+    }
     const float inv_sqrt_2pi = 0.3989422804014327f;
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < a->n; i++) {
@@ -40,8 +63,8 @@ static void gelu_backward_task(void *p) {
     }
 }
 
-void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
-    GeluBackwardArgs a = { dinp, inp, dout, n };
+void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
+    GeluBackwardArgs a = { dinp, inp, dout, n, tanh_form };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
 

@@ -49,8 +49,8 @@ void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, c
                             int C, int NH, Dropout drop);
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *att, int B, int T, int C, int NH, Dropout drop);
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n);
-void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);

@@ -4,30 +4,41 @@
 #include "../dropout.h"
 #include "cuda_kernels.cuh"
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+/* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
+static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
+
+__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n, int tanh_form) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+    out[i] = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
+                       : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
 }
 
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n) {
-    gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
+    gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form);
     CHECK_LAUNCH("gelu_forward_kernel");
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
+                                            int tanh_form) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float inv_sqrt_2pi = 0.3989422804014327f;
     float x = inp[i];
+    if (tanh_form) {
+        float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
+        float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        return;
+    }
+    const float inv_sqrt_2pi = 0.3989422804014327f;
     float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
     float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
     dinp[i] = dout[i] * (cdf + x * pdf);
 }
 
-void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
-    gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n);
+void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
+    gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form);
     CHECK_LAUNCH("gelu_backward_kernel");
 }
 
