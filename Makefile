@@ -154,7 +154,7 @@ bench-torch: $(BUILD)/bin/bench_cpu venv
 	tools/torch_peer.sh $(BUILD)/bin
 
 # The gates on the gpt2 preset's whole model, 124M parameters (tools/test_large.sh):
-# about 5 minutes on two cores, so in neither make test nor CI.
+# about 11 minutes on two cores, so in neither make test nor CI.
 test-large: $(BINS) venv
 	tools/test_large.sh bin
 

@@ -5,7 +5,8 @@
  * GFLOP/s counted as nanoGPT's estimate_mfu does (6N + 12 L H Q T per token, N
  * without the position embedding), as a fraction of the ceiling.
  * --quick takes fewer steps; --char-small times only that preset's step (its
- * line alone, for tools/torch_peer.sh).
+ * line alone, for tools/torch_peer.sh); --gpt2=DIR times only the gpt2
+ * preset's, at 1 x 1024 and 4 x 256 rows, on DIR's token ids (bench/gpt2.sh).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -42,10 +43,13 @@ typedef struct {
     float dropout;
 } BenchResult;
 
-/* The preset on `nranks` simulated DDP ranks of `batch` rows each (0: the preset's batch). */
-static BenchResult bench_preset(const char *preset, const Dataset *data, int steps, int nranks, int batch) {
+/* The preset on `nranks` simulated DDP ranks of `batch` rows each (0: the preset's batch), of `block`
+ * tokens (0: the preset's). */
+static BenchResult bench_preset(const char *preset, const Dataset *data, int steps, int nranks, int batch,
+                                int block) {
     TrainOptions o;
     options_preset(&o, preset);
+    if (block) o.block = block;
     StrategyConfig sc = {
         .model = options_model(&o, data->vocab),
         .nranks = nranks,
@@ -70,17 +74,42 @@ static void print_result(const BenchResult *r, double ceiling) {
            r->tokens_per_s, r->gflops, 100.0 * r->gflops / ceiling, r->steps, r->dropout);
 }
 
+/* --gpt2=DIR: the gpt2 preset's step (124M, GPT-2's ids padded to 50304) on one rank at one row
+ * of 1024 and four of 256, on DIR's token ids, against the sgemm ceiling measured after them. */
+static int bench_gpt2(const char *dir, const char *blas) {
+    Dataset data;
+    char err[512];
+    if (dataset_load(&data, dir, 1024, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_cpu: %s\n", err);
+        return 1;
+    }
+    printf("blas: %s\n", blas);
+    BenchResult one = bench_preset("gpt2", &data, 5, 1, 1, 1024), four = bench_preset("gpt2", &data, 5, 1, 4, 256);
+    double ceiling = sgemm_gflops(2048);
+    printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n\n", ceiling);
+    printf("%-11s %8s %10s %10s %10s\n", "gpt2 rows", "ms/iter", "tokens/s", "GFLOP/s", "of sgemm");
+    one.preset = "1x1024";
+    four.preset = "4x256";
+    print_result(&one, ceiling);
+    print_result(&four, ceiling);
+    dataset_free(&data);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
     int quick = 0, small_only = 0;
+    const char *gpt2 = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--char-small") == 0) small_only = 1;
+        else if (strncmp(argv[i], "--gpt2=", 7) == 0 && argv[i][7]) gpt2 = argv[i] + 7;
         else {
-            fprintf(stderr, "bench_cpu: unknown flag '%s' (--quick, --char-small)\n", argv[i]);
+            fprintf(stderr, "bench_cpu: unknown flag '%s' (--quick, --char-small, --gpt2=DIR)\n", argv[i]);
             return 2;
         }
     }
+    if (gpt2) return bench_gpt2(gpt2, blas);
     Dataset data;
     char err[512];
     if (dataset_load(&data, "data/tinyshakespeare.txt", 256, err, sizeof err) != 0) {
@@ -90,17 +119,17 @@ int main(int argc, char **argv) {
     printf("blas: %s\n", blas);
     /* The presets run first: a 2048^3 sgemm before them slows the small
      * char-small matmuls after it by a quarter (measured here). */
-    BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50, 1, 0);
+    BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50, 1, 0, 0);
     if (small_only) {
         printf("%-11s %8.1f ms/iter, %.0f tokens/s (median of %d steps)\n", small.preset, small.ms,
                small.tokens_per_s, small.steps);
         dataset_free(&data);
         return 0;
     }
-    BenchResult full = bench_preset("char", &data, quick ? 2 : 5, 1, 0);
+    BenchResult full = bench_preset("char", &data, quick ? 2 : 5, 1, 0, 0);
     /* the simulator's overhead: the same global batch and work, on 4 ranks or 1 */
-    BenchResult four_ranks = bench_preset("char-small", &data, quick ? 5 : 20, 4, 12);
-    BenchResult one_rank = bench_preset("char-small", &data, quick ? 5 : 20, 1, 48);
+    BenchResult four_ranks = bench_preset("char-small", &data, quick ? 5 : 20, 4, 12, 0);
+    BenchResult one_rank = bench_preset("char-small", &data, quick ? 5 : 20, 1, 48, 0);
     double ceiling = sgemm_gflops(2048);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n\n", ceiling);
     printf("%-11s %8s %10s %10s %10s\n", "preset", "ms/iter", "tokens/s", "GFLOP/s", "of sgemm");

@@ -6,7 +6,8 @@
 # against this machine's sgemm ceiling and the char-small step against
 # PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
 # PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
-# (tools/torch_peer.sh; one line saying how, where not).
+# (tools/torch_peer.sh; one line saying how, where not); then GPT-2 124M against
+# PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh).
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
 # of the backward, as in larger models) and 0.25 MB buckets (so that DDP's
@@ -158,3 +159,8 @@ else
 fi
 echo
 tools/torch_peer.sh "$bin"
+echo
+
+# GPT-2 124M: its step against nanoGPT's model on PyTorch 2.x, the sgemm share, where the
+# step goes, and its memory at N = 1..4 (bench/results/gpt2.md, gpt2_memory.{md,png})
+bench/gpt2.sh "$bin"

@@ -465,6 +465,19 @@ Test(train, zero_memory_prints_every_strategy_within_the_formulas) {
                  "%.1f MB with blocks", tensor_row[ROW_WORKING], block_row[ROW_WORKING]);
 }
 
+/* --gpus=K: every N of 1..K, no other */
+Test(train, zero_memory_with_gpus_measures_every_rank_count_up_to_it) {
+    char out[8192];
+    run_zero_memory("--gpus=3", out, sizeof out);
+    double v[ROW_VALUES];
+    read_row(out, "| ZeRO-3 | 3 | ", v);
+    read_row(out, "| DDP | 2 | ", v);
+    cr_expect_null(strstr(out, "| ZeRO-3 | 4 | "), "past --gpus=3:\n%s", out);
+    int table_rows = 0;
+    for (const char *c = out; (c = strstr(c, " | 1.00")) != NULL; c++) table_rows++;
+    cr_expect_eq(table_rows, 12, "4 strategies x N = 1, 2, 3:\n%s", out);
+}
+
 /* ---- bad checkpoint files: one line, exit 1, nothing overwritten ---- */
 
 /* The file at path still holds exactly the n bytes of `good`. */

@@ -229,7 +229,7 @@ MUTANTS = [
      "    return strcmp(name + end, \"masked_bias\") == 0;"),
     ("hf-block-not-cropped", "a Hugging Face start's --block ignored: the run takes all of n_positions",
      "tools/options.c",
-     "    if (!given(argc, argv, \"block\")) o->block = hf->block_size;",
+     "    if (!options_given(argc, argv, \"block\")) o->block = hf->block_size;",
      "    o->block = hf->block_size;"),
     ("padding-sampled", "generation draws from the model's whole vocabulary, the padding's ids too",
      "model/sample.c",

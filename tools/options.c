@@ -405,8 +405,7 @@ int options_read(TrainOptions *o, const char *prog, const char *default_preset, 
     return validate(o, prog, err, errlen);
 }
 
-/* Whether argv gives --name (as --name=VALUE or --name VALUE). */
-static int given(int argc, char **argv, const char *name) {
+int options_given(int argc, char **argv, const char *name) {
     size_t len = strlen(name);
     for (int i = 1; i < argc; i++)
         if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
@@ -423,25 +422,25 @@ int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char
         { "bias", &o->bias, hf->bias },
     };
     for (size_t i = 0; i < sizeof shape / sizeof *shape; i++) {
-        if (given(argc, argv, shape[i].flag) && *shape[i].ours != shape[i].theirs) {
+        if (options_given(argc, argv, shape[i].flag) && *shape[i].ours != shape[i].theirs) {
             snprintf(err, errlen, "train: --%s=%d, and the Hugging Face --init-from=%.300s has %d", shape[i].flag,
                      *shape[i].ours, o->init_from, shape[i].theirs);
             return 2;
         }
         *shape[i].ours = shape[i].theirs;
     }
-    if (given(argc, argv, "gelu") && strcmp(o->gelu, gelu) != 0) {
+    if (options_given(argc, argv, "gelu") && strcmp(o->gelu, gelu) != 0) {
         snprintf(err, errlen, "train: --gelu=%s, and the Hugging Face --init-from=%.300s has GELU's %s form", o->gelu,
                  o->init_from, gelu);
         return 2;
     }
     snprintf(o->gelu, sizeof o->gelu, "%s", gelu);
-    if (given(argc, argv, "block") && o->block > hf->block_size) {
+    if (options_given(argc, argv, "block") && o->block > hf->block_size) {
         snprintf(err, errlen, "train: --block=%d, and the Hugging Face --init-from=%.300s has %d positions", o->block,
                  o->init_from, hf->block_size);
         return 2;
     }
-    if (!given(argc, argv, "block")) o->block = hf->block_size;
+    if (!options_given(argc, argv, "block")) o->block = hf->block_size;
     o->init_vocab = hf->vocab;
     return validate(o, "train", err, errlen);
 }

@@ -63,6 +63,8 @@ int options_model_vocab(const TrainOptions *o, int data_vocab);
 /* The GPT the flags ask for, over data of data_vocab ids (and at least
  * init_vocab), its vocabulary rounded up to --pad-vocab. */
 ModelConfig options_model(const TrainOptions *o, int data_vocab);
+/* Whether argv gives --name (as --name=VALUE or --name VALUE), not the preset. */
+int options_given(int argc, char **argv, const char *name);
 /* A Hugging Face GPT-2 to start from (--init-from, model/hf_gpt2.h) sets the
  * model: its layers, heads, width, biases and GELU; its positions as --block,
  * unless the command line asks fewer (the first rows are kept); its

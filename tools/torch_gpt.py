@@ -458,6 +458,12 @@ def cmd_train(args):
 PRESETS = {
     "char-small": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, dropout=0.0, iters=50, warmup=5),
     "char": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2, iters=5, warmup=2),
+    # GPT-2 124M as nanoGPT's train_gpt2 config makes it (biases, GPT-2's ids padded to 50304), at a batch two
+    # cores can step: one row of 1024, or four of 256 (the position embedding cropped, as crop_block_size does)
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=1, dropout=0.0, iters=5, warmup=2,
+                 bias=True, vocab_size=50304),
+    "gpt2-4x256": dict(n_layer=12, n_head=12, n_embd=768, block_size=256, batch_size=4, dropout=0.0, iters=5,
+                       warmup=2, bias=True, vocab_size=50304),
 }
 
 
@@ -484,7 +490,8 @@ def time_steps(p, train, iters, warmup, device, compiled):
     step's ms (the compilation's, when compiled). Compiled as nanoGPT's train.py
     compiles: torch.compile(model), the optimizer on the model's own parameters."""
     torch.manual_seed(1337)
-    raw = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"])
+    raw = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"],
+              p.get("bias", False))
     raw.init_weights()
     raw.to(device)
     raw.train()
@@ -515,14 +522,18 @@ def time_steps(p, train, iters, warmup, device, compiled):
 def cmd_bench(args):
     p = dict(PRESETS[args.preset])
     iters = args.iters or p["iters"]
-    with open(args.data, "rb") as f:
-        text = f.read()
-    vocab = sorted(set(text))
-    lut = np.zeros(256, dtype=np.int64)
-    lut[vocab] = np.arange(len(vocab))
-    data = torch.from_numpy(lut[np.frombuffer(text, dtype=np.uint8)])
-    train = data[:int(0.9 * len(data))]
-    p["vocab_size"] = len(vocab)
+    if os.path.isdir(args.data):  # a folder of uint16 token ids (nanoGPT's train.bin), of the preset's vocabulary
+        train = torch.from_numpy(np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16).astype(np.int64))
+        vocab = range(p["vocab_size"])
+    else:  # a text file, its bytes the tokens
+        with open(args.data, "rb") as f:
+            text = f.read()
+        vocab = sorted(set(text))
+        lut = np.zeros(256, dtype=np.int64)
+        lut[vocab] = np.arange(len(vocab))
+        data = torch.from_numpy(lut[np.frombuffer(text, dtype=np.uint8)])
+        train = data[:int(0.9 * len(data))]
+        p["vocab_size"] = len(vocab)
     if len(train) <= p["block_size"]:
         raise ValueError(f"{args.data}: too short for block size {p['block_size']}")
     if args.device == "cpu":
@@ -532,7 +543,7 @@ def cmd_bench(args):
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32
         print(f"device: {torch.cuda.get_device_name(0)}, fp32 (TF32 {'on' if args.tf32 else 'off'})", flush=True)
-    print(f"vocab {len(vocab)}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
+    print(f"vocab {p['vocab_size']}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
           f"block {p['block_size']}, batch {p['batch_size']}, dropout {p['dropout']}, warmup {p['warmup']}",
           flush=True)
     results = {}
@@ -604,7 +615,7 @@ def main():
     b.add_argument("--preset", required=True, choices=sorted(PRESETS))
     b.add_argument("--iters", type=positive)
     b.add_argument("--threads", type=positive)
-    b.add_argument("--data", default="data/tinyshakespeare.txt")
+    b.add_argument("--data", default="data/tinyshakespeare.txt", help="a text file, or a folder of token ids")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     b.add_argument("--modes", default="eager,compiled", type=bench_modes)
     b.add_argument("--tf32", action="store_true", help="on a GPU: let matmuls use TF32 tensor cores")

@@ -1,6 +1,7 @@
 /* zero_memory.c: bin/zero_memory, the memory each strategy holds per rank.
  *
- * Builds DDP and ZeRO-1, 2 and 3 for real at N = 1, 2, 4 and 8 simulated ranks,
+ * Builds DDP and ZeRO-1, 2 and 3 for real at N = 1, 2, 4 and 8 simulated ranks
+ * (with --gpus=K, at every N of 1..K),
  * runs one real training step on each, and prints what the allocator counted
  * on each rank by kind: weights, gradients, optimizer state (Adam m and v),
  * the working buffers (gradient slots, gather buffers, clipping partials) and
@@ -26,13 +27,6 @@
 #include "../model/gpt.h"
 #include "../strategies/strategy.h"
 #include "options.h"
-
-/* Rows per rank: --batch's when the command line gives it, else one. */
-static int rows_per_rank(const TrainOptions *o, int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strncmp(argv[i], "--batch", 7) == 0 && (argv[i][7] == 0 || argv[i][7] == '=')) return o->batch;
-    return 1;
-}
 
 /* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
 static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, uint32_t seed) {
@@ -82,7 +76,7 @@ int main(int argc, char **argv) {
         dataset_free(&data);
         return options_no_strategy_status(&o);
     }
-    int batch = rows_per_rank(&o, argc, argv);
+    int batch = options_given(argc, argv, "batch") ? o.batch : 1;
     ArenaLayout layout;
     model_layout(&model, 1, &layout);
     double P = (double)layout.numel;
@@ -103,12 +97,13 @@ int main(int argc, char **argv) {
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
            "| working | total | activations | peak |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
-    static const int ranks[4] = { 1, 2, 4, 8 };
+    /* N = 1, 2, 4, 8; with --gpus=K, every N of 1..K */
+    int given = options_given(argc, argv, "gpus"), counts = given ? o.gpus : 4;
     int off = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
-        for (int i = 0; i < 4; i++) {
-            int N = ranks[i];
+        for (int i = 0; i < counts; i++) {
+            int N = given ? i + 1 : 1 << i;
             StrategyConfig sc = { .model = model, .nranks = N, .seed = (uint32_t)o.seed,
                                   .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
                                   .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
