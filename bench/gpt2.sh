@@ -125,20 +125,7 @@ echo "wrote $out"
 
 "$bin/zero_memory" --preset=gpt2 --data="$data" --gpus=4 | tee $results/gpt2_memory.md
 if command -v gnuplot >/dev/null; then
-    awk -F'|' '/^\| (DDP|ZeRO-[123]) \|/ { gsub(/ /, "", $2); print $2, $3 + 0, $13 + 0 }' $results/gpt2_memory.md \
-        > "$tmp/memory.dat"
-    gnuplot <<PLOT
-set terminal pngcairo size 900,480
-set output "$results/gpt2_memory.png"
-set title "Peak memory per rank over a step, gpt2 preset (124M), 1 row of 1024 a rank"
-set xlabel "ranks N"
-set ylabel "MB per rank"
-set xtics (1, 2, 3, 4)
-set xrange [0.8:4.2]
-set yrange [0:*]
-set key top right
-plot for [s in "DDP ZeRO-1 ZeRO-2 ZeRO-3"] "$tmp/memory.dat" using (strcol(1) eq s ? \$2 : NaN):3 \
-     with linespoints title s
-PLOT
+    tools/plot_memory $results/gpt2_memory.md $results/gpt2_memory.png \
+        "Peak memory per rank over a step, gpt2 preset (124M), 1 row of 1024 a rank"
     echo "wrote $results/gpt2_memory.md and $results/gpt2_memory.png"
 fi

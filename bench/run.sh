@@ -67,23 +67,8 @@ echo
 # one row a rank): bin/zero_memory's table, and its plot
 "$bin/zero_memory" --unit=tensor | tee $results/memory.md
 if command -v gnuplot >/dev/null; then
-    awk -F'|' '/^\| (DDP|ZeRO-[123]) \|/ { gsub(/ /, "", $2); print $2, $3 + 0, $13 + 0 }' $results/memory.md \
-        > $results/memory.dat
-    gnuplot <<PLOT
-set terminal pngcairo size 900,480
-set output "$results/memory.png"
-set title "Peak memory per rank (allocator high-water mark over a step), char preset, --unit=tensor, 1 row a rank"
-set xlabel "ranks N"
-set ylabel "MB per rank"
-set logscale x 2
-set xtics (1, 2, 4, 8)
-set xrange [0.8:10]
-set yrange [0:*]
-set key top right
-plot for [s in "DDP ZeRO-1 ZeRO-2 ZeRO-3"] "$results/memory.dat" using (strcol(1) eq s ? \$2 : NaN):3 \
-     with linespoints title s
-PLOT
-    rm -f $results/memory.dat
+    tools/plot_memory $results/memory.md $results/memory.png \
+        "Peak memory per rank (allocator high-water mark over a step), char preset, --unit=tensor, 1 row a rank"
     echo "wrote $results/units.md, $results/memory.md and $results/memory.png"
 fi
 echo

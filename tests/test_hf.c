@@ -116,6 +116,15 @@ static void make_reference(const char *dir, const char *name, char *folder, size
     python(NULL, "make %s %d %d %d %d %d 7", folder, VOCAB, POSITIONS, EMBD, LAYERS, HEADS);
 }
 
+/* The start of a test against transformers: a fresh dir (64 bytes), a random
+ * reference model in folder (128 bytes), its weights in cfg's layout (malloc'd). */
+static float *start_with_reference(char *dir, char *folder, const ModelConfig *cfg) {
+    need_transformers();
+    temp_dir(dir, 64, "hf");
+    make_reference(dir, "random", folder, 128);
+    return read_folder(folder, cfg);
+}
+
 static void expect_close(const float *ours, const float *theirs, size_t n, const char *what) {
     double diff = 0, scale = 0;
     for (size_t i = 0; i < n; i++) {
@@ -126,30 +135,30 @@ static void expect_close(const float *ours, const float *theirs, size_t n, const
               "(at most 1e-5)", what, diff / scale);
 }
 
-Test(hf, our_logits_equal_transformers) {
-    need_transformers();
-    char dir[64], folder[128];
-    temp_dir(dir, sizeof dir, "hf");
-    make_reference(dir, "random", folder, sizeof folder);
-    ModelConfig cfg = gpt2_form(PADDED, POSITIONS);  /* 101 ids padded to 128 with zero rows */
-    float *w = read_folder(folder, &cfg);
+/* Our logits of w (cfg's model) for a random batch, against transformers' of folder. */
+static void expect_transformers_logits(const char *dir, const char *folder, const ModelConfig *cfg, const float *w,
+                                       int zero_padding, unsigned seed, const char *what) {
     int tokens[B * T];
-    random_tokens(tokens, B * T, 3);
-    float *ours = our_logits(&cfg, w, tokens, VOCAB, 1), *theirs = their_logits(dir, folder, tokens);
-    expect_close(ours, theirs, (size_t)B * T * VOCAB, "logits");
+    random_tokens(tokens, B * T, seed);
+    float *ours = our_logits(cfg, w, tokens, VOCAB, zero_padding), *theirs = their_logits(dir, folder, tokens);
+    expect_close(ours, theirs, (size_t)B * T * VOCAB, what);
     free(ours);
     free(theirs);
+}
+
+Test(hf, our_logits_equal_transformers) {
+    char dir[64], folder[128];
+    ModelConfig cfg = gpt2_form(PADDED, POSITIONS);  /* 101 ids padded to 128 with zero rows */
+    float *w = start_with_reference(dir, folder, &cfg);
+    expect_transformers_logits(dir, folder, &cfg, w, 1, 3, "logits");
     free(w);
     remove_dir(dir);
 }
 
 Test(hf, greedy_continuation_equals_transformers_generate) {
-    need_transformers();
     char dir[64], folder[128], out[160];
-    temp_dir(dir, sizeof dir, "hf");
-    make_reference(dir, "random", folder, sizeof folder);
     ModelConfig cfg = gpt2_form(PADDED, POSITIONS);
-    float *w = read_folder(folder, &cfg);
+    float *w = start_with_reference(dir, folder, &cfg);
     enum { PROMPT = 3, NEW = 30 };
     int tokens[PROMPT + NEW] = { 5, 17, 64 }, theirs[NEW];
     GPT *m = model_with(&cfg, w, POSITIONS);
@@ -173,16 +182,14 @@ Test(hf, greedy_continuation_equals_transformers_generate) {
 }
 
 Test(hf, an_older_file_reads_as_the_same_weights) {
-    need_transformers();
     char dir[64], folder[128], older[128];
-    temp_dir(dir, sizeof dir, "hf");
-    make_reference(dir, "random", folder, sizeof folder);
+    ModelConfig cfg = gpt2_form(VOCAB, POSITIONS);
+    float *w = start_with_reference(dir, folder, &cfg);
     snprintf(older, sizeof older, "%s/older", dir);
     python(NULL, "legacy %s %s", folder, older);
-    ModelConfig cfg = gpt2_form(VOCAB, POSITIONS);
     ArenaLayout layout;
     gpt_layout(&cfg, 1, &layout);
-    float *w = read_folder(folder, &cfg), *w_older = read_folder(older, &cfg);
+    float *w_older = read_folder(older, &cfg);
     cr_expect_eq(memcmp(w, w_older, layout.total * sizeof(float)), 0,
                  "no prefix, the mask's buffers and lm_head.weight: the same weights");
     free(w);
@@ -249,12 +256,7 @@ Test(hf, a_fine_tuned_export_loads_in_transformers_with_our_logits) {
     ArenaLayout layout;
     gpt_layout(&tuned, 1, &layout);
     cr_expect_gt(max_rel_diff(w, start, layout.total), 1e-3, "three steps moved the weights");
-    int tokens[B * T];
-    random_tokens(tokens, B * T, 5);
-    float *ours = our_logits(&tuned, w, tokens, VOCAB, 0), *theirs = their_logits(dir, exported, tokens);
-    expect_close(ours, theirs, (size_t)B * T * VOCAB, "the fine-tuned model's logits");
-    free(ours);
-    free(theirs);
+    expect_transformers_logits(dir, exported, &tuned, w, 0, 5, "the fine-tuned model's logits");
     free(start);
     free(w);
     remove_dir(dir);
