@@ -383,6 +383,9 @@ Test(hf, what_this_gpt_is_not_is_refused_in_one_line) {
     snprintf(args, sizeof args, "--init-from=%s --data=%s --block=64 --iters=1", folder, dir);
     cr_expect_eq(run_tool(train_binary(), args, out, text, sizeof text), 2, "--block=64 over 48 positions: %s", text);
     cr_expect(strstr(text, "has 48 positions") != NULL, "%s", text);
+    snprintf(args, sizeof args, "--init-from=%s --data=data/tinyshakespeare.txt --iters=1", folder);
+    cr_expect_eq(run_tool(train_binary(), args, out, text, sizeof text), 2, "a text file's bytes: %s", text);
+    cr_expect(strstr(text, "is a text file, whose bytes are its tokens") != NULL, "%s", text);
     ModelConfig small = gpt2_form(50, POSITIONS);
     float *w_small = random_weights(&small, 5);
     cr_assert_eq(hf_gpt2_write(folder, &small, 50, w_small, err, sizeof err), 0, "%s", err);

@@ -368,7 +368,12 @@ static int take_hf_model(Run *run, int argc, char **argv) {
     if (!mine.hf) return 0;
     if (!mine.v.status)
         mine.v.status = options_take_hf_model(o, &mine.model, argc, argv, mine.v.message, sizeof mine.v.message);
-    if (!mine.v.status && run->data.vocab > mine.model.vocab) {
+    if (!mine.v.status && run->data.characters) {
+        mine.v.status = 2;
+        snprintf(mine.v.message, sizeof mine.v.message, "train: the Hugging Face --init-from=%.200s reads GPT-2's "
+                 "token ids, and --data=%.200s is a text file, whose bytes are its tokens: make it a folder of ids "
+                 "with bin/prepare", o->init_from, o->data);
+    } else if (!mine.v.status && run->data.vocab > mine.model.vocab) {
         mine.v.status = 2;
         snprintf(mine.v.message, sizeof mine.v.message, "train: --data=%.200s has %d ids, more than the %d of the "
                  "Hugging Face --init-from=%.200s", o->data, run->data.vocab, mine.model.vocab, o->init_from);
