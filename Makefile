@@ -253,7 +253,7 @@ valgrind:
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --chars=5 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
-DEB_PACKAGES = gcc make libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \
+DEB_PACKAGES = gcc make time libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \
                gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \

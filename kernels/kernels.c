@@ -6,8 +6,8 @@
 #include "../runtime/trace.h"
 #include "backend.h"
 
-static const KernelOps *backend_of(const Device *dev) {
-    if (device_kind(dev) == DEVICE_CPU) return &cpu_kernel_ops;
+static const KernelOps *backend_of_kind(DeviceKind kind) {
+    if (kind == DEVICE_CPU) return &cpu_kernel_ops;
     const KernelOps *ops = cuda_kernel_ops();
     if (!ops) {
         fprintf(stderr, "fatal: a GPU stream in a build without CUDA\n");
@@ -16,7 +16,7 @@ static const KernelOps *backend_of(const Device *dev) {
     return ops;
 }
 
-static const KernelOps *backend(Stream *s) { return backend_of(stream_device(s)); }
+static const KernelOps *backend(Stream *s) { return backend_of_kind(device_kind(stream_device(s))); }
 
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C) {
@@ -64,8 +64,8 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     trace_end(s);
 }
 
-AttentionBuffers attention_buffers(const Device *dev, int B, int T, int NH) {
-    return backend_of(dev)->attention_buffers(B, T, NH);
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH) {
+    return backend_of_kind(kind)->attention_buffers(B, T, NH);
 }
 
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,

@@ -62,7 +62,7 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * no T x T matrix); the GPU keeps the probabilities (B*NH*T*T) and uses two
  * T x T matrices of scratch. The backward reads the forward's out too. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
-AttentionBuffers attention_buffers(const Device *dev, int B, int T, int NH);
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                        int B, int T, int C, int NH, Dropout drop);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,

@@ -21,12 +21,12 @@ static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. What
  * attention keeps and its scratch are the device's backend's to size. */
-static void activation_table(Activations *a, const ModelConfig *cfg, const Device *dev, int recompute, int B,
+static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, int recompute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = recompute ? 1 : L;
-    AttentionBuffers att = attention_buffers(dev, B, T, cfg->heads);
+    AttentionBuffers att = attention_buffers(kind, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
         { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Lk * BT }, { &a->ln1_rstd, Lk * BT },
@@ -43,6 +43,15 @@ static void activation_table(Activations *a, const ModelConfig *cfg, const Devic
         { &a->att_scratch, att.scratch },
     };
     memcpy(table, slots, sizeof slots);
+}
+
+size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, int recompute, int B, int T) {
+    Activations unused;
+    ActivationSlot table[ACTIVATION_TENSORS];
+    activation_table(&unused, cfg, kind, recompute, B, T, table);
+    size_t floats = 0;
+    for (int i = 0; i < ACTIVATION_TENSORS; i++) floats += table[i].floats;
+    return floats;
 }
 
 static void gpt_destroy(Model *base) { free(base); }
@@ -66,7 +75,7 @@ GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shar
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
     ActivationSlot table[ACTIVATION_TENSORS];
-    activation_table(&m->acts, cfg, dev, recompute, max_B, max_T, table);
+    activation_table(&m->acts, cfg, device_kind(dev), recompute, max_B, max_T, table);
     model_alloc_activations(&m->base, table, ACTIVATION_TENSORS, (size_t)max_B * max_T);
     m->base.mean_loss = m->acts.mean_loss;
     return m;
@@ -152,7 +161,7 @@ typedef struct {
 static BlockActivations block_activations(const GPT *m, int l) {
     const Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
-    size_t att = attention_buffers(m->base.dev, m->B, m->T, m->base.cfg.heads).saved;
+    size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.heads).saved;
     size_t k = m->recompute ? 0 : (size_t)l;  /* the internals' block */
     BlockActivations b = {
         .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,

@@ -76,6 +76,9 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * (generation) computes the logits of each row's last position only. */
 GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
                 Stream *stream, int max_B, int max_T);
+/* The floats of gpt_create's activations for max_B x max_T on a device of
+ * that kind (its one MEM_ACTIVATIONS allocation), without allocating them. */
+size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, int recompute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,

@@ -174,7 +174,42 @@ static const char *stranger(const StFile *f, const ArenaLayout *layout, const ch
     return NULL;
 }
 
-int hf_gpt2_read_weights(const HfGpt2 *hf, const ModelConfig *want, float *w, char *err, size_t errlen) {
+/* The file's names carry "transformer." or not. */
+static const char *prefix_of(const StFile *f) {
+    return json_object_get(f->header, "transformer.wte.weight") ? "transformer." : "";
+}
+
+int hf_gpt2_read_tensor(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, int t, float *out, char *err,
+                        size_t errlen) {
+    const ModelConfig *got = &hf->model;
+    ArenaLayout layout;
+    gpt_layout(want, 1, &layout);
+    const TensorSpec *ts = &layout.tensors[t];
+    char name[ARENA_NAME_MAX + 16], why[256];
+    snprintf(name, sizeof name, "%s%s", prefix_of(f), gpt2_name(ts->name));
+    int conv = is_conv1d(ts->name), is_wte = strstr(ts->name, "wte.") != NULL, is_wpe = strstr(ts->name, "wpe.") != NULL;
+    int64_t shape[2] = { conv ? ts->shape[1] : is_wte ? got->vocab : is_wpe ? got->block_size : ts->shape[0],
+                         conv ? ts->shape[0] : ts->shape[1] };
+    size_t file_numel = (size_t)shape[0] * (size_t)(ts->ndim > 1 ? shape[1] : 1);
+    /* the token embedding's rows land in place (the padding's stay zero); a
+     * transposed or cropped tensor goes through scratch of its own size */
+    int in_place = !conv && !is_wpe;
+    float *src = in_place ? out : host_calloc(file_numel, sizeof(float));
+    if (is_wte) memset(out, 0, ts->numel * sizeof(float));
+    int rc = safetensors_read(f, name, "F32", ts->ndim, shape, src, why, sizeof why);
+    if (rc != 0) snprintf(err, errlen, "'%s': %s", hf->weights_path, why);
+    if (rc == 0 && conv) {  /* [in, out] to [out, in] */
+        size_t in = (size_t)shape[0], outs = (size_t)shape[1];
+        for (size_t o = 0; o < outs; o++)
+            for (size_t k = 0; k < in; k++) out[o * in + k] = src[k * outs + o];
+    } else if (rc == 0 && is_wpe) {  /* the first block_size rows, as nanoGPT's crop_block_size */
+        memcpy(out, src, ts->numel * sizeof(float));
+    }
+    if (!in_place) free(src);
+    return rc;
+}
+
+int hf_gpt2_check(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, char *err, size_t errlen) {
     const ModelConfig *got = &hf->model;
     const char *path = hf->weights_path;
     if (!same_shape(want, got) || want->block_size > got->block_size || want->vocab < got->vocab) {
@@ -184,55 +219,44 @@ int hf_gpt2_read_weights(const HfGpt2 *hf, const ModelConfig *want, float *w, ch
                  want->vocab, want->bias ? "" : ", no biases", want->gelu_tanh == got->gelu_tanh ? "" : ", another GELU");
         return -1;
     }
-    StFile f;
-    if (safetensors_open(&f, path, err, errlen) != 0) return -1;
-    const char *prefix = json_object_get(f.header, "transformer.wte.weight") ? "transformer." : "";
+    const char *prefix = prefix_of(f);
     ArenaLayout layout;
     gpt_layout(want, 1, &layout);
-    memset(w, 0, layout.total * sizeof(float));
-    const char *extra = stranger(&f, &layout, prefix);
-    int rc = 0;
+    const char *extra = stranger(f, &layout, prefix);
     if (extra) {
         snprintf(err, errlen, "'%s' holds tensor '%.100s', which is not GPT-2's", path, extra);
         safetensors_one_line(err);
-        rc = -1;
+        return -1;
     }
-    const float *wte = NULL;
-    for (int i = 0; rc == 0 && i < layout.ntensors; i++) {
-        const TensorSpec *ts = &layout.tensors[i];
-        char name[ARENA_NAME_MAX + 16], why[256];
-        snprintf(name, sizeof name, "%s%s", prefix, gpt2_name(ts->name));
-        int conv = is_conv1d(ts->name), is_wte = strstr(ts->name, "wte.") != NULL,
-            is_wpe = strstr(ts->name, "wpe.") != NULL;
-        int64_t shape[2] = { conv ? ts->shape[1] : is_wte ? got->vocab : is_wpe ? got->block_size : ts->shape[0],
-                             conv ? ts->shape[0] : ts->shape[1] };
-        const float *src = safetensors_tensor(&f, name, "F32", ts->ndim, shape, why, sizeof why);
-        if (!src) {
-            snprintf(err, errlen, "'%s': %s", path, why);
-            rc = -1;
-            break;
-        }
-        float *dst = w + ts->offset;
-        if (conv) {  /* [in, out] to [out, in] */
-            size_t in = (size_t)shape[0], out = (size_t)shape[1];
-            for (size_t o = 0; o < out; o++)
-                for (size_t k = 0; k < in; k++) dst[o * in + k] = src[k * out + o];
-        } else if (is_wte) {  /* the file's rows; the padding stays zero */
-            memcpy(dst, src, (size_t)got->vocab * (size_t)want->embd * sizeof(float));
-            wte = src;
-        } else {  /* the position embedding's first block_size rows, or a tensor as it is */
-            memcpy(dst, src, ts->numel * sizeof(float));
-        }
-    }
-    if (rc == 0 && json_object_get(f.header, "lm_head.weight")) {
+    size_t most = 0;
+    for (int i = 0; i < layout.ntensors; i++)
+        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    float *scratch = host_calloc(most, sizeof(float));
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < layout.ntensors; i++) rc = hf_gpt2_read_tensor(hf, f, want, i, scratch, err, errlen);
+    free(scratch);
+    if (rc == 0 && json_object_get(f->header, "lm_head.weight")) {
         int64_t shape[2] = { got->vocab, got->embd };
-        char why[256];
-        const void *head = safetensors_tensor(&f, "lm_head.weight", "F32", 2, shape, why, sizeof why);
-        int tied = head && memcmp(head, wte, (size_t)got->vocab * (size_t)got->embd * sizeof(float)) == 0;
-        if (!head) snprintf(err, errlen, "'%s': %s", path, why);
+        char why[256], wte[32];
+        snprintf(wte, sizeof wte, "%swte.weight", prefix);
+        rc = safetensors_check(f, "lm_head.weight", "F32", 2, shape, why, sizeof why);
+        int tied = rc == 0 ? safetensors_same_data(f, "lm_head.weight", wte, why, sizeof why) : -1;
+        if (rc != 0 || tied < 0) snprintf(err, errlen, "'%s': %s", path, why);
         else if (!tied) snprintf(err, errlen, "'%s': lm_head.weight differs from the token embedding (an untied head)", path);
-        rc = tied ? 0 : -1;
+        rc = tied == 1 ? 0 : -1;
     }
+    return rc;
+}
+
+int hf_gpt2_read_weights(const HfGpt2 *hf, const ModelConfig *want, float *w, char *err, size_t errlen) {
+    StFile f;
+    if (safetensors_open_header(&f, hf->weights_path, err, errlen) != 0) return -1;
+    ArenaLayout layout;
+    gpt_layout(want, 1, &layout);
+    memset(w, 0, layout.total * sizeof(float));
+    int rc = hf_gpt2_check(hf, &f, want, err, errlen);
+    for (int i = 0; rc == 0 && i < layout.ntensors; i++)
+        rc = hf_gpt2_read_tensor(hf, &f, want, i, w + layout.tensors[i].offset, err, errlen);
     safetensors_close(&f);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "safetensors.h"
 
 enum { HF_PATH_MAX = 4096 };
 
@@ -47,6 +48,13 @@ int hf_gpt2_open(const char *path, HfGpt2 *hf, char *err, size_t errlen);
  * file's, whose extra rows are zero. Every tensor is checked (F32, finite,
  * shape) and none but GPT-2's may be there. 0, or -1 with a one-line message. */
 int hf_gpt2_read_weights(const HfGpt2 *hf, const ModelConfig *want, float *w, char *err, size_t errlen);
+/* The same, streamed from hf's model.safetensors opened header-only in f:
+ * check every tensor as hf_gpt2_read_weights does, reading one at a time;
+ * then tensor t of want's layout into out (its numel floats). 0, or -1 with a
+ * one-line message. */
+int hf_gpt2_check(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, char *err, size_t errlen);
+int hf_gpt2_read_tensor(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, int t, float *out, char *err,
+                        size_t errlen);
 
 /* Write the GPT of host arena w (layout of model at nranks 1) as a Hugging
  * Face GPT-2 folder dir (made if missing): config.json and model.safetensors,

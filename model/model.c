@@ -35,29 +35,33 @@ int unit_policy_parse(const char *name) {
     return -1;
 }
 
+void model_init_tensor_part(const ModelConfig *cfg, const ArenaLayout *layout, int tensor, uint32_t seed,
+                            size_t first, size_t count, float *out) {
+    const TensorSpec *t = &layout->tensors[tensor];
+    if (t->ndim == 1) {  /* norm weights 1, biases 0, as nanoGPT's _init_weights */
+        float value = strstr(t->name, ".bias") ? 0.0f : 1.0f;
+        for (size_t i = 0; i < count; i++) out[i] = value;
+        return;
+    }
+    double std = 0.02;
+    if (strstr(t->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->layers);
+    /* Box-Muller on Philox: element pair i, i + 1 from counter (i / 2, tensor index) */
+    size_t end = first + count;
+    for (size_t i = first / 2 * 2; i < end; i += 2) {
+        Philox4 ctr = {{ (uint32_t)(i / 2), (uint32_t)((uint64_t)i >> 33), (uint32_t)tensor, 0 }};
+        Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_INIT);
+        double u1 = ((double)bits.v[0] + 1.0) / 4294967296.0;  /* (0, 1] */
+        double u2 = (double)bits.v[1] / 4294967296.0;
+        double r = sqrt(-2.0 * log(u1));
+        if (i >= first) out[i - first] = (float)(std * r * cos(2.0 * M_PI * u2));
+        if (i + 1 >= first && i + 1 < end) out[i + 1 - first] = (float)(std * r * sin(2.0 * M_PI * u2));
+    }
+}
+
 void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host) {
     memset(host, 0, layout->total * sizeof(float));
-    for (int ti = 0; ti < layout->ntensors; ti++) {
-        const TensorSpec *t = &layout->tensors[ti];
-        float *w = host + t->offset;
-        if (t->ndim == 1) {  /* norm weights 1, biases 0 (as memset), as nanoGPT's _init_weights */
-            if (!strstr(t->name, ".bias"))
-                for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
-            continue;
-        }
-        double std = 0.02;
-        if (strstr(t->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->layers);
-        /* Box-Muller on Philox: element pair i from counter (i, tensor index) */
-        for (size_t i = 0; i < t->numel; i += 2) {
-            Philox4 ctr = {{ (uint32_t)(i / 2), (uint32_t)((uint64_t)i >> 33), (uint32_t)ti, 0 }};
-            Philox4 bits = philox4x32_10(ctr, seed, PHILOX_STREAM_INIT);
-            double u1 = ((double)bits.v[0] + 1.0) / 4294967296.0;  /* (0, 1] */
-            double u2 = (double)bits.v[1] / 4294967296.0;
-            double r = sqrt(-2.0 * log(u1));
-            w[i] = (float)(std * r * cos(2.0 * M_PI * u2));
-            if (i + 1 < t->numel) w[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
-        }
-    }
+    for (int t = 0; t < layout->ntensors; t++)
+        model_init_tensor_part(cfg, layout, t, seed, 0, layout->tensors[t].numel, host + layout->tensors[t].offset);
 }
 
 Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
@@ -121,6 +125,17 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
         stream_copy(m->stream, m->targets, staged_targets, BT * sizeof(int));
     }
     event_record(m->uploaded, m->stream);
+}
+
+void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
+                    int max_B, int max_T, double bytes[MEM_KINDS]) {
+    ArenaLayout layout;
+    model_layout_units(cfg, unit, shard_multiple, &layout);
+    size_t positions = (size_t)max_B * max_T;
+    bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, recompute, max_B, max_T) * sizeof(float) +
+                              2.0 * (double)positions * sizeof(int);
+    bytes[MEM_WORKING] += (double)layernorm_scratch_floats((int)positions, cfg->embd) * sizeof(float) +
+                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double);
 }
 
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }

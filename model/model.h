@@ -123,7 +123,18 @@ int unit_policy_parse(const char *name);
  * 2-D tensors N(0, 0.02), residual output projections (c_proj) N(0, 0.02 /
  * sqrt(2L)), 1-D tensors (norm weights) 1. */
 void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32_t seed, float *host);
+/* Elements [first, first + count) of that init's tensor `tensor` into out: a
+ * pure function of the seed and the element, so that each rank initialises
+ * its own shards in place (as DeepSpeed's zero.Init) with the same bits. */
+void model_init_tensor_part(const ModelConfig *cfg, const ArenaLayout *layout, int tensor, uint32_t seed,
+                            size_t first, size_t count, float *out);
 
+/* What model_create and model_alloc_activations will take from a device of
+ * that kind for a GPT of cfg (the MLP's are not estimated), added to bytes[kind]:
+ * its activations and batch buffers (MEM_ACTIVATIONS), and its reductions'
+ * scratch (MEM_WORKING). Nothing is allocated. */
+void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
+                    int max_B, int max_T, double bytes[MEM_KINDS]);
 /* A model of cfg->kind in the units of `unit`, with activations for up to
  * max_B x max_T, no arenas; recompute as gpt_create's (the MLP keeps all). */
 Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,

@@ -44,8 +44,10 @@ int safetensors_remove_stale_temps(const char *dir, const char *name) {
     return removed;
 }
 
-int safetensors_write(const char *path, const StTensor *tensors, int n,
-                      const char *metadata_json, char *err, size_t errlen) {
+/* The header of the tensors' list: their dtypes, shapes and data offsets in
+ * the list's order, and the metadata; NULL with a message on bad metadata. */
+static char *header_json(const StTensor *tensors, int n, const char *metadata_json, size_t *data_bytes, char *err,
+                         size_t errlen) {
     json_t *header = json_object();
     if (metadata_json) {
         json_t *meta = json_loads(metadata_json, JSON_REJECT_DUPLICATES, NULL);
@@ -53,7 +55,7 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
             snprintf(err, errlen, "bad metadata JSON");
             json_decref(meta);
             json_decref(header);
-            return -1;
+            return NULL;
         }
         json_object_set_new(header, "__metadata__", meta);
     }
@@ -69,39 +71,77 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
     }
     char *json = json_dumps(header, JSON_COMPACT);
     json_decref(header);
-    if (!json) { snprintf(err, errlen, "out of memory writing '%s'", path); return -1; }
+    if (!json) snprintf(err, errlen, "out of host memory writing a header");
+    *data_bytes = offset;
+    return json;
+}
+
+int safetensors_begin(StWriter *w, const char *path, const StTensor *tensors, int n, const char *metadata_json,
+                      char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path ||
+        snprintf(w->tmp, sizeof w->tmp, "%s%s%d", path, TEMP_INFIX, (int)getpid()) >= (int)sizeof w->tmp) {
+        snprintf(err, errlen, "path too long: '%.100s...'", path);
+        return -1;
+    }
+    char *json = header_json(tensors, n, metadata_json, &w->promised, err, errlen);
+    if (!json) return -1;
     size_t json_len = strlen(json);
     size_t padded = (json_len + 7) / 8 * 8;  /* data starts 8-byte aligned */
-
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s%s%d", path, TEMP_INFIX, (int)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "path too long: '%.100s...'", path);
-        free(json);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = fopen(w->tmp, "wb");
     if (!f) {
-        snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
         free(json);
         return -1;
     }
+    w->file = f;
+    w->ok = 1;
     unsigned char len_bytes[8];
     for (int b = 0; b < 8; b++) len_bytes[b] = (unsigned char)((uint64_t)padded >> (8 * b));
-    int ok = fwrite(len_bytes, 1, 8, f) == 8 && fwrite(json, 1, json_len, f) == json_len;
-    for (size_t i = json_len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < n; i++) {
-        size_t bytes = tensor_bytes(&tensors[i]);
-        ok = fwrite(tensors[i].data, 1, bytes, f) == bytes;
-    }
+    w->ok = fwrite(len_bytes, 1, 8, f) == 8 && fwrite(json, 1, json_len, f) == json_len;
+    for (size_t i = json_len; w->ok && i < padded; i++) w->ok = fputc(' ', f) != EOF;
+    if (!w->ok) w->errno_seen = errno;
     free(json);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
     return 0;
+}
+
+void safetensors_append(StWriter *w, const void *data, size_t bytes) {
+    if (w->ok && fwrite(data, 1, bytes, w->file) != bytes) {
+        w->ok = 0;
+        w->errno_seen = errno;
+    }
+    w->written += bytes;
+}
+
+int safetensors_finish(StWriter *w, char *err, size_t errlen) {
+    int short_data = w->written != w->promised, why = w->ok ? 0 : w->errno_seen;
+    if (!why && !short_data && (fflush(w->file) != 0 || fsync(fileno(w->file)) != 0)) why = errno;
+    if (fclose(w->file) != 0 && !why) why = errno;
+    w->file = NULL;
+    if (!why && !short_data && rename(w->tmp, w->path) == 0) return 0;
+    if (!why && !short_data) why = errno;
+    if (short_data && !why)
+        snprintf(err, errlen, "cannot write '%s': %zu data bytes written, and its header promised %zu", w->path,
+                 w->written, w->promised);
+    else
+        snprintf(err, errlen, "cannot write '%s': %s", w->path, strerror(why));
+    unlink(w->tmp);
+    return -1;
+}
+
+void safetensors_abandon(StWriter *w) {
+    if (!w->file) return;
+    fclose(w->file);
+    w->file = NULL;
+    unlink(w->tmp);
+}
+
+int safetensors_write(const char *path, const StTensor *tensors, int n,
+                      const char *metadata_json, char *err, size_t errlen) {
+    StWriter w;
+    if (safetensors_begin(&w, path, tensors, n, metadata_json, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i++) safetensors_append(&w, tensors[i].data, tensor_bytes(&tensors[i]));
+    return safetensors_finish(&w, err, errlen);
 }
 
 /* The dtypes of the format, with their bits per element: the reference reader
@@ -323,7 +363,7 @@ static int open_file(StFile *f, const char *path, int header_only, char *err, si
     }
     unsigned char *bytes = malloc(want + 1);
     int ok = bytes && fseek(in, 0, SEEK_SET) == 0 && fread(bytes, 1, want, in) == want;
-    fclose(in);
+    if (!ok || !header_only) fclose(in);
     if (!ok) {
         free(bytes);
         snprintf(err, errlen, bytes ? "cannot read '%s'" : "'%s' does not fit in host memory", path);
@@ -331,6 +371,8 @@ static int open_file(StFile *f, const char *path, int header_only, char *err, si
     }
     int rc = parse(f, bytes, want, (size_t)size, path, err, errlen);
     if (rc != 0) safetensors_one_line(err);
+    if (rc != 0 && header_only) fclose(in);
+    if (rc == 0 && header_only) f->file = in;  /* the data is read from it, tensor by tensor */
     return rc;
 }
 
@@ -343,6 +385,7 @@ int safetensors_open_header(StFile *f, const char *path, char *err, size_t errle
 }
 
 void safetensors_close(StFile *f) {
+    if (f->file) fclose(f->file);
     json_decref((json_t *)f->header);
     free(f->bytes);
     memset(f, 0, sizeof *f);
@@ -356,36 +399,60 @@ int safetensors_count(const StFile *f) {
     return (int)json_object_size((json_t *)f->header) - (json_object_get((json_t *)f->header, "__metadata__") != NULL);
 }
 
-static const void *tensor_data(const StFile *f, const char *name, const char *dtype, int ndim,
-                               const int64_t *shape, char *err, size_t errlen) {
+/* The entry of tensor `name`, if its dtype and shape are as given. */
+static int find_tensor(const StFile *f, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                       Entry *entry, char *err, size_t errlen) {
     const json_t *e = json_object_get((json_t *)f->header, name);
-    if (!e || strcmp(name, "__metadata__") == 0) { snprintf(err, errlen, "missing tensor '%s'", name); return NULL; }
-    Entry entry;
-    if (read_entry(name, e, "", &entry, err, errlen) != 0) return NULL;  /* checked at open: never here */
-    if (strcmp(entry.dtype, dtype) != 0) {
-        snprintf(err, errlen, "tensor '%s' has dtype %s, expected %s", name, entry.dtype, dtype);
-        return NULL;
+    if (!e || strcmp(name, "__metadata__") == 0) { snprintf(err, errlen, "missing tensor '%s'", name); return -1; }
+    if (read_entry(name, e, "", entry, err, errlen) != 0) return -1;  /* checked at open: never here */
+    if (strcmp(entry->dtype, dtype) != 0) {
+        snprintf(err, errlen, "tensor '%s' has dtype %s, expected %s", name, entry->dtype, dtype);
+        return -1;
     }
-    int same = entry.ndim == ndim;
-    for (int d = 0; same && d < ndim; d++) same = entry.shape[d] == shape[d];
+    int same = entry->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = entry->shape[d] == shape[d];
     if (!same) {
         char want[160], got[160];
         json_int_t wanted[2] = { ndim > 0 ? shape[0] : 0, ndim > 1 ? shape[1] : 0 };
         shape_text(wanted, ndim, want, sizeof want);
-        shape_text(entry.shape, entry.ndim, got, sizeof got);
+        shape_text(entry->shape, entry->ndim, got, sizeof got);
         snprintf(err, errlen, "tensor '%s' has shape [%s], expected [%s]", name, got, want);
-        return NULL;
+        return -1;
     }
-    const unsigned char *data = f->bytes + f->data_start + (size_t)entry.begin;
-    size_t numel = (size_t)(entry.end - entry.begin) / sizeof(float);
+    return 0;
+}
+
+/* An F32 tensor's data refused when it holds a NaN or an infinity. */
+static int check_finite(const char *name, const char *dtype, const void *data, size_t bytes, char *err,
+                        size_t errlen) {
+    size_t numel = bytes / sizeof(float);
     size_t bad = strcmp(dtype, "F32") == 0 ? safetensors_first_nonfinite(data, numel) : numel;
-    if (bad < numel) {
-        float x;
-        memcpy(&x, data + bad * sizeof x, sizeof x);
-        snprintf(err, errlen, "tensor '%s' is not finite (element %zu is %g)", name, bad, x);
-        return NULL;
+    if (bad == numel) return 0;
+    float x;
+    memcpy(&x, (const unsigned char *)data + bad * sizeof x, sizeof x);
+    snprintf(err, errlen, "tensor '%s' is not finite (element %zu is %g)", name, bad, x);
+    return -1;
+}
+
+/* Bytes [at, at + bytes) of the data section: from memory, or from the file. */
+static int read_data(const StFile *f, size_t at, size_t bytes, void *out) {
+    if (!f->file) {
+        memcpy(out, f->bytes + f->data_start + at, bytes);
+        return 0;
     }
-    return data;
+    ssize_t got = pread(fileno(f->file), out, bytes, (off_t)(f->data_start + at));
+    for (size_t done = got > 0 ? (size_t)got : 0; got > 0 && done < bytes; done += (size_t)got)
+        got = pread(fileno(f->file), (char *)out + done, bytes - done, (off_t)(f->data_start + at + done));
+    return got > 0 || bytes == 0 ? 0 : -1;
+}
+
+static const void *tensor_data(const StFile *f, const char *name, const char *dtype, int ndim,
+                               const int64_t *shape, char *err, size_t errlen) {
+    Entry entry;
+    if (f->file) { snprintf(err, errlen, "tensor '%s' is on disk: read it with safetensors_read", name); return NULL; }
+    if (find_tensor(f, name, dtype, ndim, shape, &entry, err, errlen) != 0) return NULL;
+    const unsigned char *data = f->bytes + f->data_start + (size_t)entry.begin;
+    return check_finite(name, dtype, data, (size_t)(entry.end - entry.begin), err, errlen) == 0 ? data : NULL;
 }
 
 const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
@@ -393,6 +460,52 @@ const void *safetensors_tensor(const StFile *f, const char *name, const char *dt
     const void *data = tensor_data(f, name, dtype, ndim, shape, err, errlen);
     if (!data) safetensors_one_line(err);
     return data;
+}
+
+int safetensors_check(const StFile *f, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                      char *err, size_t errlen) {
+    Entry entry;
+    int rc = find_tensor(f, name, dtype, ndim, shape, &entry, err, errlen);
+    if (rc != 0) safetensors_one_line(err);
+    return rc;
+}
+
+int safetensors_read(const StFile *f, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                     void *out, char *err, size_t errlen) {
+    Entry entry;
+    int rc = find_tensor(f, name, dtype, ndim, shape, &entry, err, errlen);
+    size_t bytes = rc == 0 ? (size_t)(entry.end - entry.begin) : 0;
+    if (rc == 0 && read_data(f, (size_t)entry.begin, bytes, out) != 0) {
+        snprintf(err, errlen, "tensor '%s' cannot be read: %s", name, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0) rc = check_finite(name, dtype, out, bytes, err, errlen);
+    if (rc != 0) safetensors_one_line(err);
+    return rc;
+}
+
+int safetensors_same_data(const StFile *f, const char *a, const char *b, char *err, size_t errlen) {
+    enum { CHUNK = 1 << 20 };
+    Entry x, y;
+    const json_t *ex = json_object_get((json_t *)f->header, a), *ey = json_object_get((json_t *)f->header, b);
+    if (!ex || !ey || read_entry(a, ex, "", &x, err, errlen) || read_entry(b, ey, "", &y, err, errlen)) return -1;
+    if (x.end - x.begin != y.end - y.begin) return 0;
+    unsigned char *cx = host_calloc(CHUNK, 1), *cy = host_calloc(CHUNK, 1);
+    size_t bytes = (size_t)(x.end - x.begin);
+    int same = 1;
+    for (size_t at = 0; same == 1 && at < bytes; at += CHUNK) {
+        size_t n = bytes - at < CHUNK ? bytes - at : CHUNK;
+        if (read_data(f, (size_t)x.begin + at, n, cx) || read_data(f, (size_t)y.begin + at, n, cy)) {
+            snprintf(err, errlen, "tensors '%s' and '%s' cannot be read: %s", a, b, strerror(errno));
+            same = -1;
+        } else {
+            same = memcmp(cx, cy, n) == 0;
+        }
+    }
+    free(cx);
+    free(cy);
+    if (same < 0) safetensors_one_line(err);
+    return same;
 }
 
 size_t safetensors_first_nonfinite(const void *data, size_t n) {

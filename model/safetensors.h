@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../runtime/arena.h"
 
@@ -25,6 +26,22 @@ typedef struct {
  * never leaves a broken file. Returns 0, or -1 with a one-line message in err. */
 int safetensors_write(const char *path, const StTensor *tensors, int n,
                       const char *metadata_json, char *err, size_t errlen);
+/* The same write, streamed: begin writes the header of the n tensors (their
+ * data unread), append then takes their data in the list's order, piece by
+ * piece, and finish flushes the temporary file and renames it over path: -1
+ * with a one-line message, and the temporary file gone, if anything failed or
+ * the data is not what the header promised. abandon drops a write begun. */
+typedef struct {
+    FILE *file;
+    char path[4096], tmp[4096 + 32];
+    size_t promised, written;  /* data bytes */
+    int ok, errno_seen;
+} StWriter;
+int safetensors_begin(StWriter *w, const char *path, const StTensor *tensors, int n, const char *metadata_json,
+                      char *err, size_t errlen);
+void safetensors_append(StWriter *w, const void *data, size_t bytes);
+int safetensors_finish(StWriter *w, char *err, size_t errlen);
+void safetensors_abandon(StWriter *w);
 
 /* Remove the temporary files that saves of dir/name cut short left behind
  * (name.tmp.PID, their writer gone); the number removed. */
@@ -37,11 +54,12 @@ typedef struct {
     size_t size;
     size_t data_start;
     void *header;          /* the JSON header (a jansson json_t object) */
+    FILE *file;            /* opened header-only: the file, whose data is read on demand */
 } StFile;
 
 int safetensors_open(StFile *f, const char *path, char *err, size_t errlen);
-/* The header alone (names, shapes, metadata), without reading the data: the
- * tensors' data cannot be had from it. */
+/* The header alone (names, shapes, metadata), the file left open: its
+ * tensors are read one at a time (safetensors_read), never the whole. */
 int safetensors_open_header(StFile *f, const char *path, char *err, size_t errlen);
 /* The same over bytes already in memory (malloc'd; the StFile owns them from
  * here, even on failure); path only names them in messages. */
@@ -54,7 +72,18 @@ void safetensors_close(StFile *f);
  * otherwise. */
 const void *safetensors_tensor(const StFile *f, const char *name, const char *dtype, int ndim,
                                const int64_t *shape, char *err, size_t errlen);
-int safetensors_count(const StFile *f);  /* tensors, __metadata__ excluded */
+int safetensors_count(const StFile *f);
+/* Tensor `name`'s data into out, checked as safetensors_tensor checks it,
+ * from memory or from the file (header-only). 0, or -1 with a one-line message. */
+int safetensors_read(const StFile *f, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                     void *out, char *err, size_t errlen);
+/* Whether tensor `name` is there with that dtype and shape (its data unread):
+ * 0, or -1 with a one-line message. */
+int safetensors_check(const StFile *f, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                      char *err, size_t errlen);
+/* Whether two tensors hold the same bytes, compared a megabyte at a time: 1,
+ * 0, or -1 with a one-line message. */
+int safetensors_same_data(const StFile *f, const char *a, const char *b, char *err, size_t errlen);  /* tensors, __metadata__ excluded */
 /* A message that quotes a file's own strings (names, dtypes, metadata may hold
  * any byte) kept on one line: every control character becomes '?'. Every
  * message of this reader has been through it. */

@@ -130,6 +130,12 @@ ProcessGroup *pg_create(int nranks, Placement where, int own_cores) {
     return pg;
 }
 
+/* The exchange's staging between processes (reserve_stage), local rank 0's. */
+static void free_stage(ProcessGroup *pg) {
+    device_free(pg->device[0], MEM_WORKING, pg->stage_send, pg->stage_floats * sizeof(float));
+    device_free(pg->device[0], MEM_WORKING, pg->stage_recv, pg->stage_floats * sizeof(float));
+}
+
 void pg_destroy(ProcessGroup *pg) {
     if (!pg) return;
     for (int r = 0; r < pg->nranks; r++) {
@@ -141,8 +147,7 @@ void pg_destroy(ProcessGroup *pg) {
     if (pg->staged) event_destroy(pg->staged);
     for (int r = 0; r < pg->nranks; r++)
         if (pg->stage_free[r]) event_destroy(pg->stage_free[r]);
-    free(pg->stage_send);
-    free(pg->stage_recv);
+    free_stage(pg);
     for (int r = 0; r < pg->nranks; r++) {
         stream_destroy(pg->compute[r]);
         stream_destroy(pg->comm[r]);
@@ -204,17 +209,17 @@ static size_t stage_stride(const ProcessGroup *pg, size_t shard, int gather) {
     return gather ? shard : (size_t)pg->nranks * shard;
 }
 
-/* Staging room for a collective of n floats: P x L strides each way. Grown
- * only between collectives (the first step), never under one. */
+/* Staging room for a collective of n floats: P x L strides each way, local
+ * rank 0's working memory (its device is the CPU, whose memory MPI moves).
+ * Grown only between collectives (the first step), never under one. */
 static void reserve_stage(ProcessGroup *pg, size_t n) {
     int P = pg->world_size / pg->nranks;
     size_t shard = pg_shard_size(n, pg->world_size), need = (size_t)P * pg->nranks * stage_stride(pg, shard, 0);
     if (need <= pg->stage_floats) return;
     for (int r = 0; r < pg->nranks; r++) stream_synchronize(pg->comm[r]);
-    free(pg->stage_send);
-    free(pg->stage_recv);
-    pg->stage_send = host_calloc(need, sizeof(float));
-    pg->stage_recv = host_calloc(need, sizeof(float));
+    free_stage(pg);
+    pg->stage_send = device_alloc(pg->device[0], MEM_WORKING, need * sizeof(float));
+    pg->stage_recv = device_alloc(pg->device[0], MEM_WORKING, need * sizeof(float));
     pg->stage_floats = need;
 }
 

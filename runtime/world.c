@@ -68,6 +68,34 @@ void world_broadcast(void *buf, size_t bytes, const char *what) {
     free(from);
 }
 
+void world_gather(const void *mine, size_t bytes, const WorldChunk *at_root, const char *what) {
+    int P = the_world.nprocs, root = the_world.proc == 0;
+    if (root && bytes > 0 && at_root[0].data != mine) memcpy(at_root[0].data, mine, bytes);
+    if (P == 1) return;
+    WorldChunk *to = host_calloc((size_t)P, sizeof *to), *from = host_calloc((size_t)P, sizeof *from);
+    if (root)
+        for (int p = 1; p < P; p++) from[p] = at_root[p];
+    else
+        to[0] = (WorldChunk){ (void *)mine, bytes };
+    engine_exchange(WORLD_HOST, to, from, what);
+    free(to);
+    free(from);
+}
+
+void world_scatter(const WorldChunk *at_root, void *mine, size_t bytes, const char *what) {
+    int P = the_world.nprocs, root = the_world.proc == 0;
+    if (root && bytes > 0 && at_root[0].data != mine) memcpy(mine, at_root[0].data, bytes);
+    if (P == 1) return;
+    WorldChunk *to = host_calloc((size_t)P, sizeof *to), *from = host_calloc((size_t)P, sizeof *from);
+    if (root)
+        for (int p = 1; p < P; p++) to[p] = at_root[p];
+    else
+        from[0] = (WorldChunk){ mine, bytes };
+    engine_exchange(WORLD_HOST, to, from, what);
+    free(to);
+    free(from);
+}
+
 int world_first_nonzero(int value, int *proc, const char *what) {
     int P = the_world.nprocs, first = -1;
     int *values = host_calloc((size_t)P, sizeof *values);

@@ -70,6 +70,18 @@ void world_abort(int status) __attribute__((noreturn));
 void world_all_gather(const void *mine, void *all, size_t bytes, const char *what);
 /* buf on every process = buf on process 0. */
 void world_broadcast(void *buf, size_t bytes, const char *what);
+/* A piece of host memory, to send or to fill. */
+typedef struct {
+    void *data;
+    size_t bytes;
+} WorldChunk;
+/* Process p's `mine` (its `bytes`) into at_root[p] on process 0, which alone
+ * reads at_root (P chunks, each as large as that process's piece; zero bytes
+ * allowed); and the reverse, at_root[p] on process 0 into process p's mine.
+ * For a state too large for one host (a checkpoint's tensors): only process
+ * 0 ever holds more than its own piece. */
+void world_gather(const void *mine, size_t bytes, const WorldChunk *at_root, const char *what);
+void world_scatter(const WorldChunk *at_root, void *mine, size_t bytes, const char *what);
 /* The value of the first process (in process order) that passes a non-zero
  * one, and that process in *proc (when not NULL); 0 when none does. */
 int world_first_nonzero(int value, int *proc, const char *what);
@@ -78,10 +90,6 @@ int world_first_nonzero(int value, int *proc, const char *what);
  * arrives from it, for every p but this process (their own entries unused;
  * zero bytes are allowed). Called by one thread of a process at a time, every
  * process making the same exchanges in the same order. */
-typedef struct {
-    void *data;
-    size_t bytes;
-} WorldChunk;
 void world_exchange(const WorldChunk *to, WorldChunk *from, const char *what);
 
 #ifdef __cplusplus

@@ -9,20 +9,58 @@
 #include "../runtime/host.h"
 #include "../runtime/world.h"
 
-/* The message of a state that must not be saved: the first tensor, in the
- * file's order, that holds a NaN or an infinity. */
-static void name_first_nonfinite(const StTensor *t, int n, char *err, size_t errlen) {
-    for (int i = 0; i < n; i++) {
-        size_t numel = (size_t)(t[i].ndim > 0 ? t[i].shape[0] : 1) * (size_t)(t[i].ndim > 1 ? t[i].shape[1] : 1);
-        const float *x = t[i].data;
-        size_t bad = safetensors_first_nonfinite(x, numel);
-        if (bad < numel) {
-            snprintf(err, errlen, "the state is not finite ('%s' element %zu is %g); nothing was saved", t[i].name,
-                     bad, x[bad]);
-            return;
+/* The file's tensors in the order their data is written: the weights, the
+ * head (a copy of the token embedding) right after it, then Adam's m, then
+ * v: so a save holds one tensor at a time. */
+typedef struct {
+    int n;
+    StTensor *specs;          /* the header's entries, data unset */
+    StateOf *what;
+    int *tensor;              /* of the layout at nranks = 1 */
+    int head;                 /* the head's entry */
+    char (*names)[CHECKPOINT_NAME_MAX];
+    size_t most;              /* floats of the largest tensor */
+} FileOrder;
+
+static FileOrder file_order(const ArenaLayout *layout) {
+    FileOrder o = { .n = 3 * layout->ntensors + 1 };
+    o.specs = host_calloc((size_t)o.n, sizeof *o.specs);
+    o.what = host_calloc((size_t)o.n, sizeof *o.what);
+    o.tensor = host_calloc((size_t)o.n, sizeof *o.tensor);
+    o.names = host_calloc((size_t)o.n, CHECKPOINT_NAME_MAX);
+    int wte = arena_find(layout, "transformer.wte.weight"), k = 0;
+    static const char *const prefix[STATE_KINDS] = { "", CHECKPOINT_M_PREFIX, CHECKPOINT_V_PREFIX };
+    for (int what = STATE_WEIGHTS; what < STATE_KINDS; what++) {
+        for (int i = 0; i < layout->ntensors; i++) {
+            const TensorSpec *ts = &layout->tensors[i];
+            for (int copy = 0; copy < (what == STATE_WEIGHTS && i == wte ? 2 : 1); copy++, k++) {
+                if (copy) o.head = k;
+                snprintf(o.names[k], CHECKPOINT_NAME_MAX, "%s%s", prefix[what], copy ? CHECKPOINT_HEAD : ts->name);
+                o.specs[k] = (StTensor){ o.names[k], "F32", ts->ndim, { ts->shape[0], ts->shape[1] }, NULL };
+                o.what[k] = (StateOf)what;
+                o.tensor[k] = i;
+            }
+            if (ts->numel > o.most) o.most = ts->numel;
         }
     }
-    snprintf(err, errlen, "the state is not finite (in its padding); nothing was saved");
+    return o;
+}
+
+static void file_order_free(FileOrder *o) {
+    free(o->specs);
+    free(o->what);
+    free(o->tensor);
+    free(o->names);
+}
+
+/* The message of a state that must not be saved: its first tensor, in the
+ * file's order, that holds a NaN or an infinity; 1 once named. */
+static int name_nonfinite(const StTensor *spec, const float *x, size_t numel, char *err, size_t errlen) {
+    size_t bad = safetensors_first_nonfinite(x, numel);
+    if (bad == numel) return 0;
+    snprintf(err, errlen, "the state is not finite ('%s' element %zu is %g); nothing was saved", spec->name, bad,
+             x[bad]);
+    return 1;
 }
 
 int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, char *err, size_t errlen) {
@@ -33,91 +71,94 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     if (errlen > 0) err[0] = 0;
     /* every rank checks its shards before anything is gathered or written */
     size_t nonfinite = s->ops->count_nonfinite(s, NONFINITE_STATE);
-    ArenaLayout layout;
-    model_layout(&s->cfg.model, 1, &layout);
-    float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
-          *v = host_calloc(layout.total, sizeof(float));
-    s->ops->read_weights(s, w);
-    s->ops->read_state(s, m, v);
-    int n = 3 * layout.ntensors + 1;
-    StTensor *t = host_calloc((size_t)n, sizeof *t);
-    char (*names)[CHECKPOINT_NAME_MAX] = host_calloc((size_t)2 * layout.ntensors, CHECKPOINT_NAME_MAX);
-    for (int i = 0; i < layout.ntensors; i++) {
-        const TensorSpec *ts = &layout.tensors[i];
-        snprintf(names[2 * i], CHECKPOINT_NAME_MAX, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
-        snprintf(names[2 * i + 1], CHECKPOINT_NAME_MAX, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
-        StTensor spec = { ts->name, "F32", ts->ndim, { ts->shape[0], ts->shape[1] }, w + ts->offset };
-        t[i] = spec;
-        spec.name = names[2 * i];
-        spec.data = m + ts->offset;
-        t[layout.ntensors + 1 + 2 * i] = spec;
-        spec.name = names[2 * i + 1];
-        spec.data = v + ts->offset;
-        t[layout.ntensors + 2 + 2 * i] = spec;
-    }
-    const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
-    t[layout.ntensors] = (StTensor){ CHECKPOINT_HEAD, "F32", 2, { wte->shape[0], wte->shape[1] }, w + wte->offset };
-    int rc = -1;
-    int faulty_rank = s->cfg.fault.rank;
+    int root = world()->proc == 0, faulty_rank = s->cfg.fault.rank;
     if (fault_strikes(&s->cfg, faulty_rank, info->iter, FAULT_SAVE) && faulty_rank < s->cfg.nranks) {
-        /* its shards gathered, the rank fails before anything is written */
         snprintf(err, errlen, "rank %d: injected fault (--inject-fault) at step %d in the save; nothing was saved",
                  faulty_rank, info->iter);
-    } else if (nonfinite == 0 && world()->proc == 0) {
+        return -1;
+    }
+    ArenaLayout layout;
+    model_layout(&s->cfg.model, 1, &layout);
+    FileOrder order = file_order(&layout);
+    StWriter writer;
+    int rc = 0;
+    if (root && nonfinite == 0) {
         char *meta = checkpoint_metadata_json(info);
-        rc = safetensors_write(path, t, n, meta, err, errlen);
+        rc = safetensors_begin(&writer, path, order.specs, order.n, meta, err, errlen);
         free(meta);
-    } else if (nonfinite == 0) {
-        rc = 0;  /* process 0 writes; its outcome is every process's, below */
-    } else {
-        name_first_nonfinite(t, n, err, errlen);
+    }
+    world_broadcast(&rc, sizeof rc, "the save's start");
+    float *tensor = root ? host_calloc(order.most, sizeof(float)) : NULL;
+    int named = 0;
+    for (int k = 0; rc == 0 && k < order.n; k++) {
+        const TensorSpec *ts = &layout.tensors[order.tensor[k]];
+        if (k != order.head) s->ops->read_tensor(s, order.what[k], order.tensor[k], tensor);  /* the head: the same */
+        if (root && nonfinite == 0) safetensors_append(&writer, tensor, ts->numel * sizeof(float));
+        else if (root && !named) named = name_nonfinite(&order.specs[k], tensor, ts->numel, err, errlen);
+    }
+    if (rc == 0 && nonfinite > 0) {
+        if (!named) snprintf(err, errlen, "the state is not finite (in its padding); nothing was saved");
+        rc = -1;
+    } else if (rc == 0 && root) {
+        rc = safetensors_finish(&writer, err, errlen);
     }
     world_broadcast(&rc, sizeof rc, "the save's outcome");
     world_broadcast(err, errlen, "the save's outcome");
-    free(names);
-    free(t);
-    free(w);
-    free(m);
-    free(v);
+    free(tensor);
+    file_order_free(&order);
     return rc;
 }
 
 int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInfo *info, char *err,
                     size_t errlen) {
-    StFile f;
     if (s->cfg.model.kind != MODEL_GPT) {
         snprintf(err, errlen, "checkpoints hold GPTs only");
         return -1;
     }
-    ArenaLayout layout;
-    model_layout(&s->cfg.model, 1, &layout);
-    float *w = host_calloc(layout.total, sizeof(float)), *m = host_calloc(layout.total, sizeof(float)),
-          *v = host_calloc(layout.total, sizeof(float));
-    /* process 0 alone reads the file (no shared filesystem needed); the
-     * write_* ops send every process its part */
-    int rc = -1;
+    /* process 0 alone reads the file (no shared filesystem needed): it checks
+     * every tensor, then reads each again and write_tensor sends every rank
+     * its part */
+    int rc = -1, root = world()->proc == 0, from_hf = root && !with_state && hf_gpt2_at(path);
     memset(info, 0, sizeof *info);
     if (errlen > 0) err[0] = 0;
     HfGpt2 hf;
-    if (world()->proc == 0 && !with_state && hf_gpt2_at(path)) {
-        rc = hf_gpt2_open(path, &hf, err, errlen) == 0 ? hf_gpt2_read_weights(&hf, &s->cfg.model, w, err, errlen) : -1;
+    StFile f;
+    memset(&f, 0, sizeof f);
+    if (from_hf) {
+        rc = hf_gpt2_open(path, &hf, err, errlen) == 0 && safetensors_open_header(&f, hf.weights_path, err, errlen) == 0
+                 ? hf_gpt2_check(&hf, &f, &s->cfg.model, err, errlen)
+                 : -1;
         *info = (CheckpointInfo){ .model = s->cfg.model, .foreign = 1, .hf_vocab = hf.model.vocab };
-    } else if (world()->proc == 0 && safetensors_open(&f, path, err, errlen) == 0) {
-        rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, w, m, v, err, errlen);
-        safetensors_close(&f);
+    } else if (root && safetensors_open_header(&f, path, err, errlen) == 0) {
+        rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, NULL, NULL, NULL, err, errlen);
     }
     world_broadcast(&rc, sizeof rc, "the checkpoint's check");
     world_broadcast(err, errlen, "the checkpoint's check");
     world_broadcast(info, sizeof *info, "the checkpoint's metadata");
-    if (rc == 0) {
-        s->ops->write_weights(s, w);
-        if (with_state) {
-            s->ops->write_state(s, m, v);
-            s->adam_step = info->adam_step;
+    ArenaLayout layout;
+    model_layout(&s->cfg.model, 1, &layout);
+    size_t most = 0;
+    for (int i = 0; i < layout.ntensors; i++)
+        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    float *tensor = root && rc == 0 ? host_calloc(most, sizeof(float)) : NULL;
+    int read_rc = 0;
+    for (int what = STATE_WEIGHTS; rc == 0 && what < (with_state ? STATE_KINDS : STATE_EXP_AVG); what++) {
+        for (int i = 0; i < layout.ntensors; i++) {
+            if (root && read_rc == 0)
+                read_rc = from_hf ? hf_gpt2_read_tensor(&hf, &f, &s->cfg.model, i, tensor, err, errlen)
+                                  : checkpoint_read_tensor(&f, path, (StateOf)what, &layout.tensors[i], tensor, err,
+                                                           errlen);
+            s->ops->write_tensor(s, (StateOf)what, i, tensor);
         }
     }
-    free(w);
-    free(m);
-    free(v);
+    if (rc == 0) {
+        /* a file changed under the load since its check */
+        world_broadcast(&read_rc, sizeof read_rc, "the checkpoint's load");
+        world_broadcast(err, errlen, "the checkpoint's load");
+        rc = read_rc;
+    }
+    if (rc == 0 && with_state) s->adam_step = info->adam_step;
+    free(tensor);
+    safetensors_close(&f);
     return rc;
 }

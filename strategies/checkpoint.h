@@ -9,13 +9,16 @@
  * step, and the seed. Every random draw here (batches, dropout, sampling) is a
  * function of the seed and the step, so those two are the generators' state.
  *
- * Rank 0 writes it after every shard is gathered (the strategies' read_* ops),
- * to a temporary file that is flushed and renamed over the old one; loading
- * checks everything before it changes anything, then writes the state through
- * the strategy's write_* ops, which shard it as that strategy holds it. So a
- * file saved by any strategy at any N resumes under any other. Past one
- * process (runtime/world.h) only process 0, global rank 0's, reads or writes
- * the file, and tells the others its outcome: no shared filesystem is needed.
+ * Both ways stream, one tensor at a time, through the strategy's read_tensor
+ * and write_tensor: a save writes the header first (from the layout), then
+ * each tensor as its shards arrive, to a temporary file that is flushed and
+ * renamed over the old one; a load checks every tensor, reading one at a
+ * time, before it changes anything, then reads each again and sends every
+ * rank its part. So the most any host holds of the state is one tensor, and
+ * only process 0's; and a file saved by any strategy at any N resumes under
+ * any other. Past one process (runtime/world.h) only process 0, global rank
+ * 0's, reads or writes the file, and tells the others its outcome: no shared
+ * filesystem is needed.
  */
 #ifndef ZF_CHECKPOINT_H
 #define ZF_CHECKPOINT_H
@@ -48,17 +51,25 @@ extern const char CHECKPOINT_FILE_NAME[];  /* the trainer's file in its --out fo
 char *checkpoint_metadata_json(const CheckpointInfo *info);
 /* The metadata of an open file, checked. 0, or -1 with a one-line message. */
 int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, char *err, size_t errlen);
-/* Check an open file against the model `want` and copy its weights (and, when
- * it holds them, Adam's m and v) into host arenas of the GPT's layout at
- * nranks = 1. with_state: the file must hold Adam's state. Without with_state,
- * a file with no model config or vocabulary in its metadata (one that PyTorch's
+/* Check an open file (whole, or header-only) against the model `want`, one
+ * tensor at a time: every weight (F32, want's shapes, finite), and Adam's m
+ * and v (finite, v never negative) when with_state, which asks for them;
+ * without it only their dtypes and shapes. Without with_state, a file with no
+ * model config or vocabulary in its metadata (one that PyTorch's
  * safetensors.torch.save_file wrote from nanoGPT's state_dict) is taken as
- * info->foreign: its tensors must have nanoGPT's names and want's shapes (F32,
- * finite), lm_head.weight, if there, equal to the token embedding. m and v
- * may be NULL: Adam's state is then left unread. 0, or -1 with a one-line
- * message naming the problem. */
+ * info->foreign: its tensors must have nanoGPT's names, lm_head.weight, if
+ * there, equal to the token embedding. Then the arenas given (w, m, v, of the
+ * GPT's layout at nranks = 1; any may be NULL, m and v read only when the
+ * file holds them) get the file's tensors. 0, or -1 with a one-line message
+ * naming the problem. */
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
                      CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen);
+
+/* Tensor ts (of the layout at nranks = 1) of a state from an open file
+ * checked by checkpoint_check, into out (its numel floats), checked again: 0,
+ * or -1 with a one-line message. */
+int checkpoint_read_tensor(const StFile *f, const char *path, StateOf what, const TensorSpec *ts, float *out,
+                           char *err, size_t errlen);
 
 /* Save s's weights and Adam state with info's metadata (info->model and the
  * vocabulary must be s's). 0, or -1 with a one-line message in err. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "../runtime/host.h"
 #include "checkpoint.h"
 
 const char CHECKPOINT_M_PREFIX[] = "optim.exp_avg.", CHECKPOINT_V_PREFIX[] = "optim.exp_avg_sq.",
@@ -143,18 +144,33 @@ static int check_second_moment(const char *path, const char *name, const float *
     return 0;
 }
 
-/* Copy one F32 tensor of the file into a host arena, checking it. */
-static int take(const StFile *f, const char *path, const char *name, const TensorSpec *ts, float *arena,
-                char *err, size_t errlen) {
+/* The file's name of tensor ts of a state. */
+static void state_name(StateOf what, const TensorSpec *ts, char *name, size_t len) {
+    const char *prefix = what == STATE_EXP_AVG ? CHECKPOINT_M_PREFIX : what == STATE_EXP_AVG_SQ ? CHECKPOINT_V_PREFIX : "";
+    snprintf(name, len, "%s%s", prefix, ts->name);
+}
+
+int checkpoint_read_tensor(const StFile *f, const char *path, StateOf what, const TensorSpec *ts, float *out,
+                           char *err, size_t errlen) {
     int64_t shape[2] = { ts->shape[0], ts->shape[1] };
-    char why[256];
-    const void *data = safetensors_tensor(f, name, "F32", ts->ndim, shape, why, sizeof why);
-    if (!data) {
+    char name[CHECKPOINT_NAME_MAX], why[256];
+    state_name(what, ts, name, sizeof name);
+    if (safetensors_read(f, name, "F32", ts->ndim, shape, out, why, sizeof why) != 0) {
         snprintf(err, errlen, "'%s': %s", path, why);
         return -1;
     }
-    memcpy(arena + ts->offset, data, ts->numel * sizeof(float));
-    return 0;
+    return what == STATE_EXP_AVG_SQ ? check_second_moment(path, name, out, ts->numel, err, errlen) : 0;
+}
+
+/* A tensor of the state that is not read: there, of its dtype and shape. */
+static int check_unread(const StFile *f, const char *path, StateOf what, const TensorSpec *ts, char *err,
+                        size_t errlen) {
+    int64_t shape[2] = { ts->shape[0], ts->shape[1] };
+    char name[CHECKPOINT_NAME_MAX], why[256];
+    state_name(what, ts, name, sizeof name);
+    if (safetensors_check(f, name, "F32", ts->ndim, shape, why, sizeof why) == 0) return 0;
+    snprintf(err, errlen, "'%s': %s", path, why);
+    return -1;
 }
 
 static int same_model(const ModelConfig *a, const ModelConfig *b) {
@@ -181,39 +197,39 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     }
     ArenaLayout layout;
     gpt_layout(want, 1, &layout);
-    const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
+    size_t most = 0;
+    for (int i = 0; i < layout.ntensors; i++)
+        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    /* every tensor that will be loaded is read and checked, one at a time;
+     * Adam's state, when it will not be, only for its dtype and shape */
+    float *scratch = host_calloc(most, sizeof(float));
     int rc = 0;
-    for (int i = 0; rc == 0 && i < layout.ntensors; i++) {
-        const TensorSpec *ts = &layout.tensors[i];
-        char name[CHECKPOINT_NAME_MAX];
-        rc = take(f, path, ts->name, ts, w, err, errlen);
-        snprintf(name, sizeof name, "%s%s", CHECKPOINT_M_PREFIX, ts->name);
-        if (rc == 0 && info->has_state && m) rc = take(f, path, name, ts, m, err, errlen);
-        snprintf(name, sizeof name, "%s%s", CHECKPOINT_V_PREFIX, ts->name);
-        if (rc == 0 && info->has_state && v) rc = take(f, path, name, ts, v, err, errlen);
-        if (rc == 0 && info->has_state && v)
-            rc = check_second_moment(path, name, v + ts->offset, ts->numel, err, errlen);
-    }
+    for (int what = STATE_WEIGHTS; rc == 0 && what < (info->has_state ? STATE_KINDS : STATE_EXP_AVG); what++)
+        for (int i = 0; rc == 0 && i < layout.ntensors; i++)
+            rc = what == STATE_WEIGHTS || with_state
+                     ? checkpoint_read_tensor(f, path, (StateOf)what, &layout.tensors[i], scratch, err, errlen)
+                     : check_unread(f, path, (StateOf)what, &layout.tensors[i], err, errlen);
+    free(scratch);
     /* the head is the token embedding: nanoGPT ties them */
-    if (rc == 0) {
+    if (rc == 0 && (!info->foreign || holds(f, CHECKPOINT_HEAD))) {
+        const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
         int64_t shape[2] = { wte->shape[0], wte->shape[1] };
         char why[256];
-        int head_held = !info->foreign || holds(f, CHECKPOINT_HEAD);
-        const void *head = head_held ? safetensors_tensor(f, CHECKPOINT_HEAD, "F32", 2, shape, why, sizeof why) : NULL;
-        if (!head_held) {
-            /* a foreign file may leave the tied head out, as safetensors' save_model does */
-        } else if (!head) {
-            snprintf(err, errlen, "'%s': %s", path, why);
-            rc = -1;
-        } else if (memcmp(head, w + wte->offset, wte->numel * sizeof(float)) != 0) {
-            snprintf(err, errlen, "'%s': lm_head.weight differs from transformer.wte.weight (an untied head)", path);
-            rc = -1;
-        }
+        rc = safetensors_check(f, CHECKPOINT_HEAD, "F32", 2, shape, why, sizeof why);
+        int tied = rc == 0 ? safetensors_same_data(f, CHECKPOINT_HEAD, wte->name, why, sizeof why) : -1;
+        if (rc != 0 || tied < 0) snprintf(err, errlen, "'%s': %s", path, why);
+        else if (!tied) snprintf(err, errlen, "'%s': lm_head.weight differs from transformer.wte.weight (an untied head)", path);
+        rc = tied == 1 ? 0 : -1;
     }
     int expected = layout.ntensors * (info->has_state ? 3 : 1) + (!info->foreign || holds(f, CHECKPOINT_HEAD));
     if (rc == 0 && safetensors_count(f) != expected) {
         snprintf(err, errlen, "'%s' holds %d tensors, and this model has %d", path, safetensors_count(f), expected);
         rc = -1;
     }
+    float *into[STATE_KINDS] = { w, m, v };
+    for (int what = STATE_WEIGHTS; rc == 0 && what < STATE_KINDS; what++)
+        for (int i = 0; rc == 0 && into[what] && (what == STATE_WEIGHTS || info->has_state) && i < layout.ntensors; i++)
+            rc = checkpoint_read_tensor(f, path, (StateOf)what, &layout.tensors[i], into[what] + layout.tensors[i].offset,
+                                        err, errlen);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include "ranks.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,25 +24,21 @@ static void set_owner(Ranks *d, const char *hint) {
     }
 }
 
-/* What a rank that runs out of memory past its models should try: under a
- * cap, the smallest stage whose state (the registry's formula) and unit-sized
- * buffers fit beside what the models hold already (activations, scratch);
- * fewer rows when that is no higher stage than this one, or none fits. */
+/* What a rank that runs out of memory should try: under a cap, the smallest
+ * stage whose estimate (strategy_estimate: state, working buffers,
+ * activations) fits; fewer rows when that is no higher stage than this one,
+ * or none fits. */
 static void set_memory_hint(Ranks *d) {
-    Device *dev = d->pg->device[0];
-    double cap = (double)device_limit(dev), P = (double)d->plain_layout.numel, unit_bytes = 0;
-    for (int u = 0; u < d->layout->nunits; u++)
-        unit_bytes = fmax(unit_bytes, (double)(d->layout->units[u].size * sizeof(float)));
-    double buffers_per_kind = d->base.cfg.overlap ? strategy_live_units(&d->base.cfg) : 1;
-    double models = (double)(device_bytes_in_use(dev, MEM_ACTIVATIONS) + device_bytes_in_use(dev, MEM_WORKING));
+    double cap = (double)device_limit(d->pg->device[0]);
     int stage = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++)
         if (strcmp(STRATEGIES[k].name, d->base.name) == 0) stage = STRATEGIES[k].stage;
     char hint[160] = "a higher --zero stage, more --gpus, or fewer rows (--batch)";
     if (cap > 0) snprintf(hint, sizeof hint, "no stage fits: more --gpus or fewer rows (--batch)");
     for (int k = 0; cap > 0 && k < STRATEGY_KINDS; k++) {
-        double need = STRATEGIES[k].state_bytes_per_param(d->nranks) * P + models +
-                      STRATEGIES[k].unit_buffers * buffers_per_kind * unit_bytes;
+        double bytes[MEM_KINDS], need = 0;
+        strategy_estimate(&STRATEGIES[k], &d->base.cfg, device_kind(d->pg->device[0]), bytes);
+        for (int i = 0; i < MEM_KINDS; i++) need += bytes[i];
         if (need > cap) continue;
         if (STRATEGIES[k].stage <= stage)
             snprintf(hint, sizeof hint, "its working buffers pass the cap: fewer rows (--batch) or more --gpus");
@@ -79,7 +76,6 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.placement = d->pg->description;
     d->base.device_kind = device_kind(d->pg->device[0]);
     d->base.simulated = d->pg->simulated;
-    model_layout(&cfg->model, 1, &d->plain_layout);
     for (int r = 0; r < d->local; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
     for (int r = 0; r < d->local; r++) {
@@ -186,6 +182,15 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     return d->failed[rank] ? -1 : 0;
 }
 
+/* Every local rank's body on its fiber: 0, or -1 after printing the failing rank. */
+static int run_fibers(Ranks *d, int (*body)(Fibers *f, int rank, void *ctx), void *ctx) {
+    for (int r = 0; r < d->local; r++) d->failed[r] = 0;
+    if (fibers_run(d->fibers, body, ctx) == 0) return 0;
+    if (world()->nprocs > 1) fprintf(stderr, "error: process %d: %s\n", world()->proc, fibers_error(d->fibers));
+    else fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
+    return -1;
+}
+
 int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training) {
     d->x = x;
     d->y = y;
@@ -193,11 +198,7 @@ int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, in
     d->micro = micro;
     d->micros = micros;
     d->training = training;
-    for (int r = 0; r < d->local; r++) d->failed[r] = 0;
-    if (fibers_run(d->fibers, rank_body, d) == 0) return 0;
-    if (world()->nprocs > 1) fprintf(stderr, "error: process %d: %s\n", world()->proc, fibers_error(d->fibers));
-    else fprintf(stderr, "error: %s\n", fibers_error(d->fibers));
-    return -1;
+    return run_fibers(d, rank_body, d);
 }
 
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
@@ -263,43 +264,47 @@ float ranks_eval_loss(Strategy *s, const int *x, const int *y) {
     return ranks_train_loss(s);
 }
 
-/* On rank 0, whose tokens every process then has. With sharded weights, they
- * are gathered once (by every process) into a GPT that lives for this call,
- * on rank 0's device. */
+/* One generation's arguments, for its rank bodies. */
+typedef struct {
+    Ranks *ranks;
+    int *tokens;
+    int n_prompt, n_new;
+    Sampling how;
+} Generation;
+
+/* Global rank 0 generates; every other rank arrives at the unit hooks of each
+ * of its forwards (one per new token, every unit in order), so that the
+ * strategy gathers each unit in turn into its own buffers. */
+static int generate_body(Fibers *f, int rank, void *ctx) {
+    (void)f;
+    Generation *gen = ctx;
+    Ranks *d = gen->ranks;
+    Model *m = d->model[rank];
+    if (ranks_global(d, rank) == 0) {
+        gpt_generate((GPT *)m, gen->tokens, gen->n_prompt, gen->n_new, gen->how);
+    } else {
+        for (int n = 0; n < gen->n_new; n++)
+            for (int u = 0; u < m->layout.nunits; u++) model_before_forward(m, u);
+    }
+    return d->failed[rank] ? -1 : 0;
+}
+
+/* On global rank 0, whose tokens every process then has. With sharded
+ * weights no rank holds the whole model even here: each forward gathers one
+ * unit at a time, as in training. */
 int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how) {
     Ranks *d = (Ranks *)s;
     if (s->cfg.model.kind != MODEL_GPT) return -1;
+    int rc = 0;
     if (d->weights_held == HELD_FULL) {
         if (d->first == 0) gpt_generate((GPT *)d->model[0], tokens, n_prompt, n_new, how);
-        world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
-        return 0;
+    } else {
+        Generation gen = { d, tokens, n_prompt, n_new, how };
+        d->training = 0;
+        rc = run_fibers(d, generate_body, &gen);
     }
-    GPT *g = gpt_create(&s->cfg.model, UNIT_BLOCK, 0, 1, d->pg->device[0], d->pg->compute[0], 1, s->cfg.model.block_size);
-    model_own_weights(&g->base);
-    float *host = host_calloc(d->plain_layout.total, sizeof(float));
-    ranks_read_weights(s, host);
-    stream_copy(g->base.stream, g->base.params, host, d->plain_layout.total * sizeof(float));
-    if (d->first == 0) gpt_generate(g, tokens, n_prompt, n_new, how);
     world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
-    stream_synchronize(g->base.stream);  /* the copy above, when nothing was generated */
-    model_destroy(&g->base);
-    free(host);
-    return 0;
-}
-
-/* Copy between the host layout of one rank and a padded host arena, tensor by
- * tensor; the host layout's own padding is zero. */
-static void unpad(const Ranks *d, float *plain, const float *padded) {
-    memset(plain, 0, d->plain_layout.total * sizeof(float));
-    for (int i = 0; i < d->layout->ntensors; i++)
-        memcpy(plain + d->plain_layout.tensors[i].offset, padded + d->layout->tensors[i].offset,
-               d->layout->tensors[i].numel * sizeof(float));
-}
-
-static void pad(const Ranks *d, float *padded, const float *plain) {
-    for (int i = 0; i < d->layout->ntensors; i++)
-        memcpy(padded + d->layout->tensors[i].offset, plain + d->plain_layout.tensors[i].offset,
-               d->layout->tensors[i].numel * sizeof(float));
+    return rc;
 }
 
 /* Floats in a rank's buffer of a state held as `how`. */
@@ -307,95 +312,143 @@ static size_t held_length(const Ranks *d, Holding how) {
     return how == HELD_FULL ? d->layout->total : d->layout->total / (size_t)d->nranks;
 }
 
-/* Global rank g's copies, on stream s, between its buffer and the padded host
- * arena, as held. */
-static void copy_rank(Ranks *d, Stream *s, int g, float *buf, Holding how, float *padded, int to_host) {
-    size_t part = d->layout->total / (size_t)d->nranks;
-    if (how == HELD_FULL) {
-        size_t bytes = d->layout->total * sizeof(float);
-        stream_copy(s, to_host ? padded : buf, to_host ? buf : padded, bytes);
-    } else if (how == HELD_PARTS) {
-        float *host = padded + (size_t)g * part;
-        stream_copy(s, to_host ? host : buf, to_host ? buf : host, part * sizeof(float));
-    } else {
-        for (int u = 0; u < d->layout->nunits; u++) {
-            const UnitSpec *unit = &d->layout->units[u];
-            size_t shard = unit->size / (size_t)d->nranks;
-            float *host = padded + unit->offset + (size_t)g * shard, *dev = buf + ranks_shard_arena_offset(d, u);
-            stream_copy(s, to_host ? host : dev, to_host ? dev : host, shard * sizeof(float));
-        }
+/* The part of tensor t that global rank g holds as `how`: the padded arena's
+ * elements [*from, *from + n) at *at in its buffer; n, 0 when it holds none.
+ * A rank's holding is one range of the arena: all of it (HELD_FULL), its part
+ * (HELD_PARTS), or its shard of the tensor's unit (HELD_UNIT_SHARDS). */
+static size_t held_part(const Ranks *d, Holding how, int g, int t, size_t *from, size_t *at) {
+    const TensorSpec *ts = &d->layout->tensors[t];
+    size_t start = 0, end = d->layout->total, base = 0;  /* the holding, and where it starts in the buffer */
+    if (how == HELD_PARTS) {
+        start = (size_t)g * held_length(d, how);
+        end = start + held_length(d, how);
+    } else if (how == HELD_UNIT_SHARDS) {
+        const UnitSpec *u = &d->layout->units[ts->unit];
+        start = u->offset + (size_t)g * (u->size / (size_t)d->nranks);
+        end = start + u->size / (size_t)d->nranks;
+        base = u->offset / (size_t)d->nranks;
     }
+    size_t lo = ts->offset > start ? ts->offset : start, hi = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
+    *from = lo;
+    *at = base + (lo - start);
+    return hi > lo ? hi - lo : 0;
+}
+
+/* The part of tensor t that process p's ranks hold (HELD_PARTS, HELD_UNIT_SHARDS):
+ * one range, as their global ranks follow each other; *from the tensor's start when empty. */
+static size_t process_part(const Ranks *d, Holding how, int p, int t, size_t *from) {
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int g = p * d->local; g < (p + 1) * d->local; g++) {
+        size_t f, at, n = held_part(d, how, g, t, &f, &at);
+        if (n && f < lo) lo = f;
+        if (n && f + n > hi) hi = f + n;
+    }
+    *from = hi > lo ? lo : d->layout->tensors[t].offset;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Local rank r's part of tensor t between its buffer and a host piece that
+ * holds the arena's elements from piece_from on. */
+static void copy_part(Ranks *d, float *const *bufs, Holding how, int r, int t, float *piece, size_t piece_from,
+                      int to_host) {
+    size_t from, at, n = held_part(d, how, ranks_global(d, r), t, &from, &at);
+    if (n == 0) return;
+    float *host = piece + (from - piece_from), *dev = bufs[r] + at;
+    stream_copy(d->pg->compute[r], to_host ? host : dev, to_host ? dev : host, n * sizeof(float));
 }
 
 static void synchronize_compute(Ranks *d) {
     for (int r = 0; r < d->local; r++) stream_synchronize(d->pg->compute[r]);
 }
 
-/* Every process's ranks' buffers, all-gathered into one host array in global
- * rank order, then placed as held. */
-static void gather_to_host(Ranks *d, float *const *bufs, Holding how, float *padded) {
-    size_t len = held_length(d, how);
-    float *mine = host_calloc((size_t)d->local * len, sizeof(float)), *all = host_calloc((size_t)d->nranks * len, sizeof(float));
-    for (int r = 0; r < d->local; r++) stream_copy(d->pg->compute[r], mine + (size_t)r * len, bufs[r], len * sizeof(float));
-    synchronize_compute(d);
-    world_all_gather(mine, all, (size_t)d->local * len * sizeof(float), "the state's shards");
-    for (int g = 0; g < d->nranks; g++) copy_rank(d, d->pg->compute[0], g, all + (size_t)g * len, how, padded, 1);
-    synchronize_compute(d);
-    free(mine);
-    free(all);
-}
-
-void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host) {
-    float *padded = host_calloc(d->layout->total, sizeof(float));
-    if (how != HELD_FULL && d->local < d->nranks) {
-        gather_to_host(d, bufs, how, padded);
-    } else {
-        for (int r = 0; r < (how == HELD_FULL ? 1 : d->local); r++)
-            copy_rank(d, d->pg->compute[r], ranks_global(d, r), bufs[r], how, padded, 1);
-        synchronize_compute(d);
-        /* rank 0's replica, which process 0 holds */
-        world_broadcast(padded, d->layout->total * sizeof(float), "the state");
+/* Where each process's part of tensor t goes in process 0's host copy of it. */
+static WorldChunk *parts_at_root(const Ranks *d, Holding how, int t, float *host) {
+    if (world()->proc != 0) return NULL;
+    WorldChunk *at = host_calloc((size_t)world()->nprocs, sizeof *at);
+    for (int p = 0; p < world()->nprocs; p++) {
+        size_t from, n = process_part(d, how, p, t, &from);
+        at[p] = (WorldChunk){ host + (from - d->layout->tensors[t].offset), n * sizeof(float) };
     }
-    unpad(d, host, padded);
-    free(padded);
+    return at;
 }
 
-void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host) {
-    float *padded = host_calloc(d->layout->total, sizeof(float));
-    pad(d, padded, host);
-    world_broadcast(padded, d->layout->total * sizeof(float), "the state");
-    for (int r = 0; r < d->local; r++) copy_rank(d, d->pg->compute[r], ranks_global(d, r), bufs[r], how, padded, 0);
+void ranks_tensor_to_host(Ranks *d, float *const *bufs, Holding how, int t, float *host) {
+    const TensorSpec *ts = &d->layout->tensors[t];
+    int root = world()->proc == 0;
+    if (how == HELD_FULL) {  /* global rank 0 has it all */
+        if (root) copy_part(d, bufs, how, 0, t, host, ts->offset, 1);
+        synchronize_compute(d);
+        return;
+    }
+    size_t from, n = process_part(d, how, world()->proc, t, &from);
+    float *mine = root ? host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
+    for (int r = 0; r < d->local; r++) copy_part(d, bufs, how, r, t, mine, from, 1);
     synchronize_compute(d);
-    free(padded);
+    WorldChunk *at_root = parts_at_root(d, how, t, host);
+    world_gather(mine, n * sizeof(float), at_root, "a tensor of the state");
+    free(at_root);
+    if (!root) free(mine);
 }
 
-void ranks_read_weights(Strategy *s, float *host) {
+void ranks_tensor_from_host(Ranks *d, float *const *bufs, Holding how, int t, const float *host) {
+    const TensorSpec *ts = &d->layout->tensors[t];
+    int root = world()->proc == 0;
+    size_t from = ts->offset, n = how == HELD_FULL ? ts->numel : process_part(d, how, world()->proc, t, &from);
+    float *mine = root ? (float *)host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
+    if (how == HELD_FULL) {  /* every rank holds it whole */
+        world_broadcast(mine, n * sizeof(float), "a tensor of the state");
+    } else {
+        WorldChunk *at_root = parts_at_root(d, how, t, (float *)host);
+        world_scatter(at_root, mine, n * sizeof(float), "a tensor of the state");
+        free(at_root);
+    }
+    for (int r = 0; r < d->local; r++) copy_part(d, bufs, how, r, t, mine, from, 0);
+    synchronize_compute(d);
+    if (!root) free(mine);
+}
+
+/* A state's buffers, and how they are held. */
+static float *const *state_buffers(Ranks *d, StateOf what, Holding *how) {
+    *how = what == STATE_WEIGHTS ? d->weights_held : d->adam_held;
+    return what == STATE_WEIGHTS ? d->weights : what == STATE_EXP_AVG ? d->m : d->v;
+}
+
+void ranks_read_tensor(Strategy *s, StateOf what, int tensor, float *host) {
     Ranks *d = (Ranks *)s;
-    ranks_to_host(d, d->weights, d->weights_held, host);
+    Holding how;
+    float *const *bufs = state_buffers(d, what, &how);
+    ranks_tensor_to_host(d, bufs, how, tensor, host);
 }
 
-void ranks_write_weights(Strategy *s, const float *host) {
+void ranks_write_tensor(Strategy *s, StateOf what, int tensor, const float *host) {
     Ranks *d = (Ranks *)s;
-    ranks_from_host(d, d->weights, d->weights_held, host);
+    Holding how;
+    float *const *bufs = state_buffers(d, what, &how);
+    ranks_tensor_from_host(d, bufs, how, tensor, host);
 }
 
-void ranks_read_state(Strategy *s, float *m, float *v) {
-    Ranks *d = (Ranks *)s;
-    ranks_to_host(d, d->m, d->adam_held, m);
-    ranks_to_host(d, d->v, d->adam_held, v);
-}
-
-void ranks_write_state(Strategy *s, const float *m, const float *v) {
-    Ranks *d = (Ranks *)s;
-    ranks_from_host(d, d->m, d->adam_held, m);
-    ranks_from_host(d, d->v, d->adam_held, v);
-}
-
+/* Each process computes the initial values of its ranks' parts of each tensor
+ * (model_init_tensor_part: the bits of the whole arena's init), one tensor at
+ * a time, and copies them into place: no process ever holds more of the
+ * model than its ranks' own part of one tensor (all of it, when they hold the
+ * full weights). */
 void ranks_init_weights(Ranks *d) {
-    float *init = host_calloc(d->plain_layout.total, sizeof(float));
-    model_init_params(&d->base.cfg.model, &d->plain_layout, d->base.cfg.seed, init);
-    ranks_write_weights(&d->base, init);
-    free(init);
+    Holding how = d->weights_held;
+    size_t most = 1;
+    for (int t = 0; t < d->layout->ntensors; t++) {
+        size_t from, n = how == HELD_FULL ? d->layout->tensors[t].numel : process_part(d, how, world()->proc, t, &from);
+        if (n > most) most = n;
+    }
+    float *piece = host_calloc(most, sizeof(float));
+    for (int t = 0; t < d->layout->ntensors; t++) {
+        const TensorSpec *ts = &d->layout->tensors[t];
+        size_t from = ts->offset, n = how == HELD_FULL ? ts->numel : process_part(d, how, world()->proc, t, &from);
+        if (n == 0) continue;
+        model_init_tensor_part(&d->base.cfg.model, d->layout, t, d->base.cfg.seed, from - ts->offset, n, piece);
+        for (int r = 0; r < d->local; r++) copy_part(d, d->weights, how, r, t, piece, from, 0);
+        synchronize_compute(d);
+    }
+    free(piece);
 }
 
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {

@@ -48,7 +48,6 @@ struct Ranks {
     int local, first;              /* this process's L ranks, the first one's global rank */
     ProcessGroup *pg;
     Fibers *fibers;
-    ArenaLayout plain_layout;      /* the tensors without padding, as at nranks = 1 */
     const ArenaLayout *layout;     /* the padded layout every rank's model shares */
     Model *model[FIBERS_MAX_RANKS];
     float *weights[FIBERS_MAX_RANKS];
@@ -98,7 +97,8 @@ void ranks_wait_all(Ranks *d, int rank, Event *const *done);
 /* N events on each rank's device, for a collective's parts; and their end. */
 void ranks_events_create(Ranks *d, Event **events);
 void ranks_events_destroy(Ranks *d, Event **events);
-/* Write the initial weights of cfg->seed (strategies call it once placed). */
+/* Write the initial weights of cfg->seed, each rank its own part (strategies
+ * call it once placed). */
 void ranks_init_weights(Ranks *d);
 /* The global rank of local rank r. */
 int ranks_global(const Ranks *d, int rank);
@@ -106,13 +106,11 @@ int ranks_global(const Ranks *d, int rank);
 size_t ranks_shard_offset(const Ranks *d, int unit, int rank);
 size_t ranks_shard_arena_offset(const Ranks *d, int unit);
 
-/* Copy a state held in bufs to or from the host layout of one rank (its
- * padding zero); HELD_FULL reads rank 0's and writes every rank's. Waits.
- * Past one process, to_host gives every process the whole state (the
- * processes' parts all-gathered), and from_host takes process 0's host copy
- * (broadcast): only process 0 need have read it. */
-void ranks_to_host(Ranks *d, float *const *bufs, Holding how, float *host);
-void ranks_from_host(Ranks *d, float *const *bufs, Holding how, const float *host);
+/* Tensor t of a state held in bufs, to the host of process 0 (its numel
+ * floats, from every rank that holds a part) or from there to every rank
+ * that holds a part (strategy.h's read_tensor, write_tensor). Waits. */
+void ranks_tensor_to_host(Ranks *d, float *const *bufs, Holding how, int t, float *host);
+void ranks_tensor_from_host(Ranks *d, float *const *bufs, Holding how, int t, const float *host);
 
 /* The ops every strategy shares. */
 void ranks_set_lr(Strategy *s, float lr);
@@ -120,10 +118,8 @@ void ranks_clip_grads(Strategy *s, float max_norm);
 float ranks_train_loss(Strategy *s);
 float ranks_eval_loss(Strategy *s, const int *x, const int *y);
 int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how);
-void ranks_read_weights(Strategy *s, float *host);
-void ranks_write_weights(Strategy *s, const float *host);
-void ranks_read_state(Strategy *s, float *m, float *v);
-void ranks_write_state(Strategy *s, const float *m, const float *v);
+void ranks_read_tensor(Strategy *s, StateOf what, int tensor, float *host);
+void ranks_write_tensor(Strategy *s, StateOf what, int tensor, const float *host);
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind);
 size_t ranks_rank_peak_bytes(Strategy *s, int rank);
 size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what);

@@ -171,8 +171,7 @@ static void destroy(Strategy *s) {
 static const StrategyOps replicated_ops = {
     .set_lr = ranks_set_lr, .forward_backward = ranks_forward_backward, .clip_grads = ranks_clip_grads,
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
-    .read_weights = ranks_read_weights, .write_weights = ranks_write_weights, .read_state = ranks_read_state,
-    .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes,
+    .read_tensor = ranks_read_tensor, .write_tensor = ranks_write_tensor, .rank_bytes = ranks_rank_bytes,
     .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
     .count_nonfinite = ranks_count_nonfinite,
 };

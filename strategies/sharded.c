@@ -250,14 +250,14 @@ static void step(Strategy *s) {
 
 /* The ops that read or write the full weights outside a forward: after the
  * weight gathers in flight. */
-static void settled_read_weights(Strategy *s, float *host) {
+static void settled_read_tensor(Strategy *s, StateOf what, int tensor, float *host) {
     settle_weights((Sharded *)s);
-    ranks_read_weights(s, host);
+    ranks_read_tensor(s, what, tensor, host);
 }
 
-static void settled_write_weights(Strategy *s, const float *host) {
+static void settled_write_tensor(Strategy *s, StateOf what, int tensor, const float *host) {
     settle_weights((Sharded *)s);
-    ranks_write_weights(s, host);
+    ranks_write_tensor(s, what, tensor, host);
 }
 
 static size_t settled_count_nonfinite(Strategy *s, NonfiniteOf what) {
@@ -305,8 +305,7 @@ static void destroy(Strategy *s) {
 static const StrategyOps sharded_ops = {
     .set_lr = ranks_set_lr, .forward_backward = ranks_forward_backward, .clip_grads = ranks_clip_grads,
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
-    .read_weights = settled_read_weights, .write_weights = settled_write_weights, .read_state = ranks_read_state,
-    .write_state = ranks_write_state, .rank_bytes = ranks_rank_bytes,
+    .read_tensor = settled_read_tensor, .write_tensor = settled_write_tensor, .rank_bytes = ranks_rank_bytes,
     .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
     .count_nonfinite = settled_count_nonfinite,
 };

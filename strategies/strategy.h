@@ -83,6 +83,9 @@ typedef struct Strategy Strategy;
  * forward_backward), or what a checkpoint holds (weights and Adam's m and v). */
 typedef enum { NONFINITE_GRADS, NONFINITE_STATE } NonfiniteOf;
 
+/* What a checkpoint moves: the weights, or Adam's m (exp_avg) or v (exp_avg_sq). */
+typedef enum { STATE_WEIGHTS, STATE_EXP_AVG, STATE_EXP_AVG_SQ, STATE_KINDS } StateOf;
+
 typedef struct {
     void (*set_lr)(Strategy *s, float lr);
     /* Micro-step `micro` of `micros` of a step (1 without accumulation): the
@@ -101,13 +104,13 @@ typedef struct {
     /* Generate n_new tokens after the prompt tokens[0, n_prompt) on rank 0, as
      * gpt_generate does (model/sample.h); -1 when the model is no GPT. */
     int (*generate)(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how);
-    /* Copy all weights, in the arena layout of nranks = 1 (its padding zero), to
-     * or from the host. */
-    void (*read_weights)(Strategy *s, float *host);
-    void (*write_weights)(Strategy *s, const float *host);
-    /* Adam's m and v, in the same layout, to or from the host (checkpoints). */
-    void (*read_state)(Strategy *s, float *m, float *v);
-    void (*write_state)(Strategy *s, const float *m, const float *v);
+    /* Tensor t (of the model's layout) of a state, to the host of process 0
+     * (its numel floats) from the ranks that hold its parts, or from process
+     * 0's host to them. Every process calls it for the same tensor, the others
+     * with host NULL; one tensor is the most any host holds of the state, and
+     * only process 0's (checkpoints stream through it). Waits. */
+    void (*read_tensor)(Strategy *s, StateOf what, int tensor, float *host);
+    void (*write_tensor)(Strategy *s, StateOf what, int tensor, const float *host);
     /* Bytes one rank holds, per kind (weights, grads, optimizer, working). */
     size_t (*rank_bytes)(Strategy *s, int rank, MemKind kind);
     /* The most bytes of every kind together one rank held at once since the
@@ -153,9 +156,22 @@ typedef struct {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
+    /* Which states a rank holds 1/N of (the rest whole): the formulas above
+     * over the padded layout, for strategy_estimate. */
+    int shards_weights, shards_grads, shards_adam;
 } StrategyKind;
 enum { STRATEGY_KINDS = 4 };
 extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
+
+/* What one rank of `kind` will hold under cfg on a device of that kind, by
+ * MemKind, in bytes, without allocating anything (as DeepSpeed's
+ * estimate_zero3_model_states_mem_needs, with the working buffers and the
+ * activations too): the state over cfg's padded layout, the unit-sized
+ * buffers, the clipping partials, and the model's activations and scratch
+ * for cfg->batch rows (model_estimate). bin/zero_memory holds it to the
+ * allocator's counts. */
+void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
+                       double bytes[MEM_KINDS]);
 
 /* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
@@ -166,5 +182,11 @@ const char *fault_site_name(FaultSite where);
 int fault_parse(const char *text, Fault *fault, char *err, size_t errlen);
 /* Whether the fault of cfg strikes rank `rank` at `step` in `where`. */
 int fault_strikes(const StrategyConfig *cfg, int rank, int step, FaultSite where);
+
+/* The whole of a state in the layout of nranks = 1 (its padding zero), tensor
+ * by tensor, to or from process 0's host: for the tests and small models (a
+ * checkpoint streams instead, one tensor at a time). */
+void strategy_read_all(Strategy *s, StateOf what, float *host);
+void strategy_write_all(Strategy *s, StateOf what, const float *host);
 
 #endif

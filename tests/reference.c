@@ -245,7 +245,7 @@ float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, 
     model_layout(&sc->model, 1, &layout);
     *n = layout.total;
     float *w = malloc(layout.total * sizeof(float));
-    s->ops->read_weights(s, w);
+    strategy_read_all(s, STATE_WEIGHTS, w);
     s->ops->destroy(s);
     return w;
 }

@@ -61,8 +61,9 @@ static State state_of(Strategy *s) {
     ArenaLayout layout;
     model_layout(&s->cfg.model, 1, &layout);
     State st = { malloc(layout.total * 4), malloc(layout.total * 4), malloc(layout.total * 4), layout.total };
-    s->ops->read_weights(s, st.w);
-    s->ops->read_state(s, st.m, st.v);
+    strategy_read_all(s, STATE_WEIGHTS, st.w);
+    strategy_read_all(s, STATE_EXP_AVG, st.m);
+    strategy_read_all(s, STATE_EXP_AVG_SQ, st.v);
     return st;
 }
 
@@ -382,8 +383,7 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
             for (int e = 0; e < edges; e++) {
                 float *x = (kind == 0 ? st.w : kind == 1 ? st.m : st.v) + at[e], kept = *x;
                 *x = e == edges - 1 ? INFINITY : NAN;
-                if (kind == 0) s->ops->write_weights(s, st.w);
-                else s->ops->write_state(s, st.m, st.v);
+                strategy_write_all(s, (StateOf)kind, kind == 0 ? st.w : kind == 1 ? st.m : st.v);
                 char err[512], want[256];
                 cr_assert_eq(checkpoint_save(s, path, &info, err, sizeof err), -1,
                              "--zero=%d: saved a %s in %s%s", zero, e == edges - 1 ? "inf" : "NaN", prefix[kind],
@@ -394,8 +394,7 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
                 cr_expect(strstr(err, want), "--zero=%d: '%s', expected '%s'", zero, err, want);
                 cr_expect_neq(access(path, F_OK), 0, "--zero=%d: a file was written", zero);
                 *x = kept;
-                if (kind == 0) s->ops->write_weights(s, st.w);
-                else s->ops->write_state(s, st.m, st.v);
+                strategy_write_all(s, (StateOf)kind, kind == 0 ? st.w : kind == 1 ? st.m : st.v);
             }
         char err[512];
         cr_expect_eq(checkpoint_save(s, path, &info, err, sizeof err), 0, "--zero=%d, restored: %s", zero, err);

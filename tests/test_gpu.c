@@ -157,8 +157,8 @@ static void check_attention(float p) {
     /* what each backend keeps for the backward is its own (the CPU's log-sum-exp,
      * the GPU's probabilities): buffers as large as the larger, and only out and
      * dqkv compared */
-    AttentionBuffers cpu_sizes = attention_buffers(stream_device(test_stream), B, T, NH);
-    AttentionBuffers gpu_sizes = attention_buffers(stream_device(gpu_stream), B, T, NH);
+    AttentionBuffers cpu_sizes = attention_buffers(DEVICE_CPU, B, T, NH);
+    AttentionBuffers gpu_sizes = attention_buffers(DEVICE_CUDA, B, T, NH);
     size_t saved_n = cpu_sizes.saved > gpu_sizes.saved ? cpu_sizes.saved : gpu_sizes.saved;
     size_t scratch_n = cpu_sizes.scratch > gpu_sizes.scratch ? cpu_sizes.scratch : gpu_sizes.scratch;
     Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 21), out = pair_random((size_t)B * T * C, -1, 1, 22);

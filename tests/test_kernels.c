@@ -149,7 +149,7 @@ typedef struct { float *out, *saved, *scratch, *dqkv; AttentionBuffers sizes; } 
 static AttentionRun run_attention(Stream *stream, const float *qkv, const float *g, const float *base, int B,
                                   int T, int C, int NH, Dropout drop) {
     size_t nqkv = (size_t)B * T * 3 * C;
-    AttentionRun r = { .sizes = attention_buffers(stream_device(stream), B, T, NH) };
+    AttentionRun r = { .sizes = attention_buffers(device_kind(stream_device(stream)), B, T, NH) };
     r.out = alloc_floats((size_t)B * T * C);
     r.saved = alloc_floats(r.sizes.saved);
     r.scratch = alloc_floats(r.sizes.scratch);

@@ -55,15 +55,17 @@ typedef struct {
 
 /* The lines of a run's stdout that must match between splits: from the first
  * evaluation or step on (the lines before name the device and the world), less
- * the timings of the iter lines, the lines naming the --out folder and the last
- * line's seconds. */
+ * the timings of the iter lines, the lines naming the --out folder, the last
+ * lines' seconds and the peak memory (a process's exchange staging is its
+ * rank 0's, so the peak depends on the split). */
 static char *progress_of(const char *stdout_path) {
     size_t n;
     char *text = (char *)read_all(stdout_path, &n), *kept = calloc(n + 1, 1), *end = kept;
     int started = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         started |= !strncmp(line, "iter ", 5) || !strncmp(line, "eval iter ", 10);
-        if (!started || !strncmp(line, "saved ", 6) || !strncmp(line, "done: ", 6)) continue;
+        if (!started || !strncmp(line, "saved ", 6) || !strncmp(line, "done: ", 6) || !strncmp(line, "peak ", 5))
+            continue;
         char *ms = strstr(line, " ms/iter");
         if (ms) {
             *ms = 0;
@@ -261,6 +263,66 @@ Test(multiprocess, a_checkpoint_moves_between_splits) {
         run_free(&in_two);
     }
     run_free(&straight);
+}
+
+/* ---- no process holds the whole model ---- */
+
+/* bin/train `args` as 4 processes of one rank, each under /usr/bin/time: the
+ * largest peak resident memory of a process, in MB, and (from its last line)
+ * the allocator's peak of rank 0 in *rank_mb. It must succeed. */
+static double largest_process_rss(const char *args, double *rank_mb) {
+    char dir[64], cmd[1024], out[128], rss_path[128], err[8192];
+    temp_dir(dir, sizeof dir, "rss");
+    snprintf(rss_path, sizeof rss_path, "%s/rss", dir);
+    snprintf(out, sizeof out, "%s/stdout.txt", dir);
+    /* -a: the processes append their lines to one file, each in one write */
+    snprintf(cmd, sizeof cmd, "%s -np 4 /usr/bin/time -a -o %s -f %%M %s", test_mpirun(), rss_path, train_binary());
+    int rc = run_tool(cmd, args, out, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s %s: exit %d:\n%s", cmd, args, rc, err);
+    char text[4096];
+    take_text(out, text, sizeof text);
+    const char *peak = strstr(text, "peak memory of ");
+    cr_assert_not_null(peak, "no peak memory line in:\n%s", text);
+    *rank_mb = strtod(strstr(peak, ": ") + 2, NULL);
+    FILE *f = fopen(rss_path, "r");
+    cr_assert_not_null(f);
+    double largest = 0, kb;
+    int n = 0;
+    for (; fscanf(f, "%lf", &kb) == 1; n++) largest = fmax(largest, kb / 1e3);
+    fclose(f);
+    cr_assert_eq(n, 4, "%d lines of /usr/bin/time, and 4 processes", n);
+    remove_dir(dir);
+    return largest;
+}
+
+/* ZeRO-3 over 4 processes: through init, a save, --resume and --init-from,
+ * no process's peak passes its rank's own (the allocator's high-water mark,
+ * the exchange's staging included), plus what a process of a tiny model
+ * holds (libraries, buffers), plus a quarter of the weights. A full host copy
+ * of the weights (50 MB here; the rank needs about 130) would pass it, and a
+ * copy of the state thrice that. */
+Test(multiprocess, no_process_of_zero3_holds_the_whole_model) {
+    need_mpi();
+    char dir[64], args[1024];
+    temp_dir(dir, sizeof dir, "whole");
+    static const char RUN[] = "--zero=3 --gpus=1 --block=16 --batch=1 --eval-iters=1 --eval-every=2 --sample-chars=20";
+    double tiny_rank, rank_mb;
+    snprintf(args, sizeof args, "%s --layers=1 --embd=32 --heads=2 --iters=2", RUN);
+    double tiny = largest_process_rss(args, &tiny_rank);
+    const char *model = "--layers=4 --embd=512 --heads=8";  /* 12.6M parameters */
+    double quarter_weights = 12.6e6 * 4 / 4 / 1e6;
+    const char *steps[] = { "--iters=2 --out=%s/a", "--iters=4 --resume=%s/a/ckpt.safetensors --out=%s/a",
+                            "--iters=2 --init-from=%s/a/ckpt.safetensors --out=%s/b" };
+    const char *names[] = { "init and a save", "--resume and a save", "--init-from and a save" };
+    for (int i = 0; i < 3; i++) {
+        char step[512];
+        snprintf(step, sizeof step, steps[i], dir, dir);
+        snprintf(args, sizeof args, "%s %s %s", RUN, model, step);
+        double rss = largest_process_rss(args, &rank_mb);
+        cr_expect_lt(rss, rank_mb + tiny + quarter_weights, "%s: a process peaked at %.1f MB, its rank needs %.1f, "
+                     "a tiny model's process %.1f", names[i], rss, rank_mb, tiny);
+    }
+    remove_dir(dir);
 }
 
 /* ---- faults ---- */

@@ -111,7 +111,7 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     TrainResult r;
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
     float *ddp = malloc(P * sizeof(float));
-    s->ops->read_weights(s, ddp);
+    strategy_read_all(s, STATE_WEIGHTS, ddp);
     cr_assert_eq(s->ops->generate(s, ddp_text, 1, 39, (Sampling){ 1.0f, 0, sc.seed, 0 }), 0);
     cr_expect(memcmp(plain, ddp, P * sizeof(float)) == 0, "weights differ from the plain loop");
     cr_expect(memcmp(&plain_lr, &s->lr, sizeof plain_lr) == 0, "lr %g, plain %g", s->lr, plain_lr);
@@ -269,7 +269,8 @@ Test(strategies, the_same_global_batch_on_one_and_two_ranks) {
     for (int zero = 0; zero <= 3; zero++) {
         float *two = train(zero, small_gpt(2, 2, 0.0f), 1.0f, &n);
         double d = max_rel_diff(two, one, n);
-        cr_expect_lt(d, 1e-5, "--zero=%d N=2 against DDP N=1: relative difference %g", zero, d);
+        /* fp32 sums split over two ranks instead of one: 1.3e-5 on OpenBLAS's Zen kernels */
+        cr_expect_lt(d, 5e-5, "--zero=%d N=2 against DDP N=1: relative difference %g", zero, d);
         free(two);
     }
     free(one);
@@ -552,7 +553,7 @@ static float *train_with_losses(int zero, const StrategyConfig *sc, float losses
     ArenaLayout plain;
     model_layout(&sc->model, 1, &plain);
     float *w = malloc(plain.total * sizeof(float));
-    s->ops->read_weights(s, w);
+    strategy_read_all(s, STATE_WEIGHTS, w);
     *activations = s->ops->rank_bytes(s, 0, MEM_ACTIVATIONS);
     s->ops->destroy(s);
     free(x);

@@ -272,7 +272,7 @@ static float train_one_step(Strategy *s, int iter, const char *out_dir, float *w
     TrainConfig tc = steps(iter, iter + 1, out_dir);
     TrainResult r;
     cr_assert_eq(train_run(s, &tc, &data, &r), 0);
-    s->ops->read_weights(s, w);
+    strategy_read_all(s, STATE_WEIGHTS, w);
     return r.last_loss;
 }
 
@@ -313,7 +313,7 @@ Test(torch, three_steps_match_nanogpt_and_the_checkpoint_holds_torchs_adam_state
     model_layout(&sc.model, 1, &layout);
     size_t P = layout.total;
     float *w = malloc((TRAIN_STEPS + 1) * P * sizeof(float)), loss[TRAIN_STEPS];
-    s->ops->read_weights(s, w);
+    strategy_read_all(s, STATE_WEIGHTS, w);
     for (int k = 0; k < TRAIN_STEPS; k++)
         loss[k] = train_one_step(s, k, k == TRAIN_STEPS - 1 ? dir : NULL, w + (k + 1) * P);
     s->ops->destroy(s);
@@ -367,7 +367,8 @@ Test(torch, pytorch_resumes_from_the_checkpoint_and_steps_as_we_do) {
     float *w = malloc(P * sizeof(float)), *m = malloc(P * sizeof(float)), *v = malloc(P * sizeof(float));
     for (int k = 0; k < TRAIN_STEPS; k++) train_one_step(s, k, k == TRAIN_STEPS - 1 ? dir : NULL, w);
     train_one_step(s, TRAIN_STEPS, NULL, w);
-    s->ops->read_state(s, m, v);
+    strategy_read_all(s, STATE_EXP_AVG, m);
+    strategy_read_all(s, STATE_EXP_AVG_SQ, v);
     s->ops->destroy(s);
 
     /* the checkpoint after 3 steps into nanoGPT's model and torch.optim.AdamW

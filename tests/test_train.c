@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
@@ -81,9 +82,9 @@ Test(train, a_non_finite_loss_stops_the_run) {
     ArenaLayout layout;
     gpt_layout(&sc.model, 1, &layout);
     float *w = malloc(layout.total * sizeof(float));
-    s->ops->read_weights(s, w);
+    strategy_read_all(s, STATE_WEIGHTS, w);
     w[layout.tensors[arena_find(&layout, "transformer.ln_f.weight")].offset] = NAN;
-    s->ops->write_weights(s, w);
+    strategy_write_all(s, STATE_WEIGHTS, w);
     TrainConfig tc = quiet_run(5);
     TrainResult r;
     cr_expect_eq(train_run(s, &tc, &data, &r), 1);
@@ -926,6 +927,93 @@ Test(train, max_memory_mb_caps_each_rank_and_the_refusal_names_the_stage_that_fi
                     "a negative cap");
 }
 
+/* ---- each rank's share: the estimate, and a cap between ZeRO-3's and DDP's ---- */
+
+/* A row's total of `zero_memory --estimate` (its last column). */
+static double estimate_total(const char *out, const char *row) {
+    const char *at = strstr(out, row);
+    cr_assert_not_null(at, "no row %s in:\n%s", row, out);
+    const char *end = strchr(at, '\n'), *last = end - 2;
+    while (last > at && last[-1] != '|') last--;
+    return strtod(last, NULL);
+}
+
+/* The formulas, allocating nothing, at a size this machine could not build:
+ * gpt2-xl's 1.56G parameters at N = 8 in a process of a few MB; the state as
+ * the ZeRO paper's 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Where a model fits,
+ * bin/zero_memory holds every kind of the estimate to the allocator's count
+ * within 1% itself, and its exit status says so: for each unit policy,
+ * overlap and recompute, and a GPT-2-shaped model (biases, GELU's tanh form). */
+Test(train, zero_memory_estimate_agrees_with_the_allocator_and_allocates_nothing, .timeout = 120) {
+    char cmd[512], out[16384];
+    snprintf(cmd, sizeof cmd, "%s --preset=gpt2-xl --gpus=8 --estimate", zero_memory_binary());
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    out[fread(out, 1, sizeof out - 1, p)] = 0;
+    cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, out);
+    struct rusage usage;
+    getrusage(RUSAGE_CHILDREN, &usage);
+    cr_expect_lt(usage.ru_maxrss, 100 * 1024, "%s peaked at %ld KB", cmd, usage.ru_maxrss);
+    const char *p_at = strstr(out, "P = ");
+    cr_assert_not_null(p_at, "%s", out);
+    double P = strtod(p_at + 4, NULL), N = 8;
+    cr_expect_eq(P, 1557686400.0, "gpt2-xl padded to 50304 ids: %.0f parameters", P);
+    static const char *rows[] = { "| DDP | 8 | ", "| ZeRO-1 | 8 | ", "| ZeRO-2 | 8 | ", "| ZeRO-3 | 8 | " };
+    double per_param[] = { 16, 8 + 8 / N, 4 + 12 / N, 16 / N };
+    for (int i = 0; i < 4; i++) {
+        const char *at = strstr(out, rows[i]);
+        cr_assert_not_null(at, "no row %s in:\n%s", rows[i], out);
+        double v[4];
+        at += strlen(rows[i]);
+        for (int k = 0; k < 4; k++) v[k] = strtod(at, (char **)&at), at += 2;
+        cr_expect_lt(fabs(v[3] * 1e6 / (per_param[i] * P) - 1), 0.01, "%s state %.1f MB, the formula %.1f", rows[i],
+                     v[3], per_param[i] * P / 1e6);
+    }
+    static const char *settings[] = { "--gpus=3 --unit=half --max-live-units=3", "--overlap=0 --recompute=1",
+                                      "--unit=tensor --bias=1 --gelu=tanh --gpus=2" };
+    for (int i = 0; i < 3; i++) run_zero_memory(settings[i], out, sizeof out);
+}
+
+/* A model shaped as GPT-2 (biases, GELU's tanh form; 16 blocks: its blocks,
+ * not its embeddings, hold most of it) at N = 8 simulated ranks, under a cap
+ * halfway between ZeRO-3's estimate and ZeRO-2's: ZeRO-3 trains, evaluates,
+ * samples, saves and resumes with every rank's peak under the cap, and DDP
+ * refuses at once, naming ZeRO-3. */
+static const char EIGHT[] = "--layers=16 --embd=64 --heads=2 --block=16 --batch=1 --bias=1 --gelu=tanh --gpus=8 "
+                            "--eval-iters=1 --eval-every=2 --sample-chars=16";
+
+Test(train, a_cap_between_zero3_and_ddp_trains_saves_and_resumes_zero3_and_ddp_refuses, .timeout = 120) {
+    char cmd[512], out[8192], dir[64], args[1024], err[4096], log[128];
+    snprintf(cmd, sizeof cmd, "%s %s --estimate", zero_memory_binary(), EIGHT);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    out[fread(out, 1, sizeof out - 1, p)] = 0;
+    cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, out);
+    double zero3 = estimate_total(out, "| ZeRO-3 | 8 |"), zero2 = estimate_total(out, "| ZeRO-2 | 8 |");
+    cr_assert_lt(zero3, zero2, "%s", out);
+    double cap = (zero3 + zero2) / 2;
+    temp_dir(dir, sizeof dir, "cap");
+    snprintf(log, sizeof log, "%s/stdout.txt", dir);
+    const char *steps[] = { "--iters=2 --zero=3", "--iters=4 --zero=3 --resume=%s/ckpt.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        char step[256];
+        snprintf(step, sizeof step, steps[i], dir);
+        snprintf(args, sizeof args, "%s %s --max-memory-mb=%.3f --out=%s", EIGHT, step, cap, dir);
+        int rc = run_tool(train_binary(), args, log, err, sizeof err);
+        char text[8192];
+        take_text(log, text, sizeof text);
+        cr_assert_eq(rc, 0, "ZeRO-3 under a %.1f MB cap (%s): exit %d:\n%s", cap, step, rc, err);
+        cr_expect(strstr(text, "sample:") && strstr(text, "saved "), "%s: no sample or save:\n%s", step, text);
+        const char *peak = strstr(text, "peak memory of a rank: ");
+        cr_assert_not_null(peak, "%s", text);
+        double peak_mb = strtod(peak + strlen("peak memory of a rank: "), NULL);
+        cr_expect_leq(peak_mb, cap, "%s: a rank peaked at %.1f MB, over the %.1f MB cap", step, peak_mb, cap);
+    }
+    snprintf(args, sizeof args, "%s --iters=2 --zero=0 --max-memory-mb=%.3f", EIGHT, cap);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "--zero=3 (ZeRO-3) fits", "DDP under the cap");
+    remove_dir(dir);
+}
+
 /* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */
 static void train_checkpoint(char *dir, size_t dirlen, char *ckpt, size_t len, int iters) {
     char args[512], err[4096];
@@ -1380,7 +1468,7 @@ static int fault_run(int zero, int nranks, Fault fault, const char *out_dir, con
         ArenaLayout layout;
         model_layout(&sc.model, 1, &layout);
         *weights = malloc(layout.total * sizeof(float));
-        s->ops->read_weights(s, *weights);
+        strategy_read_all(s, STATE_WEIGHTS, *weights);
     }
     s->ops->destroy(s);
     return status;

@@ -479,6 +479,17 @@ static int print_header(const Run *run, const char *blas) {
 }
 
 /* Train, and say how the run ended: its exit status. */
+/* The allocator's high-water mark of each of this process's ranks: the
+ * largest, and whose. */
+static void print_peak_memory(Strategy *s) {
+    int local = s->cfg.nranks / world()->nprocs, largest = 0;
+    for (int r = 1; r < local; r++)
+        if (s->ops->rank_peak_bytes(s, r) > s->ops->rank_peak_bytes(s, largest)) largest = r;
+    printf("peak memory of a rank: %.1f MB, rank %d's, the most of %s%d (the allocator's high-water mark over the "
+           "run)\n", s->ops->rank_peak_bytes(s, largest) / 1e6, world()->proc * local + largest,
+           world()->nprocs > 1 ? "process 0's " : "", local);
+}
+
 static int train(Run *run) {
     const TrainOptions *o = &run->o;
     Strategy *s = run->s;
@@ -505,9 +516,7 @@ static int train(Run *run) {
     else if (status == 0)
         printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
                o->iters, skipped, result.seconds);
-    if (status == 0)
-        printf("peak memory of rank 0: %.1f MB (the allocator's high-water mark over the run)\n",
-               s->ops->rank_peak_bytes(s, 0) / 1e6);
+    if (status == 0) print_peak_memory(s);
     int traced = o->iters - run->start_iter < o->trace_steps ? o->iters - run->start_iter : o->trace_steps;
     if (run->trace && write_trace(run->trace, o, traced) != 0 && status == 0) status = 1;
     return status;

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "../model/data.h"
 #include "../model/gpt.h"
 #include "../strategies/strategy.h"
@@ -52,17 +54,62 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
     return rc;
 }
 
+/* The strategy config of one row of the table. */
+static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int batch, Placement where) {
+    return (StrategyConfig){ .model = model, .nranks = N, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
+                             .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = o->overlap,
+                             .bucket_bytes = (size_t)(o->bucket_mb * 1e6),
+                             .unit = (UnitPolicy)unit_policy_parse(o->unit), .max_live_units = o->max_live_units,
+                             .recompute = o->recompute, .device = where, .batch = batch, .dropout = o->dropout };
+}
+
+/* --estimate: every strategy's row from the formulas alone. */
+static void print_estimates(const TrainOptions *o, ModelConfig model, int counts, int every_n, int batch,
+                            DeviceKind device) {
+    printf("| strategy | N | weights | gradients | optimizer | state | working | activations | total |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        for (int i = 0; i < counts; i++) {
+            int N = every_n ? i + 1 : 1 << i;
+            StrategyConfig sc = row_config(o, model, N, batch, PLACE_AUTO);
+            double b[MEM_KINDS];
+            strategy_estimate(&STRATEGIES[k], &sc, device, b);
+            double state = b[MEM_WEIGHTS] + b[MEM_GRADS] + b[MEM_OPTIMIZER];
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", STRATEGIES[k].name, N,
+                   b[MEM_WEIGHTS] / 1e6, b[MEM_GRADS] / 1e6, b[MEM_OPTIMIZER] / 1e6, state / 1e6,
+                   b[MEM_WORKING] / 1e6, b[MEM_ACTIVATIONS] / 1e6, (state + b[MEM_WORKING] + b[MEM_ACTIVATIONS]) / 1e6);
+        }
+    }
+    printf("\nMB = 10^6 bytes per rank, from the formulas over the padded layout (strategy_estimate),\n"
+           "nothing allocated: state = weights + gradients + optimizer; working = gradient slots, gather\n"
+           "buffers, clipping partials, the reductions' scratch; activations for the rows a rank is built\n"
+           "for. Where a model fits, bin/zero_memory without --estimate holds these to the allocator's\n"
+           "counts within 1%%.\n");
+}
+
+/* Whether a measured kind is more than 1% off its estimate. */
+static int off_estimate(double measured, double estimate) {
+    return fabs(measured - estimate) > 0.01 * fmax(measured, estimate);
+}
+
 int main(int argc, char **argv) {
     TrainOptions o;
+    int estimate_only = 0, kept = 1;  /* --estimate is this tool's own, bare or =1 */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--estimate") == 0 || strcmp(argv[i], "--estimate=1") == 0) estimate_only = 1;
+        else argv[kept++] = argv[i];
+    }
+    argc = kept;
     int rc = options_parse(&o, "zero_memory", "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    Dataset data;
+    Dataset data = { 0 };
     char err[512];
-    if (dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
+    int gpt2_vocab = estimate_only && strncmp(o.preset, "gpt2", 4) == 0 && !options_given(argc, argv, "data");
+    if (!gpt2_vocab && dataset_load(&data, o.data, o.block, err, sizeof err) != 0) {
         fprintf(stderr, "zero_memory: %s\n", err);
         return 1;
     }
-    ModelConfig model = options_model(&o, data.vocab);
+    ModelConfig model = options_model(&o, gpt2_vocab ? GPT2_VOCAB : data.vocab);
     const char *bad = gpt_config_error(&model);
     if (bad) {
         fprintf(stderr, "zero_memory: %s\n", bad);
@@ -70,13 +117,26 @@ int main(int argc, char **argv) {
         return 2;
     }
     Placement where = options_placement(&o);
+    int batch = options_given(argc, argv, "batch") ? o.batch : 1;
+    int given = options_given(argc, argv, "gpus"), counts = given ? o.gpus : 4;
+    if (estimate_only) {
+        ArenaLayout plain;
+        model_layout(&model, 1, &plain);
+        printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %zu parameters\n"
+               "estimate for %d row(s) of %d a rank on the %s; units: %s; overlap %s (%d live units); recompute %s\n\n",
+               o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, plain.numel, batch, o.block,
+               where == PLACE_CUDA ? "GPU" : "CPU", o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
+               o.recompute ? "on" : "off");
+        print_estimates(&o, model, counts, given, batch, where == PLACE_CUDA ? DEVICE_CUDA : DEVICE_CPU);
+        dataset_free(&data);
+        return 0;
+    }
     if (where == PLACE_CUDA && device_cuda_count() <= 0) {  /* before any line of the table */
         if (device_cuda_count() == 0)
             fprintf(stderr, "zero_memory: --device=cuda, but no GPU is visible (%s)\n", device_cuda_absence());
         dataset_free(&data);
         return options_no_strategy_status(&o);
     }
-    int batch = options_given(argc, argv, "batch") ? o.batch : 1;
     ArenaLayout layout;
     model_layout(&model, 1, &layout);
     double P = (double)layout.numel;
@@ -95,21 +155,15 @@ int main(int argc, char **argv) {
     if (gpu0) printf("CUDA reports %.1f MB in use on GPU 0 before any strategy is built\n\n",
                      device_reported_bytes(gpu0) / 1e6);
     printf("| strategy | N | weights | gradients | optimizer | state | ZeRO formula | state / formula "
-           "| working | total | activations | peak |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
+           "| working | total | activations | peak | estimate |%s\n", gpu0 ? " GPU 0 in use (CUDA) |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", gpu0 ? "---|" : "");
     /* N = 1, 2, 4, 8; with --gpus=K, every N of 1..K */
-    int given = options_given(argc, argv, "gpus"), counts = given ? o.gpus : 4;
-    int off = 0;
+    int off = 0, off_estimates = 0;
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         for (int i = 0; i < counts; i++) {
             int N = given ? i + 1 : 1 << i;
-            StrategyConfig sc = { .model = model, .nranks = N, .seed = (uint32_t)o.seed,
-                                  .beta1 = 0.9f, .beta2 = o.beta2, .eps = 1e-8f, .weight_decay = o.weight_decay,
-                                  .overlap = o.overlap, .bucket_bytes = (size_t)(o.bucket_mb * 1e6),
-                                  .unit = (UnitPolicy)unit_policy_parse(o.unit), .max_live_units = o.max_live_units,
-                                  .recompute = o.recompute,
-                                  .device = where, .batch = batch, .dropout = o.dropout };
+            StrategyConfig sc = row_config(&o, model, N, batch, where);
             Strategy *s = kind->create(&sc);
             if (!s || real_step(s, &data, N, batch, o.block, (uint32_t)o.seed) != 0) {
                 if (s) s->ops->destroy(s);
@@ -129,11 +183,18 @@ int main(int argc, char **argv) {
                                 s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (kind->state_bytes_per_param(N) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
+            double estimate[MEM_KINDS], estimate_total = 0;
+            strategy_estimate(kind, &sc, s->device_kind, estimate);
+            for (int k = 0; k < MEM_KINDS; k++) {
+                off_estimates += off_estimate(kind_mb[k] * 1e6, estimate[k]);
+                estimate_total += estimate[k];
+            }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
             double want = kind->state_bytes_per_param(N) * P / 1e6;
-            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f |", kind->name, N,
-                   kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want,
-                   state / want, kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb);
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f | %.1f |", kind->name,
+                   N, kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want, state / want,
+                   kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb,
+                   estimate_total / 1e6);
             if (gpu0) printf(" %.1f |", device_reported_bytes(gpu0) / 1e6);
             printf("\n");
             s->ops->destroy(s);
@@ -144,16 +205,18 @@ int main(int argc, char **argv) {
            "the backward, and the backward's workspace, for the rows a rank was built for. peak: the\n"
            "allocator's high-water mark, everything the rank held at once from its creation through one\n"
            "real training step. On a GPU the table leaves out what CUDA holds itself: its context,\n"
-           "cuBLAS's workspaces, NCCL's buffers.\n");
+           "cuBLAS's workspaces, NCCL's buffers. estimate: what --estimate gives for the whole rank,\n"
+           "every kind of it held to the allocator's count within 1%%.\n");
     if (gpu0)
         printf("GPU 0 in use (CUDA): what cudaMemGetInfo reports with the strategy built, for every rank on\n"
                "GPU 0 (all of them when simulated) and every process on it, the CUDA context included;\n"
                "cuBLAS's workspaces come at the first matmul, so a built strategy holds none yet.\n");
     device_destroy(gpu0);
     dataset_free(&data);
-    if (off) {
-        fprintf(stderr, "zero_memory: %d rank(s) hold a state more than 1%% off the ZeRO formula\n", off);
-        return 1;
-    }
+    if (off) fprintf(stderr, "zero_memory: %d rank(s) hold a state more than 1%% off the ZeRO formula\n", off);
+    if (off_estimates)
+        fprintf(stderr, "zero_memory: %d count(s) of a kind more than 1%% off the estimate (--estimate)\n",
+                off_estimates);
+    if (off || off_estimates) return 1;
     return 0;
 }
