@@ -210,7 +210,8 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
                      ? checkpoint_read_tensor(f, path, (StateOf)what, &layout.tensors[i], scratch, err, errlen)
                      : check_unread(f, path, (StateOf)what, &layout.tensors[i], err, errlen);
     free(scratch);
-    /* the head is the token embedding: nanoGPT ties them */
+    /* the head is the token embedding: nanoGPT ties them (a foreign file may
+     * leave it out, as safetensors' save_model does) */
     if (rc == 0 && (!info->foreign || holds(f, CHECKPOINT_HEAD))) {
         const TensorSpec *wte = &layout.tensors[arena_find(&layout, "transformer.wte.weight")];
         int64_t shape[2] = { wte->shape[0], wte->shape[1] };

@@ -155,6 +155,14 @@ Test(multiprocess, three_processes_give_the_bits_of_three_ranks_with_uneven_shar
                                         .flags = "--grad-accum=2 --grad-clip=0.01 --link=5 --dropout=0.1" });
 }
 
+/* An odd width puts tensors at odd offsets, so a process's part of a tensor
+ * may start at an odd element: each process's own init must still take the
+ * Box-Muller pair that element belongs to. */
+Test(multiprocess, an_odd_width_gives_the_bits_of_one_process) {
+    expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
+                                        .flags = "--embd=15 --heads=3 --bias=1" });
+}
+
 /* The comparison can fail: another seed gives other lines and other bytes, and
  * --grad-clip=0.01 clips (without it the checkpoint differs). */
 Test(multiprocess, the_comparisons_tell_runs_apart) {

@@ -19,11 +19,10 @@
  * cuBLAS's workspaces, NCCL's buffers), so a last column adds what CUDA
  * reports in use on GPU 0.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <math.h>
 
 #include "../model/data.h"
 #include "../model/gpt.h"
