@@ -129,13 +129,6 @@ int safetensors_finish(StWriter *w, char *err, size_t errlen) {
     return -1;
 }
 
-void safetensors_abandon(StWriter *w) {
-    if (!w->file) return;
-    fclose(w->file);
-    w->file = NULL;
-    unlink(w->tmp);
-}
-
 int safetensors_write(const char *path, const StTensor *tensors, int n,
                       const char *metadata_json, char *err, size_t errlen) {
     StWriter w;

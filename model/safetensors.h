@@ -30,7 +30,7 @@ int safetensors_write(const char *path, const StTensor *tensors, int n,
  * data unread), append then takes their data in the list's order, piece by
  * piece, and finish flushes the temporary file and renames it over path: -1
  * with a one-line message, and the temporary file gone, if anything failed or
- * the data is not what the header promised. abandon drops a write begun. */
+ * the data is not what the header promised. */
 typedef struct {
     FILE *file;
     char path[4096], tmp[4096 + 32];
@@ -41,7 +41,6 @@ int safetensors_begin(StWriter *w, const char *path, const StTensor *tensors, in
                       char *err, size_t errlen);
 void safetensors_append(StWriter *w, const void *data, size_t bytes);
 int safetensors_finish(StWriter *w, char *err, size_t errlen);
-void safetensors_abandon(StWriter *w);
 
 /* Remove the temporary files that saves of dir/name cut short left behind
  * (name.tmp.PID, their writer gone); the number removed. */
