@@ -217,15 +217,18 @@ build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/z
 # sampling, the log, an injected fault (which must exit 1; valgrind's own errors
 # exit 99 there) and a checkpoint read back. OPENBLAS_CORETYPE is set so that
 # bin/train does not re-execute itself to choose OpenBLAS's kernels: valgrind
-# would not follow it. The binaries are the CPU build's (CUDA=0): cuBLAS's own
-# start-up, in a CUDA build, trips valgrind inside glibc's dynamic loader before
-# main. Nothing is suppressed: OpenMP's and OpenBLAS's pools report no definite
-# leak.
+# would not follow it. The binaries are a CPU build of their own (CUDA=0, in
+# build/memcheck): cuBLAS's own start-up, in a CUDA build, trips valgrind inside
+# glibc's dynamic loader before main; and for x86-64-v3 (AVX2), not -march=native,
+# since Debian 12's valgrind stops at the first AVX-512 instruction (SIGILL), which
+# -march=native emits on a CPU that has them. Nothing is suppressed: OpenMP's and
+# OpenBLAS's pools report no definite leak.
 VALGRIND = OPENBLAS_CORETYPE=Prescott valgrind -q --leak-check=full --errors-for-leak-kinds=definite
-VALGRIND_TRAIN = build/cpu/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \
+VALGRIND_TRAIN = build/memcheck/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \
                  --dropout=0.1 --sample-chars=20 --out=build/valgrind
 valgrind:
-	$(MAKE) CUDA=0 build/cpu/bin/train build/cpu/bin/sample build/cpu/bin/prepare build/cpu/bin/export
+	$(MAKE) CUDA=0 BUILD=build/memcheck OPT="-O2 -g -march=x86-64-v3" build/memcheck/bin/train \
+	    build/memcheck/bin/sample build/memcheck/bin/prepare build/memcheck/bin/export
 	rm -rf build/valgrind && mkdir -p build/valgrind
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=3 --zero=3 --gpus=3 --log=build/valgrind/log.jsonl >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --iters=5 --zero=1 --gpus=2 \
@@ -233,23 +236,23 @@ valgrind:
 	$(VALGRIND) --error-exitcode=99 $(VALGRIND_TRAIN) --iters=8 --zero=2 --gpus=2 --inject-fault=1:6:collective \
 	    --resume=build/valgrind/ckpt.safetensors >/dev/null 2>build/valgrind/fault.err; test $$? -eq 1
 	grep -q "injected fault" build/valgrind/fault.err
-	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/ckpt.safetensors --chars=20 >/dev/null
+	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/ckpt.safetensors --chars=20 >/dev/null
 	@# the BPE path: a tokenizer trained by the tokenizers package (make deps), a folder prepared with it, a
 	@# run on its ids, and a sample that encodes and decodes
 	PYTHONPATH=build/pylib python3 tests/tokenizers_reference.py train build/valgrind/tokenizer.json 300 \
 	    tests/tokenizer_sample.txt
-	$(VALGRIND) --error-exitcode=1 build/cpu/bin/prepare --tokenizer=build/valgrind/tokenizer.json \
+	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/prepare --tokenizer=build/valgrind/tokenizer.json \
 	    --data=tests/tokenizer_sample.txt --out=build/valgrind/tokens >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/bpe --iters=2 --zero=3 --gpus=2 --data=build/valgrind/tokens \
 	    --tokenizer=build/valgrind/tokenizer.json >/dev/null
-	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
+	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --chars=10 >/dev/null
 	@# Hugging Face's GPT-2 form: that run exported as a folder, a run started from it, a sample of it
-	$(VALGRIND) --error-exitcode=1 build/cpu/bin/export --ckpt=build/valgrind/bpe/ckpt.safetensors \
+	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/export --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --hf=build/valgrind/hf >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/from_hf --iters=1 --zero=2 --gpus=2 \
 	    --data=build/valgrind/tokens --init-from=build/valgrind/hf --tokenizer=build/valgrind/tokenizer.json >/dev/null
-	$(VALGRIND) --error-exitcode=1 build/cpu/bin/sample --ckpt=build/valgrind/hf \
+	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/hf \
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --chars=5 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.

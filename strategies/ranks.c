@@ -347,6 +347,14 @@ static size_t process_part(const Ranks *d, Holding how, int p, int t, size_t *fr
     return hi > lo ? hi - lo : 0;
 }
 
+/* What this process's ranks hold of tensor t: all of it (HELD_FULL), else
+ * process_part's range. */
+static size_t this_process_part(const Ranks *d, Holding how, int t, size_t *from) {
+    if (how != HELD_FULL) return process_part(d, how, world()->proc, t, from);
+    *from = d->layout->tensors[t].offset;
+    return d->layout->tensors[t].numel;
+}
+
 /* Local rank r's part of tensor t between its buffer and a host piece that
  * holds the arena's elements from piece_from on. */
 static void copy_part(Ranks *d, float *const *bufs, Holding how, int r, int t, float *piece, size_t piece_from,
@@ -380,7 +388,7 @@ void ranks_tensor_to_host(Ranks *d, float *const *bufs, Holding how, int t, floa
         synchronize_compute(d);
         return;
     }
-    size_t from, n = process_part(d, how, world()->proc, t, &from);
+    size_t from, n = this_process_part(d, how, t, &from);
     float *mine = root ? host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
     for (int r = 0; r < d->local; r++) copy_part(d, bufs, how, r, t, mine, from, 1);
     synchronize_compute(d);
@@ -393,7 +401,7 @@ void ranks_tensor_to_host(Ranks *d, float *const *bufs, Holding how, int t, floa
 void ranks_tensor_from_host(Ranks *d, float *const *bufs, Holding how, int t, const float *host) {
     const TensorSpec *ts = &d->layout->tensors[t];
     int root = world()->proc == 0;
-    size_t from = ts->offset, n = how == HELD_FULL ? ts->numel : process_part(d, how, world()->proc, t, &from);
+    size_t from, n = this_process_part(d, how, t, &from);
     float *mine = root ? (float *)host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
     if (how == HELD_FULL) {  /* every rank holds it whole */
         world_broadcast(mine, n * sizeof(float), "a tensor of the state");
@@ -436,13 +444,13 @@ void ranks_init_weights(Ranks *d) {
     Holding how = d->weights_held;
     size_t most = 1;
     for (int t = 0; t < d->layout->ntensors; t++) {
-        size_t from, n = how == HELD_FULL ? d->layout->tensors[t].numel : process_part(d, how, world()->proc, t, &from);
+        size_t from, n = this_process_part(d, how, t, &from);
         if (n > most) most = n;
     }
     float *piece = host_calloc(most, sizeof(float));
     for (int t = 0; t < d->layout->ntensors; t++) {
         const TensorSpec *ts = &d->layout->tensors[t];
-        size_t from = ts->offset, n = how == HELD_FULL ? ts->numel : process_part(d, how, world()->proc, t, &from);
+        size_t from, n = this_process_part(d, how, t, &from);
         if (n == 0) continue;
         model_init_tensor_part(&d->base.cfg.model, d->layout, t, d->base.cfg.seed, from - ts->offset, n, piece);
         for (int r = 0; r < d->local; r++) copy_part(d, d->weights, how, r, t, piece, from, 0);
