@@ -228,9 +228,7 @@ int hf_gpt2_check(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, ch
         safetensors_one_line(err);
         return -1;
     }
-    size_t most = 0;
-    for (int i = 0; i < layout.ntensors; i++)
-        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    size_t most = arena_largest_tensor(&layout);
     float *scratch = host_calloc(most, sizeof(float));
     int rc = 0;
     for (int i = 0; rc == 0 && i < layout.ntensors; i++) rc = hf_gpt2_read_tensor(hf, f, want, i, scratch, err, errlen);

@@ -48,3 +48,10 @@ int arena_find(const ArenaLayout *a, const char *name) {
         if (strcmp(a->tensors[i].name, name) == 0) return i;
     return -1;
 }
+
+size_t arena_largest_tensor(const ArenaLayout *a) {
+    size_t most = 0;
+    for (int i = 0; i < a->ntensors; i++)
+        if (a->tensors[i].numel > most) most = a->tensors[i].numel;
+    return most;
+}

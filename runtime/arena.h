@@ -51,5 +51,7 @@ int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols);
  * shard_multiple and ARENA_ALIGN. */
 void arena_end_unit(ArenaLayout *a);
 int arena_find(const ArenaLayout *a, const char *name);
+/* The floats of the layout's largest tensor: a buffer that holds any one of them. */
+size_t arena_largest_tensor(const ArenaLayout *a);
 
 #endif

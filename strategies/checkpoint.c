@@ -23,7 +23,7 @@ typedef struct {
 } FileOrder;
 
 static FileOrder file_order(const ArenaLayout *layout) {
-    FileOrder o = { .n = 3 * layout->ntensors + 1 };
+    FileOrder o = { .n = 3 * layout->ntensors + 1, .most = arena_largest_tensor(layout) };
     o.specs = host_calloc((size_t)o.n, sizeof *o.specs);
     o.what = host_calloc((size_t)o.n, sizeof *o.what);
     o.tensor = host_calloc((size_t)o.n, sizeof *o.tensor);
@@ -40,7 +40,6 @@ static FileOrder file_order(const ArenaLayout *layout) {
                 o.what[k] = (StateOf)what;
                 o.tensor[k] = i;
             }
-            if (ts->numel > o.most) o.most = ts->numel;
         }
     }
     return o;
@@ -137,9 +136,7 @@ int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInf
     world_broadcast(info, sizeof *info, "the checkpoint's metadata");
     ArenaLayout layout;
     model_layout(&s->cfg.model, 1, &layout);
-    size_t most = 0;
-    for (int i = 0; i < layout.ntensors; i++)
-        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    size_t most = arena_largest_tensor(&layout);
     float *tensor = root && rc == 0 ? host_calloc(most, sizeof(float)) : NULL;
     int read_rc = 0;
     for (int what = STATE_WEIGHTS; rc == 0 && what < (with_state ? STATE_KINDS : STATE_EXP_AVG); what++) {

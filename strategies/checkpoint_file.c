@@ -197,9 +197,7 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
     }
     ArenaLayout layout;
     gpt_layout(want, 1, &layout);
-    size_t most = 0;
-    for (int i = 0; i < layout.ntensors; i++)
-        if (layout.tensors[i].numel > most) most = layout.tensors[i].numel;
+    size_t most = arena_largest_tensor(&layout);
     /* every tensor that will be loaded is read and checked, one at a time;
      * Adam's state, when it will not be, only for its dtype and shape */
     float *scratch = host_calloc(most, sizeof(float));
