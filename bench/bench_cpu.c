@@ -56,7 +56,7 @@ static BenchResult bench_preset(const char *preset, const Dataset *data, int ste
         .batch = batch ? batch : o.batch, .dropout = o.dropout, .seed = 1, .beta1 = 0.9f, .beta2 = o.beta2,
         .eps = 1e-8f, .weight_decay = o.weight_decay,
     };
-    Strategy *s = ddp_create(&sc);
+    Strategy *s = strategy_create(0, &sc);
     int rows = sc.batch * nranks, T = o.block;
     BenchResult r = { preset, median_step_ms(s, data, steps, o.lr, o.grad_clip), 0, 0, steps, o.dropout };
     ArenaLayout layout;

@@ -36,8 +36,6 @@
 
 enum { TRACE_MAX_SPANS = 1 << 18 };
 
-static const char *NAMES[4] = { "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3" };
-
 enum { FREE, OFF, ON, VARIANTS };  /* no modeled link (overlap on); the link, overlap off; overlap on */
 
 /* The median of some ms and their quartiles. */
@@ -68,7 +66,7 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
 /* The three variants side by side, a step of each in turn, so that the
  * machine's drift touches all three alike. With a trace, one more step of
  * each, recorded, not timed. */
-static Times time_variants(int zero, int nranks, const TrainOptions *o, const Dataset *data, double gbps,
+static Times time_variants(const StrategyKind *kind, int nranks, const TrainOptions *o, const Dataset *data, double gbps,
                            double latency_us, Trace *trace) {
     enum { WARMUP = 2 };
     static const char *variant[VARIANTS] = { [FREE] = "free link", [OFF] = "overlap off", [ON] = "overlap on" };
@@ -76,9 +74,9 @@ static Times time_variants(int zero, int nranks, const TrainOptions *o, const Da
     Strategy *s[VARIANTS];
     for (int v = 0; v < VARIANTS; v++) {
         char label[64];
-        snprintf(label, sizeof label, "%s N=%d %s", NAMES[zero], nranks, variant[v]);
+        snprintf(label, sizeof label, "%s N=%d %s", kind->name, nranks, variant[v]);
         int linked = v != FREE;
-        s[v] = make(zero, nranks, o, data, v != OFF, 1, linked ? gbps : 0, linked ? latency_us : 0, trace, label);
+        s[v] = make(kind->stage, nranks, o, data, v != OFF, 1, linked ? gbps : 0, linked ? latency_us : 0, trace, label);
     }
     double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
     for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
@@ -131,27 +129,6 @@ static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data
     free(y);
     *median_ms = median(both, REPS) - median(forward, REPS);
     return quantile(both, REPS, 0.0) - quantile(forward, REPS, 0.0);
-}
-
-/* The ring model's ms for every collective the link charges in a step without
- * overlap: DDP all-reduces the arena (one bucket without overlap); ZeRO-1
- * reduce-scatters it and all-gathers the weights after the step; ZeRO-2
- * reduce-scatters every unit and all-gathers its weights after the step;
- * ZeRO-3 reduce-scatters every unit and gathers each for its forward, and each
- * block but the last (still gathered) for its backward. ZeRO-1/2/3 clip by the
- * global norm, whose partials (one a rank) are all-gathered too. */
-static double model_ms(int zero, int nranks, const ModelConfig *model, float grad_clip, double gbps,
-                       double latency_us) {
-    ArenaLayout layout;
-    model_layout(model, nranks, &layout);
-    if (zero == 0) return 1e3 * ring_seconds(gbps, latency_us, nranks, 1, layout.total);
-    double seconds = grad_clip > 0 ? ring_seconds(gbps, latency_us, nranks, 0, (size_t)nranks) : 0;
-    if (zero == 1) return 1e3 * (seconds + 2 * ring_seconds(gbps, latency_us, nranks, 0, layout.total));
-    for (int u = 0; u < layout.nunits; u++) {
-        int gathers = zero == 2 || u == 0 || u == layout.nunits - 1 ? 1 : 2;
-        seconds += (1 + gathers) * ring_seconds(gbps, latency_us, nranks, 0, layout.units[u].size);
-    }
-    return 1e3 * seconds;
 }
 
 /* The share of comm that overlap hid, as measured, within 0..100%: noise (the
@@ -218,11 +195,15 @@ int main(int argc, char **argv) {
         fprintf(csv, "strategy,ranks,overlap,ms_step,ms_q1,ms_q3,free_ms,comm_ms,comm_q1,comm_q3,model_ms,"
                      "exposed_ms,hidden\n");
     static const int ranks[3] = { 1, 2, 4 };
-    for (int zero = 0; zero <= 3; zero++)
+    for (int k = 0; k < STRATEGY_KINDS; k++)
         for (int i = 0; i < 3; i++) {
+            const StrategyKind *kind = &STRATEGIES[k];
             int N = ranks[i];
-            Times t = time_variants(zero, N, &o, &data, gbps, latency_us, trace);
-            double predicted = model_ms(zero, N, &model, o.grad_clip, gbps, latency_us);
+            Times t = time_variants(kind, N, &o, &data, gbps, latency_us, trace);
+            StrategyConfig linked = bench_config(&o, &data, N);
+            linked.link_gbps = gbps;
+            linked.link_latency_us = latency_us;
+            double predicted = 1e3 * kind->link_seconds(&linked, o.grad_clip > 0);
             char versus[16] = "-";
             double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;
             if (predicted > 0)
@@ -233,10 +214,10 @@ int main(int argc, char **argv) {
                 char hidden[32];
                 hidden_text(hidden, sizeof hidden, N, &t, overlap);
                 printf("| %s | %d | %s | %.1f (%.1f-%.1f) | %.1f | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %s |\n",
-                       NAMES[zero], N, overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
+                       kind->name, N, overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
                        t.comm.median, t.comm.lo, t.comm.hi, predicted, versus, exposed, hidden);
                 if (csv)
-                    fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", NAMES[zero], N,
+                    fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", kind->name, N,
                             overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
                             t.comm.median, t.comm.lo, t.comm.hi, predicted, exposed,
                             N > 1 && t.comm.median > 0 ? 1.0 - exposed / t.comm.median : 0.0);

@@ -19,7 +19,7 @@
 static void set_owner(Ranks *d, const char *hint) {
     for (int r = 0; r < d->local; r++) {
         char owner[96];
-        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.name, d->nranks, ranks_global(d, r));
+        snprintf(owner, sizeof owner, "%s, N=%d, rank %d", d->base.kind->name, d->nranks, ranks_global(d, r));
         device_set_owner(d->pg->device[r], owner, hint);
     }
 }
@@ -30,9 +30,7 @@ static void set_owner(Ranks *d, const char *hint) {
  * or none fits. */
 static void set_memory_hint(Ranks *d) {
     double cap = (double)device_limit(d->pg->device[0]);
-    int stage = 0;
-    for (int k = 0; k < STRATEGY_KINDS; k++)
-        if (strcmp(STRATEGIES[k].name, d->base.name) == 0) stage = STRATEGIES[k].stage;
+    int stage = d->base.kind->stage;
     char hint[160] = "a higher --zero stage, more --gpus, or fewer rows (--batch)";
     if (cap > 0) snprintf(hint, sizeof hint, "no stage fits: more --gpus or fewer rows (--batch)");
     for (int k = 0; cap > 0 && k < STRATEGY_KINDS; k++) {
@@ -50,13 +48,9 @@ static void set_memory_hint(Ranks *d) {
     set_owner(d, hint);
 }
 
-int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name) {
-    if (cfg->recompute && cfg->unit != UNIT_BLOCK) {
-        fprintf(stderr, "error: --recompute=1 recomputes whole blocks: it needs --unit=block\n");
-        return -1;
-    }
+int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind) {
     d->base.ops = ops;
-    d->base.name = name;
+    d->base.kind = kind;
     d->base.cfg = *cfg;
     d->nranks = cfg->nranks;
     d->pg = pg_create(cfg->nranks, cfg->device, cfg->own_cores);

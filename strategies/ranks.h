@@ -68,7 +68,7 @@ struct Ranks {
 
 /* Set up the process group, the fibers and each rank's model (no arenas: the
  * strategy places them); 0, or -1 with a message and nothing left allocated. */
-int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const char *name);
+int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind);
 /* Wait for every stream of every rank (before a strategy frees its buffers). */
 void ranks_synchronize(Ranks *d);
 /* Free what ranks_init made, once ranks_synchronize has run. */

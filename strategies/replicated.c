@@ -37,7 +37,7 @@ typedef struct {
 
 typedef struct {
     Ranks ranks;
-    int sharded;                   /* 0: DDP, 1: ZeRO-1 */
+    int shards_adam;               /* the kind's: 0 DDP, 1 ZeRO-1 */
     size_t total, part;            /* padded arena length; total / N */
     int nbuckets;                  /* DDP */
     Bucket bucket[ARENA_MAX_TENSORS];
@@ -61,8 +61,8 @@ static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
 
 /* The part of the arena whose optimizer state local rank r holds. */
 static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) {
-    *lo = d->sharded ? (size_t)ranks_global(&d->ranks, rank) * d->part : 0;
-    *len = d->sharded ? d->part : d->total;
+    *lo = d->shards_adam ? (size_t)ranks_global(&d->ranks, rank) * d->part : 0;
+    *len = d->shards_adam ? d->part : d->total;
 }
 
 /* Before a step's first backward: gradients start from zero (the model adds
@@ -121,7 +121,7 @@ static void after_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
     Replicated *d = (Replicated *)ref->ranks;
     if (unit != 0 || !syncs_now(d)) return;
-    if (d->sharded) {
+    if (d->shards_adam) {
         ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
         return;
     }
@@ -142,7 +142,7 @@ static void step(Strategy *s) {
         owned_range(d, r, &lo, &len);
         adamw_range(g->stream, ranks->layout, lo, len, g->params + lo, g->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
     }
-    if (d->sharded) {
+    if (d->shards_adam) {
         float *params[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) {
             params[r] = ranks->model[r]->params;
@@ -176,14 +176,15 @@ static const StrategyOps replicated_ops = {
     .count_nonfinite = ranks_count_nonfinite,
 };
 
-static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
+Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     Replicated *d = host_calloc(1, sizeof *d);
     Ranks *ranks = &d->ranks;
-    if (ranks_init(ranks, cfg, &replicated_ops, sharded ? "ZeRO-1" : "DDP") != 0) {
+    int sharded = kind->shards_adam;
+    if (ranks_init(ranks, cfg, &replicated_ops, kind) != 0) {
         free(d);
         return NULL;
     }
-    d->sharded = sharded;
+    d->shards_adam = sharded;
     d->total = ranks->layout->total;
     d->part = d->total / (size_t)ranks->nranks;
     for (int r = 0; r < ranks->local; r++) {
@@ -210,6 +211,3 @@ static Strategy *replicated_create(const StrategyConfig *cfg, int sharded) {
     ranks_init_weights(ranks);
     return &d->ranks.base;
 }
-
-Strategy *ddp_create(const StrategyConfig *cfg) { return replicated_create(cfg, 0); }
-Strategy *zero1_create(const StrategyConfig *cfg) { return replicated_create(cfg, 1); }

@@ -44,27 +44,41 @@
 #include "../runtime/host.h"
 #include "ranks.h"
 
+/* Where a gather buffer stands, on one rank (as FSDP2's ShardedState): it
+ * holds no unit; its unit's gather is enqueued, and with overlap the rank's
+ * compute has not yet waited for its part; or the rank's compute may read it. */
+typedef enum { BUFFER_EMPTY, BUFFER_GATHERING, BUFFER_GATHERED } BufferState;
+
 /* A unit-sized working buffer on every rank (a gradient slot or a gather
  * buffer), with the events of the last collective that used it. */
 typedef struct {
     float *rank_buf[FIBERS_MAX_RANKS];
     size_t floats;
     Event *done[FIBERS_MAX_RANKS];   /* each rank's part of that collective (overlap) */
-    int unit;                         /* a gather buffer's unit, -1 when it holds none */
+    int unit;                         /* a gather buffer's unit, while not BUFFER_EMPTY */
+    /* Set for every rank by the gather (which one rank enqueues for all, in
+     * the rendezvous), then by each rank for itself when it waits. */
+    BufferState state[FIBERS_MAX_RANKS];
 } UnitBuffer;
 
 enum { MAX_POOL = MAX_LIVE_UNITS };  /* unit buffers of each kind: K with overlap, else one */
 
+/* What sets ZeRO-3 apart from ZeRO-2 (the kind's shards_weights): its
+ * weights kept as shards, each unit gathered into a gather buffer for its
+ * forward and its backward; or (ZeRO-2) full weights on every rank, each
+ * unit all-gathered from the owners' shards after its AdamW. */
+typedef enum { WEIGHTS_GATHERED_AFTER_STEP, WEIGHTS_GATHERED_PER_UNIT } WeightPolicy;
+
 typedef struct {
     Ranks ranks;
-    int stage;                     /* 2 or 3 */
+    WeightPolicy weights;
     int pool;
     size_t part;                   /* shard arena length: total / N */
     float *grad_shard[FIBERS_MAX_RANKS];
-    float *weight_shard[FIBERS_MAX_RANKS];       /* ZeRO-3 */
+    float *weight_shard[FIBERS_MAX_RANKS];       /* WEIGHTS_GATHERED_PER_UNIT */
     UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the other units' */
-    UnitBuffer gather[1 + MAX_POOL];             /* ZeRO-3, likewise */
-    /* ZeRO-2 with overlap: each rank's part of each unit's weight all-gather
+    UnitBuffer gather[1 + MAX_POOL];             /* WEIGHTS_GATHERED_PER_UNIT, likewise */
+    /* WEIGHTS_GATHERED_AFTER_STEP with overlap: each rank's part of each unit's weight all-gather
      * after the step ([unit][rank]), and whether some are not yet waited for
      * by every rank (settle_weights). */
     Event *(*weights_done)[FIBERS_MAX_RANKS];
@@ -79,19 +93,36 @@ static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0
 
 static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap ? b->done : NULL; }
 
+static int per_unit_gathers(const Sharded *d) { return d->weights == WEIGHTS_GATHERED_PER_UNIT; }
+
+/* Without overlap the compute streams waited for the gather as it was
+ * enqueued; with it, each rank's compute waits for its own part before it reads. */
+static void set_gathered(Sharded *d, UnitBuffer *b, int unit) {
+    b->unit = unit;
+    for (int r = 0; r < d->ranks.local; r++) b->state[r] = d->ranks.base.cfg.overlap ? BUFFER_GATHERING : BUFFER_GATHERED;
+}
+
+static void set_empty(Sharded *d, UnitBuffer *b) {
+    for (int r = 0; r < d->ranks.local; r++) b->state[r] = BUFFER_EMPTY;
+}
+
+/* The buffer holds the unit (gathered, or its gather enqueued), on every rank:
+ * the gather sets every rank's state at once, so rank 0's says. */
+static int holds(const UnitBuffer *b, int unit) { return b->state[0] != BUFFER_EMPTY && b->unit == unit; }
+
 /* Gather a unit's weights into its buffer on every rank, unless it is there;
  * a prefetch gathers the unit that computes next, ahead of its turn. */
 static void ensure_gathered(Sharded *d, int unit, int prefetch) {
     Ranks *ranks = &d->ranks;
     UnitBuffer *b = gather_of(d, unit);
-    if (b->unit == unit) return;
+    if (holds(b, unit)) return;
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
     char what[FIBERS_NAME_MAX];
     snprintf(what, sizeof what, "%sunit %d", prefetch ? "prefetch " : "", unit);
     pg_trace_next(ranks->pg, what, unit);
     pg_all_gather(ranks->pg, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
-    b->unit = unit;
+    set_gathered(d, b, unit);
 }
 
 /* Before a unit's forward: the weights changed since the last forward, so the
@@ -100,7 +131,7 @@ static void ensure_gathered(Sharded *d, int unit, int prefetch) {
 static void gather_forward(Ranks *ranks, int unit) {
     Sharded *d = (Sharded *)ranks;
     if (unit == 0)
-        for (int i = 0; i <= d->pool; i++) d->gather[i].unit = -1;
+        for (int i = 0; i <= d->pool; i++) set_empty(d, &d->gather[i]);
     ensure_gathered(d, unit, 0);
     for (int next = unit + 1; ranks->base.cfg.overlap && next < unit + d->pool && next < ranks->layout->nunits; next++)
         ensure_gathered(d, next, 1);
@@ -150,12 +181,14 @@ static void rendezvous(RankRef *ref, const char *what, int unit, void (*collecti
     ranks_rendezvous(ref->ranks, ref->rank, name, collective, unit);
 }
 
-/* With overlap the rank's compute waits here for its own part of the gather;
- * without, every collective was waited for when it was enqueued. */
+/* The rank's compute waits here for its own part of a gather still
+ * BUFFER_GATHERING (overlap); once waited, the buffer is gathered for it. */
 static void wait_gathered(RankRef *ref, int unit) {
     Sharded *d = (Sharded *)ref->ranks;
-    if (d->ranks.base.cfg.overlap)
-        stream_wait_event(d->ranks.pg->compute[ref->rank], gather_of(d, unit)->done[ref->rank]);
+    UnitBuffer *b = gather_of(d, unit);
+    if (b->state[ref->rank] != BUFFER_GATHERING) return;
+    stream_wait_event(d->ranks.pg->compute[ref->rank], b->done[ref->rank]);
+    b->state[ref->rank] = BUFFER_GATHERED;
 }
 
 static void before_forward(void *ctx, int unit) {
@@ -168,7 +201,7 @@ static void before_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
     Sharded *d = (Sharded *)ref->ranks;
     Model *m = ref->ranks->model[ref->rank];
-    if (d->stage == 3 && unit != 0) {
+    if (per_unit_gathers(d) && unit != 0) {
         rendezvous(ref, "gather", unit, gather_backward);
         wait_gathered(ref, unit);
     }
@@ -187,11 +220,11 @@ static void after_backward(void *ctx, int unit) {
     if (unit != 0 || !d->ranks.base.cfg.overlap) return;
     for (int i = 0; i <= d->pool; i++) {
         ranks_wait_all(ref->ranks, ref->rank, d->slot[i].done);
-        if (d->stage == 3) ranks_wait_all(ref->ranks, ref->rank, d->gather[i].done);
+        if (per_unit_gathers(d)) ranks_wait_all(ref->ranks, ref->rank, d->gather[i].done);
     }
 }
 
-/* ZeRO-2: before its forward, a rank waits for its own part of the unit's
+/* WEIGHTS_GATHERED_AFTER_STEP: before its forward, a rank waits for its own part of the unit's
  * weight gather (its part alone writes its full weights). */
 static void wait_weights(void *ctx, int unit) {
     RankRef *ref = ctx;
@@ -209,7 +242,7 @@ static void settle_weights(Sharded *d) {
     d->weights_in_flight = 0;
 }
 
-/* ZeRO-2: every rank's full weights of unit u gathered from the owners'
+/* WEIGHTS_GATHERED_AFTER_STEP: every rank's full weights of unit u gathered from the owners'
  * shards; with overlap, under what follows, until a forward or settle_weights
  * waits for it. */
 static void gather_weights(Sharded *d, int u) {
@@ -227,8 +260,8 @@ static void gather_weights(Sharded *d, int u) {
     d->weights_in_flight |= overlap;
 }
 
-/* AdamW on every shard a rank owns, unit by unit; ZeRO-2 gathers each unit's
- * weights once its shards are updated. */
+/* AdamW on every shard a rank owns, unit by unit; with full weights, each
+ * unit's are gathered once its shards are updated. */
 static void step(Strategy *s) {
     Sharded *d = (Sharded *)s;
     Ranks *ranks = &d->ranks;
@@ -240,11 +273,11 @@ static void step(Strategy *s) {
         for (int r = 0; r < ranks->local; r++) {
             Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
-            float *params = d->stage == 3 ? d->weight_shard[r] + at : m->params + lo;
+            float *params = per_unit_gathers(d) ? d->weight_shard[r] + at : m->params + lo;
             adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->nranks, params,
                         d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
         }
-        if (d->stage == 2) gather_weights(d, u);
+        if (!per_unit_gathers(d)) gather_weights(d, u);
     }
 }
 
@@ -274,7 +307,7 @@ static int rank_buffers(Sharded *d, int r, Buffer out[4 + 2 * (1 + MAX_POOL)]) {
     out[n++] = (Buffer){ &d->ranks.m[r], MEM_OPTIMIZER, d->part };
     out[n++] = (Buffer){ &d->ranks.v[r], MEM_OPTIMIZER, d->part };
     for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], MEM_WORKING, d->slot[i].floats };
-    if (d->stage == 3) {
+    if (per_unit_gathers(d)) {
         out[n++] = (Buffer){ &d->weight_shard[r], MEM_WEIGHTS, d->part };
         for (int i = 0; i <= d->pool; i++)
             out[n++] = (Buffer){ &d->gather[i].rank_buf[r], MEM_WORKING, d->gather[i].floats };
@@ -310,19 +343,15 @@ static const StrategyOps sharded_ops = {
     .count_nonfinite = settled_count_nonfinite,
 };
 
-static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
-    if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS) {
-        fprintf(stderr, "error: --max-live-units=%d must be in 1..%d\n", cfg->max_live_units, MAX_LIVE_UNITS);
-        return NULL;
-    }
+Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     Sharded *d = host_calloc(1, sizeof *d);
     Ranks *ranks = &d->ranks;
-    if (ranks_init(ranks, cfg, &sharded_ops, stage == 3 ? "ZeRO-3" : "ZeRO-2") != 0) {
+    if (ranks_init(ranks, cfg, &sharded_ops, kind) != 0) {
         free(d);
         return NULL;
     }
     const ArenaLayout *layout = ranks->layout;
-    d->stage = stage;
+    d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
     d->pool = cfg->overlap ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->nranks;
     size_t unit_size = 0;  /* the largest unit's, but the root's */
@@ -330,7 +359,6 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         if (layout->units[u].size > unit_size) unit_size = layout->units[u].size;
     for (int i = 0; i <= d->pool; i++) {
         d->slot[i].floats = d->gather[i].floats = i == 0 ? layout->units[0].size : unit_size;
-        d->gather[i].unit = -1;
         ranks_events_create(ranks, d->slot[i].done);
         ranks_events_create(ranks, d->gather[i].done);
     }
@@ -343,7 +371,7 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         for (int i = 0; i < n; i++)
             *buffers[i].ptr = device_alloc(m->dev, buffers[i].kind, buffers[i].floats * sizeof(float));
         for (int u = 0; u < layout->nunits; u++) m->unit_grads[u] = slot_of(d, u)->rank_buf[r];
-        if (stage == 3) {
+        if (per_unit_gathers(d)) {
             for (int u = 0; u < layout->nunits; u++) m->unit_weights[u] = gather_of(d, u)->rank_buf[r];
             m->hooks.before_forward = before_forward;
             ranks->weights[r] = d->weight_shard[r];
@@ -356,13 +384,10 @@ static Strategy *sharded_create(const StrategyConfig *cfg, int stage) {
         m->hooks.after_backward = after_backward;
         ranks->grad_part[r] = d->grad_shard[r];
     }
-    ranks->weights_held = stage == 3 ? HELD_UNIT_SHARDS : HELD_FULL;
+    ranks->weights_held = per_unit_gathers(d) ? HELD_UNIT_SHARDS : HELD_FULL;
     ranks->adam_held = HELD_UNIT_SHARDS;
     ranks->grad_part_len = d->part;
     ranks->grad_parts_sharded = 1;
     ranks_init_weights(ranks);
     return &ranks->base;
 }
-
-Strategy *zero2_create(const StrategyConfig *cfg) { return sharded_create(cfg, 2); }
-Strategy *zero3_create(const StrategyConfig *cfg) { return sharded_create(cfg, 3); }

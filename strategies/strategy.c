@@ -1,22 +1,79 @@
-/* strategy.c: the registry of strategies, by ZeRO stage; the injected faults. */
+/* strategy.c: the registry of strategies, by ZeRO stage (what each holds and
+ * what its step costs on a modeled link), the estimate, the injected faults. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "strategy.h"
 
+/* The ZeRO paper's state per parameter, fp32: 4 bytes of weights, 4 of
+ * gradients, 8 of m and v, each whole or 1/N. */
 static double ddp_state(int nranks) { (void)nranks; return 16.0; }
 static double zero1_state(int nranks) { return 8.0 + 8.0 / nranks; }
 static double zero2_state(int nranks) { return 4.0 + 12.0 / nranks; }
 static double zero3_state(int nranks) { return 16.0 / nranks; }
 
+/* A collective of n floats on cfg's modeled link: an all-reduce, or a
+ * reduce-scatter or all-gather. */
+static double ring(const StrategyConfig *cfg, int all_reduce, size_t n) {
+    return ring_seconds(cfg->link_gbps, cfg->link_latency_us, cfg->nranks, all_reduce, n);
+}
+
+static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
+    model_layout_units(&cfg->model, cfg->unit, cfg->nranks, layout);
+}
+
+/* Clipping's global norm: the ranks' partials (one float a rank) all-gathered,
+ * where the gradient is sharded. */
+static double norm_gather(const StrategyConfig *cfg, int clips) { return clips ? ring(cfg, 0, (size_t)cfg->nranks) : 0; }
+
+/* DDP: one all-reduce of every gradient (in buckets: the same bytes). */
+static double ddp_link(const StrategyConfig *cfg, int clips) {
+    ArenaLayout layout;
+    padded_layout(cfg, &layout);
+    (void)clips;  /* every rank holds the whole gradient: its norm needs no collective */
+    return ring(cfg, 1, layout.total);
+}
+
+/* ZeRO-1: the gradient reduce-scattered, the updated weights all-gathered. */
+static double zero1_link(const StrategyConfig *cfg, int clips) {
+    ArenaLayout layout;
+    padded_layout(cfg, &layout);
+    return norm_gather(cfg, clips) + 2 * ring(cfg, 0, layout.total);
+}
+
+/* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the step. */
+static double zero2_link(const StrategyConfig *cfg, int clips) {
+    ArenaLayout layout;
+    padded_layout(cfg, &layout);
+    double seconds = norm_gather(cfg, clips);
+    for (int u = 0; u < layout.nunits; u++) seconds += 2 * ring(cfg, 0, layout.units[u].size);
+    return seconds;
+}
+
+/* ZeRO-3: each unit reduce-scattered, gathered for its forward, and gathered
+ * again for its backward, but the root (gathered for the whole step) and the
+ * last unit (still gathered at the turn). */
+static double zero3_link(const StrategyConfig *cfg, int clips) {
+    ArenaLayout layout;
+    padded_layout(cfg, &layout);
+    double seconds = norm_gather(cfg, clips);
+    for (int u = 0; u < layout.nunits; u++) {
+        int gathers = u == 0 || u == layout.nunits - 1 ? 1 : 2;
+        seconds += (1 + gathers) * ring(cfg, 0, layout.units[u].size);
+    }
+    return seconds;
+}
+
 const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
-    { .name = "DDP", .stage = 0, .create = ddp_create, .state_bytes_per_param = ddp_state },
-    { .name = "ZeRO-1", .stage = 1, .create = zero1_create, .state_bytes_per_param = zero1_state, .shards_adam = 1 },
-    { .name = "ZeRO-2", .stage = 2, .create = zero2_create, .state_bytes_per_param = zero2_state, .unit_buffers = 1,
-      .shards_grads = 1, .shards_adam = 1 },
-    { .name = "ZeRO-3", .stage = 3, .create = zero3_create, .state_bytes_per_param = zero3_state, .unit_buffers = 2,
-      .shards_weights = 1, .shards_grads = 1, .shards_adam = 1 },
+    { .name = "DDP", .stage = 0, .create = replicated_create, .state_bytes_per_param = ddp_state,
+      .link_seconds = ddp_link },
+    { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .state_bytes_per_param = zero1_state,
+      .link_seconds = zero1_link },
+    { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1,
+      .state_bytes_per_param = zero2_state, .unit_buffers = 1, .link_seconds = zero2_link },
+    { .name = "ZeRO-3", .stage = 3, .create = sharded_create, .shards_weights = 1, .shards_grads = 1, .shards_adam = 1,
+      .state_bytes_per_param = zero3_state, .unit_buffers = 2, .link_seconds = zero3_link },
 };
 
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
@@ -41,10 +98,40 @@ int strategy_live_units(const StrategyConfig *cfg) {
     return cfg->max_live_units > 0 ? cfg->max_live_units : DEFAULT_LIVE_UNITS;
 }
 
-Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
+const StrategyKind *strategy_kind(int stage) {
     for (int k = 0; k < STRATEGY_KINDS; k++)
-        if (STRATEGIES[k].stage == zero) return STRATEGIES[k].create(cfg);
-    fprintf(stderr, "error: --zero=%d: expected 0 (DDP), 1, 2 or 3\n", zero);
+        if (STRATEGIES[k].stage == stage) return &STRATEGIES[k];
+    return NULL;
+}
+
+void strategy_stages_text(char *out, size_t len) {
+    size_t used = 0;
+    out[0] = 0;
+    for (int k = 0; k < STRATEGY_KINDS && used < len; k++) {
+        const char *joint = k == 0 ? "" : k == STRATEGY_KINDS - 1 ? " or " : ", ";
+        used += (size_t)snprintf(out + used, len - used, "%s%d", joint, STRATEGIES[k].stage);
+    }
+}
+
+int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
+    char stages[64];
+    strategy_stages_text(stages, sizeof stages);
+    if (!strategy_kind(zero))
+        snprintf(err, len, "--zero=%d must be %s", zero, stages);
+    else if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS)
+        snprintf(err, len, "--max-live-units=%d must be in 1..%d", cfg->max_live_units, MAX_LIVE_UNITS);
+    else if (cfg->recompute && cfg->unit != UNIT_BLOCK)
+        snprintf(err, len, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s",
+                 unit_policy_name(cfg->unit));
+    else
+        return 0;
+    return -1;
+}
+
+Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
+    char err[160];
+    if (strategy_config_error(zero, cfg, err, sizeof err) == 0) return strategy_kind(zero)->create(strategy_kind(zero), cfg);
+    fprintf(stderr, "error: %s\n", err);
     return NULL;
 }
 

@@ -78,6 +78,7 @@ enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
 int strategy_live_units(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
+typedef struct StrategyKind StrategyKind;
 
 /* What count_nonfinite looks at: each rank's part of the mean gradient (after
  * forward_backward), or what a checkpoint holds (weights and Adam's m and v). */
@@ -124,7 +125,7 @@ typedef struct {
 
 struct Strategy {
     const StrategyOps *ops;
-    const char *name;
+    const StrategyKind *kind;  /* its entry in STRATEGIES: its name, its stage, what sets it apart */
     const char *placement;  /* where the ranks run, in words */
     DeviceKind device_kind;
     int simulated;          /* 1: the ranks are simulated on one device */
@@ -134,21 +135,21 @@ struct Strategy {
     int sync_grads;         /* 1; 0 skips the gradient collectives (the no_sync probe of make bench) */
 };
 
-/* DDP (--zero=0): full replicas, gradients averaged over ranks. */
-Strategy *ddp_create(const StrategyConfig *cfg);
-/* ZeRO-1 (--zero=1): full replicas, Adam state sharded over ranks. */
-Strategy *zero1_create(const StrategyConfig *cfg);
-/* ZeRO-2 (--zero=2): full weights; gradients and Adam state sharded, each
- * unit's gradient reduce-scattered as soon as its backward is done. */
-Strategy *zero2_create(const StrategyConfig *cfg);
-/* ZeRO-3 (--zero=3): weights sharded too, each unit gathered for its forward
- * and its backward. */
-Strategy *zero3_create(const StrategyConfig *cfg);
-/* Every strategy, by --zero stage: what loops over strategies walk. */
-typedef struct {
-    const char *name;       /* as Strategy.name says it */
+/* Every strategy, by --zero stage: the one place where the stages differ.
+ * Code that handles every strategy walks this table; a new strategy is one
+ * more entry (and its create). */
+struct StrategyKind {
+    const char *name;       /* "DDP", "ZeRO-1", ... */
     int stage;              /* --zero */
-    Strategy *(*create)(const StrategyConfig *cfg);
+    /* kind is this entry; the four creates are in replicated.c (DDP, ZeRO-1)
+     * and sharded.c (ZeRO-2, ZeRO-3), and read the entry's flags below. */
+    Strategy *(*create)(const StrategyKind *kind, const StrategyConfig *cfg);
+    /* Which states a rank holds 1/N of (the rest whole). ZeRO-1 shards Adam's
+     * m and v; ZeRO-2 the gradients too, each unit reduce-scattered into the
+     * shards as its backward ends; ZeRO-3 the weights too, each unit gathered
+     * for its forward and its backward (FSDP's FULL_SHARD; ZeRO-2 is its
+     * SHARD_GRAD_OP, whose full weights are all-gathered after each step). */
+    int shards_weights, shards_grads, shards_adam;
     /* Bytes per parameter of the state a rank holds at N ranks (weights,
      * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
     double (*state_bytes_per_param)(int nranks);
@@ -156,11 +157,18 @@ typedef struct {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
-    /* Which states a rank holds 1/N of (the rest whole): the formulas above
-     * over the padded layout, for strategy_estimate. */
-    int shards_weights, shards_grads, shards_adam;
-} StrategyKind;
+    /* The seconds one step's collectives hold cfg's modeled link (cfg->link_gbps,
+     * link_latency_us; ring_seconds' costs over cfg's units, padded for N
+     * ranks), with clipping's gather of the norms' partials where `clips`:
+     * what bench_overlap holds the measured time to, and what bin/train
+     * refuses past a minute. */
+    double (*link_seconds)(const StrategyConfig *cfg, int clips);
+};
 enum { STRATEGY_KINDS = 4 };
+/* DDP and ZeRO-1: full replicas, ZeRO-1's Adam state sharded (replicated.c). */
+Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg);
+/* ZeRO-2 and ZeRO-3, unit by unit (sharded.c). */
+Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg);
 extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
 
 /* What one rank of `kind` will hold under cfg on a device of that kind, by
@@ -173,7 +181,15 @@ extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]);
 
-/* The strategy of a --zero stage, 0..3; NULL with a message otherwise. */
+/* The entry of a --zero stage; NULL for none. */
+const StrategyKind *strategy_kind(int stage);
+/* The stages there are, in words for a message: "0, 1, 2 or 3". */
+void strategy_stages_text(char *out, size_t len);
+/* What no strategy can run: no such stage, a max_live_units out of range
+ * (0: the default), recompute with units other than whole blocks. 0, or -1
+ * with the one line that says so in err, in the flags' words. */
+int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len);
+/* The strategy of a --zero stage; NULL with strategy_config_error's line. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
 
 /* "forward", "backward", "collective", "step", "save", "hang". */

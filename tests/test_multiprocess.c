@@ -121,7 +121,8 @@ typedef struct {
 /* For every strategy, `procs` x `local_ranks` against one process of ref_ranks. */
 static void expect_every_strategy_same(Split split) {
     need_mpi();
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         char args[1024], what[256];
         snprintf(args, sizeof args, "%s --batch=3 --iters=4 %s --zero=%d --gpus=%d", BASE, split.flags, zero,
                  split.ref_ranks);
@@ -250,7 +251,8 @@ Test(multiprocess, a_checkpoint_moves_between_splits) {
     char args[1024], what[128];
     snprintf(args, sizeof args, "%s --grad-clip=0 --batch=3 --iters=4 --gpus=4", BASE);
     Run straight = launch(0, args);
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         int other = (zero + 1) % 4;
         snprintf(args, sizeof args, "%s --grad-clip=0 --batch=3 --iters=2 --zero=%d --gpus=2", BASE, zero);
         Run saved = launch(2, args);

@@ -37,13 +37,17 @@ static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur 
 
 /* The trace of STEPS training steps of a --zero stage on RANKS simulated ranks:
  * four blocks 64 wide, DDP buckets of 8 KB (a tensor or two), a link of 0.05 GB/s. */
-static TraceSpan *trace_steps(int zero, int overlap, int *n) {
-    Trace *t = trace_create(1 << 16);
-    StrategyConfig sc = {
+static StrategyConfig traced_config(int overlap, Trace *t) {
+    return (StrategyConfig){
         .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
         .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .overlap = overlap,
         .bucket_bytes = 8 << 10, .link_gbps = 0.05, .link_latency_us = 20, .trace = t,
     };
+}
+
+static TraceSpan *trace_steps(int zero, int overlap, int *n) {
+    Trace *t = trace_create(1 << 16);
+    StrategyConfig sc = traced_config(overlap, t);
     TrainConfig tc = {
         .iters = STEPS, .schedule = { 1e-3f, 1e-4f, 1, STEPS }, .grad_clip = 1.0f, .trace = t, .trace_steps = STEPS,
     };
@@ -148,7 +152,9 @@ Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
 }
 
 Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
-    for (int zero = 2; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        if (!STRATEGIES[k].shards_grads) continue;
+        int zero = STRATEGIES[k].stage;
         int n;
         TraceSpan *spans = trace_steps(zero, 1, &n);
         for (int r = 0; r < RANKS; r++)
@@ -180,6 +186,27 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
         for (int r = 0; r < RANKS; r++)
             cr_expect(!collective_under_compute(spans, n, r, ""), "--zero=%d --overlap=%d rank %d: a collective ran "
                       "under the compute", runs[k].zero, runs[k].overlap, r);
+        free(spans);
+    }
+}
+
+/* The registry's cost model (StrategyKind.link_seconds) against the link's
+ * hold in the trace: with overlap off, rank 0's collectives of a step, from
+ * the end of their waits to the end of the link's hold, take the model's time
+ * and a little more (the sums' own work, and a sleep's lateness), never less:
+ * a model that missed a collective, or counted one twice, is off by a third
+ * or more. */
+Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .timeout = 300) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        const StrategyKind *kind = &STRATEGIES[k];
+        int n;
+        TraceSpan *spans = trace_steps(kind->stage, 0, &n);
+        double held_us = 0;
+        for (int i = 0; i < n; i++) held_us += spans[i].pid == 0 && spans[i].tid == COMM ? spans[i].dur : 0;
+        StrategyConfig sc = traced_config(0, NULL);
+        double model_us = 1e6 * kind->link_seconds(&sc, 1), ratio = held_us / STEPS / model_us;
+        cr_expect(ratio > 0.99 && ratio < 1.3, "%s: the link held %.0f us a step, the model says %.0f us (x%.3f)",
+                  kind->name, held_us / STEPS, model_us, ratio);
         free(spans);
     }
 }

@@ -50,7 +50,7 @@ static TrainConfig quiet_run(int iters) {
 
 Test(train, a_short_run_lowers_the_validation_loss) {
     StrategyConfig sc = small_model(0.0f, 1);
-    Strategy *s = ddp_create(&sc);
+    Strategy *s = strategy_create(0, &sc);
     float before = evaluate(s, &data, SPLIT_VAL, 4);
     TrainConfig tc = quiet_run(80);
     TrainResult r;
@@ -78,7 +78,7 @@ Test(train, the_same_seed_gives_bit_identical_weights) {
 
 Test(train, a_non_finite_loss_stops_the_run) {
     StrategyConfig sc = small_model(0.0f, 1);
-    Strategy *s = ddp_create(&sc);
+    Strategy *s = strategy_create(0, &sc);
     ArenaLayout layout;
     gpt_layout(&sc.model, 1, &layout);
     float *w = malloc(layout.total * sizeof(float));
@@ -1125,7 +1125,8 @@ Test(train, a_non_finite_state_is_never_saved_for_any_strategy, .timeout = 300) 
     unsigned char *good = read_all(ckpt, &n);
     /* a weight turns NaN in the last step: the final save must refuse it */
     setenv("ZF_INJECT_NAN", "weight:5", 1);
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         snprintf(args, sizeof args, "%s --iters=6 --zero=%d --gpus=3 --out=%s --resume=%s", TINY, zero, dir, ckpt);
         expect_one_line(run_train(args, err, sizeof err), 1, err,
                         "saving at iter 6: the state is not finite ('transformer.wte.weight' element 0 is nan)",
@@ -1306,17 +1307,18 @@ Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 300) {
 Test(train, count_nonfinite_finds_a_poisoned_gradient_under_every_strategy, .timeout = 60) {
     StrategyConfig sc = small_model(0.0f, 1);
     int x[16 * 32] = { 0 };
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         sc.nranks = 2;
         sc.batch = 4;
         Strategy *s = strategy_create(zero, &sc);
         cr_assert_eq(s->ops->forward_backward(s, x, x, 0, 0, 1), 0);
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0, "%s", s->name);
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0, "%s", s->name);
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0, "%s", s->kind->name);
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0, "%s", s->kind->name);
         setenv("ZF_INJECT_NAN", "grad:1", 1);
         cr_assert_eq(s->ops->forward_backward(s, x, x, 1, 0, 1), 0);
         unsetenv("ZF_INJECT_NAN");
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 1, "%s", s->name);
+        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 1, "%s", s->kind->name);
         s->ops->destroy(s);
     }
 }
@@ -1410,7 +1412,8 @@ Test(train, an_injected_fault_ends_the_run_with_one_line_and_the_checkpoint_inta
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     size_t n;
     unsigned char *good = read_all(ckpt, &n);
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         for (int nranks = 1; nranks <= 3; nranks += 2) {
             for (size_t w = 0; w < sizeof FAULT_SITES_TESTED / sizeof FAULT_SITES_TESTED[0]; w++) {
                 const char *site = FAULT_SITES_TESTED[w];
@@ -1481,7 +1484,8 @@ Test(train, a_run_stopped_by_a_fault_resumes_to_the_same_bits, .timeout = 300) {
     char dir[64], ckpt[128];
     temp_dir(dir, sizeof dir, "fault");
     snprintf(ckpt, sizeof ckpt, "%s/%s", dir, CHECKPOINT_FILE_NAME);
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         for (int nranks = 1; nranks <= 3; nranks += 2) {
             float *whole = NULL;
             ArenaLayout layout;

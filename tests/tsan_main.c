@@ -26,7 +26,8 @@ int main(void) {
         return 1;
     }
     int status = 0;
-    for (int zero = 0; zero <= 3; zero++) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
         StrategyConfig sc = {
             .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0, 0 }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
             .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,

@@ -269,7 +269,6 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--pad-vocab=%d must be in 1..4096", o->pad_vocab);
     else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
         snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, FIBERS_MAX_RANKS);
-    else if (o->zero < 0 || o->zero > 3) snprintf(bad, sizeof bad, "--zero=%d must be 0, 1, 2 or 3", o->zero);
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
     else if (strcmp(o->collectives, "ordered") && strcmp(o->collectives, "nccl"))
@@ -282,8 +281,6 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--max-live-units=%d must be in 1..%d", o->max_live_units, MAX_LIVE_UNITS);
     else if (o->recompute != 0 && o->recompute != 1)
         snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
-    else if (o->recompute && strcmp(o->unit, "block") != 0)
-        snprintf(bad, sizeof bad, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s", o->unit);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
     else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);
@@ -355,6 +352,10 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
              (double)o->batch * o->heads * o->block * o->block > INT_MAX)
         snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
+    /* the rules of what a strategy can run are the strategies' own */
+    StrategyConfig asked = { .max_live_units = o->max_live_units, .recompute = o->recompute,
+                             .unit = (UnitPolicy)unit_policy_parse(o->unit) };
+    if (!bad[0]) strategy_config_error(o->zero, &asked, bad, sizeof bad);
     o->fault = fault;
     if (!bad[0]) return 0;
     snprintf(err, errlen, "%s: %s", prog, bad);

@@ -78,21 +78,6 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     return 0;
 }
 
-/* The modeled link's seconds for one step's collectives, unit by unit: a
- * reduce-scatter and an all-gather (an all-reduce's worth) under DDP, ZeRO-1
- * and ZeRO-2, two all-gathers and a reduce-scatter under ZeRO-3. */
-static double link_step_seconds(const StrategyConfig *sc, int zero) {
-    ArenaLayout layout;
-    model_layout(&sc->model, 1, &layout);
-    double seconds = 0.0;
-    for (int u = 0; u < layout.nunits; u++) {
-        size_t n = layout.units[u].size;
-        seconds += zero == 3 ? 3.0 * ring_seconds(sc->link_gbps, sc->link_latency_us, sc->nranks, 0, n)
-                             : ring_seconds(sc->link_gbps, sc->link_latency_us, sc->nranks, 1, n);
-    }
-    return seconds;
-}
-
 /* A link this slow would make a run last days for nothing: a mistyped unit. */
 enum { LINK_STEP_MAX_SECONDS = 60 };
 
@@ -389,7 +374,8 @@ static int check_model(const Run *run) {
     StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs };
     options_link(o, &sc.link_gbps, &sc.link_latency_us);
     const char *bad = gpt_config_error(&sc.model);
-    double link_seconds = bad ? 0.0 : link_step_seconds(&sc, o->zero);
+    const StrategyKind *kind = strategy_kind(o->zero);  /* the flags' checks found it */
+    double link_seconds = bad ? 0.0 : kind->link_seconds(&sc, o->grad_clip > 0);
     int says = world()->proc == 0;  /* every process has the same flags */
     if (bad && says) fprintf(stderr, "train: %s\n", bad);
     else if (!bad && link_seconds > LINK_STEP_MAX_SECONDS && says)
@@ -464,7 +450,7 @@ static int print_header(const Run *run, const char *blas) {
            o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "", o->gelu,
            layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->name, o->iters, o->batch, sc->nranks,
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s\n", s->kind->name, o->iters, o->batch, sc->nranks,
            o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed, o->overlap ? "on" : "off",
            o->unit, o->max_live_units, o->recompute ? ", recompute" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "

@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < counts; i++) {
             int N = given ? i + 1 : 1 << i;
             StrategyConfig sc = row_config(&o, model, N, batch, where);
-            Strategy *s = kind->create(&sc);
+            Strategy *s = kind->create(kind, &sc);
             if (!s || real_step(s, &data, N, batch, o.block, (uint32_t)o.seed) != 0) {
                 if (s) s->ops->destroy(s);
                 dataset_free(&data);
