@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../model/models.h"
 #include "strategy.h"
 
 static double ddp_state(int nranks) { (void)nranks; return 16.0; }
