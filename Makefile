@@ -65,7 +65,7 @@ LDLIBS_CUDA = -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lcudart_static
 else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
-MODEL = model/model.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c model/hf_gpt2.c
+MODEL = model/model.c model/models.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c model/hf_gpt2.c
 STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
              strategies/checkpoint.c strategies/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c

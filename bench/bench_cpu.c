@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../model/models.h"
 #include "../runtime/host.h"
 #include "../strategies/trainer.h"
 #include "../tools/options.h"

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/blas_setup.h"
+#include "../model/models.h"
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
 #include "../tools/options.h"

@@ -65,10 +65,10 @@ static void backward_op(Model *m, float dloss) { gpt_backward((GPT *)m, dloss); 
 
 static const ModelOps gpt_ops = { forward_op, backward_op, gpt_destroy };
 
-GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
-                Stream *stream, int max_B, int max_T) {
+GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+                int max_B, int max_T) {
     GPT *m = host_calloc(1, sizeof *m);
-    model_init(&m->base, &gpt_ops, cfg, unit, shard_multiple, dev, stream);
+    model_init(&m->base, &gpt_ops, cfg, layout, dev, stream);
     m->max_B = max_B;
     m->max_T = max_T;
     m->recompute = recompute;

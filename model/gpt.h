@@ -64,8 +64,8 @@ const char *gpt_config_error(const ModelConfig *cfg);
 void gpt_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
 void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
 
-/* A GPT in the units of `unit`, with activations for up to max_B x max_T and
- * no arenas: own them with model_own_weights / model_own_grads, free with
+/* A GPT over a layout of cfg (gpt_layout_units, in any policy's units; the
+ * model copies it), with activations for up to max_B x max_T and no arenas: own them with model_own_weights / model_own_grads, free with
  * model_destroy. recompute = 1 (with whole-block units only: the recomputed
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
@@ -74,8 +74,8 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * time, in the forward for the loss and again in the backward for its
  * gradient: one chunk of logits is ever held. A forward without targets
  * (generation) computes the logits of each row's last position only. */
-GPT *gpt_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
-                Stream *stream, int max_B, int max_T);
+GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+                int max_B, int max_T);
 /* The floats of gpt_create's activations for max_B x max_T on a device of
  * that kind (its one MEM_ACTIVATIONS allocation), without allocating them. */
 size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, int recompute, int max_B, int max_T);

@@ -103,10 +103,10 @@ static void mlp_backward(Model *base, float dloss) {
 
 static const ModelOps mlp_ops = { mlp_forward, mlp_backward, mlp_destroy };
 
-MLP *mlp_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T) {
+MLP *mlp_create(const ModelConfig *cfg, const ArenaLayout *layout, Device *dev, Stream *stream, int max_B,
+                int max_T) {
     MLP *m = host_calloc(1, sizeof *m);
-    model_init(&m->base, &mlp_ops, cfg, UNIT_BLOCK, shard_multiple, dev, stream);  /* a layer is one unit */
+    model_init(&m->base, &mlp_ops, cfg, layout, dev, stream);
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)max_B * max_T;
     /* the size table */
     ActivationSlot table[] = {

@@ -33,8 +33,10 @@ typedef struct {
 /* Root unit: transformer.wte.weight [V, C], transformer.wpe.weight [block_size, C];
  * unit 1 + l: layers.l.ln.weight [C], layers.l.fc.weight [C, C]. */
 void mlp_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
-/* An MLP for up to max_B x max_T positions, no arenas (see model.h). */
-MLP *mlp_create(const ModelConfig *cfg, int shard_multiple, Device *dev, Stream *stream,
-                int max_B, int max_T);
+/* An MLP over a layout of cfg (mlp_layout: a layer is one unit, whatever the
+ * policy; the model copies it), for up to max_B x max_T positions, no arenas
+ * (see model.h). */
+MLP *mlp_create(const ModelConfig *cfg, const ArenaLayout *layout, Device *dev, Stream *stream, int max_B,
+                int max_T);
 
 #endif

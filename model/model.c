@@ -1,5 +1,6 @@
-/* model.c: what every model shares: layout and init by kind, unit tables, arenas,
- * activations, the batch upload, the reductions' scratch, loss. */
+/* model.c: what every model shares: unit policies, init, unit tables, arenas,
+ * activations, the batch upload, the reductions' scratch, loss (the models by
+ * kind are model/models.c's). */
 #include "model.h"
 
 #include <math.h>
@@ -9,19 +10,6 @@
 #include "../kernels/kernels.h"
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
-#include "gpt.h"
-#include "mlp.h"
-
-void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
-    model_layout_units(cfg, UNIT_BLOCK, shard_multiple, layout);
-}
-
-void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout) {
-    if (cfg->kind == MODEL_MLP)
-        mlp_layout(cfg, shard_multiple, layout);
-    else
-        gpt_layout_units(cfg, unit, shard_multiple, layout);
-}
 
 static const char *const UNIT_POLICY_NAMES[UNIT_POLICIES] = {
     [UNIT_BLOCK] = "block", [UNIT_HALF] = "half", [UNIT_TENSOR] = "tensor",
@@ -64,19 +52,13 @@ void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32
         model_init_tensor_part(cfg, layout, t, seed, 0, layout->tensors[t].numel, host + layout->tensors[t].offset);
 }
 
-Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
-                    Stream *stream, int max_B, int max_T) {
-    if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, shard_multiple, dev, stream, max_B, max_T)->base;
-    return &gpt_create(cfg, unit, recompute, shard_multiple, dev, stream, max_B, max_T)->base;
-}
-
-void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,
-                Device *dev, Stream *stream) {
+void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const ArenaLayout *layout, Device *dev,
+                Stream *stream) {
     m->ops = ops;
     m->cfg = *cfg;
     m->dev = dev;
     m->stream = stream;
-    model_layout_units(cfg, unit, shard_multiple, &m->layout);
+    m->layout = *layout;
     m->unit_weights = host_calloc(m->layout.nunits, sizeof *m->unit_weights);
     m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
 }
@@ -125,17 +107,6 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
         stream_copy(m->stream, m->targets, staged_targets, BT * sizeof(int));
     }
     event_record(m->uploaded, m->stream);
-}
-
-void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
-                    int max_B, int max_T, double bytes[MEM_KINDS]) {
-    ArenaLayout layout;
-    model_layout_units(cfg, unit, shard_multiple, &layout);
-    size_t positions = (size_t)max_B * max_T;
-    bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, recompute, max_B, max_T) * sizeof(float) +
-                              2.0 * (double)positions * sizeof(int);
-    bytes[MEM_WORKING] += (double)layernorm_scratch_floats((int)positions, cfg->embd) * sizeof(float) +
-                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double);
 }
 
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }

@@ -20,7 +20,8 @@
  * finer unit is gathered, and its gradient slot held, for less of the step.
  *
  * Two models implement this: nanoGPT's GPT (model/gpt.h), and a small MLP
- * (model/mlp.h) that the strategy gates run as well.
+ * (model/mlp.h) that the strategy gates run as well; model/models.h lays out,
+ * creates and estimates either by its kind.
  */
 #ifndef ZF_MODEL_H
 #define ZF_MODEL_H
@@ -111,11 +112,6 @@ struct Model {
     uint32_t seed, rank;
 };
 
-/* The unit-by-unit layout, units padded to shard_multiple: whole blocks
- * (UNIT_BLOCK), as the host's copies of a state and checkpoints lay it out. */
-void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
-/* The same tensors in the units of a policy. */
-void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
 /* "block", "half", "tensor"; and back (-1 for another name). */
 const char *unit_policy_name(UnitPolicy unit);
 int unit_policy_parse(const char *name);
@@ -129,19 +125,10 @@ void model_init_params(const ModelConfig *cfg, const ArenaLayout *layout, uint32
 void model_init_tensor_part(const ModelConfig *cfg, const ArenaLayout *layout, int tensor, uint32_t seed,
                             size_t first, size_t count, float *out);
 
-/* What model_create and model_alloc_activations will take from a device of
- * that kind for a GPT of cfg (the MLP's are not estimated), added to bytes[kind]:
- * its activations and batch buffers (MEM_ACTIVATIONS), and its reductions'
- * scratch (MEM_WORKING). Nothing is allocated. */
-void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
-                    int max_B, int max_T, double bytes[MEM_KINDS]);
-/* A model of cfg->kind in the units of `unit`, with activations for up to
- * max_B x max_T, no arenas; recompute as gpt_create's (the MLP keeps all). */
-Model *model_create(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, Device *dev,
-                    Stream *stream, int max_B, int max_T);
-/* The base's part of a model's creation: layout and unit tables. */
-void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, UnitPolicy unit, int shard_multiple,
-                Device *dev, Stream *stream);
+/* The base's part of a model's creation: a copy of the layout its caller
+ * computed (model/models.h: model_layout_units), and unit tables. */
+void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const ArenaLayout *layout, Device *dev,
+                Stream *stream);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
  * table of a model's create), the batch's token buffers for `positions` and
  * their staging, and the reductions' scratch. */

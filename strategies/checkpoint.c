@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../model/hf_gpt2.h"
+#include "../model/models.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "../model/gpt.h"
+#include "../model/models.h"
 #include "../model/sample.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
@@ -72,9 +73,10 @@ int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, cons
     d->base.simulated = d->pg->simulated;
     for (int r = 0; r < d->local; r++) device_set_limit(d->pg->device[r], cfg->max_memory_bytes);
     set_owner(d, "the activations do not fit: fewer rows (--batch) or a smaller model");
+    ArenaLayout layout;  /* padded to the world's ranks; every rank's model takes a copy */
+    model_layout_units(&cfg->model, cfg->unit, d->nranks, &layout);
     for (int r = 0; r < d->local; r++) {
-        Model *m = model_create(&cfg->model, cfg->unit, cfg->recompute, d->nranks, d->pg->device[r], d->pg->compute[r],
-                                cfg->batch,
+        Model *m = model_create(&cfg->model, &layout, cfg->recompute, d->pg->device[r], d->pg->compute[r], cfg->batch,
                                 cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;

@@ -137,10 +137,10 @@ static void step(Strategy *s) {
     s->adam_step++;
     AdamWParams hp = { s->lr, s->cfg.beta1, s->cfg.beta2, s->cfg.eps, s->cfg.weight_decay, s->adam_step };
     for (int r = 0; r < ranks->local; r++) {
-        Model *g = ranks->model[r];
+        Model *m = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        adamw_range(g->stream, ranks->layout, lo, len, g->params + lo, g->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
+        adamw_range(m->stream, ranks->layout, lo, len, m->params + lo, m->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
     }
     if (d->shards_adam) {
         float *params[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
@@ -188,18 +188,18 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
     d->total = ranks->layout->total;
     d->part = d->total / (size_t)ranks->nranks;
     for (int r = 0; r < ranks->local; r++) {
-        Model *g = ranks->model[r];
-        model_own_weights(g);
-        model_own_grads(g);
-        g->hooks.before_backward = zero_grads;
-        g->hooks.after_backward = after_backward;
-        if (!sharded) g->hooks.grad_done = grad_done;
+        Model *m = ranks->model[r];
+        model_own_weights(m);
+        model_own_grads(m);
+        m->hooks.before_backward = zero_grads;
+        m->hooks.after_backward = after_backward;
+        if (!sharded) m->hooks.grad_done = grad_done;
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        d->ranks.m[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
-        d->ranks.v[r] = device_alloc(g->dev, MEM_OPTIMIZER, len * sizeof(float));
-        ranks->weights[r] = g->params;
-        ranks->grad_part[r] = g->grads + lo;
+        d->ranks.m[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
+        d->ranks.v[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
+        ranks->weights[r] = m->params;
+        ranks->grad_part[r] = m->grads + lo;
     }
     if (!sharded) {
         plan_buckets(d, cfg);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../model/models.h"
 #include "strategy.h"
 
 /* The ZeRO paper's state per parameter, fp32: 4 bytes of weights, 4 of

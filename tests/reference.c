@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../kernels/dropout.h"
+#include "../model/models.h"
 
 void ref_embedding(double *out, const int *tokens, const double *wte, const double *wpe, int B, int T, int C) {
     for (int b = 0; b < B; b++)
@@ -202,7 +203,9 @@ void test_stream_teardown(void) {
 }
 
 Model *test_model(const ModelConfig *cfg, int B, int T) {
-    Model *m = model_create(cfg, UNIT_BLOCK, 0, 1, test_device, test_stream, B, T);
+    ArenaLayout layout;
+    model_layout(cfg, 1, &layout);
+    Model *m = model_create(cfg, &layout, 0, test_device, test_stream, B, T);
     model_own_weights(m);
     model_own_grads(m);
     return m;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../model/models.h"
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"
 #include "reference.h"

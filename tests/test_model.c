@@ -10,6 +10,7 @@
 
 #include "../model/data.h"
 #include "../model/gpt.h"
+#include "../model/models.h"
 #include "../model/safetensors.h"
 #include "../model/sample.h"
 #include "reference.h"
@@ -297,7 +298,9 @@ Test(model, configs_beyond_the_arena_tables_are_refused) {
  * recompute: no T x T buffer (attention keeps one log-sum-exp a row of scores
  * on the CPU). A quadratic term would make the second difference non-zero. */
 static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, int T) {
-    Model *m = model_create(cfg, UNIT_BLOCK, recompute, 1, test_device, test_stream, B, T);
+    ArenaLayout layout;
+    model_layout(cfg, 1, &layout);
+    Model *m = model_create(cfg, &layout, recompute, test_device, test_stream, B, T);
     size_t floats = m->acts_floats;
     model_destroy(m);
     return floats;

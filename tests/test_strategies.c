@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "../model/models.h"
 #include "../model/sample.h"
 #include "../strategies/buckets.h"
 #include "../strategies/ranks.h"

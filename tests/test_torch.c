@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "../model/models.h"
 #include "../model/optim.h"
 #include "../model/safetensors.h"
 #include "../strategies/checkpoint.h"

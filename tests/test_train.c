@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
+#include "../model/models.h"
 #include "../runtime/host.h"
 #include "../strategies/checkpoint.h"
 #include "../strategies/trainer.h"

@@ -10,6 +10,7 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/gpt.h"
 #include "../model/hf_gpt2.h"
+#include "../model/models.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"

@@ -26,6 +26,7 @@
 
 #include "../model/data.h"
 #include "../model/gpt.h"
+#include "../model/models.h"
 #include "../strategies/strategy.h"
 #include "options.h"
 

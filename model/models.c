@@ -1,0 +1,35 @@
+/* models.c: the models by kind: layout, creation and estimate, each passed on
+ * to the GPT or the MLP as cfg->kind says. */
+#include "models.h"
+
+#include "../kernels/kernels.h"
+#include "gpt.h"
+#include "mlp.h"
+
+void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
+    model_layout_units(cfg, UNIT_BLOCK, shard_multiple, layout);
+}
+
+void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout) {
+    if (cfg->kind == MODEL_MLP)
+        mlp_layout(cfg, shard_multiple, layout);
+    else
+        gpt_layout_units(cfg, unit, shard_multiple, layout);
+}
+
+Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+                    int max_B, int max_T) {
+    if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, layout, dev, stream, max_B, max_T)->base;
+    return &gpt_create(cfg, layout, recompute, dev, stream, max_B, max_T)->base;
+}
+
+void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
+                    int max_B, int max_T, double bytes[MEM_KINDS]) {
+    ArenaLayout layout;
+    model_layout_units(cfg, unit, shard_multiple, &layout);
+    size_t positions = (size_t)max_B * max_T;
+    bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, recompute, max_B, max_T) * sizeof(float) +
+                              2.0 * (double)positions * sizeof(int);
+    bytes[MEM_WORKING] += (double)layernorm_scratch_floats((int)positions, cfg->embd) * sizeof(float) +
+                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double);
+}
