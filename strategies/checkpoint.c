@@ -72,9 +72,10 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     /* every rank checks its shards before anything is gathered or written */
     size_t nonfinite = s->ops->count_nonfinite(s, NONFINITE_STATE);
     int root = world()->proc == 0, faulty_rank = s->cfg.fault.rank;
-    if (fault_strikes(&s->cfg, faulty_rank, info->iter, FAULT_SAVE) && faulty_rank < s->cfg.nranks) {
-        snprintf(err, errlen, "rank %d: injected fault (--inject-fault) at step %d in the save; nothing was saved",
-                 faulty_rank, info->iter);
+    char report[200];
+    if (faulty_rank < s->cfg.nranks &&
+        fault_strikes(&s->cfg.fault, faulty_rank, info->iter, FAULT_SAVE, NULL, report, sizeof report)) {
+        snprintf(err, errlen, "rank %d: %s; nothing was saved", faulty_rank, report);
         return -1;
     }
     ArenaLayout layout;

@@ -122,9 +122,11 @@ size_t ranks_shard_arena_offset(const Ranks *d, int unit) {
  * rendezvous of that name, for a collective) fails as a real error there
  * would, through its fibers; 1 if so. */
 static int injected_fault(Ranks *d, int rank, FaultSite where, const char *rendezvous) {
-    if (!d->training || !fault_strikes(&d->base.cfg, ranks_global(d, rank), (int)d->step, where)) return 0;
-    fibers_fail(d->fibers, rank, "injected fault (--inject-fault) at step %u in the %s%s%s%s", d->step,
-                fault_site_name(where), rendezvous ? " '" : "", rendezvous ? rendezvous : "", rendezvous ? "'" : "");
+    char report[200];
+    if (!d->training || !fault_strikes(&d->base.cfg.fault, ranks_global(d, rank), (int)d->step, where, rendezvous,
+                                       report, sizeof report))
+        return 0;
+    fibers_fail(d->fibers, rank, "%s", report);
     d->failed[rank] = 1;
     return 1;
 }
@@ -134,7 +136,9 @@ static int injected_fault(Ranks *d, int rank, FaultSite where, const char *rende
  * ends the run first); then it fails, so that no test can hang for good. 1
  * if it struck. */
 static int injected_hang(Ranks *d, int rank) {
-    if (!d->training || !fault_strikes(&d->base.cfg, ranks_global(d, rank), (int)d->step, FAULT_HANG)) return 0;
+    if (!d->training ||
+        !fault_strikes(&d->base.cfg.fault, ranks_global(d, rank), (int)d->step, FAULT_HANG, NULL, NULL, 0))
+        return 0;
     for (double slept = 0; slept < world()->timeout_s + 60.0; slept += 0.1)
         nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
     return injected_fault(d, rank, FAULT_HANG, NULL);
@@ -200,14 +204,10 @@ int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, in
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
  * loss, its gradient part or its weights (in process 0). */
 static float *injected_nan_target(Ranks *d, uint32_t step) {
-    const char *spec = d->first == 0 ? getenv("ZF_INJECT_NAN") : NULL;
-    char what[8];
-    unsigned first, count = 1;
-    if (!spec || sscanf(spec, "%7[a-z]:%u:%u", what, &first, &count) < 2) return NULL;
-    if (step < first || step - first >= count) return NULL;
-    if (strcmp(what, "loss") == 0) return d->model[0]->mean_loss;
-    if (strcmp(what, "grad") == 0) return d->grad_part[0];
-    return strcmp(what, "weight") == 0 ? d->weights[0] : NULL;
+    NanTarget what = d->first == 0 ? nan_injected_at(step) : NAN_NONE;
+    if (what == NAN_LOSS) return d->model[0]->mean_loss;
+    if (what == NAN_GRAD) return d->grad_part[0];
+    return what == NAN_WEIGHT ? d->weights[0] : NULL;
 }
 
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros) {

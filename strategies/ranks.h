@@ -81,7 +81,7 @@ void ranks_release(Ranks *d);
 int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
 /* The ops' forward_backward: ranks_run, training. For the tests of what a
  * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,
- * grad or weight) then makes rank 0's loss, or the first value of its gradient
+ * grad or weight; runtime/inject.h) then makes rank 0's loss, or the first value of its gradient
  * part or of its weights, NaN after the last micro-step of steps ITER ..
  * ITER + COUNT - 1 (COUNT 1 if absent). A weight so poisoned shows in the
  * next forward, or in the check before a save. */

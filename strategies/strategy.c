@@ -1,5 +1,5 @@
 /* strategy.c: the registry of strategies, by ZeRO stage (what each holds and
- * what its step costs on a modeled link), the estimate, the injected faults. */
+ * what its step costs on a modeled link), and the estimate. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -134,40 +134,6 @@ Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
     if (strategy_config_error(zero, cfg, err, sizeof err) == 0) return strategy_kind(zero)->create(strategy_kind(zero), cfg);
     fprintf(stderr, "error: %s\n", err);
     return NULL;
-}
-
-static const char *const FAULT_SITE_NAMES[FAULT_SITES] = {
-    [FAULT_NONE] = "none", [FAULT_FORWARD] = "forward", [FAULT_BACKWARD] = "backward",
-    [FAULT_COLLECTIVE] = "collective", [FAULT_STEP] = "step", [FAULT_SAVE] = "save",
-    [FAULT_HANG] = "hang",
-};
-
-const char *fault_site_name(FaultSite where) { return FAULT_SITE_NAMES[where]; }
-
-int fault_parse(const char *text, Fault *fault, char *err, size_t errlen) {
-    char where[16];
-    int rank, step, used = 0;
-    if (sscanf(text, "%d:%d:%15[a-z]%n", &rank, &step, where, &used) != 3 || text[used] != 0) {
-        snprintf(err, errlen, "'%s' must be RANK:STEP:WHERE (WHERE: forward, backward, collective, step, save, hang)", text);
-        return -1;
-    }
-    if (rank < 0 || step < 0) {
-        snprintf(err, errlen, "'%s': RANK and STEP must not be negative", text);
-        return -1;
-    }
-    for (int w = FAULT_FORWARD; w < FAULT_SITES; w++) {
-        if (strcmp(where, FAULT_SITE_NAMES[w]) == 0) {
-            *fault = (Fault){ .where = (FaultSite)w, .rank = rank, .step = step };
-            return 0;
-        }
-    }
-    snprintf(err, errlen, "'%s': WHERE '%s' must be forward, backward, collective, step, save or hang", text,
-             where);
-    return -1;
-}
-
-int fault_strikes(const StrategyConfig *cfg, int rank, int step, FaultSite where) {
-    return cfg->fault.where == where && where != FAULT_NONE && cfg->fault.rank == rank && cfg->fault.step == step;
 }
 
 void strategy_read_all(Strategy *s, StateOf what, float *host) {

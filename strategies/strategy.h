@@ -17,21 +17,8 @@
 
 #include "../model/model.h"
 #include "../model/sample.h"
+#include "../runtime/inject.h"
 #include "../runtime/process_group.h"
-
-/* Where --inject-fault makes a rank fail: inside its forward, its backward or
- * its first collective of the step (through fibers_fail, as a real error
- * there would), or in the trainer's optimizer step or save; or where it hangs
- * at the start of its forward, as a stuck peer would (for the timeout's test:
- * it fails after the timeout and a minute more). */
-typedef enum {
-    FAULT_NONE, FAULT_FORWARD, FAULT_BACKWARD, FAULT_COLLECTIVE, FAULT_STEP, FAULT_SAVE, FAULT_HANG, FAULT_SITES
-} FaultSite;
-typedef struct {
-    FaultSite where;        /* FAULT_NONE: no fault */
-    int rank;
-    int step;               /* the iter of the progress lines; for a save, the steps it would hold */
-} Fault;
 
 typedef struct {
     ModelConfig model;      /* a GPT, or the small MLP of the gates */
@@ -69,7 +56,7 @@ typedef struct {
      * strategy, whose destroy collects it. */
     Trace *trace;
     const char *trace_label;
-    Fault fault;            /* a failure to inject (tests, checking a setup); where FAULT_NONE for none */
+    Fault fault;            /* a failure to inject (runtime/inject.h); where FAULT_NONE for none */
     size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
 } StrategyConfig;
 
@@ -191,13 +178,6 @@ void strategy_stages_text(char *out, size_t len);
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len);
 /* The strategy of a --zero stage; NULL with strategy_config_error's line. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);
-
-/* "forward", "backward", "collective", "step", "save", "hang". */
-const char *fault_site_name(FaultSite where);
-/* Parse RANK:STEP:WHERE into *fault; 0, or -1 with what is wrong in err. */
-int fault_parse(const char *text, Fault *fault, char *err, size_t errlen);
-/* Whether the fault of cfg strikes rank `rank` at `step` in `where`. */
-int fault_strikes(const StrategyConfig *cfg, int rank, int step, FaultSite where);
 
 /* The whole of a state in the layout of nranks = 1 (its padding zero), tensor
  * by tensor, to or from process 0's host: for the tests and small models (a

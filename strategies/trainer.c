@@ -276,10 +276,10 @@ static int train_step(Strategy *s, const TrainConfig *cfg, const Dataset *data, 
         return 1;
     }
     int faulty_rank = s->cfg.fault.rank;
-    if (*verdict == 0 && fault_strikes(&s->cfg, faulty_rank, iter, FAULT_STEP) && faulty_rank < s->cfg.nranks) {
-        if (world()->proc == 0)
-            fprintf(stderr, "error: rank %d: injected fault (--inject-fault) at step %d in the step; stopping\n",
-                    faulty_rank, iter);
+    char report[200];
+    if (*verdict == 0 && faulty_rank < s->cfg.nranks &&
+        fault_strikes(&s->cfg.fault, faulty_rank, iter, FAULT_STEP, NULL, report, sizeof report)) {
+        if (world()->proc == 0) fprintf(stderr, "error: rank %d: %s; stopping\n", faulty_rank, report);
         result->every_process = 1;
         return 1;
     }

@@ -1,4 +1,5 @@
 /* blas_setup.c: keep OpenBLAS off its generic kernels on CPUs it does not know.
+ * The CPU backend's alone: it has no twin in kernels/cuda/.
  *
  * Why: Debian 12's OpenBLAS 0.3.21 does not recognise recent Intel CPUs (e.g.
  * family 6 model 207) and falls back to its generic "Prescott" kernels, about an

@@ -1,4 +1,4 @@
-/* elementwise.c: GELU, residual add, biases, dropout, zero fill and the clipping scale. */
+/* elementwise.c: GELU, residual add, biases, dropout and zero fill. */
 #include <math.h>
 #include <string.h>
 
@@ -151,22 +151,4 @@ static void fill_zero_task(void *p) {
 void cpu_fill_zero(Stream *s, float *x, size_t n) {
     FillArgs a = { x, n };
     stream_launch(s, fill_zero_task, &a, sizeof a);
-}
-
-typedef struct { float *x; size_t n; const float *sumsq; int nparts; float max_norm; } ClipArgs;
-
-static void clip_scale_task(void *p) {
-    ClipArgs *a = p;
-    double total = 0.0;
-    for (int i = 0; i < a->nparts; i++) total += a->sumsq[i];
-    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
-    float coef = a->max_norm / ((float)sqrt(total) + 1e-6f);
-    if (coef >= 1.0f) return;
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < a->n; i++) a->x[i] *= coef;
-}
-
-void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
-    ClipArgs a = { x, n, sumsq, nparts, max_norm };
-    stream_launch(s, clip_scale_task, &a, sizeof a);
 }

@@ -1,5 +1,5 @@
-/* optimizer.c: the AdamW update, the squared-norm reduction for clipping, and
- * the count of non-finite values that guards steps and saves. */
+/* optimizer.c: the AdamW update, the squared-norm reduction and the scale for
+ * clipping, and the count of non-finite values that guards steps and saves. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -58,6 +58,24 @@ static void sumsq_task(void *p) {
 void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
     SumsqArgs a = { out, x, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
+}
+
+typedef struct { float *x; size_t n; const float *sumsq; int nparts; float max_norm; } ClipArgs;
+
+static void clip_scale_task(void *p) {
+    ClipArgs *a = p;
+    double total = 0.0;
+    for (int i = 0; i < a->nparts; i++) total += a->sumsq[i];
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+    float coef = a->max_norm / ((float)sqrt(total) + 1e-6f);
+    if (coef >= 1.0f) return;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < a->n; i++) a->x[i] *= coef;
+}
+
+void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+    ClipArgs a = { x, n, sumsq, nparts, max_norm };
+    stream_launch(s, clip_scale_task, &a, sizeof a);
 }
 
 typedef struct { float *out; const float *x; size_t n; } CountArgs;

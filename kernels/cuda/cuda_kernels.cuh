@@ -1,5 +1,6 @@
 /* cuda_kernels.cuh: what the CUDA kernel files share: the ops they implement
- * (kernels.h says what each does), launch shapes, and the checks.
+ * (kernels.h says what each does), launch shapes, the checks, and the warp and
+ * block sums. Each kernels/cuda/X.cu holds the ops of kernels/cpu/X.c.
  *
  * Every reduction here sums in an order fixed by the shapes alone (a fixed
  * tree per block, then blocks in index order), never with atomics, so a run
@@ -30,6 +31,21 @@ __device__ static inline float warp_sum(float x) {
 __device__ static inline float warp_max(float x) {
     for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
     return x;
+}
+
+/* The block's sum of its threads' values, in double, by a fixed tree; every
+ * thread of the block gets it. blockDim.x must be THREADS. */
+__device__ static inline double block_sum(double x) {
+    __shared__ double shared[THREADS];
+    shared[threadIdx.x] = x;
+    __syncthreads();
+    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+        __syncthreads();
+    }
+    double total = shared[0];
+    __syncthreads();
+    return total;
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,

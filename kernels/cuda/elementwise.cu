@@ -1,4 +1,4 @@
-/* elementwise.cu: GELU, residual add, biases, dropout, zero fill, clipping and AdamW on the GPU. */
+/* elementwise.cu: GELU, residual add, biases, dropout and zero fill on the GPU. */
 #include <math.h>
 
 #include "../dropout.h"
@@ -89,45 +89,4 @@ void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dro
 
 void cuda_fill_zero(Stream *s, float *x, size_t n) {
     CHECK_CUDA(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream(s)));
-}
-
-/* Every thread sums the partials itself (at most 64, in order): no extra launch. */
-__global__ static void clip_scale_kernel(float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double total = 0.0;
-    for (int p = 0; p < nparts; p++) total += sumsq[p];
-    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
-    float coef = max_norm / ((float)sqrt(total) + 1e-6f);
-    if (coef < 1.0f) x[i] *= coef;
-}
-
-void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
-    clip_scale_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(x, n, sumsq, nparts, max_norm);
-    CHECK_LAUNCH("clip_scale_kernel");
-}
-
-/* torch.optim.AdamW's arithmetic, as the CPU's; the scalars come from the host. */
-__global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, float beta1,
-                                    float beta2, float eps, float bias_correction2_sqrt, float step_size,
-                                    float decay) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = grad[i];
-    float mi = m[i] + (1.0f - beta1) * (g - m[i]);
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / denom;
-}
-
-void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp) {
-    float bias_correction1 = 1.0f - powf(hp.beta1, (float)hp.step);
-    float bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, (float)hp.step));
-    float step_size = hp.lr / bias_correction1;
-    float decay = 1.0f - hp.lr * hp.weight_decay;
-    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, grad, m, v, n, hp.beta1, hp.beta2, hp.eps,
-                                                                bias_correction2_sqrt, step_size, decay);
-    CHECK_LAUNCH("adamw_kernel");
 }
