@@ -123,6 +123,14 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes) {
     if (bytes) s->dev->ops->copy(s, dst, src, bytes);
 }
 
+void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg) {
+    if (!s->dev->ops->host_task) {
+        fprintf(stderr, "fatal: a host task on %s, whose streams run none\n", s->dev->name);
+        abort();
+    }
+    s->dev->ops->host_task(s, fn, arg);
+}
+
 void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
     if (len) s->dev->ops->sum(s, out, in, n, len, scale);
 }

@@ -98,6 +98,10 @@ Device *stream_device(Stream *s);
 /* Enqueue a copy of bytes from src to dst (either may be host or device memory).
  * src must stay valid and unchanged until the copy has run. */
 void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
+/* Enqueue fn(arg), run by the host in s's order: after s's earlier work, before
+ * its later work. A CPU stream's worker runs it; a stream whose backend runs no
+ * host work (CUDA's) stops the process with a fatal line. */
+void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg);
 /* out[i] = scale * (in[0][i] + in[1][i] + ... + in[n-1][i]) for i < len, summed
  * in that order, then scaled: the simulator's reduction. out may be one of in;
  * 1 <= n <= STREAM_SUM_MAX. */

@@ -34,7 +34,8 @@ typedef struct {
     void (*event_synchronize)(Event *ev);
     void (*stamp)(Stream *s, Stamp *at);
     void (*stamp_read)(Stamp *at);  /* NULL: the stream wrote at->ns itself */
-    /* optional (NULL: 0, and plain host memory) */
+    /* optional (NULL: 0, plain host memory, and no host tasks) */
+    void (*host_task)(Stream *s, void (*fn)(void *arg), void *arg);
     size_t (*reported_bytes)(Device *dev);
     void *(*alloc_host)(Device *dev, size_t bytes);  /* zero-filled; aborts when there is none */
     void (*free_host)(Device *dev, void *ptr);

@@ -165,6 +165,18 @@ static void cpu_copy(Stream *s, void *dst, const void *src, size_t bytes) {
     stream_launch(s, copy_task, &a, sizeof a);
 }
 
+typedef struct { void (*fn)(void *arg); void *arg; } HostTaskArgs;
+
+static void run_host_task(void *p) {
+    HostTaskArgs *a = p;
+    a->fn(a->arg);
+}
+
+static void cpu_host_task(Stream *s, void (*fn)(void *arg), void *arg) {
+    HostTaskArgs a = { fn, arg };
+    stream_launch(s, run_host_task, &a, sizeof a);
+}
+
 enum { SUM_CHUNK = 1024 };
 
 typedef struct {
@@ -370,7 +382,7 @@ static void cpu_stamp(Stream *s, Stamp *at) {
 static const DeviceOps cpu_ops = {
     .destroy = cpu_destroy, .alloc = cpu_alloc, .free = cpu_free,
     .stream_create = cpu_stream_create, .stream_destroy = cpu_stream_destroy,
-    .copy = cpu_copy, .sum = cpu_sum, .timer_start = cpu_timer_start, .hold = cpu_hold,
+    .copy = cpu_copy, .host_task = cpu_host_task, .sum = cpu_sum, .timer_start = cpu_timer_start, .hold = cpu_hold,
     .synchronize = cpu_synchronize, .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record, .wait_event = cpu_wait_event, .event_synchronize = cpu_event_synchronize,
     .stamp = cpu_stamp, .stamp_read = NULL,

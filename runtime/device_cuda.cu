@@ -371,7 +371,7 @@ static const DeviceOps cuda_ops = {
     .stream_destroy = cuda_stream_destroy, .copy = cuda_copy, .sum = cuda_sum, .timer_start = cuda_timer_start,
     .hold = cuda_hold, .synchronize = cuda_synchronize, .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy, .event_record = cuda_event_record, .wait_event = cuda_wait_event,
-    .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read,
+    .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read, .host_task = NULL,
     .reported_bytes = cuda_reported_bytes, .alloc_host = cuda_alloc_host, .free_host = cuda_free_host,
 };
 

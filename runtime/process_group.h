@@ -55,12 +55,34 @@ typedef struct ProcessGroup ProcessGroup;
  * rank order. */
 typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
 
-/* How a backend moves the data; the event ordering around it is shared. */
+/* How a backend moves the data; the event ordering around it is shared
+ * (process_group_order.c). `label` names the collective under way ("all-gather
+ * unit 3") for the lines that may name it: a timeout's, an error's. */
 typedef struct {
-    void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale);
-    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n);
+    void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
+                           const char *label);
+    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, const char *label);
     void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
 } Collectives;
+
+/* A collective's name, one value for every line that names it: what it is
+ * for, in words `what` and `index` ("unit" and 3: "unit 3"; "arena" and -1:
+ * "arena"; collective_name_text), and the unit its span belongs to in a trace
+ * (-1: none). Its trace span and a timeout's line call it "all-gather unit
+ * 3"; the ranks' rendezvous for it, "unit 3 gather" (strategies/ranks.h). */
+typedef struct {
+    const char *what;  /* "unit", "prefetch unit", "bucket", "weights", ... */
+    int index;         /* which one (unit 3, bucket 2); -1: `what` alone */
+    int unit;
+} CollectiveName;
+
+/* "unit 3": the name's what and index, in len bytes of text. */
+void collective_name_text(CollectiveName name, char *text, size_t len);
+
+/* What a reduce-scatter does with its recv: writes the reduction there, or
+ * adds the reduction into what recv holds (gradient accumulation over
+ * micro-steps). */
+typedef enum { REDUCE_WRITE, REDUCE_ADD } ReduceInto;
 
 struct ProcessGroup {
     const Collectives *collectives;
@@ -78,9 +100,6 @@ struct ProcessGroup {
     Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
     double link_gbps, link_latency_us;  /* the modeled link (0: none); see pg_set_link */
     Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
-    char next_label[FIBERS_NAME_MAX];   /* what the next collective is for (pg_trace_next) */
-    int next_unit;
-    char exchange_label[2 * FIBERS_NAME_MAX];  /* the collective under way, named ("all-gather unit 3") */
     /* The exchange between processes (world_size > nranks): the host's staging
      * buffers of the shards sent and received, each proc x L x L shards; the
      * exchange done (on local rank 0's communication stream), and each rank's
@@ -104,8 +123,9 @@ typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA, PLACE_CUDA_SIMULATOR } Placeme
  * fails (device_cuda_count), or when N is out of range. own_cores: as for
  * pg_create_simulator. */
 ProcessGroup *pg_create(int nranks, Placement where, int own_cores);
-/* N simulated ranks on the CPU, or all on GPU 0 (one process only); this
- * process's N / P of them, with the exchanges between processes on the CPU.
+/* N simulated ranks on the CPU, or all on GPU 0 (one process only;
+ * runtime/process_group_simulator.c); this process's N / P of them, with the
+ * exchanges between processes on the CPU (runtime/process_group_exchange.c).
  * own_cores = 1: on the CPU each rank keeps to a share of the process's cores
  * of its own (device_create_cpu's slot), where the process has the cores to
  * itself (bound, or alone on its node), so the ranks progress alike, as
@@ -153,25 +173,28 @@ double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
  * label; r the global rank), threads "compute" and "comm". Each collective is then one span on
  * every rank's communication stream, from the end of its waits for the
  * producers to the end of the modeled link's hold, named after the collective
- * and what pg_trace_next said it is for ("reduce-scatter unit 3"). */
+ * and its CollectiveName ("reduce-scatter unit 3"). */
 void pg_trace(ProcessGroup *pg, Trace *t, const char *label);
-/* What the next collective is for ("unit 3", "bucket 2"), and its unit: its
- * span's name in a trace, and its name in a timeout's line. */
-void pg_trace_next(ProcessGroup *pg, const char *what, int unit);
 /* Make `waiter` (a stream of rank `rank`) wait for the parts of a collective
  * whose done events are `done`: every rank's in the simulator, its own under NCCL. */
 void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *const *done);
 
 /* The collectives' buffers are the local ranks'; the sums and shards run over
- * the world's ranks q = 0..N-1, rank r's shard being its global rank's. */
+ * the world's ranks q = 0..N-1, rank r's shard being its global rank's. Each
+ * is named by `name`, for its span and the lines that may name it. */
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
-void pg_all_reduce(ProcessGroup *pg, float *const *bufs, size_t n, float scale, Event *const *done);
-/* recv[r][0, shard) = scale * sum over q of send[q][r's shard]. recv[r] may be
- * send[r] + r * shard (in place). */
-void pg_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
-                       Event *const *done);
+void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
+                   Event *const *done);
+/* REDUCE_WRITE: recv[r][0, shard) = scale * sum over q of send[q][r's shard].
+ * recv[r] may be send[r] + r * shard (in place). REDUCE_ADD: the reduction
+ * lands in send[r]'s own shard (in place, overwriting it), then recv[r] =
+ * recv[r] + that, on the communication stream, within the collective (its
+ * done events mark the sum). */
+void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
+                       float scale, ReduceInto into, Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
  * recv[q] + q * shard (in place). */
-void pg_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Event *const *done);
+void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
+                   Event *const *done);
 
 #endif

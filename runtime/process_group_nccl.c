@@ -7,7 +7,7 @@
  * with its global rank, ncclCommInitRank for every local rank inside one
  * ncclGroupStart/ncclGroupEnd. Each collective is issued for every local rank
  * inside one group too, on the ranks' communication streams; the event
- * ordering around it is process_group.c's, each rank's streams waiting on its
+ * ordering around it is process_group_order.c's, each rank's streams waiting on its
  * own events only: NCCL orders the ranks itself.
  *
  * Ordered sums (the default): a reduce-scatter is an all-to-all of the shards,
@@ -104,17 +104,17 @@ static void unlock(pthread_mutex_t *m) {
 }
 
 /* Tell the watchdog a collective is being enqueued. */
-static void enqueuing(ProcessGroup *pg) {
+static void enqueuing(ProcessGroup *pg, const char *label) {
     NcclState *st = state_of(pg);
     lock(&st->lock);
     st->enqueuing_since = host_seconds();
-    snprintf(st->enqueuing_what, sizeof st->enqueuing_what, "%s", pg->exchange_label);
+    snprintf(st->enqueuing_what, sizeof st->enqueuing_what, "%s", label);
     unlock(&st->lock);
 }
 
 /* Queue the collective just enqueued for the watchdog: an event after it on
  * every local rank's communication stream. */
-static void watch(ProcessGroup *pg) {
+static void watch(ProcessGroup *pg, const char *label) {
     NcclState *st = state_of(pg);
     lock(&st->lock);
     st->enqueuing_since = 0;
@@ -129,7 +129,7 @@ static void watch(ProcessGroup *pg) {
     for (int r = 0; r < pg->nranks; r++)
         cuda_check(cudaEventRecord(w->done[r], cuda_stream(pg->comm[r])), "cudaEventRecord", __FILE__, __LINE__);
     w->enqueued = host_seconds();
-    snprintf(w->what, sizeof w->what, "%s", pg->exchange_label);
+    snprintf(w->what, sizeof w->what, "%s", label);
     st->count++;
     unlock(&st->lock);
 }
@@ -191,11 +191,12 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
     }
 }
 
-static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale) {
-    enqueuing(pg);
+static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
+                                const char *label) {
+    enqueuing(pg, label);
     if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
         ordered_reduce_scatter(pg, send, recv, n, scale);
-        watch(pg);
+        watch(pg, label);
         return;
     }
     NcclState *st = state_of(pg);
@@ -208,7 +209,7 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
     group_end();
     if (scale != 1.0f)
         for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
-    watch(pg);
+    watch(pg, label);
 }
 
 /* Each rank's shard to every peer, and every peer's into its recv. */
@@ -234,11 +235,12 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
     }
 }
 
-static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
-    enqueuing(pg);
+static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+                            const char *label) {
+    enqueuing(pg, label);
     if (!divides(pg, n)) {
         exchange_all_gather(pg, send, recv, n);
-        watch(pg);
+        watch(pg, label);
         return;
     }
     NcclState *st = state_of(pg);
@@ -248,7 +250,7 @@ static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *
         nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
                    "ncclAllGather", __FILE__, __LINE__);
     group_end();
-    watch(pg);
+    watch(pg, label);
 }
 
 /* ---- the watchdog ---- */

@@ -144,12 +144,16 @@ static int injected_hang(Ranks *d, int rank) {
     return injected_fault(d, rank, FAULT_HANG, NULL);
 }
 
-void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
-                      int index) {
-    if (d->failed[rank] || injected_fault(d, rank, FAULT_COLLECTIVE, name)) return;
-    int rc = fibers_arrive(d->fibers, rank, name);
+void ranks_rendezvous(Ranks *d, int rank, CollectiveName name, const char *meet,
+                      void (*collective)(Ranks *d, CollectiveName name)) {
+    /* room for both parts; fibers_arrive compares the first FIBERS_NAME_MAX - 1 bytes */
+    char what[FIBERS_NAME_MAX], rendezvous[2 * FIBERS_NAME_MAX];
+    collective_name_text(name, what, sizeof what);
+    snprintf(rendezvous, sizeof rendezvous, "%s %s", what, meet);
+    if (d->failed[rank] || injected_fault(d, rank, FAULT_COLLECTIVE, rendezvous)) return;
+    int rc = fibers_arrive(d->fibers, rank, rendezvous);
     if (rc == 1) {
-        collective(d, index);
+        collective(d, name);
         rc = fibers_depart(d->fibers, rank);
     }
     if (rc < 0) d->failed[rank] = 1;
@@ -234,8 +238,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
                      d->model[r]->sumsq_scratch);
     }
     if (sharded) {
-        pg_trace_next(d->pg, "norm", -1);
-        pg_all_gather(d->pg, own_part, d->norm_parts, (size_t)d->nranks, NULL);
+        pg_all_gather(d->pg, (CollectiveName){ "norm", -1, -1 }, own_part, d->norm_parts, (size_t)d->nranks, NULL);
     }
     for (int r = 0; r < d->local; r++)
         clip_scale(d->pg->compute[r], d->grad_part[r], d->grad_part_len, d->norm_parts[r],

@@ -86,12 +86,14 @@ int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, in
  * ITER + COUNT - 1 (COUNT 1 if absent). A weight so poisoned shows in the
  * next forward, or in the check before a save. */
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros);
-/* Inside a hook of rank `rank`: arrive at the rendezvous `name`; the last rank
- * to arrive runs collective(d, index) for every rank (index: a unit, a bucket).
+/* Inside a hook of rank `rank`: arrive at the rendezvous for the collective
+ * `name`, which the ranks meet to `meet` ("gather", "all-reduce"): "unit 3
+ * gather" in a mismatch's or an injected fault's line; the last rank to arrive
+ * runs collective(d, name) for every rank (name.index: a unit, a bucket).
  * After a failure it does nothing, and the rank's step fails once its model
  * returns. */
-void ranks_rendezvous(Ranks *d, int rank, const char *name, void (*collective)(Ranks *d, int index),
-                      int index);
+void ranks_rendezvous(Ranks *d, int rank, CollectiveName name, const char *meet,
+                      void (*collective)(Ranks *d, CollectiveName name));
 /* Rank r's compute stream waits for a collective's parts (pg_wait_parts). */
 void ranks_wait_all(Ranks *d, int rank, Event *const *done);
 /* N events on each rank's device, for a collective's parts; and their end. */

@@ -19,7 +19,6 @@
  * Every sum runs in the same kernel, element by element in rank order, so the
  * buckets, overlap and ZeRO-1 all give the same bits.
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "../model/optim.h"
@@ -74,29 +73,24 @@ static void zero_grads(void *ctx, int unit) {
 }
 
 /* DDP: the mean of a bucket's gradients, on every rank. */
-static void all_reduce_bucket(Ranks *ranks, int index) {
+static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
-    Bucket *b = &d->bucket[index];
+    Bucket *b = &d->bucket[name.index];
     float *grads[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
-    char what[FIBERS_NAME_MAX];
-    snprintf(what, sizeof what, "bucket %d", index);
-    pg_trace_next(ranks->pg, what, b->unit);
-    pg_all_reduce(ranks->pg, grads, b->length, 1.0f / (float)ranks->nranks,
+    pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks,
                   ranks->base.cfg.overlap ? b->done : NULL);
 }
 
 /* ZeRO-1: rank r gets the mean of its part of the arena. */
-static void reduce_scatter_arena(Ranks *ranks, int index) {
-    (void)index;
+static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
     float *grads[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         grads[r] = ranks->model[r]->grads;
         parts[r] = grads[r] + (size_t)ranks_global(ranks, r) * d->part;
     }
-    pg_trace_next(ranks->pg, "arena", -1);
-    pg_reduce_scatter(ranks->pg, grads, parts, d->total, 1.0f / (float)ranks->nranks, NULL);
+    pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, 1.0f / (float)ranks->nranks, REDUCE_WRITE, NULL);
 }
 
 /* no_sync until the last micro-step */
@@ -110,9 +104,8 @@ static void grad_done(void *ctx, int tensor) {
     Replicated *d = (Replicated *)ref->ranks;
     int k = d->bucket_ending_at[tensor];
     if (k < 0 || !syncs_now(d)) return;
-    char name[FIBERS_NAME_MAX];
-    snprintf(name, sizeof name, "bucket %d all-reduce", k);
-    ranks_rendezvous(ref->ranks, ref->rank, name, all_reduce_bucket, k);
+    CollectiveName name = { "bucket", k, d->bucket[k].unit };
+    ranks_rendezvous(ref->ranks, ref->rank, name, "all-reduce", all_reduce_bucket);
 }
 
 /* The root's gradient completes the backward: ZeRO-1's reduce-scatter, or
@@ -122,7 +115,8 @@ static void after_backward(void *ctx, int unit) {
     Replicated *d = (Replicated *)ref->ranks;
     if (unit != 0 || !syncs_now(d)) return;
     if (d->shards_adam) {
-        ranks_rendezvous(ref->ranks, ref->rank, "gradients", reduce_scatter_arena, 0);
+        ranks_rendezvous(ref->ranks, ref->rank, (CollectiveName){ "arena", -1, -1 }, "reduce-scatter",
+                         reduce_scatter_arena);
         return;
     }
     grad_done(ref, 0);  /* the root's bucket ends at tensor 0 */
@@ -148,8 +142,7 @@ static void step(Strategy *s) {
             params[r] = ranks->model[r]->params;
             parts[r] = params[r] + (size_t)ranks_global(ranks, r) * d->part;
         }
-        pg_trace_next(ranks->pg, "weights", -1);
-        pg_all_gather(ranks->pg, parts, params, d->total, NULL);
+        pg_all_gather(ranks->pg, (CollectiveName){ "weights", -1, -1 }, parts, params, d->total, NULL);
     }
 }
 

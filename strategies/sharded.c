@@ -110,75 +110,61 @@ static void set_empty(Sharded *d, UnitBuffer *b) {
  * the gather sets every rank's state at once, so rank 0's says. */
 static int holds(const UnitBuffer *b, int unit) { return b->state[0] != BUFFER_EMPTY && b->unit == unit; }
 
-/* Gather a unit's weights into its buffer on every rank, unless it is there;
- * a prefetch gathers the unit that computes next, ahead of its turn. */
-static void ensure_gathered(Sharded *d, int unit, int prefetch) {
+/* Gather the named unit's weights into its buffer on every rank, unless it is
+ * there; a prefetch gathers the unit that computes next, ahead of its turn. */
+static void ensure_gathered(Sharded *d, CollectiveName name) {
     Ranks *ranks = &d->ranks;
+    int unit = name.unit;
     UnitBuffer *b = gather_of(d, unit);
     if (holds(b, unit)) return;
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
-    char what[FIBERS_NAME_MAX];
-    snprintf(what, sizeof what, "%sunit %d", prefetch ? "prefetch " : "", unit);
-    pg_trace_next(ranks->pg, what, unit);
-    pg_all_gather(ranks->pg, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
+    pg_all_gather(ranks->pg, name, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
     set_gathered(d, b, unit);
 }
+
+static CollectiveName prefetch(int unit) { return (CollectiveName){ "prefetch unit", unit, unit }; }
 
 /* Before a unit's forward: the weights changed since the last forward, so the
  * root's gather starts afresh; with overlap, the next K - 1 units are
  * prefetched (the root's buffer is its own, so unit 0 prefetches K - 1 too). */
-static void gather_forward(Ranks *ranks, int unit) {
+static void gather_forward(Ranks *ranks, CollectiveName name) {
     Sharded *d = (Sharded *)ranks;
+    int unit = name.unit;
     if (unit == 0)
         for (int i = 0; i <= d->pool; i++) set_empty(d, &d->gather[i]);
-    ensure_gathered(d, unit, 0);
+    ensure_gathered(d, name);
     for (int next = unit + 1; ranks->base.cfg.overlap && next < unit + d->pool && next < ranks->layout->nunits; next++)
-        ensure_gathered(d, next, 1);
+        ensure_gathered(d, prefetch(next));
 }
 
 /* Before a unit's backward; with overlap, the K - 1 units below are
  * prefetched. The last units of the forward are often still there. */
-static void gather_backward(Ranks *ranks, int unit) {
+static void gather_backward(Ranks *ranks, CollectiveName name) {
     Sharded *d = (Sharded *)ranks;
-    ensure_gathered(d, unit, 0);
+    int unit = name.unit;
+    ensure_gathered(d, name);
     for (int below = unit - 1; ranks->base.cfg.overlap && below > unit - d->pool && below > 0; below--)
-        ensure_gathered(d, below, 1);
+        ensure_gathered(d, prefetch(below));
 }
 
-/* Every rank's slot of the unit, reduced into the owners' gradient shards.
- * After a step's first micro-step the reduction lands in the slot itself (in
- * place) and is added to the shard: on the communication stream with overlap,
- * whose done events then mark the sum; else on the compute stream, which has
- * waited for the reduction. */
-static void reduce_scatter_unit(Ranks *ranks, int unit) {
+/* Every rank's slot of the unit, reduced into the owners' gradient shards;
+ * after a step's first micro-step, added to them (REDUCE_ADD: the reduction
+ * lands in the slot itself first, in place). */
+static void reduce_scatter_unit(Ranks *ranks, CollectiveName name) {
     Sharded *d = (Sharded *)ranks;
+    int unit = name.unit;
     UnitBuffer *slot = slot_of(d, unit);
-    size_t size = ranks->layout->units[unit].size, shard = size / (size_t)ranks->nranks;
-    float *shards[FIBERS_MAX_RANKS], *own[FIBERS_MAX_RANKS];
-    for (int r = 0; r < ranks->local; r++) {
-        shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
-        own[r] = slot->rank_buf[r] + (size_t)ranks_global(ranks, r) * shard;
-    }
-    int accumulate = ranks->micro > 0;
-    char what[FIBERS_NAME_MAX];
-    snprintf(what, sizeof what, "unit %d", unit);
-    pg_trace_next(ranks->pg, what, unit);
-    pg_reduce_scatter(ranks->pg, slot->rank_buf, accumulate ? own : shards, size, 1.0f / (float)ranks->nranks,
+    size_t size = ranks->layout->units[unit].size;
+    float *shards[FIBERS_MAX_RANKS];
+    for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    ReduceInto into = ranks->micro > 0 ? REDUCE_ADD : REDUCE_WRITE;
+    pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, 1.0f / (float)ranks->nranks, into,
                       done_events(d, slot));
-    if (!accumulate) return;
-    int overlap = ranks->base.cfg.overlap;
-    for (int r = 0; r < ranks->local; r++) {
-        Stream *adder = overlap ? ranks->pg->comm[r] : ranks->pg->compute[r];
-        residual_forward(adder, shards[r], shards[r], own[r], shard);
-        if (overlap) event_record(slot->done[r], adder);
-    }
 }
 
-static void rendezvous(RankRef *ref, const char *what, int unit, void (*collective)(Ranks *, int)) {
-    char name[FIBERS_NAME_MAX];
-    snprintf(name, sizeof name, "unit %d %s", unit, what);
-    ranks_rendezvous(ref->ranks, ref->rank, name, collective, unit);
+static void rendezvous(RankRef *ref, const char *meet, int unit, void (*collective)(Ranks *, CollectiveName)) {
+    ranks_rendezvous(ref->ranks, ref->rank, (CollectiveName){ "unit", unit, unit }, meet, collective);
 }
 
 /* The rank's compute waits here for its own part of a gather still
@@ -252,11 +238,9 @@ static void gather_weights(Sharded *d, int u) {
         full[r] = ranks->model[r]->unit_weights[u];
         shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
     }
-    char what[FIBERS_NAME_MAX];
-    snprintf(what, sizeof what, "weights unit %d", u);
-    pg_trace_next(ranks->pg, what, u);
     int overlap = ranks->base.cfg.overlap;
-    pg_all_gather(ranks->pg, shards, full, ranks->layout->units[u].size, overlap ? d->weights_done[u] : NULL);
+    pg_all_gather(ranks->pg, (CollectiveName){ "weights unit", u, u }, shards, full, ranks->layout->units[u].size,
+                  overlap ? d->weights_done[u] : NULL);
     d->weights_in_flight |= overlap;
 }
 

@@ -22,6 +22,8 @@
 
 static const size_t LENGTHS[] = { 1, 7, 1001, 4097 };
 static const float SCALES[] = { 1.0f, 0.37f };
+/* The collectives' name here, in their spans and a timeout's line: "all-reduce test". */
+static const CollectiveName TEST = { "test", -1, -1 };
 
 /* One collective's setting: the group, every global rank's input, and this
  * process's ranks' device buffers holding theirs. */
@@ -85,7 +87,7 @@ static void expect_bytes(const Setup *s, const char *what, int r, const float *g
 
 static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, unsigned seed) {
     Setup s = setup(pg, n, seed);
-    pg_all_reduce(pg, s.buf, n, scale, NULL);
+    pg_all_reduce(pg, TEST, s.buf, n, scale, NULL);
     for (int r = 0; r < pg->nranks; r++) {
         float *got = read_back(&s, r, s.buf[r], n);
         expect_bytes(&s, "all-reduce", r, got, NULL, 0, n, scale);
@@ -104,7 +106,7 @@ static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in
         recv[r] = !in_place ? device_alloc(pg->device[r], MEM_WORKING, s.shard * sizeof(float))
                             : s.buf[r] + (lo < n ? lo : 0);
     }
-    pg_reduce_scatter(pg, s.buf, recv, n, scale, NULL);
+    pg_reduce_scatter(pg, TEST, s.buf, recv, n, scale, REDUCE_WRITE, NULL);
     for (int r = 0; r < pg->nranks; r++) {
         int g = pg_global_rank(pg, r);
         size_t len = valid_length(n, s.shard, g);
@@ -128,7 +130,7 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned 
         send[r] = in_place ? s.buf[r] + (lo < n ? lo : 0) : s.buf[r];
         recv[r] = in_place ? s.buf[r] : device_alloc(pg->device[r], MEM_WORKING, gathered * sizeof(float));
     }
-    pg_all_gather(pg, send, recv, n, NULL);
+    pg_all_gather(pg, TEST, send, recv, n, NULL);
     for (int r = 0; r < pg->nranks; r++) {
         float *got = read_back(&s, r, recv[r], n);
         for (int q = 0; q < s.world_size; q++) {

@@ -14,6 +14,9 @@
 
 static const size_t LENGTHS[] = { 1, 7, 1000, 4097 };
 
+/* The collectives' name here, in their spans and lines: "all-reduce test". */
+static const CollectiveName TEST = { "test", -1, -1 };
+
 typedef struct {
     ProcessGroup *pg;
     size_t n, shard;
@@ -68,7 +71,7 @@ Test(collectives, all_reduce_matches_the_reference) {
             size_t n = LENGTHS[li];
             Setup s = setup(N, n, (unsigned)(N * 10 + li));
             float scale = 1.0f / N;
-            pg_all_reduce(s.pg, s.buf, n, scale, NULL);
+            pg_all_reduce(s.pg, TEST, s.buf, n, scale, NULL);
             float *rank0 = read_back(&s, 0, s.buf[0], n);
             for (size_t i = 0; i < n; i++) {
                 double abs_sum, want = reference_sum(&s, i, &abs_sum) * scale;
@@ -95,7 +98,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                 gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
             }
-            pg_reduce_scatter(s.pg, s.buf, shard, n, 2.0f, NULL);
+            pg_reduce_scatter(s.pg, TEST, s.buf, shard, n, 2.0f, REDUCE_WRITE, NULL);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, shard[r], s.shard);
                 for (size_t k = 0; k < s.shard && r * s.shard + k < n; k++) {
@@ -105,7 +108,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 free(got);
             }
             /* gathering the reduced shards gives every rank the whole scaled sum */
-            pg_all_gather(s.pg, shard, gathered, n, NULL);
+            pg_all_gather(s.pg, TEST, shard, gathered, n, NULL);
             float *rank0 = read_back(&s, 0, gathered[0], n);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, gathered[r], n);
@@ -128,8 +131,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
 Test(collectives, all_reduce_sums_in_rank_order_every_time) {
     /* the same inputs twice give the same bytes: the order of the sum is fixed */
     Setup a = setup(5, 4097, 77), b = setup(5, 4097, 77);
-    pg_all_reduce(a.pg, a.buf, 4097, 0.2f, NULL);
-    pg_all_reduce(b.pg, b.buf, 4097, 0.2f, NULL);
+    pg_all_reduce(a.pg, TEST, a.buf, 4097, 0.2f, NULL);
+    pg_all_reduce(b.pg, TEST, b.buf, 4097, 0.2f, NULL);
     float *x = read_back(&a, 3, a.buf[3], 4097), *y = read_back(&b, 3, b.buf[3], 4097);
     cr_expect(memcmp(x, y, 4097 * sizeof(float)) == 0);
     free(x);
@@ -189,7 +192,7 @@ Test(pinned_order, all_reduce_is_the_ordered_host_sum) {
             for (int k = 0; k < 2; k++) {
                 size_t n = ODD_LENGTHS[li];
                 Setup s = setup_wide(N, n, (unsigned)(N * 31 + li * 3 + k));
-                pg_all_reduce(s.pg, s.buf, n, scales[k], NULL);
+                pg_all_reduce(s.pg, TEST, s.buf, n, scales[k], NULL);
                 for (int r = 0; r < N; r++) {
                     float *got = read_back(&s, r, s.buf[r], n);
                     expect_sum_bytes(got, s.host, N, 0, n, scales[k], "all-reduce");
@@ -215,7 +218,7 @@ Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
                     /* an empty shard of an in-place call points at the buffer's start, never read */
                     for (int r = 0; r < N; r++)
                         if (in_place && (size_t)r * s.shard >= n) recv[r] = s.buf[r];
-                    pg_reduce_scatter(s.pg, s.buf, recv, n, scales[k], NULL);
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], REDUCE_WRITE, NULL);
                     for (int r = 0; r < N; r++) {
                         size_t len = valid_length(n, s.shard, r);
                         float *got = read_back(&s, r, recv[r], len);
@@ -223,6 +226,51 @@ Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
                                          in_place ? "reduce-scatter in place" : "reduce-scatter");
                         free(got);
                         if (!in_place) device_free(s.pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(float));
+                    }
+                    teardown_setup(&s);
+                }
+}
+
+/* REDUCE_ADD: each rank's shard buffer ends up holding what it held plus the
+ * ordered sum, byte for byte (the sum rounded first, as a separate add would
+ * round it); with and without done events, and on one rank, where there is
+ * nothing to reduce and the add runs alone. */
+Test(pinned_order, reduce_scatter_adds_the_ordered_host_sum_into_its_output) {
+    const float scales[] = { 1.0f, 0.37f };
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int k = 0; k < 2; k++)
+                for (int with_done = 0; with_done <= 1; with_done++) {
+                    size_t n = ODD_LENGTHS[li];
+                    unsigned seed = (unsigned)(N * 43 + li * 7 + k * 2 + with_done);
+                    Setup s = setup_wide(N, n, seed);
+                    float *recv[FIBERS_MAX_RANKS], *before[FIBERS_MAX_RANKS];
+                    Event *done[FIBERS_MAX_RANKS];
+                    for (int r = 0; r < N; r++) {
+                        before[r] = malloc(s.shard * sizeof(float));
+                        fill_wide(before[r], s.shard, seed * 100 + 50 + r);
+                        recv[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
+                        stream_copy(s.pg->compute[r], recv[r], before[r], s.shard * sizeof(float));
+                        done[r] = event_create(s.pg->device[r]);
+                    }
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], REDUCE_ADD, with_done ? done : NULL);
+                    for (int r = 0; r < N; r++) {
+                        if (with_done) pg_wait_parts(s.pg, r, s.pg->compute[r], done);
+                        size_t len = valid_length(n, s.shard, r);
+                        float *got = read_back(&s, r, recv[r], len);
+                        for (size_t i = 0; i < len; i++) {
+                            float want = before[r][i] + ordered_sum(s.host, N, (size_t)r * s.shard + i, scales[k]);
+                            cr_assert(memcmp(&got[i], &want, sizeof want) == 0,
+                                      "reduce-scatter adding, N=%d n=%zu: rank %d's element %zu is %.9g, not %.9g",
+                                      N, n, r, i, got[i], want);
+                        }
+                        free(got);
+                    }
+                    for (int r = 0; r < N; r++) {
+                        stream_synchronize(s.pg->comm[r]);
+                        device_free(s.pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(float));
+                        event_destroy(done[r]);
+                        free(before[r]);
                     }
                     teardown_setup(&s);
                 }
@@ -243,7 +291,7 @@ Test(pinned_order, all_gather_copies_every_shard_exactly) {
                     recv[r] = in_place ? s.buf[r] : device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
                 }
                 /* not in place, rank q sends the first shard-length of its input */
-                pg_all_gather(s.pg, send, recv, n, NULL);
+                pg_all_gather(s.pg, TEST, send, recv, n, NULL);
                 for (int r = 0; r < N; r++) {
                     float *got = read_back(&s, r, recv[r], n);
                     for (int q = 0; q < N; q++) {

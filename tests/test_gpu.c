@@ -35,6 +35,8 @@
 #include "reference.h"
 
 static Device *gpu;
+/* The collectives' name here, in their spans and lines: "all-reduce test". */
+static const CollectiveName TEST = { "test", -1, -1 };
 static Stream *gpu_stream;
 
 static void setup(void) {
@@ -450,9 +452,9 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
     size_t shard = pg_shard_size(n, N);
     float *shards[FIBERS_MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
-    pg_reduce_scatter(pg, buf, shards, n, 0.3f, NULL);
-    pg_all_gather(pg, shards, buf, n, NULL);
-    pg_all_reduce(pg, buf, n, 0.7f, NULL);
+    pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, REDUCE_WRITE, NULL);
+    pg_all_gather(pg, TEST, shards, buf, n, NULL);
+    pg_all_reduce(pg, TEST, buf, n, 0.7f, NULL);
     for (int r = 0; r < N; r++) {
         stream_copy(pg->compute[r], host + (size_t)r * n, buf[r], n * sizeof(float));
         stream_synchronize(pg->compute[r]);
@@ -638,12 +640,11 @@ static void hold_an_all_reduce_past_the_timeout(int child) {
     world_set_timeout(1.0);
     size_t n = 4096;
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
-    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    pg_all_reduce(pg, TEST, &buf, n, 0.5f, NULL);
     stream_synchronize(pg->compute[0]);
     stream_timer_start(pg->comm[0]);
     stream_hold(pg->comm[0], 4.0);
-    pg_trace_next(pg, "unit 7", 7);
-    pg_all_reduce(pg, &buf, n, 0.5f, NULL);
+    pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, NULL);
     stream_synchronize(pg->compute[0]);
     _exit(0);
 }
@@ -702,8 +703,8 @@ static void rank_of_two_processes(int child) {
     fill_uniform(other, n, -1, 1, 71 + (unsigned)(1 - child));
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
     stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
-    pg_reduce_scatter(pg, &buf, &own, n, 0.3f, NULL);
-    pg_all_gather(pg, &own, &buf, n, NULL);
+    pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, REDUCE_WRITE, NULL);
+    pg_all_gather(pg, TEST, &own, &buf, n, NULL);
     stream_copy(pg->compute[0], got, buf, n * sizeof(float));
     stream_synchronize(pg->compute[0]);
     const float *rank0 = child == 0 ? mine : other, *rank1 = child == 0 ? other : mine;

@@ -1,0 +1,115 @@
+/* process_group_exchange.c: the exchange between processes of
+ * process_group_exchange.h, through world_exchange (runtime/world.h), staged
+ * in local rank 0's working memory (its device is the CPU, whose memory MPI
+ * moves). */
+#include "process_group_exchange.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+#include "world.h"
+
+void exchange_create(ProcessGroup *pg) {
+    pg->staged = event_create(pg->device[0]);
+    for (int r = 0; r < pg->nranks; r++) pg->stage_free[r] = event_create(pg->device[r]);
+}
+
+static void free_stage(ProcessGroup *pg) {
+    device_free(pg->device[0], MEM_WORKING, pg->stage_send, pg->stage_floats * sizeof(float));
+    device_free(pg->device[0], MEM_WORKING, pg->stage_recv, pg->stage_floats * sizeof(float));
+}
+
+void exchange_destroy(ProcessGroup *pg) {
+    if (pg->staged) event_destroy(pg->staged);
+    for (int r = 0; r < pg->nranks; r++)
+        if (pg->stage_free[r]) event_destroy(pg->stage_free[r]);
+    free_stage(pg);
+}
+
+/* What an exchange task moves: the staging buffers are packed by the task
+ * itself, on local rank 0's communication stream, once the producers are done. */
+typedef struct {
+    ProcessGroup *pg;
+    float *send[FIBERS_MAX_RANKS];
+    size_t n, shard;
+    int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
+    char what[2 * FIBERS_NAME_MAX];
+} Exchange;
+
+/* Floats process p sends another for a reduce-scatter, from each of its L
+ * ranks: the other's L shards; for an all-gather, each rank's own shard. */
+size_t exchange_stride(const ProcessGroup *pg, size_t shard, int gather) {
+    return gather ? shard : (size_t)pg->nranks * shard;
+}
+
+/* Staging room for a collective of n floats: P x L strides each way.
+ * Grown only between collectives (the first step), never under one. */
+static void reserve_stage(ProcessGroup *pg, size_t n) {
+    int P = pg->world_size / pg->nranks;
+    size_t shard = pg_shard_size(n, pg->world_size), need = (size_t)P * pg->nranks * exchange_stride(pg, shard, 0);
+    if (need <= pg->stage_floats) return;
+    for (int r = 0; r < pg->nranks; r++) stream_synchronize(pg->comm[r]);
+    free_stage(pg);
+    pg->stage_send = device_alloc(pg->device[0], MEM_WORKING, need * sizeof(float));
+    pg->stage_recv = device_alloc(pg->device[0], MEM_WORKING, need * sizeof(float));
+    pg->stage_floats = need;
+}
+
+/* Copy the len floats of src from `from` into a staging stride, clipped to
+ * the n that src holds, the rest zero: nothing undefined goes on the wire. */
+static void pack(float *dst, const float *src, size_t from, size_t len, size_t n) {
+    size_t valid = from >= n ? 0 : (n - from < len ? n - from : len);
+    memcpy(dst, src + from, valid * sizeof(float));
+    memset(dst + valid, 0, (len - valid) * sizeof(float));
+}
+
+static void exchange_task(void *arg) {
+    Exchange *x = arg;
+    ProcessGroup *pg = x->pg;
+    int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
+    size_t stride = exchange_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
+    WorldChunk to[STREAM_SUM_MAX], from[STREAM_SUM_MAX];  /* P <= N <= STREAM_SUM_MAX */
+    for (int p = 0; p < P; p++) {
+        float *out = pg->stage_send + (size_t)p * block;
+        for (int q = 0; q < L && p != me; q++) {
+            /* to process p: its ranks' shards of our rank q's buffer, or our rank q's own shard */
+            if (x->gather) pack(out + (size_t)q * stride, x->send[q], 0, stride,
+                                pg_shard_length(x->n, pg->world_size, pg->first_rank + q));
+            else pack(out + (size_t)q * stride, x->send[q], (size_t)p * L * x->shard, stride, x->n);
+        }
+        to[p] = (WorldChunk){ out, block * sizeof(float) };
+        from[p] = (WorldChunk){ pg->stage_recv + (size_t)p * block, block * sizeof(float) };
+    }
+    world_exchange(to, from, x->what);
+    free(x);
+}
+
+/* Enqueued on local rank 0's communication stream after the last reads of
+ * the staging. */
+void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, const char *label) {
+    reserve_stage(pg, n);
+    Exchange *x = host_calloc(1, sizeof *x);
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg->world_size), .gather = gather };
+    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
+    snprintf(x->what, sizeof x->what, "%s", label);
+    for (int r = 0; r < pg->nranks; r++) stream_wait_event(pg->comm[0], pg->stage_free[r]);
+    stream_host_task(pg->comm[0], exchange_task, x);
+    event_record(pg->staged, pg->comm[0]);
+    for (int r = 1; r < pg->nranks; r++) stream_wait_event(pg->comm[r], pg->staged);
+}
+
+void exchange_end(ProcessGroup *pg) {
+    for (int r = 0; r < pg->nranks; r++) event_record(pg->stage_free[r], pg->comm[r]);
+}
+
+int exchange_is_local(const ProcessGroup *pg, int g) {
+    return g >= pg->first_rank && g < pg->first_rank + pg->nranks;
+}
+
+/* Process g / L's staging, then g's stride in it. */
+float *exchange_received(const ProcessGroup *pg, int g, size_t stride, size_t offset) {
+    int L = pg->nranks;
+    return pg->stage_recv + (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset;
+}

@@ -1,0 +1,128 @@
+/* process_group_simulator.c: the simulator backend of the process group: this
+ * process's ranks on one device (the CPU, or GPU 0), each with a device handle
+ * of its own, and the collectives as local kernels that sum in the world's
+ * rank order 0..N-1; past one process, with the exchange of
+ * process_group_exchange.c. And the modeled link (pg_set_link).
+ *
+ * An all-reduce is a reduce-scatter and an all-gather, both in place: every
+ * element is summed once, in rank order, by the rank that owns it, then copied
+ * to the others (process_group_order.c).
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "host.h"
+#include "process_group.h"
+#include "process_group_exchange.h"
+#include "world.h"
+
+/* Rank r's part of a reduce-scatter: its shard of every rank's send, summed in
+ * rank order on its communication stream (the world's ranks, when another
+ * process holds some). */
+static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
+                                     size_t n, float scale, const char *label) {
+    size_t shard = pg_shard_size(n, pg->world_size);
+    int multiprocess = pg->world_size > pg->nranks;
+    if (multiprocess) exchange_start(pg, send, n, 0, label);
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        float *parts[STREAM_SUM_MAX];
+        for (int q = 0; q < pg->world_size; q++)
+            parts[q] = exchange_is_local(pg, q) ? send[q - pg->first_rank] + (size_t)g * shard
+                     : exchange_received(pg, q, exchange_stride(pg, shard, 0), (size_t)r * shard);
+        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg->world_size, g), scale);
+    }
+    if (multiprocess) exchange_end(pg);
+}
+
+/* Rank r's part of an all-gather: every rank's shard copied into its recv. */
+static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+                                 const char *label) {
+    size_t shard = pg_shard_size(n, pg->world_size);
+    int multiprocess = pg->world_size > pg->nranks;
+    if (multiprocess) exchange_start(pg, send, n, 1, label);
+    for (int r = 0; r < pg->nranks; r++)
+        for (int q = 0; q < pg->world_size; q++) {
+            float *dst = recv[r] + (size_t)q * shard;
+            const float *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received(pg, q, shard, 0);
+            if (dst != src) stream_copy(pg->comm[r], dst, src, pg_shard_length(n, pg->world_size, q) * sizeof(float));
+        }
+    if (multiprocess) exchange_end(pg);
+}
+
+static const Collectives simulator_collectives = {
+    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather, .destroy = exchange_destroy,
+};
+
+/* How many ranks share the cores this process may use: its own, when the
+ * launcher bound it to some of the machine's cores (they are its share);
+ * else every process's on the machine, so that 2 processes of 2 ranks on 2
+ * cores run one thread a stream, not four. */
+static int cpu_sharers(int nranks) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = online > 0 && omp_get_num_procs() < online;
+    return nranks * (bound ? 1 : world()->procs_on_node);
+}
+
+ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind, int own_cores) {
+    int nranks = pg_local_ranks(world_size);
+    if (!nranks) return NULL;
+    const World *w = world();
+    if (kind == DEVICE_CUDA && w->nprocs > 1) {
+        fprintf(stderr, "error: ranks simulated on a GPU run in one process; past one, each rank needs a GPU "
+                        "of its own (NCCL)\n");
+        return NULL;
+    }
+    ProcessGroup *pg = host_calloc(1, sizeof *pg);
+    pg->collectives = &simulator_collectives;
+    pg->simulated = 1;
+    pg->nranks = nranks;
+    pg->world_size = world_size;
+    pg->first_rank = w->proc * nranks;
+    for (int r = 0; r < nranks; r++) {
+        /* the cores are this process's alone when it is bound, or the only one on its node */
+        int sharing = cpu_sharers(nranks), slot = own_cores && sharing == nranks ? r : -1;
+        Device *dev = kind == DEVICE_CUDA ? device_create_cuda(0) : device_create_cpu(sharing, slot);
+        if (!dev) {
+            pg_destroy(pg);
+            return NULL;
+        }
+        pg_add_rank(pg, r, dev);
+    }
+    if (w->nprocs > 1) {
+        exchange_create(pg);
+        snprintf(pg->description, sizeof pg->description, "cpu, %d processes x %d rank%s through %s; process %d "
+                 "holds rank%s %d..%d", w->nprocs, nranks, nranks == 1 ? "" : "s", w->engine, w->proc,
+                 nranks == 1 ? "" : "s", pg->first_rank, pg->first_rank + nranks - 1);
+    } else if (kind == DEVICE_CUDA && nranks > 1)
+        snprintf(pg->description, sizeof pg->description, "cuda simulator, %d ranks on one GPU, %s", nranks,
+                 device_name(pg->device[0]));
+    else if (kind == DEVICE_CUDA)
+        snprintf(pg->description, sizeof pg->description, "cuda, one rank (no NCCL), %s", device_name(pg->device[0]));
+    else if (nranks > 1)
+        snprintf(pg->description, sizeof pg->description, "cpu simulator, %d ranks on the CPU%s", nranks,
+                 own_cores && cpu_sharers(nranks) == nranks && omp_get_num_procs() > 1 ? ", each on cores of its own" : "");
+    else
+        snprintf(pg->description, sizeof pg->description, "cpu, one rank");
+    return pg;
+}
+
+/* ---- the modeled link ---- */
+
+void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
+    pg->link_gbps = gbps;
+    pg->link_latency_us = latency_us;
+}
+
+double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n) {
+    if (gbps <= 0 || nranks == 1) return 0.0;
+    double N = nranks, bytes = (double)n * sizeof(float);
+    double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
+    return (N - 1) * latency_us * 1e-6 + volume / (gbps * 1e9);
+}
+
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
+    return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->world_size, all_reduce, n);
+}
