@@ -68,17 +68,17 @@ struct Ranks {
 
 /* Set up the process group, the fibers and each rank's model (no arenas: the
  * strategy places them); 0, or -1 with a message and nothing left allocated. */
-int ranks_init(Ranks *d, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind);
+int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind);
 /* Wait for every stream of every rank (before a strategy frees its buffers). */
-void ranks_synchronize(Ranks *d);
+void ranks_synchronize(Ranks *ranks);
 /* Free what ranks_init made, once ranks_synchronize has run. */
-void ranks_release(Ranks *d);
+void ranks_release(Ranks *ranks);
 /* Each rank's forward (and backward, when training) over its rows of the
  * global batch x, y, on its own fiber; the strategy's collectives run from its
  * unit hooks. A training step's --inject-fault (cfg.fault) in the forward, the
  * backward or a collective fails its rank there. 0, or -1 after printing the
  * failing rank. */
-int ranks_run(Ranks *d, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
+int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
 /* The ops' forward_backward: ranks_run, training. For the tests of what a
  * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,
  * grad or weight; runtime/inject.h) then makes rank 0's loss, or the first value of its gradient
@@ -89,30 +89,30 @@ int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t ste
 /* Inside a hook of rank `rank`: arrive at the rendezvous for the collective
  * `name`, which the ranks meet to `meet` ("gather", "all-reduce"): "unit 3
  * gather" in a mismatch's or an injected fault's line; the last rank to arrive
- * runs collective(d, name) for every rank (name.index: a unit, a bucket).
+ * runs collective(ranks, name) for every rank (name.index: a unit, a bucket).
  * After a failure it does nothing, and the rank's step fails once its model
  * returns. */
-void ranks_rendezvous(Ranks *d, int rank, CollectiveName name, const char *meet,
-                      void (*collective)(Ranks *d, CollectiveName name));
+void ranks_rendezvous(Ranks *ranks, int rank, CollectiveName name, const char *meet,
+                      void (*collective)(Ranks *ranks, CollectiveName name));
 /* Rank r's compute stream waits for a collective's parts (pg_wait_parts). */
-void ranks_wait_all(Ranks *d, int rank, Event *const *done);
+void ranks_wait_all(Ranks *ranks, int rank, Event *const *done);
 /* N events on each rank's device, for a collective's parts; and their end. */
-void ranks_events_create(Ranks *d, Event **events);
-void ranks_events_destroy(Ranks *d, Event **events);
+void ranks_events_create(Ranks *ranks, Event **events);
+void ranks_events_destroy(Ranks *ranks, Event **events);
 /* Write the initial weights of cfg->seed, each rank its own part (strategies
  * call it once placed). */
-void ranks_init_weights(Ranks *d);
+void ranks_init_weights(Ranks *ranks);
 /* The global rank of local rank r. */
-int ranks_global(const Ranks *d, int rank);
+int ranks_global(const Ranks *ranks, int rank);
 /* Where unit u's shard of local rank r starts, in the padded arena and in a shard arena. */
-size_t ranks_shard_offset(const Ranks *d, int unit, int rank);
-size_t ranks_shard_arena_offset(const Ranks *d, int unit);
+size_t ranks_shard_offset(const Ranks *ranks, int unit, int rank);
+size_t ranks_shard_arena_offset(const Ranks *ranks, int unit);
 
 /* Tensor t of a state held in bufs, to the host of process 0 (its numel
  * floats, from every rank that holds a part) or from there to every rank
  * that holds a part (strategy.h's read_tensor, write_tensor). Waits. */
-void ranks_tensor_to_host(Ranks *d, float *const *bufs, Holding how, int t, float *host);
-void ranks_tensor_from_host(Ranks *d, float *const *bufs, Holding how, int t, const float *host);
+void ranks_tensor_to_host(Ranks *ranks, float *const *bufs, Holding how, int t, float *host);
+void ranks_tensor_from_host(Ranks *ranks, float *const *bufs, Holding how, int t, const float *host);
 
 /* The ops every strategy shares. */
 void ranks_set_lr(Strategy *s, float lr);

@@ -66,41 +66,41 @@ int options_preset(TrainOptions *o, const char *name) {
     return 0;
 }
 
-typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_PATH } FlagType;
+typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_TEXT } FlagType;
 /* A flag: where its value goes, and for text, how big that buffer is. */
 typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
-        { "preset", FLAG_PATH, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char), char-small (its CPU "
+        { "preset", FLAG_TEXT, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char), char-small (its CPU "
           "recipe), or gpt2, gpt2-medium, gpt2-large, gpt2-xl (nanoGPT's GPT-2 configs and train_gpt2 recipe)" },
-        { "data", FLAG_PATH, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
+        { "data", FLAG_TEXT, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
           "ids: train.bin and val.bin as nanoGPT's prepare.py or bin/prepare writes them, memory-mapped" },
-        { "tokenizer", FLAG_PATH, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
+        { "tokenizer", FLAG_TEXT, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
           "BPE) of a token folder's ids: the sample decoded, bin/sample's --prompt encoded, bin/prepare's encoder" },
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
-        { "device", FLAG_PATH, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
-        { "collectives", FLAG_PATH, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
+        { "device", FLAG_TEXT, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
+        { "collectives", FLAG_TEXT, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
           "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
-        { "unit", FLAG_PATH, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
+        { "unit", FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
           "weight matrix with its norm); same bits for each" },
         { "max-live-units", FLAG_INT, &o->max_live_units, 0, "ZeRO-2/3 with overlap: units gathered and gradient "
           "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
         { "recompute", FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
           "its backward (needs --unit=block; same bits as 0)" },
-        { "link", FLAG_PATH, o->link, sizeof o->link,
+        { "link", FLAG_TEXT, o->link, sizeof o->link,
           "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
         { "bias", FLAG_INT, &o->bias, 0, "1: a bias in every Linear and LayerNorm, as GPT-2's (0: none, as nanoGPT's "
           "char configs)" },
-        { "gelu", FLAG_PATH, o->gelu, sizeof o->gelu, "erf (exact GELU, as nanoGPT's) or tanh (GPT-2's "
+        { "gelu", FLAG_TEXT, o->gelu, sizeof o->gelu, "erf (exact GELU, as nanoGPT's) or tanh (GPT-2's "
           "approximation, as transformers' gelu_new)" },
         { "pad-vocab", FLAG_INT, &o->pad_vocab, 0, "round the model's vocabulary up to a multiple of this (nanoGPT "
           "pads GPT-2's 50257 to 50304; the extra ids never occur in the data)" },
@@ -120,18 +120,18 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "eval-iters", FLAG_INT, &o->eval_iters, 0, "batches per split per evaluation" },
         { "log-every", FLAG_INT, &o->log_every, 0, "steps between progress lines" },
         { "sample-chars", FLAG_INT, &o->sample_chars, 0, "characters sampled at the end" },
-        { "log", FLAG_PATH, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
-        { "trace", FLAG_PATH, o->trace, sizeof o->trace, "write every rank's stream work in the first --trace-steps steps "
+        { "log", FLAG_TEXT, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
+        { "trace", FLAG_TEXT, o->trace, sizeof o->trace, "write every rank's stream work in the first --trace-steps steps "
           "as a Chrome trace (Perfetto)" },
         { "trace-steps", FLAG_INT, &o->trace_steps, 0, "training steps --trace records, from the first" },
-        { "out", FLAG_PATH, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
+        { "out", FLAG_TEXT, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
         { "always-save", FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
         { "overwrite", FLAG_INT, &o->overwrite, 0, "1: a run that does not --resume the checkpoint already in --out "
           "may replace it" },
-        { "resume", FLAG_PATH, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
-        { "init-from", FLAG_PATH, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
+        { "resume", FLAG_TEXT, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
+        { "init-from", FLAG_TEXT, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
         { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
-        { "on-nan", FLAG_PATH, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
+        { "on-nan", FLAG_TEXT, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
         { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
         { "max-memory-mb", FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
           "CPU too)" },
@@ -140,12 +140,12 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "nodes", FLAG_INT, &o->nodes, 0, "processes of a run on GPUs without mpirun, each started with its "
           "--node-rank and the same --rendezvous" },
         { "node-rank", FLAG_INT, &o->node_rank, 0, "this process's index, 0..--nodes-1 (0 makes the NCCL id)" },
-        { "rendezvous", FLAG_PATH, o->rendezvous, sizeof o->rendezvous, "file:PATH: where --nodes processes meet "
+        { "rendezvous", FLAG_TEXT, o->rendezvous, sizeof o->rendezvous, "file:PATH: where --nodes processes meet "
           "(a shared filesystem; process 0 writes NCCL's id there, the others wait for it up to --timeout)" },
-        { "inject-fault", FLAG_PATH, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
+        { "inject-fault", FLAG_TEXT, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
           "step in the forward, backward, collective, step or save, or hangs (hang; a test of a setup)" },
-        { "ckpt", FLAG_PATH, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
-        { "prompt", FLAG_PATH, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
+        { "ckpt", FLAG_TEXT, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
+        { "prompt", FLAG_TEXT, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
         { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
         { "temperature", FLAG_FLOAT, &o->temperature, 0, "bin/sample: softmax temperature" },
         { "top-k", FLAG_INT, &o->top_k, 0, "bin/sample: sample among the k likeliest (0: all)" },
@@ -466,7 +466,7 @@ int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names) {
     int n = flag_table(o, flags);
     for (int i = 0; i < n; i++) {
         const Flag *f = &flags[i];
-        size_t bytes = f->type == FLAG_PATH ? strlen((const char *)f->value) + 1 : f->type == FLAG_INT ? sizeof(int)
+        size_t bytes = f->type == FLAG_TEXT ? strlen((const char *)f->value) + 1 : f->type == FLAG_INT ? sizeof(int)
                                                                                                        : sizeof(float);
         names[i] = f->name;
         /* --node-rank is each process's own */
