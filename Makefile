@@ -67,9 +67,10 @@ else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
 MODEL = model/model.c model/models.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c model/hf_gpt2.c
-STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c strategies/trainer.c \
-             strategies/checkpoint.c strategies/checkpoint_file.c
-LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) tools/options.c
+STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c
+# The training loop and the checkpoint file, above the strategies they drive.
+TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
+LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
 TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
@@ -152,12 +153,12 @@ bench: $(BENCH_BINS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory
 # The char-small step against PyTorch 2.x from PyPI, in the venv of make venv
 # (made when missing); make bench runs it too, where the venv is there.
 bench-torch: $(BUILD)/bin/bench_cpu venv
-	tools/torch_peer.sh $(BUILD)/bin
+	bench/torch_peer.sh $(BUILD)/bin
 
-# The gates on the gpt2 preset's whole model, 124M parameters (tools/test_large.sh):
+# The gates on the gpt2 preset's whole model, 124M parameters (tests/test_large.sh):
 # about 11 minutes on two cores, so in neither make test nor CI.
 test-large: $(BINS) venv
-	tools/test_large.sh bin
+	tests/test_large.sh bin
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the CPU build. One job:
 # Criterion's parallel runner leaks a few bytes of its own, which would fail it.
@@ -192,7 +193,7 @@ $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.
 # libFuzzer over the checkpoint reader, seeded from tests/corpus (clang; new
 # inputs go to build/fuzz/corpus, never into tests/). FUZZ_SECONDS bounds it.
 FUZZ_SECONDS ?= 30
-FUZZ_SRC = tests/fuzz_checkpoint.c model/safetensors.c strategies/checkpoint_file.c model/gpt_layout.c \
+FUZZ_SRC = tests/fuzz_checkpoint.c model/safetensors.c training/checkpoint_file.c model/gpt_layout.c \
            runtime/arena.c runtime/host.c
 fuzz: build/fuzz/fuzz_checkpoint
 	@mkdir -p build/fuzz/corpus
@@ -203,11 +204,11 @@ build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=all $(FUZZ_SRC) -ljansson -o $@
 
-# The tests' own test: seeded bugs (tools/mutate.py), each in a scratch copy
+# The tests' own test: seeded bugs (tests/mutate.py), each in a scratch copy
 # under build/mutate, `make CUDA=0 test` run on it, the survivors printed.
 # Slow (a full test run per mutant), so not in CI.
 mutate:
-	tools/mutate.py $(MUTANTS)
+	tests/mutate.py $(MUTANTS)
 
 .PHONY: build-asan-tests
 build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/zero_memory $(BUILD)/bin/sample \

@@ -5,7 +5,7 @@
  * GFLOP/s counted as nanoGPT's estimate_mfu does (6N + 12 L H Q T per token, N
  * without the position embedding), as a fraction of the ceiling.
  * --quick takes fewer steps; --char-small times only that preset's step (its
- * line alone, for tools/torch_peer.sh); --gpt2=DIR times only the gpt2
+ * line alone, for bench/torch_peer.sh); --gpt2=DIR times only the gpt2
  * preset's, at 1 x 1024 and 4 x 256 rows, on DIR's token ids (bench/gpt2.sh).
  */
 #include <cblas.h>
@@ -16,7 +16,7 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../model/models.h"
 #include "../runtime/host.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "../tools/options.h"
 #include "steps.h"
 

@@ -22,7 +22,7 @@
 #include "../runtime/host.h"
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "steps.h"
 
 enum { MIN_BYTES = 4 << 10, MAX_BYTES = 64 << 20, MIN_REPS = 5, MAX_REPS = 200 };

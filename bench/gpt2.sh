@@ -3,7 +3,7 @@
 # 50304, biases, GELU's tanh form) on the CPU; make bench runs it (about half an
 # hour on two cores). Into bench/results/gpt2.md:
 #   - the training step at 1 x 1024 and 4 x 256 rows on one rank (BIN/bench_cpu
-#     --gpt2), against nanoGPT's model (tools/torch_gpt.py bench: its GPT with
+#     --gpt2), against nanoGPT's model (tests/torch_gpt.py bench: its GPT with
 #     biases, exact GELU, flash attention) on PyTorch 2.x from the venv of make
 #     venv. The peer's best setting is searched first, every one printed: eager
 #     and torch.compile'd, 1 and 2 threads, each at its own default OpenMP
@@ -16,7 +16,7 @@
 #     1 x 1024, summed by kernel;
 # and the memory table at N = 1..4 simulated ranks (bin/zero_memory, one row
 # of 1024 a rank) into bench/results/gpt2_memory.{md,png}.
-# The data: random GPT-2 ids (tools/random_gpt2_ids.py): speed and memory do
+# The data: random GPT-2 ids (tests/random_gpt2_ids.py): speed and memory do
 # not depend on what the ids say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +27,7 @@ rounds=${GPT2_ROUNDS:-3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 data=$tmp/ids
-tools/random_gpt2_ids.py "$data"
+tests/random_gpt2_ids.py "$data"
 python=${ZF_VENV:-$HOME/.cache/zerofiber/venv}/bin/python
 out=$results/gpt2.md
 
@@ -49,7 +49,7 @@ if [ -x "$python" ]; then
     echo
     echo '```'
     for preset in gpt2 gpt2-4x256; do
-        "$python" tools/torch_gpt.py bench --preset $preset --data "$data" | tee "$tmp/search-$preset"
+        "$python" tests/torch_gpt.py bench --preset $preset --data "$data" | tee "$tmp/search-$preset"
     done
     echo '```'
     echo
@@ -71,7 +71,7 @@ if [ -x "$python" ]; then
         line="| $round"
         for preset in gpt2 gpt2-4x256; do
             row=1x1024; [ $preset = gpt2 ] || row=4x256
-            "$python" tools/torch_gpt.py bench --preset $preset --data "$data" --modes "${best_mode[$preset]}" \
+            "$python" tests/torch_gpt.py bench --preset $preset --data "$data" --modes "${best_mode[$preset]}" \
                 --threads "${best_threads[$preset]}" > "$tmp/theirs"
             a=$(ours_ms "$tmp/ours" $row) b=$(theirs_ms "$tmp/theirs")
             echo "$row $a $b" >> "$tmp/ratios"

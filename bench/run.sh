@@ -6,7 +6,7 @@
 # against this machine's sgemm ceiling and the char-small step against
 # PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
 # PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
-# (tools/torch_peer.sh; one line saying how, where not); then GPT-2 124M against
+# (bench/torch_peer.sh; one line saying how, where not); then GPT-2 124M against
 # PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh).
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
@@ -21,7 +21,7 @@
 # PyTorch gets its best settings: OpenBLAS's SkylakeX kernels where the CPU has
 # AVX-512 (Debian's OpenBLAS 0.3.21 otherwise falls back to generic ones),
 # passive OpenMP waiting (its two thread pools fight on two cores otherwise),
-# and the best thread count, which tools/torch_gpt.py searches.
+# and the best thread count, which tests/torch_gpt.py searches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -132,7 +132,7 @@ echo
 if "$python" -c 'import torch' 2>/dev/null; then
     coretype=${OPENBLAS_CORETYPE:-}
     if [ -z "$coretype" ] && grep -q avx512f /proc/cpuinfo; then coretype=SkylakeX; fi
-    theirs=$(OPENBLAS_CORETYPE=$coretype OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench \
+    theirs=$(OPENBLAS_CORETYPE=$coretype OMP_WAIT_POLICY=PASSIVE "$python" tests/torch_gpt.py bench \
         --preset char-small | tee >(cat >&2) |
         awk '$1 == "best:" { for (i = 2; i <= NF; i++) if ($i == "ms/iter") print $(i - 1) }')
     awk -v ours="$ours" -v theirs="$theirs" 'BEGIN {
@@ -143,7 +143,7 @@ else
     echo "vs Debian's PyTorch: SKIP: PyTorch is not importable by $python (install python3-torch: make deps)"
 fi
 echo
-tools/torch_peer.sh "$bin"
+bench/torch_peer.sh "$bin"
 echo
 
 # GPT-2 124M: its step against nanoGPT's model on PyTorch 2.x, the sgemm share, where the

@@ -3,7 +3,7 @@
 #ifndef ZF_BENCH_STEPS_H
 #define ZF_BENCH_STEPS_H
 
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "../tools/options.h"
 
 /* The training batch of `step` (rows x T), or the run ends with the data's line. */

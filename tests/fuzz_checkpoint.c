@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
-#include "../strategies/checkpoint.h"
+#include "../training/checkpoint.h"
 
 /* A broken contract: say which, and abort for libFuzzer to keep the input. */
 static void broken(const char *what, const char *err) {

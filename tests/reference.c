@@ -326,7 +326,7 @@ void need_transformers(void) {
 }
 
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) {
-    int head = snprintf(cmd, len, "%s tools/torch_gpt.py ", test_python());
+    int head = snprintf(cmd, len, "%s tests/torch_gpt.py ", test_python());
     cr_assert(head > 0 && (size_t)head < len, "the command does not fit in %zu bytes", len);
     va_list ap;
     va_start(ap, args_fmt);

@@ -11,7 +11,7 @@
 
 #include "../kernels/kernels.h"
 #include "../model/gpt.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 
 void ref_embedding(double *out, const int *tokens, const double *wte, const double *wpe, int B, int T, int C);
 void ref_layernorm(double *out, const double *inp, const double *weight, int N, int C);
@@ -68,7 +68,7 @@ void test_batch(const Dataset *d, int split, int purpose, uint32_t seed, uint32_
  * cr_skip_test's own message shows only under --verbose, and a test that did
  * not run must say so in make test's output. */
 void test_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The Python that runs tools/torch_gpt.py: ZF_PYTHON, else Debian's
+/* The Python that runs tests/torch_gpt.py: ZF_PYTHON, else Debian's
  * /usr/bin/python3 (the one python3-torch installs into), else python3. */
 const char *test_python(void);
 /* Skip the calling test (test_skip) when test_python() cannot import torch and
@@ -91,7 +91,7 @@ const char *venv_python(void);
  * transformers; with ZF_REQUIRE_TORCH set (as .ci/run sets it, after make venv)
  * fail it instead. */
 void need_transformers(void);
-/* cmd = "<test_python()> tools/torch_gpt.py " and the formatted arguments;
+/* cmd = "<test_python()> tests/torch_gpt.py " and the formatted arguments;
  * cr_asserts that it fits. */
 void torch_gpt_command(char *cmd, size_t len, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The binary under test: bin/train, or the sanitizer build's (ZF_TRAIN). */

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "../model/models.h"
-#include "../strategies/checkpoint.h"
-#include "../strategies/trainer.h"
+#include "../training/checkpoint.h"
+#include "../training/trainer.h"
 #include "reference.h"
 
 static Dataset data;

@@ -31,7 +31,7 @@
 #include "../kernels/kernels.h"
 #include "../runtime/trace.h"
 #include "../runtime/world.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "reference.h"
 
 static Device *gpu;

@@ -20,7 +20,7 @@
 #include "../model/gpt.h"
 #include "../model/hf_gpt2.h"
 #include "../model/sample.h"
-#include "../strategies/checkpoint.h"
+#include "../training/checkpoint.h"
 #include "reference.h"
 
 TestSuite(hf, .init = test_stream_setup, .fini = test_stream_teardown, .timeout = 300);

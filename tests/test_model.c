@@ -177,7 +177,7 @@ Test(model, weights_round_trip_and_bad_files) {
 
 /* ---- PyTorch's nanoGPT on the same weights and batch ---- */
 
-/* Our loss and every gradient against nanoGPT's model in PyTorch (tools/torch_gpt.py), with or without biases. */
+/* Our loss and every gradient against nanoGPT's model in PyTorch (tests/torch_gpt.py), with or without biases. */
 static void expect_pytorchs_gradients(int bias) {
     need_torch();
     Dataset data;

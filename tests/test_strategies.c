@@ -15,7 +15,7 @@
 #include "../model/sample.h"
 #include "../strategies/buckets.h"
 #include "../strategies/ranks.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "reference.h"
 
 static Dataset data;

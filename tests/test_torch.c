@@ -3,7 +3,7 @@
  *
  * The strategy gates compare the strategies with each other and with a plain
  * loop that calls the same AdamW, clipping and schedule code, so a bug there
- * would be invisible to them. Here PyTorch (tools/torch_gpt.py) is the oracle:
+ * would be invisible to them. Here PyTorch (tests/torch_gpt.py) is the oracle:
  * nanoGPT's get_lr against lr_at; torch.optim.AdamW with nanoGPT's parameter
  * groups after clip_grad_norm_ against adamw_range after sumsq_reduce and
  * clip_scale, on the same weights and gradients; three training steps of
@@ -23,8 +23,8 @@
 #include "../model/models.h"
 #include "../model/optim.h"
 #include "../model/safetensors.h"
-#include "../strategies/checkpoint.h"
-#include "../strategies/trainer.h"
+#include "../training/checkpoint.h"
+#include "../training/trainer.h"
 #include "reference.h"
 
 static Dataset data;
@@ -291,7 +291,7 @@ static void write_batches(const char *path, const StrategyConfig *sc, int first,
     free(y);
 }
 
-/* tools/torch_gpt.py train from `weights` over the trainer's iters first..first+n-1. */
+/* tests/torch_gpt.py train from `weights` over the trainer's iters first..first+n-1. */
 static void torch_train(const char *weights, const StrategyConfig *sc, int first, int n, const char *out) {
     char bpath[300], lrs[512], cmd[2048];
     file_in_dir(bpath, sizeof bpath, "batches.safetensors");

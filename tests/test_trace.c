@@ -18,7 +18,7 @@
 #include "../model/gpt.h"
 #include "../runtime/trace.h"
 #include "../strategies/buckets.h"
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "reference.h"
 
 static Dataset data;

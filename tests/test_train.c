@@ -17,8 +17,8 @@
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
 #include "../model/models.h"
 #include "../runtime/host.h"
-#include "../strategies/checkpoint.h"
-#include "../strategies/trainer.h"
+#include "../training/checkpoint.h"
+#include "../training/trainer.h"
 #include "../tools/options.h"
 #include "reference.h"
 
@@ -1696,7 +1696,7 @@ Test(train, a_second_signal_exits_at_once_with_the_checkpoint_intact, .timeout =
 
 /* ---- a file PyTorch's safetensors package wrote ---- */
 
-/* nanoGPT's state_dict (tools/torch_gpt.py's copy of the model, PyTorch's own
+/* nanoGPT's state_dict (tests/torch_gpt.py's copy of the model, PyTorch's own
  * init) written by safetensors.torch.save_file, with no metadata of ours:
  * --init-from takes it, and the weights it starts from are the file's, byte
  * for byte (saved after 0 steps). A file of other shapes than the flags' is a

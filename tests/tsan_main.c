@@ -7,7 +7,7 @@
  * Exits non-zero on a wrong result; ThreadSanitizer exits non-zero on a race. */
 #include <stdio.h>
 
-#include "../strategies/trainer.h"
+#include "../training/trainer.h"
 #include "stream_stress.h"
 
 int main(void) {

@@ -16,7 +16,7 @@
 #include "../model/gpt.h"
 #include "../model/hf_gpt2.h"
 #include "../runtime/host.h"
-#include "../strategies/checkpoint.h"
+#include "../training/checkpoint.h"
 
 static const char USAGE[] = "usage: export --ckpt=PATH --hf=DIR [--vocab=N] [--overwrite=1]\n"
                             "  a checkpoint's weights as a Hugging Face GPT-2 folder (config.json, model.safetensors);\n"

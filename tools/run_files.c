@@ -12,7 +12,7 @@
 
 #include "../model/safetensors.h"
 #include "../runtime/host.h"
-#include "../strategies/checkpoint.h"
+#include "../training/checkpoint.h"
 
 /* What a path names: the file's device and inode where it exists, else the
  * canonical path it would be made at (its folder resolved, links and all). */

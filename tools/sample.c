@@ -8,7 +8,7 @@
  * the --tokenizer=tokenizer.json of its data, which encodes the prompt and
  * decodes what is generated (--chars then counts tokens). Generation runs on one rank (a GPU if there is
  * one, unless --device=cpu). The text goes to stdout as it comes, a piece of
- * SAMPLE_PIECE characters at a time (strategies/trainer.h), so a long one
+ * SAMPLE_PIECE characters at a time (training/trainer.h), so a long one
  * needs no more memory than a short one.
  */
 #include <errno.h>
@@ -20,8 +20,8 @@
 #include "../model/hf_gpt2.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
-#include "../strategies/checkpoint.h"
-#include "../strategies/trainer.h"
+#include "../training/checkpoint.h"
+#include "../training/trainer.h"
 #include "options.h"
 
 /* How the tokens are text: a checkpoint's bytes, or a tokenizer's ids. */

@@ -14,8 +14,8 @@
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
-#include "../strategies/checkpoint.h"
-#include "../strategies/trainer.h"
+#include "../training/checkpoint.h"
+#include "../training/trainer.h"
 #include "options.h"
 #include "run_files.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/random_gpt2_ids.py DIR [TRAIN VAL]: a folder of random GPT-2 token ids
+"""tests/random_gpt2_ids.py DIR [TRAIN VAL]: a folder of random GPT-2 token ids
 for the benchmarks and make test-large, where the model's speed and memory,
 not what it learns, are measured: DIR/train.bin and DIR/val.bin, TRAIN and VAL
 (default 200000 and 20000) uint16 ids below 50257, from a fixed seed, and no

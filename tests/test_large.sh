@@ -18,7 +18,7 @@ python=${ZF_VENV:-$HOME/.cache/zerofiber/venv}/bin/python
 mpirun=${ZF_MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
 rm -rf "$dir" && mkdir -p "$dir"
 
-tools/random_gpt2_ids.py "$dir/data"
+tests/random_gpt2_ids.py "$dir/data"
 
 flags="--preset=gpt2 --data=$dir/data --batch=1 --grad-accum=1 --warmup=0 --eval-every=0 --eval-iters=1
        --sample-chars=0 --log-every=1"

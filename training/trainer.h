@@ -8,7 +8,7 @@
 #include "../model/data.h"
 #include "../model/optim.h"
 #include "../model/tokenizer.h"
-#include "strategy.h"
+#include "../strategies/strategy.h"
 
 typedef struct {
     int iters;             /* optimizer steps: the run ends when `iters` are done */

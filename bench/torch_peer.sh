@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tools/torch_peer.sh [BIN]: the char-small step against the peer a
+# bench/torch_peer.sh [BIN]: the char-small step against the peer a
 # user would pick today, a current PyTorch 2.x from PyPI (MKL, oneDNN) running
-# nanoGPT's model (tools/torch_gpt.py bench) eager and torch.compile'd, at 1 and
+# nanoGPT's model (tests/torch_gpt.py bench) eager and torch.compile'd, at 1 and
 # 2 threads. Its best, beside zerofiber's best char-small step (BIN/bench_cpu,
 # default build/cpu/bin), both measured in this run.
 #
@@ -29,7 +29,7 @@ ours_passive=$(OMP_WAIT_POLICY=PASSIVE "$bin/bench_cpu" --char-small | tee >(cat
 echo "zerofiber char-small: ${ours} ms/iter, ${ours_passive} ms/iter with OMP_WAIT_POLICY=PASSIVE"
 # passive OpenMP waiting, as for Debian's PyTorch in bench/run.sh: on two cores,
 # spinning workers take the cores from the ones with work
-best=$(OMP_WAIT_POLICY=PASSIVE "$python" tools/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
+best=$(OMP_WAIT_POLICY=PASSIVE "$python" tests/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
     awk '$1 == "best:" { for (i = 2; i <= NF; i++) if ($i == "ms/iter") print $(i - 1), $3, $5, $6 }')
 read -r theirs version mode threads <<<"$best"
 awk -v ours="$ours" -v passive="$ours_passive" -v theirs="$theirs" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/mutate.py: make mutate, the tests' own test.
+"""tests/mutate.py: make mutate, the tests' own test.
 
 Each mutant below is a realistic bug, seeded by replacing one exact piece of
 the source. For each one, a scratch copy of the working tree (under
@@ -10,8 +10,8 @@ bug the tests cannot see. The script prints one line per mutant, then the
 survivors, and exits 1 if any survived (2 if a mutant no longer applies: its
 text is not in the source exactly once, so the list needs mending).
 
-    tools/mutate.py            every mutant
-    tools/mutate.py NAME ...   only these
+    tests/mutate.py            every mutant
+    tests/mutate.py NAME ...   only these
 """
 
 import os
@@ -140,11 +140,11 @@ MUTANTS = [
      "        if (first < 0 && all[p].status) first = p;",
      "        if (first < 0 && all[p].status && p == w->proc) first = p;"),
     ("stop-signal-unshared", "past one process, a stop signal obeyed only by the process it reached",
-     "strategies/trainer.c",
+     "training/trainer.c",
      "    int sig = world_first_nonzero(*cfg->stop_signal, &result->stopped_in, \"the stop signals\");",
      "    int sig = *cfg->stop_signal;"),
     ("eval-deaf-to-signals", "a stop signal waits for the end of an evaluation, however long",
-     "strategies/trainer.c",
+     "training/trainer.c",
      "    for (; i < eval_iters && !stop_requested(cfg, result); i++) {",
      "    for (; i < eval_iters && (cfg || result || 1); i++) {"),
     ("sigpipe-kills", "SIGPIPE left to its default: a reader gone kills the run without a line",
@@ -221,7 +221,7 @@ MUTANTS = [
      "gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, m->base.cfg.gelu_tanh);",
      "gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, 0);"),
     ("gelu-form-not-saved", "a checkpoint's config says nothing of the GELU: a tanh model resumes as an exact one",
-     "strategies/checkpoint_file.c",
+     "training/checkpoint_file.c",
      "info->model.gelu_tanh ? \"tanh\" : \"erf\");",
      "\"erf\");"),
     ("conv1d-proj-untransposed", "the attention's output projection taken as [out, in] (square: no shape says so)",
@@ -254,7 +254,7 @@ MUTANTS = [
      "for (int u = 0; u < m->layout.nunits; u++) model_before_forward(m, u);",
      "for (int u = 0; u + 1 < m->layout.nunits; u++) model_before_forward(m, u);"),
     ("stream-load-one-short", "a streamed load: the last tensor of each state left as it was",
-     "strategies/checkpoint.c",
+     "training/checkpoint.c",
      "        for (int i = 0; i < layout.ntensors; i++) {\n            if (root && read_rc == 0)",
      "        for (int i = 0; i + 1 < layout.ntensors; i++) {\n            if (root && read_rc == 0)"),
     ("gather-parts-reversed", "a tensor's parts from the processes placed in reverse process order",

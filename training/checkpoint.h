@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "../model/safetensors.h"
-#include "strategy.h"
+#include "../strategies/strategy.h"
 
 typedef struct {
     ModelConfig model;
