@@ -39,7 +39,7 @@ $(error $(MISSING_HEADERS) not found: run `make deps` first (as root), which ins
 endif
 endif
 
-RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/fibers.c runtime/trace.c \
+RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/rank_threads.c runtime/trace.c \
           runtime/process_group.c runtime/process_group_order.c runtime/process_group_simulator.c \
           runtime/process_group_exchange.c runtime/world.c runtime/inject.c
 ifeq ($(MPI),1)

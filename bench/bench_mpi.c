@@ -32,7 +32,7 @@ static const double SECONDS_PER_SIZE = 0.3;
 static void exchange(uint8_t *send, uint8_t *recv, size_t bytes) {
     int P = world()->nprocs;
     size_t shard = bytes / (size_t)P;
-    WorldChunk to[FIBERS_MAX_RANKS], from[FIBERS_MAX_RANKS];
+    WorldChunk to[MAX_RANKS], from[MAX_RANKS];
     for (int p = 0; p < P; p++) {
         to[p] = (WorldChunk){ send + (size_t)p * shard, shard };
         from[p] = (WorldChunk){ recv + (size_t)p * shard, shard };
@@ -81,9 +81,9 @@ int main(int argc, char **argv) {
         world_finalize();
         return 2;
     }
-    if (w->nprocs < 2 || w->nprocs > FIBERS_MAX_RANKS) {
+    if (w->nprocs < 2 || w->nprocs > MAX_RANKS) {
         fprintf(stderr, "bench_mpi: %d process%s: run it under mpirun -np P, 2 <= P <= %d\n", w->nprocs,
-                w->nprocs == 1 ? "" : "es", FIBERS_MAX_RANKS);
+                w->nprocs == 1 ? "" : "es", MAX_RANKS);
         world_finalize();
         return 2;
     }

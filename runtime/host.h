@@ -45,7 +45,7 @@ extern const int HOST_STOP_SIGNALS[HOST_STOP_SIGNAL_COUNT];
 void host_stop_signals(sigset_t *set);
 
 /* pthread_create, with the stop signals blocked in the new thread: every
- * thread of the runtime (rank fibers, stream workers, and the OpenMP pools they
+ * thread of the runtime (rank threads, stream workers, and the OpenMP pools they
  * start) leaves them to the main thread. 0, or pthread_create's error. */
 int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* Where --inject-fault makes a rank fail: inside its forward, its backward or
- * its first collective of the step (through fibers_fail, as a real error
+ * its first collective of the step (through rank_threads_fail, as a real error
  * there would), or in the trainer's optimizer step or save; or where it hangs
  * at the start of its forward, as a stuck peer would (for the timeout's test:
  * it fails after the timeout and a minute more). */
@@ -37,7 +37,7 @@ const char *fault_site_name(FaultSite where);
 int fault_parse(const char *text, Fault *fault, char *err, size_t errlen);
 /* Whether `fault` strikes rank `rank` at `step` in `where`. If it does and
  * report is not NULL, report gets what to say, after the "rank R: " that
- * names a failing rank (runtime/fibers.h): "injected fault (--inject-fault)
+ * names a failing rank (runtime/rank_threads.h): "injected fault (--inject-fault)
  * at step S in the WHERE", and " 'NAME'" for a collective's rendezvous
  * (rendezvous NULL: none). */
 int fault_strikes(const Fault *fault, int rank, int step, FaultSite where, const char *rendezvous, char *report,

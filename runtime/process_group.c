@@ -28,9 +28,9 @@ int pg_global_rank(const ProcessGroup *pg, int rank) { return pg->first_rank + r
  * they do not divide over the processes. */
 int pg_local_ranks(int world_size) {
     const World *w = world();
-    if (world_size < 1 || world_size % w->nprocs != 0 || world_size > FIBERS_MAX_RANKS) {
+    if (world_size < 1 || world_size % w->nprocs != 0 || world_size > MAX_RANKS) {
         fprintf(stderr, "error: %d ranks over %d process%s, expected a multiple of the processes, at most %d\n",
-                world_size, w->nprocs, w->nprocs == 1 ? "" : "es", FIBERS_MAX_RANKS);
+                world_size, w->nprocs, w->nprocs == 1 ? "" : "es", MAX_RANKS);
         return 0;
     }
     return world_size / w->nprocs;
@@ -105,7 +105,7 @@ void pg_set_sums(ProcessGroup *pg, SumOrder sums) {
 void pg_trace(ProcessGroup *pg, Trace *t, const char *label) {
     pg->trace = t;
     for (int r = 0; r < pg->nranks; r++) {
-        char name[FIBERS_NAME_MAX + 16];
+        char name[RENDEZVOUS_NAME_MAX + 16];
         snprintf(name, sizeof name, "%s%srank %d", label, label[0] ? " " : "", pg_global_rank(pg, r));
         int pid = trace_add_process(t, name);
         trace_attach(t, pg->compute[r], pid, 0, "compute");

@@ -1,7 +1,7 @@
 /* process_group.h: N ranks' streams and the collectives between them.
  *
  * Each collective is called once, for all ranks, by the thread that holds the
- * baton (runtime/fibers.h), and runs each rank's part on that rank's
+ * baton (runtime/rank_threads.h), and runs each rank's part on that rank's
  * communication stream. Ordering is by events: a collective waits for the
  * producing work of every rank's compute stream. Then, by default, every
  * rank's compute stream waits for every rank's part before any later work, so
@@ -43,7 +43,7 @@
 #include <stddef.h>
 
 #include "device.h"
-#include "fibers.h"
+#include "rank_threads.h"
 #include "trace.h"
 
 typedef struct ProcessGroup ProcessGroup;
@@ -93,11 +93,11 @@ struct ProcessGroup {
     int nranks;                         /* this process's ranks, L */
     int world_size;                     /* every process's, N = P x L: shards and sums are over them */
     int first_rank;                     /* the global rank of local rank 0 */
-    Device *device[FIBERS_MAX_RANKS];   /* each rank's device handle */
-    Stream *compute[FIBERS_MAX_RANKS];
-    Stream *comm[FIBERS_MAX_RANKS];
-    Event *produced[FIBERS_MAX_RANKS];  /* compute work a collective waits for */
-    Event *part_done[FIBERS_MAX_RANKS]; /* each rank's part of the last phase */
+    Device *device[MAX_RANKS];   /* each rank's device handle */
+    Stream *compute[MAX_RANKS];
+    Stream *comm[MAX_RANKS];
+    Event *produced[MAX_RANKS];  /* compute work a collective waits for */
+    Event *part_done[MAX_RANKS]; /* each rank's part of the last phase */
     double link_gbps, link_latency_us;  /* the modeled link (0: none); see pg_set_link */
     Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
     /* The exchange between processes (world_size > nranks): the host's staging
@@ -107,7 +107,7 @@ struct ProcessGroup {
     float *stage_send, *stage_recv;
     size_t stage_floats;
     Event *staged;
-    Event *stage_free[FIBERS_MAX_RANKS];
+    Event *stage_free[MAX_RANKS];
 };
 
 /* Where ranks may run: the CPU (the zero value, what the tests ask for), any

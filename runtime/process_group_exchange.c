@@ -32,10 +32,10 @@ void exchange_destroy(ProcessGroup *pg) {
  * itself, on local rank 0's communication stream, once the producers are done. */
 typedef struct {
     ProcessGroup *pg;
-    float *send[FIBERS_MAX_RANKS];
+    float *send[MAX_RANKS];
     size_t n, shard;
     int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
-    char what[2 * FIBERS_NAME_MAX];
+    char what[2 * RENDEZVOUS_NAME_MAX];
 } Exchange;
 
 /* Floats process p sends another for a reduce-scatter, from each of its L

@@ -51,17 +51,17 @@
 /* A collective the watchdog waits for: done once every local rank's event is. */
 enum { WATCH_SLOTS = 1024 };
 typedef struct {
-    cudaEvent_t done[FIBERS_MAX_RANKS];
+    cudaEvent_t done[MAX_RANKS];
     double enqueued;                     /* host_seconds() */
-    char what[2 * FIBERS_NAME_MAX];      /* "all-gather unit 3" */
+    char what[2 * RENDEZVOUS_NAME_MAX];      /* "all-gather unit 3" */
 } Watched;
 
 /* NCCL's side of a group. */
 typedef struct {
-    ncclComm_t comm[FIBERS_MAX_RANKS];   /* local rank r's, on GPU r */
+    ncclComm_t comm[MAX_RANKS];   /* local rank r's, on GPU r */
     /* Each local rank's staging for the shards its peers send it, N shards, on
      * its GPU (MEM_WORKING); grown only between collectives, never under one. */
-    float *stage[FIBERS_MAX_RANKS];
+    float *stage[MAX_RANKS];
     size_t stage_floats;
     /* The watchdog's queue: the collectives enqueued and not yet seen done,
      * oldest at head; a full queue holds the next collective until one is. */
@@ -71,7 +71,7 @@ typedef struct {
      * peer waits in ncclGroupEnd for the peer to connect, a wait the watchdog
      * bounds too. */
     double enqueuing_since;
-    char enqueuing_what[2 * FIBERS_NAME_MAX];
+    char enqueuing_what[2 * RENDEZVOUS_NAME_MAX];
     pthread_mutex_t lock;
     pthread_cond_t freed;
     pthread_t watchdog;

@@ -41,7 +41,7 @@ static void wait_for_parts(ProcessGroup *pg, Stream **waiters) {
  * unit 3" into label, and the modeled link's clock start. */
 static void begin(ProcessGroup *pg, const char *collective, CollectiveName name, char *label, size_t len) {
     wait_for_producers(pg);
-    char what[FIBERS_NAME_MAX];
+    char what[RENDEZVOUS_NAME_MAX];
     collective_name_text(name, what, sizeof what);
     snprintf(label, len, "%s %s", collective, what);
     if (pg->trace)
@@ -114,7 +114,7 @@ static void add_alone(ProcessGroup *pg, float *const *recv, float *const *reduce
 
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                        float scale, ReduceInto into, Event *const *done) {
-    float *own[FIBERS_MAX_RANKS];
+    float *own[MAX_RANKS];
     own_shards(pg, send, n, own);
     float *const *reduced = into == REDUCE_ADD ? own : recv;
     if (nothing_to_do(pg, send, reduced, scale)) {
@@ -122,7 +122,7 @@ void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send
         else skip(pg, done);
         return;
     }
-    char label[2 * FIBERS_NAME_MAX];
+    char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "reduce-scatter", name, label, sizeof label);
     pg->collectives->reduce_scatter(pg, send, reduced, n, scale, label);
     if (into == REDUCE_ADD) add_into(pg, pg->comm, recv, reduced, n);
@@ -135,7 +135,7 @@ void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, fl
         skip(pg, done);
         return;
     }
-    char label[2 * FIBERS_NAME_MAX];
+    char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-gather", name, label, sizeof label);
     pg->collectives->all_gather(pg, send, recv, n, label);
     end(pg, 0, n, done);
@@ -147,9 +147,9 @@ void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, si
         skip(pg, done);
         return;
     }
-    float *shards[FIBERS_MAX_RANKS];
+    float *shards[MAX_RANKS];
     own_shards(pg, bufs, n, shards);
-    char label[2 * FIBERS_NAME_MAX];
+    char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-reduce", name, label, sizeof label);
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale, label);
     wait_for_parts(pg, pg->comm);

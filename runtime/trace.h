@@ -19,7 +19,7 @@
  *     Spans are recorded only while the trace is recording (trace_record);
  *     on an untraced stream trace_begin and trace_end do nothing.
  *  2. trace_begin and trace_end pair up on a stream, as the stream's enqueues
- *     do: from one thread at a time (the baton holder, runtime/fibers.h).
+ *     do: from one thread at a time (the baton holder, runtime/rank_threads.h).
  *  3. trace_collect waits for every traced stream, reads every stamp and lets
  *     the streams go: call it before they are destroyed (pg_destroy does).
  *  4. A trace holds at most max_spans spans; later ones are counted, not kept.

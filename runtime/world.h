@@ -2,7 +2,7 @@
  *
  * A run is P processes of L rank threads each: world size W = P x L, process
  * p holding global ranks p*L .. p*L+L-1. Within a process the ranks meet as
- * they always have (runtime/fibers.h, runtime/process_group.h); between
+ * they always have (runtime/rank_threads.h, runtime/process_group.h); between
  * processes an existing engine moves the bytes: MPI (world_mpi.c, Open MPI
  * from Debian) when the run was started by mpirun or srun; NCCL when the
  * processes meet through a file (world_join_file, world_nccl.c: GPUs without

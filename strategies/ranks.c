@@ -55,15 +55,15 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ranks->base.cfg = *cfg;
     ranks->nranks = cfg->nranks;
     ranks->pg = pg_create(cfg->nranks, cfg->device, cfg->own_cores);
-    ranks->fibers = ranks->pg ? fibers_create(ranks->pg->nranks) : NULL;
-    if (!ranks->pg || !ranks->fibers) {
+    ranks->threads = ranks->pg ? rank_threads_create(ranks->pg->nranks) : NULL;
+    if (!ranks->pg || !ranks->threads) {
         pg_destroy(ranks->pg);
-        fibers_destroy(ranks->fibers);
+        rank_threads_destroy(ranks->threads);
         return -1;
     }
     ranks->local = ranks->pg->nranks;
     ranks->first = ranks->pg->first_rank;
-    fibers_name_ranks_from(ranks->fibers, ranks->first);
+    rank_threads_name_ranks_from(ranks->threads, ranks->first);
     pg_set_link(ranks->pg, cfg->link_gbps, cfg->link_latency_us);
     pg_set_sums(ranks->pg, cfg->sums);
     if (cfg->trace) pg_trace(ranks->pg, cfg->trace, cfg->trace_label ? cfg->trace_label : "");
@@ -103,7 +103,7 @@ void ranks_release(Ranks *ranks) {
         device_free(ranks->pg->device[r], MEM_WORKING, ranks->norm_parts[r], (size_t)ranks->nranks * sizeof(float));
         model_destroy(ranks->model[r]);
     }
-    fibers_destroy(ranks->fibers);
+    rank_threads_destroy(ranks->threads);
     pg_destroy(ranks->pg);
 }
 
@@ -120,13 +120,13 @@ size_t ranks_shard_arena_offset(const Ranks *ranks, int unit) {
 
 /* A rank that --inject-fault stops at `where` of the step in flight (at the
  * rendezvous of that name, for a collective) fails as a real error there
- * would, through its fibers; 1 if so. */
+ * would, through its rank threads; 1 if so. */
 static int injected_fault(Ranks *ranks, int rank, FaultSite where, const char *rendezvous) {
     char report[200];
     if (!ranks->training || !fault_strikes(&ranks->base.cfg.fault, ranks_global(ranks, rank), (int)ranks->step, where, rendezvous,
                                        report, sizeof report))
         return 0;
-    fibers_fail(ranks->fibers, rank, "%s", report);
+    rank_threads_fail(ranks->threads, rank, "%s", report);
     ranks->failed[rank] = 1;
     return 1;
 }
@@ -146,15 +146,15 @@ static int injected_hang(Ranks *ranks, int rank) {
 
 void ranks_rendezvous(Ranks *ranks, int rank, CollectiveName name, const char *meet,
                       void (*collective)(Ranks *ranks, CollectiveName name)) {
-    /* room for both parts; fibers_arrive compares the first FIBERS_NAME_MAX - 1 bytes */
-    char what[FIBERS_NAME_MAX], rendezvous[2 * FIBERS_NAME_MAX];
+    /* room for both parts; rank_threads_arrive compares the first RENDEZVOUS_NAME_MAX - 1 bytes */
+    char what[RENDEZVOUS_NAME_MAX], rendezvous[2 * RENDEZVOUS_NAME_MAX];
     collective_name_text(name, what, sizeof what);
     snprintf(rendezvous, sizeof rendezvous, "%s %s", what, meet);
     if (ranks->failed[rank] || injected_fault(ranks, rank, FAULT_COLLECTIVE, rendezvous)) return;
-    int rc = fibers_arrive(ranks->fibers, rank, rendezvous);
+    int rc = rank_threads_arrive(ranks->threads, rank, rendezvous);
     if (rc == 1) {
         collective(ranks, name);
-        rc = fibers_depart(ranks->fibers, rank);
+        rc = rank_threads_depart(ranks->threads, rank);
     }
     if (rc < 0) ranks->failed[rank] = 1;
 }
@@ -172,7 +172,7 @@ void ranks_events_destroy(Ranks *ranks, Event **events) {
 }
 
 /* One rank's part of a run: its rows forward, and backward when training. */
-static int rank_body(Fibers *f, int rank, void *ctx) {
+static int rank_body(RankThreads *f, int rank, void *ctx) {
     (void)f;
     Ranks *ranks = ctx;
     Model *m = ranks->model[rank];
@@ -186,12 +186,12 @@ static int rank_body(Fibers *f, int rank, void *ctx) {
     return ranks->failed[rank] ? -1 : 0;
 }
 
-/* Every local rank's body on its fiber: 0, or -1 after printing the failing rank. */
-static int run_fibers(Ranks *ranks, int (*body)(Fibers *f, int rank, void *ctx), void *ctx) {
+/* Every local rank's body on its thread: 0, or -1 after printing the failing rank. */
+static int run_rank_threads(Ranks *ranks, int (*body)(RankThreads *f, int rank, void *ctx), void *ctx) {
     for (int r = 0; r < ranks->local; r++) ranks->failed[r] = 0;
-    if (fibers_run(ranks->fibers, body, ctx) == 0) return 0;
-    if (world()->nprocs > 1) fprintf(stderr, "error: process %d: %s\n", world()->proc, fibers_error(ranks->fibers));
-    else fprintf(stderr, "error: %s\n", fibers_error(ranks->fibers));
+    if (rank_threads_run(ranks->threads, body, ctx) == 0) return 0;
+    if (world()->nprocs > 1) fprintf(stderr, "error: process %d: %s\n", world()->proc, rank_threads_error(ranks->threads));
+    else fprintf(stderr, "error: %s\n", rank_threads_error(ranks->threads));
     return -1;
 }
 
@@ -202,7 +202,7 @@ int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro
     ranks->micro = micro;
     ranks->micros = micros;
     ranks->training = training;
-    return run_fibers(ranks, rank_body, ranks);
+    return run_rank_threads(ranks, rank_body, ranks);
 }
 
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
@@ -231,7 +231,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     Ranks *ranks = (Ranks *)s;
     if (max_norm <= 0.0f) return;
     int sharded = ranks->grad_parts_sharded;
-    float *own_part[FIBERS_MAX_RANKS];
+    float *own_part[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         own_part[r] = ranks->norm_parts[r] + (sharded ? ranks_global(ranks, r) : 0);
         sumsq_reduce(ranks->pg->compute[r], own_part[r], ranks->grad_part[r], ranks->grad_part_len,
@@ -248,7 +248,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
 /* Mean over the world's ranks, in rank order, of each rank's mean loss. */
 float ranks_train_loss(Strategy *s) {
     Ranks *ranks = (Ranks *)s;
-    float mine[FIBERS_MAX_RANKS], all[FIBERS_MAX_RANKS];
+    float mine[MAX_RANKS], all[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) mine[r] = model_read_loss(ranks->model[r]);
     world_all_gather(mine, all, (size_t)ranks->local * sizeof(float), "the losses");
     double total = 0.0;
@@ -274,7 +274,7 @@ typedef struct {
 /* Global rank 0 generates; every other rank arrives at the unit hooks of each
  * of its forwards (one per new token, every unit in order), so that the
  * strategy gathers each unit in turn into its own buffers. */
-static int generate_body(Fibers *f, int rank, void *ctx) {
+static int generate_body(RankThreads *f, int rank, void *ctx) {
     (void)f;
     Generation *gen = ctx;
     Ranks *ranks = gen->ranks;
@@ -300,7 +300,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
     } else {
         Generation gen = { ranks, tokens, n_prompt, n_new, how };
         ranks->training = 0;
-        rc = run_fibers(ranks, generate_body, &gen);
+        rc = run_rank_threads(ranks, generate_body, &gen);
     }
     world_broadcast(tokens + n_prompt, (size_t)n_new * sizeof(int), "the sample");
     return rc;
@@ -471,7 +471,7 @@ size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes((
 size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     Ranks *ranks = (Ranks *)s;
     enum { MAX_BUFFERS = 3 };
-    float counts[FIBERS_MAX_RANKS][MAX_BUFFERS] = { { 0 } };
+    float counts[MAX_RANKS][MAX_BUFFERS] = { { 0 } };
     for (int r = 0; r < ranks->local; r++) {
         const float *bufs[MAX_BUFFERS] = { ranks->grad_part[r] };
         size_t lens[MAX_BUFFERS] = { ranks->grad_part_len };
@@ -494,7 +494,7 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
         stream_synchronize(ranks->pg->compute[r]);
         for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)counts[r][b];
     }
-    size_t totals[FIBERS_MAX_RANKS];
+    size_t totals[MAX_RANKS];
     world_all_gather(&total, totals, sizeof total, "the non-finite counts");
     for (int p = 0; p < world()->nprocs; p++)
         if (p != world()->proc) total += totals[p];

@@ -1,5 +1,5 @@
 /* ranks.h: what every strategy is built on: N ranks' models on one process
- * group, each rank's step run by rank fibers, and the ops the strategies share.
+ * group, each rank's step run by rank threads, and the ops the strategies share.
  *
  * N is the world's (runtime/world.h): this process holds L = N / P of the
  * ranks, global ranks first .. first + L - 1. Every per-rank array below is
@@ -25,7 +25,7 @@
 #ifndef ZF_RANKS_H
 #define ZF_RANKS_H
 
-#include "../runtime/fibers.h"
+#include "../runtime/rank_threads.h"
 #include "../runtime/process_group.h"
 #include "strategy.h"
 
@@ -47,26 +47,26 @@ struct Ranks {
     int nranks;                    /* N, the world's ranks */
     int local, first;              /* this process's L ranks, the first one's global rank */
     ProcessGroup *pg;
-    Fibers *fibers;
+    RankThreads *threads;
     const ArenaLayout *layout;     /* the padded layout every rank's model shares */
-    Model *model[FIBERS_MAX_RANKS];
-    float *weights[FIBERS_MAX_RANKS];
+    Model *model[MAX_RANKS];
+    float *weights[MAX_RANKS];
     Holding weights_held;
-    float *m[FIBERS_MAX_RANKS], *v[FIBERS_MAX_RANKS];  /* Adam's state, held as adam_held */
+    float *m[MAX_RANKS], *v[MAX_RANKS];  /* Adam's state, held as adam_held */
     Holding adam_held;
-    float *grad_part[FIBERS_MAX_RANKS];
+    float *grad_part[MAX_RANKS];
     size_t grad_part_len;
     int grad_parts_sharded;
-    float *norm_parts[FIBERS_MAX_RANKS];  /* [N] squared-norm partials, for clipping */
+    float *norm_parts[MAX_RANKS];  /* [N] squared-norm partials, for clipping */
     const int *x, *y;              /* the global batch of the run in flight */
     uint32_t step;
     int micro, micros;             /* its micro-step, of how many */
     int training;
-    int failed[FIBERS_MAX_RANKS];  /* a rendezvous of this run failed on this rank */
-    RankRef ref[FIBERS_MAX_RANKS]; /* hooks.ctx of rank r's model is &ref[r] */
+    int failed[MAX_RANKS];  /* a rendezvous of this run failed on this rank */
+    RankRef ref[MAX_RANKS]; /* hooks.ctx of rank r's model is &ref[r] */
 };
 
-/* Set up the process group, the fibers and each rank's model (no arenas: the
+/* Set up the process group, the rank threads and each rank's model (no arenas: the
  * strategy places them); 0, or -1 with a message and nothing left allocated. */
 int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind);
 /* Wait for every stream of every rank (before a strategy frees its buffers). */
@@ -74,7 +74,7 @@ void ranks_synchronize(Ranks *ranks);
 /* Free what ranks_init made, once ranks_synchronize has run. */
 void ranks_release(Ranks *ranks);
 /* Each rank's forward (and backward, when training) over its rows of the
- * global batch x, y, on its own fiber; the strategy's collectives run from its
+ * global batch x, y, on its own thread; the strategy's collectives run from its
  * unit hooks. A training step's --inject-fault (cfg.fault) in the forward, the
  * backward or a collective fails its rank there. 0, or -1 after printing the
  * failing rank. */

@@ -31,7 +31,7 @@
 typedef struct {
     size_t offset, length;
     int unit;                          /* of that tensor, for the trace */
-    Event *done[FIBERS_MAX_RANKS];     /* each rank's part of its all-reduce (overlap) */
+    Event *done[MAX_RANKS];     /* each rank's part of its all-reduce (overlap) */
 } Bucket;
 
 typedef struct {
@@ -76,7 +76,7 @@ static void zero_grads(void *ctx, int unit) {
 static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
     Bucket *b = &d->bucket[name.index];
-    float *grads[FIBERS_MAX_RANKS];
+    float *grads[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
     pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks,
                   ranks->base.cfg.overlap ? b->done : NULL);
@@ -85,7 +85,7 @@ static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
 /* ZeRO-1: rank r gets the mean of its part of the arena. */
 static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
-    float *grads[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
+    float *grads[MAX_RANKS], *parts[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         grads[r] = ranks->model[r]->grads;
         parts[r] = grads[r] + (size_t)ranks_global(ranks, r) * d->part;
@@ -137,7 +137,7 @@ static void step(Strategy *s) {
         adamw_range(m->stream, ranks->layout, lo, len, m->params + lo, m->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
     }
     if (d->shards_adam) {
-        float *params[FIBERS_MAX_RANKS], *parts[FIBERS_MAX_RANKS];
+        float *params[MAX_RANKS], *parts[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) {
             params[r] = ranks->model[r]->params;
             parts[r] = params[r] + (size_t)ranks_global(ranks, r) * d->part;

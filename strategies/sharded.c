@@ -52,13 +52,13 @@ typedef enum { BUFFER_EMPTY, BUFFER_GATHERING, BUFFER_GATHERED } BufferState;
 /* A unit-sized working buffer on every rank (a gradient slot or a gather
  * buffer), with the events of the last collective that used it. */
 typedef struct {
-    float *rank_buf[FIBERS_MAX_RANKS];
+    float *rank_buf[MAX_RANKS];
     size_t floats;
-    Event *done[FIBERS_MAX_RANKS];   /* each rank's part of that collective (overlap) */
+    Event *done[MAX_RANKS];   /* each rank's part of that collective (overlap) */
     int unit;                         /* a gather buffer's unit, while not BUFFER_EMPTY */
     /* Set for every rank by the gather (which one rank enqueues for all, in
      * the rendezvous), then by each rank for itself when it waits. */
-    BufferState state[FIBERS_MAX_RANKS];
+    BufferState state[MAX_RANKS];
 } UnitBuffer;
 
 enum { MAX_POOL = MAX_LIVE_UNITS };  /* unit buffers of each kind: K with overlap, else one */
@@ -74,14 +74,14 @@ typedef struct {
     WeightPolicy weights;
     int pool;
     size_t part;                   /* shard arena length: total / N */
-    float *grad_shard[FIBERS_MAX_RANKS];
-    float *weight_shard[FIBERS_MAX_RANKS];       /* WEIGHTS_GATHERED_PER_UNIT */
+    float *grad_shard[MAX_RANKS];
+    float *weight_shard[MAX_RANKS];       /* WEIGHTS_GATHERED_PER_UNIT */
     UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the other units' */
     UnitBuffer gather[1 + MAX_POOL];             /* WEIGHTS_GATHERED_PER_UNIT, likewise */
     /* WEIGHTS_GATHERED_AFTER_STEP with overlap: each rank's part of each unit's weight all-gather
      * after the step ([unit][rank]), and whether some are not yet waited for
      * by every rank (settle_weights). */
-    Event *(*weights_done)[FIBERS_MAX_RANKS];
+    Event *(*weights_done)[MAX_RANKS];
     int weights_in_flight;
 } Sharded;
 
@@ -117,7 +117,7 @@ static void ensure_gathered(Sharded *d, CollectiveName name) {
     int unit = name.unit;
     UnitBuffer *b = gather_of(d, unit);
     if (holds(b, unit)) return;
-    float *shards[FIBERS_MAX_RANKS];
+    float *shards[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
     pg_all_gather(ranks->pg, name, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
     set_gathered(d, b, unit);
@@ -156,7 +156,7 @@ static void reduce_scatter_unit(Ranks *ranks, CollectiveName name) {
     int unit = name.unit;
     UnitBuffer *slot = slot_of(d, unit);
     size_t size = ranks->layout->units[unit].size;
-    float *shards[FIBERS_MAX_RANKS];
+    float *shards[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
     ReduceInto into = ranks->micro > 0 ? REDUCE_ADD : REDUCE_WRITE;
     pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, 1.0f / (float)ranks->nranks, into,
@@ -233,7 +233,7 @@ static void settle_weights(Sharded *d) {
  * waits for it. */
 static void gather_weights(Sharded *d, int u) {
     Ranks *ranks = &d->ranks;
-    float *shards[FIBERS_MAX_RANKS], *full[FIBERS_MAX_RANKS];
+    float *shards[MAX_RANKS], *full[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         full[r] = ranks->model[r]->unit_weights[u];
         shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);

@@ -31,8 +31,8 @@ typedef struct {
     ProcessGroup *pg;
     int world_size;
     size_t n, shard;
-    float *host[FIBERS_MAX_RANKS];  /* global rank g's input */
-    float *buf[FIBERS_MAX_RANKS];   /* local rank r's device buffer, n floats */
+    float *host[MAX_RANKS];  /* global rank g's input */
+    float *buf[MAX_RANKS];   /* local rank r's device buffer, n floats */
 } Setup;
 
 static Setup setup(ProcessGroup *pg, size_t n, unsigned seed) {
@@ -100,7 +100,7 @@ static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, unsigned s
  * an empty shard points at the buffer's start, never read). */
 static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in_place, unsigned seed) {
     Setup s = setup(pg, n, seed);
-    float *recv[FIBERS_MAX_RANKS];
+    float *recv[MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++) {
         size_t lo = (size_t)pg_global_rank(pg, r) * s.shard;
         recv[r] = !in_place ? device_alloc(pg->device[r], MEM_WORKING, s.shard * sizeof(float))
@@ -124,7 +124,7 @@ static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in
 static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned seed) {
     Setup s = setup(pg, n, seed);
     size_t gathered = (size_t)s.world_size * s.shard;
-    float *send[FIBERS_MAX_RANKS], *recv[FIBERS_MAX_RANKS];
+    float *send[MAX_RANKS], *recv[MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++) {
         size_t lo = (size_t)pg_global_rank(pg, r) * s.shard;
         send[r] = in_place ? s.buf[r] + (lo < n ? lo : 0) : s.buf[r];

@@ -1,4 +1,4 @@
-/* test_collectives.c: the rank fibers and the simulator's collectives. */
+/* test_collectives.c: the rank threads and the simulator's collectives. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/fibers.h"
+#include "../runtime/rank_threads.h"
 #include "../runtime/process_group.h"
 #include "reference.h"
 
@@ -20,8 +20,8 @@ static const CollectiveName TEST = { "test", -1, -1 };
 typedef struct {
     ProcessGroup *pg;
     size_t n, shard;
-    float *host[FIBERS_MAX_RANKS];  /* each rank's input */
-    float *buf[FIBERS_MAX_RANKS];   /* each rank's device buffer, n floats */
+    float *host[MAX_RANKS];  /* each rank's input */
+    float *buf[MAX_RANKS];   /* each rank's device buffer, n floats */
 } Setup;
 
 /* Random inputs, copied to the devices by each rank's compute stream: the
@@ -93,7 +93,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
         for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++) {
             size_t n = LENGTHS[li];
             Setup s = setup(N, n, (unsigned)(N * 10 + li + 5));
-            float *shard[FIBERS_MAX_RANKS], *gathered[FIBERS_MAX_RANKS];
+            float *shard[MAX_RANKS], *gathered[MAX_RANKS];
             for (int r = 0; r < N; r++) {
                 shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                 gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
@@ -211,7 +211,7 @@ Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
                 for (int in_place = 0; in_place <= 1; in_place++) {
                     size_t n = ODD_LENGTHS[li];
                     Setup s = setup_wide(N, n, (unsigned)(N * 37 + li * 5 + k * 2 + in_place));
-                    float *recv[FIBERS_MAX_RANKS];
+                    float *recv[MAX_RANKS];
                     for (int r = 0; r < N; r++)
                         recv[r] = in_place ? s.buf[r] + (size_t)r * s.shard
                                            : device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
@@ -244,8 +244,8 @@ Test(pinned_order, reduce_scatter_adds_the_ordered_host_sum_into_its_output) {
                     size_t n = ODD_LENGTHS[li];
                     unsigned seed = (unsigned)(N * 43 + li * 7 + k * 2 + with_done);
                     Setup s = setup_wide(N, n, seed);
-                    float *recv[FIBERS_MAX_RANKS], *before[FIBERS_MAX_RANKS];
-                    Event *done[FIBERS_MAX_RANKS];
+                    float *recv[MAX_RANKS], *before[MAX_RANKS];
+                    Event *done[MAX_RANKS];
                     for (int r = 0; r < N; r++) {
                         before[r] = malloc(s.shard * sizeof(float));
                         fill_wide(before[r], s.shard, seed * 100 + 50 + r);
@@ -284,7 +284,7 @@ Test(pinned_order, all_gather_copies_every_shard_exactly) {
             for (int in_place = 0; in_place <= 1; in_place++) {
                 size_t n = ODD_LENGTHS[li];
                 Setup s = setup_wide(N, n, (unsigned)(N * 41 + li * 2 + in_place));
-                float *send[FIBERS_MAX_RANKS], *recv[FIBERS_MAX_RANKS];
+                float *send[MAX_RANKS], *recv[MAX_RANKS];
                 for (int r = 0; r < N; r++) {
                     size_t lo = (size_t)r * s.shard < n ? (size_t)r * s.shard : 0;
                     send[r] = in_place ? s.buf[r] + lo : s.buf[r];
@@ -308,7 +308,7 @@ Test(pinned_order, all_gather_copies_every_shard_exactly) {
             }
 }
 
-/* ---- fibers ---- */
+/* ---- rank threads ---- */
 
 enum { LOG_MAX = 4096 };
 
@@ -321,20 +321,20 @@ typedef struct {
     int extra_rank;            /* rank that does one more rendezvous (-1: none) */
 } Script;
 
-static int scripted_body(Fibers *f, int rank, void *ctx) {
+static int scripted_body(RankThreads *f, int rank, void *ctx) {
     Script *s = ctx;
     int units = s->units + (rank == s->extra_rank);
     for (int u = 0; u < units; u++) {
-        if (rank == s->fail_rank && u == s->fail_unit) return fibers_fail(f, rank, "injected failure at unit %d", u);
+        if (rank == s->fail_rank && u == s->fail_unit) return rank_threads_fail(f, rank, "injected failure at unit %d", u);
         s->log[s->len++] = rank * 100 + u;  /* only the baton holder runs: no race */
         if (rank == s->skip_rank && u == s->skip_unit) continue;
-        char name[FIBERS_NAME_MAX];
+        char name[RENDEZVOUS_NAME_MAX];
         snprintf(name, sizeof name, "unit %d", u);
-        int rc = fibers_arrive(f, rank, name);
+        int rc = rank_threads_arrive(f, rank, name);
         if (rc < 0) return -1;
         if (rc == 1) {
             s->log[s->len++] = 10000 + u;
-            if (fibers_depart(f, rank) < 0) return -1;
+            if (rank_threads_depart(f, rank) < 0) return -1;
         }
     }
     return 0;
@@ -348,12 +348,12 @@ static Script script(int units) {
     return s;
 }
 
-Test(fibers, enqueue_order_is_block_major_and_deterministic, .timeout = 20) {
+Test(rank_threads, enqueue_order_is_block_major_and_deterministic, .timeout = 20) {
     int N = 4, U = 3;
-    Fibers *f = fibers_create(N);
+    RankThreads *f = rank_threads_create(N);
     for (int run = 0; run < 3; run++) {
         Script s = script(U);
-        cr_assert_eq(fibers_run(f, scripted_body, &s), 0, "%s", fibers_error(f));
+        cr_assert_eq(rank_threads_run(f, scripted_body, &s), 0, "%s", rank_threads_error(f));
         int k = 0;
         for (int u = 0; u < U; u++) {
             for (int r = 0; r < N; r++) cr_assert_eq(s.log[k++], r * 100 + u, "run %d entry %d", run, k - 1);
@@ -361,83 +361,83 @@ Test(fibers, enqueue_order_is_block_major_and_deterministic, .timeout = 20) {
         }
         cr_assert_eq(s.len, k);
     }
-    fibers_destroy(f);
+    rank_threads_destroy(f);
 }
 
-Test(fibers, an_error_in_any_rank_ends_the_run_naming_it, .timeout = 30) {
+Test(rank_threads, an_error_in_any_rank_ends_the_run_naming_it, .timeout = 30) {
     int N = 4;
-    Fibers *f = fibers_create(N);
+    RankThreads *f = rank_threads_create(N);
     for (int bad = 0; bad < N; bad++)
         for (int unit = 0; unit < 3; unit++) {
             Script s = script(3);
             s.fail_rank = bad;
             s.fail_unit = unit;
-            cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
-            cr_expect_eq(fibers_error_rank(f), bad);
-            cr_expect(strstr(fibers_error(f), "injected failure") != NULL, "%s", fibers_error(f));
+            cr_assert_eq(rank_threads_run(f, scripted_body, &s), -1);
+            cr_expect_eq(rank_threads_error_rank(f), bad);
+            cr_expect(strstr(rank_threads_error(f), "injected failure") != NULL, "%s", rank_threads_error(f));
             char prefix[32];
             snprintf(prefix, sizeof prefix, "rank %d: ", bad);
-            cr_expect(strncmp(fibers_error(f), prefix, strlen(prefix)) == 0, "%s", fibers_error(f));
+            cr_expect(strncmp(rank_threads_error(f), prefix, strlen(prefix)) == 0, "%s", rank_threads_error(f));
         }
-    /* after a failed run the same fibers run cleanly again */
+    /* after a failed run the same rank threads run cleanly again */
     Script ok = script(2);
-    cr_expect_eq(fibers_run(f, scripted_body, &ok), 0, "%s", fibers_error(f));
-    fibers_destroy(f);
+    cr_expect_eq(rank_threads_run(f, scripted_body, &ok), 0, "%s", rank_threads_error(f));
+    rank_threads_destroy(f);
 }
 
-Test(fibers, a_skipped_rendezvous_is_a_mismatch_not_a_hang, .timeout = 30) {
+Test(rank_threads, a_skipped_rendezvous_is_a_mismatch_not_a_hang, .timeout = 30) {
     int N = 3;
-    Fibers *f = fibers_create(N);
+    RankThreads *f = rank_threads_create(N);
     for (int r = 0; r < N; r++) {
         Script s = script(3);
         s.skip_rank = r;
         s.skip_unit = 1;
-        cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
-        const char *e = fibers_error(f);
+        cr_assert_eq(rank_threads_run(f, scripted_body, &s), -1);
+        const char *e = rank_threads_error(f);
         cr_expect(strstr(e, "mismatch") && strstr(e, "'unit 1'") && strstr(e, "'unit 2'"),
                   "the error names both rendezvous: %s", e);
     }
     for (int r = 0; r < N; r++) {
         Script s = script(2);
         s.extra_rank = r;  /* one rank waits at a rendezvous the others never reach */
-        cr_assert_eq(fibers_run(f, scripted_body, &s), -1);
-        cr_expect(strstr(fibers_error(f), "mismatch") != NULL, "%s", fibers_error(f));
+        cr_assert_eq(rank_threads_run(f, scripted_body, &s), -1);
+        cr_expect(strstr(rank_threads_error(f), "mismatch") != NULL, "%s", rank_threads_error(f));
     }
-    fibers_destroy(f);
+    rank_threads_destroy(f);
 }
 
-/* Each rank's thread lives for the fibers, not for a run: every run of a rank
+/* Each rank's thread lives for the rank threads, not for a run: every run of a rank
  * is on the same thread, and the ranks' threads differ. */
-typedef struct { pthread_t thread[2][FIBERS_MAX_RANKS]; int run; } ThreadLog;
+typedef struct { pthread_t thread[2][MAX_RANKS]; int run; } ThreadLog;
 
-static int note_thread(Fibers *f, int rank, void *ctx) {
+static int note_thread(RankThreads *f, int rank, void *ctx) {
     (void)f;
     ThreadLog *log = ctx;
     log->thread[log->run][rank] = pthread_self();
     return 0;
 }
 
-Test(fibers, each_rank_keeps_its_thread_from_run_to_run, .timeout = 20) {
+Test(rank_threads, each_rank_keeps_its_thread_from_run_to_run, .timeout = 20) {
     int N = 5;
-    Fibers *f = fibers_create(N);
+    RankThreads *f = rank_threads_create(N);
     ThreadLog log = { .run = 0 };
-    cr_assert_eq(fibers_run(f, note_thread, &log), 0);
+    cr_assert_eq(rank_threads_run(f, note_thread, &log), 0);
     log.run = 1;
-    cr_assert_eq(fibers_run(f, note_thread, &log), 0);
+    cr_assert_eq(rank_threads_run(f, note_thread, &log), 0);
     for (int r = 0; r < N; r++) {
         cr_expect(pthread_equal(log.thread[0][r], log.thread[1][r]), "rank %d ran on another thread", r);
         for (int q = 0; q < r; q++) cr_expect(!pthread_equal(log.thread[0][r], log.thread[0][q]), "ranks %d and %d", q, r);
     }
-    fibers_destroy(f);
+    rank_threads_destroy(f);
 }
 
-Test(fibers, sixty_four_ranks, .timeout = 60) {
-    Fibers *f = fibers_create(FIBERS_MAX_RANKS);
+Test(rank_threads, sixty_four_ranks, .timeout = 60) {
+    RankThreads *f = rank_threads_create(MAX_RANKS);
     Script s = script(5);
-    cr_assert_eq(fibers_run(f, scripted_body, &s), 0, "%s", fibers_error(f));
-    cr_expect_eq(s.len, 5 * (FIBERS_MAX_RANKS + 1));
-    cr_expect_eq(s.log[FIBERS_MAX_RANKS], 10000, "the first collective follows every rank's first unit");
-    fibers_destroy(f);
-    cr_expect_null(fibers_create(0));
-    cr_expect_null(fibers_create(FIBERS_MAX_RANKS + 1));
+    cr_assert_eq(rank_threads_run(f, scripted_body, &s), 0, "%s", rank_threads_error(f));
+    cr_expect_eq(s.len, 5 * (MAX_RANKS + 1));
+    cr_expect_eq(s.log[MAX_RANKS], 10000, "the first collective follows every rank's first unit");
+    rank_threads_destroy(f);
+    cr_expect_null(rank_threads_create(0));
+    cr_expect_null(rank_threads_create(MAX_RANKS + 1));
 }

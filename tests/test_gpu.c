@@ -443,14 +443,14 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
  * where N does not divide n); returns every rank's bytes. */
 static float *collectives_on(ProcessGroup *pg, size_t n) {
     int N = pg->nranks;
-    float *host = malloc((size_t)N * n * sizeof(float)), *buf[FIBERS_MAX_RANKS];
+    float *host = malloc((size_t)N * n * sizeof(float)), *buf[MAX_RANKS];
     fill_uniform(host, (size_t)N * n, -1, 1, 71);
     for (int r = 0; r < N; r++) {
         buf[r] = device_alloc(pg->device[r], MEM_WORKING, n * sizeof(float));
         stream_copy(pg->compute[r], buf[r], host + (size_t)r * n, n * sizeof(float));
     }
     size_t shard = pg_shard_size(n, N);
-    float *shards[FIBERS_MAX_RANKS];
+    float *shards[MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
     pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, REDUCE_WRITE, NULL);
     pg_all_gather(pg, TEST, shards, buf, n, NULL);

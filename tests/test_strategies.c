@@ -152,10 +152,10 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(counts[i], 2, 0.1f), "GPT");
 }
 
-/* The stress run: 64 ranks (FIBERS_MAX_RANKS), 128 stream workers and the
+/* The stress run: 64 ranks (MAX_RANKS), 128 stream workers and the
  * baton among 64 threads, overlap on with small buckets and the prefetch. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_at_64_ranks_with_overlap, .timeout = 300) {
-    StrategyConfig sc = small_gpt(FIBERS_MAX_RANKS, 1, 0.1f);
+    StrategyConfig sc = small_gpt(MAX_RANKS, 1, 0.1f);
     sc.overlap = 1;
     sc.bucket_bytes = 8 << 10;
     expect_stages_match_ddp(sc, "GPT");
@@ -200,7 +200,7 @@ static void expect_pinned_clipping(int zero, int N) {
     Ranks *ranks = (Ranks *)s;
     size_t len = ranks->grad_part_len;
     int sharded = ranks->grad_parts_sharded, nparts = sharded ? N : 1;
-    float *part[FIBERS_MAX_RANKS], partial[FIBERS_MAX_RANKS];
+    float *part[MAX_RANKS], partial[MAX_RANKS];
     for (int r = 0; r < N; r++) {
         part[r] = malloc(len * sizeof(float));
         fill_uniform(part[r], len, -1, 1, (unsigned)(sharded ? 50 * N + r : 50 * N));  /* DDP's parts agree */
@@ -212,7 +212,7 @@ static void expect_pinned_clipping(int zero, int N) {
     float max_norm = 0.5f, coef = max_norm / ((float)sqrt(total) + 1e-6f);
     cr_assert_lt(coef, 1.0f, "the test must clip");
     s->ops->clip_grads(s, max_norm);
-    float *got = malloc(len * sizeof(float)), norms[FIBERS_MAX_RANKS];
+    float *got = malloc(len * sizeof(float)), norms[MAX_RANKS];
     for (int r = 0; r < N; r++) {
         stream_copy(ranks->pg->compute[r], norms, ranks->norm_parts[r], (size_t)nparts * sizeof(float));
         stream_copy(ranks->pg->compute[r], got, ranks->grad_part[r], len * sizeof(float));
@@ -428,7 +428,7 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
         int *x = calloc((size_t)rows * T, sizeof(int)), *y = calloc((size_t)rows * T, sizeof(int));
         cr_expect_eq(s->ops->forward_backward(s, x, y, 0, 0, 1), -1, "--zero=%d: the run failed", zero);
         /* rank 1 goes on to the next unit's rendezvous while rank 0 waits at the skipped one */
-        const char *e = fibers_error(ranks->fibers);
+        const char *e = rank_threads_error(ranks->threads);
         const char *skipped = zero == 2 ? "'unit 2 reduce-scatter'" : "'unit 1 gather'";
         const char *reached = zero == 2 ? "'unit 1 reduce-scatter'" : "'unit 2 gather'";
         cr_expect(strstr(e, "mismatch") && strstr(e, skipped) && strstr(e, reached) && strncmp(e, "rank 1: ", 8) == 0,

@@ -1,7 +1,7 @@
 /* tsan_main.c: the ThreadSanitizer run, without Criterion (which cannot start
  * under ThreadSanitizer, Snaipe/Criterion#274): streams and events from several
  * host threads, then short training runs of every strategy, DDP on 1 rank and
- * ZeRO-1, 2 and 3 on 3 (the rank fibers, the baton, the collectives inside the
+ * ZeRO-1, 2 and 3 on 3 (the rank threads, the baton, the collectives inside the
  * backward, overlapped on a modeled link), with dropout, clipping, evaluation
  * and sampling.
  * Exits non-zero on a wrong result; ThreadSanitizer exits non-zero on a race. */

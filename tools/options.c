@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../runtime/arena.h"
-#include "../runtime/fibers.h"
+#include "../runtime/rank_threads.h"
 #include "../runtime/world.h"
 
 /* nanoGPT's GPT-2 configs: name, layers, heads, width */
@@ -267,8 +267,8 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--gelu=%s must be erf or tanh", o->gelu);
     else if (o->pad_vocab < 1 || o->pad_vocab > 4096)
         snprintf(bad, sizeof bad, "--pad-vocab=%d must be in 1..4096", o->pad_vocab);
-    else if (o->gpus < 1 || o->gpus > FIBERS_MAX_RANKS)
-        snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, FIBERS_MAX_RANKS);
+    else if (o->gpus < 1 || o->gpus > MAX_RANKS)
+        snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, MAX_RANKS);
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         snprintf(bad, sizeof bad, "--device=%s must be auto, cpu or cuda", o->device);
     else if (strcmp(o->collectives, "ordered") && strcmp(o->collectives, "nccl"))
@@ -300,8 +300,8 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--max-memory-mb=%g must not be negative", o->max_memory_mb);
     else if (o->inject_fault[0] && fault_parse(o->inject_fault, &fault, why, sizeof why) != 0)
         snprintf(bad, sizeof bad, "--inject-fault=%s", why);
-    else if (o->nodes < 1 || o->nodes > FIBERS_MAX_RANKS)
-        snprintf(bad, sizeof bad, "--nodes=%d must be in 1..%d", o->nodes, FIBERS_MAX_RANKS);
+    else if (o->nodes < 1 || o->nodes > MAX_RANKS)
+        snprintf(bad, sizeof bad, "--nodes=%d must be in 1..%d", o->nodes, MAX_RANKS);
     else if (o->node_rank < 0 || o->node_rank >= o->nodes)
         snprintf(bad, sizeof bad, "--node-rank=%d must be in 0..%d (--nodes=%d)", o->node_rank, o->nodes - 1, o->nodes);
     else if (o->nodes > 1 && world()->nprocs > 1)

@@ -1,12 +1,12 @@
-/* fibers.c: the rank threads, the baton and the rendezvous of fibers.h.
+/* rank_threads.c: the rank threads, the baton and the rendezvous of rank_threads.h.
  *
  * One mutex and one condition variable guard everything: the run in flight,
  * the baton holder, the rendezvous count and generation, which ranks have
  * finished, and the error. Every wait rechecks the error, so a failure anywhere
- * wakes everyone. The threads start once, in fibers_create; each run bumps
- * `run`, which wakes them, and the last to finish wakes fibers_run.
+ * wakes everyone. The threads start once, in rank_threads_create; each run bumps
+ * `run`, which wakes them, and the last to finish wakes rank_threads_run.
  */
-#include "fibers.h"
+#include "rank_threads.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -17,19 +17,19 @@
 #include "host.h"
 
 /* What a rank's thread is started with. */
-typedef struct { Fibers *f; int rank; } RankThread;
+typedef struct { RankThreads *f; int rank; } RankThread;
 
-struct Fibers {
+struct RankThreads {
     int nranks;
     pthread_mutex_t mu;
     pthread_cond_t changed;
     int holder;                 /* rank that may run now; -1 when none */
     int arrived;                /* ranks waiting at the current rendezvous */
-    char waiting_at[FIBERS_NAME_MAX];  /* its name, as the first rank to arrive gave it */
+    char waiting_at[RENDEZVOUS_NAME_MAX];  /* its name, as the first rank to arrive gave it */
     int first_rank;
-    int name_offset;            /* rank 0's global rank, for the error lines (fibers_name_ranks_from) */
+    int name_offset;            /* rank 0's global rank, for the error lines (rank_threads_name_ranks_from) */
     unsigned long generation;   /* rendezvous completed so far */
-    int finished[FIBERS_MAX_RANKS];
+    int finished[MAX_RANKS];
     int nfinished;
     int failed;
     int error_rank;
@@ -37,16 +37,16 @@ struct Fibers {
     RankBody body;
     void *ctx;
     unsigned long run;          /* runs started so far; a thread runs each once */
-    int stopping;               /* fibers_destroy: the threads return */
+    int stopping;               /* rank_threads_destroy: the threads return */
     int nthreads;               /* threads started */
-    pthread_t threads[FIBERS_MAX_RANKS];
-    RankThread thread_arg[FIBERS_MAX_RANKS];
+    pthread_t threads[MAX_RANKS];
+    RankThread thread_arg[MAX_RANKS];
 };
 
 static void *rank_thread(void *arg);
 
 /* Ask the threads started so far to return, and join them. */
-static void stop_threads(Fibers *f) {
+static void stop_threads(RankThreads *f) {
     pthread_mutex_lock(&f->mu);
     f->stopping = 1;
     pthread_cond_broadcast(&f->changed);
@@ -54,23 +54,23 @@ static void stop_threads(Fibers *f) {
     for (int r = 0; r < f->nthreads; r++) pthread_join(f->threads[r], NULL);
 }
 
-static void free_fibers(Fibers *f) {
+static void free_threads(RankThreads *f) {
     pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
 
-Fibers *fibers_create(int nranks) {
-    if (nranks < 1 || nranks > FIBERS_MAX_RANKS) {
-        fprintf(stderr, "fibers: %d ranks, expected 1..%d\n", nranks, FIBERS_MAX_RANKS);
+RankThreads *rank_threads_create(int nranks) {
+    if (nranks < 1 || nranks > MAX_RANKS) {
+        fprintf(stderr, "rank threads: %d ranks, expected 1..%d\n", nranks, MAX_RANKS);
         return NULL;
     }
-    Fibers *f = host_calloc(1, sizeof *f);
+    RankThreads *f = host_calloc(1, sizeof *f);
     f->nranks = nranks;
     int rc = pthread_mutex_init(&f->mu, NULL);
     if (rc == 0) rc = pthread_cond_init(&f->changed, NULL);
     if (rc != 0) {
-        fprintf(stderr, "fibers: cannot make the baton's lock: %s\n", strerror(rc));
+        fprintf(stderr, "rank threads: cannot make the baton's lock: %s\n", strerror(rc));
         free(f);
         return NULL;
     }
@@ -78,28 +78,28 @@ Fibers *fibers_create(int nranks) {
         f->thread_arg[f->nthreads] = (RankThread){ f, f->nthreads };
         rc = host_thread_create(&f->threads[f->nthreads], rank_thread, &f->thread_arg[f->nthreads]);
         if (rc != 0) {
-            fprintf(stderr, "fibers: cannot start the thread of rank %d: %s\n", f->nthreads, strerror(rc));
+            fprintf(stderr, "rank threads: cannot start the thread of rank %d: %s\n", f->nthreads, strerror(rc));
             stop_threads(f);
-            free_fibers(f);
+            free_threads(f);
             return NULL;
         }
     }
     return f;
 }
 
-void fibers_destroy(Fibers *f) {
+void rank_threads_destroy(RankThreads *f) {
     if (!f) return;
     stop_threads(f);
-    free_fibers(f);
+    free_threads(f);
 }
 
-int fibers_nranks(const Fibers *f) { return f->nranks; }
-void fibers_name_ranks_from(Fibers *f, int first) { f->name_offset = first; }
-const char *fibers_error(const Fibers *f) { return f->error; }
-int fibers_error_rank(const Fibers *f) { return f->error_rank; }
+int rank_threads_nranks(const RankThreads *f) { return f->nranks; }
+void rank_threads_name_ranks_from(RankThreads *f, int first) { f->name_offset = first; }
+const char *rank_threads_error(const RankThreads *f) { return f->error; }
+int rank_threads_error_rank(const RankThreads *f) { return f->error_rank; }
 
 /* With the lock held: record the first error and wake everyone. */
-static void fail_locked(Fibers *f, int rank, const char *fmt, va_list ap) {
+static void fail_locked(RankThreads *f, int rank, const char *fmt, va_list ap) {
     if (!f->failed) {
         char what[200];
         vsnprintf(what, sizeof what, fmt, ap);
@@ -110,14 +110,14 @@ static void fail_locked(Fibers *f, int rank, const char *fmt, va_list ap) {
     pthread_cond_broadcast(&f->changed);
 }
 
-static void fail_locked_fmt(Fibers *f, int rank, const char *fmt, ...) {
+static void fail_locked_fmt(RankThreads *f, int rank, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fail_locked(f, rank, fmt, ap);
     va_end(ap);
 }
 
-int fibers_fail(Fibers *f, int rank, const char *fmt, ...) {
+int rank_threads_fail(RankThreads *f, int rank, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     pthread_mutex_lock(&f->mu);
@@ -128,7 +128,7 @@ int fibers_fail(Fibers *f, int rank, const char *fmt, ...) {
 }
 
 /* With the lock held: hand the baton to the next rank still running. */
-static void pass_baton(Fibers *f, int from) {
+static void pass_baton(RankThreads *f, int from) {
     f->holder = -1;
     for (int step = 1; step <= f->nranks; step++) {
         int next = (from + step) % f->nranks;
@@ -137,7 +137,7 @@ static void pass_baton(Fibers *f, int from) {
     pthread_cond_broadcast(&f->changed);
 }
 
-int fibers_arrive(Fibers *f, int rank, const char *rendezvous) {
+int rank_threads_arrive(RankThreads *f, int rank, const char *rendezvous) {
     pthread_mutex_lock(&f->mu);
     if (f->failed) { pthread_mutex_unlock(&f->mu); return -1; }
     if (f->nfinished > 0) {
@@ -170,7 +170,7 @@ int fibers_arrive(Fibers *f, int rank, const char *rendezvous) {
     return rc;
 }
 
-int fibers_depart(Fibers *f, int rank) {
+int rank_threads_depart(RankThreads *f, int rank) {
     pthread_mutex_lock(&f->mu);
     f->arrived = 0;
     f->generation++;
@@ -184,7 +184,7 @@ int fibers_depart(Fibers *f, int rank) {
 /* A rank's thread: for each run, wait for the baton, run the body, finish. */
 static void *rank_thread(void *arg) {
     RankThread *t = arg;
-    Fibers *f = t->f;
+    RankThreads *f = t->f;
     unsigned long done_runs = 0;
     pthread_mutex_lock(&f->mu);
     for (;;) {
@@ -205,13 +205,13 @@ static void *rank_thread(void *arg) {
         f->finished[t->rank] = 1;
         f->nfinished++;
         if (f->holder == t->rank) pass_baton(f, t->rank);
-        pthread_cond_broadcast(&f->changed);  /* the last one wakes fibers_run */
+        pthread_cond_broadcast(&f->changed);  /* the last one wakes rank_threads_run */
     }
     pthread_mutex_unlock(&f->mu);
     return NULL;
 }
 
-int fibers_run(Fibers *f, RankBody body, void *ctx) {
+int rank_threads_run(RankThreads *f, RankBody body, void *ctx) {
     pthread_mutex_lock(&f->mu);
     f->holder = 0;
     f->arrived = 0;
