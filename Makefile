@@ -73,7 +73,7 @@ TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
@@ -123,7 +123,7 @@ $(BUILD)/bin/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/bench/steps.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-TEST_SUPPORT = $(BUILD)/tests/reference.o $(BUILD)/tests/inputs.o $(BUILD)/tests/stream_stress.o
+TEST_SUPPORT = $(BUILD)/tests/reference.o $(BUILD)/tests/fixtures.o $(BUILD)/tests/inputs.o $(BUILD)/tests/stream_stress.o
 
 $(BUILD)/bin/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT) $(LIB_OBJ)
 	@mkdir -p $(dir $@)

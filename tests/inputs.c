@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "fixtures.h"
 #include "reference.h"
 
 void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed) {

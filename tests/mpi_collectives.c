@@ -18,6 +18,7 @@
 
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static const size_t LENGTHS[] = { 1, 7, 1001, 4097 };

@@ -15,6 +15,7 @@
 #include "../model/models.h"
 #include "../training/checkpoint.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static Dataset data;
@@ -39,13 +40,8 @@ static void teardown(void) {
 
 TestSuite(checkpoint, .init = setup, .fini = teardown);
 
-static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
-    StrategyConfig sc = {
-        .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
-        .seed = 9, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
-    };
-    return sc;
-}
+/* Two blocks 16 wide over rows of 16. */
+static const GptShape GATE_GPT = { 2, 16, 16, 9 };
 
 static TrainConfig steps(int start, int iters, const char *out_dir) {
     TrainConfig tc = {
@@ -108,7 +104,7 @@ static Strategy *resumed(int zero, const StrategyConfig *sc, const char *file, C
 Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         int zero = STRATEGIES[k].stage;
-        StrategyConfig sc = small_gpt(2, 2, 0.1f);
+        StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.1f);
         Strategy *straight = strategy_create(zero, &sc);
         run(straight, steps(0, 8, NULL));
         State want = state_of(straight);
@@ -132,7 +128,7 @@ Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
 
 /* Saved by one strategy and rank count, loaded by another: the same state. */
 static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
-    StrategyConfig from_cfg = small_gpt(n_from, 2, 0.0f), to_cfg = small_gpt(n_to, 2, 0.0f);
+    StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, n_from, 2, 0.0f), to_cfg = small_gpt(data.vocab, GATE_GPT, n_to, 2, 0.0f);
     Strategy *from = strategy_create(zero_from, &from_cfg);
     run(from, steps(0, 3, dir));
     State saved = state_of(from);
@@ -175,7 +171,7 @@ static void expect_same_tensor(const StFile *want, const StFile *got, const char
  * too, since none of it names the strategy or N. */
 Test(checkpoint, every_strategy_writes_the_same_file_after_the_same_steps) {
     for (int N = 2; N <= 3; N++) {
-        StrategyConfig sc = small_gpt(N, 2, 0.1f);
+        StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
         ArenaLayout layout;
         model_layout(&sc.model, 1, &layout);
         char files[4][300], err[256];
@@ -217,7 +213,7 @@ Test(checkpoint, every_strategy_writes_the_same_file_after_the_same_steps) {
  * run's weights, m, v and Adam step, bit for bit. The uninterrupted run is
  * DDP's: at the same N without clipping every strategy's is the same. */
 Test(checkpoint, saved_under_any_strategy_and_resumed_under_any_other_goes_on_bit_for_bit) {
-    StrategyConfig sc = small_gpt(3, 2, 0.1f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 2, 0.1f);
     Strategy *straight = strategy_create(0, &sc);
     run(straight, unclipped(0, 2 * K, NULL));
     State want = state_of(straight);
@@ -253,8 +249,8 @@ Test(checkpoint, resumed_on_fewer_ranks_agrees_with_the_uninterrupted_run) {
     snprintf(file, sizeof file, "%s/saved.safetensors", dir);
     for (int c = 0; c < 2; c++) {
         int rows = 2 * counts[c].from;  /* the global batch */
-        StrategyConfig from_cfg = small_gpt(counts[c].from, rows / counts[c].from, 0.0f);
-        StrategyConfig to_cfg = small_gpt(counts[c].to, rows / counts[c].to, 0.0f);
+        StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, counts[c].from, rows / counts[c].from, 0.0f);
+        StrategyConfig to_cfg = small_gpt(data.vocab, GATE_GPT, counts[c].to, rows / counts[c].to, 0.0f);
         Strategy *straight = strategy_create(0, &from_cfg);
         run(straight, steps(0, 2 * K, NULL));
         State want = state_of(straight);
@@ -283,7 +279,7 @@ Test(checkpoint, resumed_on_fewer_ranks_agrees_with_the_uninterrupted_run) {
 
 Test(checkpoint, pytorch_loads_it_and_gets_the_same_loss) {
     need_torch();
-    StrategyConfig sc = small_gpt(2, 3, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 3, 0.0f);
     Strategy *s = strategy_create(3, &sc);
     run(s, steps(0, 5, dir));
     int rows = sc.batch * sc.nranks, T = sc.model.block_size;
@@ -312,7 +308,7 @@ Test(checkpoint, gradient_accumulation_equals_a_larger_batch) {
     int zeros[3] = { 0, 2, 3 };
     for (int i = 0; i < 3; i++) {
         int K = 3;
-        StrategyConfig micro = small_gpt(2, 2, 0.0f), large = small_gpt(2, 2 * K, 0.0f);
+        StrategyConfig micro = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.0f), large = small_gpt(data.vocab, GATE_GPT, 2, 2 * K, 0.0f);
         TrainConfig tc = steps(0, 4, NULL);
         Strategy *a = strategy_create(zeros[i], &large);
         run(a, tc);
@@ -370,7 +366,7 @@ static int shard_edges(const ModelConfig *model, int nranks, long *at, int *tens
  * uneven shards): every save refuses, naming the tensor and the element, and
  * writes nothing; the state restored, the save goes through. */
 Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
-    StrategyConfig sc = small_gpt(3, 2, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 2, 0.0f);
     ArenaLayout plain;
     gpt_layout(&sc.model, 1, &plain);
     long at[4 * ARENA_MAX_UNITS];
@@ -413,7 +409,7 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
 /* The GELU's form is the model's: kept in the file's config ("gelu"), and a
  * run of the other form refuses the file in one line. */
 Test(checkpoint, the_gelu_form_is_saved_and_a_run_of_the_other_refuses_it) {
-    StrategyConfig sc = small_gpt(1, 2, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 1, 2, 0.0f);
     sc.model.gelu_tanh = 1;
     char file[300];
     snprintf(file, sizeof file, "%s/tanh.safetensors", dir);

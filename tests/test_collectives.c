@@ -8,6 +8,7 @@
 
 #include "../runtime/rank_threads.h"
 #include "../runtime/process_group.h"
+#include "fixtures.h"
 #include "reference.h"
 
 /* ---- collectives against a double-precision reference ---- */

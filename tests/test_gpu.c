@@ -32,6 +32,7 @@
 #include "../runtime/trace.h"
 #include "../runtime/world.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static Device *gpu;
@@ -300,11 +301,11 @@ static void load_data(void) {
     cr_assert_eq(dataset_load(&data, "data/tinyshakespeare.txt", 32, err, sizeof err), 0, "%s", err);
 }
 
-static StrategyConfig small_gpt(int nranks, Placement where, float dropout) {
-    StrategyConfig sc = {
-        .model = { data.vocab, 32, 2, 2, 32, MODEL_GPT, 0, 0 }, .nranks = nranks, .device = where, .batch = 4,
-        .dropout = dropout, .seed = 7, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
-    };
+/* Two blocks 32 wide over rows of 32, four rows a rank, on the ranks' devices. */
+static StrategyConfig placed_gpt(int nranks, Placement where, float dropout) {
+    static const GptShape shape = { 2, 32, 32, 7 };
+    StrategyConfig sc = small_gpt(data.vocab, shape, nranks, 4, dropout);
+    sc.device = where;
     return sc;
 }
 
@@ -333,8 +334,8 @@ Test(gpu, a_small_gpt_trains_on_the_gpu_as_on_the_cpu) {
     load_data();
     enum { STEPS = 20 };
     float cpu[STEPS], cuda[STEPS];
-    train_losses(small_gpt(1, PLACE_CPU, 0.1f), cpu, STEPS);
-    train_losses(small_gpt(1, PLACE_CUDA, 0.1f), cuda, STEPS);
+    train_losses(placed_gpt(1, PLACE_CPU, 0.1f), cpu, STEPS);
+    train_losses(placed_gpt(1, PLACE_CUDA, 0.1f), cuda, STEPS);
     for (int i = 0; i < STEPS; i++)
         cr_expect(fabsf(cuda[i] - cpu[i]) <= 1e-4f * cpu[i], "step %d: GPU loss %.7g, CPU %.7g", i, cuda[i], cpu[i]);
     cr_expect_lt(cuda[STEPS - 1], cuda[0], "the loss falls");
@@ -359,7 +360,7 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
     load_data();
     TrainConfig tc = short_run(0.0f, 1);
     for (int N = 2; N <= 3; N++) {
-        StrategyConfig sc = small_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f);
+        StrategyConfig sc = placed_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f);
         size_t n;
         float *ddp = weights_of(0, &sc, &tc, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
@@ -382,7 +383,7 @@ Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
     TrainConfig tc = short_run(0.0f, 2);
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         int zero = STRATEGIES[k].stage;
-        StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
+        StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
         size_t n;
         float *off = weights_of(zero, &sc, &tc, &n);
         sc.overlap = 1;
@@ -404,7 +405,7 @@ Test(gpu, clipping_agrees_across_strategies) {
     need_gpu();
     load_data();
     TrainConfig tc = short_run(0.05f, 1), unclipped = short_run(0.0f, 1);
-    StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
+    StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
     size_t n;
     float *ddp = weights_of(0, &sc, &tc, &n), *free_run = weights_of(0, &sc, &unclipped, &n);
     cr_expect(memcmp(ddp, free_run, n * sizeof(float)) != 0, "a norm limit of 0.05 changed nothing");
@@ -427,7 +428,7 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
     TrainConfig tc = short_run(1.0f, 2);
     int stages[2] = { 0, 3 };
     for (int i = 0; i < 2; i++) {
-        StrategyConfig sc = small_gpt(3, PLACE_CUDA_SIMULATOR, 0.1f);
+        StrategyConfig sc = placed_gpt(3, PLACE_CUDA_SIMULATOR, 0.1f);
         sc.overlap = 1;
         size_t n;
         float *first = weights_of(stages[i], &sc, &tc, &n), *second = weights_of(stages[i], &sc, &tc, &n);
@@ -486,7 +487,7 @@ static void expect_nccl_trains_as_the_simulator(int N, SumOrder sums) {
     TrainConfig tc = short_run(0.0f, 1);
     int stages[3] = { 0, 2, 3 };
     for (int i = 0; i < 3; i++) {
-        StrategyConfig sim_sc = small_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
+        StrategyConfig sim_sc = placed_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
         nccl_sc.device = PLACE_CUDA;
         nccl_sc.sums = sums;
         nccl_sc.overlap = 1;
@@ -513,7 +514,7 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     need_gpu();
     load_data();
     Trace *t = trace_create(1 << 14);
-    StrategyConfig sc = small_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
+    StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
     sc.overlap = 1;
     sc.link_gbps = 0.05;
     sc.trace = t;

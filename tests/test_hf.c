@@ -21,6 +21,7 @@
 #include "../model/hf_gpt2.h"
 #include "../model/sample.h"
 #include "../training/checkpoint.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(hf, .init = test_stream_setup, .fini = test_stream_teardown, .timeout = 300);

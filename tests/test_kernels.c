@@ -8,6 +8,7 @@
 #include "../kernels/cpu/blas_setup.h"
 #include "../kernels/dropout.h"
 #include "../kernels/kernels.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(kernels, .init = test_stream_setup, .fini = test_stream_teardown);

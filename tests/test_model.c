@@ -13,6 +13,7 @@
 #include "../model/models.h"
 #include "../model/safetensors.h"
 #include "../model/sample.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(model, .init = test_stream_setup, .fini = test_stream_teardown);

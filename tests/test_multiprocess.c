@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../model/safetensors.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(multiprocess, .timeout = 240);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../model/safetensors.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(safetensors);

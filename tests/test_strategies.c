@@ -16,6 +16,7 @@
 #include "../strategies/buckets.h"
 #include "../strategies/ranks.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static Dataset data;
@@ -37,13 +38,7 @@ enum { ITERS = 6 };
 
 /* Three blocks; units of 1312 and 3104 floats, which N = 3, 5, 6 and 7 all
  * pad (checked in gate 4 below). */
-static StrategyConfig small_gpt(int nranks, int batch, float dropout) {
-    StrategyConfig sc = {
-        .model = { data.vocab, 16, 3, 2, 16, MODEL_GPT, 0, 0 }, .nranks = nranks, .batch = batch, .dropout = dropout,
-        .seed = 3, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
-    };
-    return sc;
-}
+static const GptShape GATE_GPT = { 3, 16, 16, 3 };
 
 /* Three layers 22 wide over rows of 14 positions: units of 1738 and 506 real
  * floats, which N = 3, 5, 6 and 7 all pad. */
@@ -74,7 +69,7 @@ static float *train(int zero, StrategyConfig sc, float grad_clip, size_t *n) {
 /* ---- gate 1: DDP at N = 1 against the plain loop ---- */
 
 Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
-    StrategyConfig sc = small_gpt(1, 4, 0.1f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 1, 4, 0.1f);
     int B = sc.batch, T = sc.model.block_size;
     TrainConfig tc = quiet(1.0f);
 
@@ -149,13 +144,13 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_the_mlp) {
 /* N = 2 pads no unit, the others every unit (gate 4). */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     int counts[5] = { 2, 3, 5, 6, 7 };
-    for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(counts[i], 2, 0.1f), "GPT");
+    for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(data.vocab, GATE_GPT, counts[i], 2, 0.1f), "GPT");
 }
 
 /* The stress run: 64 ranks (MAX_RANKS), 128 stream workers and the
  * baton among 64 threads, overlap on with small buckets and the prefetch. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_at_64_ranks_with_overlap, .timeout = 300) {
-    StrategyConfig sc = small_gpt(MAX_RANKS, 1, 0.1f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, MAX_RANKS, 1, 0.1f);
     sc.overlap = 1;
     sc.bucket_bytes = 8 << 10;
     expect_stages_match_ddp(sc, "GPT");
@@ -167,11 +162,11 @@ Test(strategies, every_stage_agrees_with_ddp_with_clipping) {
     for (int N = 2; N <= 3; N++) {
         size_t n;
         /* a low limit, so every step clips */
-        float *ddp = train(0, small_gpt(N, 2, 0.0f), 0.05f, &n);
+        float *ddp = train(0, small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f), 0.05f, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             if (!STRATEGIES[k].shards_adam) continue;
             int zero = STRATEGIES[k].stage;
-            float *w = train(zero, small_gpt(N, 2, 0.0f), 0.05f, &n);
+            float *w = train(zero, small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f), 0.05f, &n);
             double d = max_rel_diff(w, ddp, n);
             cr_expect_lt(d, 1e-6, "N=%d: ZeRO-%d: relative difference %g", N, zero, d);
             free(w);
@@ -195,7 +190,7 @@ static float host_sumsq(const float *x, size_t n) {
  * the whole arena), byte for byte the host's, and the gradient is scaled by
  * the coefficient of their sum taken in rank order. */
 static void expect_pinned_clipping(int zero, int N) {
-    StrategyConfig sc = small_gpt(N, 2, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
     Strategy *s = strategy_create(zero, &sc);
     Ranks *ranks = (Ranks *)s;
     size_t len = ranks->grad_part_len;
@@ -248,7 +243,7 @@ Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
     for (int c = 0; c < 4; c++) {
         int N = counts[c].nranks;
         size_t multiple = (size_t)counts[c].multiple;
-        StrategyConfig models[2] = { small_gpt(N, 2, 0.0f), small_mlp(N, 2) };
+        StrategyConfig models[2] = { small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f), small_mlp(N, 2) };
         for (int i = 0; i < 2; i++) {
             ArenaLayout plain, padded;
             model_layout(&models[i].model, 1, &plain);
@@ -270,10 +265,10 @@ Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
 
 Test(strategies, the_same_global_batch_on_one_and_two_ranks) {
     size_t n;
-    float *one = train(0, small_gpt(1, 4, 0.0f), 1.0f, &n);
+    float *one = train(0, small_gpt(data.vocab, GATE_GPT, 1, 4, 0.0f), 1.0f, &n);
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         int zero = STRATEGIES[k].stage;
-        float *two = train(zero, small_gpt(2, 2, 0.0f), 1.0f, &n);
+        float *two = train(zero, small_gpt(data.vocab, GATE_GPT, 2, 2, 0.0f), 1.0f, &n);
         double d = max_rel_diff(two, one, n);
         /* fp32 sums split over two ranks instead of one: 1.3e-5 on OpenBLAS's Zen kernels */
         cr_expect_lt(d, 5e-5, "--zero=%d N=2 against DDP N=1: relative difference %g", zero, d);
@@ -285,7 +280,7 @@ Test(strategies, the_same_global_batch_on_one_and_two_ranks) {
 /* ---- evaluation and generation under every stage ---- */
 
 Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
-    StrategyConfig sc = small_gpt(3, 2, 0.1f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 2, 0.1f);
     TrainConfig tc = quiet(0.0f);
     int text[4][30];
     float eval[4];
@@ -316,7 +311,7 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
  * slow link, so the collectives really run under the backward. */
 static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
     size_t n;
-    StrategyConfig sc = small_gpt(N, 2, 0.1f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
     TrainConfig tc = quiet(1.0f);
     tc.grad_accum = grad_accum;
     float *off = train_weights(zero, &sc, &tc, &data, &n);
@@ -349,7 +344,7 @@ Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeou
 Test(strategies, each_stage_holds_its_share_of_the_state) {
     cr_expect_null(strategy_create(0, &(StrategyConfig){ 0 }), "zero ranks is refused");
     int N = 4;
-    StrategyConfig sc = small_gpt(N, 2, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
     ArenaLayout padded;
     model_layout(&sc.model, N, &padded);
     size_t full = padded.total * sizeof(float), part = full / N;
@@ -410,7 +405,7 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         if (!STRATEGIES[k].shards_grads) continue;
         int zero = STRATEGIES[k].stage;
-        StrategyConfig sc = small_gpt(3, 2, 0.0f);
+        StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 2, 0.0f);
         Strategy *s = strategy_create(zero, &sc);
         Ranks *ranks = (Ranks *)s;
         Model *m = ranks->model[1];
@@ -474,12 +469,12 @@ static void expect_units_of(UnitPolicy unit, int zero, const StrategyConfig *sc,
 Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
     for (int N = 1; N <= 4; N++) {
         size_t n;
-        float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
+        float *ddp = train(0, small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f), 0.0f, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
             size_t working[UNIT_POLICIES];
             for (int unit = 0; unit < UNIT_POLICIES; unit++) {
-                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
                 sc.unit = (UnitPolicy)unit;
                 expect_units_of(sc.unit, zero, &sc, &working[unit]);
                 for (int overlap = 0; overlap <= 1; overlap++) expect_same_bits(ddp, n, zero, sc, overlap);
@@ -496,7 +491,7 @@ Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
 /* GPT-2's biases, in every unit policy: each bias in its weight's unit. */
 Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
-        StrategyConfig sc = small_gpt(N, 2, 0.1f);
+        StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
         sc.model.bias = 1;
         size_t n;
         float *ddp = train(0, sc, 0.0f, &n);
@@ -521,7 +516,7 @@ Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 3
  * (the classifier in chunks of 333 rows, the last of 1024 ragged), its block
  * of 1024, 2 layers. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout = 300) {
-    StrategyConfig sc = small_gpt(3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
     sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1, 1 };
     expect_stages_match_ddp(sc, "reduced GPT-2");
 }
@@ -531,12 +526,12 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout
 Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         size_t n;
-        float *ddp = train(0, small_gpt(N, 2, 0.1f), 0.0f, &n);
+        float *ddp = train(0, small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f), 0.0f, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             if (!STRATEGIES[k].shards_grads) continue;
             int zero = STRATEGIES[k].stage;
             for (int K = 1; K <= 3; K++) {
-                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
                 sc.unit = UNIT_TENSOR;
                 sc.max_live_units = K;
                 expect_same_bits(ddp, n, zero, sc, 1);
@@ -579,7 +574,7 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
             for (int overlap = 0; overlap <= 1; overlap++) {
-                StrategyConfig sc = small_gpt(N, 2, 0.1f);
+                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
                 sc.overlap = overlap;
                 float kept_loss[ITERS], again_loss[ITERS];
                 size_t kept_bytes, again_bytes;
@@ -655,7 +650,7 @@ Test(strategies, ddp_buckets_are_planned_as_pytorch_plans_them) {
 }
 
 Test(strategies, recompute_needs_whole_block_units) {
-    StrategyConfig sc = small_gpt(2, 2, 0.0f);
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.0f);
     sc.recompute = 1;
     sc.unit = UNIT_HALF;
     cr_expect_null(strategy_create(3, &sc), "--recompute=1 with --unit=half is refused");

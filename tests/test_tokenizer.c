@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../model/tokenizer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 TestSuite(tokenizer, .timeout = 300);

@@ -25,6 +25,7 @@
 #include "../model/safetensors.h"
 #include "../training/checkpoint.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static Dataset data;

@@ -19,6 +19,7 @@
 #include "../runtime/trace.h"
 #include "../strategies/buckets.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "reference.h"
 
 static Dataset data;
