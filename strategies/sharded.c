@@ -54,8 +54,8 @@ typedef enum { BUFFER_EMPTY, BUFFER_GATHERING, BUFFER_GATHERED } BufferState;
 typedef struct {
     float *rank_buf[MAX_RANKS];
     size_t floats;
-    Event *done[MAX_RANKS];   /* each rank's part of that collective (overlap) */
-    int unit;                         /* a gather buffer's unit, while not BUFFER_EMPTY */
+    Event *done[MAX_RANKS];  /* each rank's part of that collective (overlap) */
+    int unit;                /* a gather buffer's unit, while not BUFFER_EMPTY */
     /* Set for every rank by the gather (which one rank enqueues for all, in
      * the rendezvous), then by each rank for itself when it waits. */
     BufferState state[MAX_RANKS];
@@ -75,12 +75,12 @@ typedef struct {
     int pool;
     size_t part;                   /* shard arena length: total / N */
     float *grad_shard[MAX_RANKS];
-    float *weight_shard[MAX_RANKS];       /* WEIGHTS_GATHERED_PER_UNIT */
-    UnitBuffer slot[1 + MAX_POOL];               /* [0]: the root unit's; then the other units' */
-    UnitBuffer gather[1 + MAX_POOL];             /* WEIGHTS_GATHERED_PER_UNIT, likewise */
-    /* WEIGHTS_GATHERED_AFTER_STEP with overlap: each rank's part of each unit's weight all-gather
-     * after the step ([unit][rank]), and whether some are not yet waited for
-     * by every rank (settle_weights). */
+    float *weight_shard[MAX_RANKS];  /* WEIGHTS_GATHERED_PER_UNIT */
+    UnitBuffer slot[1 + MAX_POOL];   /* [0]: the root unit's; then the other units' */
+    UnitBuffer gather[1 + MAX_POOL]; /* WEIGHTS_GATHERED_PER_UNIT, likewise */
+    /* WEIGHTS_GATHERED_AFTER_STEP with overlap: each rank's part of each
+     * unit's weight all-gather after the step ([unit][rank]), and whether some
+     * are not yet waited for by every rank (settle_weights). */
     Event *(*weights_done)[MAX_RANKS];
     int weights_in_flight;
 } Sharded;
