@@ -115,11 +115,11 @@ void strategy_stages_text(char *out, size_t len) {
 }
 
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
-    char stages[64];
-    strategy_stages_text(stages, sizeof stages);
-    if (!strategy_kind(zero))
+    if (!strategy_kind(zero)) {
+        char stages[64];
+        strategy_stages_text(stages, sizeof stages);
         snprintf(err, len, "--zero=%d must be %s", zero, stages);
-    else if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS)
+    } else if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS)
         snprintf(err, len, "--max-live-units=%d must be in 1..%d", cfg->max_live_units, MAX_LIVE_UNITS);
     else if (cfg->recompute && cfg->unit != UNIT_BLOCK)
         snprintf(err, len, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s",
@@ -131,9 +131,12 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
 
 Strategy *strategy_create(int zero, const StrategyConfig *cfg) {
     char err[160];
-    if (strategy_config_error(zero, cfg, err, sizeof err) == 0) return strategy_kind(zero)->create(strategy_kind(zero), cfg);
-    fprintf(stderr, "error: %s\n", err);
-    return NULL;
+    if (strategy_config_error(zero, cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return NULL;
+    }
+    const StrategyKind *kind = strategy_kind(zero);
+    return kind->create(kind, cfg);
 }
 
 void strategy_read_all(Strategy *s, StateOf what, float *host) {
