@@ -277,7 +277,7 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
     else if (unit_policy_parse(o->unit) < 0)
         snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
-    else if (o->max_live_units < 1 || o->max_live_units > MAX_LIVE_UNITS)
+    else if (o->max_live_units < 1)  /* 0 is the config's default, not the flag's; the top, strategy_config_error's */
         snprintf(bad, sizeof bad, "--max-live-units=%d must be in 1..%d", o->max_live_units, MAX_LIVE_UNITS);
     else if (o->recompute != 0 && o->recompute != 1)
         snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
