@@ -51,13 +51,12 @@ static Spread spread(double *ms, int n) {
 }
 
 static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset *data, int overlap, int sync,
-                      double gbps, double latency_us, Trace *trace, const char *trace_label) {
+                      LinkModel link, Trace *trace, const char *trace_label) {
     StrategyConfig sc = bench_config(o, data, nranks);
-    sc.overlap = overlap;
-    sc.link_gbps = gbps;
-    sc.link_latency_us = latency_us;
-    sc.trace = trace;
-    sc.trace_label = trace_label;
+    sc.overlap.enabled = overlap;
+    sc.link = link;
+    sc.diagnostics.trace = trace;
+    sc.diagnostics.trace_label = trace_label;
     Strategy *s = strategy_create(zero, &sc);
     if (!s) exit(1);
     s->sync_grads = sync;
@@ -67,8 +66,8 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
 /* The three variants side by side, a step of each in turn, so that the
  * machine's drift touches all three alike. With a trace, one more step of
  * each, recorded, not timed. */
-static Times time_variants(const StrategyKind *kind, int nranks, const TrainOptions *o, const Dataset *data, double gbps,
-                           double latency_us, Trace *trace) {
+static Times time_variants(const StrategyKind *kind, int nranks, const TrainOptions *o, const Dataset *data, LinkModel link,
+                           Trace *trace) {
     enum { WARMUP = 2 };
     static const char *variant[VARIANTS] = { [FREE] = "free link", [OFF] = "overlap off", [ON] = "overlap on" };
     int n = o->iters;
@@ -76,8 +75,7 @@ static Times time_variants(const StrategyKind *kind, int nranks, const TrainOpti
     for (int v = 0; v < VARIANTS; v++) {
         char label[64];
         snprintf(label, sizeof label, "%s N=%d %s", kind->name, nranks, variant[v]);
-        int linked = v != FREE;
-        s[v] = make(kind->stage, nranks, o, data, v != OFF, 1, linked ? gbps : 0, linked ? latency_us : 0, trace, label);
+        s[v] = make(kind->stage, nranks, o, data, v != OFF, 1, v != FREE ? link : (LinkModel){ 0 }, trace, label);
     }
     double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
     for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
@@ -111,7 +109,7 @@ static Times time_variants(const StrategyKind *kind, int nranks, const TrainOpti
  * same from the medians. */
 static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data, double *median_ms) {
     enum { REPS = 9 };
-    Strategy *s = make(0, nranks, o, data, 0, 0, 0, 0, NULL, NULL);
+    Strategy *s = make(0, nranks, o, data, 0, 0, (LinkModel){ 0 }, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
     int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
     bench_batch(data, 0, rows, T, x, y);
@@ -165,28 +163,27 @@ int main(int argc, char **argv) {
     if (trace_file) fclose(trace_file);
     Trace *trace = o.trace[0] ? trace_create(TRACE_MAX_SPANS) : NULL;
     ModelConfig model = options_model(&o, data.vocab);
-    double gbps, latency_us;
-    options_link(&o, &gbps, &latency_us);
+    LinkModel link = options_link(&o);
     const char *chosen = "given by --link";
-    if (gbps <= 0) {
+    if (link.gbps <= 0) {
         /* DDP at N = 4: its all-reduce as long as its backward */
         double median_ms, backward_s = backward_ms(4, &o, &data, &median_ms) / 1e3;
-        latency_us = 20;
+        link.latency_us = 20;
         ArenaLayout layout;
         model_layout(&model, 4, &layout);
-        double transfer_s = ring_seconds(1.0, 0, 4, 1, layout.total);  /* at 1 GB/s, no latency */
-        gbps = transfer_s / (backward_s - 3 * latency_us * 1e-6);
+        double transfer_s = ring_seconds((LinkModel){ 1.0, 0 }, 4, 1, layout.total);  /* at 1 GB/s, no latency */
+        link.gbps = transfer_s / (backward_s - 3 * link.latency_us * 1e-6);
         static char why[200];
         snprintf(why, sizeof why, "chosen so that DDP's all-reduce at N = 4 takes as long as its backward, %.1f ms "
                  "(the fastest of 9; from the medians %.1f ms)", backward_s * 1e3, median_ms);
         chosen = why;
     }
-    Strategy *probe = make(0, 4, &o, &data, 0, 1, 0, 0, NULL, NULL);
+    Strategy *probe = make(0, 4, &o, &data, 0, 1, (LinkModel){ 0 }, NULL, NULL);
     printf("device: %s; simulated ranks share it: their compute shares it, only the link is modeled\n",
            probe->placement);
     probe->ops->destroy(probe);
     printf("blas: %s\n", blas);
-    printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", gbps, latency_us, chosen);
+    printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", link.gbps, link.latency_us, chosen);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; "
            "median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch, o.bucket_mb, o.iters);
     printf("| strategy | N | overlap | ms/step (quartiles) | free link ms | comm ms (quartiles) | model ms | "
@@ -200,10 +197,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) {
             const StrategyKind *kind = &STRATEGIES[k];
             int N = ranks[i];
-            Times t = time_variants(kind, N, &o, &data, gbps, latency_us, trace);
+            Times t = time_variants(kind, N, &o, &data, link, trace);
             StrategyConfig linked = bench_config(&o, &data, N);
-            linked.link_gbps = gbps;
-            linked.link_latency_us = latency_us;
+            linked.link = link;
             double predicted = 1e3 * kind->link_seconds(&linked, o.grad_clip > 0);
             char versus[16] = "-";
             double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;

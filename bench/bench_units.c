@@ -31,9 +31,9 @@ enum { CHOICES_N = sizeof CHOICES / sizeof CHOICES[0] };
 
 static Strategy *make(const Choice *c, const TrainOptions *o, const Dataset *data) {
     StrategyConfig sc = bench_config(o, data, o->gpus);
-    sc.unit = c->unit;
-    sc.max_live_units = c->live_units;
-    sc.recompute = c->recompute;
+    sc.units.cut = c->unit;
+    sc.overlap.max_live_units = c->live_units;
+    sc.units.recompute = c->recompute;
     Strategy *s = strategy_create(3, &sc);
     if (!s) exit(1);
     return s;
@@ -45,10 +45,9 @@ int main(int argc, char **argv) {
     Dataset data;
     int rc = bench_open("bench_units", 10, argc, argv, &o, &data);  /* --iters: timed steps per row */
     if (rc >= 0) return rc;
-    double gbps, latency_us;
-    options_link(&o, &gbps, &latency_us);
+    LinkModel link = options_link(&o);
     printf("blas: %s\n", blas);
-    if (gbps > 0) printf("link: modeled ring, %.3g GB/s, %g us per hop\n", gbps, latency_us);
+    if (link.gbps > 0) printf("link: modeled ring, %.3g GB/s, %g us per hop\n", link.gbps, link.latency_us);
     else printf("link: none modeled (every collective as fast as the simulator runs it)\n");
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; ZeRO-3 on %d ranks, overlap on; "
            "median of %d steps per row\n\n", o.preset, o.layers, o.embd, o.block, o.batch, o.gpus, o.iters);

@@ -70,9 +70,9 @@ StrategyConfig bench_config(const TrainOptions *o, const Dataset *data, int nran
         .model = options_model(o, data->vocab),
         .nranks = nranks,
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
-        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = 1,
-        .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .own_cores = 1,
+        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
+        .overlap = { .enabled = 1, .bucket_bytes = (size_t)(o->bucket_mb * 1e6) }, .own_cores = 1,
+        .link = options_link(o),
     };
-    options_link(o, &sc.link_gbps, &sc.link_latency_us);
     return sc;
 }

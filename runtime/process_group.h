@@ -84,6 +84,10 @@ void collective_name_text(CollectiveName name, char *text, size_t len);
  * micro-steps). */
 typedef enum { REDUCE_WRITE, REDUCE_ADD } ReduceInto;
 
+/* A link between ranks as a ring uses it: its bandwidth in GB/s and each
+ * hop's latency (--link; pg_set_link). gbps = 0: no modeled link. */
+typedef struct { double gbps, latency_us; } LinkModel;
+
 struct ProcessGroup {
     const Collectives *collectives;
     char description[256];              /* where the ranks run, in words */
@@ -98,7 +102,7 @@ struct ProcessGroup {
     Stream *comm[MAX_RANKS];
     Event *produced[MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[MAX_RANKS]; /* each rank's part of the last phase */
-    double link_gbps, link_latency_us;  /* the modeled link (0: none); see pg_set_link */
+    LinkModel link;                     /* the modeled link (gbps 0: none); see pg_set_link */
     Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
     /* The exchange between processes (world_size > nranks): the host's staging
      * buffers of the shards sent and received, each proc x L x L shards; the
@@ -159,13 +163,13 @@ size_t pg_shard_length(size_t n, int nranks, int rank);
  * take on such a link: all-reduce (N-1) latency + 2 (N-1)/N bytes / bandwidth,
  * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth. The
  * data moves as before; only time is added. gbps = 0 turns it off. */
-void pg_set_link(ProcessGroup *pg, double gbps, double latency_us);
+void pg_set_link(ProcessGroup *pg, LinkModel link);
 /* How NCCL's ranks sum from now on (SUMS_ORDERED, the zero value, by
  * default); a simulated group always sums in rank order. */
 void pg_set_sums(ProcessGroup *pg, SumOrder sums);
 /* The seconds a ring over such a link takes for a collective of n floats
  * (an all-reduce, or a reduce-scatter or all-gather) among N ranks. */
-double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n);
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n);
 /* The seconds the group's modeled link gives a collective (0 without one). */
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
 

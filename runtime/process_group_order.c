@@ -46,7 +46,7 @@ static void begin(ProcessGroup *pg, const char *collective, CollectiveName name,
     snprintf(label, len, "%s %s", collective, what);
     if (pg->trace)
         for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], label, name.unit);
-    if (pg->link_gbps > 0)
+    if (pg->link.gbps > 0)
         for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
 }
 

@@ -111,18 +111,17 @@ ProcessGroup *pg_create_simulator(int world_size, DeviceKind kind, int own_cores
 
 /* ---- the modeled link ---- */
 
-void pg_set_link(ProcessGroup *pg, double gbps, double latency_us) {
-    pg->link_gbps = gbps;
-    pg->link_latency_us = latency_us;
+void pg_set_link(ProcessGroup *pg, LinkModel link) {
+    pg->link = link;
 }
 
-double ring_seconds(double gbps, double latency_us, int nranks, int all_reduce, size_t n) {
-    if (gbps <= 0 || nranks == 1) return 0.0;
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n) {
+    if (link.gbps <= 0 || nranks == 1) return 0.0;
     double N = nranks, bytes = (double)n * sizeof(float);
     double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
-    return (N - 1) * latency_us * 1e-6 + volume / (gbps * 1e9);
+    return (N - 1) * link.latency_us * 1e-6 + volume / (link.gbps * 1e9);
 }
 
 double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
-    return ring_seconds(pg->link_gbps, pg->link_latency_us, pg->world_size, all_reduce, n);
+    return ring_seconds(pg->link, pg->world_size, all_reduce, n);
 }

@@ -64,9 +64,10 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ranks->local = ranks->pg->nranks;
     ranks->first = ranks->pg->first_rank;
     rank_threads_name_ranks_from(ranks->threads, ranks->first);
-    pg_set_link(ranks->pg, cfg->link_gbps, cfg->link_latency_us);
+    pg_set_link(ranks->pg, cfg->link);
     pg_set_sums(ranks->pg, cfg->sums);
-    if (cfg->trace) pg_trace(ranks->pg, cfg->trace, cfg->trace_label ? cfg->trace_label : "");
+    if (cfg->diagnostics.trace)
+        pg_trace(ranks->pg, cfg->diagnostics.trace, cfg->diagnostics.trace_label ? cfg->diagnostics.trace_label : "");
     ranks->base.sync_grads = 1;
     ranks->base.placement = ranks->pg->description;
     ranks->base.device_kind = device_kind(ranks->pg->device[0]);
@@ -74,10 +75,10 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     for (int r = 0; r < ranks->local; r++) device_set_limit(ranks->pg->device[r], cfg->max_memory_bytes);
     set_owner(ranks, "the activations do not fit: fewer rows (--batch) or a smaller model");
     ArenaLayout layout;  /* padded to the world's ranks; every rank's model takes a copy */
-    model_layout_units(&cfg->model, cfg->unit, ranks->nranks, &layout);
+    model_layout_units(&cfg->model, cfg->units.cut, ranks->nranks, &layout);
     for (int r = 0; r < ranks->local; r++) {
-        Model *m = model_create(&cfg->model, &layout, cfg->recompute, ranks->pg->device[r], ranks->pg->compute[r], cfg->batch,
-                                cfg->model.block_size);
+        Model *m = model_create(&cfg->model, &layout, cfg->units.recompute, ranks->pg->device[r], ranks->pg->compute[r],
+                                cfg->batch, cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
         m->rank = (uint32_t)ranks_global(ranks, r);
@@ -123,8 +124,9 @@ size_t ranks_shard_arena_offset(const Ranks *ranks, int unit) {
  * would, through its rank threads; 1 if so. */
 static int injected_fault(Ranks *ranks, int rank, FaultSite where, const char *rendezvous) {
     char report[200];
-    if (!ranks->training || !fault_strikes(&ranks->base.cfg.fault, ranks_global(ranks, rank), (int)ranks->step, where, rendezvous,
-                                       report, sizeof report))
+    const Fault *fault = &ranks->base.cfg.diagnostics.fault;
+    if (!ranks->training ||
+        !fault_strikes(fault, ranks_global(ranks, rank), (int)ranks->step, where, rendezvous, report, sizeof report))
         return 0;
     rank_threads_fail(ranks->threads, rank, "%s", report);
     ranks->failed[rank] = 1;
@@ -136,8 +138,8 @@ static int injected_fault(Ranks *ranks, int rank, FaultSite where, const char *r
  * ends the run first); then it fails, so that no test can hang for good. 1
  * if it struck. */
 static int injected_hang(Ranks *ranks, int rank) {
-    if (!ranks->training ||
-        !fault_strikes(&ranks->base.cfg.fault, ranks_global(ranks, rank), (int)ranks->step, FAULT_HANG, NULL, NULL, 0))
+    const Fault *fault = &ranks->base.cfg.diagnostics.fault;
+    if (!ranks->training || !fault_strikes(fault, ranks_global(ranks, rank), (int)ranks->step, FAULT_HANG, NULL, NULL, 0))
         return 0;
     for (double slept = 0; slept < world()->timeout_s + 60.0; slept += 0.1)
         nanosleep(&(struct timespec){ 0, 100000000 }, NULL);

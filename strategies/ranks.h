@@ -75,7 +75,7 @@ void ranks_synchronize(Ranks *ranks);
 void ranks_release(Ranks *ranks);
 /* Each rank's forward (and backward, when training) over its rows of the
  * global batch x, y, on its own thread; the strategy's collectives run from its
- * unit hooks. A training step's --inject-fault (cfg.fault) in the forward, the
+ * unit hooks. A training step's --inject-fault (cfg.diagnostics.fault) in the forward, the
  * backward or a collective fails its rank there. 0, or -1 after printing the
  * failing rank. */
 int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro, int micros, int training);

@@ -47,7 +47,7 @@ typedef struct {
 static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
     const ArenaLayout *layout = d->ranks.layout;
     BucketSpan plan[ARENA_MAX_TENSORS];
-    d->nbuckets = ddp_plan_buckets(layout, cfg->bucket_bytes, cfg->overlap, plan);
+    d->nbuckets = ddp_plan_buckets(layout, cfg->overlap.bucket_bytes, cfg->overlap.enabled, plan);
     for (int t = 0; t < layout->ntensors; t++) d->bucket_ending_at[t] = -1;
     for (int k = 0; k < d->nbuckets; k++) {
         Bucket *b = &d->bucket[k];
@@ -79,7 +79,7 @@ static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     float *grads[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
     pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks,
-                  ranks->base.cfg.overlap ? b->done : NULL);
+                  ranks->base.cfg.overlap.enabled ? b->done : NULL);
 }
 
 /* ZeRO-1: rank r gets the mean of its part of the arena. */
@@ -120,7 +120,7 @@ static void after_backward(void *ctx, int unit) {
         return;
     }
     grad_done(ref, 0);  /* the root's bucket ends at tensor 0 */
-    if (d->ranks.base.cfg.overlap)
+    if (d->ranks.base.cfg.overlap.enabled)
         for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
 

@@ -91,7 +91,7 @@ typedef struct {
 static UnitBuffer *slot_of(Sharded *d, int unit) { return &d->slot[unit == 0 ? 0 : 1 + unit % d->pool]; }
 static UnitBuffer *gather_of(Sharded *d, int unit) { return &d->gather[unit == 0 ? 0 : 1 + unit % d->pool]; }
 
-static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap ? b->done : NULL; }
+static Event *const *done_events(Sharded *d, UnitBuffer *b) { return d->ranks.base.cfg.overlap.enabled ? b->done : NULL; }
 
 static int per_unit_gathers(const Sharded *d) { return d->weights == WEIGHTS_GATHERED_PER_UNIT; }
 
@@ -99,7 +99,8 @@ static int per_unit_gathers(const Sharded *d) { return d->weights == WEIGHTS_GAT
  * enqueued; with it, each rank's compute waits for its own part before it reads. */
 static void set_gathered(Sharded *d, UnitBuffer *b, int unit) {
     b->unit = unit;
-    for (int r = 0; r < d->ranks.local; r++) b->state[r] = d->ranks.base.cfg.overlap ? BUFFER_GATHERING : BUFFER_GATHERED;
+    BufferState state = d->ranks.base.cfg.overlap.enabled ? BUFFER_GATHERING : BUFFER_GATHERED;
+    for (int r = 0; r < d->ranks.local; r++) b->state[r] = state;
 }
 
 static void set_empty(Sharded *d, UnitBuffer *b) {
@@ -134,7 +135,7 @@ static void gather_forward(Ranks *ranks, CollectiveName name) {
     if (unit == 0)
         for (int i = 0; i <= d->pool; i++) set_empty(d, &d->gather[i]);
     ensure_gathered(d, name);
-    for (int next = unit + 1; ranks->base.cfg.overlap && next < unit + d->pool && next < ranks->layout->nunits; next++)
+    for (int next = unit + 1; ranks->base.cfg.overlap.enabled && next < unit + d->pool && next < ranks->layout->nunits; next++)
         ensure_gathered(d, prefetch(next));
 }
 
@@ -144,7 +145,7 @@ static void gather_backward(Ranks *ranks, CollectiveName name) {
     Sharded *d = (Sharded *)ranks;
     int unit = name.unit;
     ensure_gathered(d, name);
-    for (int below = unit - 1; ranks->base.cfg.overlap && below > unit - d->pool && below > 0; below--)
+    for (int below = unit - 1; ranks->base.cfg.overlap.enabled && below > unit - d->pool && below > 0; below--)
         ensure_gathered(d, prefetch(below));
 }
 
@@ -192,7 +193,7 @@ static void before_backward(void *ctx, int unit) {
         wait_gathered(ref, unit);
     }
     UnitBuffer *slot = slot_of(d, unit);
-    if (d->ranks.base.cfg.overlap) ranks_wait_all(ref->ranks, ref->rank, slot->done);
+    if (d->ranks.base.cfg.overlap.enabled) ranks_wait_all(ref->ranks, ref->rank, slot->done);
     fill_zero(m->stream, slot->rank_buf[ref->rank], m->layout.units[unit].size);
 }
 
@@ -203,7 +204,7 @@ static void after_backward(void *ctx, int unit) {
     RankRef *ref = ctx;
     Sharded *d = (Sharded *)ref->ranks;
     if (d->ranks.base.sync_grads) rendezvous(ref, "reduce-scatter", unit, reduce_scatter_unit);
-    if (unit != 0 || !d->ranks.base.cfg.overlap) return;
+    if (unit != 0 || !d->ranks.base.cfg.overlap.enabled) return;
     for (int i = 0; i <= d->pool; i++) {
         ranks_wait_all(ref->ranks, ref->rank, d->slot[i].done);
         if (per_unit_gathers(d)) ranks_wait_all(ref->ranks, ref->rank, d->gather[i].done);
@@ -238,7 +239,7 @@ static void gather_weights(Sharded *d, int u) {
         full[r] = ranks->model[r]->unit_weights[u];
         shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
     }
-    int overlap = ranks->base.cfg.overlap;
+    int overlap = ranks->base.cfg.overlap.enabled;
     pg_all_gather(ranks->pg, (CollectiveName){ "weights unit", u, u }, shards, full, ranks->layout->units[u].size,
                   overlap ? d->weights_done[u] : NULL);
     d->weights_in_flight |= overlap;
@@ -336,7 +337,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
-    d->pool = cfg->overlap ? strategy_live_units(cfg) : 1;
+    d->pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->nranks;
     size_t unit_size = 0;  /* the largest unit's, but the root's */
     for (int u = 1; u < layout->nunits; u++)

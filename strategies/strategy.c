@@ -17,11 +17,11 @@ static double zero3_state(int nranks) { return 16.0 / nranks; }
 /* A collective of n floats on cfg's modeled link: an all-reduce, or a
  * reduce-scatter or all-gather. */
 static double ring(const StrategyConfig *cfg, int all_reduce, size_t n) {
-    return ring_seconds(cfg->link_gbps, cfg->link_latency_us, cfg->nranks, all_reduce, n);
+    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n);
 }
 
 static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
-    model_layout_units(&cfg->model, cfg->unit, cfg->nranks, layout);
+    model_layout_units(&cfg->model, cfg->units.cut, cfg->nranks, layout);
 }
 
 /* Clipping's global norm: the ranks' partials (one float a rank) all-gathered,
@@ -80,7 +80,7 @@ const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]) {
     ArenaLayout layout;
-    model_layout_units(&cfg->model, cfg->unit, cfg->nranks, &layout);
+    model_layout_units(&cfg->model, cfg->units.cut, cfg->nranks, &layout);
     double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / N;
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
     bytes[MEM_WEIGHTS] = kind->shards_weights ? part : whole;
@@ -89,14 +89,14 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     /* each kind of unit buffer: the root's own, and one (K with overlap) of the largest other unit's size */
     double root = (double)layout.units[0].size * sizeof(float), unit = 0;
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
-    int pool = cfg->overlap ? strategy_live_units(cfg) : 1;
+    int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     bytes[MEM_WORKING] = kind->unit_buffers * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
-    model_estimate(&cfg->model, cfg->unit, cfg->recompute, cfg->nranks, device, cfg->batch, cfg->model.block_size,
+    model_estimate(&cfg->model, cfg->units.cut, cfg->units.recompute, cfg->nranks, device, cfg->batch, cfg->model.block_size,
                    bytes);
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {
-    return cfg->max_live_units > 0 ? cfg->max_live_units : DEFAULT_LIVE_UNITS;
+    return cfg->overlap.max_live_units > 0 ? cfg->overlap.max_live_units : DEFAULT_LIVE_UNITS;
 }
 
 const StrategyKind *strategy_kind(int stage) {
@@ -119,11 +119,11 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
         char stages[64];
         strategy_stages_text(stages, sizeof stages);
         snprintf(err, len, "--zero=%d must be %s", zero, stages);
-    } else if (cfg->max_live_units < 0 || cfg->max_live_units > MAX_LIVE_UNITS)
-        snprintf(err, len, "--max-live-units=%d must be in 1..%d", cfg->max_live_units, MAX_LIVE_UNITS);
-    else if (cfg->recompute && cfg->unit != UNIT_BLOCK)
+    } else if (cfg->overlap.max_live_units < 0 || cfg->overlap.max_live_units > MAX_LIVE_UNITS)
+        snprintf(err, len, "--max-live-units=%d must be in 1..%d", cfg->overlap.max_live_units, MAX_LIVE_UNITS);
+    else if (cfg->units.recompute && cfg->units.cut != UNIT_BLOCK)
         snprintf(err, len, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s",
-                 unit_policy_name(cfg->unit));
+                 unit_policy_name(cfg->units.cut));
     else
         return 0;
     return -1;

@@ -20,44 +20,57 @@
 #include "../runtime/inject.h"
 #include "../runtime/process_group.h"
 
+/* How the collectives run under the compute: the same bits either way. */
 typedef struct {
-    ModelConfig model;      /* a GPT, or the small MLP of the gates */
-    int nranks;
-    Placement device;       /* where the ranks run (runtime/process_group.h) */
-    SumOrder sums;          /* how ranks on GPUs through NCCL sum (--collectives; the zero value: in rank order) */
-    int batch;              /* rows per rank */
-    float dropout;
-    uint32_t seed;
-    float beta1, beta2, eps, weight_decay;
-    /* Overlap the gradient collectives with the backward (and ZeRO-3's gathers
-     * with the compute): DDP all-reduces buckets of bucket_bytes (the first one
-     * 1 MB) as their units finish; ZeRO-2/3 reduce-scatter each unit on the
-     * communication stream and prefetch the next unit's gather. The same bits
-     * either way. A bucket_bytes under 1 MB makes the first bucket that small too. */
-    int overlap;
+    /* 1: DDP all-reduces buckets of bucket_bytes (the first one 1 MB) as their
+     * units finish; ZeRO-2/3 reduce-scatter each unit on the communication
+     * stream and prefetch the next unit's gather. A bucket_bytes under 1 MB
+     * makes the first bucket that small too. */
+    int enabled;
     size_t bucket_bytes;
-    /* How the blocks are cut into units (model/model.h): the unit of every
-     * collective and working buffer, with the same bits for each choice. */
-    UnitPolicy unit;
-    /* ZeRO-2/3 with overlap: units gathered and gradient slots at once, at most
-     * (FSDP's limit_all_gathers); ZeRO-3 prefetches up to max_live_units - 1
-     * units ahead. 1..MAX_LIVE_UNITS; 0 is the default, 2. The same bits for each. */
+    /* ZeRO-2/3: units gathered and gradient slots at once, at most (FSDP's
+     * limit_all_gathers); ZeRO-3 prefetches up to max_live_units - 1 units
+     * ahead. 1..MAX_LIVE_UNITS; 0 is the default, 2. */
     int max_live_units;
-    /* 1: activation recompute (model/gpt.h), with unit UNIT_BLOCK only: each
+} OverlapPolicy;
+
+/* How the blocks are cut into units (model/model.h): the unit of every
+ * collective and working buffer, with the same bits for each choice. */
+typedef struct {
+    UnitPolicy cut;
+    /* 1: activation recompute (model/gpt.h), with cut UNIT_BLOCK only: each
      * block's forward runs again just before its backward. The same bits. */
     int recompute;
-    double link_gbps, link_latency_us;  /* a modeled link for simulated ranks (0: none) */
-    /* 1: simulated ranks on the CPU each keep to cores of their own, so they
-     * progress alike, as devices (pg_create_simulator): bin/train with a
-     * modeled link, and the benches that time one against no link at all. */
-    int own_cores;
+} UnitsPolicy;
+
+/* What a run records or provokes to be looked at. */
+typedef struct {
     /* Trace the ranks' streams there (runtime/trace.h; NULL: none), as processes
      * "rank r", or "LABEL rank r" with a trace_label; the trace outlives the
      * strategy, whose destroy collects it. */
     Trace *trace;
     const char *trace_label;
     Fault fault;            /* a failure to inject (runtime/inject.h); where FAULT_NONE for none */
+} Diagnostics;
+
+typedef struct {
+    ModelConfig model;      /* a GPT, or the small MLP of the gates */
+    int nranks;
+    Placement device;       /* where the ranks run (runtime/process_group.h) */
+    /* 1: simulated ranks on the CPU each keep to cores of their own, so they
+     * progress alike, as devices (pg_create_simulator): bin/train with a
+     * modeled link, and the benches that time one against no link at all. */
+    int own_cores;
     size_t max_memory_bytes;  /* each rank's device memory cap (--max-memory-mb); 0: none */
+    SumOrder sums;          /* how ranks on GPUs through NCCL sum (--collectives; the zero value: in rank order) */
+    int batch;              /* rows per rank */
+    float dropout;
+    uint32_t seed;
+    float beta1, beta2, eps, weight_decay;
+    OverlapPolicy overlap;
+    UnitsPolicy units;
+    LinkModel link;         /* a modeled link for simulated ranks (runtime/process_group.h) */
+    Diagnostics diagnostics;
 } StrategyConfig;
 
 enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
@@ -144,8 +157,8 @@ struct StrategyKind {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
-    /* The seconds one step's collectives hold cfg's modeled link (cfg->link_gbps,
-     * link_latency_us; ring_seconds' costs over cfg's units, padded for N
+    /* The seconds one step's collectives hold cfg's modeled link (cfg->link;
+     * ring_seconds' costs over cfg's units, padded for N
      * ranks), with clipping's gather of the norms' partials where `clips`:
      * what bench_overlap holds the measured time to, and what bin/train
      * refuses past a minute. */

@@ -132,7 +132,7 @@ static int fault_run(int zero, int nranks, Fault fault, const char *out_dir, con
     StrategyConfig sc = small_gpt(data.vocab, (GptShape){ 2, 32, 32, 3 }, 1, 8, 0.1f);
     sc.nranks = nranks;
     sc.batch = 2;
-    sc.fault = fault;
+    sc.diagnostics.fault = fault;
     Strategy *s = strategy_create(zero, &sc);
     cr_assert_not_null(s);
     TrainConfig tc = quiet_run(4);

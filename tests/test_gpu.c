@@ -386,10 +386,10 @@ Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
         StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
         size_t n;
         float *off = weights_of(zero, &sc, &tc, &n);
-        sc.overlap = 1;
-        sc.bucket_bytes = 8 << 10;
-        sc.link_gbps = 0.2;
-        sc.link_latency_us = 20;
+        sc.overlap.enabled = 1;
+        sc.overlap.bucket_bytes = 8 << 10;
+        sc.link.gbps = 0.2;
+        sc.link.latency_us = 20;
         float *on = weights_of(zero, &sc, &tc, &n);
         cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d: overlap changed the weights on the GPU", zero);
         free(off);
@@ -429,7 +429,7 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
     int stages[2] = { 0, 3 };
     for (int i = 0; i < 2; i++) {
         StrategyConfig sc = placed_gpt(3, PLACE_CUDA_SIMULATOR, 0.1f);
-        sc.overlap = 1;
+        sc.overlap.enabled = 1;
         size_t n;
         float *first = weights_of(stages[i], &sc, &tc, &n), *second = weights_of(stages[i], &sc, &tc, &n);
         cr_expect(memcmp(first, second, n * sizeof(float)) == 0, "--zero=%d: two runs on the GPU differ", stages[i]);
@@ -490,7 +490,7 @@ static void expect_nccl_trains_as_the_simulator(int N, SumOrder sums) {
         StrategyConfig sim_sc = placed_gpt(N, PLACE_CUDA_SIMULATOR, 0.1f), nccl_sc = sim_sc;
         nccl_sc.device = PLACE_CUDA;
         nccl_sc.sums = sums;
-        nccl_sc.overlap = 1;
+        nccl_sc.overlap.enabled = 1;
         size_t n;
         float *sim = weights_of(stages[i], &sim_sc, &tc, &n), *nccl = weights_of(stages[i], &nccl_sc, &tc, &n);
         cr_expect(memcmp(sim, nccl, n * sizeof(float)) == 0, "--zero=%d: NCCL on %d GPUs differs from the simulator",
@@ -515,9 +515,9 @@ Test(gpu, a_trace_of_zero3_on_the_gpu_simulator) {
     load_data();
     Trace *t = trace_create(1 << 14);
     StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
-    sc.overlap = 1;
-    sc.link_gbps = 0.05;
-    sc.trace = t;
+    sc.overlap.enabled = 1;
+    sc.link.gbps = 0.05;
+    sc.diagnostics.trace = t;
     TrainConfig tc = { .iters = 2, .schedule = { 1e-3f, 1e-4f, 1, 2 }, .trace = t, .trace_steps = 2 };
     size_t n;
     float *w = train_weights(3, &sc, &tc, &data, &n);

@@ -151,8 +151,8 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
  * baton among 64 threads, overlap on with small buckets and the prefetch. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_at_64_ranks_with_overlap, .timeout = 300) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, MAX_RANKS, 1, 0.1f);
-    sc.overlap = 1;
-    sc.bucket_bytes = 8 << 10;
+    sc.overlap.enabled = 1;
+    sc.overlap.bucket_bytes = 8 << 10;
     expect_stages_match_ddp(sc, "GPT");
 }
 
@@ -315,10 +315,10 @@ static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
     TrainConfig tc = quiet(1.0f);
     tc.grad_accum = grad_accum;
     float *off = train_weights(zero, &sc, &tc, &data, &n);
-    sc.overlap = 1;
-    sc.bucket_bytes = 8 << 10;
-    sc.link_gbps = 0.2;
-    sc.link_latency_us = 20;
+    sc.overlap.enabled = 1;
+    sc.overlap.bucket_bytes = 8 << 10;
+    sc.link.gbps = 0.2;
+    sc.link.latency_us = 20;
     float *on = train_weights(zero, &sc, &tc, &data, &n);
     cr_assert(off && on, "--zero=%d on %d ranks failed", zero, N);
     cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, %d micro-step(s): overlap changed the weights",
@@ -440,16 +440,16 @@ Test(strategies, a_rank_skipping_a_units_rendezvous_is_a_mismatch, .timeout = 60
  * bits. With overlap, small buckets and a slow link, as above. */
 static void expect_same_bits(const float *want, size_t n, int zero, StrategyConfig sc, int overlap) {
     if (overlap) {
-        sc.overlap = 1;
-        sc.bucket_bytes = 8 << 10;
-        sc.link_gbps = 0.2;
-        sc.link_latency_us = 20;
+        sc.overlap.enabled = 1;
+        sc.overlap.bucket_bytes = 8 << 10;
+        sc.link.gbps = 0.2;
+        sc.link.latency_us = 20;
     }
     size_t got_n;
     float *got = train(zero, sc, 0.0f, &got_n);
     cr_assert_eq(got_n, n);
     cr_expect(memcmp(got, want, n * sizeof(float)) == 0, "--zero=%d N=%d --unit=%s --max-live-units=%d overlap %d: "
-              "other weights than DDP's with whole blocks", zero, sc.nranks, unit_policy_name(sc.unit),
+              "other weights than DDP's with whole blocks", zero, sc.nranks, unit_policy_name(sc.units.cut),
               strategy_live_units(&sc), overlap);
     free(got);
 }
@@ -475,8 +475,8 @@ Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
             size_t working[UNIT_POLICIES];
             for (int unit = 0; unit < UNIT_POLICIES; unit++) {
                 StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
-                sc.unit = (UnitPolicy)unit;
-                expect_units_of(sc.unit, zero, &sc, &working[unit]);
+                sc.units.cut = (UnitPolicy)unit;
+                expect_units_of(sc.units.cut, zero, &sc, &working[unit]);
                 for (int overlap = 0; overlap <= 1; overlap++) expect_same_bits(ddp, n, zero, sc, overlap);
             }
             if (zero >= 2)
@@ -497,13 +497,13 @@ Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 3
         float *ddp = train(0, sc, 0.0f, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++)
             for (int unit = 0; unit < UNIT_POLICIES; unit++) {
-                sc.unit = (UnitPolicy)unit;
+                sc.units.cut = (UnitPolicy)unit;
                 expect_same_bits(ddp, n, STRATEGIES[k].stage, sc, 1);
             }
         /* DDP with a bucket a tensor: each bias's all-reduce starts at its own grad_done */
         StrategyConfig each = sc;
-        each.overlap = 1;
-        each.bucket_bytes = 4;
+        each.overlap.enabled = 1;
+        each.overlap.bucket_bytes = 4;
         size_t got_n;
         float *got = train(0, each, 0.0f, &got_n);
         cr_expect(got_n == n && memcmp(got, ddp, n * sizeof(float)) == 0, "N=%d: a bucket a tensor differs", N);
@@ -532,8 +532,8 @@ Test(strategies, every_live_unit_limit_gives_the_same_bits, .timeout = 300) {
             int zero = STRATEGIES[k].stage;
             for (int K = 1; K <= 3; K++) {
                 StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
-                sc.unit = UNIT_TENSOR;
-                sc.max_live_units = K;
+                sc.units.cut = UNIT_TENSOR;
+                sc.overlap.max_live_units = K;
                 expect_same_bits(ddp, n, zero, sc, 1);
             }
         }
@@ -575,11 +575,11 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
             int zero = STRATEGIES[k].stage;
             for (int overlap = 0; overlap <= 1; overlap++) {
                 StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
-                sc.overlap = overlap;
+                sc.overlap.enabled = overlap;
                 float kept_loss[ITERS], again_loss[ITERS];
                 size_t kept_bytes, again_bytes;
                 float *kept = train_with_losses(zero, &sc, kept_loss, &kept_bytes);
-                sc.recompute = 1;
+                sc.units.recompute = 1;
                 float *again = train_with_losses(zero, &sc, again_loss, &again_bytes);
                 ArenaLayout plain;
                 model_layout(&sc.model, 1, &plain);
@@ -651,7 +651,7 @@ Test(strategies, ddp_buckets_are_planned_as_pytorch_plans_them) {
 
 Test(strategies, recompute_needs_whole_block_units) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.0f);
-    sc.recompute = 1;
-    sc.unit = UNIT_HALF;
+    sc.units.recompute = 1;
+    sc.units.cut = UNIT_HALF;
     cr_expect_null(strategy_create(3, &sc), "--recompute=1 with --unit=half is refused");
 }

@@ -41,8 +41,8 @@ static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur 
 static StrategyConfig traced_config(int overlap, Trace *t) {
     return (StrategyConfig){
         .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
-        .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .overlap = overlap,
-        .bucket_bytes = 8 << 10, .link_gbps = 0.05, .link_latency_us = 20, .trace = t,
+        .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
+        .overlap = { .enabled = overlap, .bucket_bytes = 8 << 10 }, .link = { 0.05, 20 }, .diagnostics.trace = t,
     };
 }
 

@@ -31,7 +31,7 @@ int main(void) {
         StrategyConfig sc = {
             .model = { data.vocab, 16, 2, 2, 16, MODEL_GPT, 0, 0 }, .nranks = zero ? 3 : 1, .batch = 4, .dropout = 0.1f,
             .seed = 1, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f,
-            .overlap = 1, .bucket_bytes = 4096, .link_gbps = 1.0, .link_latency_us = 10,
+            .overlap = { .enabled = 1, .bucket_bytes = 4096 }, .link = { 1.0, 10 },
         };
         Strategy *s = strategy_create(zero, &sc);
         TrainConfig tc = {

@@ -225,27 +225,38 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
     return 0;
 }
 
-/* "GBPS" or "GBPS,LATENCY_US", positive and finite; the values go to gbps, latency_us. */
-static int link_parse(const char *text, double *gbps, double *latency_us) {
+/* "GBPS" or "GBPS,LATENCY_US", positive and finite, into link. */
+static int link_parse(const char *text, LinkModel *link) {
     char *end;
-    *gbps = strtod(text, &end);
-    *latency_us = 0.0;
-    if (end == text || !isfinite(*gbps) || *gbps <= 0) return 0;
+    link->gbps = strtod(text, &end);
+    link->latency_us = 0.0;
+    if (end == text || !isfinite(link->gbps) || link->gbps <= 0) return 0;
     if (*end == ',') {
         const char *lat = end + 1;
-        *latency_us = strtod(lat, &end);
-        if (end == lat || !isfinite(*latency_us) || *latency_us < 0) return 0;
+        link->latency_us = strtod(lat, &end);
+        if (end == lat || !isfinite(link->latency_us) || link->latency_us < 0) return 0;
     }
     return *end == 0;
 }
 
 static int link_valid(const char *text) {
-    double gbps, latency_us;
-    return link_parse(text, &gbps, &latency_us);
+    LinkModel link;
+    return link_parse(text, &link);
 }
 
-void options_link(const TrainOptions *o, double *gbps, double *latency_us) {
-    if (!o->link[0] || !link_parse(o->link, gbps, latency_us)) *gbps = *latency_us = 0.0;
+LinkModel options_link(const TrainOptions *o) {
+    LinkModel link;
+    if (!o->link[0] || !link_parse(o->link, &link)) return (LinkModel){ 0 };
+    return link;
+}
+
+OverlapPolicy options_overlap(const TrainOptions *o) {
+    return (OverlapPolicy){ .enabled = o->overlap, .bucket_bytes = (size_t)(o->bucket_mb * 1e6),
+                            .max_live_units = o->max_live_units };
+}
+
+UnitsPolicy options_units(const TrainOptions *o) {
+    return (UnitsPolicy){ .cut = (UnitPolicy)unit_policy_parse(o->unit), .recompute = o->recompute };
 }
 
 /* One-line complaints about values no run can use. */
@@ -353,8 +364,7 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
     /* the rules of what a strategy can run are the strategies' own */
-    StrategyConfig asked = { .max_live_units = o->max_live_units, .recompute = o->recompute,
-                             .unit = (UnitPolicy)unit_policy_parse(o->unit) };
+    StrategyConfig asked = { .overlap = options_overlap(o), .units = options_units(o) };
     if (!bad[0]) strategy_config_error(o->zero, &asked, bad, sizeof bad);
     o->fault = fault;
     if (!bad[0]) return 0;

@@ -73,7 +73,11 @@ int options_given(int argc, char **argv, const char *name);
 int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char **argv, char *err,
                           size_t errlen);
 /* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one. */
-void options_link(const TrainOptions *o, double *gbps, double *latency_us);
+LinkModel options_link(const TrainOptions *o);
+/* What --overlap, --bucket-mb and --max-live-units ask of the collectives. */
+OverlapPolicy options_overlap(const TrainOptions *o);
+/* What --unit and --recompute ask. */
+UnitsPolicy options_units(const TrainOptions *o);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
 /* How --collectives asks NCCL's ranks to sum. */

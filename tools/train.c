@@ -311,22 +311,19 @@ static int open_run(Run *run, int *alone) {
         .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
-        .overlap = o->overlap, .bucket_bytes = (size_t)(o->bucket_mb * 1e6), .fault = o->fault,
-        .unit = (UnitPolicy)unit_policy_parse(o->unit), .max_live_units = o->max_live_units,
-        .recompute = o->recompute,
-        .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
+        .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
+        .diagnostics.fault = o->fault, .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
     StrategyConfig *sc = &run->sc;
-    options_link(o, &sc->link_gbps, &sc->link_latency_us);
-    sc->own_cores = sc->link_gbps > 0;  /* a modeled link times the ranks as devices */
+    sc->own_cores = sc->link.gbps > 0;  /* a modeled link times the ranks as devices */
     /* past one process, process 0 traces its ranks, writes the log and saves */
     run->trace = o->trace[0] && world()->proc == 0 ? trace_create(TRACE_MAX_SPANS) : NULL;
-    sc->trace = run->trace;
+    sc->diagnostics.trace = run->trace;
     *alone = !(run->s = strategy_create(o->zero, sc));
     if (*alone) return options_no_strategy_status(o);
     const char *bad = NULL;
     if (o->tf32 && run->s->device_kind != DEVICE_CUDA) bad = "--tf32=1 needs a GPU, and the ranks run on the CPU";
-    else if (sc->link_gbps > 0 && !run->s->simulated)
+    else if (sc->link.gbps > 0 && !run->s->simulated)
         bad = "--link models a link for simulated ranks; these run on GPUs through NCCL";
     if (bad && world()->proc == 0) fprintf(stderr, "train: %s\n", bad);
     if (bad) return 2;
@@ -372,8 +369,8 @@ static int take_hf_model(Run *run, int argc, char **argv) {
  * slow to train on. 0, or 2 after a one-line error. */
 static int check_model(const Run *run) {
     const TrainOptions *o = &run->o;
-    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs };
-    options_link(o, &sc.link_gbps, &sc.link_latency_us);
+    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs,
+                          .link = options_link(o) };
     const char *bad = gpt_config_error(&sc.model);
     const StrategyKind *kind = strategy_kind(o->zero);  /* the flags' checks found it */
     double link_seconds = bad ? 0.0 : kind->link_seconds(&sc, o->grad_clip > 0);
@@ -428,9 +425,9 @@ static int print_header(const Run *run, const char *blas) {
     if (world()->nprocs > 1)
         printf("world: %d processes x %d ranks through %s, a collective's --timeout %g s\n", world()->nprocs, o->gpus,
                world()->engine, o->timeout);
-    if (sc->link_gbps > 0)
+    if (sc->link.gbps > 0)
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
-               sc->link_gbps, sc->link_latency_us);
+               sc->link.gbps, sc->link.latency_us);
     printf("blas: %s\n", blas);
     if (s->device_kind == DEVICE_CUDA) {
         char libraries[1200];

@@ -57,10 +57,8 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
 /* The strategy config of one row of the table. */
 static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int batch, Placement where) {
     return (StrategyConfig){ .model = model, .nranks = N, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
-                             .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = o->overlap,
-                             .bucket_bytes = (size_t)(o->bucket_mb * 1e6),
-                             .unit = (UnitPolicy)unit_policy_parse(o->unit), .max_live_units = o->max_live_units,
-                             .recompute = o->recompute, .device = where, .batch = batch, .dropout = o->dropout };
+                             .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = options_overlap(o),
+                             .units = options_units(o), .device = where, .batch = batch, .dropout = o->dropout };
 }
 
 /* --estimate: every strategy's row from the formulas alone. */

@@ -71,10 +71,10 @@ int checkpoint_save(Strategy *s, const char *path, const CheckpointInfo *info, c
     if (errlen > 0) err[0] = 0;
     /* every rank checks its shards before anything is gathered or written */
     size_t nonfinite = s->ops->count_nonfinite(s, NONFINITE_STATE);
-    int root = world()->proc == 0, faulty_rank = s->cfg.fault.rank;
+    int root = world()->proc == 0, faulty_rank = s->cfg.diagnostics.fault.rank;
     char report[200];
     if (faulty_rank < s->cfg.nranks &&
-        fault_strikes(&s->cfg.fault, faulty_rank, info->iter, FAULT_SAVE, NULL, report, sizeof report)) {
+        fault_strikes(&s->cfg.diagnostics.fault, faulty_rank, info->iter, FAULT_SAVE, NULL, report, sizeof report)) {
         snprintf(err, errlen, "rank %d: %s; nothing was saved", faulty_rank, report);
         return -1;
     }

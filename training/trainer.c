@@ -275,10 +275,10 @@ static int train_step(Strategy *s, const TrainConfig *cfg, const Dataset *data, 
         result->every_process = *verdict < 0;
         return 1;
     }
-    int faulty_rank = s->cfg.fault.rank;
+    int faulty_rank = s->cfg.diagnostics.fault.rank;
     char report[200];
     if (*verdict == 0 && faulty_rank < s->cfg.nranks &&
-        fault_strikes(&s->cfg.fault, faulty_rank, iter, FAULT_STEP, NULL, report, sizeof report)) {
+        fault_strikes(&s->cfg.diagnostics.fault, faulty_rank, iter, FAULT_STEP, NULL, report, sizeof report)) {
         if (world()->proc == 0) fprintf(stderr, "error: rank %d: %s; stopping\n", faulty_rank, report);
         result->every_process = 1;
         return 1;
