@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "../runtime/device.h"
+#include "bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,6 +125,12 @@ void fill_zero(Stream *s, float *x, size_t n);
  * and never 0 when one is): the finiteness check before a save or a step.
  * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
 void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
+
+/* Precision (kernels/bf16.h): out = in rounded to bf16 as PyTorch's
+ * .to(torch.bfloat16) rounds, bit for bit but for which NaN a NaN becomes; and
+ * a bf16 widened back, exactly. */
+void cast_to_bf16(Stream *s, bf16 *out, const float *in, size_t n);
+void cast_to_fp32(Stream *s, float *out, const bf16 *in, size_t n);
 
 #ifdef __cplusplus
 }

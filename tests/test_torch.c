@@ -10,7 +10,9 @@
  * nanoGPT's model against DDP on one rank through the trainer, the weights
  * after each; the checkpoint's optim.* tensors against torch's exp_avg and
  * exp_avg_sq; and PyTorch resuming from the checkpoint through
- * optimizer.load_state_dict, its next step against ours. Every test needs
+ * optimizer.load_state_dict, its next step against ours; and the casts to
+ * bf16 and back against .to(torch.bfloat16) bit for bit (a NaN to a NaN:
+ * which one, PyTorch's own casts do not agree on). Every test needs
  * python3-torch: without it a SKIP line, or a failure with ZF_REQUIRE_TORCH=1.
  */
 #include <criterion/criterion.h>
@@ -131,6 +133,68 @@ static void lr_list(char *out, size_t len, const LRSchedule *sched, int first, i
         cr_assert(w > 0 && (size_t)w < len - used, "lr list too long");
         used += (size_t)w;
     }
+}
+
+/* ---- bf16: the casts against PyTorch's, bit for bit ---- */
+
+/* Every bf16 pattern as the top half of an fp32, under each of the low halves
+ * that decide a rounding: exact, just below a tie, the tie, just above, and
+ * the most below the next pattern. That holds every exponent and sign, the
+ * ties to even in both directions, the largest values rounding to infinity,
+ * subnormals, and NaNs quiet and signalling with either sign. */
+static const uint32_t LOW_HALVES[] = { 0x0000, 0x7FFF, 0x8000, 0x8001, 0xFFFF };
+enum { LOW_HALF_KINDS = sizeof LOW_HALVES / sizeof LOW_HALVES[0], BF16_PATTERNS = 1 << 16 };
+
+static void write_raw(const char *path, const void *data, size_t bytes) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(data, 1, bytes, f), bytes);
+    cr_assert_eq(fclose(f), 0);
+}
+
+Test(torch, casts_to_bf16_and_back_are_pytorchs_bit_for_bit) {
+    size_t n = (size_t)BF16_PATTERNS * LOW_HALF_KINDS;
+    uint32_t *bits = malloc(n * sizeof(uint32_t));
+    bf16 *patterns = malloc(BF16_PATTERNS * sizeof(bf16)), *rounded = malloc(n * sizeof(bf16));
+    float *widened = malloc(BF16_PATTERNS * sizeof(float));
+    for (uint32_t top = 0; top < BF16_PATTERNS; top++) {
+        patterns[top] = (bf16)top;
+        for (int k = 0; k < LOW_HALF_KINDS; k++) bits[(size_t)top * LOW_HALF_KINDS + k] = top << 16 | LOW_HALVES[k];
+    }
+    cast_to_bf16(test_stream, rounded, (const float *)bits, n);
+    cast_to_fp32(test_stream, widened, patterns, BF16_PATTERNS);
+    stream_synchronize(test_stream);
+
+    char floats[300], halves[300], torch_rounded[300], torch_widened[300], cmd[1400];
+    file_in_dir(floats, sizeof floats, "floats.bin");
+    file_in_dir(halves, sizeof halves, "bf16.bin");
+    file_in_dir(torch_rounded, sizeof torch_rounded, "rounded.bin");
+    file_in_dir(torch_widened, sizeof torch_widened, "widened.bin");
+    write_raw(floats, bits, n * sizeof(uint32_t));
+    write_raw(halves, patterns, BF16_PATTERNS * sizeof(bf16));
+    torch_gpt_command(cmd, sizeof cmd, "bf16 --floats %s --out %s", floats, torch_rounded);
+    run_or_fail(cmd);
+    torch_gpt_command(cmd, sizeof cmd, "bf16 --bf16 %s --out %s", halves, torch_widened);
+    run_or_fail(cmd);
+
+    size_t got;
+    unsigned char *want = read_all(torch_rounded, &got);
+    cr_assert_eq(got, n * sizeof(bf16));
+    size_t differ = 0, first = n;
+    for (size_t i = 0; i < n; i++) {
+        bf16 theirs = (bf16)(want[2 * i] | want[2 * i + 1] << 8);
+        int both_nan = isnan(float_from_bf16(theirs)) && isnan(float_from_bf16(rounded[i]));
+        if (theirs != rounded[i] && !both_nan && differ++ == 0) first = i;
+    }
+    cr_expect_eq(differ, 0, "%zu of %zu roundings differ from torch's; the first: 0x%08X to 0x%04X, torch's 0x%02X%02X",
+                 differ, n, first < n ? bits[first] : 0, first < n ? rounded[first] : 0,
+                 first < n ? want[2 * first + 1] : 0, first < n ? want[2 * first] : 0);
+    free(want);
+    want = read_all(torch_widened, &got);
+    cr_assert_eq(got, BF16_PATTERNS * sizeof(float));
+    cr_expect_eq(memcmp(want, widened, got), 0, "bf16 widened to fp32 differs from torch's");
+    free(want);
+    free(bits); free(patterns); free(rounded); free(widened);
 }
 
 Test(torch, lr_at_is_nanogpts_get_lr) {

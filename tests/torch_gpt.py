@@ -56,6 +56,11 @@ Commands:
       optimizer's state after the last step ("optim.exp_avg.NAME",
       "optim.exp_avg_sq.NAME", named as the checkpoint names them).
 
+  bf16 --floats F.bin --out O.bin  |  bf16 --bf16 H.bin --out O.bin
+      PyTorch's own casts, the reference for kernels/bf16.h: each float32 of F
+      rounded by .to(torch.bfloat16), or each 16-bit pattern of H widened by
+      .to(torch.float32), written as raw little-endian bits.
+
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
         [--modes eager,compiled] [--tf32]
       Times full training steps of nanoGPT's shakespeare_char recipe
@@ -424,6 +429,17 @@ def cmd_adamw(args):
     write_safetensors(args.out, out)
 
 
+def cmd_bf16(args):
+    """Each float32 of --floats rounded by .to(torch.bfloat16), and each 16-bit
+    pattern of --bf16 widened by .to(torch.float32): the raw bits, to --out."""
+    if args.floats:
+        x = torch.from_numpy(np.fromfile(args.floats, dtype=np.float32))
+        x.to(torch.bfloat16).view(torch.int16).numpy().tofile(args.out)
+    else:
+        h = torch.from_numpy(np.fromfile(args.bf16, dtype=np.int16))
+        h.view(torch.bfloat16).to(torch.float32).numpy().tofile(args.out)
+
+
 def cmd_train(args):
     set_threads(1)
     weights = read_safetensors(args.weights)
@@ -611,6 +627,11 @@ def main():
         o.add_argument("--weight-decay", required=True, type=float)
         o.add_argument("--grad-clip", required=True, type=float)
         o.add_argument("--out", required=True)
+    c = sub.add_parser("bf16", help="PyTorch's casts to bfloat16 and back, as raw bits")
+    source = c.add_mutually_exclusive_group(required=True)
+    source.add_argument("--floats", help="a file of float32 values to round")
+    source.add_argument("--bf16", help="a file of 16-bit patterns to widen")
+    c.add_argument("--out", required=True)
     b = sub.add_parser("bench", help="time nanoGPT training steps")
     b.add_argument("--preset", required=True, choices=sorted(PRESETS))
     b.add_argument("--iters", type=positive)
@@ -622,7 +643,7 @@ def main():
     args = ap.parse_args()
     try:
         {"grads": cmd_grads, "loss": cmd_loss, "lr": cmd_lr, "adamw": cmd_adamw, "train": cmd_train,
-         "bench": cmd_bench}[args.command](args)
+         "bf16": cmd_bf16, "bench": cmd_bench}[args.command](args)
     except (OSError, ValueError, KeyError) as e:
         print(f"torch_gpt.py {args.command}: {e}", file=sys.stderr)
         sys.exit(1)
