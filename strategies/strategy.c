@@ -7,13 +7,6 @@
 #include "../model/models.h"
 #include "strategy.h"
 
-/* The ZeRO paper's state per parameter, fp32: 4 bytes of weights, 4 of
- * gradients, 8 of m and v, each whole or 1/N. */
-static double ddp_state(int nranks) { (void)nranks; return 16.0; }
-static double zero1_state(int nranks) { return 8.0 + 8.0 / nranks; }
-static double zero2_state(int nranks) { return 4.0 + 12.0 / nranks; }
-static double zero3_state(int nranks) { return 16.0 / nranks; }
-
 /* A collective of n floats on cfg's modeled link: an all-reduce, or a
  * reduce-scatter or all-gather. */
 static double ring(const StrategyConfig *cfg, int all_reduce, size_t n) {
@@ -67,15 +60,31 @@ static double zero3_link(const StrategyConfig *cfg, int clips) {
 }
 
 const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
-    { .name = "DDP", .stage = 0, .create = replicated_create, .state_bytes_per_param = ddp_state,
-      .link_seconds = ddp_link },
-    { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .state_bytes_per_param = zero1_state,
-      .link_seconds = zero1_link },
-    { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1,
-      .state_bytes_per_param = zero2_state, .unit_buffers = 1, .link_seconds = zero2_link },
+    { .name = "DDP", .stage = 0, .create = replicated_create, .link_seconds = ddp_link },
+    { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .link_seconds = zero1_link },
+    { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1, .unit_buffers = 1,
+      .link_seconds = zero2_link },
     { .name = "ZeRO-3", .stage = 3, .create = sharded_create, .shards_weights = 1, .shards_grads = 1, .shards_adam = 1,
-      .state_bytes_per_param = zero3_state, .unit_buffers = 2, .link_seconds = zero3_link },
+      .unit_buffers = 2, .link_seconds = zero3_link },
 };
+
+/* Bytes per parameter of each precision's number. */
+static double bytes_of(Precision p) { return p == PRECISION_BF16 ? 2.0 : 4.0; }
+
+double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
+                                      double *whole, double *sharded) {
+    int mixed = compute == PRECISION_BF16;
+    double weights = bytes_of(compute);
+    double grads = kind->shards_grads && mixed ? bytes_of(reduce) : bytes_of(compute);
+    double optimizer = mixed ? 12.0 : 8.0;  /* m and v; and the fp32 master weights */
+    double w = 0, s = 0;  /* held whole, held 1/N */
+    if (kind->shards_weights) s += weights; else w += weights;
+    if (kind->shards_grads) s += grads; else w += grads;
+    if (kind->shards_adam) s += optimizer; else w += optimizer;
+    if (whole) *whole = w;
+    if (sharded) *sharded = s;
+    return w + s / nranks;
+}
 
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]) {

@@ -150,9 +150,6 @@ struct StrategyKind {
      * for its forward and its backward (FSDP's FULL_SHARD; ZeRO-2 is its
      * SHARD_GRAD_OP, whose full weights are all-gathered after each step). */
     int shards_weights, shards_grads, shards_adam;
-    /* Bytes per parameter of the state a rank holds at N ranks (weights,
-     * gradients, Adam's m and v; fp32): the ZeRO paper's formulas. */
-    double (*state_bytes_per_param)(int nranks);
     /* Kinds of working buffer of the largest unit's size (ZeRO-2: gradient
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
@@ -180,6 +177,20 @@ extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
  * allocator's counts. */
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]);
+
+/* How a state holds its numbers: fp32, or bf16 as mixed precision keeps the
+ * compute's copy of the weights and the gradients (the ZeRO paper's fp16). */
+typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
+
+/* The state one rank of `kind` holds at N ranks, in bytes per parameter, each
+ * part whole or 1/N as the kind's shard flags say: in fp32, 4 of weights, 4 of
+ * gradients and 8 of Adam's m and v (the paper's 16, 8 + 8/N, 4 + 12/N, 16/N);
+ * in mixed precision (compute bf16), the paper's accounting: 2 of bf16
+ * weights, 2 of bf16 gradients (a sharded gradient in the reduce precision),
+ * and K = 12 of fp32 master weights, m and v. `whole` and `sharded` get the
+ * two terms (bytes = whole + sharded / N); either may be NULL. */
+double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
+                                      double *whole, double *sharded);
 
 /* The entry of a --zero stage; NULL for none. */
 const StrategyKind *strategy_kind(int stage);

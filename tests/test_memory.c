@@ -225,6 +225,26 @@ static double estimate_total(const char *out, const char *row) {
     return strtod(last, NULL);
 }
 
+/* The ZeRO paper's Figure 1 from the registry's shard flags alone: mixed
+ * precision (2 bytes of weights, 2 of gradients, K = 12), Psi = 7.5B
+ * parameters, N_d = 64: 120, 31.4, 16.6 and 1.9 GB per device; and each
+ * kind's bytes per parameter in both precisions, as the paper writes them. */
+Test(memory, zero_memory_estimate_reproduces_the_zero_papers_figure_1) {
+    char cmd[512], out[16384];
+    snprintf(cmd, sizeof cmd, "%s --estimate --gpus=1", zero_memory_binary());
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    out[fread(out, 1, sizeof out - 1, p)] = 0;
+    cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, out);
+    static const char *rows[STRATEGY_KINDS] = {
+        "| DDP | 16 | 16 | 16 | 120.0 GB | 120 GB |",
+        "| ZeRO-1 | 8 + 8/N | 4 + 12/N | 4 + 12/N | 31.4 GB | 31.4 GB |",
+        "| ZeRO-2 | 4 + 12/N | 2 + 14/N | 2 + 16/N | 16.6 GB | 16.6 GB |",
+        "| ZeRO-3 | 16/N | 16/N | 18/N | 1.9 GB | 1.9 GB |",
+    };
+    for (int k = 0; k < STRATEGY_KINDS; k++) cr_expect_not_null(strstr(out, rows[k]), "no row %s in:\n%s", rows[k], out);
+}
+
 /* The formulas, allocating nothing, at a size this machine could not build:
  * gpt2-xl's 1.56G parameters at N = 8 in a process of a few MB; the state as
  * the ZeRO paper's 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Where a model fits,

@@ -17,7 +17,9 @@
  * N = 8 of the char preset fits and steps in seconds on a small machine. On a
  * GPU the allocator's counts leave out what CUDA holds itself (its context,
  * cuBLAS's workspaces, NCCL's buffers), so a last column adds what CUDA
- * reports in use on GPU 0.
+ * reports in use on GPU 0. --estimate builds nothing: the same rows from the
+ * formulas, then each stage's bytes per parameter in fp32 and in mixed
+ * precision, and the ZeRO paper's Figure 1 beside the registry's figures.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +33,11 @@
 #include "options.h"
 
 /* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
+/* The ZeRO paper's formula for what one rank of `kind` holds in fp32, bytes per parameter. */
+static double fp32_state(const StrategyKind *kind, int N) {
+    return strategy_state_bytes_per_param(kind, N, PRECISION_FP32, PRECISION_FP32, NULL, NULL);
+}
+
 static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, uint32_t seed) {
     size_t n = (size_t)N * batch * T;
     int *x = malloc(n * sizeof(int)), *y = malloc(n * sizeof(int));
@@ -61,6 +68,44 @@ static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N
                              .units = options_units(o), .device = where, .batch = batch, .dropout = o->dropout };
 }
 
+/* "16", "4 + 12/N", "16/N": a state's bytes per parameter, whole + sharded / N. */
+static void formula_text(double whole, double sharded, char *out, size_t len) {
+    if (sharded == 0) snprintf(out, len, "%g", whole);
+    else if (whole == 0) snprintf(out, len, "%g/N", sharded);
+    else snprintf(out, len, "%g + %g/N", whole, sharded);
+}
+
+/* The ZeRO paper's Figure 1: per device, Psi = 7.5B parameters, N_d = 64,
+ * K = 12, in GB (10^9 bytes), as the paper prints them: baseline, P_os,
+ * P_os+g, P_os+g+p. */
+static const double PAPER_PSI = 7.5e9, PAPER_FIGURE_1_GB[STRATEGY_KINDS] = { 120, 31.4, 16.6, 1.9 };
+enum { PAPER_N = 64 };
+
+/* Each strategy's state per parameter in both precisions, and mixed
+ * precision's at the paper's Psi and N_d beside its Figure 1. */
+static void print_precisions(void) {
+    printf("\nState per rank, bytes per parameter at N ranks: fp32; mixed precision (bf16 weights and gradients,\n"
+           "fp32 master weights, m and v: K = 12) with the gradients reduced in bf16, as the ZeRO paper counts,\n"
+           "or in fp32; and mixed precision at the paper's Psi = 7.5B parameters and N_d = 64, beside its\n"
+           "Figure 1 (GB = 10^9 bytes):\n\n");
+    printf("| strategy | fp32 | bf16 | bf16, reduced in fp32 | Psi = 7.5B, N_d = 64 | the paper's Figure 1 |\n");
+    printf("|---|---|---|---|---|---|\n");
+    static const Precision compute[3] = { PRECISION_FP32, PRECISION_BF16, PRECISION_BF16 };
+    static const Precision reduce[3] = { PRECISION_FP32, PRECISION_BF16, PRECISION_FP32 };
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        const StrategyKind *kind = &STRATEGIES[k];
+        char text[3][32];
+        for (int i = 0; i < 3; i++) {
+            double whole, sharded;
+            strategy_state_bytes_per_param(kind, PAPER_N, compute[i], reduce[i], &whole, &sharded);
+            formula_text(whole, sharded, text[i], sizeof text[i]);
+        }
+        double paper = strategy_state_bytes_per_param(kind, PAPER_N, PRECISION_BF16, PRECISION_BF16, NULL, NULL);
+        printf("| %s | %s | %s | %s | %.1f GB | %g GB |\n", kind->name, text[0], text[1], text[2],
+               paper * PAPER_PSI / 1e9, PAPER_FIGURE_1_GB[k]);
+    }
+}
+
 /* --estimate: every strategy's row from the formulas alone. */
 static void print_estimates(const TrainOptions *o, ModelConfig model, int counts, int every_n, int batch,
                             DeviceKind device) {
@@ -83,6 +128,7 @@ static void print_estimates(const TrainOptions *o, ModelConfig model, int counts
            "buffers, clipping partials, the reductions' scratch; activations for the rows a rank is built\n"
            "for. Where a model fits, bin/zero_memory without --estimate holds these to the allocator's\n"
            "counts within 1%%.\n");
+    print_precisions();
 }
 
 /* Whether a measured kind is more than 1% off its estimate. */
@@ -178,7 +224,7 @@ int main(int argc, char **argv) {
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
                 }
                 double state = (s->ops->rank_bytes(s, r, MEM_WEIGHTS) + s->ops->rank_bytes(s, r, MEM_GRADS) +
-                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (kind->state_bytes_per_param(N) * P);
+                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (fp32_state(kind, N) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
             double estimate[MEM_KINDS], estimate_total = 0;
@@ -188,7 +234,7 @@ int main(int argc, char **argv) {
                 estimate_total += estimate[k];
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
-            double want = kind->state_bytes_per_param(N) * P / 1e6;
+            double want = fp32_state(kind, N) * P / 1e6;
             printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f | %.1f |", kind->name,
                    N, kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want, state / want,
                    kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb,
