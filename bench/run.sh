@@ -6,7 +6,8 @@
 # against this machine's sgemm ceiling and the char-small step against
 # PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
 # PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
-# (bench/torch_peer.sh; one line saying how, where not); then GPT-2 124M against
+# (bench/torch_peer.sh; one line saying how, where not), after --dtype=bf16 against fp32
+# (bench/precision.sh: bench/results/precision.md); then GPT-2 124M against
 # PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh).
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
@@ -24,6 +25,7 @@
 # and the best thread count, which tests/torch_gpt.py searches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/timing.sh
 
 bin=${1:-build/cpu/bin}
 results=bench/results
@@ -75,16 +77,6 @@ echo
 
 # Past one process: char-small as 2 processes x 2 ranks against 1 x 4 on the same cores,
 # and the MPI exchange's bandwidth against the ring model of --link
-# The ms/iter of every progress line past a warm-up, one a line.
-step_ms() {
-    awk '$1 == "iter" && $2 + 0 >= 5 { for (i = 3; i <= NF; i++) if ($i == "ms/iter,") print $(i - 1) }'
-}
-# Median, quartiles and count of the numbers on stdin.
-spread() {
-    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "- - - 0"; exit }
-        printf "%.1f %.1f %.1f %d\n", v[int(0.5 * (NR - 1) + 1.5)], v[int(0.25 * (NR - 1) + 1.5)],
-        v[int(0.75 * (NR - 1) + 1.5)], NR }'
-}
 if command -v mpirun >/dev/null && [ -x "$bin/bench_mpi" ]; then
     mpi="mpirun --allow-run-as-root --oversubscribe"
     flags="--iters=25 --eval-every=0 --eval-iters=1 --log-every=1 --sample-chars=0"
@@ -123,6 +115,10 @@ if command -v mpirun >/dev/null && [ -x "$bin/bench_mpi" ]; then
 else
     echo "past one process: SKIP: no mpirun, or a build without MPI (make deps installs Open MPI)"
 fi
+echo
+
+# bf16 against fp32: char-small's final val loss after 2000 steps, and its step time
+bench/precision.sh "$bin"
 echo
 
 ours=$("$bin/bench_cpu" | tee >(cat >&2) | awk '$1 == "char-small" { print $2 }')

@@ -51,8 +51,7 @@ typedef struct {
                        float max_norm);
     void (*fill_zero)(Stream *s, float *x, size_t n);
     void (*count_nonfinite)(Stream *s, float *out, const float *x, size_t n, double *scratch);
-    void (*cast_to_bf16)(Stream *s, bf16 *out, const float *in, size_t n);
-    void (*cast_to_fp32)(Stream *s, float *out, const bf16 *in, size_t n);
+    void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);
 } KernelOps;
 
 extern const KernelOps cpu_kernel_ops;

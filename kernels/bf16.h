@@ -23,6 +23,11 @@
 
 typedef uint16_t bf16;
 
+/* How numbers are held: fp32, or bf16 (--dtype): mixed precision's compute,
+ * as torch.autocast(bfloat16) runs it (model/gpt.h), and the state the ZeRO
+ * paper counts in 16 bits (its fp16). */
+typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISIONS } Precision;
+
 enum { BF16_QUIET_NAN = 0x7FC0 };
 
 BF16_FN bf16 bf16_from_float(float x) {

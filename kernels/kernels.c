@@ -182,14 +182,8 @@ void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *sc
     backend(s)->count_nonfinite(s, out, x, n, scratch);
 }
 
-void cast_to_bf16(Stream *s, bf16 *out, const float *in, size_t n) {
-    trace_begin(s, "cast_to_bf16", -1);
-    backend(s)->cast_to_bf16(s, out, in, n);
-    trace_end(s);
-}
-
-void cast_to_fp32(Stream *s, float *out, const bf16 *in, size_t n) {
-    trace_begin(s, "cast_to_fp32", -1);
-    backend(s)->cast_to_fp32(s, out, in, n);
+void round_to_bf16(Stream *s, float *out, const float *in, size_t n) {
+    trace_begin(s, "round_to_bf16", -1);
+    backend(s)->round_to_bf16(s, out, in, n);
     trace_end(s);
 }

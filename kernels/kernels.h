@@ -126,11 +126,11 @@ void fill_zero(Stream *s, float *x, size_t n);
  * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
 void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 
-/* Precision (kernels/bf16.h): out = in rounded to bf16 as PyTorch's
- * .to(torch.bfloat16) rounds, bit for bit but for which NaN a NaN becomes; and
- * a bf16 widened back, exactly. */
-void cast_to_bf16(Stream *s, bf16 *out, const float *in, size_t n);
-void cast_to_fp32(Stream *s, float *out, const bf16 *in, size_t n);
+/* Precision (kernels/bf16.h): out = in rounded to the nearest bf16 as
+ * PyTorch's .to(torch.bfloat16) rounds (bit for bit, but for which NaN a NaN
+ * becomes), kept in fp32 (out may be in): what autocast's bf16 tensors hold,
+ * in the fp32 buffers of the ops. */
+void round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 
 #ifdef __cplusplus
 }

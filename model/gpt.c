@@ -21,11 +21,12 @@ static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. What
  * attention keeps and its scratch are the device's backend's to size. */
-static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, int recompute, int B,
+static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
-    size_t Lk = recompute ? 1 : L;
+    size_t Lk = compute.recompute ? 1 : L;
+    size_t largest_weight = compute.precision == PRECISION_BF16 ? (V > 4 * C ? V : 4 * C) * C : 0;
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
@@ -41,14 +42,15 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
+        { &a->weight_bf16, largest_weight }, { &a->dweight_bf16, largest_weight },
     };
     memcpy(table, slots, sizeof slots);
 }
 
-size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, int recompute, int B, int T) {
+size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     Activations unused;
     ActivationSlot table[ACTIVATION_TENSORS];
-    activation_table(&unused, cfg, kind, recompute, B, T, table);
+    activation_table(&unused, cfg, kind, compute, B, T, table);
     size_t floats = 0;
     for (int i = 0; i < ACTIVATION_TENSORS; i++) floats += table[i].floats;
     return floats;
@@ -65,17 +67,18 @@ static void backward_op(Model *m, float dloss) { gpt_backward((GPT *)m, dloss); 
 
 static const ModelOps gpt_ops = { forward_op, backward_op, gpt_destroy };
 
-GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev, Stream *stream,
                 int max_B, int max_T) {
     GPT *m = host_calloc(1, sizeof *m);
     model_init(&m->base, &gpt_ops, cfg, layout, dev, stream);
     m->max_B = max_B;
     m->max_T = max_T;
-    m->recompute = recompute;
+    m->recompute = compute.recompute;
+    m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
     ActivationSlot table[ACTIVATION_TENSORS];
-    activation_table(&m->acts, cfg, device_kind(dev), recompute, max_B, max_T, table);
+    activation_table(&m->acts, cfg, device_kind(dev), compute, max_B, max_T, table);
     model_alloc_activations(&m->base, table, ACTIVATION_TENSORS, (size_t)max_B * max_T);
     m->base.mean_loss = m->acts.mean_loss;
     return m;
@@ -149,6 +152,89 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
     return hooks ? forward_weights(m, l, i) : weights_of(m, l, i);
 }
 
+/* ---- mixed precision: where torch.autocast(bfloat16) rounds (gpt.h) ---- */
+
+static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
+
+/* Under autocast, x rounded to bf16 in place: the output of an op autocast
+ * runs in bf16, or the gradient that flows into one. */
+static void bf16_values(GPT *m, float *x, size_t n) {
+    if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
+}
+
+/* The weight [OC, C] a Linear multiplies by: itself, or under autocast its
+ * copy rounded to bf16 (weight_bf16, until the next rounding into it). */
+static const float *linear_weight(GPT *m, const float *weight, int C, int OC) {
+    if (!autocast(m)) return weight;
+    round_to_bf16(m->base.stream, m->acts.weight_bf16, weight, (size_t)OC * C);
+    return m->acts.weight_bf16;
+}
+
+/* Under autocast, grad += part made in bf16: dweight_bf16, the fp32 sum of
+ * some rows' products, rounded, as autocast's cast back to the fp32 weight
+ * hands it on. */
+static void add_bf16_grad(GPT *m, float *grad, size_t n) {
+    Stream *s = m->base.stream;
+    round_to_bf16(s, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
+    residual_forward(s, grad, grad, m->acts.dweight_bf16, n);
+}
+
+/* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
+ * its weights read through block_weights. Under autocast inp is rounded in
+ * place first (the bf16 copy autocast keeps for the backward; where an op
+ * autocast runs in bf16 wrote it, attention or GELU, this is that op's
+ * rounding too), the weight and bias are read rounded, out is rounded once. */
+static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
+    Stream *s = m->base.stream;
+    const float *weight = block_weights(m, l, i, hooks);
+    bf16_values(m, inp, N * C);
+    matmul_forward(s, out, inp, linear_weight(m, weight, C, OC), (int)N, C, OC);
+    if (m->base.cfg.bias) {
+        const float *bias = model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i) + 1);
+        if (autocast(m)) {  /* the weight's copy is read by now: the bias's takes its place */
+            round_to_bf16(s, m->acts.weight_bf16, bias, (size_t)OC);
+            bias = m->acts.weight_bf16;
+        }
+        bias_forward(s, out, bias, (int)N, OC);
+    }
+    bf16_values(m, out, N * OC);
+}
+
+/* Its backward, from dout (bf16 values under autocast: the callers round it):
+ * dinp = dout @ weight (written), and the weight's and bias's gradients added.
+ * Under autocast the weight is read rounded, dinp is rounded, and each
+ * gradient is made in bf16 before it adds into the fp32 one. */
+static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
+                            int OC) {
+    Stream *s = m->base.stream;
+    const float *weight = linear_weight(m, weights_of(m, l, i), C, OC);
+    float *dweight = grads_of(m, l, i), *made = autocast(m) ? m->acts.dweight_bf16 : dweight;
+    if (autocast(m)) fill_zero(s, made, (size_t)OC * C);
+    matmul_backward(s, dinp, made, dout, inp, weight, (int)N, C, OC);
+    bf16_values(m, dinp, N * C);
+    if (autocast(m)) add_bf16_grad(m, dweight, (size_t)OC * C);
+    if (!m->base.cfg.bias) return;
+    float *dbias = model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1);
+    made = autocast(m) ? m->acts.dweight_bf16 : dbias;
+    if (autocast(m)) fill_zero(s, made, (size_t)OC);
+    bias_backward(s, made, dout, (int)N, OC);
+    if (autocast(m)) add_bf16_grad(m, dbias, (size_t)OC);
+}
+
+/* A branch's gradient from the residual stream's, through the branch's last
+ * op, its dropout. Under autocast the fp32 add of the bf16 branch hands it
+ * the gradient rounded to bf16; dropout runs in bf16 on that, rounded after. */
+static void branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
+    Stream *s = m->base.stream;
+    if (!autocast(m)) {
+        dropout_backward(s, dbranch, dresid, n, drop);
+        return;
+    }
+    round_to_bf16(s, dbranch, dresid, n);
+    dropout_backward(s, dbranch, dbranch, n, drop);
+    round_to_bf16(s, dbranch, dbranch, n);
+}
+
 /* Block l's activations for this forward's B x T: its input x, its output
  * resid3, and its internals, which with recompute every block writes over
  * the one block's buffers that there are. */
@@ -204,40 +290,45 @@ static void block_forward(GPT *m, int l, int hooks) {
     uint32_t site = 1 + 3 * (uint32_t)l;
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
     add_bias(m, b.ln1, l, LN1, BT, C);
-    matmul_forward(s, b.qkv, b.ln1, block_weights(m, l, QKV, hooks), BT, C, 3 * C);
-    add_bias(m, b.qkv, l, QKV, BT, 3 * C);
+    linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
-    matmul_forward(s, b.attproj, b.atty, block_weights(m, l, ATTPROJ, hooks), BT, C, C);
-    add_bias(m, b.attproj, l, ATTPROJ, BT, C);
+    linear_forward(m, b.attproj, b.atty, l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
+    bf16_values(m, b.attproj, BT * C);
     residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
     layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C);
     add_bias(m, b.ln2, l, LN2, BT, C);
-    matmul_forward(s, b.fch, b.ln2, block_weights(m, l, FC, hooks), BT, C, 4 * C);
-    add_bias(m, b.fch, l, FC, BT, 4 * C);
+    linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
     gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
-    matmul_forward(s, b.fcproj, b.fch_gelu, block_weights(m, l, FCPROJ, hooks), BT, 4 * C, C);
-    add_bias(m, b.fcproj, l, FCPROJ, BT, C);
+    linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
+    bf16_values(m, b.fcproj, BT * C);
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
- * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
- * dln's rows and into dwte, at dloss a row. */
+ * wte, as linear_weight gave it): logits, softmax and each row's loss; with
+ * dwte, also the gradient, to dln's rows and into dwte, at dloss a row. Under
+ * autocast the head is a Linear as linear_forward's (lnf's rows rounded in
+ * place, the logits rounded), the loss fp32, dlogits rounded, and dwte is the
+ * fp32 sum over every chunk that add_bf16_grad rounds once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
     int C = m->base.cfg.embd, V = m->base.cfg.vocab;
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
-    const float *lnf = a->lnf + r0 * C;
+    float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
+    bf16_values(m, lnf, (size_t)rows * C);
     matmul_forward(s, a->logits, lnf, wte, rows, C, V);
+    bf16_values(m, a->logits, (size_t)rows * V);
     crossentropy_forward(s, NULL, a->losses + r0, a->probs, a->logits, targets, rows, V);
     if (!dwte) return;
     crossentropy_backward(s, a->probs, a->probs, targets, rows, V, dloss);  /* in place: the chunk's dlogits */
+    bf16_values(m, a->probs, (size_t)rows * V);
     matmul_backward(s, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
+    bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -274,13 +365,17 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
+    const float *head = linear_weight(m, root.wte, C, V);
     if (targets) {
-        for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
-            classifier_chunk(m, root.wte, r0, BT, NULL, 0.0f);
+        for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
     } else {
-        for (int b = 0; b < B; b++)  /* each row's last position: what generation draws from */
-            matmul_forward(s, a->logits + (size_t)b * V, a->lnf + ((size_t)b * T + T - 1) * C, root.wte, 1, C, V);
+        for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
+            float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
+            bf16_values(m, last, C);
+            matmul_forward(s, logits, last, head, 1, C, V);
+            bf16_values(m, logits, V);
+        }
     }
     trace_end(s);
 }
@@ -299,8 +394,12 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid carries d(residual stream) down */
     trace_begin(s, "backward", 0);
+    const float *head = linear_weight(m, root.wte, C, V);
+    float *dhead = autocast(m) ? a->dweight_bf16 : droot.wte;
+    if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
-        classifier_chunk(m, root.wte, r0, BT, droot.wte, dloss / (float)BT);
+        classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
+    if (autocast(m)) add_bf16_grad(m, droot.wte, (size_t)V * C);
     if (droot.lnf_b) bias_backward(s, droot.lnf_b, a->dln, (int)BT, C);
     fill_zero(s, a->dresid, BT * C);
     layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
@@ -314,15 +413,13 @@ void gpt_backward(GPT *m, float dloss) {
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
-        dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        matmul_backward(s, a->dfch, grads_of(m, l, FCPROJ), a->dproj, b.fch_gelu, weights_of(m, l, FCPROJ), BT,
-                        4 * C, C);
-        bias_grad(m, a->dproj, l, FCPROJ, BT, C);
+        branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
+        linear_backward(m, a->dfch, l, FCPROJ, a->dproj, b.fch_gelu, BT, 4 * C, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, m->base.cfg.gelu_tanh);  /* in place: one hidden-sized gradient */
-        matmul_backward(s, a->dln, grads_of(m, l, FC), a->dfch, b.ln2, weights_of(m, l, FC), BT, C, 4 * C);
-        bias_grad(m, a->dfch, l, FC, BT, 4 * C);
+        bf16_values(m, a->dfch, BT * 4 * C);
+        linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
         bias_grad(m, a->dln, l, LN2, BT, C);
@@ -332,16 +429,14 @@ void gpt_backward(GPT *m, float dloss) {
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
-        dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        matmul_backward(s, a->datty, grads_of(m, l, ATTPROJ), a->dproj, b.atty, weights_of(m, l, ATTPROJ), BT, C,
-                        C);
-        bias_grad(m, a->dproj, l, ATTPROJ, BT, C);
+        branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
+        linear_backward(m, a->datty, l, ATTPROJ, a->dproj, b.atty, BT, C, C);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site));
-        matmul_backward(s, a->dln, grads_of(m, l, QKV), a->dqkv, b.ln1, weights_of(m, l, QKV), BT, C, 3 * C);
-        bias_grad(m, a->dqkv, l, QKV, BT, 3 * C);
+        bf16_values(m, a->dqkv, BT * 3 * C);
+        linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
         bias_grad(m, a->dln, l, LN1, BT, C);

@@ -38,9 +38,13 @@ typedef struct {
     float *dqkv;                             /* [B,T,3C] */
     float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
+    /* bf16 only (none in fp32): a Linear's weight rounded to bf16, and its
+     * gradient made in bf16 before it adds into the fp32 one; each as large
+     * as the largest weight matrix, [max(V, 4C), C] */
+    float *weight_bf16, *dweight_bf16;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 30 };
+enum { ACTIVATION_TENSORS = 32 };
 /* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
  * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
 enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
@@ -49,6 +53,7 @@ typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
+    Precision precision;           /* PRECISION_BF16: every Linear as torch.autocast(bfloat16) runs it (gpt.c) */
     int classifier_rows;           /* rows of logits at once (CLASSIFIER_CHUNK_FLOATS / V; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */
@@ -69,16 +74,25 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * model_destroy. recompute = 1 (with whole-block units only: the recomputed
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
- * after its before_backward hook: the same bits, less memory.
+ * after its before_backward hook: the same bits, less memory. In precision
+ * PRECISION_BF16 it computes as nanoGPT's model under
+ * torch.autocast(device_type, dtype=torch.bfloat16): each Linear (the
+ * attention's and the MLP's, and the head) takes its input and weight rounded
+ * to bf16, accumulates in fp32 and rounds its output to bf16, and so do
+ * attention, GELU and dropout after one; the embeddings, LayerNorm, the
+ * residual stream, softmax and the loss stay fp32; each gradient through
+ * those ops is rounded to bf16 likewise, a weight's made in bf16 before it
+ * adds into its fp32 gradient. The weights, gradients and AdamW stay fp32
+ * (the master copy); bf16 values are kept in fp32 buffers.
  * The classifier (logits, softmax, loss) runs classifier_rows rows at a
  * time, in the forward for the loss and again in the backward for its
  * gradient: one chunk of logits is ever held. A forward without targets
  * (generation) computes the logits of each row's last position only. */
-GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev, Stream *stream,
                 int max_B, int max_T);
 /* The floats of gpt_create's activations for max_B x max_T on a device of
  * that kind (its one MEM_ACTIVATIONS allocation), without allocating them. */
-size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, int recompute, int max_B, int max_T);
+size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,

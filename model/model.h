@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "../kernels/bf16.h"
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
 
@@ -52,6 +53,15 @@ typedef struct {
  * so is every tensor's value: only the arena's unit boundaries (and padding)
  * move. A model without such halves (the MLP) has the same units in all three. */
 typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
+
+/* How a model computes, beyond its shape (the GPT's; the MLP computes in fp32
+ * and keeps everything): recompute = 1 runs each block's forward again inside
+ * its backward (model/gpt.h); precision PRECISION_BF16 computes as
+ * torch.autocast(bfloat16) does, on the fp32 weights. */
+typedef struct {
+    int recompute;
+    Precision precision;
+} ComputePolicy;
 
 /* Called at unit boundaries; any may be NULL. */
 typedef struct {

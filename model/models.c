@@ -17,18 +17,18 @@ void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multi
         gpt_layout_units(cfg, unit, shard_multiple, layout);
 }
 
-Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
-                    int max_B, int max_T) {
+Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev,
+                    Stream *stream, int max_B, int max_T) {
     if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, layout, dev, stream, max_B, max_T)->base;
-    return &gpt_create(cfg, layout, recompute, dev, stream, max_B, max_T)->base;
+    return &gpt_create(cfg, layout, compute, dev, stream, max_B, max_T)->base;
 }
 
-void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
+void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compute, int shard_multiple, DeviceKind kind,
                     int max_B, int max_T, double bytes[MEM_KINDS]) {
     ArenaLayout layout;
     model_layout_units(cfg, unit, shard_multiple, &layout);
     size_t positions = (size_t)max_B * max_T;
-    bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, recompute, max_B, max_T) * sizeof(float) +
+    bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, compute, max_B, max_T) * sizeof(float) +
                               2.0 * (double)positions * sizeof(int);
     bytes[MEM_WORKING] += (double)layernorm_scratch_floats((int)positions, cfg->embd) * sizeof(float) +
                           (double)sumsq_scratch_doubles(layout.total) * sizeof(double);

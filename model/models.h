@@ -20,12 +20,12 @@ void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multi
  * that kind for a GPT of cfg (the MLP's are not estimated), added to bytes[kind]:
  * its activations and batch buffers (MEM_ACTIVATIONS), and its reductions'
  * scratch (MEM_WORKING). Nothing is allocated. */
-void model_estimate(const ModelConfig *cfg, UnitPolicy unit, int recompute, int shard_multiple, DeviceKind kind,
+void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compute, int shard_multiple, DeviceKind kind,
                     int max_B, int max_T, double bytes[MEM_KINDS]);
 /* A model of cfg->kind over a layout of cfg from model_layout_units (which
  * the model copies), with activations for up to max_B x max_T, no arenas;
- * recompute as gpt_create's (the MLP keeps all). */
-Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, int recompute, Device *dev, Stream *stream,
+ * computing as gpt_create's. */
+Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev, Stream *stream,
                     int max_B, int max_T);
 
 #endif

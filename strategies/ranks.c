@@ -77,8 +77,8 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ArenaLayout layout;  /* padded to the world's ranks; every rank's model takes a copy */
     model_layout_units(&cfg->model, cfg->units.cut, ranks->nranks, &layout);
     for (int r = 0; r < ranks->local; r++) {
-        Model *m = model_create(&cfg->model, &layout, cfg->units.recompute, ranks->pg->device[r], ranks->pg->compute[r],
-                                cfg->batch, cfg->model.block_size);
+        Model *m = model_create(&cfg->model, &layout, strategy_compute(cfg), ranks->pg->device[r],
+                                ranks->pg->compute[r], cfg->batch, cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;
         m->rank = (uint32_t)ranks_global(ranks, r);

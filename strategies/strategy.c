@@ -100,8 +100,12 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
     int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     bytes[MEM_WORKING] = kind->unit_buffers * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
-    model_estimate(&cfg->model, cfg->units.cut, cfg->units.recompute, cfg->nranks, device, cfg->batch, cfg->model.block_size,
-                   bytes);
+    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), cfg->nranks, device, cfg->batch,
+                   cfg->model.block_size, bytes);
+}
+
+ComputePolicy strategy_compute(const StrategyConfig *cfg) {
+    return (ComputePolicy){ .recompute = cfg->units.recompute, .precision = cfg->precision };
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {
@@ -133,6 +137,8 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
     else if (cfg->units.recompute && cfg->units.cut != UNIT_BLOCK)
         snprintf(err, len, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s",
                  unit_policy_name(cfg->units.cut));
+    else if (cfg->precision == PRECISION_BF16 && cfg->model.kind != MODEL_GPT)
+        snprintf(err, len, "--dtype=bf16 computes as autocast runs the GPT; the gates' MLP is fp32 only");
     else
         return 0;
     return -1;

@@ -67,6 +67,7 @@ typedef struct {
     float dropout;
     uint32_t seed;
     float beta1, beta2, eps, weight_decay;
+    Precision precision;    /* the compute's (--dtype): fp32, or bf16 as torch.autocast (model/gpt.h) */
     OverlapPolicy overlap;
     UnitsPolicy units;
     LinkModel link;         /* a modeled link for simulated ranks (runtime/process_group.h) */
@@ -76,6 +77,8 @@ typedef struct {
 enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
 /* cfg's max_live_units, its default filled in. */
 int strategy_live_units(const StrategyConfig *cfg);
+/* How each rank's model computes under cfg: its recompute and precision. */
+ComputePolicy strategy_compute(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 typedef struct StrategyKind StrategyKind;
@@ -177,10 +180,6 @@ extern const StrategyKind STRATEGIES[STRATEGY_KINDS];
  * allocator's counts. */
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]);
-
-/* How a state holds its numbers: fp32, or bf16 as mixed precision keeps the
- * compute's copy of the weights and the gradients (the ZeRO paper's fp16). */
-typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
 
 /* The state one rank of `kind` holds at N ranks, in bytes per parameter, each
  * part whole or 1/N as the kind's shard flags say: in fp32, 4 of weights, 4 of

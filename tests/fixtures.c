@@ -29,7 +29,7 @@ void test_stream_teardown(void) {
 Model *test_model(const ModelConfig *cfg, int B, int T) {
     ArenaLayout layout;
     model_layout(cfg, 1, &layout);
-    Model *m = model_create(cfg, &layout, 0, test_device, test_stream, B, T);
+    Model *m = model_create(cfg, &layout, (ComputePolicy){ 0 }, test_device, test_stream, B, T);
     model_own_weights(m);
     model_own_grads(m);
     return m;

@@ -101,10 +101,12 @@ static Strategy *resumed(int zero, const StrategyConfig *sc, const char *file, C
     return s;
 }
 
+/* In fp32 and in bf16. */
 Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
-    for (int k = 0; k < STRATEGY_KINDS; k++) {
-        int zero = STRATEGIES[k].stage;
+    for (int run_of = 0; run_of < PRECISIONS * STRATEGY_KINDS; run_of++) {
+        int zero = STRATEGIES[run_of % STRATEGY_KINDS].stage;
         StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.1f);
+        sc.precision = (Precision)(run_of / STRATEGY_KINDS);
         Strategy *straight = strategy_create(zero, &sc);
         run(straight, steps(0, 8, NULL));
         State want = state_of(straight);
@@ -117,7 +119,7 @@ Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
         cr_expect_eq(info.iter, 4);
         run(second, steps(info.iter, 8, NULL));
         State got = state_of(second);
-        cr_expect(same_state(want, got), "--zero=%d: 4 + 4 steps differ from 8", zero);
+        cr_expect(same_state(want, got), "--zero=%d, precision %d: 4 + 4 steps differ from 8", zero, sc.precision);
         cr_expect_eq(second->adam_step, straight->adam_step);
         state_free(want);
         state_free(got);
@@ -126,9 +128,12 @@ Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
     }
 }
 
-/* Saved by one strategy and rank count, loaded by another: the same state. */
-static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
+/* Saved by one strategy, rank count and precision, loaded by another: the
+ * same state (a bf16 run's master weights, m and v are fp32 as fp32's are). */
+static void check_reshard_in(int zero_from, int n_from, Precision p_from, int zero_to, int n_to, Precision p_to) {
     StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, n_from, 2, 0.0f), to_cfg = small_gpt(data.vocab, GATE_GPT, n_to, 2, 0.0f);
+    from_cfg.precision = p_from;
+    to_cfg.precision = p_to;
     Strategy *from = strategy_create(zero_from, &from_cfg);
     run(from, steps(0, 3, dir));
     State saved = state_of(from);
@@ -136,8 +141,8 @@ static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
     CheckpointInfo info;
     Strategy *to = resumed(zero_to, &to_cfg, path, &info);
     State loaded = state_of(to);
-    cr_expect(same_state(saved, loaded), "--zero=%d N=%d into --zero=%d N=%d: the state changed", zero_from, n_from,
-              zero_to, n_to);
+    cr_expect(same_state(saved, loaded), "--zero=%d N=%d precision %d into --zero=%d N=%d precision %d: the state changed",
+              zero_from, n_from, p_from, zero_to, n_to, p_to);
     TrainResult r;
     TrainConfig more = steps(info.iter, 5, NULL);
     cr_expect_eq(train_run(to, &more, &data, &r), 0);
@@ -147,10 +152,19 @@ static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
     to->ops->destroy(to);
 }
 
+static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
+    check_reshard_in(zero_from, n_from, PRECISION_FP32, zero_to, n_to, PRECISION_FP32);
+}
+
 Test(checkpoint, zero3_on_four_ranks_resumes_as_ddp_on_two_and_back) {
     check_reshard(3, 4, 0, 2);
     check_reshard(0, 2, 3, 4);
     check_reshard(1, 3, 2, 2);
+}
+
+Test(checkpoint, saved_in_bf16_resumes_in_fp32_and_back_to_the_same_state) {
+    check_reshard_in(3, 2, PRECISION_BF16, 1, 3, PRECISION_FP32);
+    check_reshard_in(0, 3, PRECISION_FP32, 2, 2, PRECISION_BF16);
 }
 
 enum { K = 3 };  /* steps before the save, and after it */

@@ -292,42 +292,31 @@ Test(gpu, count_nonfinite) {
     pair_free(x); pair_free(count); pair_free(scratch);
 }
 
-/* Every bf16 pattern widened, and every fp32 whose top half is one with the low
- * halves of each rounding case, narrowed: the GPU's bits against the CPU's
+/* Every fp32 whose top half is any bf16 pattern, under the low halves of each
+ * rounding case, rounded to bf16: the GPU's bits against the CPU's
  * (test_torch holds the CPU's to PyTorch's). */
-Test(gpu, casts_to_bf16_and_back_match_the_cpu_bit_for_bit) {
+Test(gpu, rounding_to_bf16_matches_the_cpu_bit_for_bit) {
     need_gpu();
     enum { PATTERNS = 1 << 16, LOWS = 5 };
     static const uint32_t low[LOWS] = { 0x0000, 0x7FFF, 0x8000, 0x8001, 0xFFFF };
     size_t n = PATTERNS * LOWS;
-    uint32_t *bits = malloc(n * sizeof(uint32_t));
-    bf16 *patterns = malloc(PATTERNS * sizeof(bf16)), *narrow[2] = { malloc(n * sizeof(bf16)), malloc(n * sizeof(bf16)) };
-    float *wide[2] = { malloc(PATTERNS * sizeof(float)), malloc(PATTERNS * sizeof(float)) };
-    for (uint32_t top = 0; top < PATTERNS; top++) {
-        patterns[top] = (bf16)top;
-        for (int k = 0; k < LOWS; k++) bits[top * LOWS + k] = top << 16 | low[k];
-    }
-    uint32_t *bits_gpu = device_alloc(gpu, MEM_WORKING, n * sizeof(uint32_t));
-    bf16 *patterns_gpu = device_alloc(gpu, MEM_WORKING, PATTERNS * sizeof(bf16));
-    bf16 *narrow_gpu = device_alloc(gpu, MEM_WORKING, n * sizeof(bf16));
-    float *wide_gpu = device_alloc(gpu, MEM_WORKING, PATTERNS * sizeof(float));
-    stream_copy(gpu_stream, bits_gpu, bits, n * sizeof(uint32_t));
-    stream_copy(gpu_stream, patterns_gpu, patterns, PATTERNS * sizeof(bf16));
-    cast_to_bf16(gpu_stream, narrow_gpu, (const float *)bits_gpu, n);
-    cast_to_fp32(gpu_stream, wide_gpu, patterns_gpu, PATTERNS);
-    stream_copy(gpu_stream, narrow[1], narrow_gpu, n * sizeof(bf16));
-    stream_copy(gpu_stream, wide[1], wide_gpu, PATTERNS * sizeof(float));
-    cast_to_bf16(test_stream, narrow[0], (const float *)bits, n);
-    cast_to_fp32(test_stream, wide[0], patterns, PATTERNS);
+    Pair x = pair_random(n, 0, 1, 69), rounded = pair_random(n, 0, 1, 70);
+    for (uint32_t top = 0; top < PATTERNS; top++)
+        for (int k = 0; k < LOWS; k++) {
+            uint32_t bits = top << 16 | low[k];
+            memcpy(&x.cpu[top * LOWS + k], &bits, sizeof bits);
+        }
+    stream_copy(gpu_stream, x.gpu, x.cpu, n * sizeof(float));
+    round_to_bf16(gpu_stream, rounded.gpu, x.gpu, n);
+    round_to_bf16(test_stream, rounded.cpu, x.cpu, n);
+    float *got = malloc(n * sizeof(float));
+    stream_copy(gpu_stream, got, rounded.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
     stream_synchronize(test_stream);
-    cr_expect_eq(memcmp(narrow[0], narrow[1], n * sizeof(bf16)), 0, "the GPU rounds to other bf16 bits than the CPU");
-    cr_expect_eq(memcmp(wide[0], wide[1], PATTERNS * sizeof(float)), 0, "the GPU widens bf16 to other bits");
-    device_free(gpu, MEM_WORKING, bits_gpu, n * sizeof(uint32_t));
-    device_free(gpu, MEM_WORKING, patterns_gpu, PATTERNS * sizeof(bf16));
-    device_free(gpu, MEM_WORKING, narrow_gpu, n * sizeof(bf16));
-    device_free(gpu, MEM_WORKING, wide_gpu, PATTERNS * sizeof(float));
-    free(bits); free(patterns); free(narrow[0]); free(narrow[1]); free(wide[0]); free(wide[1]);
+    cr_expect_eq(memcmp(got, rounded.cpu, n * sizeof(float)), 0, "the GPU rounds to other bf16 bits than the CPU");
+    free(got);
+    pair_free(x);
+    pair_free(rounded);
 }
 
 /* ---- whole runs ---- */

@@ -230,12 +230,8 @@ static double estimate_total(const char *out, const char *row) {
  * parameters, N_d = 64: 120, 31.4, 16.6 and 1.9 GB per device; and each
  * kind's bytes per parameter in both precisions, as the paper writes them. */
 Test(memory, zero_memory_estimate_reproduces_the_zero_papers_figure_1) {
-    char cmd[512], out[16384];
-    snprintf(cmd, sizeof cmd, "%s --estimate --gpus=1", zero_memory_binary());
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    out[fread(out, 1, sizeof out - 1, p)] = 0;
-    cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, out);
+    char out[16384];
+    run_zero_memory("--estimate --gpus=1", out, sizeof out);
     static const char *rows[STRATEGY_KINDS] = {
         "| DDP | 16 | 16 | 16 | 120.0 GB | 120 GB |",
         "| ZeRO-1 | 8 + 8/N | 4 + 12/N | 4 + 12/N | 31.4 GB | 31.4 GB |",

@@ -301,7 +301,7 @@ Test(model, configs_beyond_the_arena_tables_are_refused) {
 static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, int T) {
     ArenaLayout layout;
     model_layout(cfg, 1, &layout);
-    Model *m = model_create(cfg, &layout, recompute, test_device, test_stream, B, T);
+    Model *m = model_create(cfg, &layout, (ComputePolicy){ .recompute = recompute }, test_device, test_stream, B, T);
     size_t floats = m->acts_floats;
     model_destroy(m);
     return floats;

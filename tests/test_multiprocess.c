@@ -157,6 +157,13 @@ Test(multiprocess, three_processes_give_the_bits_of_three_ranks_with_uneven_shar
                                         .flags = "--grad-accum=2 --grad-clip=0.01 --link=5 --dropout=0.1" });
 }
 
+/* In bf16 (each rank's compute as autocast's, the same master state), with
+ * GPT-2's biases, clipping and two micro-steps. */
+Test(multiprocess, two_processes_of_two_ranks_give_the_bits_of_four_ranks_in_bf16) {
+    expect_every_strategy_same((Split){ .procs = 2, .local_ranks = 2, .ref_ranks = 4,
+                                        .flags = "--dtype=bf16 --bias=1 --grad-accum=2 --grad-clip=0.01 --dropout=0.1" });
+}
+
 /* An odd width puts tensors at odd offsets, so a process's part of a tensor
  * may start at an odd element: each process's own init must still take the
  * Box-Muller pair that element belongs to. */

@@ -141,10 +141,20 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_the_mlp) {
     for (int N = 1; N <= 7; N++) expect_stages_match_ddp(small_mlp(N, 2), "MLP");
 }
 
-/* N = 2 pads no unit, the others every unit (gate 4). */
+/* The gates' GPT computing in a precision (--dtype). */
+static StrategyConfig gpt_in(Precision precision, int nranks, float dropout) {
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, nranks, 2, dropout);
+    sc.precision = precision;
+    return sc;
+}
+
+static const char *const PRECISION_NAMES[PRECISIONS] = { "fp32 GPT", "bf16 GPT" };
+
+/* N = 2 pads no unit, the others every unit (gate 4); in fp32 and in bf16. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     int counts[5] = { 2, 3, 5, 6, 7 };
-    for (int i = 0; i < 5; i++) expect_stages_match_ddp(small_gpt(data.vocab, GATE_GPT, counts[i], 2, 0.1f), "GPT");
+    for (int p = 0; p < PRECISIONS; p++)
+        for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((Precision)p, counts[i], 0.1f), PRECISION_NAMES[p]);
 }
 
 /* The stress run: 64 ranks (MAX_RANKS), 128 stream workers and the
@@ -309,9 +319,9 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
 
 /* The same run with overlap off and on: small buckets, so DDP has several; a
  * slow link, so the collectives really run under the backward. */
-static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
+static void expect_overlap_changes_nothing(int zero, int N, int grad_accum, Precision precision) {
     size_t n;
-    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
+    StrategyConfig sc = gpt_in(precision, N, 0.1f);
     TrainConfig tc = quiet(1.0f);
     tc.grad_accum = grad_accum;
     float *off = train_weights(zero, &sc, &tc, &data, &n);
@@ -321,22 +331,26 @@ static void expect_overlap_changes_nothing(int zero, int N, int grad_accum) {
     sc.link.latency_us = 20;
     float *on = train_weights(zero, &sc, &tc, &data, &n);
     cr_assert(off && on, "--zero=%d on %d ranks failed", zero, N);
-    cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, %d micro-step(s): overlap changed the weights",
-              zero, N, grad_accum);
+    cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, %d micro-step(s), %s: overlap changed the weights",
+              zero, N, grad_accum, PRECISION_NAMES[precision]);
     free(off);
     free(on);
 }
 
 Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 300) {
-    for (int N = 2; N <= 3; N++)
-        for (int k = 0; k < STRATEGY_KINDS; k++) expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 1);
+    for (int p = 0; p < PRECISIONS; p++)
+        for (int N = 2; N <= 3; N++)
+            for (int k = 0; k < STRATEGY_KINDS; k++)
+                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 1, (Precision)p);
 }
 
 /* With gradient accumulation too, and on one rank, where the reduce-scatter
  * into the slot itself has nothing to move but must still wait for the backward. */
 Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 300) {
     for (int N = 1; N <= 2; N++)
-        for (int k = 0; k < STRATEGY_KINDS; k++) expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 3);
+        for (int p = 0; p < PRECISIONS; p++)
+            for (int k = 0; k < STRATEGY_KINDS; k++)
+                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 3, (Precision)p);
 }
 
 /* ---- memory: what each stage holds, from the allocations ---- */
@@ -466,15 +480,18 @@ static void expect_units_of(UnitPolicy unit, int zero, const StrategyConfig *sc,
     s->ops->destroy(s);
 }
 
+/* In fp32 at N = 1..4, in bf16 at N = 2 and 3. */
 Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
-    for (int N = 1; N <= 4; N++) {
+    for (int run = 0; run < 6; run++) {
+        Precision precision = run < 4 ? PRECISION_FP32 : PRECISION_BF16;
+        int N = run < 4 ? run + 1 : run - 2;
         size_t n;
-        float *ddp = train(0, small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f), 0.0f, &n);
+        float *ddp = train(0, gpt_in(precision, N, 0.1f), 0.0f, &n);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
             size_t working[UNIT_POLICIES];
             for (int unit = 0; unit < UNIT_POLICIES; unit++) {
-                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
+                StrategyConfig sc = gpt_in(precision, N, 0.1f);
                 sc.units.cut = (UnitPolicy)unit;
                 expect_units_of(sc.units.cut, zero, &sc, &working[unit]);
                 for (int overlap = 0; overlap <= 1; overlap++) expect_same_bits(ddp, n, zero, sc, overlap);
@@ -516,9 +533,12 @@ Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 3
  * (the classifier in chunks of 333 rows, the last of 1024 ragged), its block
  * of 1024, 2 layers. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout = 300) {
-    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
-    sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1, 1 };
-    expect_stages_match_ddp(sc, "reduced GPT-2");
+    for (int p = 0; p < PRECISIONS; p++) {
+        StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 1, 0.1f);  /* 3 ranks: uneven shards, padded units */
+        sc.model = (ModelConfig){ 50304, 1024, 2, 2, 32, MODEL_GPT, 1, 1 };
+        sc.precision = (Precision)p;
+        expect_stages_match_ddp(sc, p ? "reduced GPT-2 in bf16" : "reduced GPT-2");
+    }
 }
 
 /* K = 1, 2, 3 units live at once (ZeRO-3 prefetching 0, 1, 2 ahead), on the
@@ -573,8 +593,9 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
-            for (int overlap = 0; overlap <= 1; overlap++) {
-                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.1f);
+            for (int variant = 0; variant < 4; variant++) {  /* overlap off and on, in fp32 and in bf16 */
+                int overlap = variant % 2;
+                StrategyConfig sc = gpt_in(variant < 2 ? PRECISION_FP32 : PRECISION_BF16, N, 0.1f);
                 sc.overlap.enabled = overlap;
                 float kept_loss[ITERS], again_loss[ITERS];
                 size_t kept_bytes, again_bytes;
@@ -584,9 +605,11 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
                 ArenaLayout plain;
                 model_layout(&sc.model, 1, &plain);
                 cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0,
-                          "--zero=%d N=%d overlap %d: recompute changed a loss", zero, N, overlap);
+                          "--zero=%d N=%d overlap %d %s: recompute changed a loss", zero, N, overlap,
+                          PRECISION_NAMES[sc.precision]);
                 cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
-                          "--zero=%d N=%d overlap %d: recompute changed the weights", zero, N, overlap);
+                          "--zero=%d N=%d overlap %d %s: recompute changed the weights", zero, N, overlap,
+                          PRECISION_NAMES[sc.precision]);
                 cr_expect_lt(again_bytes, kept_bytes, "--zero=%d: activations %zu bytes with recompute, %zu without",
                              zero, again_bytes, kept_bytes);
                 free(kept);

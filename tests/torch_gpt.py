@@ -10,14 +10,15 @@ loads the same files.
 
 Commands:
 
-  grads --weights W.safetensors --batch B.safetensors --heads NH --out G.safetensors
+  grads --weights W.safetensors --batch B.safetensors --heads NH --out G.safetensors [--autocast]
       The C tests' oracle. Reads the weights (V, C, block and L are derived
       from the shapes) and a batch of I32 tensors "x" and "y" of shape [B,T],
       runs forward in float32 without dropout, backpropagates the mean
       cross-entropy loss and writes every weight's gradient (F32, same name
       and shape) plus the scalar "loss". A C test writes the two input files,
       runs this command and compares its own loss and gradients to the output.
-      Exits 1 with one line on stderr on bad input.
+      Exits 1 with one line on stderr on bad input. With --autocast the forward
+      runs under torch.autocast("cpu", dtype=torch.bfloat16), as train's.
 
   loss --ckpt CKPT.safetensors --batch B.safetensors
       Loads a bin/train checkpoint into the model strictly (load_state_dict
@@ -43,7 +44,7 @@ Commands:
       the total norm before clipping "step{k}.norm".
 
   train --weights W.safetensors --batches B.safetensors --heads NH --lrs LR0,...
-        --beta2 B2 --weight-decay WD --grad-clip MAX --out O.safetensors
+        --beta2 B2 --weight-decay WD --grad-clip MAX --out O.safetensors [--autocast]
       Full nanoGPT training steps (forward without dropout, loss.backward,
       clip_grad_norm_, AdamW as above, zero_grad) from the weights W over the
       batches "x" and "y" of B (I32, [K*B,T]: step k takes rows k*B..k*B+B-1) at the
@@ -54,12 +55,14 @@ Commands:
       load it. Writes the weights after each step ("step{k}.NAME"), the
       losses "loss" [K] and norms before clipping "norm" [K], and the
       optimizer's state after the last step ("optim.exp_avg.NAME",
-      "optim.exp_avg_sq.NAME", named as the checkpoint names them).
+      "optim.exp_avg_sq.NAME", named as the checkpoint names them). With
+      --autocast, each step's forward and loss run under
+      torch.autocast("cpu", dtype=torch.bfloat16), as nanoGPT's train.py with
+      dtype = 'bfloat16' runs them, the weights and AdamW in fp32.
 
-  bf16 --floats F.bin --out O.bin  |  bf16 --bf16 H.bin --out O.bin
-      PyTorch's own casts, the reference for kernels/bf16.h: each float32 of F
-      rounded by .to(torch.bfloat16), or each 16-bit pattern of H widened by
-      .to(torch.float32), written as raw little-endian bits.
+  bf16 --floats F.bin --out O.bin
+      PyTorch's own rounding, the reference for kernels/bf16.h: each float32 of
+      F rounded by .to(torch.bfloat16), its 16 bits written little-endian.
 
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
         [--modes eager,compiled] [--tf32]
@@ -75,6 +78,7 @@ package is not installed.
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -297,6 +301,12 @@ def load_model(weights, n_head):
     return model
 
 
+def autocast_if(on):
+    """nanoGPT's train.py with dtype = 'bfloat16': the forward and the loss under
+    torch.autocast, the backward outside it; the weights and AdamW stay fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
 def cmd_grads(args):
     set_threads(1)
     model = load_model(read_safetensors(args.weights), args.heads)
@@ -312,7 +322,8 @@ def cmd_grads(args):
     if x.shape != y.shape or 0 in x.shape or x.shape[1] > block:
         raise ValueError(f"batch: x {list(x.shape)} and y {list(y.shape)} must be equal, non-empty, T <= {block}")
     model.train()  # dropout is 0, so train and eval agree
-    loss = model(torch.from_numpy(x).long(), torch.from_numpy(y).long())
+    with autocast_if(args.autocast):
+        loss = model(torch.from_numpy(x).long(), torch.from_numpy(y).long())
     loss.backward()
     out = {n: p.grad.numpy() for n, p in model.named_parameters()}
     out["loss"] = np.array(loss.item(), dtype=np.float32)
@@ -430,14 +441,9 @@ def cmd_adamw(args):
 
 
 def cmd_bf16(args):
-    """Each float32 of --floats rounded by .to(torch.bfloat16), and each 16-bit
-    pattern of --bf16 widened by .to(torch.float32): the raw bits, to --out."""
-    if args.floats:
-        x = torch.from_numpy(np.fromfile(args.floats, dtype=np.float32))
-        x.to(torch.bfloat16).view(torch.int16).numpy().tofile(args.out)
-    else:
-        h = torch.from_numpy(np.fromfile(args.bf16, dtype=np.int16))
-        h.view(torch.bfloat16).to(torch.float32).numpy().tofile(args.out)
+    """Each float32 of --floats rounded by .to(torch.bfloat16): its 16 bits, to --out."""
+    x = torch.from_numpy(np.fromfile(args.floats, dtype=np.float32))
+    x.to(torch.bfloat16).view(torch.int16).numpy().tofile(args.out)
 
 
 def cmd_train(args):
@@ -457,7 +463,8 @@ def cmd_train(args):
     params = [p for _, p in named]
     losses, norms, out = [], [], {}
     for k, lr in enumerate(args.lrs):
-        loss = model(torch.from_numpy(x[k]).long(), torch.from_numpy(y[k]).long())
+        with autocast_if(args.autocast):
+            loss = model(torch.from_numpy(x[k]).long(), torch.from_numpy(y[k]).long())
         loss.backward()
         norms.append(optimizer_step(optimizer, params, lr, args.grad_clip))
         optimizer.zero_grad(set_to_none=True)
@@ -605,6 +612,7 @@ def main():
     g.add_argument("--weights", required=True)
     g.add_argument("--batch", required=True)
     g.add_argument("--heads", required=True, type=positive)
+    g.add_argument("--autocast", action="store_true", help="the forward under torch.autocast(bfloat16)")
     g.add_argument("--out", required=True)
     lo = sub.add_parser("loss", help="a checkpoint's loss on a batch")
     lo.add_argument("--ckpt", required=True)
@@ -622,15 +630,14 @@ def main():
         o.add_argument("--grads" if name == "adamw" else "--batches", required=True)
         if name == "train":
             o.add_argument("--heads", required=True, type=positive)
+            o.add_argument("--autocast", action="store_true", help="the forward under torch.autocast(bfloat16)")
         o.add_argument("--lrs", required=True, type=learning_rates)
         o.add_argument("--beta2", required=True, type=float)
         o.add_argument("--weight-decay", required=True, type=float)
         o.add_argument("--grad-clip", required=True, type=float)
         o.add_argument("--out", required=True)
-    c = sub.add_parser("bf16", help="PyTorch's casts to bfloat16 and back, as raw bits")
-    source = c.add_mutually_exclusive_group(required=True)
-    source.add_argument("--floats", help="a file of float32 values to round")
-    source.add_argument("--bf16", help="a file of 16-bit patterns to widen")
+    c = sub.add_parser("bf16", help="PyTorch's rounding to bfloat16, as raw bits")
+    c.add_argument("--floats", required=True, help="a file of float32 values to round")
     c.add_argument("--out", required=True)
     b = sub.add_parser("bench", help="time nanoGPT training steps")
     b.add_argument("--preset", required=True, choices=sorted(PRESETS))

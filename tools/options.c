@@ -35,7 +35,7 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .max_live_units = DEFAULT_LIVE_UNITS,
+        .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f, .pad_vocab = 1,
         .gelu = "erf",
@@ -85,6 +85,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
           "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
+        { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as nanoGPT's "
+          "torch.autocast(bfloat16) computes (the weights, gradients and AdamW stay fp32)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
         { "unit", FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
@@ -286,6 +288,8 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
+    else if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
+        snprintf(bad, sizeof bad, "--dtype=%s must be fp32 or bf16", o->dtype);
     else if (unit_policy_parse(o->unit) < 0)
         snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
     else if (o->max_live_units < 1)  /* 0 is the config's default, not the flag's; the top, strategy_config_error's */
@@ -489,6 +493,10 @@ Placement options_placement(const TrainOptions *o) {
     if (strcmp(o->device, "cpu") == 0) return PLACE_CPU;
     if (strcmp(o->device, "cuda") == 0) return PLACE_CUDA;
     return PLACE_AUTO;
+}
+
+Precision options_precision(const TrainOptions *o) {
+    return strcmp(o->dtype, "bf16") == 0 ? PRECISION_BF16 : PRECISION_FP32;
 }
 
 SumOrder options_sums(const TrainOptions *o) {

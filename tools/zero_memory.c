@@ -32,12 +32,12 @@
 #include "../strategies/strategy.h"
 #include "options.h"
 
-/* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
 /* The ZeRO paper's formula for what one rank of `kind` holds in fp32, bytes per parameter. */
 static double fp32_state(const StrategyKind *kind, int N) {
     return strategy_state_bytes_per_param(kind, N, PRECISION_FP32, PRECISION_FP32, NULL, NULL);
 }
 
+/* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
 static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, uint32_t seed) {
     size_t n = (size_t)N * batch * T;
     int *x = malloc(n * sizeof(int)), *y = malloc(n * sizeof(int));
@@ -64,7 +64,8 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
 /* The strategy config of one row of the table. */
 static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int batch, Placement where) {
     return (StrategyConfig){ .model = model, .nranks = N, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
-                             .eps = 1e-8f, .weight_decay = o->weight_decay, .overlap = options_overlap(o),
+                             .eps = 1e-8f, .weight_decay = o->weight_decay, .precision = options_precision(o),
+                             .overlap = options_overlap(o),
                              .units = options_units(o), .device = where, .batch = batch, .dropout = o->dropout };
 }
 

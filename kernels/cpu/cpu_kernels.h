@@ -49,7 +49,6 @@ void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int npart
 void cpu_fill_zero(Stream *s, float *x, size_t n);
 void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 /* precision.c */
-void cpu_cast_to_bf16(Stream *s, bf16 *out, const float *in, size_t n);
-void cpu_cast_to_fp32(Stream *s, float *out, const bf16 *in, size_t n);
+void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 
 #endif

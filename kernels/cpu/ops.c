@@ -26,6 +26,5 @@ const KernelOps cpu_kernel_ops = {
     .clip_scale = cpu_clip_scale,
     .fill_zero = cpu_fill_zero,
     .count_nonfinite = cpu_count_nonfinite,
-    .cast_to_bf16 = cpu_cast_to_bf16,
-    .cast_to_fp32 = cpu_cast_to_fp32,
+    .round_to_bf16 = cpu_round_to_bf16,
 };

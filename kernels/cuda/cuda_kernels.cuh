@@ -82,7 +82,6 @@ void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int npar
 void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, float *x, size_t n);
 /* precision.cu */
-void cuda_cast_to_bf16(Stream *s, bf16 *out, const float *in, size_t n);
-void cuda_cast_to_fp32(Stream *s, float *out, const bf16 *in, size_t n);
+void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 
 #endif

@@ -25,8 +25,7 @@ static const KernelOps cuda_ops = {
     .clip_scale = cuda_clip_scale,
     .fill_zero = cuda_fill_zero,
     .count_nonfinite = cuda_count_nonfinite,
-    .cast_to_bf16 = cuda_cast_to_bf16,
-    .cast_to_fp32 = cuda_cast_to_fp32,
+    .round_to_bf16 = cuda_round_to_bf16,
 };
 
 const KernelOps *cuda_kernel_ops(void) { return &cuda_ops; }
