@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
         link.latency_us = 20;
         ArenaLayout layout;
         model_layout(&model, 4, &layout);
-        double transfer_s = ring_seconds((LinkModel){ 1.0, 0 }, 4, 1, layout.total);  /* at 1 GB/s, no latency */
+        double transfer_s = ring_seconds((LinkModel){ 1.0, 0 }, 4, 1, layout.total, PRECISION_FP32);  /* at 1 GB/s, no latency */
         link.gbps = transfer_s / (backward_s - 3 * link.latency_us * 1e-6);
         static char why[200];
         snprintf(why, sizeof why, "chosen so that DDP's all-reduce at N = 4 takes as long as its backward, %.1f ms "
@@ -184,8 +184,9 @@ int main(int argc, char **argv) {
     probe->ops->destroy(probe);
     printf("blas: %s\n", blas);
     printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", link.gbps, link.latency_us, chosen);
-    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; "
-           "median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch, o.bucket_mb, o.iters);
+    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; gradients "
+           "reduced in %s; median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch,
+           o.bucket_mb, o.reduce_dtype, o.iters);
     printf("| strategy | N | overlap | ms/step (quartiles) | free link ms | comm ms (quartiles) | model ms | "
            "comm vs model | exposed ms | hidden |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");

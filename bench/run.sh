@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
-# over a modeled link: bench/results/overlap.{md,csv,png}), what finer units, the
+# over a modeled link: bench/results/overlap.{md,csv,png}; the same with the
+# gradients reduced in bf16 on that link: overlap_bf16.md), what finer units, the
 # live-unit limit and recompute cost (bench/results/units.md), peak memory per rank
 # against N (bench/results/memory.{md,png}), then the CPU presets
 # against this machine's sgemm ceiling and the char-small step against
@@ -59,9 +60,16 @@ else
 fi
 echo
 
+# The link the overlap table chose, for the tables that follow on it
+link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $results/overlap.md)
+
+# The gradients' reductions in bf16 (--reduce-dtype): half their bytes on the same link
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --link="$link" --reduce-dtype=bf16 \
+    | tee $results/overlap_bf16.md
+echo
+
 # The cost of finer units, the live-unit limit and recompute: ZeRO-3 at N = 4 over the link
 # the overlap table chose (bench_units, a row per choice)
-link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $results/overlap.md)
 "$bin/bench_units" --layers=8 --gpus=4 --iters=10 --link="$link" | tee $results/units.md
 echo
 

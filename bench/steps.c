@@ -70,8 +70,9 @@ StrategyConfig bench_config(const TrainOptions *o, const Dataset *data, int nran
         .model = options_model(o, data->vocab),
         .nranks = nranks,
         .device = options_placement(o), .batch = o->batch, .dropout = o->dropout, .seed = 1, .beta1 = 0.9f,
-        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
-        .overlap = options_overlap(o), .own_cores = 1, .link = options_link(o),
+        .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay, .precision = options_precision(o),
+        .reduce_precision = options_reduce_precision(o), .overlap = options_overlap(o), .own_cores = 1,
+        .link = options_link(o),
     };
     sc.overlap.enabled = 1;  /* the benches time overlap on; bench_overlap sets each variant's own */
     return sc;

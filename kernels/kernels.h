@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "../runtime/device.h"
-#include "bf16.h"
+#include "../runtime/bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,7 +126,7 @@ void fill_zero(Stream *s, float *x, size_t n);
  * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
 void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 
-/* Precision (kernels/bf16.h): out = in rounded to the nearest bf16 as
+/* Precision (runtime/bf16.h): out = in rounded to the nearest bf16 as
  * PyTorch's .to(torch.bfloat16) rounds (bit for bit, but for which NaN a NaN
  * becomes), kept in fp32 (out may be in): what autocast's bf16 tensors hold,
  * in the fp32 buffers of the ops. */

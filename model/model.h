@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#include "../kernels/bf16.h"
+#include "../runtime/bf16.h"
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
 

@@ -131,8 +131,8 @@ void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg) {
     s->dev->ops->host_task(s, fn, arg);
 }
 
-void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
-    if (len) s->dev->ops->sum(s, out, in, n, len, scale);
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
+    if (len) s->dev->ops->sum(s, out, in, n, len, scale, dtype);
 }
 
 void stream_timer_start(Stream *s) { s->dev->ops->timer_start(s); }

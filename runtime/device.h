@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -104,9 +106,12 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
 void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg);
 /* out[i] = scale * (in[0][i] + in[1][i] + ... + in[n-1][i]) for i < len, summed
  * in that order, then scaled: the simulator's reduction. out may be one of in;
- * 1 <= n <= STREAM_SUM_MAX. */
+ * 1 <= n <= STREAM_SUM_MAX. In PRECISION_BF16 every number is a bf16, as a
+ * bf16 reduction (NCCL's, FSDP's reduce_dtype) makes it: each input rounded
+ * to bf16, each partial sum rounded as it is made, the scaled sum rounded,
+ * the result bf16 values in fp32. */
 enum { STREAM_SUM_MAX = 64 };
-void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale);
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype);
 /* The modeled link's time, with no processor busy: the stream notes when it
  * reaches stream_timer_start, and stream_hold holds it until `seconds` after
  * that point (at once if that is past). Work in between runs meanwhile, so an

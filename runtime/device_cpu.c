@@ -185,11 +185,25 @@ typedef struct {
     int n;
     size_t len;
     float scale;
+    Precision dtype;
 } SumArgs;
+
+/* In bf16, an element at a time: every input, partial sum and result rounded. */
+static void sum_bf16(const SumArgs *a) {
+    for (size_t i = 0; i < a->len; i++) {
+        float acc = bf16_rounded(a->in[0][i]);
+        for (int q = 1; q < a->n; q++) acc = bf16_rounded(acc + bf16_rounded(a->in[q][i]));
+        a->out[i] = bf16_rounded(acc * a->scale);
+    }
+}
 
 /* Through a stack buffer, a chunk at a time, so out may be one of in. */
 static void sum_task(void *p) {
     SumArgs *a = p;
+    if (a->dtype == PRECISION_BF16) {
+        sum_bf16(a);
+        return;
+    }
     float acc[SUM_CHUNK];
     for (size_t c0 = 0; c0 < a->len; c0 += SUM_CHUNK) {
         size_t m = a->len - c0 < SUM_CHUNK ? a->len - c0 : SUM_CHUNK;
@@ -202,8 +216,8 @@ static void sum_task(void *p) {
     }
 }
 
-static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
-    SumArgs a = { .out = out, .n = n, .len = len, .scale = scale };
+static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
+    SumArgs a = { .out = out, .n = n, .len = len, .scale = scale, .dtype = dtype };
     if (n < 1 || n > STREAM_SUM_MAX) {
         fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
         abort();

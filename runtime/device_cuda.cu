@@ -209,7 +209,16 @@ __global__ static void sum_kernel(float *out, SumInputs in, int n, size_t len, f
     out[i] = __fmul_rn(acc, scale);
 }
 
-static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale) {
+/* The same in bf16: every input, partial sum and result rounded (device.h). */
+__global__ static void sum_bf16_kernel(float *out, SumInputs in, int n, size_t len, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float acc = bf16_rounded(in.in[0][i]);
+    for (int q = 1; q < n; q++) acc = bf16_rounded(__fadd_rn(acc, bf16_rounded(in.in[q][i])));
+    out[i] = bf16_rounded(__fmul_rn(acc, scale));
+}
+
+static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
     if (n < 1 || n > STREAM_SUM_MAX) {
         fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
         abort();
@@ -217,6 +226,11 @@ static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len,
     SumInputs inputs;
     for (int q = 0; q < n; q++) inputs.in[q] = in[q];
     unsigned blocks = (unsigned)((len + 255) / 256);
+    if (dtype == PRECISION_BF16) {
+        sum_bf16_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, n, len, scale);
+        cuda_check_launch("sum_bf16_kernel", __FILE__, __LINE__);
+        return;
+    }
     sum_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, n, len, scale);
     cuda_check_launch("sum_kernel", __FILE__, __LINE__);
 }

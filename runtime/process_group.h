@@ -57,11 +57,15 @@ typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
 
 /* How a backend moves the data; the event ordering around it is shared
  * (process_group_order.c). `label` names the collective under way ("all-gather
- * unit 3") for the lines that may name it: a timeout's, an error's. */
+ * unit 3") for the lines that may name it: a timeout's, an error's. `dtype`
+ * is the numbers' precision (pg_reduce_scatter): a reduce-scatter's sum, and
+ * what goes on the wire; an all-gather's in bf16 moves bf16 values (an
+ * all-reduce's second half), which a backend may send in 16 bits. */
 typedef struct {
     void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
-                           const char *label);
-    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, const char *label);
+                           Precision dtype, const char *label);
+    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Precision dtype,
+                       const char *label);
     void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
 } Collectives;
 
@@ -161,17 +165,19 @@ size_t pg_shard_length(size_t n, int nranks, int rank);
 /* A modeled link for simulated ranks (--link): each collective then holds every
  * rank's communication stream, with no processor busy, as long as a ring would
  * take on such a link: all-reduce (N-1) latency + 2 (N-1)/N bytes / bandwidth,
- * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth. The
- * data moves as before; only time is added. gbps = 0 turns it off. */
+ * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth,
+ * the bytes 4 a number, or 2 for a reduction in bf16. The data moves as
+ * before; only time is added. gbps = 0 turns it off. */
 void pg_set_link(ProcessGroup *pg, LinkModel link);
 /* How NCCL's ranks sum from now on (SUMS_ORDERED, the zero value, by
  * default); a simulated group always sums in rank order. */
 void pg_set_sums(ProcessGroup *pg, SumOrder sums);
-/* The seconds a ring over such a link takes for a collective of n floats
- * (an all-reduce, or a reduce-scatter or all-gather) among N ranks. */
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n);
+/* The seconds a ring over such a link takes for a collective of n numbers of
+ * that precision (an all-reduce, or a reduce-scatter or all-gather) among N
+ * ranks. */
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype);
 /* The seconds the group's modeled link gives a collective (0 without one). */
-double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n);
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n, Precision dtype);
 
 /* Trace every rank's streams: process "LABEL rank r" (or "rank r" for an empty
  * label; r the global rank), threads "compute" and "comm". Each collective is then one span on
@@ -185,17 +191,22 @@ void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *cons
 
 /* The collectives' buffers are the local ranks'; the sums and shards run over
  * the world's ranks q = 0..N-1, rank r's shard being its global rank's. Each
- * is named by `name`, for its span and the lines that may name it. */
+ * is named by `name`, for its span and the lines that may name it. A
+ * reduction's dtype is the precision it sums and sends in (FSDP's
+ * reduce_dtype): PRECISION_FP32; or PRECISION_BF16, stream_sum's bf16 sum, in
+ * the same rank order (so any split P x L still gives the same bits), at half
+ * the bytes on a link, its result bf16 values in the fp32 buffers; on one rank
+ * too, where it only rounds. */
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
-                   Event *const *done);
+                   Precision dtype, Event *const *done);
 /* REDUCE_WRITE: recv[r][0, shard) = scale * sum over q of send[q][r's shard].
  * recv[r] may be send[r] + r * shard (in place). REDUCE_ADD: the reduction
  * lands in send[r]'s own shard (in place, overwriting it), then recv[r] =
- * recv[r] + that, on the communication stream, within the collective (its
- * done events mark the sum). */
+ * recv[r] + that in fp32, on the communication stream, within the collective
+ * (its done events mark the sum). */
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                       float scale, ReduceInto into, Event *const *done);
+                       float scale, Precision dtype, ReduceInto into, Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
  * recv[q] + q * shard (in place). */
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,

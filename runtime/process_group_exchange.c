@@ -35,6 +35,7 @@ typedef struct {
     float *send[MAX_RANKS];
     size_t n, shard;
     int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
+    Precision dtype;       /* bf16: 16 bits a number on the wire */
     char what[2 * RENDEZVOUS_NAME_MAX];
 } Exchange;
 
@@ -65,33 +66,65 @@ static void pack(float *dst, const float *src, size_t from, size_t len, size_t n
     memset(dst + valid, 0, (len - valid) * sizeof(float));
 }
 
+/* pack's, in bf16: each float rounded to 16 bits at dst (bytes; memcpy, as
+ * the same staging holds floats in other exchanges). */
+static void pack_bf16(unsigned char *dst, const float *src, size_t from, size_t len, size_t n) {
+    for (size_t i = 0; i < len; i++) {
+        bf16 h = from + i < n ? bf16_from_float(src[from + i]) : 0;
+        memcpy(dst + i * sizeof h, &h, sizeof h);
+    }
+}
+
+/* A block of count floats whose upper half holds count bf16 as received,
+ * widened in place from the front: float i overwrites only bf16 already read. */
+static void widen_bf16(float *block, size_t count) {
+    const unsigned char *wire = (const unsigned char *)block + count * sizeof(bf16);
+    for (size_t i = 0; i < count; i++) {
+        bf16 h;
+        memcpy(&h, wire + i * sizeof h, sizeof h);
+        float x = float_from_bf16(h);
+        memcpy(block + i, &x, sizeof x);
+    }
+}
+
+/* To process p: its ranks' shards of our rank q's buffer, or our rank q's own
+ * shard, as the stride of index q at out (floats, or bf16 in bytes). */
+static void pack_stride(const Exchange *x, void *out, int p, int q, size_t stride) {
+    const ProcessGroup *pg = x->pg;
+    size_t from = x->gather ? 0 : (size_t)p * pg->nranks * x->shard;
+    size_t n = x->gather ? pg_shard_length(x->n, pg->world_size, pg->first_rank + q) : x->n;
+    if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + (size_t)q * stride * sizeof(bf16), x->send[q],
+                                              from, stride, n);
+    else pack((float *)out + (size_t)q * stride, x->send[q], from, stride, n);
+}
+
 static void exchange_task(void *arg) {
     Exchange *x = arg;
     ProcessGroup *pg = x->pg;
     int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
     size_t stride = exchange_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
-    WorldChunk to[STREAM_SUM_MAX], from[STREAM_SUM_MAX];  /* P <= N <= STREAM_SUM_MAX */
+    int in_bf16 = x->dtype == PRECISION_BF16;
+    size_t wire_bytes = block * (in_bf16 ? sizeof(bf16) : sizeof(float));
+    WorldChunk to[STREAM_SUM_MAX] = { { 0 } }, from[STREAM_SUM_MAX] = { { 0 } };  /* P <= N <= STREAM_SUM_MAX */
     for (int p = 0; p < P; p++) {
-        float *out = pg->stage_send + (size_t)p * block;
-        for (int q = 0; q < L && p != me; q++) {
-            /* to process p: its ranks' shards of our rank q's buffer, or our rank q's own shard */
-            if (x->gather) pack(out + (size_t)q * stride, x->send[q], 0, stride,
-                                pg_shard_length(x->n, pg->world_size, pg->first_rank + q));
-            else pack(out + (size_t)q * stride, x->send[q], (size_t)p * L * x->shard, stride, x->n);
-        }
-        to[p] = (WorldChunk){ out, block * sizeof(float) };
-        from[p] = (WorldChunk){ pg->stage_recv + (size_t)p * block, block * sizeof(float) };
+        float *out = pg->stage_send + (size_t)p * block, *in = pg->stage_recv + (size_t)p * block;
+        for (int q = 0; q < L && p != me; q++) pack_stride(x, out, p, q, stride);
+        to[p] = (WorldChunk){ out, wire_bytes };
+        /* bf16 lands in the upper half of its block, for widen_bf16 */
+        from[p] = (WorldChunk){ in_bf16 ? (unsigned char *)in + wire_bytes : (unsigned char *)in, wire_bytes };
     }
     world_exchange(to, from, x->what);
+    for (int p = 0; p < P && in_bf16; p++)
+        if (p != me) widen_bf16(pg->stage_recv + (size_t)p * block, block);
     free(x);
 }
 
 /* Enqueued on local rank 0's communication stream after the last reads of
  * the staging. */
-void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, const char *label) {
+void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label) {
     reserve_stage(pg, n);
     Exchange *x = host_calloc(1, sizeof *x);
-    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg->world_size), .gather = gather };
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg->world_size), .gather = gather, .dtype = dtype };
     for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
     snprintf(x->what, sizeof x->what, "%s", label);
     for (int r = 0; r < pg->nranks; r++) stream_wait_event(pg->comm[0], pg->stage_free[r]);

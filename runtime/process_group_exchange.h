@@ -8,7 +8,10 @@
  * ring's reduce-scatter puts on the wire), and every local rank's stream waits
  * for it; each rank then reads what the others sent from the staging. For a
  * reduce-scatter, process p gets from each of our L ranks its own L shards;
- * for an all-gather, each of our ranks' own shard.
+ * for an all-gather, each of our ranks' own shard. In bf16 (a reduction in
+ * bf16, and the all-gather of its result) each number travels in 16 bits,
+ * rounded at the sender as the receiver's sum would round it, and is widened
+ * into the staging: the same bits at half the bytes.
  */
 #ifndef ZF_PROCESS_GROUP_EXCHANGE_H
 #define ZF_PROCESS_GROUP_EXCHANGE_H
@@ -20,9 +23,10 @@ void exchange_create(ProcessGroup *pg);
 void exchange_destroy(ProcessGroup *pg);
 
 /* Enqueue the exchange of a collective of n floats of `send` (gather 0: a
- * reduce-scatter's shards; 1: an all-gather's), named `label` in a timeout's
- * line, and make every local rank's communication stream wait for it. */
-void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, const char *label);
+ * reduce-scatter's shards; 1: an all-gather's) in that precision, named
+ * `label` in a timeout's line, and make every local rank's communication
+ * stream wait for it. */
+void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label);
 /* After every local rank's last read of the staging, for the next exchange. */
 void exchange_end(ProcessGroup *pg);
 

@@ -25,6 +25,12 @@
  * (the arenas pad every unit to a multiple of N); a collective whose length
  * does not takes the ordered path.
  *
+ * A reduction in bf16 (--reduce-dtype) takes the ordered path whatever
+ * --collectives says: the shards travel as fp32 (bf16 values from the second
+ * half of an all-reduce on), and stream_sum sums them in bf16, the
+ * simulator's bits. NCCL's own bf16 sum needs 16-bit buffers, which the
+ * arenas do not have yet.
+ *
  * An all-gather moves copies, so its bits never depend on the order:
  * ncclAllGather where the length divides by N, else ncclSend/ncclRecv.
  *
@@ -167,7 +173,7 @@ static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Str
 
 /* The all-to-all of the shards, then each rank's ordered sum of its shard. */
 static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
-                                   float scale) {
+                                   float scale, Precision dtype) {
     NcclState *st = state_of(pg);
     int N = pg->world_size;
     size_t shard = pg_shard_size(n, N);
@@ -187,15 +193,15 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
         size_t len = pg_shard_length(n, N, g);
         float *parts[STREAM_SUM_MAX];
         for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)g * shard : st->stage[r] + (size_t)q * shard;
-        if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale);
+        if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale, dtype);
     }
 }
 
 static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
-                                const char *label) {
+                                Precision dtype, const char *label) {
     enqueuing(pg, label);
-    if (pg->sums == SUMS_ORDERED || !divides(pg, n)) {
-        ordered_reduce_scatter(pg, send, recv, n, scale);
+    if (pg->sums == SUMS_ORDERED || !divides(pg, n) || dtype == PRECISION_BF16) {
+        ordered_reduce_scatter(pg, send, recv, n, scale, dtype);
         watch(pg, label);
         return;
     }
@@ -208,7 +214,7 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
                    "ncclReduceScatter", __FILE__, __LINE__);
     group_end();
     if (scale != 1.0f)
-        for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale);
+        for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale, PRECISION_FP32);
     watch(pg, label);
 }
 
@@ -236,7 +242,8 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
 }
 
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
-                            const char *label) {
+                            Precision dtype, const char *label) {
+    (void)dtype;  /* fp32 on the wire either way */
     enqueuing(pg, label);
     if (!divides(pg, n)) {
         exchange_all_gather(pg, send, recv, n);

@@ -53,8 +53,8 @@ static void begin(ProcessGroup *pg, const char *collective, CollectiveName name,
 /* The collective's end: the modeled link's time is up (the data moved
  * meanwhile), its span ends, then the compute streams wait for it, or done[r]
  * marks it. */
-static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) {
-    double seconds = pg_link_seconds(pg, all_reduce, n);
+static void end(ProcessGroup *pg, int all_reduce, size_t n, Precision dtype, Event *const *done) {
+    double seconds = pg_link_seconds(pg, all_reduce, n, dtype);
     for (int r = 0; r < pg->nranks; r++) {
         stream_hold(pg->comm[r], seconds);
         trace_end(pg->comm[r]);
@@ -66,10 +66,12 @@ static void end(ProcessGroup *pg, int all_reduce, size_t n, Event *const *done) 
     for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
 }
 
-/* On one rank an in-place collective without scaling changes nothing: skip it,
- * and its stream hand-offs, so DDP on one rank costs what the plain loop does. */
-static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale) {
-    return pg->world_size == 1 && scale == 1.0f && send[0] == recv[0];
+/* On one rank an in-place collective in fp32 without scaling changes nothing:
+ * skip it, and its stream hand-offs, so DDP on one rank costs what the plain
+ * loop does. (One in bf16 still rounds.) */
+static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale,
+                         Precision dtype) {
+    return pg->world_size == 1 && scale == 1.0f && dtype == PRECISION_FP32 && send[0] == recv[0];
 }
 
 /* A collective with nothing to do is over at once. Its done events still mean
@@ -95,7 +97,8 @@ static void own_shards(const ProcessGroup *pg, float *const *bufs, size_t n, flo
 static void add_into(ProcessGroup *pg, Stream **streams, float *const *recv, float *const *reduced, size_t n) {
     for (int r = 0; r < pg->nranks; r++) {
         float *terms[2] = { recv[r], reduced[r] };
-        stream_sum(streams[r], recv[r], terms, 2, pg_shard_length(n, pg->world_size, pg_global_rank(pg, r)), 1.0f);
+        stream_sum(streams[r], recv[r], terms, 2, pg_shard_length(n, pg->world_size, pg_global_rank(pg, r)), 1.0f,
+                   PRECISION_FP32);
     }
 }
 
@@ -113,37 +116,37 @@ static void add_alone(ProcessGroup *pg, float *const *recv, float *const *reduce
 }
 
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                       float scale, ReduceInto into, Event *const *done) {
+                       float scale, Precision dtype, ReduceInto into, Event *const *done) {
     float *own[MAX_RANKS];
     own_shards(pg, send, n, own);
     float *const *reduced = into == REDUCE_ADD ? own : recv;
-    if (nothing_to_do(pg, send, reduced, scale)) {
+    if (nothing_to_do(pg, send, reduced, scale, dtype)) {
         if (into == REDUCE_ADD) add_alone(pg, recv, reduced, n, done);
         else skip(pg, done);
         return;
     }
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "reduce-scatter", name, label, sizeof label);
-    pg->collectives->reduce_scatter(pg, send, reduced, n, scale, label);
+    pg->collectives->reduce_scatter(pg, send, reduced, n, scale, dtype, label);
     if (into == REDUCE_ADD) add_into(pg, pg->comm, recv, reduced, n);
-    end(pg, 0, n, done);
+    end(pg, 0, n, dtype, done);
 }
 
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                    Event *const *done) {
-    if (nothing_to_do(pg, send, recv, 1.0f)) {
+    if (nothing_to_do(pg, send, recv, 1.0f, PRECISION_FP32)) {
         skip(pg, done);
         return;
     }
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-gather", name, label, sizeof label);
-    pg->collectives->all_gather(pg, send, recv, n, label);
-    end(pg, 0, n, done);
+    pg->collectives->all_gather(pg, send, recv, n, PRECISION_FP32, label);
+    end(pg, 0, n, PRECISION_FP32, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
-                   Event *const *done) {
-    if (nothing_to_do(pg, bufs, bufs, scale)) {
+                   Precision dtype, Event *const *done) {
+    if (nothing_to_do(pg, bufs, bufs, scale, dtype)) {
         skip(pg, done);
         return;
     }
@@ -151,8 +154,8 @@ void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, si
     own_shards(pg, bufs, n, shards);
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-reduce", name, label, sizeof label);
-    pg->collectives->reduce_scatter(pg, bufs, shards, n, scale, label);
+    pg->collectives->reduce_scatter(pg, bufs, shards, n, scale, dtype, label);
     wait_for_parts(pg, pg->comm);
-    pg->collectives->all_gather(pg, shards, bufs, n, label);
-    end(pg, 1, n, done);
+    pg->collectives->all_gather(pg, shards, bufs, n, dtype, label);
+    end(pg, 1, n, dtype, done);
 }

@@ -22,27 +22,27 @@
  * rank order on its communication stream (the world's ranks, when another
  * process holds some). */
 static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
-                                     size_t n, float scale, const char *label) {
+                                     size_t n, float scale, Precision dtype, const char *label) {
     size_t shard = pg_shard_size(n, pg->world_size);
     int multiprocess = pg->world_size > pg->nranks;
-    if (multiprocess) exchange_start(pg, send, n, 0, label);
+    if (multiprocess) exchange_start(pg, send, n, 0, dtype, label);
     for (int r = 0; r < pg->nranks; r++) {
         int g = pg_global_rank(pg, r);
         float *parts[STREAM_SUM_MAX];
         for (int q = 0; q < pg->world_size; q++)
             parts[q] = exchange_is_local(pg, q) ? send[q - pg->first_rank] + (size_t)g * shard
                      : exchange_received(pg, q, exchange_stride(pg, shard, 0), (size_t)r * shard);
-        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg->world_size, g), scale);
+        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg->world_size, g), scale, dtype);
     }
     if (multiprocess) exchange_end(pg);
 }
 
 /* Rank r's part of an all-gather: every rank's shard copied into its recv. */
 static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
-                                 const char *label) {
+                                 Precision dtype, const char *label) {
     size_t shard = pg_shard_size(n, pg->world_size);
     int multiprocess = pg->world_size > pg->nranks;
-    if (multiprocess) exchange_start(pg, send, n, 1, label);
+    if (multiprocess) exchange_start(pg, send, n, 1, dtype, label);
     for (int r = 0; r < pg->nranks; r++)
         for (int q = 0; q < pg->world_size; q++) {
             float *dst = recv[r] + (size_t)q * shard;
@@ -115,13 +115,13 @@ void pg_set_link(ProcessGroup *pg, LinkModel link) {
     pg->link = link;
 }
 
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n) {
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype) {
     if (link.gbps <= 0 || nranks == 1) return 0.0;
-    double N = nranks, bytes = (double)n * sizeof(float);
+    double N = nranks, bytes = (double)n * (dtype == PRECISION_BF16 ? sizeof(bf16) : sizeof(float));
     double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
     return (N - 1) * link.latency_us * 1e-6 + volume / (link.gbps * 1e9);
 }
 
-double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n) {
-    return ring_seconds(pg->link, pg->world_size, all_reduce, n);
+double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n, Precision dtype) {
+    return ring_seconds(pg->link, pg->world_size, all_reduce, n, dtype);
 }

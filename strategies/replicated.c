@@ -78,7 +78,7 @@ static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     Bucket *b = &d->bucket[name.index];
     float *grads[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
-    pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks,
+    pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks, ranks->base.cfg.reduce_precision,
                   ranks->base.cfg.overlap.enabled ? b->done : NULL);
 }
 
@@ -90,7 +90,8 @@ static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
         grads[r] = ranks->model[r]->grads;
         parts[r] = grads[r] + (size_t)ranks_global(ranks, r) * d->part;
     }
-    pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, 1.0f / (float)ranks->nranks, REDUCE_WRITE, NULL);
+    pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, 1.0f / (float)ranks->nranks,
+                      ranks->base.cfg.reduce_precision, REDUCE_WRITE, NULL);
 }
 
 /* no_sync until the last micro-step */

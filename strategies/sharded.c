@@ -160,8 +160,8 @@ static void reduce_scatter_unit(Ranks *ranks, CollectiveName name) {
     float *shards[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
     ReduceInto into = ranks->micro > 0 ? REDUCE_ADD : REDUCE_WRITE;
-    pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, 1.0f / (float)ranks->nranks, into,
-                      done_events(d, slot));
+    pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, 1.0f / (float)ranks->nranks,
+                      ranks->base.cfg.reduce_precision, into, done_events(d, slot));
 }
 
 static void rendezvous(RankRef *ref, const char *meet, int unit, void (*collective)(Ranks *, CollectiveName)) {

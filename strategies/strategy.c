@@ -7,10 +7,15 @@
 #include "../model/models.h"
 #include "strategy.h"
 
-/* A collective of n floats on cfg's modeled link: an all-reduce, or a
+/* A collective of n fp32 numbers on cfg's modeled link: an all-reduce, or a
  * reduce-scatter or all-gather. */
 static double ring(const StrategyConfig *cfg, int all_reduce, size_t n) {
-    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n);
+    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n, PRECISION_FP32);
+}
+
+/* A reduction of n gradients there, in cfg's reduce precision. */
+static double reduction(const StrategyConfig *cfg, int all_reduce, size_t n) {
+    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n, cfg->reduce_precision);
 }
 
 static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
@@ -26,14 +31,14 @@ static double ddp_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     (void)clips;  /* every rank holds the whole gradient: its norm needs no collective */
-    return ring(cfg, 1, layout.total);
+    return reduction(cfg, 1, layout.total);
 }
 
 /* ZeRO-1: the gradient reduce-scattered, the updated weights all-gathered. */
 static double zero1_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
-    return norm_gather(cfg, clips) + 2 * ring(cfg, 0, layout.total);
+    return norm_gather(cfg, clips) + reduction(cfg, 0, layout.total) + ring(cfg, 0, layout.total);
 }
 
 /* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the step. */
@@ -41,7 +46,8 @@ static double zero2_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     double seconds = norm_gather(cfg, clips);
-    for (int u = 0; u < layout.nunits; u++) seconds += 2 * ring(cfg, 0, layout.units[u].size);
+    for (int u = 0; u < layout.nunits; u++)
+        seconds += reduction(cfg, 0, layout.units[u].size) + ring(cfg, 0, layout.units[u].size);
     return seconds;
 }
 
@@ -54,7 +60,7 @@ static double zero3_link(const StrategyConfig *cfg, int clips) {
     double seconds = norm_gather(cfg, clips);
     for (int u = 0; u < layout.nunits; u++) {
         int gathers = u == 0 || u == layout.nunits - 1 ? 1 : 2;
-        seconds += (1 + gathers) * ring(cfg, 0, layout.units[u].size);
+        seconds += reduction(cfg, 0, layout.units[u].size) + gathers * ring(cfg, 0, layout.units[u].size);
     }
     return seconds;
 }

@@ -68,6 +68,10 @@ typedef struct {
     uint32_t seed;
     float beta1, beta2, eps, weight_decay;
     Precision precision;    /* the compute's (--dtype): fp32, or bf16 as torch.autocast (model/gpt.h) */
+    /* The gradients' reductions (--reduce-dtype, FSDP's reduce_dtype): fp32,
+     * or bf16, summed in bf16 in rank order at half the bytes
+     * (runtime/process_group.h), the mean gradient bf16 values in fp32. */
+    Precision reduce_precision;
     OverlapPolicy overlap;
     UnitsPolicy units;
     LinkModel link;         /* a modeled link for simulated ranks (runtime/process_group.h) */
@@ -158,8 +162,9 @@ struct StrategyKind {
      * on, one with it off. */
     int unit_buffers;
     /* The seconds one step's collectives hold cfg's modeled link (cfg->link;
-     * ring_seconds' costs over cfg's units, padded for N
-     * ranks), with clipping's gather of the norms' partials where `clips`:
+     * ring_seconds' costs over cfg's units, padded for N ranks, the gradients'
+     * reductions in cfg's reduce precision, the rest in fp32), with clipping's
+     * gather of the norms' partials where `clips`:
      * what bench_overlap holds the measured time to, and what bin/train
      * refuses past a minute. */
     double (*link_seconds)(const StrategyConfig *cfg, int clips);

@@ -25,8 +25,11 @@ void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
  * same float additions gives other bits (the pinned-order tests). */
 void fill_wide(float *x, size_t n, unsigned seed);
 /* The pinned reduction, written out: a float sum of host[0][i], host[1][i],
- * ..., host[N-1][i] in that order, then the scale. */
+ * ..., host[N-1][i] in that order, then the scale; in a precision: fp32 as
+ * ordered_sum, or bf16, where every input, partial sum and the scaled sum is
+ * rounded to bf16 (a reduction in bf16, --reduce-dtype). */
 float ordered_sum(float *const *host, int N, size_t i, float scale);
+float ordered_sum_in(Precision dtype, float *const *host, int N, size_t i, float scale);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);

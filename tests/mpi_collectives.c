@@ -9,7 +9,8 @@
  * every g, so each checks its own ranks' results against the host's float sum
  * over ranks 0..W-1 in order (ordered_sum), byte for byte: all-reduce,
  * reduce-scatter and all-gather, with and without a scale, in place and not,
- * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n).
+ * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n); the
+ * reductions in fp32 and in bf16 (ordered_sum_in, 16 bits on the wire).
  * Exit 0, or 1 after printing the first mismatch (every process ends then).
  */
 #include <stdio.h>
@@ -74,24 +75,24 @@ static size_t valid_length(size_t n, size_t shard, int g) {
 /* got[0, len) against the ordered sums of elements lo.. (want == NULL), or
  * against want's bytes. At the first element that differs: one line, and the
  * end of every process (the others would wait for the next collective). */
-static void expect_bytes(const Setup *s, const char *what, int r, const float *got, const float *want, size_t lo,
-                         size_t len, float scale) {
+static void expect_bytes(const Setup *s, const char *what, Precision dtype, int r, const float *got,
+                         const float *want, size_t lo, size_t len, float scale) {
     for (size_t k = 0; k < len; k++) {
-        float expected = want ? want[k] : ordered_sum(s->host, s->world_size, lo + k, scale);
+        float expected = want ? want[k] : ordered_sum_in(dtype, s->host, s->world_size, lo + k, scale);
         if (memcmp(&got[k], &expected, sizeof expected) == 0) continue;
-        printf("mismatch: %s, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is %.9g, want %.9g\n", what,
-               s->world_size, s->pg->nranks, s->n, (double)scale, pg_global_rank(s->pg, r), lo + k,
-               (double)got[k], (double)expected);
+        printf("mismatch: %s in %s, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is %.9g, want %.9g\n", what,
+               dtype == PRECISION_BF16 ? "bf16" : "fp32", s->world_size, s->pg->nranks, s->n, (double)scale,
+               pg_global_rank(s->pg, r), lo + k, (double)got[k], (double)expected);
         world_abort(1);
     }
 }
 
-static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, unsigned seed) {
+static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, Precision dtype, unsigned seed) {
     Setup s = setup(pg, n, seed);
-    pg_all_reduce(pg, TEST, s.buf, n, scale, NULL);
+    pg_all_reduce(pg, TEST, s.buf, n, scale, dtype, NULL);
     for (int r = 0; r < pg->nranks; r++) {
         float *got = read_back(&s, r, s.buf[r], n);
-        expect_bytes(&s, "all-reduce", r, got, NULL, 0, n, scale);
+        expect_bytes(&s, "all-reduce", dtype, r, got, NULL, 0, n, scale);
         free(got);
     }
     teardown(&s);
@@ -99,7 +100,8 @@ static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, unsigned s
 
 /* Into shard buffers of their own, or in place (rank g's shard of its send;
  * an empty shard points at the buffer's start, never read). */
-static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in_place, unsigned seed) {
+static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, Precision dtype, int in_place,
+                                 unsigned seed) {
     Setup s = setup(pg, n, seed);
     float *recv[MAX_RANKS];
     for (int r = 0; r < pg->nranks; r++) {
@@ -107,12 +109,12 @@ static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, int in
         recv[r] = !in_place ? device_alloc(pg->device[r], MEM_WORKING, s.shard * sizeof(float))
                             : s.buf[r] + (lo < n ? lo : 0);
     }
-    pg_reduce_scatter(pg, TEST, s.buf, recv, n, scale, REDUCE_WRITE, NULL);
+    pg_reduce_scatter(pg, TEST, s.buf, recv, n, scale, dtype, REDUCE_WRITE, NULL);
     for (int r = 0; r < pg->nranks; r++) {
         int g = pg_global_rank(pg, r);
         size_t len = valid_length(n, s.shard, g);
         float *got = read_back(&s, r, recv[r], len);
-        expect_bytes(&s, in_place ? "reduce-scatter in place" : "reduce-scatter", r, got, NULL,
+        expect_bytes(&s, in_place ? "reduce-scatter in place" : "reduce-scatter", dtype, r, got, NULL,
                      (size_t)g * s.shard, len, scale);
         free(got);
         if (!in_place) device_free(pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(float));
@@ -136,7 +138,7 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned 
         float *got = read_back(&s, r, recv[r], n);
         for (int q = 0; q < s.world_size; q++) {
             size_t at = (size_t)q * s.shard;
-            expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", r, got + at,
+            expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", PRECISION_FP32, r, got + at,
                          s.host[q] + (in_place ? at : 0), at, valid_length(n, s.shard, q), 1.0f);
         }
         free(got);
@@ -155,9 +157,10 @@ static void check_world(int local_ranks) {
         for (int k = 0; k < 2; k++) {
             size_t n = LENGTHS[li];
             unsigned seed = (unsigned)(world_size * 31 + li * 3 + k);
-            check_all_reduce(pg, n, SCALES[k], seed);
+            for (int p = 0; p < PRECISIONS; p++) check_all_reduce(pg, n, SCALES[k], (Precision)p, seed);
             for (int in_place = 0; in_place <= 1; in_place++) {
-                check_reduce_scatter(pg, n, SCALES[k], in_place, seed + 1);
+                for (int p = 0; p < PRECISIONS; p++)
+                    check_reduce_scatter(pg, n, SCALES[k], (Precision)p, in_place, seed + 1);
                 check_all_gather(pg, n, in_place, seed + 2);
             }
         }

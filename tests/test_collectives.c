@@ -72,7 +72,7 @@ Test(collectives, all_reduce_matches_the_reference) {
             size_t n = LENGTHS[li];
             Setup s = setup(N, n, (unsigned)(N * 10 + li));
             float scale = 1.0f / N;
-            pg_all_reduce(s.pg, TEST, s.buf, n, scale, NULL);
+            pg_all_reduce(s.pg, TEST, s.buf, n, scale, PRECISION_FP32, NULL);
             float *rank0 = read_back(&s, 0, s.buf[0], n);
             for (size_t i = 0; i < n; i++) {
                 double abs_sum, want = reference_sum(&s, i, &abs_sum) * scale;
@@ -99,7 +99,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                 gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
             }
-            pg_reduce_scatter(s.pg, TEST, s.buf, shard, n, 2.0f, REDUCE_WRITE, NULL);
+            pg_reduce_scatter(s.pg, TEST, s.buf, shard, n, 2.0f, PRECISION_FP32, REDUCE_WRITE, NULL);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, shard[r], s.shard);
                 for (size_t k = 0; k < s.shard && r * s.shard + k < n; k++) {
@@ -132,8 +132,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
 Test(collectives, all_reduce_sums_in_rank_order_every_time) {
     /* the same inputs twice give the same bytes: the order of the sum is fixed */
     Setup a = setup(5, 4097, 77), b = setup(5, 4097, 77);
-    pg_all_reduce(a.pg, TEST, a.buf, 4097, 0.2f, NULL);
-    pg_all_reduce(b.pg, TEST, b.buf, 4097, 0.2f, NULL);
+    pg_all_reduce(a.pg, TEST, a.buf, 4097, 0.2f, PRECISION_FP32, NULL);
+    pg_all_reduce(b.pg, TEST, b.buf, 4097, 0.2f, PRECISION_FP32, NULL);
     float *x = read_back(&a, 3, a.buf[3], 4097), *y = read_back(&b, 3, b.buf[3], 4097);
     cr_expect(memcmp(x, y, 4097 * sizeof(float)) == 0);
     free(x);
@@ -193,7 +193,7 @@ Test(pinned_order, all_reduce_is_the_ordered_host_sum) {
             for (int k = 0; k < 2; k++) {
                 size_t n = ODD_LENGTHS[li];
                 Setup s = setup_wide(N, n, (unsigned)(N * 31 + li * 3 + k));
-                pg_all_reduce(s.pg, TEST, s.buf, n, scales[k], NULL);
+                pg_all_reduce(s.pg, TEST, s.buf, n, scales[k], PRECISION_FP32, NULL);
                 for (int r = 0; r < N; r++) {
                     float *got = read_back(&s, r, s.buf[r], n);
                     expect_sum_bytes(got, s.host, N, 0, n, scales[k], "all-reduce");
@@ -219,7 +219,7 @@ Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
                     /* an empty shard of an in-place call points at the buffer's start, never read */
                     for (int r = 0; r < N; r++)
                         if (in_place && (size_t)r * s.shard >= n) recv[r] = s.buf[r];
-                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], REDUCE_WRITE, NULL);
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], PRECISION_FP32, REDUCE_WRITE, NULL);
                     for (int r = 0; r < N; r++) {
                         size_t len = valid_length(n, s.shard, r);
                         float *got = read_back(&s, r, recv[r], len);
@@ -254,7 +254,7 @@ Test(pinned_order, reduce_scatter_adds_the_ordered_host_sum_into_its_output) {
                         stream_copy(s.pg->compute[r], recv[r], before[r], s.shard * sizeof(float));
                         done[r] = event_create(s.pg->device[r]);
                     }
-                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], REDUCE_ADD, with_done ? done : NULL);
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], PRECISION_FP32, REDUCE_ADD, with_done ? done : NULL);
                     for (int r = 0; r < N; r++) {
                         if (with_done) pg_wait_parts(s.pg, r, s.pg->compute[r], done);
                         size_t len = valid_length(n, s.shard, r);
@@ -275,6 +275,63 @@ Test(pinned_order, reduce_scatter_adds_the_ordered_host_sum_into_its_output) {
                     }
                     teardown_setup(&s);
                 }
+}
+
+/* Reductions in bf16 (--reduce-dtype): the all-reduce on every rank, and the
+ * reduce-scatter writing and adding (the add in fp32), are the plain loop's
+ * bf16 sum, byte for byte, every result a bf16 value; on one rank too, where
+ * an fp32 reduction would be skipped. The inputs tell a bf16 sum from an fp32
+ * sum rounded once. */
+Test(pinned_order, reductions_in_bf16_are_the_ordered_bf16_sum) {
+    const float scales[] = { 1.0f, 0.37f };
+    int partials_matter = 0;
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int k = 0; k < 2; k++) {
+                size_t n = ODD_LENGTHS[li];
+                unsigned seed = (unsigned)(N * 47 + li * 3 + k);
+                Setup s = setup_wide(N, n, seed);
+                float *before = malloc(s.shard * sizeof(float)), *added[MAX_RANKS];
+                fill_wide(before, s.shard, seed + 5);
+                for (int r = 0; r < N; r++) {
+                    added[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
+                    stream_copy(s.pg->compute[r], added[r], before, s.shard * sizeof(float));
+                }
+                pg_reduce_scatter(s.pg, TEST, s.buf, added, n, scales[k], PRECISION_BF16, REDUCE_ADD, NULL);
+                for (int r = 0; r < N; r++) {
+                    size_t len = valid_length(n, s.shard, r);
+                    float *got = read_back(&s, r, added[r], len);
+                    for (size_t i = 0; i < len; i++) {
+                        float want = before[i] + ordered_sum_in(PRECISION_BF16, s.host, N, (size_t)r * s.shard + i,
+                                                                scales[k]);
+                        cr_assert(memcmp(&got[i], &want, sizeof want) == 0, "reduce-scatter adding in bf16, N=%d "
+                                  "n=%zu: rank %d's element %zu is %.9g, not %.9g", N, n, r, i, got[i], want);
+                    }
+                    free(got);
+                }
+                Setup a = setup_wide(N, n, seed);
+                pg_all_reduce(a.pg, TEST, a.buf, n, scales[k], PRECISION_BF16, NULL);
+                for (int r = 0; r < N; r++) {
+                    float *got = read_back(&a, r, a.buf[r], n);
+                    for (size_t i = 0; i < n; i++) {
+                        float want = ordered_sum_in(PRECISION_BF16, a.host, N, i, scales[k]);
+                        cr_assert(memcmp(&got[i], &want, sizeof want) == 0 && got[i] == float_from_bf16(
+                                  bf16_from_float(got[i])), "all-reduce in bf16, N=%d n=%zu: rank %d's element %zu is "
+                                  "%.9g, not %.9g", N, n, r, i, got[i], want);
+                        float once = float_from_bf16(bf16_from_float(ordered_sum(a.host, N, i, scales[k])));
+                        partials_matter |= memcmp(&once, &want, sizeof want) != 0;
+                    }
+                    free(got);
+                }
+                teardown_setup(&a);
+                for (int r = 0; r < N; r++) {
+                    stream_synchronize(s.pg->comm[r]);
+                    device_free(s.pg->device[r], MEM_WORKING, added[r], s.shard * sizeof(float));
+                }
+                free(before);
+                teardown_setup(&s);
+            }
+    cr_expect(partials_matter, "no bf16 sum differs from the fp32 sum rounded once: the test could not fail");
 }
 
 /* Every rank's buffer ends up holding every rank's shard, byte for byte: into

@@ -467,9 +467,10 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
 }
 
 /* Reduce-scatter (scaled), all-gather and all-reduce through a process group,
- * each rank's buffer n floats of its own random values (the last shard short
- * where N does not divide n); returns every rank's bytes. */
-static float *collectives_on(ProcessGroup *pg, size_t n) {
+ * the reductions in dtype, each rank's buffer n floats of its own random
+ * values (the last shard short where N does not divide n); returns every
+ * rank's bytes. */
+static float *collectives_on(ProcessGroup *pg, size_t n, Precision dtype) {
     int N = pg->nranks;
     float *host = malloc((size_t)N * n * sizeof(float)), *buf[MAX_RANKS];
     fill_uniform(host, (size_t)N * n, -1, 1, 71);
@@ -480,9 +481,9 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
     size_t shard = pg_shard_size(n, N);
     float *shards[MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
-    pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, REDUCE_WRITE, NULL);
+    pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, dtype, REDUCE_WRITE, NULL);
     pg_all_gather(pg, TEST, shards, buf, n, NULL);
-    pg_all_reduce(pg, TEST, buf, n, 0.7f, NULL);
+    pg_all_reduce(pg, TEST, buf, n, 0.7f, dtype, NULL);
     for (int r = 0; r < N; r++) {
         stream_copy(pg->compute[r], host + (size_t)r * n, buf[r], n * sizeof(float));
         stream_synchronize(pg->compute[r]);
@@ -492,19 +493,41 @@ static float *collectives_on(ProcessGroup *pg, size_t n) {
 }
 
 /* N ranks through NCCL, summing as asked, against N simulated on one GPU, over
- * n floats: the same bytes. */
+ * n floats: the same bytes; and with the reductions in bf16, which take the
+ * ordered path whatever the sums. */
 static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
     ProcessGroup *nccl = pg_create_nccl(N), *sim = pg_create_simulator(N, DEVICE_CUDA, 0);
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
     pg_set_sums(nccl, sums);
-    float *a = collectives_on(nccl, n), *b = collectives_on(sim, n);
-    cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d, %s sums, n=%zu: NCCL and the simulator differ",
-              N, sums == SUMS_ORDERED ? "ordered" : "NCCL's own", n);
-    free(a);
-    free(b);
+    for (int p = 0; p < PRECISIONS; p++) {
+        float *a = collectives_on(nccl, n, (Precision)p), *b = collectives_on(sim, n, (Precision)p);
+        cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d, %s sums, n=%zu, reduced in %s: NCCL and "
+                  "the simulator differ", N, sums == SUMS_ORDERED ? "ordered" : "NCCL's own", n, p ? "bf16" : "fp32");
+        free(a);
+        free(b);
+    }
     pg_destroy(nccl);
     pg_destroy(sim);
+}
+
+/* The GPU simulator's reductions against the CPU simulator's, in fp32 and in
+ * bf16 (stream_sum's two kernels): the same bytes. */
+Test(gpu, the_gpus_reductions_are_the_cpus_in_either_precision) {
+    need_gpu();
+    for (int N = 1; N <= 5; N += 2)
+        for (int p = 0; p < PRECISIONS; p++) {
+            ProcessGroup *gpu = pg_create_simulator(N, DEVICE_CUDA, 0), *cpu = pg_create_simulator(N, DEVICE_CPU, 0);
+            cr_assert_not_null(gpu);
+            cr_assert_not_null(cpu);
+            float *a = collectives_on(gpu, 4097, (Precision)p), *b = collectives_on(cpu, 4097, (Precision)p);
+            cr_expect(memcmp(a, b, (size_t)N * 4097 * sizeof(float)) == 0, "N=%d, reduced in %s: the GPU's bytes "
+                      "differ from the CPU's", N, p ? "bf16" : "fp32");
+            free(a);
+            free(b);
+            pg_destroy(gpu);
+            pg_destroy(cpu);
+        }
 }
 
 /* Training through NCCL on N GPUs, summing as asked, against the simulator on
@@ -668,11 +691,11 @@ static void hold_an_all_reduce_past_the_timeout(int child) {
     world_set_timeout(1.0);
     size_t n = 4096;
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
-    pg_all_reduce(pg, TEST, &buf, n, 0.5f, NULL);
+    pg_all_reduce(pg, TEST, &buf, n, 0.5f, PRECISION_FP32, NULL);
     stream_synchronize(pg->compute[0]);
     stream_timer_start(pg->comm[0]);
     stream_hold(pg->comm[0], 4.0);
-    pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, NULL);
+    pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, PRECISION_FP32, NULL);
     stream_synchronize(pg->compute[0]);
     _exit(0);
 }
@@ -731,7 +754,7 @@ static void rank_of_two_processes(int child) {
     fill_uniform(other, n, -1, 1, 71 + (unsigned)(1 - child));
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
     stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
-    pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, REDUCE_WRITE, NULL);
+    pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, PRECISION_FP32, REDUCE_WRITE, NULL);
     pg_all_gather(pg, TEST, &own, &buf, n, NULL);
     stream_copy(pg->compute[0], got, buf, n * sizeof(float));
     stream_synchronize(pg->compute[0]);

@@ -164,6 +164,14 @@ Test(multiprocess, two_processes_of_two_ranks_give_the_bits_of_four_ranks_in_bf1
                                         .flags = "--dtype=bf16 --bias=1 --grad-accum=2 --grad-clip=0.01 --dropout=0.1" });
 }
 
+/* The gradients reduced in bf16: 16 bits a number between the processes, the
+ * shards uneven and padded, with two micro-steps (the reduce-scatter's add)
+ * and clipping. */
+Test(multiprocess, three_processes_give_the_bits_of_three_ranks_reduced_in_bf16) {
+    expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
+                                        .flags = "--reduce-dtype=bf16 --grad-accum=2 --grad-clip=0.01" });
+}
+
 /* An odd width puts tensors at odd offsets, so a process's part of a tensor
  * may start at an odd element: each process's own init must still take the
  * Box-Muller pair that element belongs to. */

@@ -157,6 +157,38 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
         for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((Precision)p, counts[i], 0.1f), PRECISION_NAMES[p]);
 }
 
+/* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
+ * DDP's bits, in either compute precision, with overlap off and on (DDP's
+ * buckets the same bits as its one arena), and on one rank, where the
+ * reduction only rounds; and not the bits of a reduction in fp32, so the
+ * precision reaches the sums. */
+Test(strategies, every_stage_is_bit_identical_to_ddp_with_gradients_reduced_in_bf16, .timeout = 300) {
+    int counts[4] = { 1, 2, 3, 5 };
+    for (int p = 0; p < PRECISIONS; p++)
+        for (int i = 0; i < 4; i++) {
+            size_t n;
+            StrategyConfig sc = gpt_in((Precision)p, counts[i], 0.1f);
+            float *fp32 = train(0, sc, 0.0f, &n);
+            sc.reduce_precision = PRECISION_BF16;
+            float *ddp = train(0, sc, 0.0f, &n);
+            cr_expect(memcmp(fp32, ddp, n * sizeof(float)) != 0, "%s, N=%d: DDP's weights are fp32's with the "
+                      "gradients reduced in bf16", PRECISION_NAMES[p], sc.nranks);
+            for (int overlap = 0; overlap <= 1; overlap++) {
+                sc.overlap.enabled = overlap;
+                sc.overlap.bucket_bytes = 8 << 10;
+                if (overlap) {
+                    float *buckets = train(0, sc, 0.0f, &n);
+                    cr_expect(memcmp(ddp, buckets, n * sizeof(float)) == 0, "%s, N=%d, reduced in bf16: DDP's "
+                              "buckets differ from its one all-reduce", PRECISION_NAMES[p], sc.nranks);
+                    free(buckets);
+                }
+                expect_stages_match_ddp(sc, p ? "bf16 GPT reduced in bf16" : "fp32 GPT reduced in bf16");
+            }
+            free(fp32);
+            free(ddp);
+        }
+}
+
 /* The stress run: 64 ranks (MAX_RANKS), 128 stream workers and the
  * baton among 64 threads, overlap on with small buckets and the prefetch. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_at_64_ranks_with_overlap, .timeout = 300) {

@@ -61,7 +61,7 @@ Commands:
       dtype = 'bfloat16' runs them, the weights and AdamW in fp32.
 
   bf16 --floats F.bin --out O.bin
-      PyTorch's own rounding, the reference for kernels/bf16.h: each float32 of
+      PyTorch's own rounding, the reference for runtime/bf16.h: each float32 of
       F rounded by .to(torch.bfloat16), its 16 bits written little-endian.
 
   bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]

@@ -144,6 +144,7 @@ STEPS=(
     "gpu-nccl-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_nccl/*"
     "gpu-process-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_processes/*"
     "char-zero3-4sim|45|\$BIN/train $CHAR --zero=3 --gpus=4 --batch=16 --iters=40"
+    "char-zero3-4sim-bf16|45|\$BIN/train $CHAR --zero=3 --gpus=4 --batch=16 --iters=40 --dtype=bf16 --reduce-dtype=bf16"
     "zero-memory-cuda|30|\$BIN/zero_memory --device=cuda"
     "torch-compiled|100|python3 tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes compiled"
     "compute-sanitizer|75|compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 $SMALL --iters=2 --dropout=0.1"

@@ -35,7 +35,8 @@ int options_preset(TrainOptions *o, const char *name) {
         .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
-        .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .max_live_units = DEFAULT_LIVE_UNITS,
+        .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .reduce_dtype = "fp32",
+        .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
         .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.1f, .beta2 = 0.99f, .grad_clip = 1.0f, .pad_vocab = 1,
         .gelu = "erf",
@@ -87,6 +88,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as nanoGPT's "
           "torch.autocast(bfloat16) computes (the weights, gradients and AdamW stay fp32)" },
+        { "reduce-dtype", FLAG_TEXT, o->reduce_dtype, sizeof o->reduce_dtype, "fp32, or bf16: the gradients' "
+          "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
         { "unit", FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
@@ -228,6 +231,13 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
 }
 
 /* "GBPS" or "GBPS,LATENCY_US", positive and finite, into link. */
+/* "fp32" or "bf16" (--dtype, --reduce-dtype); -1 for another name. */
+static int precision_parse(const char *name) {
+    if (strcmp(name, "fp32") == 0) return PRECISION_FP32;
+    if (strcmp(name, "bf16") == 0) return PRECISION_BF16;
+    return -1;
+}
+
 static int link_parse(const char *text, LinkModel *link) {
     char *end;
     link->gbps = strtod(text, &end);
@@ -288,8 +298,10 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
-    else if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
+    else if (precision_parse(o->dtype) < 0)
         snprintf(bad, sizeof bad, "--dtype=%s must be fp32 or bf16", o->dtype);
+    else if (precision_parse(o->reduce_dtype) < 0)
+        snprintf(bad, sizeof bad, "--reduce-dtype=%s must be fp32 or bf16", o->reduce_dtype);
     else if (unit_policy_parse(o->unit) < 0)
         snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
     else if (o->max_live_units < 1)  /* 0 is the config's default, not the flag's; the top, strategy_config_error's */
@@ -495,9 +507,8 @@ Placement options_placement(const TrainOptions *o) {
     return PLACE_AUTO;
 }
 
-Precision options_precision(const TrainOptions *o) {
-    return strcmp(o->dtype, "bf16") == 0 ? PRECISION_BF16 : PRECISION_FP32;
-}
+Precision options_precision(const TrainOptions *o) { return (Precision)precision_parse(o->dtype); }
+Precision options_reduce_precision(const TrainOptions *o) { return (Precision)precision_parse(o->reduce_dtype); }
 
 SumOrder options_sums(const TrainOptions *o) {
     return strcmp(o->collectives, "nccl") == 0 ? SUMS_NCCL : SUMS_ORDERED;

@@ -28,6 +28,7 @@ typedef struct {
     char collectives[8];             /* ordered or nccl: how ranks on GPUs sum */
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
     char dtype[8];                   /* fp32, or bf16: mixed precision's compute, as torch.autocast */
+    char reduce_dtype[8];            /* fp32, or bf16: the gradients' reductions, as FSDP's reduce_dtype */
     int overlap;                     /* 1: collectives under the backward */
     float bucket_mb;                 /* DDP's bucket size */
     char unit[8];                    /* block, half or tensor: how the blocks are cut into units */
@@ -81,8 +82,9 @@ OverlapPolicy options_overlap(const TrainOptions *o);
 UnitsPolicy options_units(const TrainOptions *o);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
-/* The compute's precision --dtype asks. */
+/* The compute's precision --dtype asks; the reductions' --reduce-dtype asks. */
 Precision options_precision(const TrainOptions *o);
+Precision options_reduce_precision(const TrainOptions *o);
 /* How --collectives asks NCCL's ranks to sum. */
 SumOrder options_sums(const TrainOptions *o);
 /* Join the processes of --nodes through --rendezvous (nothing for one): 0, or

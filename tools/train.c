@@ -311,8 +311,8 @@ static int open_run(Run *run, int *alone) {
         .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
-        .precision = options_precision(o), .overlap = options_overlap(o), .units = options_units(o),
-        .link = options_link(o),
+        .precision = options_precision(o), .reduce_precision = options_reduce_precision(o),
+        .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
         .diagnostics.fault = o->fault, .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
     StrategyConfig *sc = &run->sc;
@@ -449,10 +449,11 @@ static int print_header(const Run *run, const char *blas) {
            o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "", o->gelu,
            layout.numel / 1e6);
     printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s\n", s->kind->name, o->iters, o->batch,
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, o->iters, o->batch,
            sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
            o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : "",
-           sc->precision == PRECISION_BF16 ? "bf16 compute as torch.autocast (fp32 weights, gradients, AdamW)" : "fp32");
+           sc->precision == PRECISION_BF16 ? "bf16 compute as torch.autocast (fp32 weights, gradients, AdamW)" : "fp32",
+           sc->reduce_precision == PRECISION_BF16 ? ", gradients reduced in bf16" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,

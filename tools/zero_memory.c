@@ -65,7 +65,7 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
 static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int batch, Placement where) {
     return (StrategyConfig){ .model = model, .nranks = N, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
                              .eps = 1e-8f, .weight_decay = o->weight_decay, .precision = options_precision(o),
-                             .overlap = options_overlap(o),
+                             .reduce_precision = options_reduce_precision(o), .overlap = options_overlap(o),
                              .units = options_units(o), .device = where, .batch = batch, .dropout = o->dropout };
 }
 

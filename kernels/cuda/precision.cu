@@ -1,10 +1,10 @@
-/* precision.cu: fp32 rounded to bf16's values on the GPU (kernels/bf16.h rounds
+/* precision.cu: fp32 rounded to bf16's values on the GPU (runtime/bf16.h rounds
  * each value, as the CPU's kernel does, so both write the same bits). */
 #include "cuda_kernels.cuh"
 
 __global__ static void round_to_bf16_kernel(float *out, const float *in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = float_from_bf16(bf16_from_float(in[i]));
+    if (i < n) out[i] = bf16_rounded(in[i]);
 }
 
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n) {

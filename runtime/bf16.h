@@ -1,4 +1,5 @@
-/* bf16.h: bfloat16, one value's rounding, for the CPU's kernels and the GPU's alike.
+/* bf16.h: bfloat16, one value's rounding, for the CPU's kernels and the GPU's
+ * alike, and for the process group's reductions in bf16 (--reduce-dtype).
  *
  * A bf16 is the top 16 bits of an fp32: the same sign and 8-bit exponent, 7 bits
  * of mantissa. Widening is exact (the low 16 bits zero). Narrowing rounds to
@@ -23,9 +24,10 @@
 
 typedef uint16_t bf16;
 
-/* How numbers are held: fp32, or bf16 (--dtype): mixed precision's compute,
- * as torch.autocast(bfloat16) runs it (model/gpt.h), and the state the ZeRO
- * paper counts in 16 bits (its fp16). */
+/* How numbers are held: fp32, or bf16: mixed precision's compute (--dtype),
+ * as torch.autocast(bfloat16) runs it (model/gpt.h); the gradients'
+ * reductions (--reduce-dtype, runtime/process_group.h); and the state the
+ * ZeRO paper counts in 16 bits (its fp16). */
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISIONS } Precision;
 
 enum { BF16_QUIET_NAN = 0x7FC0 };
@@ -44,5 +46,8 @@ BF16_FN float float_from_bf16(bf16 h) {
     memcpy(&x, &bits, sizeof x);
     return x;
 }
+
+/* x rounded to the nearest bf16, as an fp32. */
+BF16_FN float bf16_rounded(float x) { return float_from_bf16(bf16_from_float(x)); }
 
 #endif
