@@ -22,6 +22,12 @@
  * Writes the table as Markdown on stdout and as CSV to --log (if given), and
  * with --trace=PATH a Chrome trace of one more step of every variant, untimed
  * (processes "ZeRO-3 N=4 overlap on rank 2", ...).
+ *
+ * With --link-inter (and --link, --shard-ranks=S, --gpus=N): the two-tier
+ * table instead, N ranks as nodes of S on a link of two tiers, ZeRO-3 fully
+ * sharded (its rings span the nodes) against hybrid sharding in groups of S
+ * (one a node), the same three variants: what each moves between the nodes a
+ * step (the model's bytes), its comm against the model, and what overlap hid.
  */
 #include <math.h>
 #include <stdio.h>
@@ -50,11 +56,23 @@ static Spread spread(double *ms, int n) {
     return (Spread){ median(ms, n), quantile(ms, n, 0.25), quantile(ms, n, 0.75) };
 }
 
+/* How the ranks shard and the link's tiers: hybrid sharding's groups (0: full
+ * sharding), and a second tier between nodes of node_ranks (inter.gbps 0: none). */
+typedef struct {
+    int shard_ranks, node_ranks;
+    LinkModel inter;
+} Tiers;
+
+static const Tiers ONE_TIER = { 0, 0, { 0, 0 } };
+
 static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset *data, int overlap, int sync,
-                      LinkModel link, Trace *trace, const char *trace_label) {
+                      LinkModel link, Tiers tiers, Trace *trace, const char *trace_label) {
     StrategyConfig sc = bench_config(o, data, nranks);
     sc.overlap.enabled = overlap;
     sc.link = link;
+    sc.shard_ranks = tiers.shard_ranks;
+    sc.node_ranks = tiers.node_ranks;
+    sc.link_inter = link.gbps > 0 ? tiers.inter : (LinkModel){ 0 };
     sc.diagnostics.trace = trace;
     sc.diagnostics.trace_label = trace_label;
     Strategy *s = strategy_create(zero, &sc);
@@ -67,7 +85,7 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
  * machine's drift touches all three alike. With a trace, one more step of
  * each, recorded, not timed. */
 static Times time_variants(const StrategyKind *kind, int nranks, const TrainOptions *o, const Dataset *data, LinkModel link,
-                           Trace *trace) {
+                           Tiers tiers, Trace *trace) {
     enum { WARMUP = 2 };
     static const char *variant[VARIANTS] = { [FREE] = "free link", [OFF] = "overlap off", [ON] = "overlap on" };
     int n = o->iters;
@@ -75,7 +93,8 @@ static Times time_variants(const StrategyKind *kind, int nranks, const TrainOpti
     for (int v = 0; v < VARIANTS; v++) {
         char label[64];
         snprintf(label, sizeof label, "%s N=%d %s", kind->name, nranks, variant[v]);
-        s[v] = make(kind->stage, nranks, o, data, v != OFF, 1, v != FREE ? link : (LinkModel){ 0 }, trace, label);
+        s[v] = make(kind->stage, nranks, o, data, v != OFF, 1, v != FREE ? link : (LinkModel){ 0 }, tiers, trace,
+                    label);
     }
     double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
     for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
@@ -109,7 +128,7 @@ static Times time_variants(const StrategyKind *kind, int nranks, const TrainOpti
  * same from the medians. */
 static double backward_ms(int nranks, const TrainOptions *o, const Dataset *data, double *median_ms) {
     enum { REPS = 9 };
-    Strategy *s = make(0, nranks, o, data, 0, 0, (LinkModel){ 0 }, NULL, NULL);
+    Strategy *s = make(0, nranks, o, data, 0, 0, (LinkModel){ 0 }, ONE_TIER, NULL, NULL);
     int rows = s->cfg.batch * nranks, T = s->cfg.model.block_size;
     int *x = host_calloc(rows * T, sizeof(int)), *y = host_calloc(rows * T, sizeof(int));
     bench_batch(data, 0, rows, T, x, y);
@@ -144,12 +163,64 @@ static void hidden_text(char *out, size_t len, int nranks, const Times *t, int o
     snprintf(out, len, "%.0f%%%s", hidden, noise ? " (noise)" : "");
 }
 
+/* The two-tier table (--link-inter): --zero's stage on --gpus=N ranks as
+ * nodes of --shard-ranks=S, fully sharded (its rings span the nodes) and in
+ * groups of S (one a node), the main table's variants for each. */
+static int two_tiers(const TrainOptions *o, const Dataset *data, const char *blas) {
+    LinkModel intra = options_link(o), inter = options_link_inter(o);
+    int N = o->gpus, S = o->shard_ranks;
+    const StrategyKind *kind = strategy_kind(o->zero);
+    if (intra.gbps <= 0 || !kind->shards_adam || S < 1 || S >= N) {
+        fprintf(stderr, "bench_overlap: --link-inter compares a ZeRO stage fully sharded and in groups: it needs "
+                        "--link, --zero=1, 2 or 3, --gpus=N and --shard-ranks=S (S dividing N, fewer)\n");
+        return 2;
+    }
+    printf("blas: %s\n", blas);
+    printf("link: two tiers, modeled: %.3g GB/s and %g us a hop inside each node of %d ranks, %.3g GB/s and %g us "
+           "between the %d nodes\n", intra.gbps, intra.latency_us, S, inter.gbps, inter.latency_us, N / S);
+    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; gradients reduced in "
+           "%s; median of %d steps per variant\n\n", o->preset, o->layers, o->embd, o->block, o->batch, kind->name, N,
+           o->reduce_dtype, o->iters);
+    printf("| sharding | between nodes MB/step (model) | ms/step off (quartiles) | ms/step on (quartiles) | free link ms "
+           "| comm ms (quartiles) | model ms | comm vs model | exposed ms | hidden |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int hybrid = 0; hybrid <= 1; hybrid++) {
+        Tiers tiers = { hybrid ? S : 0, S, inter };
+        Times t = time_variants(kind, N, o, data, intra, tiers, NULL);
+        StrategyConfig linked = bench_config(o, data, N);
+        linked.link = intra;
+        linked.link_inter = inter;
+        linked.shard_ranks = tiers.shard_ranks;
+        linked.node_ranks = S;
+        LinkCost model = kind->link_cost(&linked, o->grad_clip > 0);
+        double apart = t.comm.median / (1e3 * model.seconds) - 1.0;
+        char hidden[32], name[48];
+        hidden_text(hidden, sizeof hidden, N, &t, 1);
+        snprintf(name, sizeof name, hybrid ? "hybrid, groups of %d" : "full, over all %d", hybrid ? S : N);
+        printf("| %s | %.2f | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.1f | %.1f (%.1f-%.1f) | %.1f | %+.0f%%%s | %.1f | "
+               "%s |\n", name, model.inter_bytes / 1e6, t.step[OFF].median, t.step[OFF].lo, t.step[OFF].hi,
+               t.step[ON].median, t.step[ON].lo, t.step[ON].hi, t.step[FREE].median, t.comm.median, t.comm.lo,
+               t.comm.hi, 1e3 * model.seconds, 100.0 * apart, fabs(apart) > 0.15 ? " *" : "", t.exposed.median, hidden);
+        fflush(stdout);
+    }
+    printf("\nbetween nodes = the bytes the step's collectives move over the slower tier, every rank's, by the link\n"
+           "model (runtime/link_model.h): a ring that spans the nodes crosses between them once a node; hybrid\n"
+           "sharding's chain carries each group's partial sums to the next group and the totals back. The other\n"
+           "columns as in the one-tier table; * comm more than 15%% from the model.\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *blas = blas_ensure_core(argv);
     TrainOptions o;
     Dataset data;
     int rc = bench_open("bench_overlap", 12, argc, argv, &o, &data);  /* --iters: timed steps per variant */
     if (rc >= 0) return rc;
+    if (o.link_inter[0]) {
+        rc = two_tiers(&o, &data, blas);
+        dataset_free(&data);
+        return rc;
+    }
     FILE *csv = NULL;
     if (o.log[0] && !(csv = fopen(o.log, "w"))) {
         fprintf(stderr, "bench_overlap: cannot write --log file '%s'\n", o.log);
@@ -178,7 +249,7 @@ int main(int argc, char **argv) {
                  "(the fastest of 9; from the medians %.1f ms)", backward_s * 1e3, median_ms);
         chosen = why;
     }
-    Strategy *probe = make(0, 4, &o, &data, 0, 1, (LinkModel){ 0 }, NULL, NULL);
+    Strategy *probe = make(0, 4, &o, &data, 0, 1, (LinkModel){ 0 }, ONE_TIER, NULL, NULL);
     printf("device: %s; simulated ranks share it: their compute shares it, only the link is modeled\n",
            probe->placement);
     probe->ops->destroy(probe);
@@ -198,10 +269,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) {
             const StrategyKind *kind = &STRATEGIES[k];
             int N = ranks[i];
-            Times t = time_variants(kind, N, &o, &data, link, trace);
+            Times t = time_variants(kind, N, &o, &data, link, ONE_TIER, trace);
             StrategyConfig linked = bench_config(&o, &data, N);
             linked.link = link;
-            double predicted = 1e3 * kind->link_seconds(&linked, o.grad_clip > 0);
+            double predicted = 1e3 * kind->link_cost(&linked, o.grad_clip > 0).seconds;
             char versus[16] = "-";
             double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;
             if (predicted > 0)

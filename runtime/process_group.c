@@ -88,12 +88,24 @@ void pg_destroy(ProcessGroup *pg) {
     free(pg);
 }
 
-size_t pg_shard_size(size_t n, int nranks) { return (n + (size_t)nranks - 1) / (size_t)nranks; }
+size_t pg_shard_size(size_t n, int nshards) { return (n + (size_t)nshards - 1) / (size_t)nshards; }
 
-size_t pg_shard_length(size_t n, int nranks, int rank) {
-    size_t shard = pg_shard_size(n, nranks), lo = (size_t)rank * shard;
+size_t pg_shard_length(size_t n, int nshards, int s) {
+    size_t shard = pg_shard_size(n, nshards), lo = (size_t)s * shard;
     return lo >= n ? 0 : (n - lo < shard ? n - lo : shard);
 }
+
+void pg_set_shard_ranks(ProcessGroup *pg, int shard_ranks) {
+    if (shard_ranks < 0 || (shard_ranks > 0 && pg->world_size % shard_ranks != 0)) {
+        fprintf(stderr, "fatal: %d shard ranks in a world of %d\n", shard_ranks, pg->world_size);
+        abort();
+    }
+    pg->shard_ranks = shard_ranks == pg->world_size ? 0 : shard_ranks;
+}
+
+int pg_shards(const ProcessGroup *pg) { return pg->shard_ranks ? pg->shard_ranks : pg->world_size; }
+int pg_shard_of(const ProcessGroup *pg, int g) { return g % pg_shards(pg); }
+int pg_group_first(const ProcessGroup *pg, int g) { return g - pg_shard_of(pg, g); }
 
 void pg_set_sums(ProcessGroup *pg, SumOrder sums) {
     pg->sums = sums;

@@ -32,10 +32,15 @@
  * shard over the world's ranks in order 0..N-1 in the simulator's kernel: the
  * bits of one process of N simulated ranks, for any split.
  *
- * Shards: a buffer of n floats splits into N shards of ceil(n / N) floats; rank
- * r owns [r * shard, min(n, (r + 1) * shard)), so the last shards may be short
- * or empty when N does not divide n. Shard buffers are always `shard` long;
- * their tail past the valid part is neither read nor written.
+ * Shards: a buffer of n floats splits into S shards of ceil(n / S) floats,
+ * S = N (full sharding) unless pg_set_shard_ranks says fewer; global rank g
+ * owns shard s = g % S, [s * shard, min(n, (s + 1) * shard)), so the last
+ * shards may be short or empty when S does not divide n. Shard buffers are
+ * always `shard` long; their tail past the valid part is neither read nor
+ * written. With S < N (hybrid sharding) the N / S groups of S consecutive
+ * ranks each hold every shard: a reduce-scatter still sums all N ranks in
+ * order 0..N-1 into each of a shard's replicas (DDP's bits), and an
+ * all-gather gathers each rank's own group.
  */
 #ifndef ZF_PROCESS_GROUP_H
 #define ZF_PROCESS_GROUP_H
@@ -43,6 +48,7 @@
 #include <stddef.h>
 
 #include "device.h"
+#include "link_model.h"
 #include "rank_threads.h"
 #include "trace.h"
 
@@ -88,10 +94,6 @@ void collective_name_text(CollectiveName name, char *text, size_t len);
  * micro-steps). */
 typedef enum { REDUCE_WRITE, REDUCE_ADD } ReduceInto;
 
-/* A link between ranks as a ring uses it: its bandwidth in GB/s and each
- * hop's latency (--link; pg_set_link). gbps = 0: no modeled link. */
-typedef struct { double gbps, latency_us; } LinkModel;
-
 struct ProcessGroup {
     const Collectives *collectives;
     char description[256];              /* where the ranks run, in words */
@@ -99,7 +101,8 @@ struct ProcessGroup {
     void *nccl;                         /* NCCL's state: communicators, staging, watchdog (process_group_nccl.c) */
     SumOrder sums;                      /* how NCCL sums (pg_set_sums) */
     int nranks;                         /* this process's ranks, L */
-    int world_size;                     /* every process's, N = P x L: shards and sums are over them */
+    int world_size;                     /* every process's, N = P x L: sums are over them */
+    int shard_ranks;                    /* S, the shards of a buffer (pg_set_shard_ranks); 0: N */
     int first_rank;                     /* the global rank of local rank 0 */
     Device *device[MAX_RANKS];   /* each rank's device handle */
     Stream *compute[MAX_RANKS];
@@ -107,6 +110,8 @@ struct ProcessGroup {
     Event *produced[MAX_RANKS];  /* compute work a collective waits for */
     Event *part_done[MAX_RANKS]; /* each rank's part of the last phase */
     LinkModel link;                     /* the modeled link (gbps 0: none); see pg_set_link */
+    LinkModel link_inter;               /* its tier between nodes (gbps 0: one tier) */
+    int node_ranks;                     /* the ranks of a node on a two-tier link */
     Trace *trace;                       /* where the ranks' streams are traced, or NULL; see pg_trace */
     /* The exchange between processes (world_size > nranks): the host's staging
      * buffers of the shards sent and received, each proc x L x L shards; the
@@ -157,27 +162,33 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
-size_t pg_shard_size(size_t n, int nranks);
-/* The valid length of rank r's shard of n floats over N ranks (short or empty
- * at the end when N does not divide n). */
-size_t pg_shard_length(size_t n, int nranks, int rank);
+size_t pg_shard_size(size_t n, int nshards);
+/* The valid length of shard s of n floats in nshards (short or empty at the
+ * end when nshards does not divide n). */
+size_t pg_shard_length(size_t n, int nshards, int s);
+/* Hybrid sharding (--shard-ranks): buffers split into S shards over groups of
+ * S consecutive ranks, S dividing N (N, or 0, is full sharding). */
+void pg_set_shard_ranks(ProcessGroup *pg, int shard_ranks);
+/* S; the shard global rank g holds, g % S; and the first rank of g's group. */
+int pg_shards(const ProcessGroup *pg);
+int pg_shard_of(const ProcessGroup *pg, int g);
+int pg_group_first(const ProcessGroup *pg, int g);
 
 /* A modeled link for simulated ranks (--link): each collective then holds every
- * rank's communication stream, with no processor busy, as long as a ring would
- * take on such a link: all-reduce (N-1) latency + 2 (N-1)/N bytes / bandwidth,
- * reduce-scatter and all-gather (N-1) latency + (N-1)/N bytes / bandwidth,
- * the bytes 4 a number, or 2 for a reduction in bf16. The data moves as
- * before; only time is added. gbps = 0 turns it off. */
+ * rank's communication stream, with no processor busy, as long as the link
+ * model (runtime/link_model.h) says such a collective takes on it: a ring's
+ * time, the bytes 4 a number, or 2 for a reduction in bf16. The data moves as
+ * before; only time is added. gbps = 0 turns it off. pg_set_link_inter gives
+ * it a second tier (--link-inter), between nodes of node_ranks ranks. */
 void pg_set_link(ProcessGroup *pg, LinkModel link);
+void pg_set_link_inter(ProcessGroup *pg, LinkModel inter, int node_ranks);
 /* How NCCL's ranks sum from now on (SUMS_ORDERED, the zero value, by
  * default); a simulated group always sums in rank order. */
 void pg_set_sums(ProcessGroup *pg, SumOrder sums);
-/* The seconds a ring over such a link takes for a collective of n numbers of
- * that precision (an all-reduce, or a reduce-scatter or all-gather) among N
- * ranks. */
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype);
-/* The seconds the group's modeled link gives a collective (0 without one). */
-double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n, Precision dtype);
+/* The group's ranks and modeled link, as the link model takes them; and what
+ * a collective of n numbers costs on it (0 seconds without a link). */
+LinkShape pg_link_shape(const ProcessGroup *pg);
+LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype);
 
 /* Trace every rank's streams: process "LABEL rank r" (or "rank r" for an empty
  * label; r the global rank), threads "compute" and "comm". Each collective is then one span on

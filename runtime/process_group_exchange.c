@@ -49,7 +49,7 @@ size_t exchange_stride(const ProcessGroup *pg, size_t shard, int gather) {
  * Grown only between collectives (the first step), never under one. */
 static void reserve_stage(ProcessGroup *pg, size_t n) {
     int P = pg->world_size / pg->nranks;
-    size_t shard = pg_shard_size(n, pg->world_size), need = (size_t)P * pg->nranks * exchange_stride(pg, shard, 0);
+    size_t shard = pg_shard_size(n, pg_shards(pg)), need = (size_t)P * pg->nranks * exchange_stride(pg, shard, 0);
     if (need <= pg->stage_floats) return;
     for (int r = 0; r < pg->nranks; r++) stream_synchronize(pg->comm[r]);
     free_stage(pg);
@@ -87,15 +87,27 @@ static void widen_bf16(float *block, size_t count) {
     }
 }
 
-/* To process p: its ranks' shards of our rank q's buffer, or our rank q's own
- * shard, as the stride of index q at out (floats, or bf16 in bytes). */
+/* len floats of src from `from`, clipped to n, at element `at` of out (floats,
+ * or bf16 in bytes). */
+static void pack_in(const Exchange *x, void *out, size_t at, const float *src, size_t from, size_t len, size_t n) {
+    if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + at * sizeof(bf16), src, from, len, n);
+    else pack((float *)out + at, src, from, len, n);
+}
+
+/* To process p, as the stride of index q at out: the shard each of its ranks
+ * holds (pg_shard_of) of our rank q's buffer, or our rank q's own shard. */
 static void pack_stride(const Exchange *x, void *out, int p, int q, size_t stride) {
     const ProcessGroup *pg = x->pg;
-    size_t from = x->gather ? 0 : (size_t)p * pg->nranks * x->shard;
-    size_t n = x->gather ? pg_shard_length(x->n, pg->world_size, pg->first_rank + q) : x->n;
-    if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + (size_t)q * stride * sizeof(bf16), x->send[q],
-                                              from, stride, n);
-    else pack((float *)out + (size_t)q * stride, x->send[q], from, stride, n);
+    int S = pg_shards(pg);
+    if (x->gather) {
+        size_t valid = pg_shard_length(x->n, S, pg_shard_of(pg, pg->first_rank + q));
+        pack_in(x, out, (size_t)q * stride, x->send[q], 0, stride, valid);
+        return;
+    }
+    for (int j = 0; j < pg->nranks; j++) {
+        size_t from = (size_t)pg_shard_of(pg, p * pg->nranks + j) * x->shard;
+        pack_in(x, out, (size_t)q * stride + (size_t)j * x->shard, x->send[q], from, x->shard, x->n);
+    }
 }
 
 static void exchange_task(void *arg) {
@@ -124,7 +136,7 @@ static void exchange_task(void *arg) {
 void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label) {
     reserve_stage(pg, n);
     Exchange *x = host_calloc(1, sizeof *x);
-    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg->world_size), .gather = gather, .dtype = dtype };
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = gather, .dtype = dtype };
     for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
     snprintf(x->what, sizeof x->what, "%s", label);
     for (int r = 0; r < pg->nranks; r++) stream_wait_event(pg->comm[0], pg->stage_free[r]);

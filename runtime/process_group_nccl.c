@@ -144,7 +144,11 @@ static void group_start(void) { nccl_check(gpu_nccl()->group_start(), "ncclGroup
 static void group_end(void) { nccl_check(gpu_nccl()->group_end(), "ncclGroupEnd", __FILE__, __LINE__); }
 
 /* Whether NCCL's own collectives can take n floats: exactly n / N a rank. */
-static int divides(const ProcessGroup *pg, size_t n) { return n % (size_t)pg->world_size == 0; }
+/* NCCL's own collectives shard over every rank, in lengths that divide by N:
+ * full sharding only (a hybrid one takes the exchanges below). */
+static int divides(const ProcessGroup *pg, size_t n) {
+    return pg_shards(pg) == pg->world_size && n % (size_t)pg->world_size == 0;
+}
 
 /* Room for N shards of `shard` floats in every local rank's staging. Growing
  * waits for every collective under way (they read the old staging); the
@@ -171,28 +175,30 @@ static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Str
     if (count) nccl_check(gpu_nccl()->recv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
 }
 
-/* The all-to-all of the shards, then each rank's ordered sum of its shard. */
+/* The all-to-all of the shards (each peer the shard it holds), then each
+ * rank's ordered sum of its shard. */
 static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
                                    float scale, Precision dtype) {
     NcclState *st = state_of(pg);
-    int N = pg->world_size;
-    size_t shard = pg_shard_size(n, N);
+    int N = pg->world_size, S = pg_shards(pg);
+    size_t shard = pg_shard_size(n, S);
     reserve_stage(pg, shard);
     group_start();
     for (int r = 0; r < pg->nranks; r++) {
         int g = pg_global_rank(pg, r);
         for (int q = 0; q < N; q++) {
             if (q == g) continue;
-            send_floats(send[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
-            recv_floats(st->stage[r] + (size_t)q * shard, pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
+            int theirs = pg_shard_of(pg, q), mine = pg_shard_of(pg, g);
+            send_floats(send[r] + (size_t)theirs * shard, pg_shard_length(n, S, theirs), q, st->comm[r], pg->comm[r]);
+            recv_floats(st->stage[r] + (size_t)q * shard, pg_shard_length(n, S, mine), q, st->comm[r], pg->comm[r]);
         }
     }
     group_end();
     for (int r = 0; r < pg->nranks; r++) {
-        int g = pg_global_rank(pg, r);
-        size_t len = pg_shard_length(n, N, g);
+        int g = pg_global_rank(pg, r), mine = pg_shard_of(pg, g);
+        size_t len = pg_shard_length(n, S, mine);
         float *parts[STREAM_SUM_MAX];
-        for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)g * shard : st->stage[r] + (size_t)q * shard;
+        for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)mine * shard : st->stage[r] + (size_t)q * shard;
         if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale, dtype);
     }
 }
@@ -218,25 +224,26 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
     watch(pg, label);
 }
 
-/* Each rank's shard to every peer, and every peer's into its recv. */
+/* Each rank's shard to every peer of its group, and every peer's into its recv. */
 static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
     NcclState *st = state_of(pg);
-    int N = pg->world_size;
-    size_t shard = pg_shard_size(n, N);
+    int S = pg_shards(pg);
+    size_t shard = pg_shard_size(n, S);
     group_start();
     for (int r = 0; r < pg->nranks; r++) {
-        int g = pg_global_rank(pg, r);
-        for (int q = 0; q < N; q++) {
+        int g = pg_global_rank(pg, r), first = pg_group_first(pg, g);
+        for (int s = 0; s < S; s++) {
+            int q = first + s;
             if (q == g) continue;
-            send_floats(send[r], pg_shard_length(n, N, g), q, st->comm[r], pg->comm[r]);
-            recv_floats(recv[r] + (size_t)q * shard, pg_shard_length(n, N, q), q, st->comm[r], pg->comm[r]);
+            send_floats(send[r], pg_shard_length(n, S, pg_shard_of(pg, g)), q, st->comm[r], pg->comm[r]);
+            recv_floats(recv[r] + (size_t)s * shard, pg_shard_length(n, S, s), q, st->comm[r], pg->comm[r]);
         }
     }
     group_end();
     for (int r = 0; r < pg->nranks; r++) {
-        int g = pg_global_rank(pg, r);
-        float *own = recv[r] + (size_t)g * shard;
-        size_t len = pg_shard_length(n, N, g);
+        int mine = pg_shard_of(pg, pg_global_rank(pg, r));
+        float *own = recv[r] + (size_t)mine * shard;
+        size_t len = pg_shard_length(n, S, mine);
         if (own != send[r] && len) stream_copy(pg->comm[r], own, send[r], len * sizeof(float));
     }
 }

@@ -53,8 +53,8 @@ static void begin(ProcessGroup *pg, const char *collective, CollectiveName name,
 /* The collective's end: the modeled link's time is up (the data moved
  * meanwhile), its span ends, then the compute streams wait for it, or done[r]
  * marks it. */
-static void end(ProcessGroup *pg, int all_reduce, size_t n, Precision dtype, Event *const *done) {
-    double seconds = pg_link_seconds(pg, all_reduce, n, dtype);
+static void end(ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype, Event *const *done) {
+    double seconds = pg_link_cost(pg, what, n, dtype).seconds;
     for (int r = 0; r < pg->nranks; r++) {
         stream_hold(pg->comm[r], seconds);
         trace_end(pg->comm[r]);
@@ -86,9 +86,9 @@ static void skip(ProcessGroup *pg, Event *const *done) {
 /* Each local rank's own shard of its buffer of n floats, in place (an empty
  * shard is never touched). */
 static void own_shards(const ProcessGroup *pg, float *const *bufs, size_t n, float **shards) {
-    size_t shard = pg_shard_size(n, pg->world_size);
+    size_t shard = pg_shard_size(n, pg_shards(pg));
     for (int r = 0; r < pg->nranks; r++) {
-        size_t at = (size_t)pg_global_rank(pg, r) * shard;
+        size_t at = (size_t)pg_shard_of(pg, pg_global_rank(pg, r)) * shard;
         shards[r] = at < n ? bufs[r] + at : bufs[r];
     }
 }
@@ -97,8 +97,8 @@ static void own_shards(const ProcessGroup *pg, float *const *bufs, size_t n, flo
 static void add_into(ProcessGroup *pg, Stream **streams, float *const *recv, float *const *reduced, size_t n) {
     for (int r = 0; r < pg->nranks; r++) {
         float *terms[2] = { recv[r], reduced[r] };
-        stream_sum(streams[r], recv[r], terms, 2, pg_shard_length(n, pg->world_size, pg_global_rank(pg, r)), 1.0f,
-                   PRECISION_FP32);
+        size_t len = pg_shard_length(n, pg_shards(pg), pg_shard_of(pg, pg_global_rank(pg, r)));
+        stream_sum(streams[r], recv[r], terms, 2, len, 1.0f, PRECISION_FP32);
     }
 }
 
@@ -129,7 +129,7 @@ void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send
     begin(pg, "reduce-scatter", name, label, sizeof label);
     pg->collectives->reduce_scatter(pg, send, reduced, n, scale, dtype, label);
     if (into == REDUCE_ADD) add_into(pg, pg->comm, recv, reduced, n);
-    end(pg, 0, n, dtype, done);
+    end(pg, LINK_REDUCE_SCATTER, n, dtype, done);
 }
 
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
@@ -141,7 +141,7 @@ void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, fl
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-gather", name, label, sizeof label);
     pg->collectives->all_gather(pg, send, recv, n, PRECISION_FP32, label);
-    end(pg, 0, n, PRECISION_FP32, done);
+    end(pg, LINK_ALL_GATHER, n, PRECISION_FP32, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
@@ -157,5 +157,5 @@ void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, si
     pg->collectives->reduce_scatter(pg, bufs, shards, n, scale, dtype, label);
     wait_for_parts(pg, pg->comm);
     pg->collectives->all_gather(pg, shards, bufs, n, dtype, label);
-    end(pg, 1, n, dtype, done);
+    end(pg, LINK_ALL_REDUCE, n, dtype, done);
 }

@@ -18,38 +18,60 @@
 #include "process_group_exchange.h"
 #include "world.h"
 
+/* The first local rank that holds rank r's shard: r itself under full
+ * sharding; under hybrid sharding, the replica that sums it for the others. */
+static int shard_lead(const ProcessGroup *pg, int r) {
+    int s = pg_shard_of(pg, pg_global_rank(pg, r)), lead = 0;
+    while (pg_shard_of(pg, pg_global_rank(pg, lead)) != s) lead++;
+    return lead;
+}
+
 /* Rank r's part of a reduce-scatter: its shard of every rank's send, summed in
  * rank order on its communication stream (the world's ranks, when another
- * process holds some). */
+ * process holds some). A shard's replicas (hybrid sharding) read what each
+ * other's in-place result overwrites, so the lead replica sums and the others
+ * copy its result once it is made: the same bits. */
 static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
                                      size_t n, float scale, Precision dtype, const char *label) {
-    size_t shard = pg_shard_size(n, pg->world_size);
+    size_t shard = pg_shard_size(n, pg_shards(pg));
     int multiprocess = pg->world_size > pg->nranks;
     if (multiprocess) exchange_start(pg, send, n, 0, dtype, label);
     for (int r = 0; r < pg->nranks; r++) {
-        int g = pg_global_rank(pg, r);
+        if (shard_lead(pg, r) != r) continue;
+        int s = pg_shard_of(pg, pg_global_rank(pg, r));
         float *parts[STREAM_SUM_MAX];
         for (int q = 0; q < pg->world_size; q++)
-            parts[q] = exchange_is_local(pg, q) ? send[q - pg->first_rank] + (size_t)g * shard
+            parts[q] = exchange_is_local(pg, q) ? send[q - pg->first_rank] + (size_t)s * shard
                      : exchange_received(pg, q, exchange_stride(pg, shard, 0), (size_t)r * shard);
-        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg->world_size, g), scale, dtype);
+        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg_shards(pg), s), scale, dtype);
+        event_record(pg->part_done[r], pg->comm[r]);
+    }
+    for (int r = 0; r < pg->nranks; r++) {
+        int lead = shard_lead(pg, r);
+        if (lead == r) continue;
+        stream_wait_event(pg->comm[r], pg->part_done[lead]);
+        size_t len = pg_shard_length(n, pg_shards(pg), pg_shard_of(pg, pg_global_rank(pg, r)));
+        stream_copy(pg->comm[r], recv[r], recv[lead], len * sizeof(float));
     }
     if (multiprocess) exchange_end(pg);
 }
 
-/* Rank r's part of an all-gather: every rank's shard copied into its recv. */
+/* Rank r's part of an all-gather: the shard of every rank of its group
+ * copied into its recv. Past one process only where a group spans them. */
 static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
                                  Precision dtype, const char *label) {
-    size_t shard = pg_shard_size(n, pg->world_size);
-    int multiprocess = pg->world_size > pg->nranks;
-    if (multiprocess) exchange_start(pg, send, n, 1, dtype, label);
+    int S = pg_shards(pg);
+    size_t shard = pg_shard_size(n, S);
+    int exchanged = pg->world_size > pg->nranks && pg->nranks % S != 0;
+    if (exchanged) exchange_start(pg, send, n, 1, dtype, label);
     for (int r = 0; r < pg->nranks; r++)
-        for (int q = 0; q < pg->world_size; q++) {
-            float *dst = recv[r] + (size_t)q * shard;
+        for (int s = 0; s < S; s++) {
+            int q = pg_group_first(pg, pg_global_rank(pg, r)) + s;
+            float *dst = recv[r] + (size_t)s * shard;
             const float *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received(pg, q, shard, 0);
-            if (dst != src) stream_copy(pg->comm[r], dst, src, pg_shard_length(n, pg->world_size, q) * sizeof(float));
+            if (dst != src) stream_copy(pg->comm[r], dst, src, pg_shard_length(n, S, s) * sizeof(float));
         }
-    if (multiprocess) exchange_end(pg);
+    if (exchanged) exchange_end(pg);
 }
 
 static const Collectives simulator_collectives = {
@@ -115,13 +137,16 @@ void pg_set_link(ProcessGroup *pg, LinkModel link) {
     pg->link = link;
 }
 
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype) {
-    if (link.gbps <= 0 || nranks == 1) return 0.0;
-    double N = nranks, bytes = (double)n * (dtype == PRECISION_BF16 ? sizeof(bf16) : sizeof(float));
-    double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
-    return (N - 1) * link.latency_us * 1e-6 + volume / (link.gbps * 1e9);
+void pg_set_link_inter(ProcessGroup *pg, LinkModel inter, int node_ranks) {
+    pg->link_inter = inter;
+    pg->node_ranks = node_ranks;
 }
 
-double pg_link_seconds(const ProcessGroup *pg, int all_reduce, size_t n, Precision dtype) {
-    return ring_seconds(pg->link, pg->world_size, all_reduce, n, dtype);
+LinkShape pg_link_shape(const ProcessGroup *pg) {
+    return (LinkShape){ pg->link, pg->link_inter, pg->world_size, pg_shards(pg), pg->node_ranks };
+}
+
+LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype) {
+    LinkShape shape = pg_link_shape(pg);
+    return link_cost(&shape, what, n, dtype);
 }

@@ -54,6 +54,7 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ranks->base.kind = kind;
     ranks->base.cfg = *cfg;
     ranks->nranks = cfg->nranks;
+    ranks->shards = strategy_shard_ranks(cfg);
     ranks->pg = pg_create(cfg->nranks, cfg->device, cfg->own_cores);
     ranks->threads = ranks->pg ? rank_threads_create(ranks->pg->nranks) : NULL;
     if (!ranks->pg || !ranks->threads) {
@@ -65,7 +66,9 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ranks->first = ranks->pg->first_rank;
     rank_threads_name_ranks_from(ranks->threads, ranks->first);
     pg_set_link(ranks->pg, cfg->link);
+    pg_set_link_inter(ranks->pg, cfg->link_inter, strategy_link_shape(cfg).node_ranks);
     pg_set_sums(ranks->pg, cfg->sums);
+    pg_set_shard_ranks(ranks->pg, ranks->shards);
     if (cfg->diagnostics.trace)
         pg_trace(ranks->pg, cfg->diagnostics.trace, cfg->diagnostics.trace_label ? cfg->diagnostics.trace_label : "");
     ranks->base.sync_grads = 1;
@@ -74,8 +77,8 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ranks->base.simulated = ranks->pg->simulated;
     for (int r = 0; r < ranks->local; r++) device_set_limit(ranks->pg->device[r], cfg->max_memory_bytes);
     set_owner(ranks, "the activations do not fit: fewer rows (--batch) or a smaller model");
-    ArenaLayout layout;  /* padded to the world's ranks; every rank's model takes a copy */
-    model_layout_units(&cfg->model, cfg->units.cut, ranks->nranks, &layout);
+    ArenaLayout layout;  /* padded to the shards; every rank's model takes a copy */
+    model_layout_units(&cfg->model, cfg->units.cut, ranks->shards, &layout);
     for (int r = 0; r < ranks->local; r++) {
         Model *m = model_create(&cfg->model, &layout, strategy_compute(cfg), ranks->pg->device[r],
                                 ranks->pg->compute[r], cfg->batch, cfg->model.block_size);
@@ -109,14 +112,15 @@ void ranks_release(Ranks *ranks) {
 }
 
 int ranks_global(const Ranks *ranks, int rank) { return ranks->first + rank; }
+int ranks_shard_of(const Ranks *ranks, int rank) { return pg_shard_of(ranks->pg, ranks_global(ranks, rank)); }
 
 size_t ranks_shard_offset(const Ranks *ranks, int unit, int rank) {
     const UnitSpec *u = &ranks->layout->units[unit];
-    return u->offset + (size_t)ranks_global(ranks, rank) * (u->size / (size_t)ranks->nranks);
+    return u->offset + (size_t)ranks_shard_of(ranks, rank) * (u->size / (size_t)ranks->shards);
 }
 
 size_t ranks_shard_arena_offset(const Ranks *ranks, int unit) {
-    return ranks->layout->units[unit].offset / (size_t)ranks->nranks;
+    return ranks->layout->units[unit].offset / (size_t)ranks->shards;
 }
 
 /* A rank that --inject-fault stops at `where` of the step in flight (at the
@@ -228,23 +232,25 @@ int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t ste
 void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
 
 /* Clip by the global norm: each rank sums the squares of its gradient part;
- * with one part per rank, the partials are all-gathered and summed in order. */
+ * with one part per rank of a group (its shard), the group's partials are
+ * all-gathered and summed in order. */
 void ranks_clip_grads(Strategy *s, float max_norm) {
     Ranks *ranks = (Ranks *)s;
     if (max_norm <= 0.0f) return;
     int sharded = ranks->grad_parts_sharded;
     float *own_part[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
-        own_part[r] = ranks->norm_parts[r] + (sharded ? ranks_global(ranks, r) : 0);
+        own_part[r] = ranks->norm_parts[r] + (sharded ? ranks_shard_of(ranks, r) : 0);
         sumsq_reduce(ranks->pg->compute[r], own_part[r], ranks->grad_part[r], ranks->grad_part_len,
                      ranks->model[r]->sumsq_scratch);
     }
     if (sharded) {
-        pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->nranks, NULL);
+        pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->shards,
+                      NULL);
     }
     for (int r = 0; r < ranks->local; r++)
         clip_scale(ranks->pg->compute[r], ranks->grad_part[r], ranks->grad_part_len, ranks->norm_parts[r],
-                   sharded ? ranks->nranks : 1, max_norm);
+                   sharded ? ranks->shards : 1, max_norm);
 }
 
 /* Mean over the world's ranks, in rank order, of each rank's mean loss. */
@@ -310,7 +316,7 @@ int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling h
 
 /* Floats in a rank's buffer of a state held as `how`. */
 static size_t held_length(const Ranks *ranks, Holding how) {
-    return how == HELD_FULL ? ranks->layout->total : ranks->layout->total / (size_t)ranks->nranks;
+    return how == HELD_FULL ? ranks->layout->total : ranks->layout->total / (size_t)ranks->shards;
 }
 
 /* The part of tensor t that global rank g holds as `how`: the padded arena's
@@ -320,14 +326,15 @@ static size_t held_length(const Ranks *ranks, Holding how) {
 static size_t held_part(const Ranks *ranks, Holding how, int g, int t, size_t *from, size_t *at) {
     const TensorSpec *ts = &ranks->layout->tensors[t];
     size_t start = 0, end = ranks->layout->total, base = 0;  /* the holding, and where it starts in the buffer */
+    size_t s = (size_t)pg_shard_of(ranks->pg, g), S = (size_t)ranks->shards;
     if (how == HELD_PARTS) {
-        start = (size_t)g * held_length(ranks, how);
+        start = s * held_length(ranks, how);
         end = start + held_length(ranks, how);
     } else if (how == HELD_UNIT_SHARDS) {
         const UnitSpec *u = &ranks->layout->units[ts->unit];
-        start = u->offset + (size_t)g * (u->size / (size_t)ranks->nranks);
-        end = start + u->size / (size_t)ranks->nranks;
-        base = u->offset / (size_t)ranks->nranks;
+        start = u->offset + s * (u->size / S);
+        end = start + u->size / S;
+        base = u->offset / S;
     }
     size_t lo = ts->offset > start ? ts->offset : start, hi = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
     *from = lo;
@@ -335,11 +342,19 @@ static size_t held_part(const Ranks *ranks, Holding how, int g, int t, size_t *f
     return hi > lo ? hi - lo : 0;
 }
 
-/* The part of tensor t that process p's ranks hold (HELD_PARTS, HELD_UNIT_SHARDS):
- * one range, as their global ranks follow each other; *from the tensor's start when empty. */
-static size_t process_part(const Ranks *ranks, Holding how, int p, int t, size_t *from) {
+/* Whether global rank g's part is one a state's reading takes: under hybrid
+ * sharding each shard is read from the first group alone (every group holds
+ * the same); a write goes to every rank that holds a part. */
+static int read_from(const Ranks *ranks, int g) { return g < ranks->shards; }
+
+/* The part of tensor t that process p's ranks hold (HELD_PARTS, HELD_UNIT_SHARDS),
+ * those of the first group alone when `reading`: one range, as their shards
+ * follow each other (strategy_config_error keeps a group within a process, or
+ * a process within a group); *from the tensor's start when empty. */
+static size_t process_part(const Ranks *ranks, Holding how, int p, int t, int reading, size_t *from) {
     size_t lo = SIZE_MAX, hi = 0;
     for (int g = p * ranks->local; g < (p + 1) * ranks->local; g++) {
+        if (reading && !read_from(ranks, g)) continue;
         size_t f, at, n = held_part(ranks, how, g, t, &f, &at);
         if (n && f < lo) lo = f;
         if (n && f + n > hi) hi = f + n;
@@ -350,8 +365,8 @@ static size_t process_part(const Ranks *ranks, Holding how, int p, int t, size_t
 
 /* What this process's ranks hold of tensor t: all of it (HELD_FULL), else
  * process_part's range. */
-static size_t this_process_part(const Ranks *ranks, Holding how, int t, size_t *from) {
-    if (how != HELD_FULL) return process_part(ranks, how, world()->proc, t, from);
+static size_t this_process_part(const Ranks *ranks, Holding how, int t, int reading, size_t *from) {
+    if (how != HELD_FULL) return process_part(ranks, how, world()->proc, t, reading, from);
     *from = ranks->layout->tensors[t].offset;
     return ranks->layout->tensors[t].numel;
 }
@@ -360,6 +375,7 @@ static size_t this_process_part(const Ranks *ranks, Holding how, int t, size_t *
  * holds the arena's elements from piece_from on. */
 static void copy_part(Ranks *ranks, float *const *bufs, Holding how, int r, int t, float *piece, size_t piece_from,
                       int to_host) {
+    if (to_host && !read_from(ranks, ranks_global(ranks, r))) return;
     size_t from, at, n = held_part(ranks, how, ranks_global(ranks, r), t, &from, &at);
     if (n == 0) return;
     float *host = piece + (from - piece_from), *dev = bufs[r] + at;
@@ -371,11 +387,11 @@ static void synchronize_compute(Ranks *ranks) {
 }
 
 /* Where each process's part of tensor t goes in process 0's host copy of it. */
-static WorldChunk *parts_at_root(const Ranks *ranks, Holding how, int t, float *host) {
+static WorldChunk *parts_at_root(const Ranks *ranks, Holding how, int t, int reading, float *host) {
     if (world()->proc != 0) return NULL;
     WorldChunk *at = host_calloc((size_t)world()->nprocs, sizeof *at);
     for (int p = 0; p < world()->nprocs; p++) {
-        size_t from, n = process_part(ranks, how, p, t, &from);
+        size_t from, n = process_part(ranks, how, p, t, reading, &from);
         at[p] = (WorldChunk){ host + (from - ranks->layout->tensors[t].offset), n * sizeof(float) };
     }
     return at;
@@ -389,11 +405,11 @@ void ranks_tensor_to_host(Ranks *ranks, float *const *bufs, Holding how, int t, 
         synchronize_compute(ranks);
         return;
     }
-    size_t from, n = this_process_part(ranks, how, t, &from);
+    size_t from, n = this_process_part(ranks, how, t, 1, &from);
     float *mine = root ? host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
     for (int r = 0; r < ranks->local; r++) copy_part(ranks, bufs, how, r, t, mine, from, 1);
     synchronize_compute(ranks);
-    WorldChunk *at_root = parts_at_root(ranks, how, t, host);
+    WorldChunk *at_root = parts_at_root(ranks, how, t, 1, host);
     world_gather(mine, n * sizeof(float), at_root, "a tensor of the state");
     free(at_root);
     if (!root) free(mine);
@@ -402,12 +418,12 @@ void ranks_tensor_to_host(Ranks *ranks, float *const *bufs, Holding how, int t, 
 void ranks_tensor_from_host(Ranks *ranks, float *const *bufs, Holding how, int t, const float *host) {
     const TensorSpec *ts = &ranks->layout->tensors[t];
     int root = world()->proc == 0;
-    size_t from, n = this_process_part(ranks, how, t, &from);
+    size_t from, n = this_process_part(ranks, how, t, 0, &from);
     float *mine = root ? (float *)host + (from - ts->offset) : host_calloc(n ? n : 1, sizeof(float));
     if (how == HELD_FULL) {  /* every rank holds it whole */
         world_broadcast(mine, n * sizeof(float), "a tensor of the state");
     } else {
-        WorldChunk *at_root = parts_at_root(ranks, how, t, (float *)host);
+        WorldChunk *at_root = parts_at_root(ranks, how, t, 0, (float *)host);
         world_scatter(at_root, mine, n * sizeof(float), "a tensor of the state");
         free(at_root);
     }
@@ -445,13 +461,13 @@ void ranks_init_weights(Ranks *ranks) {
     Holding how = ranks->weights_held;
     size_t most = 1;
     for (int t = 0; t < ranks->layout->ntensors; t++) {
-        size_t from, n = this_process_part(ranks, how, t, &from);
+        size_t from, n = this_process_part(ranks, how, t, 0, &from);
         if (n > most) most = n;
     }
     float *piece = host_calloc(most, sizeof(float));
     for (int t = 0; t < ranks->layout->ntensors; t++) {
         const TensorSpec *ts = &ranks->layout->tensors[t];
-        size_t from, n = this_process_part(ranks, how, t, &from);
+        size_t from, n = this_process_part(ranks, how, t, 0, &from);
         if (n == 0) continue;
         model_init_tensor_part(&ranks->base.cfg.model, ranks->layout, t, ranks->base.cfg.seed, from - ts->offset, n, piece);
         for (int r = 0; r < ranks->local; r++) copy_part(ranks, ranks->weights, how, r, t, piece, from, 0);

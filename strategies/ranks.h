@@ -16,9 +16,13 @@
  *   grad_part[r]   the part of the mean gradient rank r holds after
  *                  forward_backward, grad_part_len floats: the whole arena
  *                  (DDP), or one part per rank (ZeRO-1/2/3), as clipping sums.
- * Unit u's shard on rank r is the range [offset_u + r * size_u / N, + size_u / N)
- * of the padded arena, at offset_u / N in the shard arena: each unit's size
- * divides by N (runtime/arena.h), and so does every offset.
+ * Unit u's shard on rank r is the range [offset_u + s * size_u / S, + size_u / S)
+ * of the padded arena, at offset_u / S in the shard arena, where S is the
+ * shards (N, or --shard-ranks' fewer: hybrid sharding) and s = r % S the
+ * rank's (runtime/process_group.h): each unit's size divides by S
+ * (runtime/arena.h), and so does every offset. Under hybrid sharding the
+ * ranks of each group of S hold every shard; the first group's are what a
+ * checkpoint reads, and what it writes goes to every group.
  *
  * replicated.c builds DDP and ZeRO-1 on this, sharded.c ZeRO-2 and ZeRO-3.
  */
@@ -45,6 +49,7 @@ typedef struct {
 struct Ranks {
     Strategy base;
     int nranks;                    /* N, the world's ranks */
+    int shards;                    /* S: the shards of a sharded state (N, or --shard-ranks) */
     int local, first;              /* this process's L ranks, the first one's global rank */
     ProcessGroup *pg;
     RankThreads *threads;
@@ -102,8 +107,9 @@ void ranks_events_destroy(Ranks *ranks, Event **events);
 /* Write the initial weights of cfg->seed, each rank its own part (strategies
  * call it once placed). */
 void ranks_init_weights(Ranks *ranks);
-/* The global rank of local rank r. */
+/* The global rank of local rank r; the shard it holds (its global rank % S). */
 int ranks_global(const Ranks *ranks, int rank);
+int ranks_shard_of(const Ranks *ranks, int rank);
 /* Where unit u's shard of local rank r starts, in the padded arena and in a shard arena. */
 size_t ranks_shard_offset(const Ranks *ranks, int unit, int rank);
 size_t ranks_shard_arena_offset(const Ranks *ranks, int unit);

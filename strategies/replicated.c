@@ -37,7 +37,7 @@ typedef struct {
 typedef struct {
     Ranks ranks;
     int shards_adam;               /* the kind's: 0 DDP, 1 ZeRO-1 */
-    size_t total, part;            /* padded arena length; total / N */
+    size_t total, part;            /* padded arena length; total / S (the shards: N, or --shard-ranks) */
     int nbuckets;                  /* DDP */
     Bucket bucket[ARENA_MAX_TENSORS];
     int bucket_ending_at[ARENA_MAX_TENSORS];  /* the bucket a tensor's grad_done finishes, or -1 */
@@ -60,7 +60,7 @@ static void plan_buckets(Replicated *d, const StrategyConfig *cfg) {
 
 /* The part of the arena whose optimizer state local rank r holds. */
 static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) {
-    *lo = d->shards_adam ? (size_t)ranks_global(&d->ranks, rank) * d->part : 0;
+    *lo = d->shards_adam ? (size_t)ranks_shard_of(&d->ranks, rank) * d->part : 0;
     *len = d->shards_adam ? d->part : d->total;
 }
 
@@ -88,7 +88,7 @@ static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
     float *grads[MAX_RANKS], *parts[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         grads[r] = ranks->model[r]->grads;
-        parts[r] = grads[r] + (size_t)ranks_global(ranks, r) * d->part;
+        parts[r] = grads[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
     }
     pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, 1.0f / (float)ranks->nranks,
                       ranks->base.cfg.reduce_precision, REDUCE_WRITE, NULL);
@@ -141,7 +141,7 @@ static void step(Strategy *s) {
         float *params[MAX_RANKS], *parts[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) {
             params[r] = ranks->model[r]->params;
-            parts[r] = params[r] + (size_t)ranks_global(ranks, r) * d->part;
+            parts[r] = params[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
         }
         pg_all_gather(ranks->pg, (CollectiveName){ "weights", -1, -1 }, parts, params, d->total, NULL);
     }
@@ -180,7 +180,7 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
     }
     d->shards_adam = sharded;
     d->total = ranks->layout->total;
-    d->part = d->total / (size_t)ranks->nranks;
+    d->part = d->total / (size_t)ranks->shards;
     for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
         model_own_weights(m);

@@ -73,7 +73,7 @@ typedef struct {
     Ranks ranks;
     WeightPolicy weights;
     int pool;
-    size_t part;                   /* shard arena length: total / N */
+    size_t part;                   /* shard arena length: total / S (the shards: N, or --shard-ranks) */
     float *grad_shard[MAX_RANKS];
     float *weight_shard[MAX_RANKS];  /* WEIGHTS_GATHERED_PER_UNIT */
     UnitBuffer slot[1 + MAX_POOL];   /* [0]: the root unit's; then the other units' */
@@ -259,7 +259,7 @@ static void step(Strategy *s) {
             Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
             float *params = per_unit_gathers(d) ? d->weight_shard[r] + at : m->params + lo;
-            adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->nranks, params,
+            adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->shards, params,
                         d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
         }
         if (!per_unit_gathers(d)) gather_weights(d, u);
@@ -338,7 +338,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     const ArenaLayout *layout = ranks->layout;
     d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
     d->pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
-    d->part = layout->total / (size_t)ranks->nranks;
+    d->part = layout->total / (size_t)ranks->shards;
     size_t unit_size = 0;  /* the largest unit's, but the root's */
     for (int u = 1; u < layout->nunits; u++)
         if (layout->units[u].size > unit_size) unit_size = layout->units[u].size;

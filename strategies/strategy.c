@@ -5,73 +5,86 @@
 #include <string.h>
 
 #include "../model/models.h"
+#include "../runtime/world.h"
 #include "strategy.h"
 
-/* A collective of n fp32 numbers on cfg's modeled link: an all-reduce, or a
- * reduce-scatter or all-gather. */
-static double ring(const StrategyConfig *cfg, int all_reduce, size_t n) {
-    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n, PRECISION_FP32);
+LinkShape strategy_link_shape(const StrategyConfig *cfg) {
+    int S = strategy_shard_ranks(cfg);
+    return (LinkShape){ cfg->link, cfg->link_inter, cfg->nranks, S, cfg->node_ranks > 0 ? cfg->node_ranks : S };
+}
+
+/* A gather of n fp32 numbers on cfg's modeled link (the weights', or the norms'). */
+static LinkCost gather(const StrategyConfig *cfg, size_t n) {
+    LinkShape shape = strategy_link_shape(cfg);
+    return link_cost(&shape, LINK_ALL_GATHER, n, PRECISION_FP32);
 }
 
 /* A reduction of n gradients there, in cfg's reduce precision. */
-static double reduction(const StrategyConfig *cfg, int all_reduce, size_t n) {
-    return ring_seconds(cfg->link, cfg->nranks, all_reduce, n, cfg->reduce_precision);
+static LinkCost reduction(const StrategyConfig *cfg, LinkCollective what, size_t n) {
+    LinkShape shape = strategy_link_shape(cfg);
+    return link_cost(&shape, what, n, cfg->reduce_precision);
 }
 
 static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
-    model_layout_units(&cfg->model, cfg->units.cut, cfg->nranks, layout);
+    model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), layout);
 }
 
-/* Clipping's global norm: the ranks' partials (one float a rank) all-gathered,
+/* Clipping's global norm: the partials (one float a shard) all-gathered,
  * where the gradient is sharded. */
-static double norm_gather(const StrategyConfig *cfg, int clips) { return clips ? ring(cfg, 0, (size_t)cfg->nranks) : 0; }
+static LinkCost norm_gather(const StrategyConfig *cfg, int clips) {
+    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg)) : (LinkCost){ 0.0, 0.0 };
+}
 
 /* DDP: one all-reduce of every gradient (in buckets: the same bytes). */
-static double ddp_link(const StrategyConfig *cfg, int clips) {
+static LinkCost ddp_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     (void)clips;  /* every rank holds the whole gradient: its norm needs no collective */
-    return reduction(cfg, 1, layout.total);
+    return reduction(cfg, LINK_ALL_REDUCE, layout.total);
 }
 
 /* ZeRO-1: the gradient reduce-scattered, the updated weights all-gathered. */
-static double zero1_link(const StrategyConfig *cfg, int clips) {
+static LinkCost zero1_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
-    return norm_gather(cfg, clips) + reduction(cfg, 0, layout.total) + ring(cfg, 0, layout.total);
+    return link_cost_add(norm_gather(cfg, clips), link_cost_add(reduction(cfg, LINK_REDUCE_SCATTER, layout.total),
+                                                                gather(cfg, layout.total)));
 }
 
 /* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the step. */
-static double zero2_link(const StrategyConfig *cfg, int clips) {
+static LinkCost zero2_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
-    double seconds = norm_gather(cfg, clips);
-    for (int u = 0; u < layout.nunits; u++)
-        seconds += reduction(cfg, 0, layout.units[u].size) + ring(cfg, 0, layout.units[u].size);
-    return seconds;
+    LinkCost cost = norm_gather(cfg, clips);
+    for (int u = 0; u < layout.nunits; u++) {
+        cost = link_cost_add(cost, reduction(cfg, LINK_REDUCE_SCATTER, layout.units[u].size));
+        cost = link_cost_add(cost, gather(cfg, layout.units[u].size));
+    }
+    return cost;
 }
 
 /* ZeRO-3: each unit reduce-scattered, gathered for its forward, and gathered
  * again for its backward, but the root (gathered for the whole step) and the
  * last unit (still gathered at the turn). */
-static double zero3_link(const StrategyConfig *cfg, int clips) {
+static LinkCost zero3_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
-    double seconds = norm_gather(cfg, clips);
+    LinkCost cost = norm_gather(cfg, clips);
     for (int u = 0; u < layout.nunits; u++) {
         int gathers = u == 0 || u == layout.nunits - 1 ? 1 : 2;
-        seconds += reduction(cfg, 0, layout.units[u].size) + gathers * ring(cfg, 0, layout.units[u].size);
+        cost = link_cost_add(cost, reduction(cfg, LINK_REDUCE_SCATTER, layout.units[u].size));
+        for (int g = 0; g < gathers; g++) cost = link_cost_add(cost, gather(cfg, layout.units[u].size));
     }
-    return seconds;
+    return cost;
 }
 
 const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
-    { .name = "DDP", .stage = 0, .create = replicated_create, .link_seconds = ddp_link },
-    { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .link_seconds = zero1_link },
+    { .name = "DDP", .stage = 0, .create = replicated_create, .link_cost = ddp_link },
+    { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .link_cost = zero1_link },
     { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1, .unit_buffers = 1,
-      .link_seconds = zero2_link },
+      .link_cost = zero2_link },
     { .name = "ZeRO-3", .stage = 3, .create = sharded_create, .shards_weights = 1, .shards_grads = 1, .shards_adam = 1,
-      .unit_buffers = 2, .link_seconds = zero3_link },
+      .unit_buffers = 2, .link_cost = zero3_link },
 };
 
 /* Bytes per parameter of each precision's number. */
@@ -95,8 +108,8 @@ double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Prec
 void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, DeviceKind device,
                        double bytes[MEM_KINDS]) {
     ArenaLayout layout;
-    model_layout_units(&cfg->model, cfg->units.cut, cfg->nranks, &layout);
-    double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / N;
+    model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), &layout);
+    double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / strategy_shard_ranks(cfg);
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
     bytes[MEM_WEIGHTS] = kind->shards_weights ? part : whole;
     bytes[MEM_GRADS] = kind->shards_grads ? part : whole;
@@ -106,12 +119,54 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
     int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     bytes[MEM_WORKING] = kind->unit_buffers * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
-    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), cfg->nranks, device, cfg->batch,
+    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), strategy_shard_ranks(cfg), device, cfg->batch,
                    cfg->model.block_size, bytes);
 }
 
 ComputePolicy strategy_compute(const StrategyConfig *cfg) {
     return (ComputePolicy){ .recompute = cfg->units.recompute, .precision = cfg->precision };
+}
+
+int strategy_shard_ranks(const StrategyConfig *cfg) {
+    return cfg->shard_ranks > 0 ? cfg->shard_ranks : cfg->nranks;
+}
+
+/* The rules of --shard-ranks (S, of N ranks as P processes of L): 0, or -1
+ * with its line. A group within a process (S dividing L) or whole processes
+ * (L dividing S) keeps each process's shards one range of the arena. */
+static int shard_ranks_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
+    int S = cfg->shard_ranks, N = cfg->nranks, P = world()->nprocs, L = N / P;
+    if (S == 0 || S == N) return 0;
+    if (S < 0 || S > N || N % S != 0)
+        snprintf(err, len, "--shard-ranks=%d must divide the run's %d ranks", S, N);
+    else if (zero == 0)
+        snprintf(err, len, "--shard-ranks=%d shards ZeRO-1, 2 or 3's state over groups of ranks; DDP (--zero=0) "
+                 "shards nothing", S);
+    else if (L % S != 0 && S % L != 0)
+        snprintf(err, len, "--shard-ranks=%d with %d ranks a process: a group must lie within a process or hold "
+                 "whole ones (S dividing %d, or a multiple of it)", S, L, L);
+    else
+        return 0;
+    return -1;
+}
+
+/* The rules of --link-inter: a second tier needs a first, and nodes to lie
+ * between (groups of --shard-ranks, or the config's node_ranks). */
+static int link_inter_error(const StrategyConfig *cfg, char *err, size_t len) {
+    LinkShape shape = strategy_link_shape(cfg);
+    int node = shape.node_ranks;
+    if (cfg->link_inter.gbps <= 0) return 0;
+    if (cfg->link.gbps <= 0)
+        snprintf(err, len, "--link-inter models the link between nodes; it needs --link, the link inside one");
+    else if (node >= cfg->nranks)
+        snprintf(err, len, "--link-inter models the link between groups of --shard-ranks, and all %d ranks are one "
+                 "group: give --shard-ranks fewer", cfg->nranks);
+    else if (node < 1 || cfg->nranks % node != 0 || (shape.shards % node != 0 && node % shape.shards != 0))
+        snprintf(err, len, "nodes of %d ranks do not divide %d ranks into groups of %d", node, cfg->nranks,
+                 shape.shards);
+    else
+        return 0;
+    return -1;
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {
@@ -145,8 +200,8 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
                  unit_policy_name(cfg->units.cut));
     else if (cfg->precision == PRECISION_BF16 && cfg->model.kind != MODEL_GPT)
         snprintf(err, len, "--dtype=bf16 computes as autocast runs the GPT; the gates' MLP is fp32 only");
-    else
-        return 0;
+    else if (shard_ranks_error(zero, cfg, err, len) == 0)
+        return link_inter_error(cfg, err, len);
     return -1;
 }
 

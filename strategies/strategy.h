@@ -56,6 +56,11 @@ typedef struct {
 typedef struct {
     ModelConfig model;      /* a GPT, or the small MLP of the gates */
     int nranks;
+    /* Hybrid sharding (--shard-ranks, FSDP's HYBRID_SHARD): ZeRO-1/2/3 shard
+     * over groups of S consecutive ranks and replicate over the N / S groups,
+     * every sum still over the N ranks in order (runtime/process_group.h); S
+     * divides N; 0 (or N) is full sharding. DDP shards nothing. */
+    int shard_ranks;
     Placement device;       /* where the ranks run (runtime/process_group.h) */
     /* 1: simulated ranks on the CPU each keep to cores of their own, so they
      * progress alike, as devices (pg_create_simulator): bin/train with a
@@ -74,13 +79,21 @@ typedef struct {
     Precision reduce_precision;
     OverlapPolicy overlap;
     UnitsPolicy units;
-    LinkModel link;         /* a modeled link for simulated ranks (runtime/process_group.h) */
+    LinkModel link;         /* a modeled link for simulated ranks (runtime/link_model.h) */
+    /* Its tier between nodes (--link-inter; gbps 0: one tier), nodes of
+     * node_ranks consecutive ranks (0: the shard_ranks groups). */
+    LinkModel link_inter;
+    int node_ranks;
     Diagnostics diagnostics;
 } StrategyConfig;
 
 enum { MAX_LIVE_UNITS = 8, DEFAULT_LIVE_UNITS = 2 };
 /* cfg's max_live_units, its default filled in. */
 int strategy_live_units(const StrategyConfig *cfg);
+/* cfg's shards S: shard_ranks, or N for 0. */
+int strategy_shard_ranks(const StrategyConfig *cfg);
+/* cfg's ranks and modeled link, as the link model takes them. */
+LinkShape strategy_link_shape(const StrategyConfig *cfg);
 /* How each rank's model computes under cfg: its recompute and precision. */
 ComputePolicy strategy_compute(const StrategyConfig *cfg);
 
@@ -161,13 +174,14 @@ struct StrategyKind {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
-    /* The seconds one step's collectives hold cfg's modeled link (cfg->link;
-     * ring_seconds' costs over cfg's units, padded for N ranks, the gradients'
-     * reductions in cfg's reduce precision, the rest in fp32), with clipping's
-     * gather of the norms' partials where `clips`:
-     * what bench_overlap holds the measured time to, and what bin/train
-     * refuses past a minute. */
-    double (*link_seconds)(const StrategyConfig *cfg, int clips);
+    /* What one step's collectives cost on cfg's modeled link
+     * (strategy_link_shape; runtime/link_model.h, over cfg's units padded for
+     * its shards, the gradients' reductions in cfg's reduce precision, the
+     * rest in fp32), with clipping's gather of the norms' partials where
+     * `clips`: the seconds they hold it, what bench_overlap holds the
+     * measured time to and bin/train refuses past a minute; and the bytes
+     * they move between nodes on a two-tier link. */
+    LinkCost (*link_cost)(const StrategyConfig *cfg, int clips);
 };
 enum { STRATEGY_KINDS = 4 };
 /* DDP and ZeRO-1: full replicas, ZeRO-1's Adam state sharded (replicated.c). */
@@ -201,7 +215,9 @@ const StrategyKind *strategy_kind(int stage);
 /* The stages there are, in words for a message: "0, 1, 2 or 3". */
 void strategy_stages_text(char *out, size_t len);
 /* What no strategy can run: no such stage, a max_live_units out of range
- * (0: the default), recompute with units other than whole blocks. 0, or -1
+ * (0: the default), recompute with units other than whole blocks, bf16 on
+ * the MLP, shard_ranks that do not divide N, that DDP is given, or whose
+ * groups neither lie within a process nor hold whole processes. 0, or -1
  * with the one line that says so in err, in the flags' words. */
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len);
 /* The strategy of a --zero stage; NULL with strategy_config_error's line. */

@@ -167,6 +167,37 @@ Test(checkpoint, saved_in_bf16_resumes_in_fp32_and_back_to_the_same_state) {
     check_reshard_in(0, 3, PRECISION_FP32, 2, 2, PRECISION_BF16);
 }
 
+/* Hybrid sharding (--shard-ranks): full DDP's checkpoint resumed as ZeRO-3
+ * over 2 groups of 2, and hybrid ZeRO-3's resumed as full ZeRO-1, 3 + 3
+ * unclipped steps give DDP's 6 uninterrupted, bit for bit: every group loads
+ * the state (a stale replica's forward would move the mean gradient), and
+ * reading takes the first group's shards. */
+Test(checkpoint, hybrid_sharding_resumes_from_full_and_back) {
+    StrategyConfig ddp = small_gpt(data.vocab, GATE_GPT, 4, 2, 0.0f), hybrid = ddp;
+    hybrid.shard_ranks = 2;
+    Strategy *straight = strategy_create(0, &ddp);
+    run(straight, unclipped(0, 6, NULL));
+    State want = state_of(straight);
+    straight->ops->destroy(straight);
+    static const struct { int zero_from, hybrid_from, zero_to, hybrid_to; } moves[] = { { 0, 0, 3, 1 }, { 3, 1, 1, 0 } };
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
+        Strategy *first = strategy_create(moves[i].zero_from, moves[i].hybrid_from ? &hybrid : &ddp);
+        cr_assert_not_null(first);
+        run(first, unclipped(0, 3, dir));
+        first->ops->destroy(first);
+        CheckpointInfo info;
+        Strategy *second = resumed(moves[i].zero_to, moves[i].hybrid_to ? &hybrid : &ddp, path, &info);
+        run(second, unclipped(info.iter, 6, NULL));
+        State got = state_of(second);
+        cr_expect(same_state(want, got), "--zero=%d%s saved, --zero=%d%s resumed: 3 + 3 steps differ from DDP's 6",
+                  moves[i].zero_from, moves[i].hybrid_from ? " --shard-ranks=2" : "", moves[i].zero_to,
+                  moves[i].hybrid_to ? " --shard-ranks=2" : "");
+        state_free(got);
+        second->ops->destroy(second);
+    }
+    state_free(want);
+}
+
 enum { K = 3 };  /* steps before the save, and after it */
 
 /* Tensor `name` of the layout's tensor ts (its shape) holds the same bytes in both files. */

@@ -154,6 +154,16 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--dtype=fp16", "--dtype=fp16 must be fp32 or bf16" },
         { TRAIN, "--dtype=bf15", "--dtype=bf15 must be fp32 or bf16" },
         { TRAIN, "--reduce-dtype=fp16", "--reduce-dtype=fp16 must be fp32 or bf16" },
+        { TRAIN, "--zero=3 --gpus=4 --shard-ranks=3", "--shard-ranks=3 must divide the run's 4 ranks" },
+        { TRAIN, "--zero=3 --gpus=4 --shard-ranks=8", "--shard-ranks=8 must divide the run's 4 ranks" },
+        { TRAIN, "--zero=3 --gpus=4 --shard-ranks=-2", "--shard-ranks=-2 must divide the run's 4 ranks" },
+        { TRAIN, "--gpus=4 --shard-ranks=2", "--shard-ranks=2 shards ZeRO-1, 2 or 3's state over groups of ranks; DDP "
+                                             "(--zero=0) shards nothing" },
+        { TRAIN, "--zero=3 --gpus=4 --link=5 --link-inter=1", "--link-inter models the link between groups of "
+                                                            "--shard-ranks, and all 4 ranks are one group" },
+        { TRAIN, "--zero=3 --gpus=4 --shard-ranks=2 --link-inter=1", "--link-inter models the link between nodes; it "
+                                                                   "needs --link" },
+        { TRAIN, "--link-inter=fast", "--link-inter=fast must be GBPS or GBPS,LATENCY_US" },
         { TRAIN, "--reduce-dtype=", "--reduce-dtype has an empty value" },
         { SAMPLE, "", "--ckpt PATH is required" },
         { SAMPLE, "--bogus", "sample: unknown flag '--bogus'" },
@@ -210,7 +220,8 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
         { "tokenizer", "", "--tokenizer=t.json" },
         { "gpus", "", "--gpus=2" }, { "device", "", "--device=cpu" }, { "collectives", "", "--collectives=nccl" },
         { "tf32", "", "--tf32=1" }, { "dtype", "", "--dtype=bf16" },
-        { "reduce-dtype", "", "--reduce-dtype=bf16" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
+        { "reduce-dtype", "", "--reduce-dtype=bf16" }, { "shard-ranks", "--zero=1 --gpus=2", "--zero=1 --gpus=2 --shard-ranks=1" },
+        { "link-inter", "--zero=1 --gpus=2 --shard-ranks=1 --link=5", "--zero=1 --gpus=2 --shard-ranks=1 --link=5 --link-inter=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
         { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
         { "link", "", "--link=5" }, { "layers", "", "--layers=3" }, { "heads", "", "--heads=2" }, { "embd", "", "--embd=64" },
         { "bias", "", "--bias=1" }, { "gelu", "", "--gelu=tanh" }, { "pad-vocab", "", "--pad-vocab=64" },

@@ -117,6 +117,7 @@ static void expect_same_run(const Run *want, const Run *got, const char *what) {
 typedef struct {
     int procs, local_ranks, ref_ranks;
     const char *flags;
+    int sharded_only;  /* flags only the sharding strategies take (--shard-ranks): DDP is left out */
 } Split;
 
 /* For every strategy, `procs` x `local_ranks` against one process of ref_ranks. */
@@ -124,6 +125,7 @@ static void expect_every_strategy_same(Split split) {
     need_mpi();
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         int zero = STRATEGIES[k].stage;
+        if (split.sharded_only && !STRATEGIES[k].shards_adam) continue;
         char args[1024], what[256];
         snprintf(args, sizeof args, "%s --batch=3 --iters=4 %s --zero=%d --gpus=%d", BASE, split.flags, zero,
                  split.ref_ranks);
@@ -170,6 +172,36 @@ Test(multiprocess, two_processes_of_two_ranks_give_the_bits_of_four_ranks_in_bf1
 Test(multiprocess, three_processes_give_the_bits_of_three_ranks_reduced_in_bf16) {
     expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
                                         .flags = "--reduce-dtype=bf16 --grad-accum=2 --grad-clip=0.01" });
+}
+
+/* Hybrid sharding between processes (--shard-ranks): a group within each
+ * process (S = L), and a group of two processes (S = 2 L). Every ZeRO stage
+ * prints DDP's lines and saves its checkpoint, one process of N ranks, byte
+ * for byte (without clipping, whose norm DDP sums otherwise); and with two
+ * micro-steps and clipping gives the bits of one process of N ranks sharded
+ * the same way. */
+Test(multiprocess, hybrid_sharding_over_processes_gives_the_bits_of_ddp) {
+    need_mpi();
+    static const struct { int procs, local_ranks, shard_ranks; } splits[] = { { 2, 2, 2 }, { 4, 1, 2 } };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        int P = splits[i].procs, L = splits[i].local_ranks, S = splits[i].shard_ranks;
+        char args[1024], what[256];
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=0 --gpus=%d", BASE, P * L);
+        Run ddp = launch(0, args);
+        for (int k = 0; k < STRATEGY_KINDS; k++) {
+            if (!STRATEGIES[k].shards_adam) continue;
+            snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=%d --gpus=%d --shard-ranks=%d",
+                     BASE, STRATEGIES[k].stage, L, S);
+            Run got = launch(P, args);
+            snprintf(what, sizeof what, "--zero=%d --shard-ranks=%d: %d processes x %d ranks against DDP on 1 x %d",
+                     STRATEGIES[k].stage, S, P, L, P * L);
+            expect_same_run(&ddp, &got, what);
+            run_free(&got);
+        }
+        run_free(&ddp);
+    }
+    expect_every_strategy_same((Split){ .procs = 2, .local_ranks = 2, .ref_ranks = 4, .sharded_only = 1,
+                                        .flags = "--shard-ranks=2 --grad-accum=2 --grad-clip=0.01 --dropout=0.1" });
 }
 
 /* An odd width puts tensors at odd offsets, so a process's part of a tensor

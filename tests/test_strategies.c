@@ -420,6 +420,105 @@ Test(strategies, each_stage_holds_its_share_of_the_state) {
     }
 }
 
+/* ---- hybrid sharding: groups of S ranks, replicated over the N / S groups ---- */
+
+/* The (N, S) pairs of the hybrid gates: every S dividing 4, and 6's proper ones. */
+static const int HYBRID[][2] = { { 4, 1 }, { 4, 2 }, { 4, 4 }, { 6, 2 }, { 6, 3 } };
+enum { HYBRIDS = sizeof HYBRID / sizeof HYBRID[0] };
+
+/* ZeRO-1/2/3 sharded over groups of S ranks (--shard-ranks) give DDP's bits
+ * at the same N, overlap off and on: every gradient element is still the sum
+ * over ranks 0..N-1 in order, each replica of a shard updated alike. */
+Test(strategies, hybrid_sharding_is_bit_identical_to_ddp, .timeout = 300) {
+    for (int i = 0; i < HYBRIDS; i++)
+        for (int overlap = 0; overlap <= 1; overlap++) {
+            size_t n;
+            StrategyConfig sc = gpt_in(PRECISION_FP32, HYBRID[i][0], 0.1f);
+            sc.overlap.enabled = overlap;
+            sc.overlap.bucket_bytes = 8 << 10;
+            float *ddp = train(0, sc, 0.0f, &n);
+            sc.shard_ranks = HYBRID[i][1];
+            for (int k = 0; k < STRATEGY_KINDS; k++) {
+                if (!STRATEGIES[k].shards_adam) continue;
+                float *w = train(STRATEGIES[k].stage, sc, 0.0f, &n);
+                cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "N=%d --shard-ranks=%d overlap %d: ZeRO-%d differs "
+                          "from DDP", sc.nranks, sc.shard_ranks, overlap, STRATEGIES[k].stage);
+                free(w);
+            }
+            free(ddp);
+        }
+}
+
+/* With two micro-steps (ZeRO-2/3 reduce each one) hybrid sharding gives full
+ * sharding's bits; with clipping too it agrees with it to 1e-6 (its norm sums
+ * S shards' partials, not N). */
+Test(strategies, hybrid_sharding_accumulates_and_clips_as_full_sharding, .timeout = 300) {
+    for (int i = 0; i < HYBRIDS; i++)
+        for (int clip = 0; clip <= 1; clip++)
+            for (int k = 0; k < STRATEGY_KINDS; k++) {
+                if (!STRATEGIES[k].shards_adam) continue;
+                size_t n;
+                StrategyConfig sc = gpt_in(PRECISION_FP32, HYBRID[i][0], 0.1f);
+                TrainConfig tc = quiet(clip ? 0.05f : 0.0f);
+                tc.grad_accum = 2;
+                float *full = train_weights(STRATEGIES[k].stage, &sc, &tc, &data, &n);
+                sc.shard_ranks = HYBRID[i][1];
+                float *hybrid = train_weights(STRATEGIES[k].stage, &sc, &tc, &data, &n);
+                cr_assert(full && hybrid);
+                if (clip)
+                    cr_expect_lt(max_rel_diff(hybrid, full, n), 1e-6, "N=%d --shard-ranks=%d, clipped: ZeRO-%d is %g "
+                                 "from full sharding", sc.nranks, sc.shard_ranks, STRATEGIES[k].stage,
+                                 max_rel_diff(hybrid, full, n));
+                else
+                    cr_expect(memcmp(full, hybrid, n * sizeof(float)) == 0, "N=%d --shard-ranks=%d, two micro-steps: "
+                              "ZeRO-%d differs from full sharding", sc.nranks, sc.shard_ranks, STRATEGIES[k].stage);
+                free(full);
+                free(hybrid);
+            }
+}
+
+/* Each rank holds the stage's share at S: what it shards, 1/S of the arena
+ * padded for S. */
+Test(strategies, hybrid_sharding_holds_the_share_of_its_group) {
+    int N = 6, S = 3;
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
+    sc.shard_ranks = S;
+    ArenaLayout padded;
+    model_layout(&sc.model, S, &padded);
+    size_t full = padded.total * sizeof(float), part = full / S;
+    MemKind kinds[3] = { MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER };
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        const StrategyKind *kind = &STRATEGIES[k];
+        if (!kind->shards_adam) continue;
+        size_t want[3] = { kind->shards_weights ? part : full, kind->shards_grads ? part : full, 2 * part };
+        Strategy *s = strategy_create(kind->stage, &sc);
+        cr_assert_not_null(s);
+        double estimate[MEM_KINDS];
+        strategy_estimate(kind, &sc, DEVICE_CPU, estimate);
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < 3; i++)
+                cr_expect_eq(s->ops->rank_bytes(s, r, kinds[i]), want[i], "--zero=%d --shard-ranks=%d rank %d kind %d: "
+                             "%zu, want %zu", kind->stage, S, r, i, s->ops->rank_bytes(s, r, kinds[i]), want[i]);
+        for (int i = 0; i < 3; i++)
+            cr_expect_eq((size_t)estimate[kinds[i]], want[i], "--zero=%d --shard-ranks=%d: the estimate of kind %d is "
+                         "%.0f, want %zu", kind->stage, S, i, estimate[kinds[i]], want[i]);
+        s->ops->destroy(s);
+    }
+}
+
+/* What no run can shard so: an S that does not divide N, and DDP given one. */
+Test(strategies, hybrid_sharding_refuses_what_it_cannot_shard) {
+    char err[256];
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 4, 2, 0.0f);
+    sc.shard_ranks = 3;
+    cr_expect_eq(strategy_config_error(3, &sc, err, sizeof err), -1);
+    cr_expect(strstr(err, "--shard-ranks=3 must divide the run's 4 ranks") != NULL, "%s", err);
+    sc.shard_ranks = 2;
+    cr_expect_eq(strategy_config_error(0, &sc, err, sizeof err), -1);
+    cr_expect(strstr(err, "DDP (--zero=0) shards nothing") != NULL, "%s", err);
+    cr_expect_eq(strategy_config_error(1, &sc, err, sizeof err), 0, "%s", err);
+}
+
 /* ---- gate 5: a rank that skips a unit's rendezvous is an error, not a hang ---- */
 
 typedef struct {

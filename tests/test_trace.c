@@ -34,21 +34,23 @@ static void teardown(void) { dataset_free(&data); }
 TestSuite(trace, .init = setup, .fini = teardown);
 
 enum { RANKS = 2, STEPS = 3 };
+enum { COMPUTE = 0, COMM = 1 };  /* a rank's two rows in a trace: its streams */
 static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur are whole ns */
 
 /* The trace of STEPS training steps of a --zero stage on RANKS simulated ranks:
  * four blocks 64 wide, DDP buckets of 8 KB (a tensor or two), a link of 0.05 GB/s. */
-static StrategyConfig traced_config(int overlap, Precision reduce, Trace *t) {
+static StrategyConfig traced_config(int overlap, Precision reduce) {
     return (StrategyConfig){
         .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
         .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .reduce_precision = reduce,
-        .overlap = { .enabled = overlap, .bucket_bytes = 8 << 10 }, .link = { 0.05, 20 }, .diagnostics.trace = t,
+        .overlap = { .enabled = overlap, .bucket_bytes = 8 << 10 }, .link = { 0.05, 20 },
     };
 }
 
-static TraceSpan *trace_steps(int zero, int overlap, Precision reduce, int *n) {
+/* The trace of STEPS steps of a --zero stage under sc. */
+static TraceSpan *trace_of(int zero, StrategyConfig sc, int *n) {
     Trace *t = trace_create(1 << 16);
-    StrategyConfig sc = traced_config(overlap, reduce, t);
+    sc.diagnostics.trace = t;
     TrainConfig tc = {
         .iters = STEPS, .schedule = { 1e-3f, 1e-4f, 1, STEPS }, .grad_clip = 1.0f, .trace = t, .trace_steps = STEPS,
     };
@@ -66,13 +68,22 @@ static TraceSpan *trace_steps(int zero, int overlap, Precision reduce, int *n) {
     return spans;
 }
 
+static TraceSpan *trace_steps(int zero, int overlap, Precision reduce, int *n) {
+    return trace_of(zero, traced_config(overlap, reduce), n);
+}
+
+/* Rank 0's collectives' time on the link in a trace, a step. */
+static double held_us_a_step(const TraceSpan *spans, int n) {
+    double held_us = 0;
+    for (int i = 0; i < n; i++) held_us += spans[i].pid == 0 && spans[i].tid == COMM ? spans[i].dur : 0;
+    return held_us / STEPS;
+}
+
 static int overlap_in_time(const TraceSpan *a, const TraceSpan *b) {
     return a->ts < b->ts + b->dur - EPS_US && b->ts < a->ts + a->dur - EPS_US;
 }
 
 static int named(const TraceSpan *s, const char *prefix) { return strncmp(s->name, prefix, strlen(prefix)) == 0; }
-
-enum { COMPUTE = 0, COMM = 1 };
 
 /* Does a span of rank's comm stream named `collective...` overlap a span of its compute stream? */
 static int collective_under_compute(const TraceSpan *spans, int n, int rank, const char *collective) {
@@ -191,7 +202,7 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
     }
 }
 
-/* The registry's cost model (StrategyKind.link_seconds) against the link's
+/* The registry's cost model (StrategyKind.link_cost) against the link's
  * hold in the trace: with overlap off, rank 0's collectives of a step, from
  * the end of their waits to the end of the link's hold, take the model's time
  * and a little more (the sums' own work, and a sleep's lateness), never less:
@@ -205,15 +216,39 @@ Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .ti
             const StrategyKind *kind = &STRATEGIES[k];
             int n;
             TraceSpan *spans = trace_steps(kind->stage, 0, (Precision)p, &n);
-            double held_us = 0;
-            for (int i = 0; i < n; i++) held_us += spans[i].pid == 0 && spans[i].tid == COMM ? spans[i].dur : 0;
-            StrategyConfig sc = traced_config(0, (Precision)p, NULL);
-            double model_us = 1e6 * kind->link_seconds(&sc, 1), ratio = held_us / STEPS / model_us;
+            double held_us = held_us_a_step(spans, n);
+            StrategyConfig sc = traced_config(0, (Precision)p);
+            double model_us = 1e6 * kind->link_cost(&sc, 1).seconds, ratio = held_us / model_us;
             cr_expect(ratio > 0.99 && ratio < 1.3, "%s, reduced in %s: the link held %.0f us a step, the model says "
-                      "%.0f us (x%.3f)", kind->name, p ? "bf16" : "fp32", held_us / STEPS, model_us, ratio);
+                      "%.0f us (x%.3f)", kind->name, p ? "bf16" : "fp32", held_us, model_us, ratio);
             if (kind->stage == 0) ddp_held_us[p] = held_us;
             free(spans);
         }
     double half = ddp_held_us[PRECISION_BF16] / ddp_held_us[PRECISION_FP32];
     cr_expect(half > 0.4 && half < 0.6, "DDP's all-reduce in bf16 held the link x%.3f of fp32's time, not half", half);
+}
+
+/* The same under hybrid sharding on a two-tier link: 4 ranks in 2 groups (the
+ * nodes), a slower link between them. Each ZeRO stage's collectives hold the
+ * link for what the registry's model says, the chain between the groups
+ * included, never less and under 1.3 times it. */
+Test(trace, the_link_model_holds_under_hybrid_sharding_on_two_tiers, .timeout = 300) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        const StrategyKind *kind = &STRATEGIES[k];
+        if (!kind->shards_adam) continue;
+        StrategyConfig sc = traced_config(0, PRECISION_FP32);
+        sc.nranks = 4;
+        sc.shard_ranks = 2;
+        sc.link_inter = (LinkModel){ 0.02, 40 };
+        int n;
+        TraceSpan *spans = trace_of(kind->stage, sc, &n);
+        double held_us = held_us_a_step(spans, n), model_us = 1e6 * kind->link_cost(&sc, 1).seconds;
+        cr_expect(model_us > 1e6 * kind->link_cost(&(StrategyConfig){ .model = sc.model, .nranks = 4,
+                                                                     .shard_ranks = 2, .link = sc.link }, 1).seconds,
+                  "%s: the slower tier between the groups costs nothing in the model", kind->name);
+        cr_expect(held_us / model_us > 0.99 && held_us / model_us < 1.3, "%s, 2 groups of 2 on two tiers: the link "
+                  "held %.0f us a step, the model says %.0f us (x%.3f)", kind->name, held_us, model_us,
+                  held_us / model_us);
+        free(spans);
+    }
 }

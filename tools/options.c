@@ -34,7 +34,7 @@ int options_preset(TrainOptions *o, const char *name) {
     TrainOptions base = {
         .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "",
+        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "", .link_inter = "",
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .reduce_dtype = "fp32",
         .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
@@ -81,6 +81,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "BPE) of a token folder's ids: the sample decoded, bin/sample's --prompt encoded, bin/prepare's encoder" },
         { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
+        { "shard-ranks", FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this many ranks and replicate "
+          "over the groups (hybrid sharding; 0: every rank, full sharding; it divides the world's ranks)" },
         { "device", FLAG_TEXT, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
         { "collectives", FLAG_TEXT, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
@@ -100,6 +102,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "its backward (needs --unit=block; same bits as 0)" },
         { "link", FLAG_TEXT, o->link, sizeof o->link,
           "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
+        { "link-inter", FLAG_TEXT, o->link_inter, sizeof o->link_inter, "GBPS[,LATENCY_US]: the modeled link's tier "
+          "between the groups of --shard-ranks (nodes); --link is then the link inside one" },
         { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
         { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
         { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
@@ -256,11 +260,15 @@ static int link_valid(const char *text) {
     return link_parse(text, &link);
 }
 
-LinkModel options_link(const TrainOptions *o) {
+/* A link flag's text as a LinkModel; 0, 0 for none. */
+static LinkModel link_of(const char *text) {
     LinkModel link;
-    if (!o->link[0] || !link_parse(o->link, &link)) return (LinkModel){ 0 };
+    if (!text[0] || !link_parse(text, &link)) return (LinkModel){ 0 };
     return link;
 }
+
+LinkModel options_link(const TrainOptions *o) { return link_of(o->link); }
+LinkModel options_link_inter(const TrainOptions *o) { return link_of(o->link_inter); }
 
 OverlapPolicy options_overlap(const TrainOptions *o) {
     return (OverlapPolicy){ .enabled = o->overlap, .bucket_bytes = (size_t)(o->bucket_mb * 1e6),
@@ -356,6 +364,9 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
                  fault.where == FAULT_SAVE ? 1 : 0, fault.where == FAULT_SAVE ? o->iters : o->iters - 1, o->iters);
     else if (o->link[0] && !link_valid(o->link))
         snprintf(bad, sizeof bad, "--link=%s must be GBPS or GBPS,LATENCY_US, both positive numbers", o->link);
+    else if (o->link_inter[0] && !link_valid(o->link_inter))
+        snprintf(bad, sizeof bad, "--link-inter=%s must be GBPS or GBPS,LATENCY_US, both positive numbers",
+                 o->link_inter);
     else if (o->batch < 1) snprintf(bad, sizeof bad, "--batch=%d (rows per rank) must be at least 1", o->batch);
     else if (o->iters < 0) snprintf(bad, sizeof bad, "--iters=%d must not be negative", o->iters);
     else if (o->warmup < 0) snprintf(bad, sizeof bad, "--warmup=%d must not be negative", o->warmup);
@@ -380,7 +391,9 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
     /* the rules of what a strategy can run are the strategies' own */
-    StrategyConfig asked = { .overlap = options_overlap(o), .units = options_units(o) };
+    StrategyConfig asked = { .nranks = o->gpus * world()->nprocs, .shard_ranks = o->shard_ranks,
+                             .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
+                             .link_inter = options_link_inter(o) };
     if (!bad[0]) strategy_config_error(o->zero, &asked, bad, sizeof bad);
     o->fault = fault;
     if (!bad[0]) return 0;

@@ -24,6 +24,7 @@ typedef struct {
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
     int eval_every, eval_iters, log_every, sample_chars, seed;
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
+    int shard_ranks;                 /* ZeRO-1/2/3: ranks a group shards over (0: the world's) */
     char device[8];                  /* auto, cpu or cuda */
     char collectives[8];             /* ordered or nccl: how ranks on GPUs sum */
     int tf32;                        /* 1: TF32 tensor cores for the GPU's matmuls */
@@ -35,6 +36,7 @@ typedef struct {
     int max_live_units;              /* ZeRO-2/3: units gathered and gradient slots at once */
     int recompute;                   /* 1: each block's forward again before its backward */
     char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
+    char link_inter[32];             /* the same, its tier between groups (nodes); "" for one tier */
     char out[OPTION_PATH_MAX];       /* checkpoints go to out/ckpt.safetensors; "" for none */
     char resume[OPTION_PATH_MAX];    /* a checkpoint to continue */
     char init_from[OPTION_PATH_MAX]; /* a checkpoint's weights to start from */
@@ -74,8 +76,9 @@ int options_given(int argc, char **argv, const char *name);
  * another is refused. 0, or 2 with a one-line message naming the flag. */
 int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char **argv, char *err,
                           size_t errlen);
-/* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one. */
+/* The --link flag's bandwidth (GB/s) and latency (us); 0, 0 without one; and --link-inter's. */
 LinkModel options_link(const TrainOptions *o);
+LinkModel options_link_inter(const TrainOptions *o);
 /* What --overlap, --bucket-mb and --max-live-units ask of the collectives. */
 OverlapPolicy options_overlap(const TrainOptions *o);
 /* What --unit and --recompute ask. */

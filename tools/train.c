@@ -308,11 +308,12 @@ static int open_run(Run *run, int *alone) {
     TrainOptions *o = &run->o;
     run->sc = (StrategyConfig){
         .model = options_model(o, run->data.vocab),
-        .nranks = o->gpus * world()->nprocs, .device = options_placement(o),
+        .nranks = o->gpus * world()->nprocs, .shard_ranks = o->shard_ranks, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
         .precision = options_precision(o), .reduce_precision = options_reduce_precision(o),
         .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
+        .link_inter = options_link_inter(o),
         .diagnostics.fault = o->fault, .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
     StrategyConfig *sc = &run->sc;
@@ -326,6 +327,8 @@ static int open_run(Run *run, int *alone) {
     if (o->tf32 && run->s->device_kind != DEVICE_CUDA) bad = "--tf32=1 needs a GPU, and the ranks run on the CPU";
     else if (sc->link.gbps > 0 && !run->s->simulated)
         bad = "--link models a link for simulated ranks; these run on GPUs through NCCL";
+    else if (sc->link_inter.gbps > 0 && !run->s->simulated)
+        bad = "--link-inter models a link for simulated ranks; these run on GPUs through NCCL";
     if (bad && world()->proc == 0) fprintf(stderr, "train: %s\n", bad);
     if (bad) return 2;
     return start_from(run->s, o, &run->data, &run->start_iter);
@@ -371,10 +374,11 @@ static int take_hf_model(Run *run, int argc, char **argv) {
 static int check_model(const Run *run) {
     const TrainOptions *o = &run->o;
     StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs,
-                          .link = options_link(o) };
+                          .shard_ranks = o->shard_ranks, .reduce_precision = options_reduce_precision(o),
+                          .link = options_link(o), .link_inter = options_link_inter(o) };
     const char *bad = gpt_config_error(&sc.model);
     const StrategyKind *kind = strategy_kind(o->zero);  /* the flags' checks found it */
-    double link_seconds = bad ? 0.0 : kind->link_seconds(&sc, o->grad_clip > 0);
+    double link_seconds = bad ? 0.0 : kind->link_cost(&sc, o->grad_clip > 0).seconds;
     int says = world()->proc == 0;  /* every process has the same flags */
     if (bad && says) fprintf(stderr, "train: %s\n", bad);
     else if (!bad && link_seconds > LINK_STEP_MAX_SECONDS && says)
@@ -448,9 +452,13 @@ static int print_header(const Run *run, const char *blas) {
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d%s, GELU %s, %.2fM parameters\n",
            o->preset, o->layers, o->heads, o->embd, o->block, sc->model.vocab, o->bias ? ", biases" : "", o->gelu,
            layout.numel / 1e6);
-    printf("training: %s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, o->iters, o->batch,
-           sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
+    char hybrid[96] = "";
+    if (strategy_shard_ranks(sc) < sc->nranks)
+        snprintf(hybrid, sizeof hybrid, " sharded over %d groups of %d ranks (hybrid)",
+                 sc->nranks / strategy_shard_ranks(sc), strategy_shard_ranks(sc));
+    printf("training: %s%s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, hybrid, o->iters,
+           o->batch, sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
            o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : "",
            sc->precision == PRECISION_BF16 ? "bf16 compute as torch.autocast (fp32 weights, gradients, AdamW)" : "fp32",
            sc->reduce_precision == PRECISION_BF16 ? ", gradients reduced in bf16" : "");

@@ -20,6 +20,9 @@
  * reports in use on GPU 0. --estimate builds nothing: the same rows from the
  * formulas, then each stage's bytes per parameter in fp32 and in mixed
  * precision, and the ZeRO paper's Figure 1 beside the registry's figures.
+ * --shard-ranks=S (this tool's own, as --estimate) shards ZeRO-1/2/3 over
+ * groups of S ranks (hybrid sharding) in the rows whose N it divides, each
+ * held to its formula at S instead of N.
  */
 #include <math.h>
 #include <stdio.h>
@@ -62,8 +65,17 @@ static int real_step(Strategy *s, const Dataset *data, int N, int batch, int T, 
 }
 
 /* The strategy config of one row of the table. */
-static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int batch, Placement where) {
-    return (StrategyConfig){ .model = model, .nranks = N, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
+/* The shards of kind's row at N under --shard-ranks=S (0: none): S where the
+ * kind shards, N where it does not or S is 0; -1 where S does not divide N
+ * (no such row). */
+static int row_shards(const StrategyKind *kind, int N, int S) {
+    if (!kind->shards_adam || S == 0) return N;
+    return N % S == 0 ? S : -1;
+}
+
+static StrategyConfig row_config(const TrainOptions *o, ModelConfig model, int N, int shards, int batch,
+                                 Placement where) {
+    return (StrategyConfig){ .model = model, .nranks = N, .shard_ranks = shards, .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2,
                              .eps = 1e-8f, .weight_decay = o->weight_decay, .precision = options_precision(o),
                              .reduce_precision = options_reduce_precision(o), .overlap = options_overlap(o),
                              .units = options_units(o), .device = where, .batch = batch, .dropout = o->dropout };
@@ -108,14 +120,15 @@ static void print_precisions(void) {
 }
 
 /* --estimate: every strategy's row from the formulas alone. */
-static void print_estimates(const TrainOptions *o, ModelConfig model, int counts, int every_n, int batch,
-                            DeviceKind device) {
+static void print_estimates(const TrainOptions *o, ModelConfig model, int counts, int every_n, int shard_ranks,
+                            int batch, DeviceKind device) {
     printf("| strategy | N | weights | gradients | optimizer | state | working | activations | total |\n");
     printf("|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         for (int i = 0; i < counts; i++) {
-            int N = every_n ? i + 1 : 1 << i;
-            StrategyConfig sc = row_config(o, model, N, batch, PLACE_AUTO);
+            int N = every_n ? i + 1 : 1 << i, S = row_shards(&STRATEGIES[k], N, shard_ranks);
+            if (S < 0) continue;
+            StrategyConfig sc = row_config(o, model, N, S, batch, PLACE_AUTO);
             double b[MEM_KINDS];
             strategy_estimate(&STRATEGIES[k], &sc, device, b);
             double state = b[MEM_WEIGHTS] + b[MEM_GRADS] + b[MEM_OPTIMIZER];
@@ -139,10 +152,16 @@ static int off_estimate(double measured, double estimate) {
 
 int main(int argc, char **argv) {
     TrainOptions o;
-    int estimate_only = 0, kept = 1;  /* --estimate is this tool's own, bare or =1 */
+    int estimate_only = 0, shard_ranks = 0, kept = 1;  /* --estimate and --shard-ranks are this tool's own */
     for (int i = 1; i < argc; i++) {
+        char tail;
         if (strcmp(argv[i], "--estimate") == 0 || strcmp(argv[i], "--estimate=1") == 0) estimate_only = 1;
-        else argv[kept++] = argv[i];
+        else if (strncmp(argv[i], "--shard-ranks=", 14) == 0) {
+            if (sscanf(argv[i] + 14, "%d%c", &shard_ranks, &tail) != 1 || shard_ranks < 1 || shard_ranks > MAX_RANKS) {
+                fprintf(stderr, "zero_memory: %s must be a group's ranks, 1..%d\n", argv[i], MAX_RANKS);
+                return 2;
+            }
+        } else argv[kept++] = argv[i];
     }
     argc = kept;
     int rc = options_parse(&o, "zero_memory", "char", argc, argv);
@@ -172,7 +191,7 @@ int main(int argc, char **argv) {
                o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, plain.numel, batch, o.block,
                where == PLACE_CUDA ? "GPU" : "CPU", o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
                o.recompute ? "on" : "off");
-        print_estimates(&o, model, counts, given, batch, where == PLACE_CUDA ? DEVICE_CUDA : DEVICE_CPU);
+        print_estimates(&o, model, counts, given, shard_ranks, batch, where == PLACE_CUDA ? DEVICE_CUDA : DEVICE_CPU);
         dataset_free(&data);
         return 0;
     }
@@ -191,6 +210,9 @@ int main(int argc, char **argv) {
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
            o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
+    if (shard_ranks)
+        printf("ZeRO-1/2/3 sharded over groups of %d ranks (hybrid), at each N that %d divides: the formula at S = %d\n\n",
+               shard_ranks, shard_ranks, shard_ranks);
     /* any handle on GPU 0 reads what CUDA reports for the whole GPU */
     Device *gpu0 = where != PLACE_CPU && device_cuda_count() > 0 ? device_create_cuda(0) : NULL;
     if (where != PLACE_CPU && device_cuda_count() < 0) {
@@ -207,8 +229,9 @@ int main(int argc, char **argv) {
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         for (int i = 0; i < counts; i++) {
-            int N = given ? i + 1 : 1 << i;
-            StrategyConfig sc = row_config(&o, model, N, batch, where);
+            int N = given ? i + 1 : 1 << i, S = row_shards(kind, N, shard_ranks);
+            if (S < 0) continue;
+            StrategyConfig sc = row_config(&o, model, N, S, batch, where);
             Strategy *s = kind->create(kind, &sc);
             if (!s || real_step(s, &data, N, batch, o.block, (uint32_t)o.seed) != 0) {
                 if (s) s->ops->destroy(s);
@@ -225,7 +248,7 @@ int main(int argc, char **argv) {
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
                 }
                 double state = (s->ops->rank_bytes(s, r, MEM_WEIGHTS) + s->ops->rank_bytes(s, r, MEM_GRADS) +
-                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (fp32_state(kind, N) * P);
+                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (fp32_state(kind, S) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
             double estimate[MEM_KINDS], estimate_total = 0;
@@ -235,7 +258,7 @@ int main(int argc, char **argv) {
                 estimate_total += estimate[k];
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
-            double want = fp32_state(kind, N) * P / 1e6;
+            double want = fp32_state(kind, S) * P / 1e6;
             printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f | %.1f |", kind->name,
                    N, kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want, state / want,
                    kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb,
