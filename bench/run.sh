@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
 # over a modeled link: bench/results/overlap.{md,csv,png}; the same with the
-# gradients reduced in bf16 on that link: overlap_bf16.md), what finer units, the
+# gradients reduced in bf16 on that link: overlap_bf16.md; ZeRO-3 on two nodes of
+# 4 ranks, fully sharded and hybrid, on a link of two tiers: hybrid.md), what finer units, the
 # live-unit limit and recompute cost (bench/results/units.md), peak memory per rank
 # against N (bench/results/memory.{md,png}), then the CPU presets
 # against this machine's sgemm ceiling and the char-small step against
@@ -66,6 +67,12 @@ link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $resul
 # The gradients' reductions in bf16 (--reduce-dtype): half their bytes on the same link
 "$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --link="$link" --reduce-dtype=bf16 \
     | tee $results/overlap_bf16.md
+echo
+
+# Two nodes of 4 ranks: ZeRO-3 fully sharded against hybrid sharding in groups of 4 (one a
+# node), a node's own link ten times as fast as the one between the nodes
+"$bin/bench_overlap" --zero=3 --gpus=8 --shard-ranks=4 --layers=8 --bucket-mb=0.25 --iters=20 --link=0.2,5 \
+    --link-inter=0.02,20 | tee $results/hybrid.md
 echo
 
 # The cost of finer units, the live-unit limit and recompute: ZeRO-3 at N = 4 over the link

@@ -348,9 +348,11 @@ static size_t held_part(const Ranks *ranks, Holding how, int g, int t, size_t *f
 static int read_from(const Ranks *ranks, int g) { return g < ranks->shards; }
 
 /* The part of tensor t that process p's ranks hold (HELD_PARTS, HELD_UNIT_SHARDS),
- * those of the first group alone when `reading`: one range, as their shards
- * follow each other (strategy_config_error keeps a group within a process, or
- * a process within a group); *from the tensor's start when empty. */
+ * those of the first group alone when `reading`, as one range: the first
+ * group's ranks follow each other, so what a process reads is just what they
+ * hold; what it writes may span shards it does not hold (a group that wraps
+ * past a process's end: ranks 2, 3 holding shards 2 and 0 of 3), sent along
+ * and not copied. *from the tensor's start when empty. */
 static size_t process_part(const Ranks *ranks, Holding how, int p, int t, int reading, size_t *from) {
     size_t lo = SIZE_MAX, hi = 0;
     for (int g = p * ranks->local; g < (p + 1) * ranks->local; g++) {

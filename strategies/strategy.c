@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../model/models.h"
-#include "../runtime/world.h"
 #include "strategy.h"
 
 LinkShape strategy_link_shape(const StrategyConfig *cfg) {
@@ -131,20 +130,15 @@ int strategy_shard_ranks(const StrategyConfig *cfg) {
     return cfg->shard_ranks > 0 ? cfg->shard_ranks : cfg->nranks;
 }
 
-/* The rules of --shard-ranks (S, of N ranks as P processes of L): 0, or -1
- * with its line. A group within a process (S dividing L) or whole processes
- * (L dividing S) keeps each process's shards one range of the arena. */
+/* The rules of --shard-ranks (S of N ranks): 0, or -1 with its line. */
 static int shard_ranks_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
-    int S = cfg->shard_ranks, N = cfg->nranks, P = world()->nprocs, L = N / P;
+    int S = cfg->shard_ranks, N = cfg->nranks;
     if (S == 0 || S == N) return 0;
     if (S < 0 || S > N || N % S != 0)
         snprintf(err, len, "--shard-ranks=%d must divide the run's %d ranks", S, N);
     else if (zero == 0)
         snprintf(err, len, "--shard-ranks=%d shards ZeRO-1, 2 or 3's state over groups of ranks; DDP (--zero=0) "
                  "shards nothing", S);
-    else if (L % S != 0 && S % L != 0)
-        snprintf(err, len, "--shard-ranks=%d with %d ranks a process: a group must lie within a process or hold "
-                 "whole ones (S dividing %d, or a multiple of it)", S, L, L);
     else
         return 0;
     return -1;

@@ -216,9 +216,9 @@ const StrategyKind *strategy_kind(int stage);
 void strategy_stages_text(char *out, size_t len);
 /* What no strategy can run: no such stage, a max_live_units out of range
  * (0: the default), recompute with units other than whole blocks, bf16 on
- * the MLP, shard_ranks that do not divide N, that DDP is given, or whose
- * groups neither lie within a process nor hold whole processes. 0, or -1
- * with the one line that says so in err, in the flags' words. */
+ * the MLP, shard_ranks that do not divide N or that DDP is given, a second
+ * tier of the link with no first or no nodes. 0, or -1 with the one line
+ * that says so in err, in the flags' words. */
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len);
 /* The strategy of a --zero stage; NULL with strategy_config_error's line. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);

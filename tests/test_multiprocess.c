@@ -175,14 +175,15 @@ Test(multiprocess, three_processes_give_the_bits_of_three_ranks_reduced_in_bf16)
 }
 
 /* Hybrid sharding between processes (--shard-ranks): a group within each
- * process (S = L), and a group of two processes (S = 2 L). Every ZeRO stage
+ * process (S = L), a group of two processes (S = 2 L), and groups of 3 over
+ * processes of 2 (rank 3 of process 1 starts the second group). Every ZeRO stage
  * prints DDP's lines and saves its checkpoint, one process of N ranks, byte
  * for byte (without clipping, whose norm DDP sums otherwise); and with two
  * micro-steps and clipping gives the bits of one process of N ranks sharded
  * the same way. */
 Test(multiprocess, hybrid_sharding_over_processes_gives_the_bits_of_ddp) {
     need_mpi();
-    static const struct { int procs, local_ranks, shard_ranks; } splits[] = { { 2, 2, 2 }, { 4, 1, 2 } };
+    static const struct { int procs, local_ranks, shard_ranks; } splits[] = { { 2, 2, 2 }, { 4, 1, 2 }, { 3, 2, 3 } };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
         int P = splits[i].procs, L = splits[i].local_ranks, S = splits[i].shard_ranks;
         char args[1024], what[256];
