@@ -259,7 +259,7 @@ valgrind:
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make time libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \
-               gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev
+               gnuplot-nox clang libclang-rt-14-dev valgrind python3-pip openmpi-bin libopenmpi-dev iproute2
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

@@ -79,13 +79,12 @@ static char *progress_of(const char *stdout_path) {
     return kept;
 }
 
-/* bin/train `args` as `procs` processes (0: one, no launcher), into a fresh
- * --out folder; it must succeed. */
-static Run launch(int procs, const char *args) {
+/* bin/train `args` started by the command `cmd`, into a fresh --out folder;
+ * it must succeed. */
+static Run launch_with(const char *cmd, const char *args) {
     Run run = { 0 };
     temp_dir(run.dir, sizeof run.dir, "mp");
-    char cmd[512], full[2048], out[128], ckpt[128], err[8192];
-    launcher(cmd, sizeof cmd, procs);
+    char full[2048], out[128], ckpt[128], err[8192];
     snprintf(full, sizeof full, "%s --out=%s", args, run.dir);
     snprintf(out, sizeof out, "%s/stdout.txt", run.dir);
     int rc = run_tool(cmd, full, out, err, sizeof err);
@@ -94,6 +93,13 @@ static Run launch(int procs, const char *args) {
     snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", run.dir);
     run.ckpt = read_all(ckpt, &run.ckpt_bytes);
     return run;
+}
+
+/* bin/train `args` as `procs` processes (0: one, no launcher). */
+static Run launch(int procs, const char *args) {
+    char cmd[512];
+    launcher(cmd, sizeof cmd, procs);
+    return launch_with(cmd, args);
 }
 
 static void run_free(Run *run) {
@@ -203,6 +209,50 @@ Test(multiprocess, hybrid_sharding_over_processes_gives_the_bits_of_ddp) {
     }
     expect_every_strategy_same((Split){ .procs = 2, .local_ranks = 2, .ref_ranks = 4, .sharded_only = 1,
                                         .flags = "--shard-ranks=2 --grad-accum=2 --grad-clip=0.01 --dropout=0.1" });
+}
+
+/* How to start bin/train as two processes on two hosts: two network
+ * namespaces joined by a veth pair, Open MPI held to TCP between them
+ * (tests/two_hosts.sh); where they cannot be made (no root, no iproute2), a
+ * skip, or under ZF_REQUIRE_MPI a failure. */
+static void two_hosts(char *cmd, size_t len) {
+    need_mpi();
+    char probe[1024];
+    snprintf(probe, sizeof probe, "tests/two_hosts.sh '%s' true >/dev/null 2>&1", test_mpirun());
+    if (system(probe) != 0) {
+        const char *why = "tests/two_hosts.sh cannot make two network namespaces and run mpirun across them (it "
+                          "needs root and iproute2)";
+        if (getenv("ZF_REQUIRE_MPI")) cr_assert_fail("ZF_REQUIRE_MPI is set, and %s", why);
+        test_skip("%s; ZF_REQUIRE_MPI=1 makes this a failure", why);
+    }
+    snprintf(cmd, len, "tests/two_hosts.sh '%s' %s", test_mpirun(), train_binary());
+}
+
+/* Two hosts over TCP, as two network namespaces: every strategy, fully
+ * sharded, as 2 hosts x 2 ranks gives one process of 4 ranks' lines and
+ * checkpoint, byte for byte; and ZeRO-3 in groups of a host's ranks gives
+ * DDP's (no clipping). */
+Test(multiprocess, two_hosts_over_tcp_give_the_bits_of_one_process, .timeout = 300) {
+    char cmd[1024], args[1024], what[256];
+    two_hosts(cmd, sizeof cmd);
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        int zero = STRATEGIES[k].stage;
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 --dropout=0.1 --zero=%d --gpus=4", BASE, zero);
+        Run want = launch(0, args);
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 --dropout=0.1 --zero=%d --gpus=2", BASE, zero);
+        Run got = launch_with(cmd, args);
+        snprintf(what, sizeof what, "--zero=%d: 2 hosts x 2 ranks over TCP against 1 x 4", zero);
+        expect_same_run(&want, &got, what);
+        run_free(&want);
+        run_free(&got);
+    }
+    snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=0 --gpus=4", BASE);
+    Run ddp = launch(0, args);
+    snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=3 --gpus=2 --shard-ranks=2", BASE);
+    Run hybrid = launch_with(cmd, args);
+    expect_same_run(&ddp, &hybrid, "--zero=3 --shard-ranks=2 on 2 hosts x 2 ranks over TCP against DDP on 1 x 4");
+    run_free(&ddp);
+    run_free(&hybrid);
 }
 
 /* An odd width puts tensors at odd offsets, so a process's part of a tensor
