@@ -128,21 +128,18 @@ Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
     }
 }
 
-/* Saved by one strategy, rank count and precision, loaded by another: the
- * same state (a bf16 run's master weights, m and v are fp32 as fp32's are). */
-static void check_reshard_in(int zero_from, int n_from, Precision p_from, int zero_to, int n_to, Precision p_to) {
-    StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, n_from, 2, 0.0f), to_cfg = small_gpt(data.vocab, GATE_GPT, n_to, 2, 0.0f);
-    from_cfg.precision = p_from;
-    to_cfg.precision = p_to;
-    Strategy *from = strategy_create(zero_from, &from_cfg);
+/* Saved by one strategy and config, loaded by another: the same state. */
+static void check_reshard_cfg(int zero_from, const StrategyConfig *from_cfg, int zero_to, const StrategyConfig *to_cfg) {
+    Strategy *from = strategy_create(zero_from, from_cfg);
     run(from, steps(0, 3, dir));
     State saved = state_of(from);
     from->ops->destroy(from);
     CheckpointInfo info;
-    Strategy *to = resumed(zero_to, &to_cfg, path, &info);
+    Strategy *to = resumed(zero_to, to_cfg, path, &info);
     State loaded = state_of(to);
-    cr_expect(same_state(saved, loaded), "--zero=%d N=%d precision %d into --zero=%d N=%d precision %d: the state changed",
-              zero_from, n_from, p_from, zero_to, n_to, p_to);
+    cr_expect(same_state(saved, loaded), "--zero=%d N=%d S=%d precision %d into --zero=%d N=%d S=%d precision %d: the "
+              "state changed", zero_from, from_cfg->nranks, strategy_shard_ranks(from_cfg), from_cfg->precision, zero_to,
+              to_cfg->nranks, strategy_shard_ranks(to_cfg), to_cfg->precision);
     TrainResult r;
     TrainConfig more = steps(info.iter, 5, NULL);
     cr_expect_eq(train_run(to, &more, &data, &r), 0);
@@ -150,6 +147,14 @@ static void check_reshard_in(int zero_from, int n_from, Precision p_from, int ze
     state_free(saved);
     state_free(loaded);
     to->ops->destroy(to);
+}
+
+/* By rank count and precision (a bf16 run's master weights, m and v are fp32 as fp32's are). */
+static void check_reshard_in(int zero_from, int n_from, Precision p_from, int zero_to, int n_to, Precision p_to) {
+    StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, n_from, 2, 0.0f), to_cfg = small_gpt(data.vocab, GATE_GPT, n_to, 2, 0.0f);
+    from_cfg.precision = p_from;
+    to_cfg.precision = p_to;
+    check_reshard_cfg(zero_from, &from_cfg, zero_to, &to_cfg);
 }
 
 static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
@@ -196,6 +201,19 @@ Test(checkpoint, hybrid_sharding_resumes_from_full_and_back) {
         second->ops->destroy(second);
     }
     state_free(want);
+}
+
+/* And across N: hybrid ZeRO-3 at N = 4 in groups of 2 into full ZeRO-2 at 3,
+ * full ZeRO-1 at 3 into hybrid ZeRO-2 at 6 in groups of 3, and hybrid into
+ * hybrid of other groups, the state exactly as saved. */
+Test(checkpoint, hybrid_sharding_reshards_across_rank_counts) {
+    StrategyConfig four = small_gpt(data.vocab, GATE_GPT, 4, 2, 0.0f), three = small_gpt(data.vocab, GATE_GPT, 3, 2, 0.0f);
+    StrategyConfig six = small_gpt(data.vocab, GATE_GPT, 6, 2, 0.0f);
+    four.shard_ranks = 2;
+    six.shard_ranks = 3;
+    check_reshard_cfg(3, &four, 2, &three);
+    check_reshard_cfg(1, &three, 2, &six);
+    check_reshard_cfg(2, &six, 1, &four);
 }
 
 enum { K = 3 };  /* steps before the save, and after it */
