@@ -185,6 +185,10 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/train --iters=4 --eval-every=2 \
 	    --eval-iters=2 --sample-chars=20 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 --dropout=0.1 \
 	    --zero=3 --gpus=4 --trace=build/tsan/trace.json
+	@# hybrid sharding, whose replicas of a shard copy the first one's sum, with the sums in bf16
+	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ./build/tsan/bin/train --iters=3 --eval-every=0 \
+	    --eval-iters=1 --sample-chars=0 --layers=2 --embd=32 --heads=2 --block=32 --batch=4 \
+	    --zero=3 --gpus=4 --shard-ranks=2 --reduce-dtype=bf16 --grad-accum=2
 
 $(BUILD)/bin/tsan_main: $(BUILD)/tests/tsan_main.o $(BUILD)/tests/stream_stress.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)

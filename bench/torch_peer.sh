@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# bench/torch_peer.sh [BIN]: the char-small step against the peer a
-# user would pick today, a current PyTorch 2.x from PyPI (MKL, oneDNN) running
-# nanoGPT's model (tests/torch_gpt.py bench) eager and torch.compile'd, at 1 and
-# 2 threads. Its best, beside zerofiber's best char-small step (BIN/bench_cpu,
-# default build/cpu/bin), both measured in this run.
+# bench/torch_peer.sh [BIN]: the char-small step against the peer a user
+# would pick today, a current PyTorch 2.x from PyPI (MKL, oneDNN) running
+# nanoGPT's model (tests/torch_gpt.py bench), each side at its own best.
+#
+# Ours as bin/train runs it (BIN/bench_cpu --char-small, default build/cpu/bin),
+# nothing set from outside; PyTorch at each of eager and torch.compile'd x 1
+# and 2 threads, with its default OpenMP settings. Passive OpenMP waiting
+# (OMP_WAIT_POLICY=PASSIVE) is tried too, for both sides alike, and printed,
+# but the comparison takes ours as a user gets it. ROUNDS rounds (ZF_PEER_ROUNDS,
+# default 3), every setting once a round, in turn; each setting's median and its
+# range, and the ratio of PyTorch's best setting to ours, round by round.
 #
 # That PyTorch lives in the venv that make venv makes once per machine, outside
 # the clone (ZF_VENV, else ~/.cache/zerofiber/venv; PyPI's Linux wheel brings
@@ -14,6 +20,7 @@ cd "$(dirname "$0")/.."
 
 bin=${1:-build/cpu/bin}
 python=${ZF_VENV:-$HOME/.cache/zerofiber/venv}/bin/python
+rounds=${ZF_PEER_ROUNDS:-3}
 
 if [ ! -x "$python" ]; then
     echo "vs PyTorch 2.x: not set up: make venv installs it from PyPI (about 5.6 GB), make bench-torch runs it"
@@ -21,21 +28,36 @@ if [ ! -x "$python" ]; then
 fi
 [ -x "$bin/bench_cpu" ] || { echo "torch_peer.sh: no $bin/bench_cpu (make first)" >&2; exit 1; }
 
-# ours as bin/train runs it, and with passive OpenMP waiting too (the setting
-# PyTorch gets below): on a shared machine spinning workers can cost us 5x
-ours=$("$bin/bench_cpu" --char-small | tee >(cat >&2) | awk '$1 == "char-small" { print $2 }')
-ours_passive=$(OMP_WAIT_POLICY=PASSIVE "$bin/bench_cpu" --char-small | tee >(cat >&2) |
-    awk '$1 == "char-small" { print $2 }')
-echo "zerofiber char-small: ${ours} ms/iter, ${ours_passive} ms/iter with OMP_WAIT_POLICY=PASSIVE"
-# passive OpenMP waiting, as for Debian's PyTorch in bench/run.sh: on two cores,
-# spinning workers take the cores from the ones with work
-best=$(OMP_WAIT_POLICY=PASSIVE "$python" tests/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
-    awk '$1 == "best:" { for (i = 2; i <= NF; i++) if ($i == "ms/iter") print $(i - 1), $3, $5, $6 }')
-read -r theirs version mode threads <<<"$best"
-awk -v ours="$ours" -v passive="$ours_passive" -v theirs="$theirs" \
-    -v who="PyTorch $version, nanoGPT $mode, ${threads%:}" 'BEGIN {
-    how = "as bin/train runs"
-    if (passive < ours) { ours = passive; how = "OMP_WAIT_POLICY=PASSIVE" }
-    printf "\nchar-small step: zerofiber %.1f ms (%s), %s %.1f ms: ", ours, how, who, theirs
-    if (theirs >= ours) printf "%.2fx faster\n", theirs / ours
-    else printf "%.2fx slower\n", ours / theirs }'
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
+# one line a setting and round: round, setting, ms
+for round in $(seq 1 "$rounds"); do
+    for policy in default PASSIVE; do
+        wait_env=(env -u OMP_WAIT_POLICY)
+        [ $policy = PASSIVE ] && wait_env=(env OMP_WAIT_POLICY=PASSIVE)
+        "${wait_env[@]}" "$bin/bench_cpu" --char-small | tee >(cat >&2) |
+            awk -v r="$round" -v p="$policy" '$1 == "char-small" { print r, "zerofiber|OpenMP " p, $2 }' >>"$times"
+        "${wait_env[@]}" "$python" tests/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
+            awk -v r="$round" -v p="$policy" '$1 == "torch" && $5 ~ /^threads=/ {
+                sub(":", "", $5); print r, "PyTorch " $2 " " $4 " " $5 "|OpenMP " p, $6 }' >>"$times"
+    done
+done
+
+python3 - "$times" "$rounds" <<'PY'
+import statistics, sys
+rows = [line.rstrip("\n").rsplit(" ", 1) for line in open(sys.argv[1])]
+times = {}  # setting -> {round: ms}
+for head, ms in rows:
+    rnd, setting = head.split(" ", 1)
+    times.setdefault(setting, {})[int(rnd)] = float(ms)
+name = lambda s: s.replace("|", ", ")
+print(f"\nchar-small, ms a step: each setting's median over {sys.argv[2]} rounds [fastest-slowest]")
+for setting, by_round in times.items():
+    v = list(by_round.values())
+    print(f"  {name(setting):52s} {statistics.median(v):7.1f} [{min(v):.1f}-{max(v):.1f}]")
+ours = times["zerofiber|OpenMP default"]
+best = min((s for s in times if s.startswith("PyTorch")), key=lambda s: statistics.median(times[s].values()))
+ratios = [times[best][r] / ours[r] for r in sorted(ours)]
+print(f"\nchar-small step: zerofiber as bin/train runs it against PyTorch at its best ({name(best)}): "
+      f"{statistics.median(ratios):.2f}x (median of the rounds; " + ", ".join(f"{x:.2f}x" for x in ratios) + ")")
+PY

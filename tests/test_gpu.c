@@ -402,6 +402,32 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
     dataset_free(&data);
 }
 
+/* Hybrid sharding on the GPU simulator (4 ranks in groups of 2, the sums in
+ * bf16 too): every ZeRO stage gives DDP's bits, overlap on, a shard's
+ * replicas copying the first one's sum between the GPU's streams. */
+Test(gpu, hybrid_sharding_is_bit_identical_to_ddp_on_the_gpu_simulator) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = short_run(0.0f, 1);
+    for (int p = 0; p < PRECISIONS; p++) {
+        StrategyConfig sc = placed_gpt(4, PLACE_CUDA_SIMULATOR, 0.1f);
+        sc.overlap.enabled = 1;
+        sc.reduce_precision = (Precision)p;
+        size_t n;
+        float *ddp = weights_of(0, &sc, &tc, &n);
+        sc.shard_ranks = 2;
+        for (int k = 0; k < STRATEGY_KINDS; k++) {
+            if (!STRATEGIES[k].shards_adam) continue;
+            float *w = weights_of(STRATEGIES[k].stage, &sc, &tc, &n);
+            cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "--zero=%d --shard-ranks=2, reduced in %s: other bits "
+                      "than DDP on the GPU", STRATEGIES[k].stage, p ? "bf16" : "fp32");
+            free(w);
+        }
+        free(ddp);
+    }
+    dataset_free(&data);
+}
+
 /* Small buckets, so DDP has several; a slow modeled link, so the collectives
  * really run under the backward, on the GPU's own streams. */
 Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
