@@ -430,7 +430,11 @@ static int print_header(const Run *run, const char *blas) {
     if (world()->nprocs > 1)
         printf("world: %d processes x %d ranks through %s, a collective's --timeout %g s\n", world()->nprocs, o->gpus,
                world()->engine, o->timeout);
-    if (sc->link.gbps > 0)
+    if (sc->link.gbps > 0 && sc->link_inter.gbps > 0)
+        printf("link: modeled, %g GB/s and %g us per hop inside each group of %d ranks, %g GB/s and %g us between "
+               "the groups (simulated ranks share one device)\n", sc->link.gbps, sc->link.latency_us,
+               strategy_shard_ranks(sc), sc->link_inter.gbps, sc->link_inter.latency_us);
+    else if (sc->link.gbps > 0)
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
                sc->link.gbps, sc->link.latency_us);
     printf("blas: %s\n", blas);
