@@ -211,3 +211,24 @@ Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
     cr_expect_eq(o.bias, 0);
     cr_expect_eq(options_model(&o, 65).gelu_tanh, 0, "the char presets keep nanoGPT's exact GELU");
 }
+
+/* The precision flags reach the run's config: fp32 by default, bf16 asked
+ * (--dtype for the compute, --reduce-dtype for the gradients' sums), each
+ * apart from the other. */
+Test(train, the_precision_flags_reach_the_config) {
+    static const struct { const char *flags; Precision compute, reduce; } runs[] = {
+        { "", PRECISION_FP32, PRECISION_FP32 },
+        { "--dtype=bf16", PRECISION_BF16, PRECISION_FP32 },
+        { "--reduce-dtype=bf16", PRECISION_FP32, PRECISION_BF16 },
+        { "--dtype=bf16 --reduce-dtype=bf16", PRECISION_BF16, PRECISION_BF16 },
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char line[96], err[256], *argv[4];
+        snprintf(line, sizeof line, "%s", runs[i].flags);
+        int argc = split_args(line, argv, 4);
+        TrainOptions o;
+        cr_assert_eq(options_read(&o, "train", "char-small", argc, argv, err, sizeof err), 0, "%s", err);
+        cr_expect_eq(options_precision(&o), runs[i].compute, "'%s': the compute's precision", runs[i].flags);
+        cr_expect_eq(options_reduce_precision(&o), runs[i].reduce, "'%s': the reductions' precision", runs[i].flags);
+    }
+}
