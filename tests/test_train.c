@@ -182,17 +182,25 @@ Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 300
 
 /* The GPT-2 presets: nanoGPT's configs, with biases, over its train_gpt2
  * recipe, and GPT-2's 50257 ids padded to 50304 (a text's 65 stay 65). */
+/* bin/train's options from a line of flags over a default preset; they must parse. */
+static TrainOptions options_of(const char *flags, const char *preset) {
+    char line[128], err[256], *argv[8];
+    snprintf(line, sizeof line, "%s", flags);
+    int argc = split_args(line, argv, 8);
+    TrainOptions o;
+    cr_assert_eq(options_read(&o, "train", preset, argc, argv, err, sizeof err), 0, "'%s': %s", flags, err);
+    return o;
+}
+
 Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
     static const struct { const char *name; int layers, heads, embd; } want[] = {
         { "gpt2", 12, 12, 768 }, { "gpt2-medium", 24, 16, 1024 }, { "gpt2-large", 36, 20, 1280 },
         { "gpt2-xl", 48, 25, 1600 },
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        char line[64], err[256], *argv[4];
+        char line[64];
         snprintf(line, sizeof line, "--preset=%s", want[i].name);
-        int argc = split_args(line, argv, 4);
-        TrainOptions o;
-        cr_assert_eq(options_read(&o, "train", "char", argc, argv, err, sizeof err), 0, "%s", err);
+        TrainOptions o = options_of(line, "char");
         cr_expect(o.layers == want[i].layers && o.heads == want[i].heads && o.embd == want[i].embd, "%s",
                   want[i].name);
         cr_expect(o.block == 1024 && o.bias == 1 && o.batch == 12 && o.grad_accum == 5 && o.warmup == 2000 &&
@@ -203,10 +211,7 @@ Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
         cr_expect(cfg.vocab == 50304 && cfg.gelu_tanh, "%s: GPT-2's padded vocabulary and its GELU", want[i].name);
         cr_expect_null(gpt_config_error(&cfg), "%s", want[i].name);
     }
-    char line[64] = "", err[256], *argv[2];
-    int argc = split_args(line, argv, 2);
-    TrainOptions o;
-    cr_assert_eq(options_read(&o, "train", "char", argc, argv, err, sizeof err), 0, "%s", err);
+    TrainOptions o = options_of("", "char");
     cr_expect_eq(options_model_vocab(&o, 65), 65);
     cr_expect_eq(o.bias, 0);
     cr_expect_eq(options_model(&o, 65).gelu_tanh, 0, "the char presets keep nanoGPT's exact GELU");
@@ -223,11 +228,7 @@ Test(train, the_precision_flags_reach_the_config) {
         { "--dtype=bf16 --reduce-dtype=bf16", PRECISION_BF16, PRECISION_BF16 },
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
-        char line[96], err[256], *argv[4];
-        snprintf(line, sizeof line, "%s", runs[i].flags);
-        int argc = split_args(line, argv, 4);
-        TrainOptions o;
-        cr_assert_eq(options_read(&o, "train", "char-small", argc, argv, err, sizeof err), 0, "%s", err);
+        TrainOptions o = options_of(runs[i].flags, "char-small");
         cr_expect_eq(options_precision(&o), runs[i].compute, "'%s': the compute's precision", runs[i].flags);
         cr_expect_eq(options_reduce_precision(&o), runs[i].reduce, "'%s': the reductions' precision", runs[i].flags);
     }
