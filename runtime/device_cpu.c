@@ -188,31 +188,36 @@ typedef struct {
     Precision dtype;
 } SumArgs;
 
-/* In bf16, an element at a time: every input, partial sum and result rounded. */
-static void sum_bf16(const SumArgs *a) {
-    for (size_t i = 0; i < a->len; i++) {
-        float acc = bf16_rounded(a->in[0][i]);
-        for (int q = 1; q < a->n; q++) acc = bf16_rounded(acc + bf16_rounded(a->in[q][i]));
-        a->out[i] = bf16_rounded(acc * a->scale);
+/* A chunk of the sum in fp32: acc = in[0] + in[1] + ..., then out = acc * scale. */
+static void sum_chunk_fp32(const SumArgs *a, size_t c0, size_t m, float *acc) {
+    memcpy(acc, a->in[0] + c0, m * sizeof(float));
+    for (int q = 1; q < a->n; q++) {
+        const float *src = a->in[q] + c0;
+        for (size_t i = 0; i < m; i++) acc[i] += src[i];
     }
+    for (size_t i = 0; i < m; i++) a->out[c0 + i] = acc[i] * a->scale;
+}
+
+/* The same in bf16: every input, partial sum and result rounded. */
+static void sum_chunk_bf16(const SumArgs *a, size_t c0, size_t m, float *acc) {
+    for (size_t i = 0; i < m; i++) acc[i] = bf16_rounded(a->in[0][c0 + i]);
+    for (int q = 1; q < a->n; q++) {
+        const float *src = a->in[q] + c0;
+        for (size_t i = 0; i < m; i++) acc[i] = bf16_rounded(acc[i] + bf16_rounded(src[i]));
+    }
+    for (size_t i = 0; i < m; i++) a->out[c0 + i] = bf16_rounded(acc[i] * a->scale);
 }
 
 /* Through a stack buffer, a chunk at a time, so out may be one of in. */
 static void sum_task(void *p) {
     SumArgs *a = p;
-    if (a->dtype == PRECISION_BF16) {
-        sum_bf16(a);
-        return;
-    }
     float acc[SUM_CHUNK];
     for (size_t c0 = 0; c0 < a->len; c0 += SUM_CHUNK) {
         size_t m = a->len - c0 < SUM_CHUNK ? a->len - c0 : SUM_CHUNK;
-        memcpy(acc, a->in[0] + c0, m * sizeof(float));
-        for (int q = 1; q < a->n; q++) {
-            const float *src = a->in[q] + c0;
-            for (size_t i = 0; i < m; i++) acc[i] += src[i];
-        }
-        for (size_t i = 0; i < m; i++) a->out[c0 + i] = acc[i] * a->scale;
+        if (a->dtype == PRECISION_BF16)
+            sum_chunk_bf16(a, c0, m, acc);
+        else
+            sum_chunk_fp32(a, c0, m, acc);
     }
 }
 
