@@ -221,15 +221,15 @@ build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/z
 # bin/train and bin/sample under valgrind's memcheck (CI): no invalid access and
 # no definite leak, over a save, a resume under another strategy, dropout,
 # sampling, the log, an injected fault (which must exit 1; valgrind's own errors
-# exit 99 there) and a checkpoint read back. OPENBLAS_CORETYPE is set so that
-# bin/train does not re-execute itself to choose OpenBLAS's kernels: valgrind
-# would not follow it. The binaries are a CPU build of their own (CUDA=0, in
+# exit 99 there) and a checkpoint read back. OPENBLAS_CORETYPE and
+# GOMP_SPINCOUNT are set so that the tools do not re-execute themselves to set
+# them (kernels/cpu/cpu_setup.c): valgrind would not follow. The binaries are a CPU build of their own (CUDA=0, in
 # build/memcheck): cuBLAS's own start-up, in a CUDA build, trips valgrind inside
 # glibc's dynamic loader before main; and for x86-64-v3 (AVX2), not -march=native,
 # since Debian 12's valgrind stops at the first AVX-512 instruction (SIGILL), which
 # -march=native emits on a CPU that has them. Nothing is suppressed: OpenMP's and
 # OpenBLAS's pools report no definite leak.
-VALGRIND = OPENBLAS_CORETYPE=Prescott valgrind -q --leak-check=full --errors-for-leak-kinds=definite
+VALGRIND = OPENBLAS_CORETYPE=Prescott GOMP_SPINCOUNT=3000 valgrind -q --leak-check=full --errors-for-leak-kinds=definite
 VALGRIND_TRAIN = build/memcheck/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \
                  --dropout=0.1 --sample-chars=20 --out=build/valgrind
 valgrind:

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../model/models.h"
 #include "../runtime/host.h"
 #include "../training/trainer.h"
@@ -77,14 +77,14 @@ static void print_result(const BenchResult *r, double ceiling) {
 
 /* --gpt2=DIR: the gpt2 preset's step (124M, GPT-2's ids padded to 50304) on one rank at one row
  * of 1024 and four of 256, on DIR's token ids, against the sgemm ceiling measured after them. */
-static int bench_gpt2(const char *dir, const char *blas) {
+static int bench_gpt2(const char *dir, const CpuSetup *cpu) {
     Dataset data;
     char err[512];
     if (dataset_load(&data, dir, 1024, err, sizeof err) != 0) {
         fprintf(stderr, "bench_cpu: %s\n", err);
         return 1;
     }
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     BenchResult one = bench_preset("gpt2", &data, 5, 1, 1, 1024), four = bench_preset("gpt2", &data, 5, 1, 4, 256);
     double ceiling = sgemm_gflops(2048);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n\n", ceiling);
@@ -98,7 +98,7 @@ static int bench_gpt2(const char *dir, const char *blas) {
 }
 
 int main(int argc, char **argv) {
-    const char *blas = blas_ensure_core(argv);
+    const CpuSetup *cpu = cpu_setup(argv);
     int quick = 0, small_only = 0;
     const char *gpt2 = NULL;
     for (int i = 1; i < argc; i++) {
@@ -110,14 +110,14 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (gpt2) return bench_gpt2(gpt2, blas);
+    if (gpt2) return bench_gpt2(gpt2, cpu);
     Dataset data;
     char err[512];
     if (dataset_load(&data, "data/tinyshakespeare.txt", 256, err, sizeof err) != 0) {
         fprintf(stderr, "bench_cpu: %s\n", err);
         return 1;
     }
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     /* The presets run first: a 2048^3 sgemm before them slows the small
      * char-small matmuls after it by a quarter (measured here). */
     BenchResult small = bench_preset("char-small", &data, quick ? 10 : 50, 1, 0, 0);

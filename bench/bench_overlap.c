@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../model/models.h"
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
@@ -166,7 +166,7 @@ static void hidden_text(char *out, size_t len, int nranks, const Times *t, int o
 /* The two-tier table (--link-inter): --zero's stage on --gpus=N ranks as
  * nodes of --shard-ranks=S, fully sharded (its rings span the nodes) and in
  * groups of S (one a node), the main table's variants for each. */
-static int two_tiers(const TrainOptions *o, const Dataset *data, const char *blas) {
+static int two_tiers(const TrainOptions *o, const Dataset *data, const CpuSetup *cpu) {
     LinkModel intra = options_link(o), inter = options_link_inter(o);
     int N = o->gpus, S = o->shard_ranks;
     const StrategyKind *kind = strategy_kind(o->zero);
@@ -175,7 +175,7 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const char *bla
                         "--link, --zero=1, 2 or 3, --gpus=N and --shard-ranks=S (S dividing N, fewer)\n");
         return 2;
     }
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     printf("link: two tiers, modeled: %.3g GB/s and %g us a hop inside each node of %d ranks, %.3g GB/s and %g us "
            "between the %d nodes\n", intra.gbps, intra.latency_us, S, inter.gbps, inter.latency_us, N / S);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; gradients reduced in "
@@ -211,13 +211,13 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const char *bla
 }
 
 int main(int argc, char **argv) {
-    const char *blas = blas_ensure_core(argv);
+    const CpuSetup *cpu = cpu_setup(argv);
     TrainOptions o;
     Dataset data;
     int rc = bench_open("bench_overlap", 12, argc, argv, &o, &data);  /* --iters: timed steps per variant */
     if (rc >= 0) return rc;
     if (o.link_inter[0]) {
-        rc = two_tiers(&o, &data, blas);
+        rc = two_tiers(&o, &data, cpu);
         dataset_free(&data);
         return rc;
     }
@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
     printf("device: %s; simulated ranks share it: their compute shares it, only the link is modeled\n",
            probe->placement);
     probe->ops->destroy(probe);
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", link.gbps, link.latency_us, chosen);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; gradients "
            "reduced in %s; median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch,

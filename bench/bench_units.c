@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../tools/options.h"
 #include "steps.h"
 
@@ -40,13 +40,13 @@ static Strategy *make(const Choice *c, const TrainOptions *o, const Dataset *dat
 }
 
 int main(int argc, char **argv) {
-    const char *blas = blas_ensure_core(argv);
+    const CpuSetup *cpu = cpu_setup(argv);
     TrainOptions o;
     Dataset data;
     int rc = bench_open("bench_units", 10, argc, argv, &o, &data);  /* --iters: timed steps per row */
     if (rc >= 0) return rc;
     LinkModel link = options_link(&o);
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     if (link.gbps > 0) printf("link: modeled ring, %.3g GB/s, %g us per hop\n", link.gbps, link.latency_us);
     else printf("link: none modeled (every collective as fast as the simulator runs it)\n");
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; ZeRO-3 on %d ranks, overlap on; "

@@ -25,10 +25,10 @@ import time
 MUTANTS = [
     ("sum-order-reversed", "the order of every sum: ranks added N-1 .. 0",
      "runtime/device_cpu.c",
-     "memcpy(acc, a->in[0] + c0, m * sizeof(float));\n        for (int q = 1; q < a->n; q++) {\n"
-     "            const float *src = a->in[q] + c0;",
-     "memcpy(acc, a->in[a->n - 1] + c0, m * sizeof(float));\n        for (int q = 1; q < a->n; q++) {\n"
-     "            const float *src = a->in[a->n - 1 - q] + c0;"),
+     "memcpy(acc, a->in[0] + c0, m * sizeof(float));\n    for (int q = 1; q < a->n; q++) {\n"
+     "        const float *src = a->in[q] + c0;",
+     "memcpy(acc, a->in[a->n - 1] + c0, m * sizeof(float));\n    for (int q = 1; q < a->n; q++) {\n"
+     "        const float *src = a->in[a->n - 1 - q] + c0;"),
     ("adam-no-bias-correction", "the optimizer: the first moment's bias correction dropped",
      "kernels/cpu/optimizer.c",
      "float step_size = hp.lr / bias_correction1;",
@@ -287,8 +287,16 @@ MUTANTS = [
      "Precision options_precision(const TrainOptions *o) { return (Precision)(0 * precision_parse(o->dtype)); }"),
     ("reduce-bf16-partials-unrounded", "a reduction in bf16: the partial sums kept in fp32, rounded only at the end",
      "runtime/device_cpu.c",
-     "acc = bf16_rounded(acc + bf16_rounded(a->in[q][i]));",
-     "acc = acc + bf16_rounded(a->in[q][i]);"),
+     "acc[i] = bf16_rounded(acc[i] + bf16_rounded(src[i]));",
+     "acc[i] = acc[i] + bf16_rounded(src[i]);"),
+    ("openmp-spins-left-to-libgomp", "start-up: OpenMP's idle threads left spinning as libgomp's default",
+     "kernels/cpu/cpu_setup.c",
+     "return wait_policy || spin_count ? NULL : OPENMP_SPINS;",
+     "return wait_policy || spin_count || 1 ? NULL : OPENMP_SPINS;"),
+    ("cpu-setup-never-restarts", "start-up: the spin count chosen but never set (the program not restarted)",
+     "kernels/cpu/cpu_setup.c",
+     "if (!restarted && (better || spins)) restart(argv, core, better, spins);",
+     "if (!restarted && (better || spins) && restarted) restart(argv, core, better, spins);"),
     ("reduce-dtype-ignored", "--reduce-dtype=bf16 taken by ZeRO-1/2/3's reduce-scatters but not by DDP's all-reduce",
      "strategies/replicated.c",
      "1.0f / (float)ranks->nranks, ranks->base.cfg.reduce_precision,\n                  ranks->base.cfg.overlap",

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../kernels/dropout.h"
 #include "../kernels/kernels.h"
 #include "fixtures.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
+#include "../kernels/cpu/cpu_setup.h"
 #include "../model/models.h"
 #include "../runtime/host.h"
 #include "../training/checkpoint.h"
@@ -232,4 +233,41 @@ Test(train, the_precision_flags_reach_the_config) {
         cr_expect_eq(options_precision(&o), runs[i].compute, "'%s': the compute's precision", runs[i].flags);
         cr_expect_eq(options_reduce_precision(&o), runs[i].reduce, "'%s': the reductions' precision", runs[i].flags);
     }
+}
+
+/* bin/train's "openmp:" start-up line, its stdout's, with the environment as
+ * the test process has it. */
+static void openmp_line_of_a_run(char *line, size_t len) {
+    char dir[256], out[512], err[1024], text[4096];
+    temp_dir(dir, sizeof dir, "openmp");
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    cr_assert_eq(run_tool(train_binary(), "--layers=1 --embd=16 --heads=2 --block=16 --batch=2 --iters=1 "
+                          "--eval-every=0 --sample-chars=0", out, err, sizeof err), 0, "%s", err);
+    take_text(out, text, sizeof text);
+    remove_dir(dir);
+    const char *at = strstr(text, "openmp: ");
+    cr_assert_not_null(at, "no openmp line in:\n%s", text);
+    snprintf(line, len, "%.*s", (int)strcspn(at, "\n"), at);
+}
+
+/* OpenMP's idle threads spin 3000 times, then sleep, as the program sets
+ * it (kernels/cpu/cpu_setup.c): bin/train restarts itself with
+ * GOMP_SPINCOUNT=3000 and says so. What the user set is theirs. */
+Test(train, the_program_sets_how_openmps_threads_wait_unless_the_user_did) {
+    cr_expect_str_eq(openmp_spin_count(NULL, NULL), "3000");
+    cr_expect_null(openmp_spin_count("PASSIVE", NULL));
+    cr_expect_null(openmp_spin_count(NULL, "100"));
+    char line[512];
+    unsetenv("OMP_WAIT_POLICY");
+    unsetenv("GOMP_SPINCOUNT");
+    openmp_line_of_a_run(line, sizeof line);
+    cr_expect(strstr(line, "spin 3000 times") && strstr(line, "GOMP_SPINCOUNT=3000, set by the program"), "%s", line);
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    openmp_line_of_a_run(line, sizeof line);
+    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: OMP_WAIT_POLICY=PASSIVE");
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("GOMP_SPINCOUNT", "100", 1);
+    openmp_line_of_a_run(line, sizeof line);
+    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: GOMP_SPINCOUNT=100");
+    unsetenv("GOMP_SPINCOUNT");
 }

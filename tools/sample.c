@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../model/hf_gpt2.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
@@ -104,7 +104,7 @@ static int open_tokenizer(const TrainOptions *o, const CheckpointInfo *info, Tok
 }
 
 int main(int argc, char **argv) {
-    blas_ensure_core(argv);
+    cpu_setup(argv);
     TrainOptions o;
     int rc = options_parse(&o, "sample", "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;

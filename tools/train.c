@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kernels/cpu/blas_setup.h"
+#include "../kernels/cpu/cpu_setup.h"
 #include "../model/gpt.h"
 #include "../model/hf_gpt2.h"
 #include "../model/models.h"
@@ -422,7 +422,7 @@ static void close_run(Run *run) {
 
 /* The lines that say what is about to run. 0, or 1 after a one-line error
  * when they could not be written. */
-static int print_header(const Run *run, const char *blas) {
+static int print_header(const Run *run, const CpuSetup *cpu) {
     const TrainOptions *o = &run->o;
     const StrategyConfig *sc = &run->sc;
     Strategy *s = run->s;
@@ -437,7 +437,7 @@ static int print_header(const Run *run, const char *blas) {
     else if (sc->link.gbps > 0)
         printf("link: modeled, %g GB/s and %g us per hop, ring collectives (simulated ranks share one device)\n",
                sc->link.gbps, sc->link.latency_us);
-    printf("blas: %s\n", blas);
+    cpu_setup_print(cpu);
     if (s->device_kind == DEVICE_CUDA) {
         char libraries[1200];
         device_cuda_libraries(libraries, sizeof libraries);
@@ -524,7 +524,7 @@ static int train(Run *run) {
 int main(int argc, char **argv) {
     /* first: a signal in the start would otherwise end the run as by default */
     if (catch_stop_signals() != 0) return 1;
-    const char *blas = blas_ensure_core(argv);
+    const CpuSetup *cpu = cpu_setup(argv);
     if (world_init(&argc, &argv) != 0) return 1;
     Run run = { 0 };
     int status = parse_flags(&run.o, argc, argv);
@@ -552,7 +552,7 @@ int main(int argc, char **argv) {
         return finish(status, 1);
     }
     device_cuda_set_tf32(run.o.tf32);
-    if (print_header(&run, blas) != 0) {
+    if (print_header(&run, cpu) != 0) {
         finish(1, 0);
         close_run(&run);
         return 1;

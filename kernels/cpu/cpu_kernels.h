@@ -1,6 +1,6 @@
 /* cpu_kernels.h: the CPU kernels, each a task on a CPU stream (runtime/device_cpu.h).
  * kernels.h says what each op does; kernels.c calls these through cpu_kernel_ops.
- * Each kernels/cpu/X.c holds the ops of kernels/cuda/X.cu (blas_setup.c is the CPU's alone). */
+ * Each kernels/cpu/X.c holds the ops of kernels/cuda/X.cu (cpu_setup.c is the CPU's alone). */
 #ifndef ZF_CPU_KERNELS_H
 #define ZF_CPU_KERNELS_H
 
