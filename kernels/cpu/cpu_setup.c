@@ -11,10 +11,10 @@
  * by its own estimate) before they sleep. On a quiet machine that saves a
  * wake-up per parallel region; on a shared one the spinning threads take the
  * cores from the threads with work: beside two busy loops on two cores,
- * char-small's step took 4.5 times its quiet time, a tiny model's 26 times.
- * Sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs the quiet step 8%;
- * spinning 3000 times (about 30 us) costs it nothing measurable, and under
- * that load is close to passive waiting (docs/performance.md,
+ * char-small's step took 4.0 times its quiet time, a tiny model's 6.8 times.
+ * Sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs the quiet step 5% to 8%;
+ * spinning 3000 times (about 30 us) costs it nothing measurable and took the
+ * loaded steps to 2.3 and 3.2 times (docs/performance.md,
  * bench/results/load.md). The program sets GOMP_SPINCOUNT=3000.
  *
  * Both are read as the libraries load, before main, so the program sets them
