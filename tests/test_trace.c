@@ -111,10 +111,10 @@ static int by_value(const void *a, const void *b) {
 }
 
 /* Rank 0's collectives' time on the link in a trace: the median step's. A
- * step starts with its first unit's forward on rank 0's compute stream. The median, since
- * a thread woken late now and then, on two cores shared by every rank's
- * threads, can stretch one step by a tenth or more; a model that missed or
- * doubled a collective is off in every step. */
+ * step starts with its first unit's forward on rank 0's compute stream. The
+ * median, since a thread woken late now and then, on two cores shared by
+ * every rank's threads, can stretch one step by a tenth or more; a model that
+ * missed or doubled a collective is off in every step. */
 static double held_us_a_step(const TraceSpan *spans, int n) {
     int m;
     TraceSpan *units = units_of(spans, n, 0, &m);

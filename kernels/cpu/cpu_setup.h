@@ -20,8 +20,8 @@ void cpu_setup_print(const CpuSetup *setup);
 /* Which OPENBLAS_CORETYPE suits a CPU when OpenBLAS chose `corename`, or NULL
  * when the choice is fine. */
 const char *blas_better_core(const char *corename, int has_avx512, int has_avx2);
-/* The GOMP_SPINCOUNT to set when the user set OMP_WAIT_POLICY or
- * GOMP_SPINCOUNT as given (NULL if unset): NULL when the user chose. */
+/* The GOMP_SPINCOUNT the program sets, given the user's OMP_WAIT_POLICY and
+ * GOMP_SPINCOUNT (NULL where unset): NULL where the user set either. */
 const char *openmp_spin_count(const char *wait_policy, const char *spin_count);
 
 #endif
