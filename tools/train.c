@@ -87,9 +87,17 @@ enum { LINK_STEP_MAX_SECONDS = 60 };
  * save. */
 static volatile sig_atomic_t stop_signal;
 
+/* The run's exit status once it is over and only the world's end is left:
+ * -1 before. */
+static volatile sig_atomic_t finishing_status = -1;
+
 /* A second one exits at once: a save it cuts short leaves only its temporary
- * file (removed at the next start), never a half-written checkpoint. */
+ * file (removed at the next start), never a half-written checkpoint. Once the
+ * run is over, a signal ends it quietly with its own status: mpirun ends the
+ * job as soon as one process exits with a status other than 0, and the
+ * others, their lines said, may still be in MPI_Finalize. */
 static void on_stop_signal(int sig) {
+    if (finishing_status >= 0) _exit(finishing_status);
     if (stop_signal) {
         static const char line[] = "train: a second signal: stopping at once (the last checkpoint is as it was)\n";
         ssize_t written = write(STDERR_FILENO, line, sizeof line - 1);
@@ -241,6 +249,7 @@ static int same_run_everywhere(TrainOptions *o, const Dataset *data) {
  * this process alone ends the others now, rather than after their timeout. */
 static int finish(int status, int every_process) {
     if (status != 0 && !every_process && world()->nprocs > 1) world_abort(status);
+    finishing_status = status;
     world_finalize();
     return status;
 }
