@@ -223,7 +223,8 @@ build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/z
 # sampling, the log, an injected fault (which must exit 1; valgrind's own errors
 # exit 99 there) and a checkpoint read back. OPENBLAS_CORETYPE and
 # GOMP_SPINCOUNT are set so that the tools do not re-execute themselves to set
-# them (kernels/cpu/cpu_setup.c): valgrind would not follow. The binaries are a CPU build of their own (CUDA=0, in
+# them (kernels/cpu/cpu_setup.c): valgrind would not follow. The binaries are a
+# CPU build of their own (CUDA=0, in
 # build/memcheck): cuBLAS's own start-up, in a CUDA build, trips valgrind inside
 # glibc's dynamic loader before main; and for x86-64-v3 (AVX2), not -march=native,
 # since Debian 12's valgrind stops at the first AVX-512 instruction (SIGILL), which

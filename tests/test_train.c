@@ -181,8 +181,6 @@ Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 300
     remove_dir(dir);
 }
 
-/* The GPT-2 presets: nanoGPT's configs, with biases, over its train_gpt2
- * recipe, and GPT-2's 50257 ids padded to 50304 (a text's 65 stay 65). */
 /* bin/train's options from a line of flags over a default preset; they must parse. */
 static TrainOptions options_of(const char *flags, const char *preset) {
     char line[128], err[256], *argv[8];
@@ -193,6 +191,8 @@ static TrainOptions options_of(const char *flags, const char *preset) {
     return o;
 }
 
+/* The GPT-2 presets: nanoGPT's configs, with biases, over its train_gpt2
+ * recipe, and GPT-2's 50257 ids padded to 50304 (a text's 65 stay 65). */
 Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
     static const struct { const char *name; int layers, heads, embd; } want[] = {
         { "gpt2", 12, 12, 768 }, { "gpt2-medium", 24, 16, 1024 }, { "gpt2-large", 36, 20, 1280 },
