@@ -6,8 +6,9 @@
 # Ours as bin/train runs it (BIN/bench_cpu --char-small, default build/cpu/bin),
 # nothing set from outside; PyTorch at each of eager and torch.compile'd x 1
 # and 2 threads, with its default OpenMP settings. Passive OpenMP waiting
-# (OMP_WAIT_POLICY=PASSIVE) is tried too, for both sides alike, and printed,
-# but the comparison takes ours as a user gets it. ROUNDS rounds (ZF_PEER_ROUNDS,
+# (OMP_WAIT_POLICY=PASSIVE) and the short spin ours sets itself
+# (GOMP_SPINCOUNT=3000, kernels/cpu/cpu_setup.c) are tried too, for both sides
+# alike, and printed; PyTorch's best of all is kept, and ours as a user gets it. ROUNDS rounds (ZF_PEER_ROUNDS,
 # default 3), every setting once a round, in turn; each setting's median and its
 # range, and the ratio of PyTorch's best setting to ours, round by round.
 #
@@ -32,9 +33,10 @@ times=$(mktemp)
 trap 'rm -f "$times"' EXIT
 # one line a setting and round: round, setting, ms
 for round in $(seq 1 "$rounds"); do
-    for policy in default PASSIVE; do
-        wait_env=(env -u OMP_WAIT_POLICY)
-        [ $policy = PASSIVE ] && wait_env=(env OMP_WAIT_POLICY=PASSIVE)
+    for policy in default PASSIVE GOMP_SPINCOUNT=3000; do
+        wait_env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT)
+        [ $policy = PASSIVE ] && wait_env=(env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE)
+        [ $policy = GOMP_SPINCOUNT=3000 ] && wait_env=(env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=3000)
         "${wait_env[@]}" "$bin/bench_cpu" --char-small | tee >(cat >&2) |
             awk -v r="$round" -v p="$policy" '$1 == "char-small" { print r, "zerofiber|OpenMP " p, $2 }' >>"$times"
         "${wait_env[@]}" "$python" tests/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
