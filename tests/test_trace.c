@@ -9,6 +9,13 @@
  * when on, is plain on a loaded machine too; and with overlap off, every
  * collective waits for its producers and the compute waits for it, so no
  * collective overlaps its rank's compute, whatever the machine does.
+ *
+ * With overlap on, a collective starts when the last rank has produced its
+ * inputs, and that rank goes on computing under it. A rank ahead of the others
+ * may have no compute left by then: under ASan on a loaded machine, rank 0
+ * had no reduce-scatter under its compute in any of the three steps while
+ * rank 1 had. So the overlap is asserted on some rank (the last to arrive,
+ * whichever that is); with overlap off no rank has it.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -86,6 +93,13 @@ static int collective_under_compute(const TraceSpan *spans, int n, int rank, con
             if (spans[j].pid == rank && spans[j].tid == COMPUTE && overlap_in_time(&spans[i], &spans[j])) return 1;
     }
     return 0;
+}
+
+/* How many ranks have a `collective...` under their own compute. */
+static int ranks_with_collective_under_compute(const TraceSpan *spans, int n, const char *collective) {
+    int ranks = 0;
+    for (int r = 0; r < RANKS; r++) ranks += collective_under_compute(spans, n, r, collective);
+    return ranks;
 }
 
 static int by_start(const void *a, const void *b) {
@@ -171,9 +185,9 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(0, 1, PRECISION_FP32, &n);
     cr_expect_gt(distinct_names(spans, n, "all-reduce bucket"), 1, "DDP all-reduced a single bucket");
-    for (int r = 0; r < RANKS; r++)
-        cr_expect(starts_inside_a_backward(spans, n, r, "all-reduce bucket"),
-                  "rank %d: no bucket's all-reduce started before its backward was over", r);
+    int ranks = 0;
+    for (int r = 0; r < RANKS; r++) ranks += starts_inside_a_backward(spans, n, r, "all-reduce bucket");
+    cr_expect_gt(ranks, 0, "on no rank did a bucket's all-reduce start before its backward was over");
     free(spans);
 }
 
@@ -202,9 +216,8 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
         int zero = STRATEGIES[k].stage;
         int n;
         TraceSpan *spans = trace_steps(zero, 1, PRECISION_FP32, &n);
-        for (int r = 0; r < RANKS; r++)
-            cr_expect(collective_under_compute(spans, n, r, "reduce-scatter unit"),
-                      "--zero=%d rank %d: no reduce-scatter ran under the compute", zero, r);
+        cr_expect_gt(ranks_with_collective_under_compute(spans, n, "reduce-scatter unit"), 0,
+                     "--zero=%d: on no rank did a reduce-scatter run under the compute", zero);
         free(spans);
     }
 }
@@ -212,9 +225,8 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
 Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(3, 1, PRECISION_FP32, &n);
-    for (int r = 0; r < RANKS; r++)
-        cr_expect(collective_under_compute(spans, n, r, "all-gather prefetch unit"),
-                  "rank %d: no prefetched gather ran under the compute", r);
+    cr_expect_gt(ranks_with_collective_under_compute(spans, n, "all-gather prefetch unit"), 0,
+                 "on no rank did a prefetched gather run under the compute");
     free(spans);
 }
 
