@@ -224,11 +224,11 @@ build-asan-tests: $(TEST_BINS) $(TEST_DRIVERS) $(BUILD)/bin/train $(BUILD)/bin/z
 # exit 99 there) and a checkpoint read back. OPENBLAS_CORETYPE and
 # GOMP_SPINCOUNT are set so that the tools do not re-execute themselves to set
 # them (kernels/cpu/cpu_setup.c): valgrind would not follow. The binaries are a
-# CPU build of their own (CUDA=0, in
-# build/memcheck): cuBLAS's own start-up, in a CUDA build, trips valgrind inside
-# glibc's dynamic loader before main; and for x86-64-v3 (AVX2), not -march=native,
-# since Debian 12's valgrind stops at the first AVX-512 instruction (SIGILL), which
-# -march=native emits on a CPU that has them. Nothing is suppressed: OpenMP's and
+# CPU build of their own (CUDA=0, in build/memcheck): cuBLAS's own start-up, in
+# a CUDA build, trips valgrind inside glibc's dynamic loader before main; and for
+# x86-64-v3 (AVX2), not -march=native, since Debian 12's valgrind stops at the
+# first AVX-512 instruction (SIGILL), which -march=native emits on a CPU that has
+# them. Nothing is suppressed: OpenMP's and
 # OpenBLAS's pools report no definite leak.
 VALGRIND = OPENBLAS_CORETYPE=Prescott GOMP_SPINCOUNT=3000 valgrind -q --leak-check=full --errors-for-leak-kinds=definite
 VALGRIND_TRAIN = build/memcheck/bin/train --layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 \

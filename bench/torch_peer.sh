@@ -8,9 +8,10 @@
 # and 2 threads, with its default OpenMP settings. Passive OpenMP waiting
 # (OMP_WAIT_POLICY=PASSIVE) and the short spin ours sets itself
 # (GOMP_SPINCOUNT=3000, kernels/cpu/cpu_setup.c) are tried too, for both sides
-# alike, and printed; PyTorch's best of all is kept, and ours as a user gets it. ROUNDS rounds (ZF_PEER_ROUNDS,
-# default 3), every setting once a round, in turn; each setting's median and its
-# range, and the ratio of PyTorch's best setting to ours, round by round.
+# alike, and printed; PyTorch's best of all is kept, and ours as a user gets it.
+# ROUNDS rounds (ZF_PEER_ROUNDS, default 3), every setting once a round, in
+# turn; each setting's median and its range, and the ratio of PyTorch's best
+# setting to ours, round by round.
 #
 # That PyTorch lives in the venv that make venv makes once per machine, outside
 # the clone (ZF_VENV, else ~/.cache/zerofiber/venv; PyPI's Linux wheel brings

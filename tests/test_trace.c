@@ -95,13 +95,6 @@ static int collective_under_compute(const TraceSpan *spans, int n, int rank, con
     return 0;
 }
 
-/* How many ranks have a `collective...` under their own compute. */
-static int ranks_with_collective_under_compute(const TraceSpan *spans, int n, const char *collective) {
-    int ranks = 0;
-    for (int r = 0; r < RANKS; r++) ranks += collective_under_compute(spans, n, r, collective);
-    return ranks;
-}
-
 static int by_start(const void *a, const void *b) {
     double x = ((const TraceSpan *)a)->ts, y = ((const TraceSpan *)b)->ts;
     return (x > y) - (x < y);
@@ -170,6 +163,15 @@ static int starts_inside_a_backward(const TraceSpan *spans, int n, int rank, con
     return found;
 }
 
+/* How many ranks a check of one rank's `collective...` (collective_under_compute,
+ * starts_inside_a_backward) holds on. */
+static int ranks_where(int (*holds)(const TraceSpan *, int, int, const char *), const TraceSpan *spans, int n,
+                       const char *collective) {
+    int ranks = 0;
+    for (int r = 0; r < RANKS; r++) ranks += holds(spans, n, r, collective);
+    return ranks;
+}
+
 static int distinct_names(const TraceSpan *spans, int n, const char *prefix) {
     int count = 0;
     for (int i = 0; i < n; i++) {
@@ -185,9 +187,8 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(0, 1, PRECISION_FP32, &n);
     cr_expect_gt(distinct_names(spans, n, "all-reduce bucket"), 1, "DDP all-reduced a single bucket");
-    int ranks = 0;
-    for (int r = 0; r < RANKS; r++) ranks += starts_inside_a_backward(spans, n, r, "all-reduce bucket");
-    cr_expect_gt(ranks, 0, "on no rank did a bucket's all-reduce start before its backward was over");
+    cr_expect_gt(ranks_where(starts_inside_a_backward, spans, n, "all-reduce bucket"), 0,
+                 "on no rank did a bucket's all-reduce start before its backward was over");
     free(spans);
 }
 
@@ -216,7 +217,7 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
         int zero = STRATEGIES[k].stage;
         int n;
         TraceSpan *spans = trace_steps(zero, 1, PRECISION_FP32, &n);
-        cr_expect_gt(ranks_with_collective_under_compute(spans, n, "reduce-scatter unit"), 0,
+        cr_expect_gt(ranks_where(collective_under_compute, spans, n, "reduce-scatter unit"), 0,
                      "--zero=%d: on no rank did a reduce-scatter run under the compute", zero);
         free(spans);
     }
@@ -225,7 +226,7 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
 Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 300) {
     int n;
     TraceSpan *spans = trace_steps(3, 1, PRECISION_FP32, &n);
-    cr_expect_gt(ranks_with_collective_under_compute(spans, n, "all-gather prefetch unit"), 0,
+    cr_expect_gt(ranks_where(collective_under_compute, spans, n, "all-gather prefetch unit"), 0,
                  "on no rank did a prefetched gather run under the compute");
     free(spans);
 }
