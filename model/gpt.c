@@ -17,6 +17,19 @@ static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
     return rows < 1 ? 1 : rows < most ? rows : most;
 }
 
+/* The floats of the root's tensors and of one whole block's: under autocast,
+ * the sizes of the root's rounded copy and of any other unit's (a whole block
+ * is the most a unit holds under any policy). */
+static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
+    ModelConfig one = *cfg;
+    one.layers = 1;
+    ArenaLayout *layout = host_calloc(1, sizeof *layout);
+    gpt_layout(&one, 1, layout);
+    *root = layout->units[0].used;
+    *block = layout->units[1].used;
+    free(layout);
+}
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. What
@@ -26,7 +39,12 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute ? 1 : L;
-    size_t largest_weight = compute.precision == PRECISION_BF16 ? (V > 4 * C ? V : 4 * C) * C : 0;
+    size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
+    if (compute.precision == PRECISION_BF16) {
+        unit_floats(cfg, &root, &block);
+        largest_block_tensor = 4 * C * C;
+        wte = V * C;
+    }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
@@ -42,7 +60,8 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
-        { &a->weight_bf16, largest_weight }, { &a->dweight_bf16, largest_weight },
+        { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
+        { &a->dhead_bf16, wte },
     };
     memcpy(table, slots, sizeof slots);
 }
@@ -95,20 +114,74 @@ static int block_tensor(const GPT *m, int l, int i) {
 }
 /* The part's last tensor: its bias, or its weight. */
 static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) + m->base.cfg.bias; }
-static float *weights_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i)); }
-static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i)); }
 
-/* out[N,OC] += part i's bias; dout's column sums into its gradient. Nothing without cfg.bias. */
-static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
-    if (m->base.cfg.bias)
-        bias_forward(m->base.stream, out, model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i) + 1),
-                     (int)N, OC);
+/* ---- mixed precision: where torch.autocast(bfloat16) rounds (gpt.h) ---- */
+
+static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
+
+/* Under autocast, x rounded to bf16 in place: the output of an op run in
+ * bf16, or a gradient that flows into a bf16 tensor. */
+static void bf16_values(GPT *m, float *x, size_t n) {
+    if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
 }
 
-static void bias_grad(GPT *m, const float *dout, int l, int i, size_t N, int OC) {
-    if (m->base.cfg.bias)
-        bias_backward(m->base.stream, model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1), dout,
-                      (int)N, OC);
+/* The copy of unit u's weights the model computes with under autocast. */
+static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
+
+/* As the model enters a unit, after its hook (its weights are there): under
+ * autocast, the unit's weights rounded to bf16 into its copy, which the
+ * model reads until it enters the next (the root's, until the embeddings'
+ * backward): FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's
+ * compute copy bf16, the fp32 ones the master weights. */
+static void compute_weights(GPT *m, int unit) {
+    if (autocast(m))
+        round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);
+}
+
+/* Tensor t's weights as the model computes with them: its unit's, or their copy. */
+static float *compute_tensor(GPT *m, int t) {
+    if (!autocast(m)) return model_tensor(&m->base, m->base.unit_weights, t);
+    const TensorSpec *spec = &m->base.layout.tensors[t];
+    return unit_copy(m, spec->unit) + (spec->offset - m->base.layout.units[spec->unit].offset);
+}
+
+static float *weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }
+static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i)); }
+/* Part i's bias gradient; NULL without cfg.bias. */
+static float *bias_grads_of(GPT *m, int l, int i) {
+    return m->base.cfg.bias ? model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1) : NULL;
+}
+
+/* out[N,OC] += part i's bias. Nothing without cfg.bias. */
+static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
+    if (m->base.cfg.bias) bias_forward(m->base.stream, out, compute_tensor(m, block_tensor(m, l, i) + 1), (int)N, OC);
+}
+
+/* Where a parameter's gradient of n floats is made: added into itself, or
+ * under autocast into dweight_bf16, zeroed, for add_bf16_grad. */
+static float *made_grad(GPT *m, float *grad, size_t n) {
+    if (!autocast(m)) return grad;
+    fill_zero(m->base.stream, m->acts.dweight_bf16, n);
+    return m->acts.dweight_bf16;
+}
+
+/* Under autocast, grad += the gradient made in dweight_bf16: the fp32 sum
+ * of its rows' parts rounded to bf16 (the bf16 parameter's gradient), cast
+ * up into the master's, as the reference's fp32 master takes it. */
+static void add_bf16_grad(GPT *m, float *grad, size_t n) {
+    if (!autocast(m)) return;
+    Stream *s = m->base.stream;
+    round_to_bf16(s, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
+    residual_forward(s, grad, grad, m->acts.dweight_bf16, n);
+}
+
+/* dbias (NULL: none) += dout[N,OC]'s column sums, made in bf16 under autocast. */
+static void bias_grad(GPT *m, float *dbias, const float *dout, size_t N, int OC) {
+    if (!dbias) return;
+    Stream *s = m->base.stream;
+    float *made = made_grad(m, dbias, (size_t)OC);
+    bias_backward(s, made, dout, (int)N, OC);
+    add_bf16_grad(m, dbias, (size_t)OC);
 }
 
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
@@ -119,6 +192,7 @@ static const float *forward_weights(GPT *m, int l, int i) {
     if (model_opens_unit(&m->base, t)) {
         if (i != LN1) trace_end(m->base.stream);
         model_before_forward(&m->base, unit);
+        compute_weights(m, unit);
         trace_begin(m->base.stream, "forward", unit);
     }
     return weights_of(m, l, i);
@@ -130,6 +204,7 @@ static void enter_backward(GPT *m, int l, int i) {
     int t = part_last(m, l, i), unit = m->base.layout.tensors[t].unit;
     if (!model_closes_unit(&m->base, t)) return;
     model_before_backward(&m->base, unit);
+    compute_weights(m, unit);
     trace_begin(m->base.stream, "backward", unit);
 }
 
@@ -152,87 +227,61 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
     return hooks ? forward_weights(m, l, i) : weights_of(m, l, i);
 }
 
-/* ---- mixed precision: where torch.autocast(bfloat16) rounds (gpt.h) ---- */
-
-static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
-
-/* Under autocast, x rounded to bf16 in place: the output of an op autocast
- * runs in bf16, or the gradient that flows into one. */
-static void bf16_values(GPT *m, float *x, size_t n) {
-    if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
-}
-
-/* The weight [OC, C] a Linear multiplies by: itself, or under autocast its
- * copy rounded to bf16 (weight_bf16, until the next rounding into it). */
-static const float *linear_weight(GPT *m, const float *weight, int C, int OC) {
-    if (!autocast(m)) return weight;
-    round_to_bf16(m->base.stream, m->acts.weight_bf16, weight, (size_t)OC * C);
-    return m->acts.weight_bf16;
-}
-
-/* Under autocast, grad += part made in bf16: dweight_bf16, the fp32 sum of
- * some rows' products, rounded, as autocast's cast back to the fp32 weight
- * hands it on. */
-static void add_bf16_grad(GPT *m, float *grad, size_t n) {
-    Stream *s = m->base.stream;
-    round_to_bf16(s, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
-    residual_forward(s, grad, grad, m->acts.dweight_bf16, n);
-}
-
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
  * its weights read through block_weights. Under autocast inp is rounded in
- * place first (the bf16 copy autocast keeps for the backward; where an op
- * autocast runs in bf16 wrote it, attention or GELU, this is that op's
- * rounding too), the weight and bias are read rounded, out is rounded once. */
+ * place first (the bf16 copy autocast keeps for the backward; where a bf16
+ * op wrote it, attention or GELU, this is that op's rounding too), and out
+ * once, after the bias: an fp32 product of bf16 values (sgemm: each product
+ * of two bf16 is exact in fp32), rounded. */
 static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
-    Stream *s = m->base.stream;
     const float *weight = block_weights(m, l, i, hooks);
     bf16_values(m, inp, N * C);
-    matmul_forward(s, out, inp, linear_weight(m, weight, C, OC), (int)N, C, OC);
-    if (m->base.cfg.bias) {
-        const float *bias = model_tensor(&m->base, m->base.unit_weights, block_tensor(m, l, i) + 1);
-        if (autocast(m)) {  /* the weight's copy is read by now: the bias's takes its place */
-            round_to_bf16(s, m->acts.weight_bf16, bias, (size_t)OC);
-            bias = m->acts.weight_bf16;
-        }
-        bias_forward(s, out, bias, (int)N, OC);
-    }
+    matmul_forward(m->base.stream, out, inp, weight, (int)N, C, OC);
+    add_bias(m, out, l, i, N, OC);
     bf16_values(m, out, N * OC);
 }
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
- * dinp = dout @ weight (written), and the weight's and bias's gradients added.
- * Under autocast the weight is read rounded, dinp is rounded, and each
- * gradient is made in bf16 before it adds into the fp32 one. */
+ * dinp = dout @ weight (written, rounded under autocast), and the weight's
+ * and bias's gradients added, each made in bf16 under autocast. */
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
                             int OC) {
-    Stream *s = m->base.stream;
-    const float *weight = linear_weight(m, weights_of(m, l, i), C, OC);
-    float *dweight = grads_of(m, l, i), *made = autocast(m) ? m->acts.dweight_bf16 : dweight;
-    if (autocast(m)) fill_zero(s, made, (size_t)OC * C);
-    matmul_backward(s, dinp, made, dout, inp, weight, (int)N, C, OC);
+    float *dweight = grads_of(m, l, i);
+    matmul_backward(m->base.stream, dinp, made_grad(m, dweight, (size_t)OC * C), dout, inp, weights_of(m, l, i),
+                    (int)N, C, OC);
     bf16_values(m, dinp, N * C);
-    if (autocast(m)) add_bf16_grad(m, dweight, (size_t)OC * C);
-    if (!m->base.cfg.bias) return;
-    float *dbias = model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1);
-    made = autocast(m) ? m->acts.dweight_bf16 : dbias;
-    if (autocast(m)) fill_zero(s, made, (size_t)OC);
-    bias_backward(s, made, dout, (int)N, OC);
-    if (autocast(m)) add_bf16_grad(m, dbias, (size_t)OC);
+    add_bf16_grad(m, dweight, (size_t)OC * C);
+    bias_grad(m, bias_grads_of(m, l, i), dout, N, OC);
 }
 
-/* A branch's gradient from the residual stream's, through the branch's last
- * op, its dropout. Under autocast the fp32 add of the bf16 branch hands it
- * the gradient rounded to bf16; dropout runs in bf16 on that, rounded after. */
-static void branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
+/* A LayerNorm's backward from dln (a block's, or the final one's): the
+ * weight's and bias's gradients added, the input's added into dresid. Under
+ * autocast each is made in bf16: the input's rounded (in dproj, which no op
+ * reads by now), then added into the residual stream's gradient, which is
+ * rounded again (the bf16 add of the stream's two uses). */
+static void norm_backward(GPT *m, float *dweight, float *dbias, const float *inp, const float *weight,
+                          const float *mean, const float *rstd) {
     Stream *s = m->base.stream;
-    if (!autocast(m)) {
-        dropout_backward(s, dbranch, dresid, n, drop);
-        return;
-    }
-    round_to_bf16(s, dbranch, dresid, n);
-    dropout_backward(s, dbranch, dbranch, n, drop);
-    round_to_bf16(s, dbranch, dbranch, n);
+    Activations *a = &m->acts;
+    size_t BT = (size_t)m->B * m->T;
+    int C = m->base.cfg.embd;
+    bias_grad(m, dbias, a->dln, BT, C);
+    float *dinp = autocast(m) ? a->dproj : a->dresid;
+    if (autocast(m)) fill_zero(s, dinp, BT * C);
+    layernorm_backward(s, dinp, made_grad(m, dweight, (size_t)C), a->dln, inp, weight, mean, rstd, (int)BT, C,
+                       m->base.layernorm_scratch);
+    add_bf16_grad(m, dweight, (size_t)C);
+    if (!autocast(m)) return;
+    bf16_values(m, dinp, BT * C);
+    residual_forward(s, a->dresid, a->dresid, dinp, BT * C);
+    bf16_values(m, a->dresid, BT * C);
+}
+
+/* A branch's gradient from the residual stream's (bf16 values under
+ * autocast), through the branch's last op, its dropout, run in bf16. */
+static void branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
+    dropout_backward(m->base.stream, dbranch, dresid, n, drop);
+    bf16_values(m, dbranch, n);
 }
 
 /* Block l's activations for this forward's B x T: its input x, its output
@@ -263,6 +312,7 @@ static BlockActivations block_activations(const GPT *m, int l) {
 
 typedef struct { float *wte, *wpe, *lnf_w, *lnf_b; } RootTensors;  /* lnf_b: NULL without cfg.bias */
 
+/* The root's tensors in a unit-sized buffer; wte and wpe are side by side. */
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
     RootTensors r;
     const ModelConfig *cfg = &m->base.cfg;
@@ -271,6 +321,11 @@ static RootTensors root_tensors(const GPT *m, float *unit_base) {
     r.lnf_w = r.wpe + (size_t)cfg->block_size * cfg->embd;
     r.lnf_b = cfg->bias ? r.lnf_w + cfg->embd : NULL;
     return r;
+}
+
+/* The root's weights as the model computes with them (compute_weights). */
+static RootTensors root_weights(GPT *m) {
+    return root_tensors(m, autocast(m) ? m->acts.root_bf16 : m->base.unit_weights[0]);
 }
 
 /* Dropout sites: 0 for the embeddings, then three per block. */
@@ -296,6 +351,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
     bf16_values(m, b.attproj, BT * C);
     residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
+    bf16_values(m, b.resid2, BT * C);
     layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C);
     add_bias(m, b.ln2, l, LN2, BT, C);
     linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
@@ -305,14 +361,15 @@ static void block_forward(GPT *m, int l, int hooks) {
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
     bf16_values(m, b.fcproj, BT * C);
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
+    bf16_values(m, b.resid3, BT * C);
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
- * wte, as linear_weight gave it): logits, softmax and each row's loss; with
- * dwte, also the gradient, to dln's rows and into dwte, at dloss a row. Under
- * autocast the head is a Linear as linear_forward's (lnf's rows rounded in
- * place, the logits rounded), the loss fp32, dlogits rounded, and dwte is the
- * fp32 sum over every chunk that add_bf16_grad rounds once the last is in. */
+ * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
+ * dln's rows and into dwte, at dloss a row. Under autocast the head is a
+ * Linear as linear_forward's (lnf's rows rounded in place, the logits
+ * rounded), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
+ * chunk, which the backward rounds once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
@@ -350,10 +407,13 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     model_upload_batch(&m->base, tokens, targets, BT);
 
     model_before_forward(&m->base, 0);
-    RootTensors root = root_tensors(m, m->base.unit_weights[0]);
+    compute_weights(m, 0);
+    RootTensors root = root_weights(m);
     trace_begin(s, "forward", 0);
     embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C);
+    bf16_values(m, a->encoded, BT * C);
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
+    bf16_values(m, a->encoded, BT * C);
     trace_end(s);
 
     for (int l = 0; l < L; l++) {
@@ -365,7 +425,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     trace_begin(s, "forward", 0);
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
-    const float *head = linear_weight(m, root.wte, C, V);
+    const float *head = root.wte;
     if (targets) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
@@ -388,22 +448,24 @@ void gpt_backward(GPT *m, float dloss) {
     Activations *a = &m->acts;
 
     model_before_backward(&m->base, 0);
-    RootTensors root = root_tensors(m, m->base.unit_weights[0]);
+    compute_weights(m, 0);
+    RootTensors root = root_weights(m);
     RootTensors droot = root_tensors(m, m->base.unit_grads[0]);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
-    /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid carries d(residual stream) down */
+    /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid
+     * carries d(residual stream) down. Under autocast the head's gradient is
+     * made in bf16 and kept apart: wte's other use, the embedding, adds its
+     * own in the bf16 sum that ends the backward. */
     trace_begin(s, "backward", 0);
-    const float *head = linear_weight(m, root.wte, C, V);
-    float *dhead = autocast(m) ? a->dweight_bf16 : droot.wte;
+    const float *head = root.wte;
+    float *dhead = autocast(m) ? a->dhead_bf16 : droot.wte;
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
-    if (autocast(m)) add_bf16_grad(m, droot.wte, (size_t)V * C);
-    if (droot.lnf_b) bias_backward(s, droot.lnf_b, a->dln, (int)BT, C);
+    bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
-    layernorm_backward(s, a->dresid, droot.lnf_w, a->dln, x_last, root.lnf_w,
-                       a->lnf_mean, a->lnf_rstd, BT, C, m->base.layernorm_scratch);
+    norm_backward(m, droot.lnf_w, droot.lnf_b, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -422,9 +484,8 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
-        bias_grad(m, a->dln, l, LN2, BT, C);
-        layernorm_backward(s, a->dresid, grads_of(m, l, LN2), a->dln, b.resid2, weights_of(m, l, LN2), b.ln2_mean,
-                           b.ln2_rstd, BT, C, m->base.layernorm_scratch);
+        norm_backward(m, grads_of(m, l, LN2), bias_grads_of(m, l, LN2), b.resid2, weights_of(m, l, LN2), b.ln2_mean,
+                      b.ln2_rstd);
         leave_backward(m, l, LN2);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
@@ -439,16 +500,31 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
-        bias_grad(m, a->dln, l, LN1, BT, C);
-        layernorm_backward(s, a->dresid, grads_of(m, l, LN1), a->dln, b.x, weights_of(m, l, LN1), b.ln1_mean,
-                           b.ln1_rstd, BT, C, m->base.layernorm_scratch);
+        norm_backward(m, grads_of(m, l, LN1), bias_grads_of(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean,
+                      b.ln1_rstd);
         leave_backward(m, l, LN1);
     }
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     trace_begin(s, "backward", 0);
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
-    embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->base.tokens, B, T, C, V);
+    bf16_values(m, a->dproj, BT * C);
+    if (!autocast(m)) {
+        embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->base.tokens, B, T, C, V);
+    } else {
+        /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
+         * positions, rounded once) where the root's copy was, which nothing
+         * reads after the head; wte's joined by the head's in a bf16 add; both
+         * then added into the master's gradients at once (side by side). */
+        RootTensors made = root_tensors(m, a->root_bf16);
+        size_t both = (size_t)(V + cfg->block_size) * C;
+        fill_zero(s, made.wte, both);
+        embedding_backward(s, made.wte, made.wpe, a->dproj, m->base.tokens, B, T, C, V);
+        round_to_bf16(s, made.wte, made.wte, both);
+        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C);
+        round_to_bf16(s, made.wte, made.wte, (size_t)V * C);
+        residual_forward(s, droot.wte, droot.wte, made.wte, both);
+    }
     trace_end(s);
     model_after_backward(&m->base, 0);
 }

@@ -38,13 +38,18 @@ typedef struct {
     float *dqkv;                             /* [B,T,3C] */
     float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
-    /* bf16 only (none in fp32): a Linear's weight rounded to bf16, and its
-     * gradient made in bf16 before it adds into the fp32 one; each as large
-     * as the largest weight matrix, [max(V, 4C), C] */
-    float *weight_bf16, *dweight_bf16;
+    /* bf16 only (none in fp32). The weights the model computes with, rounded
+     * to bf16 as each unit is entered (gpt.c: compute_weights): the root's
+     * (its tensors' floats; at the end of the backward, the embeddings'
+     * gradients made in bf16 instead), and the unit's in hand (a whole
+     * block's floats, the most any unit policy puts in one). A block
+     * tensor's gradient made in bf16 before it adds into the fp32 one
+     * ([4C, C], the largest), and the head's, kept until the embedding's
+     * joins it ([V, C]). */
+    float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 32 };
+enum { ACTIVATION_TENSORS = 34 };
 /* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
  * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
 enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
@@ -53,7 +58,7 @@ typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
-    Precision precision;           /* PRECISION_BF16: every Linear as torch.autocast(bfloat16) runs it (gpt.c) */
+    Precision precision;           /* PRECISION_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int classifier_rows;           /* rows of logits at once (CLASSIFIER_CHUNK_FLOATS / V; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */
@@ -75,15 +80,17 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
  * after its before_backward hook: the same bits, less memory. In precision
- * PRECISION_BF16 it computes as nanoGPT's model under
- * torch.autocast(device_type, dtype=torch.bfloat16): each Linear (the
- * attention's and the MLP's, and the head) takes its input and weight rounded
- * to bf16, accumulates in fp32 and rounds its output to bf16, and so do
- * attention, GELU and dropout after one; the embeddings, LayerNorm, the
- * residual stream, softmax and the loss stay fp32; each gradient through
- * those ops is rounded to bf16 likewise, a weight's made in bf16 before it
- * adds into its fp32 gradient. The weights, gradients and AdamW stay fp32
- * (the master copy); bf16 values are kept in fp32 buffers.
+ * PRECISION_BF16 it computes as a bf16 copy of nanoGPT's model under
+ * torch.autocast(device_type, dtype=torch.bfloat16), FSDP's
+ * MixedPrecision(param_dtype=bfloat16): it reads every weight through a copy
+ * rounded to bf16 as it enters the weight's unit; each Linear (the
+ * attention's and the MLP's, and the head) takes its input rounded to bf16,
+ * accumulates in fp32 and rounds its output; the embeddings' sum, the
+ * residual stream, attention, GELU and dropout are rounded after each op;
+ * LayerNorm, softmax and the loss compute in fp32 on bf16 values; each
+ * gradient into a bf16 tensor is rounded, and every parameter's is made in
+ * bf16 before it adds into its fp32 gradient. The weights, gradients and
+ * AdamW stay fp32 (the master copy); bf16 values are kept in fp32 buffers.
  * The classifier (logits, softmax, loss) runs classifier_rows rows at a
  * time, in the forward for the loss and again in the backward for its
  * gradient: one chunk of logits is ever held. A forward without targets

@@ -56,8 +56,8 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
 
 /* How a model computes, beyond its shape (the GPT's; the MLP computes in fp32
  * and keeps everything): recompute = 1 runs each block's forward again inside
- * its backward (model/gpt.h); precision PRECISION_BF16 computes as
- * torch.autocast(bfloat16) does, on the fp32 weights. */
+ * its backward (model/gpt.h); precision PRECISION_BF16 computes as a bf16
+ * copy of the fp32 weights under torch.autocast(bfloat16) does. */
 typedef struct {
     int recompute;
     Precision precision;

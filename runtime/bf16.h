@@ -25,9 +25,9 @@
 typedef uint16_t bf16;
 
 /* How numbers are held: fp32, or bf16: mixed precision's compute (--dtype),
- * as torch.autocast(bfloat16) runs it (model/gpt.h); the gradients'
- * reductions (--reduce-dtype, runtime/process_group.h); and the state the
- * ZeRO paper counts in 16 bits (its fp16). */
+ * a bf16 copy of the weights under torch.autocast(bfloat16) (model/gpt.h);
+ * the gradients' reductions (--reduce-dtype, runtime/process_group.h); and
+ * the state the ZeRO paper counts in 16 bits (its fp16). */
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISIONS } Precision;
 
 enum { BF16_QUIET_NAN = 0x7FC0 };

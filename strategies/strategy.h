@@ -72,7 +72,7 @@ typedef struct {
     float dropout;
     uint32_t seed;
     float beta1, beta2, eps, weight_decay;
-    Precision precision;    /* the compute's (--dtype): fp32, or bf16 as torch.autocast (model/gpt.h) */
+    Precision precision;    /* the compute's (--dtype): fp32, or a bf16 copy under torch.autocast (model/gpt.h) */
     /* The gradients' reductions (--reduce-dtype, FSDP's reduce_dtype): fp32,
      * or bf16, summed in bf16 in rank order at half the bytes
      * (runtime/process_group.h), the mean gradient bf16 values in fp32. */

@@ -316,6 +316,63 @@ Test(model, activations_hold_no_t_by_t_buffer) {
     }
 }
 
+/* How many of a device buffer's n floats are not bf16 values (low half not zero). */
+static size_t not_bf16(const float *buffer, size_t n) {
+    uint32_t *bits = malloc(n * sizeof(uint32_t));
+    stream_copy(test_stream, bits, buffer, n * sizeof(float));
+    stream_synchronize(test_stream);
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) count += (bits[i] & 0xFFFFu) != 0;
+    free(bits);
+    return count;
+}
+
+/* --dtype=bf16 holds bf16 values where a bf16 model (FSDP's param_dtype)
+ * holds bf16 tensors: the embeddings' sum, the residual stream, every
+ * Linear's input and output, attention's and GELU's outputs, and after the
+ * backward the residual stream's gradient and every parameter's (one
+ * micro-step: each made in bf16, added into zero); and fp32 holds none of
+ * these as bf16 values only. With biases and dropout, so that every op is
+ * there. */
+Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
+    ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, 1, 0 };
+    int B = 2, T = 8, x[16], y[16];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (i * 5 + 1) % cfg.vocab;
+        y[i] = (i * 3 + 2) % cfg.vocab;
+    }
+    ArenaLayout layout;
+    model_layout(&cfg, 1, &layout);
+    for (int p = 0; p < PRECISIONS; p++) {
+        GPT *m = (GPT *)model_create(&cfg, &layout, (ComputePolicy){ .precision = (Precision)p }, test_device,
+                                     test_stream, B, T);
+        model_own_weights(&m->base);
+        model_own_grads(&m->base);
+        m->base.dropout = 0.2f;
+        float *params = malloc(layout.total * sizeof(float));
+        random_params(&layout, params, 5);
+        model_loss_and_grads(&m->base, params, x, y, B, T, 3);
+        size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd;
+        const Activations *a = &m->acts;
+        struct { const char *name; const float *at; size_t n; } held[] = {
+            { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, L * BT * C }, { "qkv", a->qkv, L * BT * 3 * C },
+            { "atty", a->atty, L * BT * C }, { "attproj", a->attproj, L * BT * C }, { "resid2", a->resid2, L * BT * C },
+            { "ln2", a->ln2, L * BT * C }, { "fch", a->fch, L * BT * 4 * C }, { "fch_gelu", a->fch_gelu, L * BT * 4 * C },
+            { "fcproj", a->fcproj, L * BT * C }, { "resid3", a->resid3, L * BT * C }, { "lnf", a->lnf, BT * C },
+            { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
+        };
+        for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+            size_t off = not_bf16(held[i].at, held[i].n);
+            if (p == PRECISION_BF16)
+                cr_expect_eq(off, 0, "bf16: %zu of %s's %zu floats are not bf16 values", off, held[i].name, held[i].n);
+            else
+                cr_expect_gt(off, 0, "fp32: every one of %s's %zu floats is a bf16 value", held[i].name, held[i].n);
+        }
+        model_destroy(&m->base);
+        free(params);
+    }
+}
+
 /* GPT-2's vocabulary: the classifier in chunks of CLASSIFIER_CHUNK_FLOATS
  * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
  * double reference's, and generation's logits those of the last position. */

@@ -13,7 +13,8 @@
  * optimizer.load_state_dict, its next step against ours; bf16's rounding
  * against .to(torch.bfloat16) bit for bit (a NaN to a NaN: which one,
  * PyTorch's own casts do not agree on), and --dtype=bf16's gradients and
- * losses against nanoGPT's model under torch.autocast. Every test needs
+ * losses against nanoGPT's model in mixed precision (a bf16 copy of fp32
+ * master weights under torch.autocast). Every test needs
  * python3-torch: without it a SKIP line, or a failure with ZF_REQUIRE_TORCH=1.
  */
 #include <criterion/criterion.h>
@@ -441,7 +442,7 @@ Test(torch, pytorch_resumes_from_the_checkpoint_and_steps_as_we_do) {
     free(w); free(m); free(v);
 }
 
-/* ---- mixed precision against torch.autocast ---- */
+/* ---- mixed precision against a bf16 copy under torch.autocast ---- */
 
 enum { AUTOCAST_STEPS = 50 };
 
@@ -486,7 +487,7 @@ static void our_losses(Precision precision, const char *wpath, float loss[AUTOCA
 }
 
 /* PyTorch 2.x's (the venv's) losses from those weights over the same batches,
- * its forward under torch.autocast(bfloat16) or in fp32. */
+ * in mixed precision (tests/torch_gpt.py train --autocast) or in fp32. */
 static void torch_losses(const char *wpath, int autocast, float loss[AUTOCAST_STEPS]) {
     StrategyConfig sc = char_small(PRECISION_FP32);
     char bpath[300], opath[300], lrs[1024], cmd[4096], err[512];
@@ -540,19 +541,23 @@ static void torch_gradient(const char *wpath, const char *bpath, int heads, int 
     cr_assert_eq(safetensors_open(f, opath, err, sizeof err), 0, "%s", err);
 }
 
-/* Our bf16 gradient against autocast's, with fp32's as the yardstick. Both
- * round at the same places, so where the two fp32 sums before a rounding
- * agree, the bf16 results are the same bits; they part where PyTorch's
- * attention kernel rounds inside (its softmax probabilities go to bf16 before
- * the product with v; ours stay fp32) and where sums run in other orders,
- * and what parts there moves everything downstream by about an ulp. Measured
- * on char-small at init: 35-52% of each block Linear's gradient elements are
- * autocast's bits (fp32's: none, its values are not bf16's), and every
- * tensor's L1 distance to autocast's is 0.4-0.7 of fp32's. The bounds: at
- * least a fifth of the elements the same, and a distance under 0.85 of
- * fp32's. A Linear whose product is not rounded to bf16, or a rounding left
- * out upstream, falls to fp32's side of both. */
-static const double AUTOCAST_CLOSER = 0.85, AUTOCAST_SAME = 0.2;
+/* Our bf16 gradient against the reference's (a bf16 copy of the weights under
+ * autocast, tests/torch_gpt.py), with fp32's as the yardstick. Both round at
+ * the same places, so where the two fp32 sums before a rounding agree, the
+ * bf16 results are the same bits; they part where PyTorch's attention kernel
+ * rounds inside (its softmax probabilities go to bf16 before the product
+ * with v; ours stay fp32) and where sums run in other orders, and what parts
+ * there moves everything downstream by about an ulp. Every gradient is made
+ * in bf16, so fp32's has no element of the same bits. Measured on
+ * char-small at init, without biases and with: 28-84% of each tensor's
+ * elements are the reference's bits (wpe's 28%, the fewest: the bottom of
+ * the network, where every difference above has arrived), and each tensor's
+ * L1 distance to it is 0.12-0.84 of fp32's (wpe's 0.84, the most). The
+ * bounds: at least a fifth of the elements the same, and a distance under
+ * 0.9 of fp32's. A rounding left out, or a sum run in bf16 (as the CPU's
+ * bf16 LayerNorm backward runs its weight's: 0.95-1.0 of fp32's distance),
+ * falls to fp32's side. */
+static const double AUTOCAST_CLOSER = 0.9, AUTOCAST_SAME = 0.2;
 
 /* As nanoGPT's model (no biases) and as GPT-2's (biases). */
 static void expect_autocasts_gradient(int bias) {
@@ -591,11 +596,8 @@ static void expect_autocasts_gradient(int bias) {
         }
         cr_expect_lt(ours_off, AUTOCAST_CLOSER * fp32_off, "bias %d: %s: L1 distance %.2e from autocast's gradient, "
                      "fp32's %.2e", bias, t->name, ours_off / size, fp32_off / size);
-        /* a block Linear's weight or bias: one bf16 product or sum, nothing added to it */
-        int made_in_bf16 = strstr(t->name, ".h.") && !strstr(t->name, ".ln_");
-        if (made_in_bf16)
-            cr_expect_geq(same, AUTOCAST_SAME * t->numel, "bias %d: %s: %zu of %zu elements bit-equal to autocast's",
-                          bias, t->name, same, t->numel);
+        cr_expect_geq(same, AUTOCAST_SAME * t->numel, "bias %d: %s: %zu of %zu elements bit-equal to autocast's",
+                      bias, t->name, same, t->numel);
     }
     safetensors_close(&bf16);
     safetensors_close(&fp32);
@@ -608,12 +610,13 @@ Test(torch, bf16_gradients_are_autocasts) {
     expect_autocasts_gradient(1);
 }
 
-/* 50 steps of char-small in bf16 against nanoGPT's model under autocast
- * (PyTorch 2.x, the venv's), and in fp32 against fp32. The tolerance for
- * bf16: half an ulp of the loss in bf16 (2^-9 of it), the most two
- * computations of a loss in bf16 may differ and still round to the same
- * bf16 value; measured: at most 2.4e-4 of it (8.7e-4 at a loss of 3.56),
- * where autocast's own loss parts from fp32's by as much (1.3e-3 there). */
+/* 50 steps of char-small in bf16 against nanoGPT's model in mixed precision
+ * (PyTorch 2.x, the venv's: fp32 master weights, a bf16 copy of them under
+ * autocast), and in fp32 against fp32. The tolerance for bf16: half an ulp
+ * of the loss in bf16 (2^-9 of it), the most two computations of a loss in
+ * bf16 may differ and still round to the same bf16 value; measured: at most
+ * 1.1e-4 of it (median 2.8e-5), where the reference's own loss parts from
+ * fp32's by up to 8.1e-4. */
 Test(torch, bf16_trains_as_nanogpt_under_torch_autocast, .timeout = 300) {
     need_transformers();
     char wpath[300];

@@ -17,8 +17,9 @@ Commands:
       cross-entropy loss and writes every weight's gradient (F32, same name
       and shape) plus the scalar "loss". A C test writes the two input files,
       runs this command and compares its own loss and gradients to the output.
-      Exits 1 with one line on stderr on bad input. With --autocast the forward
-      runs under torch.autocast("cpu", dtype=torch.bfloat16), as train's.
+      Exits 1 with one line on stderr on bad input. With --autocast the step
+      runs in mixed precision as train's does, and the gradients written are
+      the bf16 copy's, cast up to fp32.
 
   loss --ckpt CKPT.safetensors --batch B.safetensors
       Loads a bin/train checkpoint into the model strictly (load_state_dict
@@ -56,9 +57,14 @@ Commands:
       losses "loss" [K] and norms before clipping "norm" [K], and the
       optimizer's state after the last step ("optim.exp_avg.NAME",
       "optim.exp_avg_sq.NAME", named as the checkpoint names them). With
-      --autocast, each step's forward and loss run under
-      torch.autocast("cpu", dtype=torch.bfloat16), as nanoGPT's train.py with
-      dtype = 'bfloat16' runs them, the weights and AdamW in fp32.
+      --autocast, mixed precision as FSDP's
+      MixedPrecision(param_dtype=torch.bfloat16) runs it: the weights are the
+      fp32 master, each step refreshes a bf16 copy of them (round to nearest
+      even), runs its forward and loss under torch.autocast("cpu",
+      dtype=torch.bfloat16) as nanoGPT's train.py with dtype = 'bfloat16'
+      does, and hands its bf16 gradients, cast up, to the master's clipping
+      and AdamW. The embeddings' gradients sum in fp32 before their one
+      rounding (as on CUDA; see embedding()).
 
   bf16 --floats F.bin --out O.bin
       PyTorch's own rounding, the reference for runtime/bf16.h: each float32 of
@@ -79,6 +85,7 @@ package is not installed.
 
 import argparse
 import contextlib
+import copy
 import ctypes
 import json
 import math
@@ -160,6 +167,11 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
 
     def forward(self, x):
+        if x.dtype == torch.bfloat16:
+            # a bf16 model's: in fp32 on the bf16 values, the output rounded once, as CUDA's bf16
+            # kernel computes (the CPU's sums the weight's and bias's gradients in bf16, an add at a time)
+            bias = self.bias.float() if self.bias is not None else None
+            return F.layer_norm(x.float(), self.weight.shape, self.weight.float(), bias, 1e-5).to(torch.bfloat16)
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
@@ -218,6 +230,15 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def embedding(weight, idx):
+    """weight's rows at idx. A bf16 weight's are gathered in fp32 and cast back (the same
+    values), so that its gradient sums over the positions in fp32 and rounds once, as
+    CUDA's embedding backward does (the CPU's, on a bf16 weight, rounds at every add)."""
+    if weight.dtype == torch.bfloat16:
+        return F.embedding(idx, weight.float()).to(torch.bfloat16)
+    return F.embedding(idx, weight)
+
+
 class GPT(nn.Module):
     def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=False):
         super().__init__()
@@ -243,7 +264,7 @@ class GPT(nn.Module):
     def forward(self, idx, targets):
         T = idx.size(1)
         tr = self.transformer
-        x = tr.drop(tr.wte(idx) + tr.wpe(torch.arange(T, device=idx.device)))
+        x = tr.drop(embedding(tr.wte.weight, idx) + embedding(tr.wpe.weight, torch.arange(T, device=idx.device)))
         for block in tr.h:
             x = block(x)
         logits = self.lm_head(tr.ln_f(x))
@@ -302,9 +323,33 @@ def load_model(weights, n_head):
 
 
 def autocast_if(on):
-    """nanoGPT's train.py with dtype = 'bfloat16': the forward and the loss under
-    torch.autocast, the backward outside it; the weights and AdamW stay fp32."""
+    """The forward and the loss under torch.autocast(bfloat16) (nanoGPT's train.py with
+    dtype = 'bfloat16'), the backward outside it."""
     return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
+def compute_copy(master, bf16):
+    """The model a step computes with: the fp32 master itself, or with bf16 its copy in
+    bf16 (FSDP's MixedPrecision(param_dtype=torch.bfloat16)), refreshed by copy_ (round
+    to nearest even) before each step."""
+    return copy.deepcopy(master).to(torch.bfloat16) if bf16 else master
+
+
+def refresh(compute, master):
+    """compute's parameters := master's, rounded to compute's dtype (nothing when they are one)."""
+    if compute is not master:
+        with torch.no_grad():
+            for c, m in zip(compute.parameters(), master.parameters()):
+                c.copy_(m)
+
+
+def grads_to_master(compute, master):
+    """The compute copy's gradients, cast up to fp32, as the master's .grad (as FSDP
+    hands the sharded fp32 parameters theirs)."""
+    if compute is not master:
+        for c, m in zip(compute.parameters(), master.parameters()):
+            m.grad = c.grad.float()
+            c.grad = None
 
 
 def cmd_grads(args):
@@ -322,9 +367,11 @@ def cmd_grads(args):
     if x.shape != y.shape or 0 in x.shape or x.shape[1] > block:
         raise ValueError(f"batch: x {list(x.shape)} and y {list(y.shape)} must be equal, non-empty, T <= {block}")
     model.train()  # dropout is 0, so train and eval agree
+    compute = compute_copy(model, args.autocast)
     with autocast_if(args.autocast):
-        loss = model(torch.from_numpy(x).long(), torch.from_numpy(y).long())
+        loss = compute(torch.from_numpy(x).long(), torch.from_numpy(y).long())
     loss.backward()
+    grads_to_master(compute, model)
     out = {n: p.grad.numpy() for n, p in model.named_parameters()}
     out["loss"] = np.array(loss.item(), dtype=np.float32)
     write_safetensors(args.out, out)
@@ -460,12 +507,15 @@ def cmd_train(args):
         raise ValueError(f"batches: x and y must be I32 [K*B,T] with K = {K} learning rates")
     x, y = x.reshape(K, -1, x.shape[1]), y.reshape(K, -1, y.shape[1])
     model.train()  # dropout is 0, so train and eval agree
+    compute = compute_copy(model, args.autocast)
     params = [p for _, p in named]
     losses, norms, out = [], [], {}
     for k, lr in enumerate(args.lrs):
+        refresh(compute, model)
         with autocast_if(args.autocast):
-            loss = model(torch.from_numpy(x[k]).long(), torch.from_numpy(y[k]).long())
+            loss = compute(torch.from_numpy(x[k]).long(), torch.from_numpy(y[k]).long())
         loss.backward()
+        grads_to_master(compute, model)
         norms.append(optimizer_step(optimizer, params, lr, args.grad_clip))
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -612,7 +662,7 @@ def main():
     g.add_argument("--weights", required=True)
     g.add_argument("--batch", required=True)
     g.add_argument("--heads", required=True, type=positive)
-    g.add_argument("--autocast", action="store_true", help="the forward under torch.autocast(bfloat16)")
+    g.add_argument("--autocast", action="store_true", help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
     g.add_argument("--out", required=True)
     lo = sub.add_parser("loss", help="a checkpoint's loss on a batch")
     lo.add_argument("--ckpt", required=True)
@@ -630,7 +680,7 @@ def main():
         o.add_argument("--grads" if name == "adamw" else "--batches", required=True)
         if name == "train":
             o.add_argument("--heads", required=True, type=positive)
-            o.add_argument("--autocast", action="store_true", help="the forward under torch.autocast(bfloat16)")
+            o.add_argument("--autocast", action="store_true", help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
         o.add_argument("--lrs", required=True, type=learning_rates)
         o.add_argument("--beta2", required=True, type=float)
         o.add_argument("--weight-decay", required=True, type=float)

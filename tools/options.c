@@ -88,8 +88,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
           "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
-        { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as nanoGPT's "
-          "torch.autocast(bfloat16) computes (the weights, gradients and AdamW stay fp32)" },
+        { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as FSDP's "
+          "param_dtype=bfloat16 under torch.autocast computes (the master weights, gradients and AdamW stay fp32)" },
         { "reduce-dtype", FLAG_TEXT, o->reduce_dtype, sizeof o->reduce_dtype, "fp32, or bf16: the gradients' "
           "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
