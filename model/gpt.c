@@ -192,8 +192,8 @@ static const float *forward_weights(GPT *m, int l, int i) {
     if (model_opens_unit(&m->base, t)) {
         if (i != LN1) trace_end(m->base.stream);
         model_before_forward(&m->base, unit);
-        compute_weights(m, unit);
         trace_begin(m->base.stream, "forward", unit);
+        compute_weights(m, unit);
     }
     return weights_of(m, l, i);
 }
@@ -204,8 +204,8 @@ static void enter_backward(GPT *m, int l, int i) {
     int t = part_last(m, l, i), unit = m->base.layout.tensors[t].unit;
     if (!model_closes_unit(&m->base, t)) return;
     model_before_backward(&m->base, unit);
-    compute_weights(m, unit);
     trace_begin(m->base.stream, "backward", unit);
+    compute_weights(m, unit);
 }
 
 /* The backward is done with part i of block l: its gradients are complete
@@ -407,9 +407,9 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     model_upload_batch(&m->base, tokens, targets, BT);
 
     model_before_forward(&m->base, 0);
-    compute_weights(m, 0);
     RootTensors root = root_weights(m);
     trace_begin(s, "forward", 0);
+    compute_weights(m, 0);
     embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C);
     bf16_values(m, a->encoded, BT * C);
     dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
@@ -448,7 +448,6 @@ void gpt_backward(GPT *m, float dloss) {
     Activations *a = &m->acts;
 
     model_before_backward(&m->base, 0);
-    compute_weights(m, 0);
     RootTensors root = root_weights(m);
     RootTensors droot = root_tensors(m, m->base.unit_grads[0]);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
@@ -458,6 +457,7 @@ void gpt_backward(GPT *m, float dloss) {
      * made in bf16 and kept apart: wte's other use, the embedding, adds its
      * own in the bf16 sum that ends the backward. */
     trace_begin(s, "backward", 0);
+    compute_weights(m, 0);
     const float *head = root.wte;
     float *dhead = autocast(m) ? a->dhead_bf16 : droot.wte;
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
