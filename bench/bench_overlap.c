@@ -178,9 +178,9 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const CpuSetup 
     cpu_setup_print(cpu);
     printf("link: two tiers, modeled: %.3g GB/s and %g us a hop inside each node of %d ranks, %.3g GB/s and %g us "
            "between the %d nodes\n", intra.gbps, intra.latency_us, S, inter.gbps, inter.latency_us, N / S);
-    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; gradients reduced in "
-           "%s; median of %d steps per variant\n\n", o->preset, o->layers, o->embd, o->block, o->batch, kind->name, N,
-           o->reduce_dtype, o->iters);
+    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; computing in %s, "
+           "gradients reduced in %s; median of %d steps per variant\n\n", o->preset, o->layers, o->embd, o->block,
+           o->batch, kind->name, N, o->dtype, o->reduce_dtype, o->iters);
     printf("| sharding | between nodes MB/step (model) | ms/step off (quartiles) | ms/step on (quartiles) | free link ms "
            "| comm ms (quartiles) | model ms | comm vs model | exposed ms | hidden |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -255,9 +255,9 @@ int main(int argc, char **argv) {
     probe->ops->destroy(probe);
     cpu_setup_print(cpu);
     printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", link.gbps, link.latency_us, chosen);
-    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; gradients "
-           "reduced in %s; median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block, o.batch,
-           o.bucket_mb, o.reduce_dtype, o.iters);
+    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; computing in %s, "
+           "gradients reduced in %s; median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block,
+           o.batch, o.bucket_mb, o.dtype, o.reduce_dtype, o.iters);
     printf("| strategy | N | overlap | ms/step (quartiles) | free link ms | comm ms (quartiles) | model ms | "
            "comm vs model | exposed ms | hidden |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");

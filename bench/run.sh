@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: what overlapping communication buys (every strategy at N = 1, 2, 4
-# over a modeled link: bench/results/overlap.{md,csv,png}; the same with the
-# gradients reduced in bf16 on that link: overlap_bf16.md; ZeRO-3 on two nodes of
+# over a modeled link: bench/results/overlap.{md,csv,png}; the same in bf16 on that
+# link, computing and reducing: overlap_bf16.md; ZeRO-3 on two nodes of
 # 4 ranks, fully sharded and hybrid, on a link of two tiers: hybrid.md), what finer units, the
 # live-unit limit and recompute cost (bench/results/units.md), peak memory per rank
 # against N (bench/results/memory.{md,png}), then the CPU presets
@@ -65,8 +65,9 @@ echo
 # The link the overlap table chose, for the tables that follow on it
 link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $results/overlap.md)
 
-# The gradients' reductions in bf16 (--reduce-dtype): half their bytes on the same link
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --link="$link" --reduce-dtype=bf16 \
+# Mixed precision on the same link: computing in bf16 (ZeRO-3's gathers move the bf16 compute
+# copy) and the gradients' reductions in bf16 (--reduce-dtype): half the bytes of each
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --link="$link" --dtype=bf16 --reduce-dtype=bf16 \
     | tee $results/overlap_bf16.md
 echo
 

@@ -65,8 +65,8 @@ typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
  * (process_group_order.c). `label` names the collective under way ("all-gather
  * unit 3") for the lines that may name it: a timeout's, an error's. `dtype`
  * is the numbers' precision (pg_reduce_scatter): a reduce-scatter's sum, and
- * what goes on the wire; an all-gather's in bf16 moves bf16 values (an
- * all-reduce's second half), which a backend may send in 16 bits. */
+ * what goes on the wire; an all-gather's in bf16 delivers each shard rounded
+ * to bf16 (pg_deliver), which a backend may send in 16 bits. */
 typedef struct {
     void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
                            Precision dtype, const char *label);
@@ -159,6 +159,10 @@ void pg_destroy(ProcessGroup *pg);
 
 /* Shared by the backends: each rank's device handle and streams, and its events. */
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
+/* An all-gather's shard of len floats landing at dst on stream s: copied, or
+ * in PRECISION_BF16 rounded to bf16 (stream_sum of the one shard; dst may be
+ * src). */
+void pg_deliver(Stream *s, float *dst, const float *src, size_t len, Precision dtype);
 
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
@@ -219,8 +223,12 @@ void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, si
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                        float scale, Precision dtype, ReduceInto into, Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
- * recv[q] + q * shard (in place). */
+ * recv[q] + q * shard (in place). In dtype PRECISION_BF16 each shard arrives
+ * rounded to bf16 (FSDP's param_dtype: ZeRO-3's compute copy gathered from
+ * fp32 master shards; the second half of an all-reduce in bf16), at 2 bytes
+ * a number on a link and between processes on the CPU (NCCL's wire stays
+ * fp32, the shards rounded where they land: the same bits). */
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                   Event *const *done);
+                   Precision dtype, Event *const *done);
 
 #endif

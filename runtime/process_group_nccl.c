@@ -248,22 +248,25 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
     }
 }
 
+/* fp32 on the wire either way; in bf16 each rank's recv is then rounded in
+ * place, every shard as the simulator delivers it. */
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
                             Precision dtype, const char *label) {
-    (void)dtype;  /* fp32 on the wire either way */
     enqueuing(pg, label);
     if (!divides(pg, n)) {
         exchange_all_gather(pg, send, recv, n);
-        watch(pg, label);
-        return;
+    } else {
+        NcclState *st = state_of(pg);
+        size_t shard = n / (size_t)pg->world_size;
+        group_start();
+        for (int r = 0; r < pg->nranks; r++)
+            nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, ncclFloat, st->comm[r],
+                                              cuda_stream(pg->comm[r])),
+                       "ncclAllGather", __FILE__, __LINE__);
+        group_end();
     }
-    NcclState *st = state_of(pg);
-    size_t shard = n / (size_t)pg->world_size;
-    group_start();
-    for (int r = 0; r < pg->nranks; r++)
-        nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, ncclFloat, st->comm[r], cuda_stream(pg->comm[r])),
-                   "ncclAllGather", __FILE__, __LINE__);
-    group_end();
+    if (dtype == PRECISION_BF16)
+        for (int r = 0; r < pg->nranks; r++) pg_deliver(pg->comm[r], recv[r], recv[r], n, dtype);
     watch(pg, label);
 }
 

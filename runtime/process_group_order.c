@@ -133,15 +133,15 @@ void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send
 }
 
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                   Event *const *done) {
-    if (nothing_to_do(pg, send, recv, 1.0f, PRECISION_FP32)) {
+                   Precision dtype, Event *const *done) {
+    if (nothing_to_do(pg, send, recv, 1.0f, dtype)) {
         skip(pg, done);
         return;
     }
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "all-gather", name, label, sizeof label);
-    pg->collectives->all_gather(pg, send, recv, n, PRECISION_FP32, label);
-    end(pg, LINK_ALL_GATHER, n, PRECISION_FP32, done);
+    pg->collectives->all_gather(pg, send, recv, n, dtype, label);
+    end(pg, LINK_ALL_GATHER, n, dtype, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,

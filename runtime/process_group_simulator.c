@@ -57,7 +57,8 @@ static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float
 }
 
 /* Rank r's part of an all-gather: the shard of every rank of its group
- * copied into its recv. Past one process only where a group spans them. */
+ * delivered into its recv (pg_deliver: copied, or rounded to bf16). Past one
+ * process only where a group spans them. */
 static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
                                  Precision dtype, const char *label) {
     int S = pg_shards(pg);
@@ -69,7 +70,7 @@ static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *co
             int q = pg_group_first(pg, pg_global_rank(pg, r)) + s;
             float *dst = recv[r] + (size_t)s * shard;
             const float *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received(pg, q, shard, 0);
-            if (dst != src) stream_copy(pg->comm[r], dst, src, pg_shard_length(n, S, s) * sizeof(float));
+            pg_deliver(pg->comm[r], dst, src, pg_shard_length(n, S, s), dtype);
         }
     if (exchanged) exchange_end(pg);
 }

@@ -246,7 +246,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     }
     if (sharded) {
         pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->shards,
-                      NULL);
+                      PRECISION_FP32, NULL);
     }
     for (int r = 0; r < ranks->local; r++)
         clip_scale(ranks->pg->compute[r], ranks->grad_part[r], ranks->grad_part_len, ranks->norm_parts[r],

@@ -143,7 +143,7 @@ static void step(Strategy *s) {
             params[r] = ranks->model[r]->params;
             parts[r] = params[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
         }
-        pg_all_gather(ranks->pg, (CollectiveName){ "weights", -1, -1 }, parts, params, d->total, NULL);
+        pg_all_gather(ranks->pg, (CollectiveName){ "weights", -1, -1 }, parts, params, d->total, PRECISION_FP32, NULL);
     }
 }
 

@@ -24,6 +24,10 @@
  *   before_backward(u)  the same for every unit but the root, gathered at the
  *                       start of the forward, stays so until the backward ends
  *
+ * In bf16 (--dtype) the gathers move the compute copy: each fp32 master shard
+ * rounded to bf16 as it is gathered (FSDP's param_dtype), half the bytes;
+ * the model rounds what it reads anyway (model/gpt.h), so the bits are DDP's.
+ *
  * A collective waits for every rank's compute work so far (runtime/
  * process_group.h). Without overlap every rank's compute stream then waits for
  * it at once. With overlap (FSDP's): the reduce-scatters run on the
@@ -120,7 +124,8 @@ static void ensure_gathered(Sharded *d, CollectiveName name) {
     if (holds(b, unit)) return;
     float *shards[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
-    pg_all_gather(ranks->pg, name, shards, b->rank_buf, ranks->layout->units[unit].size, done_events(d, b));
+    pg_all_gather(ranks->pg, name, shards, b->rank_buf, ranks->layout->units[unit].size, ranks->base.cfg.precision,
+                  done_events(d, b));
     set_gathered(d, b, unit);
 }
 
@@ -241,7 +246,7 @@ static void gather_weights(Sharded *d, int u) {
     }
     int overlap = ranks->base.cfg.overlap.enabled;
     pg_all_gather(ranks->pg, (CollectiveName){ "weights unit", u, u }, shards, full, ranks->layout->units[u].size,
-                  overlap ? d->weights_done[u] : NULL);
+                  PRECISION_FP32, overlap ? d->weights_done[u] : NULL);
     d->weights_in_flight |= overlap;
 }
 

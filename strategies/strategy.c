@@ -12,10 +12,11 @@ LinkShape strategy_link_shape(const StrategyConfig *cfg) {
     return (LinkShape){ cfg->link, cfg->link_inter, cfg->nranks, S, cfg->node_ranks > 0 ? cfg->node_ranks : S };
 }
 
-/* A gather of n fp32 numbers on cfg's modeled link (the weights', or the norms'). */
-static LinkCost gather(const StrategyConfig *cfg, size_t n) {
+/* A gather of n numbers in dtype on cfg's modeled link: the weights' (fp32,
+ * or ZeRO-3's compute copy in cfg's compute precision), or the norms'. */
+static LinkCost gather(const StrategyConfig *cfg, size_t n, Precision dtype) {
     LinkShape shape = strategy_link_shape(cfg);
-    return link_cost(&shape, LINK_ALL_GATHER, n, PRECISION_FP32);
+    return link_cost(&shape, LINK_ALL_GATHER, n, dtype);
 }
 
 /* A reduction of n gradients there, in cfg's reduce precision. */
@@ -31,7 +32,7 @@ static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
 /* Clipping's global norm: the partials (one float a shard) all-gathered,
  * where the gradient is sharded. */
 static LinkCost norm_gather(const StrategyConfig *cfg, int clips) {
-    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg)) : (LinkCost){ 0.0, 0.0 };
+    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg), PRECISION_FP32) : (LinkCost){ 0.0, 0.0 };
 }
 
 /* DDP: one all-reduce of every gradient (in buckets: the same bytes). */
@@ -47,7 +48,7 @@ static LinkCost zero1_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     return link_cost_add(norm_gather(cfg, clips), link_cost_add(reduction(cfg, LINK_REDUCE_SCATTER, layout.total),
-                                                                gather(cfg, layout.total)));
+                                                                gather(cfg, layout.total, PRECISION_FP32)));
 }
 
 /* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the step. */
@@ -57,14 +58,15 @@ static LinkCost zero2_link(const StrategyConfig *cfg, int clips) {
     LinkCost cost = norm_gather(cfg, clips);
     for (int u = 0; u < layout.nunits; u++) {
         cost = link_cost_add(cost, reduction(cfg, LINK_REDUCE_SCATTER, layout.units[u].size));
-        cost = link_cost_add(cost, gather(cfg, layout.units[u].size));
+        cost = link_cost_add(cost, gather(cfg, layout.units[u].size, PRECISION_FP32));
     }
     return cost;
 }
 
 /* ZeRO-3: each unit reduce-scattered, gathered for its forward, and gathered
  * again for its backward, but the root (gathered for the whole step) and the
- * last unit (still gathered at the turn). */
+ * last unit (still gathered at the turn); the gathers in the compute's
+ * precision (bf16: the compute copy's 2 bytes a number). */
 static LinkCost zero3_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
@@ -72,7 +74,8 @@ static LinkCost zero3_link(const StrategyConfig *cfg, int clips) {
     for (int u = 0; u < layout.nunits; u++) {
         int gathers = u == 0 || u == layout.nunits - 1 ? 1 : 2;
         cost = link_cost_add(cost, reduction(cfg, LINK_REDUCE_SCATTER, layout.units[u].size));
-        for (int g = 0; g < gathers; g++) cost = link_cost_add(cost, gather(cfg, layout.units[u].size));
+        for (int g = 0; g < gathers; g++)
+            cost = link_cost_add(cost, gather(cfg, layout.units[u].size, cfg->precision));
     }
     return cost;
 }

@@ -176,8 +176,9 @@ struct StrategyKind {
     int unit_buffers;
     /* What one step's collectives cost on cfg's modeled link
      * (strategy_link_shape; runtime/link_model.h, over cfg's units padded for
-     * its shards, the gradients' reductions in cfg's reduce precision, the
-     * rest in fp32), with clipping's gather of the norms' partials where
+     * its shards, the gradients' reductions in cfg's reduce precision,
+     * ZeRO-3's gathers in its compute precision, the rest in fp32), with
+     * clipping's gather of the norms' partials where
      * `clips`: the seconds they hold it, what bench_overlap holds the
      * measured time to and bin/train refuses past a minute; and the bytes
      * they move between nodes on a two-tier link. */

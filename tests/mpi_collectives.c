@@ -9,8 +9,9 @@
  * every g, so each checks its own ranks' results against the host's float sum
  * over ranks 0..W-1 in order (ordered_sum), byte for byte: all-reduce,
  * reduce-scatter and all-gather, with and without a scale, in place and not,
- * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n); the
- * reductions in fp32 and in bf16 (ordered_sum_in, 16 bits on the wire).
+ * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n); each
+ * in fp32 and in bf16 (ordered_sum_in; the gather's shards rounded; 16 bits
+ * on the wire).
  * Exit 0, or 1 after printing the first mismatch (every process ends then).
  */
 #include <stdio.h>
@@ -123,8 +124,9 @@ static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, Precis
 }
 
 /* Every rank ends up with every rank's shard: not in place, rank q sends the
- * first shard-length of its input; in place, its own shard of its buffer. */
-static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned seed) {
+ * first shard-length of its input; in place, its own shard of its buffer; in
+ * bf16, each shard rounded (16 bits on the wire between the processes). */
+static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, Precision dtype, unsigned seed) {
     Setup s = setup(pg, n, seed);
     size_t gathered = (size_t)s.world_size * s.shard;
     float *send[MAX_RANKS], *recv[MAX_RANKS];
@@ -133,17 +135,20 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, unsigned 
         send[r] = in_place ? s.buf[r] + (lo < n ? lo : 0) : s.buf[r];
         recv[r] = in_place ? s.buf[r] : device_alloc(pg->device[r], MEM_WORKING, gathered * sizeof(float));
     }
-    pg_all_gather(pg, TEST, send, recv, n, NULL);
+    pg_all_gather(pg, TEST, send, recv, n, dtype, NULL);
+    float *want = malloc(s.shard * sizeof(float) + 1);
     for (int r = 0; r < pg->nranks; r++) {
         float *got = read_back(&s, r, recv[r], n);
         for (int q = 0; q < s.world_size; q++) {
-            size_t at = (size_t)q * s.shard;
-            expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", PRECISION_FP32, r, got + at,
-                         s.host[q] + (in_place ? at : 0), at, valid_length(n, s.shard, q), 1.0f);
+            size_t at = (size_t)q * s.shard, len = valid_length(n, s.shard, q);
+            const float *sent = s.host[q] + (in_place ? at : 0);
+            for (size_t k = 0; k < len; k++) want[k] = dtype == PRECISION_BF16 ? bf16_rounded(sent[k]) : sent[k];
+            expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", dtype, r, got + at, want, at, len, 1.0f);
         }
         free(got);
         if (!in_place) device_free(pg->device[r], MEM_WORKING, recv[r], gathered * sizeof(float));
     }
+    free(want);
     teardown(&s);
 }
 
@@ -161,7 +166,7 @@ static void check_world(int local_ranks) {
             for (int in_place = 0; in_place <= 1; in_place++) {
                 for (int p = 0; p < PRECISIONS; p++)
                     check_reduce_scatter(pg, n, SCALES[k], (Precision)p, in_place, seed + 1);
-                check_all_gather(pg, n, in_place, seed + 2);
+                for (int p = 0; p < PRECISIONS; p++) check_all_gather(pg, n, in_place, (Precision)p, seed + 2);
             }
         }
     pg_destroy(pg);

@@ -109,7 +109,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 free(got);
             }
             /* gathering the reduced shards gives every rank the whole scaled sum */
-            pg_all_gather(s.pg, TEST, shard, gathered, n, NULL);
+            pg_all_gather(s.pg, TEST, shard, gathered, n, PRECISION_FP32, NULL);
             float *rank0 = read_back(&s, 0, gathered[0], n);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, gathered[r], n);
@@ -335,35 +335,46 @@ Test(pinned_order, reductions_in_bf16_are_the_ordered_bf16_sum) {
 }
 
 /* Every rank's buffer ends up holding every rank's shard, byte for byte: into
- * buffers of their own, and in place (each rank's shard already in its buffer). */
+ * buffers of their own, and in place (each rank's shard already in its buffer);
+ * in bf16, each shard rounded to bf16 (bf16.h's rounding of every float), on
+ * inputs that are not bf16 values. */
 Test(pinned_order, all_gather_copies_every_shard_exactly) {
-    for (int N = 1; N <= 8; N++)
-        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
-            for (int in_place = 0; in_place <= 1; in_place++) {
-                size_t n = ODD_LENGTHS[li];
-                Setup s = setup_wide(N, n, (unsigned)(N * 41 + li * 2 + in_place));
-                float *send[MAX_RANKS], *recv[MAX_RANKS];
-                for (int r = 0; r < N; r++) {
-                    size_t lo = (size_t)r * s.shard < n ? (size_t)r * s.shard : 0;
-                    send[r] = in_place ? s.buf[r] + lo : s.buf[r];
-                    recv[r] = in_place ? s.buf[r] : device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
-                }
-                /* not in place, rank q sends the first shard-length of its input */
-                pg_all_gather(s.pg, TEST, send, recv, n, NULL);
-                for (int r = 0; r < N; r++) {
-                    float *got = read_back(&s, r, recv[r], n);
-                    for (int q = 0; q < N; q++) {
-                        size_t len = valid_length(n, s.shard, q), at = (size_t)q * s.shard;
-                        const float *want = s.host[q] + (in_place ? at : 0);
-                        cr_assert(len == 0 || memcmp(got + at, want, len * sizeof(float)) == 0,
-                                  "all-gather%s, N=%d n=%zu: rank %d's copy of rank %d's shard differs",
-                                  in_place ? " in place" : "", N, n, r, q);
+    size_t rounded = 0;
+    for (int p = 0; p < PRECISIONS; p++)
+        for (int N = 1; N <= 8; N++)
+            for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+                for (int in_place = 0; in_place <= 1; in_place++) {
+                    size_t n = ODD_LENGTHS[li];
+                    Setup s = setup_wide(N, n, (unsigned)(N * 41 + li * 2 + in_place));
+                    float *send[MAX_RANKS], *recv[MAX_RANKS];
+                    for (int r = 0; r < N; r++) {
+                        size_t lo = (size_t)r * s.shard < n ? (size_t)r * s.shard : 0;
+                        send[r] = in_place ? s.buf[r] + lo : s.buf[r];
+                        recv[r] = in_place ? s.buf[r]
+                                           : device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
                     }
-                    free(got);
-                    if (!in_place) device_free(s.pg->device[r], MEM_WORKING, recv[r], N * s.shard * sizeof(float));
+                    /* not in place, rank q sends the first shard-length of its input */
+                    pg_all_gather(s.pg, TEST, send, recv, n, (Precision)p, NULL);
+                    for (int r = 0; r < N; r++) {
+                        float *got = read_back(&s, r, recv[r], n);
+                        for (int q = 0; q < N; q++) {
+                            size_t len = valid_length(n, s.shard, q), at = (size_t)q * s.shard;
+                            const float *sent = s.host[q] + (in_place ? at : 0);
+                            for (size_t k = 0; k < len; k++) {
+                                float want = p == PRECISION_BF16 ? bf16_rounded(sent[k]) : sent[k];
+                                cr_assert(memcmp(&got[at + k], &want, sizeof want) == 0,
+                                          "all-gather%s in %s, N=%d n=%zu: rank %d's copy of rank %d's shard "
+                                          "differs at %zu", in_place ? " in place" : "", p ? "bf16" : "fp32", N, n,
+                                          r, q, k);
+                                rounded += want != sent[k];
+                            }
+                        }
+                        free(got);
+                        if (!in_place) device_free(s.pg->device[r], MEM_WORKING, recv[r], N * s.shard * sizeof(float));
+                    }
+                    teardown_setup(&s);
                 }
-                teardown_setup(&s);
-            }
+    cr_expect_gt(rounded, 0, "every input was a bf16 value already: the bf16 gather could not fail");
 }
 
 /* ---- rank threads ---- */

@@ -508,7 +508,7 @@ static float *collectives_on(ProcessGroup *pg, size_t n, Precision dtype) {
     float *shards[MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
     pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, dtype, REDUCE_WRITE, NULL);
-    pg_all_gather(pg, TEST, shards, buf, n, NULL);
+    pg_all_gather(pg, TEST, shards, buf, n, PRECISION_FP32, NULL);
     pg_all_reduce(pg, TEST, buf, n, 0.7f, dtype, NULL);
     for (int r = 0; r < N; r++) {
         stream_copy(pg->compute[r], host + (size_t)r * n, buf[r], n * sizeof(float));
@@ -781,7 +781,7 @@ static void rank_of_two_processes(int child) {
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
     stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
     pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, PRECISION_FP32, REDUCE_WRITE, NULL);
-    pg_all_gather(pg, TEST, &own, &buf, n, NULL);
+    pg_all_gather(pg, TEST, &own, &buf, n, PRECISION_FP32, NULL);
     stream_copy(pg->compute[0], got, buf, n * sizeof(float));
     stream_synchronize(pg->compute[0]);
     const float *rank0 = child == 0 ? mine : other, *rank1 = child == 0 ? other : mine;

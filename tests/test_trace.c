@@ -253,25 +253,39 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
  * step, from the end of their waits to the end of the link's hold, take the
  * model's time and a little more (the sums' own work, and a sleep's
  * lateness), never less: a model that missed a collective, or counted one
- * twice, is off by a third or more. With the gradients reduced in bf16 too,
- * where DDP's all-reduce holds the link about half as long as in fp32. */
+ * twice, is off by a third or more. In fp32; with the gradients reduced in
+ * bf16, where DDP's all-reduce holds the link about half as long as in fp32;
+ * and computing in bf16, where ZeRO-3's gathers move the bf16 compute copy,
+ * about 2/3 of its fp32 time. On a link slower than the other tests' (0.02
+ * GB/s), so that a collective's hold is long beside the lateness of a
+ * stream's wake-up on a loaded machine (measured under `make test`'s two
+ * jobs at 0.05 GB/s: up to x1.35 on a step that held the link 15.6 ms). */
+static const double LINK_CASE_GBPS = 0.02;
+enum { LINK_CASES = 3 };
+static const char *const LINK_CASE_NAMES[LINK_CASES] = { "fp32", "reduced in bf16", "computing in bf16" };
+
 Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .timeout = 300) {
-    double ddp_held_us[PRECISIONS] = { 0 };
-    for (int p = 0; p < PRECISIONS; p++)
+    double held_us[LINK_CASES][STRATEGY_KINDS] = { { 0 } };
+    for (int c = 0; c < LINK_CASES; c++)
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             const StrategyKind *kind = &STRATEGIES[k];
+            StrategyConfig sc = traced_config(0, c == 1 ? PRECISION_BF16 : PRECISION_FP32);
+            sc.precision = c == 2 ? PRECISION_BF16 : PRECISION_FP32;
+            sc.link.gbps = LINK_CASE_GBPS;
             int n;
-            TraceSpan *spans = trace_steps(kind->stage, 0, (Precision)p, &n);
-            double held_us = held_us_a_step(spans, n);
-            StrategyConfig sc = traced_config(0, (Precision)p);
-            double model_us = 1e6 * kind->link_cost(&sc, 1).seconds, ratio = held_us / model_us;
-            cr_expect(ratio > 0.99 && ratio < 1.3, "%s, reduced in %s: the link held %.0f us a step, the model says "
-                      "%.0f us (x%.3f)", kind->name, p ? "bf16" : "fp32", held_us, model_us, ratio);
-            if (kind->stage == 0) ddp_held_us[p] = held_us;
+            TraceSpan *spans = trace_of(kind->stage, sc, &n);
+            held_us[c][k] = held_us_a_step(spans, n);
+            double model_us = 1e6 * kind->link_cost(&sc, 1).seconds, ratio = held_us[c][k] / model_us;
+            cr_expect(ratio > 0.99 && ratio < 1.3, "%s, %s: the link held %.0f us a step, the model says "
+                      "%.0f us (x%.3f)", kind->name, LINK_CASE_NAMES[c], held_us[c][k], model_us, ratio);
             free(spans);
         }
-    double half = ddp_held_us[PRECISION_BF16] / ddp_held_us[PRECISION_FP32];
+    double half = held_us[1][0] / held_us[0][0];
     cr_expect(half > 0.4 && half < 0.6, "DDP's all-reduce in bf16 held the link x%.3f of fp32's time, not half", half);
+    /* ZeRO-3's two gathers a unit at half the bytes, its reduce-scatter at fp32's: about 2/3 */
+    double zero3 = held_us[2][3] / held_us[0][3];
+    cr_expect(zero3 > 0.55 && zero3 < 0.8, "ZeRO-3 computing in bf16 held the link x%.3f of fp32's time, not 2/3",
+              zero3);
 }
 
 /* The same under hybrid sharding on a two-tier link: 4 ranks in 2 groups (the
