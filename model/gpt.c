@@ -134,8 +134,8 @@ static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16
  * backward): FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's
  * compute copy bf16, the fp32 ones the master weights. */
 static void compute_weights(GPT *m, int unit) {
-    if (autocast(m))
-        round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);
+    if (!autocast(m)) return;
+    round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);
 }
 
 /* Tensor t's weights as the model computes with them: its unit's, or their copy. */

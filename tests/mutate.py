@@ -296,9 +296,9 @@ MUTANTS = [
      ""),
     ("bf16-weights-unrounded", "mixed precision: the compute copy not rounded, the fp32 master's values read",
      "model/gpt.c",
-     "        round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);",
-     "        stream_copy(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit],\n"
-     "                    m->base.layout.units[unit].used * sizeof(float));"),
+     "    round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);",
+     "    stream_copy(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit],\n"
+     "                m->base.layout.units[unit].used * sizeof(float));"),
     ("zero3-gathers-fp32", "mixed precision: ZeRO-3 gathers its units in fp32, not the bf16 compute copy",
      "strategies/sharded.c",
      "ranks->layout->units[unit].size, ranks->base.cfg.precision,",

@@ -356,9 +356,10 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
         const Activations *a = &m->acts;
         struct { const char *name; const float *at; size_t n; } held[] = {
             { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, L * BT * C }, { "qkv", a->qkv, L * BT * 3 * C },
-            { "atty", a->atty, L * BT * C }, { "attproj", a->attproj, L * BT * C }, { "resid2", a->resid2, L * BT * C },
-            { "ln2", a->ln2, L * BT * C }, { "fch", a->fch, L * BT * 4 * C }, { "fch_gelu", a->fch_gelu, L * BT * 4 * C },
-            { "fcproj", a->fcproj, L * BT * C }, { "resid3", a->resid3, L * BT * C }, { "lnf", a->lnf, BT * C },
+            { "atty", a->atty, L * BT * C }, { "attproj", a->attproj, L * BT * C },
+            { "resid2", a->resid2, L * BT * C }, { "ln2", a->ln2, L * BT * C }, { "fch", a->fch, L * BT * 4 * C },
+            { "fch_gelu", a->fch_gelu, L * BT * 4 * C }, { "fcproj", a->fcproj, L * BT * C },
+            { "resid3", a->resid3, L * BT * C }, { "lnf", a->lnf, BT * C },
             { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
         };
         for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {

@@ -662,7 +662,8 @@ def main():
     g.add_argument("--weights", required=True)
     g.add_argument("--batch", required=True)
     g.add_argument("--heads", required=True, type=positive)
-    g.add_argument("--autocast", action="store_true", help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
+    g.add_argument("--autocast", action="store_true",
+                   help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
     g.add_argument("--out", required=True)
     lo = sub.add_parser("loss", help="a checkpoint's loss on a batch")
     lo.add_argument("--ckpt", required=True)
@@ -680,7 +681,8 @@ def main():
         o.add_argument("--grads" if name == "adamw" else "--batches", required=True)
         if name == "train":
             o.add_argument("--heads", required=True, type=positive)
-            o.add_argument("--autocast", action="store_true", help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
+            o.add_argument("--autocast", action="store_true",
+                           help="mixed precision: a bf16 copy of the weights under torch.autocast(bfloat16)")
         o.add_argument("--lrs", required=True, type=learning_rates)
         o.add_argument("--beta2", required=True, type=float)
         o.add_argument("--weight-decay", required=True, type=float)
