@@ -259,8 +259,17 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
  * about 2/3 of its fp32 time. On a link slower than the other tests' (0.02
  * GB/s), so that a collective's hold is long beside the lateness of a
  * stream's wake-up on a loaded machine (measured under `make test`'s two
- * jobs at 0.05 GB/s: up to x1.35 on a step that held the link 15.6 ms). */
+ * jobs at 0.05 GB/s: up to x1.35 on a step that held the link 15.6 ms).
+ * Under AddressSanitizer the collectives' own work and the wake-ups run
+ * several times slower (ZeRO-3 measured at x1.32 in fp32, x1.39 in bf16):
+ * there the bound is x1.6, and the ratios between the cases, which compare
+ * like with like, keep theirs. */
 static const double LINK_CASE_GBPS = 0.02;
+#ifdef __SANITIZE_ADDRESS__
+static const double LINK_HOLD_MOST = 1.6;
+#else
+static const double LINK_HOLD_MOST = 1.3;
+#endif
 enum { LINK_CASES = 3 };
 static const char *const LINK_CASE_NAMES[LINK_CASES] = { "fp32", "reduced in bf16", "computing in bf16" };
 
@@ -276,7 +285,7 @@ Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .ti
             TraceSpan *spans = trace_of(kind->stage, sc, &n);
             held_us[c][k] = held_us_a_step(spans, n);
             double model_us = 1e6 * kind->link_cost(&sc, 1).seconds, ratio = held_us[c][k] / model_us;
-            cr_expect(ratio > 0.99 && ratio < 1.3, "%s, %s: the link held %.0f us a step, the model says "
+            cr_expect(ratio > 0.99 && ratio < LINK_HOLD_MOST, "%s, %s: the link held %.0f us a step, the model says "
                       "%.0f us (x%.3f)", kind->name, LINK_CASE_NAMES[c], held_us[c][k], model_us, ratio);
             free(spans);
         }
