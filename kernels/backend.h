@@ -52,6 +52,8 @@ typedef struct {
     void (*fill_zero)(Stream *s, float *x, size_t n);
     void (*count_nonfinite)(Stream *s, float *out, const float *x, size_t n, double *scratch);
     void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);
+    void (*store_bf16)(Stream *s, bf16 *out, const float *in, size_t n);
+    void (*load_bf16)(Stream *s, float *out, const bf16 *in, size_t n);
 } KernelOps;
 
 extern const KernelOps cpu_kernel_ops;

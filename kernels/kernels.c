@@ -187,3 +187,15 @@ void round_to_bf16(Stream *s, float *out, const float *in, size_t n) {
     backend(s)->round_to_bf16(s, out, in, n);
     trace_end(s);
 }
+
+void store_bf16(Stream *s, bf16 *out, const float *in, size_t n) {
+    trace_begin(s, "store_bf16", -1);
+    backend(s)->store_bf16(s, out, in, n);
+    trace_end(s);
+}
+
+void load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
+    trace_begin(s, "load_bf16", -1);
+    backend(s)->load_bf16(s, out, in, n);
+    trace_end(s);
+}

@@ -131,6 +131,10 @@ void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *sc
  * becomes), kept in fp32 (out may be in): what autocast's bf16 tensors hold,
  * in the fp32 buffers of the ops. */
 void round_to_bf16(Stream *s, float *out, const float *in, size_t n);
+/* Storage in bf16 (2 bytes a number): out = in rounded as round_to_bf16
+ * rounds, in 16 bits; and back, widened (exact) into fp32 for the ops. */
+void store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
+void load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
 
 #ifdef __cplusplus
 }

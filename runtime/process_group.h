@@ -66,12 +66,14 @@ typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
  * unit 3") for the lines that may name it: a timeout's, an error's. `dtype`
  * is the numbers' precision (pg_reduce_scatter): a reduce-scatter's sum, and
  * what goes on the wire; an all-gather's in bf16 delivers each shard rounded
- * to bf16 (pg_deliver), which a backend may send in 16 bits. */
+ * to bf16 (pg_deliver), which a backend may send in 16 bits. all_gather_bf16
+ * moves numbers held in bf16 (2 bytes each) as they are. */
 typedef struct {
     void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
                            Precision dtype, const char *label);
     void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Precision dtype,
                        const char *label);
+    void (*all_gather_bf16)(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n, const char *label);
     void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
 } Collectives;
 
@@ -224,11 +226,15 @@ void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send
                        float scale, Precision dtype, ReduceInto into, Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
  * recv[q] + q * shard (in place). In dtype PRECISION_BF16 each shard arrives
- * rounded to bf16 (FSDP's param_dtype: ZeRO-3's compute copy gathered from
- * fp32 master shards; the second half of an all-reduce in bf16), at 2 bytes
- * a number on a link and between processes on the CPU (NCCL's wire stays
- * fp32, the shards rounded where they land: the same bits). */
+ * rounded to bf16 (the second half of an all-reduce in bf16), at 2 bytes a
+ * number on a link and between processes on the CPU (NCCL's wire stays fp32,
+ * the shards rounded where they land: the same bits). */
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                    Precision dtype, Event *const *done);
+/* The same gather of numbers held in bf16, 2 bytes each in memory, on a link
+ * and on every wire (NCCL's ncclBfloat16): the compute copy of the weights
+ * in mixed precision (strategies/strategy.h), moved bit for bit. */
+void pg_all_gather_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
+                        Event *const *done);
 
 #endif

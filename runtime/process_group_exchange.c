@@ -32,10 +32,11 @@ void exchange_destroy(ProcessGroup *pg) {
  * itself, on local rank 0's communication stream, once the producers are done. */
 typedef struct {
     ProcessGroup *pg;
-    float *send[MAX_RANKS];
+    const void *send[MAX_RANKS];  /* floats, or bf16 where `held` says */
     size_t n, shard;
     int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
     Precision dtype;       /* bf16: 16 bits a number on the wire */
+    Precision held;        /* how send and the staging hold numbers: fp32, or bf16 (exchange_start_bf16) */
     char what[2 * RENDEZVOUS_NAME_MAX];
 } Exchange;
 
@@ -87,10 +88,18 @@ static void widen_bf16(float *block, size_t count) {
     }
 }
 
-/* len floats of src from `from`, clipped to n, at element `at` of out (floats,
+/* pack's, for numbers held in bf16: copied as they are. */
+static void pack_held_bf16(bf16 *dst, const bf16 *src, size_t from, size_t len, size_t n) {
+    size_t valid = from >= n ? 0 : (n - from < len ? n - from : len);
+    memcpy(dst, src + from, valid * sizeof(bf16));
+    memset(dst + valid, 0, (len - valid) * sizeof(bf16));
+}
+
+/* len numbers of src from `from`, clipped to n, at element `at` of out (floats,
  * or bf16 in bytes). */
-static void pack_in(const Exchange *x, void *out, size_t at, const float *src, size_t from, size_t len, size_t n) {
-    if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + at * sizeof(bf16), src, from, len, n);
+static void pack_in(const Exchange *x, void *out, size_t at, const void *src, size_t from, size_t len, size_t n) {
+    if (x->held == PRECISION_BF16) pack_held_bf16((bf16 *)out + at, src, from, len, n);
+    else if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + at * sizeof(bf16), src, from, len, n);
     else pack((float *)out + at, src, from, len, n);
 }
 
@@ -115,34 +124,49 @@ static void exchange_task(void *arg) {
     ProcessGroup *pg = x->pg;
     int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
     size_t stride = exchange_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
-    int in_bf16 = x->dtype == PRECISION_BF16;
+    int in_bf16 = x->dtype == PRECISION_BF16, widen = in_bf16 && x->held == PRECISION_FP32;
     size_t wire_bytes = block * (in_bf16 ? sizeof(bf16) : sizeof(float));
+    size_t block_bytes = block * (x->held == PRECISION_BF16 ? sizeof(bf16) : sizeof(float));
     WorldChunk to[STREAM_SUM_MAX] = { { 0 } }, from[STREAM_SUM_MAX] = { { 0 } };  /* P <= N <= STREAM_SUM_MAX */
     for (int p = 0; p < P; p++) {
-        float *out = pg->stage_send + (size_t)p * block, *in = pg->stage_recv + (size_t)p * block;
+        unsigned char *out = (unsigned char *)pg->stage_send + (size_t)p * block_bytes;
+        unsigned char *in = (unsigned char *)pg->stage_recv + (size_t)p * block_bytes;
         for (int q = 0; q < L && p != me; q++) pack_stride(x, out, p, q, stride);
         to[p] = (WorldChunk){ out, wire_bytes };
-        /* bf16 lands in the upper half of its block, for widen_bf16 */
-        from[p] = (WorldChunk){ in_bf16 ? (unsigned char *)in + wire_bytes : (unsigned char *)in, wire_bytes };
+        /* bf16 bound for floats lands in the upper half of its block, for widen_bf16 */
+        from[p] = (WorldChunk){ widen ? in + wire_bytes : in, wire_bytes };
     }
     world_exchange(to, from, x->what);
-    for (int p = 0; p < P && in_bf16; p++)
+    for (int p = 0; p < P && widen; p++)
         if (p != me) widen_bf16(pg->stage_recv + (size_t)p * block, block);
     free(x);
 }
 
 /* Enqueued on local rank 0's communication stream after the last reads of
  * the staging. */
-void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label) {
-    reserve_stage(pg, n);
-    Exchange *x = host_calloc(1, sizeof *x);
-    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = gather, .dtype = dtype };
-    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
+static void start(ProcessGroup *pg, Exchange *x, const char *label) {
+    reserve_stage(pg, x->n);
     snprintf(x->what, sizeof x->what, "%s", label);
     for (int r = 0; r < pg->nranks; r++) stream_wait_event(pg->comm[0], pg->stage_free[r]);
     stream_host_task(pg->comm[0], exchange_task, x);
     event_record(pg->staged, pg->comm[0]);
     for (int r = 1; r < pg->nranks; r++) stream_wait_event(pg->comm[r], pg->staged);
+}
+
+void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label) {
+    Exchange *x = host_calloc(1, sizeof *x);
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = gather, .dtype = dtype,
+                     .held = PRECISION_FP32 };
+    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
+    start(pg, x, label);
+}
+
+void exchange_start_bf16(ProcessGroup *pg, bf16 *const *send, size_t n, const char *label) {
+    Exchange *x = host_calloc(1, sizeof *x);
+    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = 1, .dtype = PRECISION_BF16,
+                     .held = PRECISION_BF16 };
+    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
+    start(pg, x, label);
 }
 
 void exchange_end(ProcessGroup *pg) {
@@ -157,4 +181,8 @@ int exchange_is_local(const ProcessGroup *pg, int g) {
 float *exchange_received(const ProcessGroup *pg, int g, size_t stride, size_t offset) {
     int L = pg->nranks;
     return pg->stage_recv + (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset;
+}
+
+const bf16 *exchange_received_bf16(const ProcessGroup *pg, int g, size_t shard) {
+    return (const bf16 *)pg->stage_recv + (size_t)g * shard;
 }

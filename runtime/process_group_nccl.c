@@ -167,12 +167,12 @@ static void reserve_stage(ProcessGroup *pg, size_t shard) {
 
 /* Global rank g's send to and receive from peer q, skipped when empty (both
  * sides agree: the lengths are the valid parts of the shards). */
-static void send_floats(const float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
-    if (count) nccl_check(gpu_nccl()->send(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
+static void send_numbers(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(gpu_nccl()->send(buf, count, type, peer, comm, cuda_stream(s)), "ncclSend", __FILE__, __LINE__);
 }
 
-static void recv_floats(float *buf, size_t count, int peer, ncclComm_t comm, Stream *s) {
-    if (count) nccl_check(gpu_nccl()->recv(buf, count, ncclFloat, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
+static void recv_numbers(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, Stream *s) {
+    if (count) nccl_check(gpu_nccl()->recv(buf, count, type, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
 }
 
 /* The all-to-all of the shards (each peer the shard it holds), then each
@@ -189,8 +189,10 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
         for (int q = 0; q < N; q++) {
             if (q == g) continue;
             int theirs = pg_shard_of(pg, q), mine = pg_shard_of(pg, g);
-            send_floats(send[r] + (size_t)theirs * shard, pg_shard_length(n, S, theirs), q, st->comm[r], pg->comm[r]);
-            recv_floats(st->stage[r] + (size_t)q * shard, pg_shard_length(n, S, mine), q, st->comm[r], pg->comm[r]);
+            send_numbers(send[r] + (size_t)theirs * shard, pg_shard_length(n, S, theirs), ncclFloat, q, st->comm[r],
+                         pg->comm[r]);
+            recv_numbers(st->stage[r] + (size_t)q * shard, pg_shard_length(n, S, mine), ncclFloat, q, st->comm[r],
+                         pg->comm[r]);
         }
     }
     group_end();
@@ -224,8 +226,10 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
     watch(pg, label);
 }
 
-/* Each rank's shard to every peer of its group, and every peer's into its recv. */
-static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n) {
+/* Each rank's shard to every peer of its group, and every peer's into its
+ * recv: numbers of `size` bytes, of NCCL's `type`. */
+static void exchange_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, size_t n,
+                                ncclDataType_t type, size_t size) {
     NcclState *st = state_of(pg);
     int S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
@@ -235,17 +239,35 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
         for (int s = 0; s < S; s++) {
             int q = first + s;
             if (q == g) continue;
-            send_floats(send[r], pg_shard_length(n, S, pg_shard_of(pg, g)), q, st->comm[r], pg->comm[r]);
-            recv_floats(recv[r] + (size_t)s * shard, pg_shard_length(n, S, s), q, st->comm[r], pg->comm[r]);
+            send_numbers(send[r], pg_shard_length(n, S, pg_shard_of(pg, g)), type, q, st->comm[r], pg->comm[r]);
+            recv_numbers((char *)recv[r] + (size_t)s * shard * size, pg_shard_length(n, S, s), type, q, st->comm[r],
+                         pg->comm[r]);
         }
     }
     group_end();
     for (int r = 0; r < pg->nranks; r++) {
         int mine = pg_shard_of(pg, pg_global_rank(pg, r));
-        float *own = recv[r] + (size_t)mine * shard;
+        char *own = (char *)recv[r] + (size_t)mine * shard * size;
         size_t len = pg_shard_length(n, S, mine);
-        if (own != send[r] && len) stream_copy(pg->comm[r], own, send[r], len * sizeof(float));
+        if (own != send[r] && len) stream_copy(pg->comm[r], own, send[r], len * size);
     }
+}
+
+/* The gather of n numbers of NCCL's `type`, `size` bytes each: NCCL's own
+ * where the ranks' shards divide n, else exchange_all_gather. */
+static void gather_numbers(ProcessGroup *pg, void *const *send, void *const *recv, size_t n, ncclDataType_t type,
+                           size_t size) {
+    if (!divides(pg, n)) {
+        exchange_all_gather(pg, send, recv, n, type, size);
+        return;
+    }
+    NcclState *st = state_of(pg);
+    size_t shard = n / (size_t)pg->world_size;
+    group_start();
+    for (int r = 0; r < pg->nranks; r++)
+        nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, type, st->comm[r], cuda_stream(pg->comm[r])),
+                   "ncclAllGather", __FILE__, __LINE__);
+    group_end();
 }
 
 /* fp32 on the wire either way; in bf16 each rank's recv is then rounded in
@@ -253,20 +275,27 @@ static void exchange_all_gather(ProcessGroup *pg, float *const *send, float *con
 static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
                             Precision dtype, const char *label) {
     enqueuing(pg, label);
-    if (!divides(pg, n)) {
-        exchange_all_gather(pg, send, recv, n);
-    } else {
-        NcclState *st = state_of(pg);
-        size_t shard = n / (size_t)pg->world_size;
-        group_start();
-        for (int r = 0; r < pg->nranks; r++)
-            nccl_check(gpu_nccl()->all_gather(send[r], recv[r], shard, ncclFloat, st->comm[r],
-                                              cuda_stream(pg->comm[r])),
-                       "ncclAllGather", __FILE__, __LINE__);
-        group_end();
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    for (int r = 0; r < pg->nranks; r++) {
+        sends[r] = send[r];
+        recvs[r] = recv[r];
     }
+    gather_numbers(pg, sends, recvs, n, ncclFloat, sizeof(float));
     if (dtype == PRECISION_BF16)
         for (int r = 0; r < pg->nranks; r++) pg_deliver(pg->comm[r], recv[r], recv[r], n, dtype);
+    watch(pg, label);
+}
+
+/* Numbers held in bf16 go as NCCL's ncclBfloat16, 2 bytes each. */
+static void nccl_all_gather_bf16(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n,
+                                 const char *label) {
+    enqueuing(pg, label);
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    for (int r = 0; r < pg->nranks; r++) {
+        sends[r] = send[r];
+        recvs[r] = recv[r];
+    }
+    gather_numbers(pg, sends, recvs, n, ncclBfloat16, sizeof(bf16));
     watch(pg, label);
 }
 
@@ -428,7 +457,8 @@ static void nccl_destroy(ProcessGroup *pg) {
 }
 
 static const Collectives nccl_collectives = {
-    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .destroy = nccl_destroy,
+    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .all_gather_bf16 = nccl_all_gather_bf16,
+    .destroy = nccl_destroy,
 };
 
 /* Every local rank joins the world's communicator with its global rank, the

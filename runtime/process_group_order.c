@@ -144,6 +144,18 @@ void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, fl
     end(pg, LINK_ALL_GATHER, n, dtype, done);
 }
 
+void pg_all_gather_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
+                        Event *const *done) {
+    if (pg->world_size == 1 && send[0] == recv[0]) {
+        skip(pg, done);
+        return;
+    }
+    char label[2 * RENDEZVOUS_NAME_MAX];
+    begin(pg, "all-gather", name, label, sizeof label);
+    pg->collectives->all_gather_bf16(pg, send, recv, n, label);
+    end(pg, LINK_ALL_GATHER, n, PRECISION_BF16, done);
+}
+
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
                    Precision dtype, Event *const *done) {
     if (nothing_to_do(pg, bufs, bufs, scale, dtype)) {

@@ -75,8 +75,27 @@ static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *co
     if (exchanged) exchange_end(pg);
 }
 
+/* simulator_all_gather's, for numbers held in bf16: each shard copied. */
+static void simulator_all_gather_bf16(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n,
+                                      const char *label) {
+    int S = pg_shards(pg);
+    size_t shard = pg_shard_size(n, S);
+    int exchanged = pg->world_size > pg->nranks && pg->nranks % S != 0;
+    if (exchanged) exchange_start_bf16(pg, send, n, label);
+    for (int r = 0; r < pg->nranks; r++)
+        for (int s = 0; s < S; s++) {
+            int q = pg_group_first(pg, pg_global_rank(pg, r)) + s;
+            bf16 *dst = recv[r] + (size_t)s * shard;
+            const bf16 *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received_bf16(pg, q, shard);
+            size_t len = pg_shard_length(n, S, s);
+            if (dst != src && len) stream_copy(pg->comm[r], dst, src, len * sizeof(bf16));
+        }
+    if (exchanged) exchange_end(pg);
+}
+
 static const Collectives simulator_collectives = {
-    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather, .destroy = exchange_destroy,
+    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather,
+    .all_gather_bf16 = simulator_all_gather_bf16, .destroy = exchange_destroy,
 };
 
 /* How many ranks share the cores this process may use: its own, when the

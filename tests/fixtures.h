@@ -24,6 +24,10 @@ void fill_uniform(float *x, size_t n, float lo, float hi, unsigned seed);
 /* Inputs whose magnitudes span 2^-12 .. 2^12, so that another order of the
  * same float additions gives other bits (the pinned-order tests). */
 void fill_wide(float *x, size_t n, unsigned seed);
+/* Element k of a pattern of 16-bit numbers of every kind a bf16 can be
+ * (normals, subnormals, zeros, infinities, NaNs of any payload), as a gather
+ * of numbers held in bf16 must move them: bit for bit. */
+bf16 bf16_pattern(unsigned seed, size_t k);
 /* The pinned reduction, written out: a float sum of host[0][i], host[1][i],
  * ..., host[N-1][i] in that order, then the scale; in a precision: fp32 as
  * ordered_sum, or bf16, where every input, partial sum and the scaled sum is

@@ -27,6 +27,13 @@ void fill_wide(float *x, size_t n, unsigned seed) {
     free(exponent);
 }
 
+bf16 bf16_pattern(unsigned seed, size_t k) {
+    uint32_t x = (uint32_t)seed * 2654435761u ^ (uint32_t)k * 2246822519u;
+    x ^= x >> 15;
+    x *= 2654435761u;
+    return (bf16)(x >> 16);
+}
+
 float ordered_sum(float *const *host, int N, size_t i, float scale) {
     float acc = host[0][i];
     for (int q = 1; q < N; q++) acc += host[q][i];

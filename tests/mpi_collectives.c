@@ -11,7 +11,7 @@
  * reduce-scatter and all-gather, with and without a scale, in place and not,
  * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n); each
  * in fp32 and in bf16 (ordered_sum_in; the gather's shards rounded; 16 bits
- * on the wire).
+ * on the wire); and the gather of numbers held in bf16, bit for bit.
  * Exit 0, or 1 after printing the first mismatch (every process ends then).
  */
 #include <stdio.h>
@@ -152,6 +152,48 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, Precision
     teardown(&s);
 }
 
+/* The gather of numbers held in bf16: every rank ends up with every rank's
+ * 16 bits as they were sent (bf16_pattern of its global rank: NaN payloads
+ * and all), over the processes too. At the first difference: one line, and
+ * the end of every process. */
+static void check_all_gather_bf16(ProcessGroup *pg, size_t n, int in_place, unsigned seed) {
+    size_t shard = pg_shard_size(n, pg->world_size), gathered = (size_t)pg->world_size * shard;
+    bf16 *full[MAX_RANKS], *own[MAX_RANKS] = { 0 }, *send[MAX_RANKS];
+    bf16 *host = calloc(gathered + 1, sizeof(bf16));
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        size_t lo = (size_t)g * shard < n ? (size_t)g * shard : 0;
+        for (size_t k = 0; k < gathered; k++) host[k] = bf16_pattern(seed * 100 + (unsigned)g, k);
+        full[r] = device_alloc(pg->device[r], MEM_WORKING, gathered * sizeof(bf16));
+        stream_copy(pg->compute[r], full[r], host, gathered * sizeof(bf16));
+        if (!in_place) {
+            own[r] = device_alloc(pg->device[r], MEM_WORKING, shard * sizeof(bf16));
+            stream_copy(pg->compute[r], own[r], host, shard * sizeof(bf16));
+        }
+        send[r] = in_place ? full[r] + lo : own[r];
+        stream_synchronize(pg->compute[r]);
+    }
+    pg_all_gather_bf16(pg, TEST, send, full, n, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        stream_copy(pg->compute[r], host, full[r], n * sizeof(bf16));
+        stream_synchronize(pg->compute[r]);
+        for (int q = 0; q < pg->world_size; q++)
+            for (size_t k = 0, at = (size_t)q * shard; k < valid_length(n, shard, q); k++) {
+                bf16 want = bf16_pattern(seed * 100 + (unsigned)q, (in_place ? at : 0) + k);
+                if (host[at + k] == want) continue;
+                fprintf(stderr, "process %d: bf16 all-gather%s over %d ranks, n=%zu: rank %d's copy of rank %d's "
+                        "shard is 0x%04x at %zu, want 0x%04x\n", world()->proc, in_place ? " in place" : "",
+                        pg->world_size, n, pg_global_rank(pg, r), q, host[at + k], k, want);
+                world_abort(1);
+            }
+    }
+    for (int r = 0; r < pg->nranks; r++) {
+        device_free(pg->device[r], MEM_WORKING, full[r], gathered * sizeof(bf16));
+        if (own[r]) device_free(pg->device[r], MEM_WORKING, own[r], shard * sizeof(bf16));
+    }
+    free(host);
+}
+
 /* Every collective at every length over a world of P x L ranks. */
 static void check_world(int local_ranks) {
     int world_size = world()->nprocs * local_ranks;
@@ -167,6 +209,7 @@ static void check_world(int local_ranks) {
                 for (int p = 0; p < PRECISIONS; p++)
                     check_reduce_scatter(pg, n, SCALES[k], (Precision)p, in_place, seed + 1);
                 for (int p = 0; p < PRECISIONS; p++) check_all_gather(pg, n, in_place, (Precision)p, seed + 2);
+                check_all_gather_bf16(pg, n, in_place, seed + 3);
             }
         }
     pg_destroy(pg);

@@ -377,6 +377,54 @@ Test(pinned_order, all_gather_copies_every_shard_exactly) {
     cr_expect_gt(rounded, 0, "every input was a bf16 value already: the bf16 gather could not fail");
 }
 
+/* The gather of numbers held in bf16 moves every shard's 16 bits as they are,
+ * NaN payloads and all (no rounding, no widening): into buffers of their own
+ * and in place, at every N and odd length. */
+Test(pinned_order, all_gather_bf16_moves_every_shard_bit_for_bit) {
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int in_place = 0; in_place <= 1; in_place++) {
+                size_t n = ODD_LENGTHS[li];
+                unsigned seed = (unsigned)(N * 43 + li * 2 + in_place);
+                Setup s = setup(N, n, seed);
+                size_t gathered = (size_t)N * s.shard;
+                bf16 *full[MAX_RANKS], *own[MAX_RANKS] = { 0 }, *send[MAX_RANKS];
+                bf16 *host = calloc(gathered + 1, sizeof(bf16));
+                for (int r = 0; r < N; r++) {
+                    size_t lo = (size_t)r * s.shard < n ? (size_t)r * s.shard : 0;
+                    for (size_t k = 0; k < gathered; k++) host[k] = bf16_pattern(seed * 100 + (unsigned)r, k);
+                    full[r] = device_alloc(s.pg->device[r], MEM_WORKING, gathered * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], full[r], host, gathered * sizeof(bf16));
+                    if (!in_place) {  /* rank r sends the first shard-length of its own pattern */
+                        own[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(bf16));
+                        stream_copy(s.pg->compute[r], own[r], host, s.shard * sizeof(bf16));
+                    }
+                    send[r] = in_place ? full[r] + lo : own[r];
+                    stream_synchronize(s.pg->compute[r]);
+                }
+                pg_all_gather_bf16(s.pg, TEST, send, full, n, NULL);
+                for (int r = 0; r < N; r++) {
+                    stream_copy(s.pg->compute[r], host, full[r], n * sizeof(bf16));
+                    stream_synchronize(s.pg->compute[r]);
+                    for (int q = 0; q < N; q++) {
+                        size_t len = valid_length(n, s.shard, q), at = (size_t)q * s.shard;
+                        for (size_t k = 0; k < len; k++) {
+                            bf16 want = bf16_pattern(seed * 100 + (unsigned)q, (in_place ? at : 0) + k);
+                            cr_assert_eq(host[at + k], want, "bf16 all-gather%s, N=%d n=%zu: rank %d's copy of "
+                                         "rank %d's shard is 0x%04x at %zu, want 0x%04x", in_place ? " in place" : "",
+                                         N, n, r, q, host[at + k], k, want);
+                        }
+                    }
+                }
+                for (int r = 0; r < N; r++) {
+                    device_free(s.pg->device[r], MEM_WORKING, full[r], gathered * sizeof(bf16));
+                    if (own[r]) device_free(s.pg->device[r], MEM_WORKING, own[r], s.shard * sizeof(bf16));
+                }
+                free(host);
+                teardown_setup(&s);
+            }
+}
+
 /* ---- rank threads ---- */
 
 enum { LOG_MAX = 4096 };

@@ -50,5 +50,7 @@ void cpu_fill_zero(Stream *s, float *x, size_t n);
 void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
 /* precision.c */
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
+void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
+void cpu_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
 
 #endif

@@ -27,4 +27,6 @@ const KernelOps cpu_kernel_ops = {
     .fill_zero = cpu_fill_zero,
     .count_nonfinite = cpu_count_nonfinite,
     .round_to_bf16 = cpu_round_to_bf16,
+    .store_bf16 = cpu_store_bf16,
+    .load_bf16 = cpu_load_bf16,
 };

@@ -1,4 +1,5 @@
-/* precision.c: fp32 rounded to bf16's values (runtime/bf16.h rounds each value). */
+/* precision.c: fp32 rounded to bf16's values, kept in fp32 or stored in 16
+ * bits, and bf16 widened back (runtime/bf16.h rounds each value). */
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
@@ -13,4 +14,30 @@ static void round_to_bf16_task(void *p) {
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n) {
     RoundArgs a = { out, in, n };
     stream_launch(s, round_to_bf16_task, &a, sizeof a);
+}
+
+typedef struct { bf16 *out; const float *in; size_t n; } StoreArgs;
+
+static void store_bf16_task(void *p) {
+    StoreArgs *a = p;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < a->n; i++) a->out[i] = bf16_from_float(a->in[i]);
+}
+
+void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n) {
+    StoreArgs a = { out, in, n };
+    stream_launch(s, store_bf16_task, &a, sizeof a);
+}
+
+typedef struct { float *out; const bf16 *in; size_t n; } LoadArgs;
+
+static void load_bf16_task(void *p) {
+    LoadArgs *a = p;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < a->n; i++) a->out[i] = float_from_bf16(a->in[i]);
+}
+
+void cpu_load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
+    LoadArgs a = { out, in, n };
+    stream_launch(s, load_bf16_task, &a, sizeof a);
 }

@@ -83,5 +83,7 @@ void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, doubl
 void cuda_fill_zero(Stream *s, float *x, size_t n);
 /* precision.cu */
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
+void cuda_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
+void cuda_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
 
 #endif

@@ -26,6 +26,8 @@ static const KernelOps cuda_ops = {
     .fill_zero = cuda_fill_zero,
     .count_nonfinite = cuda_count_nonfinite,
     .round_to_bf16 = cuda_round_to_bf16,
+    .store_bf16 = cuda_store_bf16,
+    .load_bf16 = cuda_load_bf16,
 };
 
 const KernelOps *cuda_kernel_ops(void) { return &cuda_ops; }
