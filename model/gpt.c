@@ -129,13 +129,17 @@ static void bf16_values(GPT *m, float *x, size_t n) {
 static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
 
 /* As the model enters a unit, after its hook (its weights are there): under
- * autocast, the unit's weights rounded to bf16 into its copy, which the
- * model reads until it enters the next (the root's, until the embeddings'
+ * autocast, the unit's weights as bf16 values in its copy, which the model
+ * reads until it enters the next (the root's, until the embeddings'
  * backward): FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's
- * compute copy bf16, the fp32 ones the master weights. */
+ * compute copy bf16, the fp32 ones the master weights. Widened from the
+ * strategy's bf16 copy where it holds one, else rounded from fp32: the
+ * same values. */
 static void compute_weights(GPT *m, int unit) {
     if (!autocast(m)) return;
-    round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], m->base.layout.units[unit].used);
+    size_t used = m->base.layout.units[unit].used;
+    if (m->base.unit_weights_bf16[unit]) load_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights_bf16[unit], used);
+    else round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], used);
 }
 
 /* Tensor t's weights as the model computes with them: its unit's, or their copy. */

@@ -60,6 +60,7 @@ void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const Are
     m->stream = stream;
     m->layout = *layout;
     m->unit_weights = host_calloc(m->layout.nunits, sizeof *m->unit_weights);
+    m->unit_weights_bf16 = host_calloc(m->layout.nunits, sizeof *m->unit_weights_bf16);
     m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
 }
 
@@ -112,10 +113,16 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }
 void model_own_grads(Model *m) { m->grads = own_arena(m, MEM_GRADS, m->unit_grads); }
 
+void model_own_weights_bf16(Model *m) {
+    m->params_bf16 = device_alloc(m->dev, MEM_WEIGHTS, m->layout.total * sizeof(bf16));
+    for (int u = 0; u < m->layout.nunits; u++) m->unit_weights_bf16[u] = m->params_bf16 + m->layout.units[u].offset;
+}
+
 void model_destroy(Model *m) {
     if (!m) return;
     stream_synchronize(m->stream);  /* nothing queued may still use what is freed below */
     device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
+    device_free(m->dev, MEM_WEIGHTS, m->params_bf16, m->layout.total * sizeof(bf16));
     device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
@@ -125,6 +132,7 @@ void model_destroy(Model *m) {
     device_free(m->dev, MEM_WORKING, m->layernorm_scratch, layernorm_scratch_bytes(m));
     device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));
     free(m->unit_weights);
+    free(m->unit_weights_bf16);
     free(m->unit_grads);
     m->ops->destroy(m);
 }

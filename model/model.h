@@ -105,6 +105,12 @@ struct Model {
     Stream *stream;                /* compute stream: every op of this model */
     float *params, *grads;         /* full arenas from model_own_*, or NULL */
     float **unit_weights;          /* [nunits] where each unit's weights are read */
+    /* Where a bf16 model (ComputePolicy) reads them instead when a strategy
+     * holds its compute copy in bf16, 2 bytes a number (the ZeRO paper's
+     * 16-bit weights beside fp32 master weights): [nunits], each NULL until
+     * pointed (model_own_weights_bf16, or a gather buffer). */
+    bf16 **unit_weights_bf16;
+    bf16 *params_bf16;             /* the full bf16 arena from model_own_weights_bf16, or NULL */
     float **unit_grads;            /* [nunits] where each unit's gradient goes */
     float *mean_loss;              /* [1] on the device: the last forward's mean loss */
     float *acts_memory;            /* every activation, one allocation (model_alloc_activations) */
@@ -150,6 +156,9 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
  * and point every unit into it. */
 void model_own_weights(Model *m);
 void model_own_grads(Model *m);
+/* The same for a full arena of the weights in bf16 (MEM_WEIGHTS, 2 bytes a
+ * number), read through unit_weights_bf16. */
+void model_own_weights_bf16(Model *m);
 void model_destroy(Model *m);
 
 /* Where tensor t is, through a unit table (unit_weights or unit_grads). */

@@ -24,9 +24,15 @@
  *   before_backward(u)  the same for every unit but the root, gathered at the
  *                       start of the forward, stays so until the backward ends
  *
- * In bf16 (--dtype) the gathers move the compute copy: each fp32 master shard
- * rounded to bf16 as it is gathered (FSDP's param_dtype), half the bytes;
- * the model rounds what it reads anyway (model/gpt.h), so the bits are DDP's.
+ * In bf16 (--dtype) each rank holds the ZeRO paper's mixed-precision state:
+ * the fp32 master weights of its shards beside Adam's m and v (the paper's
+ * K = 12 bytes a parameter), and the compute copy in bf16, 2 bytes a number
+ * (ZeRO-2: full; ZeRO-3: its shards, gathered in bf16 into bf16 buffers).
+ * After AdamW updates a unit's master shard, the shard is rounded into the
+ * copy (and ZeRO-2 gathers the unit), as DeepSpeed refreshes its fp16
+ * weights; the model widens what it reads (model/gpt.h). The copy's values
+ * are the master's rounded, as the model would round them itself, so the bits
+ * are DDP's.
  *
  * A collective waits for every rank's compute work so far (runtime/
  * process_group.h). Without overlap every rank's compute stream then waits for
@@ -57,6 +63,7 @@ typedef enum { BUFFER_EMPTY, BUFFER_GATHERING, BUFFER_GATHERED } BufferState;
  * buffer), with the events of the last collective that used it. */
 typedef struct {
     float *rank_buf[MAX_RANKS];
+    bf16 *rank_bf16[MAX_RANKS];  /* a gather buffer of the bf16 compute copy (mixed precision), instead */
     size_t floats;
     Event *done[MAX_RANKS];  /* each rank's part of that collective (overlap) */
     int unit;                /* a gather buffer's unit, while not BUFFER_EMPTY */
@@ -79,7 +86,11 @@ typedef struct {
     int pool;
     size_t part;                   /* shard arena length: total / S (the shards: N, or --shard-ranks) */
     float *grad_shard[MAX_RANKS];
-    float *weight_shard[MAX_RANKS];  /* WEIGHTS_GATHERED_PER_UNIT */
+    /* The weights of its shards: fp32 (WEIGHTS_GATHERED_PER_UNIT), or in
+     * mixed precision the fp32 master (both policies) */
+    float *weight_shard[MAX_RANKS];
+    int copy_bf16;                   /* mixed precision: the compute copy in bf16 */
+    bf16 *copy_shard[MAX_RANKS];     /* WEIGHTS_GATHERED_PER_UNIT's copy of its shards */
     UnitBuffer slot[1 + MAX_POOL];   /* [0]: the root unit's; then the other units' */
     UnitBuffer gather[1 + MAX_POOL]; /* WEIGHTS_GATHERED_PER_UNIT, likewise */
     /* WEIGHTS_GATHERED_AFTER_STEP with overlap: each rank's part of each
@@ -122,10 +133,16 @@ static void ensure_gathered(Sharded *d, CollectiveName name) {
     int unit = name.unit;
     UnitBuffer *b = gather_of(d, unit);
     if (holds(b, unit)) return;
-    float *shards[MAX_RANKS];
-    for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + ranks_shard_arena_offset(ranks, unit);
-    pg_all_gather(ranks->pg, name, shards, b->rank_buf, ranks->layout->units[unit].size, ranks->base.cfg.precision,
-                  done_events(d, b));
+    size_t at = ranks_shard_arena_offset(ranks, unit), size = ranks->layout->units[unit].size;
+    if (d->copy_bf16) {
+        bf16 *shards[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) shards[r] = d->copy_shard[r] + at;
+        pg_all_gather_bf16(ranks->pg, name, shards, b->rank_bf16, size, done_events(d, b));
+    } else {
+        float *shards[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + at;
+        pg_all_gather(ranks->pg, name, shards, b->rank_buf, size, PRECISION_FP32, done_events(d, b));
+    }
     set_gathered(d, b, unit);
 }
 
@@ -234,24 +251,55 @@ static void settle_weights(Sharded *d) {
     d->weights_in_flight = 0;
 }
 
-/* WEIGHTS_GATHERED_AFTER_STEP: every rank's full weights of unit u gathered from the owners'
- * shards; with overlap, under what follows, until a forward or settle_weights
- * waits for it. */
+/* WEIGHTS_GATHERED_AFTER_STEP: every rank's full weights of unit u (fp32, or
+ * the bf16 copy) gathered from the owners' shards; with overlap, under what
+ * follows, until a forward or settle_weights waits for it. */
 static void gather_weights(Sharded *d, int u) {
     Ranks *ranks = &d->ranks;
-    float *shards[MAX_RANKS], *full[MAX_RANKS];
-    for (int r = 0; r < ranks->local; r++) {
-        full[r] = ranks->model[r]->unit_weights[u];
-        shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
-    }
+    CollectiveName name = { "weights unit", u, u };
+    size_t size = ranks->layout->units[u].size;
     int overlap = ranks->base.cfg.overlap.enabled;
-    pg_all_gather(ranks->pg, (CollectiveName){ "weights unit", u, u }, shards, full, ranks->layout->units[u].size,
-                  PRECISION_FP32, overlap ? d->weights_done[u] : NULL);
+    Event *const *done = overlap ? d->weights_done[u] : NULL;
+    if (d->copy_bf16) {
+        bf16 *shards[MAX_RANKS], *full[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) {
+            full[r] = ranks->model[r]->unit_weights_bf16[u];
+            shards[r] = ranks->model[r]->params_bf16 + ranks_shard_offset(ranks, u, r);
+        }
+        pg_all_gather_bf16(ranks->pg, name, shards, full, size, done);
+    } else {
+        float *shards[MAX_RANKS], *full[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) {
+            full[r] = ranks->model[r]->unit_weights[u];
+            shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
+        }
+        pg_all_gather(ranks->pg, name, shards, full, size, PRECISION_FP32, done);
+    }
     d->weights_in_flight |= overlap;
 }
 
-/* AdamW on every shard a rank owns, unit by unit; with full weights, each
- * unit's are gathered once its shards are updated. */
+/* Unit u's weight shard of local rank r: its fp32 weights, or the master. */
+static float *weights_of_shard(Sharded *d, int u, int r) {
+    if (per_unit_gathers(d) || d->copy_bf16) return d->weight_shard[r] + ranks_shard_arena_offset(&d->ranks, u);
+    return d->ranks.model[r]->params + ranks_shard_offset(&d->ranks, u, r);
+}
+
+/* Unit u's shards are new (AdamW, a write, the init): in mixed precision each
+ * rank rounds its master shard into its bf16 copy; with full weights, every
+ * rank's unit is then gathered. */
+static void publish_unit(Sharded *d, int u) {
+    Ranks *ranks = &d->ranks;
+    size_t len = ranks->layout->units[u].size / (size_t)ranks->shards;
+    for (int r = 0; d->copy_bf16 && r < ranks->local; r++) {
+        bf16 *copy = per_unit_gathers(d) ? d->copy_shard[r] + ranks_shard_arena_offset(ranks, u)
+                                         : ranks->model[r]->params_bf16 + ranks_shard_offset(ranks, u, r);
+        store_bf16(ranks->pg->compute[r], copy, weights_of_shard(d, u, r), len);
+    }
+    if (!per_unit_gathers(d)) gather_weights(d, u);
+}
+
+/* AdamW on every shard a rank owns, unit by unit, each unit published once
+ * its shards are updated. */
 static void step(Strategy *s) {
     Sharded *d = (Sharded *)s;
     Ranks *ranks = &d->ranks;
@@ -263,11 +311,10 @@ static void step(Strategy *s) {
         for (int r = 0; r < ranks->local; r++) {
             Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
-            float *params = per_unit_gathers(d) ? d->weight_shard[r] + at : m->params + lo;
-            adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->shards, params,
+            adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->shards, weights_of_shard(d, u, r),
                         d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
         }
-        if (!per_unit_gathers(d)) gather_weights(d, u);
+        publish_unit(d, u);
     }
 }
 
@@ -278,9 +325,12 @@ static void settled_read_tensor(Strategy *s, StateOf what, int tensor, float *ho
     ranks_read_tensor(s, what, tensor, host);
 }
 
+/* A tensor of weights written into the master shards is published with its unit. */
 static void settled_write_tensor(Strategy *s, StateOf what, int tensor, const float *host) {
-    settle_weights((Sharded *)s);
+    Sharded *d = (Sharded *)s;
+    settle_weights(d);
     ranks_write_tensor(s, what, tensor, host);
+    if (what == STATE_WEIGHTS && d->copy_bf16) publish_unit(d, d->ranks.layout->tensors[tensor].unit);
 }
 
 static size_t settled_count_nonfinite(Strategy *s, NonfiniteOf what) {
@@ -288,19 +338,28 @@ static size_t settled_count_nonfinite(Strategy *s, NonfiniteOf what) {
     return ranks_count_nonfinite(s, what);
 }
 
-/* Every buffer of a rank, its kind and its length in floats. */
-typedef struct { float **ptr; MemKind kind; size_t floats; } Buffer;
+/* Every buffer of a rank: its kind, its length in numbers, and where its
+ * pointer goes (fp32 or bf16, one of the two). */
+typedef struct { float **fp32; bf16 **bf16; MemKind kind; size_t count; } Buffer;
+enum { MAX_BUFFERS = 5 + 2 * (1 + MAX_POOL) };
 
-static int rank_buffers(Sharded *d, int r, Buffer out[4 + 2 * (1 + MAX_POOL)]) {
+static size_t buffer_bytes(const Buffer *b) { return b->count * (b->fp32 ? sizeof(float) : sizeof(bf16)); }
+
+static int rank_buffers(Sharded *d, int r, Buffer out[MAX_BUFFERS]) {
     int n = 0;
-    out[n++] = (Buffer){ &d->grad_shard[r], MEM_GRADS, d->part };
-    out[n++] = (Buffer){ &d->ranks.m[r], MEM_OPTIMIZER, d->part };
-    out[n++] = (Buffer){ &d->ranks.v[r], MEM_OPTIMIZER, d->part };
-    for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], MEM_WORKING, d->slot[i].floats };
-    if (per_unit_gathers(d)) {
-        out[n++] = (Buffer){ &d->weight_shard[r], MEM_WEIGHTS, d->part };
+    out[n++] = (Buffer){ &d->grad_shard[r], NULL, MEM_GRADS, d->part };
+    out[n++] = (Buffer){ &d->ranks.m[r], NULL, MEM_OPTIMIZER, d->part };
+    out[n++] = (Buffer){ &d->ranks.v[r], NULL, MEM_OPTIMIZER, d->part };
+    for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], NULL, MEM_WORKING, d->slot[i].floats };
+    if (d->copy_bf16) out[n++] = (Buffer){ &d->weight_shard[r], NULL, MEM_OPTIMIZER, d->part };  /* the master */
+    if (per_unit_gathers(d) && d->copy_bf16) {
+        out[n++] = (Buffer){ NULL, &d->copy_shard[r], MEM_WEIGHTS, d->part };
         for (int i = 0; i <= d->pool; i++)
-            out[n++] = (Buffer){ &d->gather[i].rank_buf[r], MEM_WORKING, d->gather[i].floats };
+            out[n++] = (Buffer){ NULL, &d->gather[i].rank_bf16[r], MEM_WORKING, d->gather[i].floats };
+    } else if (per_unit_gathers(d)) {
+        out[n++] = (Buffer){ &d->weight_shard[r], NULL, MEM_WEIGHTS, d->part };
+        for (int i = 0; i <= d->pool; i++)
+            out[n++] = (Buffer){ &d->gather[i].rank_buf[r], NULL, MEM_WORKING, d->gather[i].floats };
     }
     return n;
 }
@@ -310,10 +369,12 @@ static void destroy(Strategy *s) {
     if (!d) return;
     ranks_synchronize(&d->ranks);
     for (int r = 0; r < d->ranks.local; r++) {
-        Buffer buffers[4 + 2 * (1 + MAX_POOL)];
+        Buffer buffers[MAX_BUFFERS];
         int n = rank_buffers(d, r, buffers);
-        for (int i = 0; i < n; i++)
-            device_free(d->ranks.pg->device[r], buffers[i].kind, *buffers[i].ptr, buffers[i].floats * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            void *p = buffers[i].fp32 ? (void *)*buffers[i].fp32 : (void *)*buffers[i].bf16;
+            device_free(d->ranks.pg->device[r], buffers[i].kind, p, buffer_bytes(&buffers[i]));
+        }
     }
     for (int i = 0; i <= d->pool; i++) {
         ranks_events_destroy(&d->ranks, d->slot[i].done);
@@ -342,6 +403,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
+    d->copy_bf16 = kind->copy_bf16 && cfg->precision == PRECISION_BF16;
     d->pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->shards;
     size_t unit_size = 0;  /* the largest unit's, but the root's */
@@ -356,28 +418,35 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     for (int u = 0; u < layout->nunits; u++) ranks_events_create(ranks, d->weights_done[u]);
     for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
-        Buffer buffers[4 + 2 * (1 + MAX_POOL)];
+        Buffer buffers[MAX_BUFFERS];
         int n = rank_buffers(d, r, buffers);
-        for (int i = 0; i < n; i++)
-            *buffers[i].ptr = device_alloc(m->dev, buffers[i].kind, buffers[i].floats * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            void *p = device_alloc(m->dev, buffers[i].kind, buffer_bytes(&buffers[i]));
+            if (buffers[i].fp32) *buffers[i].fp32 = p;
+            else *buffers[i].bf16 = p;
+        }
         for (int u = 0; u < layout->nunits; u++) m->unit_grads[u] = slot_of(d, u)->rank_buf[r];
         if (per_unit_gathers(d)) {
-            for (int u = 0; u < layout->nunits; u++) m->unit_weights[u] = gather_of(d, u)->rank_buf[r];
+            for (int u = 0; u < layout->nunits; u++) {
+                m->unit_weights[u] = gather_of(d, u)->rank_buf[r];
+                m->unit_weights_bf16[u] = gather_of(d, u)->rank_bf16[r];
+            }
             m->hooks.before_forward = before_forward;
-            ranks->weights[r] = d->weight_shard[r];
         } else {
-            model_own_weights(m);
+            if (d->copy_bf16) model_own_weights_bf16(m);
+            else model_own_weights(m);
             m->hooks.before_forward = wait_weights;
-            ranks->weights[r] = m->params;
         }
+        ranks->weights[r] = per_unit_gathers(d) || d->copy_bf16 ? d->weight_shard[r] : m->params;
         m->hooks.before_backward = before_backward;
         m->hooks.after_backward = after_backward;
         ranks->grad_part[r] = d->grad_shard[r];
     }
-    ranks->weights_held = per_unit_gathers(d) ? HELD_UNIT_SHARDS : HELD_FULL;
+    ranks->weights_held = per_unit_gathers(d) || d->copy_bf16 ? HELD_UNIT_SHARDS : HELD_FULL;
     ranks->adam_held = HELD_UNIT_SHARDS;
     ranks->grad_part_len = d->part;
     ranks->grad_parts_sharded = 1;
     ranks_init_weights(ranks);
+    for (int u = 0; d->copy_bf16 && u < layout->nunits; u++) publish_unit(d, u);
     return &ranks->base;
 }

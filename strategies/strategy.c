@@ -13,7 +13,7 @@ LinkShape strategy_link_shape(const StrategyConfig *cfg) {
 }
 
 /* A gather of n numbers in dtype on cfg's modeled link: the weights' (fp32,
- * or ZeRO-3's compute copy in cfg's compute precision), or the norms'. */
+ * or ZeRO-2/3's compute copy in cfg's compute precision), or the norms'. */
 static LinkCost gather(const StrategyConfig *cfg, size_t n, Precision dtype) {
     LinkShape shape = strategy_link_shape(cfg);
     return link_cost(&shape, LINK_ALL_GATHER, n, dtype);
@@ -51,14 +51,15 @@ static LinkCost zero1_link(const StrategyConfig *cfg, int clips) {
                                                                 gather(cfg, layout.total, PRECISION_FP32)));
 }
 
-/* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the step. */
+/* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the
+ * step, in the compute's precision (bf16: its compute copy's 2 bytes a number). */
 static LinkCost zero2_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     LinkCost cost = norm_gather(cfg, clips);
     for (int u = 0; u < layout.nunits; u++) {
         cost = link_cost_add(cost, reduction(cfg, LINK_REDUCE_SCATTER, layout.units[u].size));
-        cost = link_cost_add(cost, gather(cfg, layout.units[u].size, PRECISION_FP32));
+        cost = link_cost_add(cost, gather(cfg, layout.units[u].size, cfg->precision));
     }
     return cost;
 }
@@ -84,9 +85,9 @@ const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
     { .name = "DDP", .stage = 0, .create = replicated_create, .link_cost = ddp_link },
     { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .link_cost = zero1_link },
     { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1, .unit_buffers = 1,
-      .link_cost = zero2_link },
+      .copy_bf16 = 1, .link_cost = zero2_link },
     { .name = "ZeRO-3", .stage = 3, .create = sharded_create, .shards_weights = 1, .shards_grads = 1, .shards_adam = 1,
-      .unit_buffers = 2, .link_cost = zero3_link },
+      .unit_buffers = 2, .copy_bf16 = 1, .link_cost = zero3_link },
 };
 
 /* Bytes per parameter of each precision's number. */
@@ -112,15 +113,19 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     ArenaLayout layout;
     model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), &layout);
     double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / strategy_shard_ranks(cfg);
+    int copy = kind->copy_bf16 && cfg->precision == PRECISION_BF16;
+    double weights = copy ? 0.5 : 1.0;  /* of fp32's bytes: the bf16 copy's, or fp32 weights */
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
-    bytes[MEM_WEIGHTS] = kind->shards_weights ? part : whole;
+    bytes[MEM_WEIGHTS] = weights * (kind->shards_weights ? part : whole);
     bytes[MEM_GRADS] = kind->shards_grads ? part : whole;
-    bytes[MEM_OPTIMIZER] = 2 * (kind->shards_adam ? part : whole);
-    /* each kind of unit buffer: the root's own, and one (K with overlap) of the largest other unit's size */
+    bytes[MEM_OPTIMIZER] = (copy ? 3 : 2) * (kind->shards_adam ? part : whole);  /* m, v (and the master) */
+    /* each kind of unit buffer: the root's own, and one (K with overlap) of the largest other unit's size; the
+     * gradient slots fp32, the gather buffers as the weights */
     double root = (double)layout.units[0].size * sizeof(float), unit = 0;
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
     int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
-    bytes[MEM_WORKING] = kind->unit_buffers * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
+    double slots = kind->unit_buffers >= 1 ? 1.0 : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
+    bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
     model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), strategy_shard_ranks(cfg), device, cfg->batch,
                    cfg->model.block_size, bytes);
 }

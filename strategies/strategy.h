@@ -174,10 +174,16 @@ struct StrategyKind {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
+    /* In mixed precision (--dtype=bf16): 1 holds the compute copy of the
+     * weights in bf16 (2 bytes a number; ZeRO-3: its shards, gathered in bf16
+     * into bf16 buffers) beside fp32 master weights of what it owns, counted
+     * with Adam's m and v (the paper's K = 12); 0 holds fp32 weights, which
+     * the model rounds as it reads them (DDP and ZeRO-1, for now). */
+    int copy_bf16;
     /* What one step's collectives cost on cfg's modeled link
      * (strategy_link_shape; runtime/link_model.h, over cfg's units padded for
      * its shards, the gradients' reductions in cfg's reduce precision,
-     * ZeRO-3's gathers in its compute precision, the rest in fp32), with
+     * ZeRO-2/3's weight gathers in its compute precision, the rest in fp32), with
      * clipping's gather of the norms' partials where
      * `clips`: the seconds they hold it, what bench_overlap holds the
      * measured time to and bin/train refuses past a minute; and the bytes

@@ -509,6 +509,44 @@ Test(strategies, hybrid_sharding_holds_the_share_of_its_group) {
     }
 }
 
+/* Computing in bf16, ZeRO-2 and ZeRO-3 hold the ZeRO paper's mixed-precision
+ * state with fp32 gradients, to the byte: 2 bytes a parameter of the bf16
+ * compute copy (whole, or its shards), 4 of gradient shards, and K = 12 of
+ * master weights, m and v for its shards; DDP and ZeRO-1 hold fp32's. The
+ * estimate says the same, and the formula of bytes per parameter. */
+Test(strategies, mixed_precision_holds_the_papers_state) {
+    MemKind kinds[3] = { MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER };
+    for (int N = 1; N <= 4; N *= 2)
+        for (int k = 0; k < STRATEGY_KINDS; k++) {
+            const StrategyKind *kind = &STRATEGIES[k];
+            StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
+            sc.precision = PRECISION_BF16;
+            ArenaLayout padded;
+            model_layout_units(&sc.model, sc.units.cut, N, &padded);
+            size_t numbers = padded.total, part = numbers / (size_t)N;
+            size_t want[3] = { numbers * 4, numbers * 4, (kind->shards_adam ? part : numbers) * 8 };
+            if (kind->copy_bf16)
+                want[0] = (kind->shards_weights ? part : numbers) * 2, want[1] = part * 4, want[2] = part * 12;
+            Strategy *s = strategy_create(kind->stage, &sc);
+            cr_assert_not_null(s);
+            double estimate[MEM_KINDS];
+            strategy_estimate(kind, &sc, DEVICE_CPU, estimate);
+            double whole, sharded;
+            strategy_state_bytes_per_param(kind, N, kind->copy_bf16 ? PRECISION_BF16 : PRECISION_FP32, PRECISION_FP32,
+                                           &whole, &sharded);
+            cr_expect_eq((size_t)(whole * numbers + sharded * part), want[0] + want[1] + want[2],
+                         "%s at N=%d: the formula says %g + %g/N bytes a parameter", kind->name, N, whole, sharded);
+            for (int i = 0; i < 3; i++) {
+                for (int r = 0; r < N; r++)
+                    cr_expect_eq(s->ops->rank_bytes(s, r, kinds[i]), want[i], "%s in bf16 at N=%d, rank %d, kind %d: "
+                                 "%zu bytes, want %zu", kind->name, N, r, i, s->ops->rank_bytes(s, r, kinds[i]), want[i]);
+                cr_expect_eq((size_t)estimate[kinds[i]], want[i], "%s in bf16 at N=%d: the estimate of kind %d is "
+                             "%.0f, want %zu", kind->name, N, i, estimate[kinds[i]], want[i]);
+            }
+            s->ops->destroy(s);
+        }
+}
+
 /* What no run can shard so: an S that does not divide N, and DDP given one. */
 Test(strategies, hybrid_sharding_refuses_what_it_cannot_shard) {
     char err[256];

@@ -7,10 +7,13 @@
  * the working buffers (gradient slots, gather buffers, clipping partials) and
  * the activations; and the peak, the allocator's own high-water mark of
  * everything the rank held at once from its creation through that step. The
- * persistent state is checked against the fp32 ZeRO formulas, P parameters,
- * N ranks:
+ * persistent state is checked against the ZeRO formulas, P parameters, N
+ * ranks, in fp32:
  *     DDP 16P, ZeRO-1 8P + 8P/N, ZeRO-2 4P + 12P/N, ZeRO-3 16P/N bytes;
- * the exit status is 1 if any rank is more than 1% off. Model flags are
+ * with --dtype=bf16, ZeRO-2 and ZeRO-3 hold the paper's mixed precision with
+ * fp32 gradients (2 bytes of bf16 weights; 4 of gradients; K = 12 of master
+ * weights, m and v): ZeRO-2 2P + 16P/N, ZeRO-3 18P/N (DDP and ZeRO-1 still
+ * hold fp32's); the exit status is 1 if any rank is more than 1% off. Model flags are
  * bin/train's (default: the char preset), and so are --unit, --max-live-units
  * and --overlap; --device places the ranks as bin/train does. Each rank is
  * built for --batch rows when the flag is given, else for one row, so that
@@ -35,9 +38,13 @@
 #include "../strategies/strategy.h"
 #include "options.h"
 
-/* The ZeRO paper's formula for what one rank of `kind` holds in fp32, bytes per parameter. */
-static double fp32_state(const StrategyKind *kind, int N) {
-    return strategy_state_bytes_per_param(kind, N, PRECISION_FP32, PRECISION_FP32, NULL, NULL);
+/* The ZeRO paper's formula for what one rank of `kind` holds computing in
+ * `compute`, bytes per parameter: its weights in bf16 where it keeps a bf16
+ * compute copy (strategy.h), the gradients in fp32 (as every strategy holds
+ * them so far). */
+static double held_state(const StrategyKind *kind, int N, Precision compute) {
+    Precision weights = kind->copy_bf16 ? compute : PRECISION_FP32;
+    return strategy_state_bytes_per_param(kind, N, weights, PRECISION_FP32, NULL, NULL);
 }
 
 /* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
@@ -206,8 +213,11 @@ int main(int argc, char **argv) {
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    printf("per rank, MB = 10^6 bytes, counted by the allocator (fp32 everywhere); %d row(s) of %d a rank;\n"
+    Precision compute = options_precision(&o);
+    printf("per rank, MB = 10^6 bytes, counted by the allocator (%s); %d row(s) of %d a rank;\n"
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
+           compute == PRECISION_BF16 ? "computing in bf16: ZeRO-2/3 hold a bf16 copy of the weights beside fp32 "
+           "master weights, DDP and ZeRO-1 fp32 weights; gradients fp32" : "fp32 everywhere",
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
            o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
     if (shard_ranks)
@@ -248,7 +258,7 @@ int main(int argc, char **argv) {
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
                 }
                 double state = (s->ops->rank_bytes(s, r, MEM_WEIGHTS) + s->ops->rank_bytes(s, r, MEM_GRADS) +
-                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (fp32_state(kind, S) * P);
+                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (held_state(kind, S, compute) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
             double estimate[MEM_KINDS], estimate_total = 0;
@@ -258,7 +268,7 @@ int main(int argc, char **argv) {
                 estimate_total += estimate[k];
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
-            double want = fp32_state(kind, S) * P / 1e6;
+            double want = held_state(kind, S, compute) * P / 1e6;
             printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f | %.1f |", kind->name,
                    N, kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want, state / want,
                    kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb,
