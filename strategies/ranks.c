@@ -201,7 +201,15 @@ static int run_rank_threads(Ranks *ranks, int (*body)(RankThreads *f, int rank, 
     return -1;
 }
 
+/* The bf16 compute copy made anew where the master changed since it was made. */
+static void refresh_if_stale(Ranks *ranks) {
+    if (!ranks->copy_stale) return;
+    ranks->refresh_copy(ranks);
+    ranks->copy_stale = 0;
+}
+
 int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro, int micros, int training) {
+    refresh_if_stale(ranks);
     ranks->x = x;
     ranks->y = y;
     ranks->step = step;
@@ -302,8 +310,10 @@ static int generate_body(RankThreads *f, int rank, void *ctx) {
 int ranks_generate(Strategy *s, int *tokens, int n_prompt, int n_new, Sampling how) {
     Ranks *ranks = (Ranks *)s;
     if (s->cfg.model.kind != MODEL_GPT) return -1;
+    refresh_if_stale(ranks);
     int rc = 0;
-    if (ranks->weights_held == HELD_FULL) {
+    Model *first = ranks->model[0];
+    if (first->params || first->params_bf16) {  /* full weights (fp32, or the bf16 copy) in every rank's model */
         if (ranks->first == 0) gpt_generate((GPT *)ranks->model[0], tokens, n_prompt, n_new, how);
     } else {
         Generation gen = { ranks, tokens, n_prompt, n_new, how };
@@ -452,6 +462,7 @@ void ranks_write_tensor(Strategy *s, StateOf what, int tensor, const float *host
     Holding how;
     float *const *bufs = state_buffers(ranks, what, &how);
     ranks_tensor_from_host(ranks, bufs, how, tensor, host);
+    if (what == STATE_WEIGHTS && ranks->refresh_copy) ranks->copy_stale = 1;
 }
 
 /* Each process computes the initial values of its ranks' parts of each tensor
@@ -476,6 +487,7 @@ void ranks_init_weights(Ranks *ranks) {
         synchronize_compute(ranks);
     }
     free(piece);
+    if (ranks->refresh_copy) ranks->copy_stale = 1;
 }
 
 size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {

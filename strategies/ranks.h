@@ -10,7 +10,9 @@
  * A strategy embeds Ranks first and says, per rank, where two things live:
  *   weights[r]     the full padded arena (HELD_FULL), or rank r's shard arena:
  *                  its shard of each unit, one after another (HELD_UNIT_SHARDS;
- *                  ZeRO-3);
+ *                  ZeRO-3); in mixed precision the fp32 master weights, held
+ *                  as Adam's state is, beside the model's bf16 compute copy,
+ *                  which refresh_copy makes from them;
  *   m[r], v[r]     Adam's state, held as adam_held (DDP: full; ZeRO-1: parts;
  *                  ZeRO-2/3: unit shards);
  *   grad_part[r]   the part of the mean gradient rank r holds after
@@ -57,6 +59,12 @@ struct Ranks {
     Model *model[MAX_RANKS];
     float *weights[MAX_RANKS];
     Holding weights_held;
+    /* Mixed precision: every rank's bf16 compute copy made anew from the
+     * master weights (each rank its owned part, then gathered), as after
+     * AdamW; run before the next forward once a write or the init changed
+     * the master (copy_stale). NULL in fp32, where the model reads weights. */
+    void (*refresh_copy)(Ranks *ranks);
+    int copy_stale;
     float *m[MAX_RANKS], *v[MAX_RANKS];  /* Adam's state, held as adam_held */
     Holding adam_held;
     float *grad_part[MAX_RANKS];
@@ -105,7 +113,8 @@ void ranks_wait_all(Ranks *ranks, int rank, Event *const *done);
 void ranks_events_create(Ranks *ranks, Event **events);
 void ranks_events_destroy(Ranks *ranks, Event **events);
 /* Write the initial weights of cfg->seed, each rank its own part (strategies
- * call it once placed). */
+ * call it once placed; in mixed precision the master's, the copy then
+ * stale). */
 void ranks_init_weights(Ranks *ranks);
 /* The global rank of local rank r; the shard it holds (its global rank % S). */
 int ranks_global(const Ranks *ranks, int rank);

@@ -18,6 +18,13 @@
  * Without overlap there is one bucket, the whole arena, all-reduced at the end.
  * Every sum runs in the same kernel, element by element in rank order, so the
  * buckets, overlap and ZeRO-1 all give the same bits.
+ *
+ * In bf16 (--dtype) each rank holds the ZeRO paper's mixed-precision weights:
+ * the fp32 master weights of what it owns (DDP: all; ZeRO-1: its part of the
+ * arena), counted with Adam's m and v, and the full compute copy in bf16
+ * (2 bytes a number). AdamW updates the master, each rank rounds its owned
+ * range into its copy, and ZeRO-1 gathers the copy in bf16; the model widens
+ * what it reads, the master's values rounded as it would round them itself.
  */
 #include <stdlib.h>
 
@@ -37,6 +44,8 @@ typedef struct {
 typedef struct {
     Ranks ranks;
     int shards_adam;               /* the kind's: 0 DDP, 1 ZeRO-1 */
+    int copy_bf16;                 /* mixed precision: the compute copy in bf16 */
+    float *master[MAX_RANKS];      /* copy_bf16's fp32 master weights of the owned range */
     size_t total, part;            /* padded arena length; total / S (the shards: N, or --shard-ranks) */
     int nbuckets;                  /* DDP */
     Bucket bucket[ARENA_MAX_TENSORS];
@@ -125,7 +134,43 @@ static void after_backward(void *ctx, int unit) {
         for (int i = 0; i < d->nbuckets; i++) ranks_wait_all(ref->ranks, ref->rank, d->bucket[i].done);
 }
 
-/* AdamW on each rank's owned range; ZeRO-1 then gathers the weights. */
+/* The weights of local rank r's owned range: its fp32 weights, or the master. */
+static float *owned_weights(Replicated *d, int r) {
+    size_t lo, len;
+    owned_range(d, r, &lo, &len);
+    return d->copy_bf16 ? d->master[r] : d->ranks.model[r]->params + lo;
+}
+
+/* The owned ranges are new (AdamW; or a write or the init: refresh_copy):
+ * in mixed precision each rank rounds its master into its copy; ZeRO-1 then
+ * gathers every rank's part of the weights (fp32, or the bf16 copy). */
+static void publish(Ranks *ranks) {
+    Replicated *d = (Replicated *)ranks;
+    CollectiveName name = { "weights", -1, -1 };
+    for (int r = 0; d->copy_bf16 && r < ranks->local; r++) {
+        size_t lo, len;
+        owned_range(d, r, &lo, &len);
+        store_bf16(ranks->pg->compute[r], ranks->model[r]->params_bf16 + lo, d->master[r], len);
+    }
+    if (!d->shards_adam) return;
+    if (d->copy_bf16) {
+        bf16 *full[MAX_RANKS], *parts[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) {
+            full[r] = ranks->model[r]->params_bf16;
+            parts[r] = full[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
+        }
+        pg_all_gather_bf16(ranks->pg, name, parts, full, d->total, NULL);
+    } else {
+        float *full[MAX_RANKS], *parts[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) {
+            full[r] = ranks->model[r]->params;
+            parts[r] = full[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
+        }
+        pg_all_gather(ranks->pg, name, parts, full, d->total, PRECISION_FP32, NULL);
+    }
+}
+
+/* AdamW on each rank's owned range, then published. */
 static void step(Strategy *s) {
     Replicated *d = (Replicated *)s;
     Ranks *ranks = &d->ranks;
@@ -135,16 +180,10 @@ static void step(Strategy *s) {
         Model *m = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        adamw_range(m->stream, ranks->layout, lo, len, m->params + lo, m->grads + lo, d->ranks.m[r], d->ranks.v[r], hp);
+        adamw_range(m->stream, ranks->layout, lo, len, owned_weights(d, r), m->grads + lo, d->ranks.m[r],
+                    d->ranks.v[r], hp);
     }
-    if (d->shards_adam) {
-        float *params[MAX_RANKS], *parts[MAX_RANKS];
-        for (int r = 0; r < ranks->local; r++) {
-            params[r] = ranks->model[r]->params;
-            parts[r] = params[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
-        }
-        pg_all_gather(ranks->pg, (CollectiveName){ "weights", -1, -1 }, parts, params, d->total, PRECISION_FP32, NULL);
-    }
+    publish(ranks);
 }
 
 static void destroy(Strategy *s) {
@@ -156,6 +195,7 @@ static void destroy(Strategy *s) {
         owned_range(d, r, &lo, &len);
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.m[r], len * sizeof(float));
         device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->ranks.v[r], len * sizeof(float));
+        device_free(d->ranks.pg->device[r], MEM_OPTIMIZER, d->master[r], len * sizeof(float));
     }
     for (int i = 0; i < d->nbuckets; i++) ranks_events_destroy(&d->ranks, d->bucket[i].done);
     ranks_release(&d->ranks);
@@ -179,11 +219,13 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         return NULL;
     }
     d->shards_adam = sharded;
+    d->copy_bf16 = cfg->precision == PRECISION_BF16;
     d->total = ranks->layout->total;
     d->part = d->total / (size_t)ranks->shards;
     for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
-        model_own_weights(m);
+        if (d->copy_bf16) model_own_weights_bf16(m);
+        else model_own_weights(m);
         model_own_grads(m);
         m->hooks.before_backward = zero_grads;
         m->hooks.after_backward = after_backward;
@@ -192,7 +234,8 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         owned_range(d, r, &lo, &len);
         d->ranks.m[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
         d->ranks.v[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
-        ranks->weights[r] = m->params;
+        if (d->copy_bf16) d->master[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
+        ranks->weights[r] = d->copy_bf16 ? d->master[r] : m->params;
         ranks->grad_part[r] = m->grads + lo;
     }
     if (!sharded) {
@@ -200,6 +243,8 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         for (int i = 0; i < d->nbuckets; i++) ranks_events_create(ranks, d->bucket[i].done);
     }
     ranks->adam_held = sharded ? HELD_PARTS : HELD_FULL;
+    ranks->weights_held = d->copy_bf16 ? ranks->adam_held : HELD_FULL;
+    if (d->copy_bf16) ranks->refresh_copy = publish;
     ranks->grad_part_len = sharded ? d->part : d->total;
     ranks->grad_parts_sharded = sharded;
     ranks_init_weights(ranks);

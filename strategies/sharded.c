@@ -30,7 +30,8 @@
  * (ZeRO-2: full; ZeRO-3: its shards, gathered in bf16 into bf16 buffers).
  * After AdamW updates a unit's master shard, the shard is rounded into the
  * copy (and ZeRO-2 gathers the unit), as DeepSpeed refreshes its fp16
- * weights; the model widens what it reads (model/gpt.h). The copy's values
+ * weights, and so after a write or the init, before the next forward
+ * (ranks.h's refresh_copy); the model widens what it reads (model/gpt.h). The copy's values
  * are the master's rounded, as the model would round them itself, so the bits
  * are DDP's.
  *
@@ -298,6 +299,13 @@ static void publish_unit(Sharded *d, int u) {
     if (!per_unit_gathers(d)) gather_weights(d, u);
 }
 
+/* Mixed precision's refresh_copy (ranks.h): every unit published. */
+static void publish_all(Ranks *ranks) {
+    Sharded *d = (Sharded *)ranks;
+    settle_weights(d);
+    for (int u = 0; u < ranks->layout->nunits; u++) publish_unit(d, u);
+}
+
 /* AdamW on every shard a rank owns, unit by unit, each unit published once
  * its shards are updated. */
 static void step(Strategy *s) {
@@ -325,12 +333,9 @@ static void settled_read_tensor(Strategy *s, StateOf what, int tensor, float *ho
     ranks_read_tensor(s, what, tensor, host);
 }
 
-/* A tensor of weights written into the master shards is published with its unit. */
 static void settled_write_tensor(Strategy *s, StateOf what, int tensor, const float *host) {
-    Sharded *d = (Sharded *)s;
-    settle_weights(d);
+    settle_weights((Sharded *)s);
     ranks_write_tensor(s, what, tensor, host);
-    if (what == STATE_WEIGHTS && d->copy_bf16) publish_unit(d, d->ranks.layout->tensors[tensor].unit);
 }
 
 static size_t settled_count_nonfinite(Strategy *s, NonfiniteOf what) {
@@ -403,7 +408,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
-    d->copy_bf16 = kind->copy_bf16 && cfg->precision == PRECISION_BF16;
+    d->copy_bf16 = cfg->precision == PRECISION_BF16;
     d->pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->shards;
     size_t unit_size = 0;  /* the largest unit's, but the root's */
@@ -446,7 +451,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     ranks->adam_held = HELD_UNIT_SHARDS;
     ranks->grad_part_len = d->part;
     ranks->grad_parts_sharded = 1;
+    if (d->copy_bf16) ranks->refresh_copy = publish_all;
     ranks_init_weights(ranks);
-    for (int u = 0; d->copy_bf16 && u < layout->nunits; u++) publish_unit(d, u);
     return &ranks->base;
 }

@@ -13,7 +13,7 @@ LinkShape strategy_link_shape(const StrategyConfig *cfg) {
 }
 
 /* A gather of n numbers in dtype on cfg's modeled link: the weights' (fp32,
- * or ZeRO-2/3's compute copy in cfg's compute precision), or the norms'. */
+ * or the compute copy in cfg's compute precision), or the norms'. */
 static LinkCost gather(const StrategyConfig *cfg, size_t n, Precision dtype) {
     LinkShape shape = strategy_link_shape(cfg);
     return link_cost(&shape, LINK_ALL_GATHER, n, dtype);
@@ -43,12 +43,13 @@ static LinkCost ddp_link(const StrategyConfig *cfg, int clips) {
     return reduction(cfg, LINK_ALL_REDUCE, layout.total);
 }
 
-/* ZeRO-1: the gradient reduce-scattered, the updated weights all-gathered. */
+/* ZeRO-1: the gradient reduce-scattered, the updated weights all-gathered in
+ * the compute's precision (bf16: its compute copy's 2 bytes a number). */
 static LinkCost zero1_link(const StrategyConfig *cfg, int clips) {
     ArenaLayout layout;
     padded_layout(cfg, &layout);
     return link_cost_add(norm_gather(cfg, clips), link_cost_add(reduction(cfg, LINK_REDUCE_SCATTER, layout.total),
-                                                                gather(cfg, layout.total, PRECISION_FP32)));
+                                                                gather(cfg, layout.total, cfg->precision)));
 }
 
 /* ZeRO-2: each unit reduce-scattered, and its weights all-gathered after the
@@ -85,9 +86,9 @@ const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
     { .name = "DDP", .stage = 0, .create = replicated_create, .link_cost = ddp_link },
     { .name = "ZeRO-1", .stage = 1, .create = replicated_create, .shards_adam = 1, .link_cost = zero1_link },
     { .name = "ZeRO-2", .stage = 2, .create = sharded_create, .shards_grads = 1, .shards_adam = 1, .unit_buffers = 1,
-      .copy_bf16 = 1, .link_cost = zero2_link },
+      .link_cost = zero2_link },
     { .name = "ZeRO-3", .stage = 3, .create = sharded_create, .shards_weights = 1, .shards_grads = 1, .shards_adam = 1,
-      .unit_buffers = 2, .copy_bf16 = 1, .link_cost = zero3_link },
+      .unit_buffers = 2, .link_cost = zero3_link },
 };
 
 /* Bytes per parameter of each precision's number. */
@@ -97,7 +98,7 @@ double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Prec
                                       double *whole, double *sharded) {
     int mixed = compute == PRECISION_BF16;
     double weights = bytes_of(compute);
-    double grads = kind->shards_grads && mixed ? bytes_of(reduce) : bytes_of(compute);
+    double grads = mixed ? bytes_of(reduce) : bytes_of(compute);
     double optimizer = mixed ? 12.0 : 8.0;  /* m and v; and the fp32 master weights */
     double w = 0, s = 0;  /* held whole, held 1/N */
     if (kind->shards_weights) s += weights; else w += weights;
@@ -113,7 +114,7 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     ArenaLayout layout;
     model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), &layout);
     double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / strategy_shard_ranks(cfg);
-    int copy = kind->copy_bf16 && cfg->precision == PRECISION_BF16;
+    int copy = cfg->precision == PRECISION_BF16;
     double weights = copy ? 0.5 : 1.0;  /* of fp32's bytes: the bf16 copy's, or fp32 weights */
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
     bytes[MEM_WEIGHTS] = weights * (kind->shards_weights ? part : whole);

@@ -174,16 +174,10 @@ struct StrategyKind {
      * slots; ZeRO-3: and gather buffers): max_live_units of each with overlap
      * on, one with it off. */
     int unit_buffers;
-    /* In mixed precision (--dtype=bf16): 1 holds the compute copy of the
-     * weights in bf16 (2 bytes a number; ZeRO-3: its shards, gathered in bf16
-     * into bf16 buffers) beside fp32 master weights of what it owns, counted
-     * with Adam's m and v (the paper's K = 12); 0 holds fp32 weights, which
-     * the model rounds as it reads them (DDP and ZeRO-1, for now). */
-    int copy_bf16;
     /* What one step's collectives cost on cfg's modeled link
      * (strategy_link_shape; runtime/link_model.h, over cfg's units padded for
      * its shards, the gradients' reductions in cfg's reduce precision,
-     * ZeRO-2/3's weight gathers in its compute precision, the rest in fp32), with
+     * the weights' gathers in its compute precision, the rest in fp32), with
      * clipping's gather of the norms' partials where
      * `clips`: the seconds they hold it, what bench_overlap holds the
      * measured time to and bin/train refuses past a minute; and the bytes
@@ -211,9 +205,9 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
  * part whole or 1/N as the kind's shard flags say: in fp32, 4 of weights, 4 of
  * gradients and 8 of Adam's m and v (the paper's 16, 8 + 8/N, 4 + 12/N, 16/N);
  * in mixed precision (compute bf16), the paper's accounting: 2 of bf16
- * weights, 2 of bf16 gradients (a sharded gradient in the reduce precision),
- * and K = 12 of fp32 master weights, m and v. `whole` and `sharded` get the
- * two terms (bytes = whole + sharded / N); either may be NULL. */
+ * weights, the gradients in the reduce precision (bf16: the paper's 2), and
+ * K = 12 of fp32 master weights, m and v. `whole` and `sharded` get the two
+ * terms (bytes = whole + sharded / N); either may be NULL. */
 double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
                                       double *whole, double *sharded);
 

@@ -283,15 +283,15 @@ Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .ti
  * fp32's, about 2/3 of the fp32 step's cost; the other stages' gathers stay
  * fp32 and their costs are fp32's. The model, not a timing: the link's hold
  * under load drifts by as much as this parts them. */
-Test(trace, bf16_copies_take_zero2s_and_zero3s_link_cost_down) {
+Test(trace, bf16_copies_take_the_gathers_link_cost_down) {
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         StrategyConfig sc = traced_config(0, PRECISION_FP32);
         double fp32 = kind->link_cost(&sc, 1).seconds;
         sc.precision = PRECISION_BF16;
         double ratio = kind->link_cost(&sc, 1).seconds / fp32;
-        /* a unit's fp32 reduce-scatter beside its gathers at half the bytes: ZeRO-3's two, ZeRO-2's one */
-        double want = kind->shards_weights ? 2.0 / 3.0 : kind->copy_bf16 ? 3.0 / 4.0 : 1.0;
+        /* an fp32 reduce-scatter beside gathers at half the bytes: ZeRO-3's two a unit, ZeRO-1/2's one; DDP none */
+        double want = kind->shards_weights ? 2.0 / 3.0 : kind->shards_adam ? 3.0 / 4.0 : 1.0;
         cr_expect(ratio > want - 0.06 && ratio <= want + 0.04, "%s computing in bf16: x%.3f of fp32's link cost, "
                   "want about x%.3f", kind->name, ratio, want);
     }

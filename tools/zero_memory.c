@@ -10,10 +10,10 @@
  * persistent state is checked against the ZeRO formulas, P parameters, N
  * ranks, in fp32:
  *     DDP 16P, ZeRO-1 8P + 8P/N, ZeRO-2 4P + 12P/N, ZeRO-3 16P/N bytes;
- * with --dtype=bf16, ZeRO-2 and ZeRO-3 hold the paper's mixed precision with
- * fp32 gradients (2 bytes of bf16 weights; 4 of gradients; K = 12 of master
- * weights, m and v): ZeRO-2 2P + 16P/N, ZeRO-3 18P/N (DDP and ZeRO-1 still
- * hold fp32's); the exit status is 1 if any rank is more than 1% off. Model flags are
+ * with --dtype=bf16, the paper's mixed precision with fp32 gradients (2 bytes
+ * of bf16 weights; 4 of gradients; K = 12 of master weights, m and v): DDP 18P,
+ * ZeRO-1 6P + 12P/N, ZeRO-2 2P + 16P/N, ZeRO-3 18P/N; the exit status is 1 if
+ * any rank is more than 1% off. Model flags are
  * bin/train's (default: the char preset), and so are --unit, --max-live-units
  * and --overlap; --device places the ranks as bin/train does. Each rank is
  * built for --batch rows when the flag is given, else for one row, so that
@@ -39,12 +39,10 @@
 #include "options.h"
 
 /* The ZeRO paper's formula for what one rank of `kind` holds computing in
- * `compute`, bytes per parameter: its weights in bf16 where it keeps a bf16
- * compute copy (strategy.h), the gradients in fp32 (as every strategy holds
- * them so far). */
+ * `compute`, bytes per parameter, with the gradients in fp32 (as every
+ * strategy holds them so far, whatever --reduce-dtype). */
 static double held_state(const StrategyKind *kind, int N, Precision compute) {
-    Precision weights = kind->copy_bf16 ? compute : PRECISION_FP32;
-    return strategy_state_bytes_per_param(kind, N, weights, PRECISION_FP32, NULL, NULL);
+    return strategy_state_bytes_per_param(kind, N, compute, PRECISION_FP32, NULL, NULL);
 }
 
 /* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
@@ -106,8 +104,8 @@ enum { PAPER_N = 64 };
 static void print_precisions(void) {
     printf("\nState per rank, bytes per parameter at N ranks: fp32; mixed precision (bf16 weights and gradients,\n"
            "fp32 master weights, m and v: K = 12) with the gradients reduced in bf16, as the ZeRO paper counts,\n"
-           "or in fp32; and mixed precision at the paper's Psi = 7.5B parameters and N_d = 64, beside its\n"
-           "Figure 1 (GB = 10^9 bytes):\n\n");
+           "or in fp32 (the gradients then held in fp32: what a bf16 run holds today); and mixed precision at\n"
+           "the paper's Psi = 7.5B parameters and N_d = 64, beside its Figure 1 (GB = 10^9 bytes):\n\n");
     printf("| strategy | fp32 | bf16 | bf16, reduced in fp32 | Psi = 7.5B, N_d = 64 | the paper's Figure 1 |\n");
     printf("|---|---|---|---|---|---|\n");
     static const Precision compute[3] = { PRECISION_FP32, PRECISION_BF16, PRECISION_BF16 };
@@ -216,8 +214,8 @@ int main(int argc, char **argv) {
     Precision compute = options_precision(&o);
     printf("per rank, MB = 10^6 bytes, counted by the allocator (%s); %d row(s) of %d a rank;\n"
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
-           compute == PRECISION_BF16 ? "computing in bf16: ZeRO-2/3 hold a bf16 copy of the weights beside fp32 "
-           "master weights, DDP and ZeRO-1 fp32 weights; gradients fp32" : "fp32 everywhere",
+           compute == PRECISION_BF16 ? "computing in bf16: a bf16 copy of the weights beside fp32 master weights; "
+           "gradients fp32" : "fp32 everywhere",
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
            o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
     if (shard_ranks)
