@@ -459,9 +459,9 @@ void gpt_backward(GPT *m, float dloss) {
     /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
      * made in bf16 and kept apart: wte's other use, the embedding, adds its
-     * own in the bf16 sum that ends the backward. */
+     * own in the bf16 sum that ends the backward. The root's copy is the
+     * forward's: the root's weights stay as they were for the whole step. */
     trace_begin(s, "backward", 0);
-    compute_weights(m, 0);
     const float *head = root.wte;
     float *dhead = autocast(m) ? a->dhead_bf16 : droot.wte;
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
