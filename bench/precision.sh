@@ -4,8 +4,9 @@
 # Quality: bin/train's default run (char-small, 2000 steps) as ZeRO-3 on 4 ranks, in fp32
 # and in bf16 from the same seed, and each run's final val loss. Speed: char-small's step
 # on one rank and on four, fp32 and bf16 taken in turn, 3 rounds, the median ms/iter of the
-# steps past the 5th with its quartiles. bf16 here is bf16 values in fp32 buffers
-# (docs/precision.md): what it costs is the rounding passes and the weight copies.
+# steps past the 5th with its quartiles. bf16 here is a bf16 copy of the weights and bf16
+# values in fp32 buffers for the rest (docs/precision.md): what it costs is the rounding
+# passes and the weight copies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/timing.sh
