@@ -56,6 +56,11 @@ static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float
     if (multiprocess) exchange_end(pg);
 }
 
+/* Whether an all-gather needs the exchange: a group of S ranks spans processes. */
+static int gather_exchanged(const ProcessGroup *pg) {
+    return pg->world_size > pg->nranks && pg->nranks % pg_shards(pg) != 0;
+}
+
 /* Rank r's part of an all-gather: the shard of every rank of its group
  * delivered into its recv (pg_deliver: copied, or rounded to bf16). Past one
  * process only where a group spans them. */
@@ -63,7 +68,7 @@ static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *co
                                  Precision dtype, const char *label) {
     int S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
-    int exchanged = pg->world_size > pg->nranks && pg->nranks % S != 0;
+    int exchanged = gather_exchanged(pg);
     if (exchanged) exchange_start(pg, send, n, 1, dtype, label);
     for (int r = 0; r < pg->nranks; r++)
         for (int s = 0; s < S; s++) {
@@ -80,7 +85,7 @@ static void simulator_all_gather_bf16(ProcessGroup *pg, bf16 *const *send, bf16 
                                       const char *label) {
     int S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
-    int exchanged = pg->world_size > pg->nranks && pg->nranks % S != 0;
+    int exchanged = gather_exchanged(pg);
     if (exchanged) exchange_start_bf16(pg, send, n, label);
     for (int r = 0; r < pg->nranks; r++)
         for (int s = 0; s < S; s++) {
