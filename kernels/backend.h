@@ -44,16 +44,17 @@ typedef struct {
     void (*crossentropy_backward)(Stream *s, float *dlogits, const float *probs, const int *targets,
                                   int N, int V, float dloss);
     void (*mean_forward)(Stream *s, float *mean, const float *x, int n);
-    void (*adamw_update)(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
-                         AdamWParams hp);
-    void (*sumsq_reduce)(Stream *s, float *out, const float *x, size_t n, double *scratch);
-    void (*clip_scale)(Stream *s, float *x, size_t n, const float *sumsq, int nparts,
+    void (*adamw_update)(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v,
+                         size_t n, AdamWParams hp);
+    void (*sumsq_reduce)(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+    void (*clip_scale)(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts,
                        float max_norm);
-    void (*fill_zero)(Stream *s, float *x, size_t n);
-    void (*count_nonfinite)(Stream *s, float *out, const float *x, size_t n, double *scratch);
+    void (*fill_zero)(Stream *s, void *x, size_t bytes);
+    void (*count_nonfinite)(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
     void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);
     void (*store_bf16)(Stream *s, bf16 *out, const float *in, size_t n);
     void (*load_bf16)(Stream *s, float *out, const bf16 *in, size_t n);
+    void (*add_bf16)(Stream *s, bf16 *acc, const float *x, size_t n);
 } KernelOps;
 
 extern const KernelOps cpu_kernel_ops;

@@ -151,35 +151,41 @@ void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const 
     trace_end(s);
 }
 
-void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+void adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
                   AdamWParams hp) {
     trace_begin(s, "adamw_update", -1);
-    backend(s)->adamw_update(s, param, grad, m, v, n, hp);
+    backend(s)->adamw_update(s, param, grad, grad_held, m, v, n, hp);
     trace_end(s);
 }
 
 size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
 
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
     trace_begin(s, "sumsq_reduce", -1);
-    backend(s)->sumsq_reduce(s, out, x, n, scratch);
+    backend(s)->sumsq_reduce(s, out, x, held, n, scratch);
     trace_end(s);
 }
 
-void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+void clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
     trace_begin(s, "clip_scale", -1);
-    backend(s)->clip_scale(s, x, n, sumsq, nparts, max_norm);
+    backend(s)->clip_scale(s, x, held, n, sumsq, nparts, max_norm);
     trace_end(s);
 }
 
 void fill_zero(Stream *s, float *x, size_t n) {
     trace_begin(s, "fill_zero", -1);
-    backend(s)->fill_zero(s, x, n);
+    backend(s)->fill_zero(s, x, n * sizeof(float));
     trace_end(s);
 }
 
-void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch) {
-    backend(s)->count_nonfinite(s, out, x, n, scratch);
+void fill_zero_bf16(Stream *s, bf16 *x, size_t n) {
+    trace_begin(s, "fill_zero", -1);
+    backend(s)->fill_zero(s, x, n * sizeof(bf16));
+    trace_end(s);
+}
+
+void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+    backend(s)->count_nonfinite(s, out, x, held, n, scratch);
 }
 
 void round_to_bf16(Stream *s, float *out, const float *in, size_t n) {
@@ -197,5 +203,11 @@ void store_bf16(Stream *s, bf16 *out, const float *in, size_t n) {
 void load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
     trace_begin(s, "load_bf16", -1);
     backend(s)->load_bf16(s, out, in, n);
+    trace_end(s);
+}
+
+void add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
+    trace_begin(s, "add_bf16", -1);
+    backend(s)->add_bf16(s, acc, x, n);
     trace_end(s);
 }

@@ -108,7 +108,9 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     int step;  /* 1 for the first update */
 } AdamWParams;
-void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+/* grad holds its numbers as grad_held says: fp32, or bf16 (mixed precision's
+ * gradients reduced in bf16), read as fp32. */
+void adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
                   AdamWParams hp);
 
 /* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
@@ -117,14 +119,16 @@ void adamw_update(Stream *s, float *param, const float *grad, float *m, float *v
  * chunks' sums, allocated once by the caller. */
 enum { SUMSQ_CHUNK = 16384 };
 size_t sumsq_scratch_doubles(size_t n);
-void sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
-/* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)). */
-void clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
+void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+/* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)),
+ * each product rounded where x is held in bf16 (as a bf16 tensor's mul_). */
+void clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
+void fill_zero_bf16(Stream *s, bf16 *x, size_t n);
 /* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,
  * and never 0 when one is): the finiteness check before a save or a step.
  * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
-void count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
+void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
 
 /* Precision (runtime/bf16.h): out = in rounded to the nearest bf16 as
  * PyTorch's .to(torch.bfloat16) rounds (bit for bit, but for which NaN a NaN
@@ -135,6 +139,9 @@ void round_to_bf16(Stream *s, float *out, const float *in, size_t n);
  * rounds, in 16 bits; and back, widened (exact) into fp32 for the ops. */
 void store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
+/* acc = acc + x, the sum made in fp32 and rounded back into bf16: a gradient
+ * held in bf16 taking one more part. */
+void add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

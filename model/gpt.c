@@ -150,42 +150,54 @@ static float *compute_tensor(GPT *m, int t) {
 }
 
 static float *weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }
-static float *grads_of(GPT *m, int l, int i) { return model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i)); }
-/* Part i's bias gradient; NULL without cfg.bias. */
-static float *bias_grads_of(GPT *m, int l, int i) {
-    return m->base.cfg.bias ? model_tensor(&m->base, m->base.unit_grads, block_tensor(m, l, i) + 1) : NULL;
-}
+
+/* Tensor t's fp32 gradient, which the model adds into without autocast. */
+static float *grad_of(GPT *m, int t) { return model_tensor(&m->base, m->base.unit_grads, t); }
+/* The bias after weight tensor t; -1 (none) without cfg.bias. */
+static int bias_after(const GPT *m, int t) { return m->base.cfg.bias ? t + 1 : -1; }
 
 /* out[N,OC] += part i's bias. Nothing without cfg.bias. */
 static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
     if (m->base.cfg.bias) bias_forward(m->base.stream, out, compute_tensor(m, block_tensor(m, l, i) + 1), (int)N, OC);
 }
 
-/* Where a parameter's gradient of n floats is made: added into itself, or
+/* Where tensor t's gradient of n floats is made: added into itself, or
  * under autocast into dweight_bf16, zeroed, for add_bf16_grad. */
-static float *made_grad(GPT *m, float *grad, size_t n) {
-    if (!autocast(m)) return grad;
+static float *made_grad(GPT *m, int t, size_t n) {
+    if (!autocast(m)) return grad_of(m, t);
     fill_zero(m->base.stream, m->acts.dweight_bf16, n);
     return m->acts.dweight_bf16;
 }
 
-/* Under autocast, grad += the gradient made in dweight_bf16: the fp32 sum
- * of its rows' parts rounded to bf16 (the bf16 parameter's gradient), cast
- * up into the master's, as the reference's fp32 master takes it. */
-static void add_bf16_grad(GPT *m, float *grad, size_t n) {
-    if (!autocast(m)) return;
+/* Under autocast, n bf16 values made for tensor t onwards (its first number
+ * on) join its gradient: cast up into the master's fp32 gradient, as the
+ * reference's fp32 master takes it; or, where the strategy holds the
+ * gradients in bf16 (reduced in bf16), added and the sum rounded. */
+static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
     Stream *s = m->base.stream;
-    round_to_bf16(s, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
-    residual_forward(s, grad, grad, m->acts.dweight_bf16, n);
+    bf16 *held = m->base.unit_grads_bf16[m->base.layout.tensors[t].unit];
+    if (held) {
+        add_bf16(s, held + model_tensor_offset(&m->base, t), made, n);
+        return;
+    }
+    float *grad = grad_of(m, t);
+    residual_forward(s, grad, grad, made, n);
 }
 
-/* dbias (NULL: none) += dout[N,OC]'s column sums, made in bf16 under autocast. */
-static void bias_grad(GPT *m, float *dbias, const float *dout, size_t N, int OC) {
-    if (!dbias) return;
-    Stream *s = m->base.stream;
-    float *made = made_grad(m, dbias, (size_t)OC);
-    bias_backward(s, made, dout, (int)N, OC);
-    add_bf16_grad(m, dbias, (size_t)OC);
+/* Under autocast, tensor t's gradient += the one made in dweight_bf16: the
+ * fp32 sum of its rows' parts rounded to bf16 (the bf16 parameter's gradient). */
+static void add_bf16_grad(GPT *m, int t, size_t n) {
+    if (!autocast(m)) return;
+    round_to_bf16(m->base.stream, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
+    add_into_grad(m, t, m->acts.dweight_bf16, n);
+}
+
+/* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums, made
+ * in bf16 under autocast. */
+static void bias_grad(GPT *m, int t, const float *dout, size_t N, int OC) {
+    if (t < 0) return;
+    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC), dout, (int)N, OC);
+    add_bf16_grad(m, t, (size_t)OC);
 }
 
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
@@ -250,31 +262,31 @@ static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hoo
  * and bias's gradients added, each made in bf16 under autocast. */
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
                             int OC) {
-    float *dweight = grads_of(m, l, i);
-    matmul_backward(m->base.stream, dinp, made_grad(m, dweight, (size_t)OC * C), dout, inp, weights_of(m, l, i),
+    int t = block_tensor(m, l, i);
+    matmul_backward(m->base.stream, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i),
                     (int)N, C, OC);
     bf16_values(m, dinp, N * C);
-    add_bf16_grad(m, dweight, (size_t)OC * C);
-    bias_grad(m, bias_grads_of(m, l, i), dout, N, OC);
+    add_bf16_grad(m, t, (size_t)OC * C);
+    bias_grad(m, bias_after(m, t), dout, N, OC);
 }
 
-/* A LayerNorm's backward from dln (a block's, or the final one's): the
- * weight's and bias's gradients added, the input's added into dresid. Under
+/* A LayerNorm's backward from dln (a block's, or the final one's): its
+ * weight's (tensor t) and bias's gradients added, the input's added into dresid. Under
  * autocast each is made in bf16: the input's rounded (in dproj, which no op
  * reads by now), then added into the residual stream's gradient, which is
  * rounded again (the bf16 add of the stream's two uses). */
-static void norm_backward(GPT *m, float *dweight, float *dbias, const float *inp, const float *weight,
-                          const float *mean, const float *rstd) {
+static void norm_backward(GPT *m, int t, const float *inp, const float *weight, const float *mean,
+                          const float *rstd) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T;
     int C = m->base.cfg.embd;
-    bias_grad(m, dbias, a->dln, BT, C);
+    bias_grad(m, bias_after(m, t), a->dln, BT, C);
     float *dinp = autocast(m) ? a->dproj : a->dresid;
     if (autocast(m)) fill_zero(s, dinp, BT * C);
-    layernorm_backward(s, dinp, made_grad(m, dweight, (size_t)C), a->dln, inp, weight, mean, rstd, (int)BT, C,
+    layernorm_backward(s, dinp, made_grad(m, t, (size_t)C), a->dln, inp, weight, mean, rstd, (int)BT, C,
                        m->base.layernorm_scratch);
-    add_bf16_grad(m, dweight, (size_t)C);
+    add_bf16_grad(m, t, (size_t)C);
     if (!autocast(m)) return;
     bf16_values(m, dinp, BT * C);
     residual_forward(s, a->dresid, a->dresid, dinp, BT * C);
@@ -315,6 +327,7 @@ static BlockActivations block_activations(const GPT *m, int l) {
 }
 
 typedef struct { float *wte, *wpe, *lnf_w, *lnf_b; } RootTensors;  /* lnf_b: NULL without cfg.bias */
+enum { WTE, WPE, LNF_W };  /* the root's tensors in the arena (ln_f's bias next, with cfg.bias) */
 
 /* The root's tensors in a unit-sized buffer; wte and wpe are side by side. */
 static RootTensors root_tensors(const GPT *m, float *unit_base) {
@@ -453,7 +466,6 @@ void gpt_backward(GPT *m, float dloss) {
 
     model_before_backward(&m->base, 0);
     RootTensors root = root_weights(m);
-    RootTensors droot = root_tensors(m, m->base.unit_grads[0]);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
     /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid
@@ -463,13 +475,13 @@ void gpt_backward(GPT *m, float dloss) {
      * forward's: the root's weights stay as they were for the whole step. */
     trace_begin(s, "backward", 0);
     const float *head = root.wte;
-    float *dhead = autocast(m) ? a->dhead_bf16 : droot.wte;
+    float *dhead = autocast(m) ? a->dhead_bf16 : grad_of(m, WTE);
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
     bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
-    norm_backward(m, droot.lnf_w, droot.lnf_b, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
+    norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -488,8 +500,7 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
-        norm_backward(m, grads_of(m, l, LN2), bias_grads_of(m, l, LN2), b.resid2, weights_of(m, l, LN2), b.ln2_mean,
-                      b.ln2_rstd);
+        norm_backward(m, block_tensor(m, l, LN2), b.resid2, weights_of(m, l, LN2), b.ln2_mean, b.ln2_rstd);
         leave_backward(m, l, LN2);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
@@ -504,8 +515,7 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
-        norm_backward(m, grads_of(m, l, LN1), bias_grads_of(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean,
-                      b.ln1_rstd);
+        norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
         leave_backward(m, l, LN1);
     }
 
@@ -514,12 +524,12 @@ void gpt_backward(GPT *m, float dloss) {
     dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     bf16_values(m, a->dproj, BT * C);
     if (!autocast(m)) {
-        embedding_backward(s, droot.wte, droot.wpe, a->dproj, m->base.tokens, B, T, C, V);
+        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), a->dproj, m->base.tokens, B, T, C, V);
     } else {
         /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
          * positions, rounded once) where the root's copy was, which nothing
          * reads after the head; wte's joined by the head's in a bf16 add; both
-         * then added into the master's gradients at once (side by side). */
+         * then added into their gradients at once (side by side). */
         RootTensors made = root_tensors(m, a->root_bf16);
         size_t both = (size_t)(V + cfg->block_size) * C;
         fill_zero(s, made.wte, both);
@@ -527,7 +537,7 @@ void gpt_backward(GPT *m, float dloss) {
         round_to_bf16(s, made.wte, made.wte, both);
         residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C);
         round_to_bf16(s, made.wte, made.wte, (size_t)V * C);
-        residual_forward(s, droot.wte, droot.wte, made.wte, both);
+        add_into_grad(m, WTE, made.wte, both);
     }
     trace_end(s);
     model_after_backward(&m->base, 0);

@@ -62,6 +62,7 @@ void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const Are
     m->unit_weights = host_calloc(m->layout.nunits, sizeof *m->unit_weights);
     m->unit_weights_bf16 = host_calloc(m->layout.nunits, sizeof *m->unit_weights_bf16);
     m->unit_grads = host_calloc(m->layout.nunits, sizeof *m->unit_grads);
+    m->unit_grads_bf16 = host_calloc(m->layout.nunits, sizeof *m->unit_grads_bf16);
 }
 
 static size_t layernorm_scratch_bytes(const Model *m) {
@@ -113,10 +114,15 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
 void model_own_weights(Model *m) { m->params = own_arena(m, MEM_WEIGHTS, m->unit_weights); }
 void model_own_grads(Model *m) { m->grads = own_arena(m, MEM_GRADS, m->unit_grads); }
 
-void model_own_weights_bf16(Model *m) {
-    m->params_bf16 = device_alloc(m->dev, MEM_WEIGHTS, m->layout.total * sizeof(bf16));
-    for (int u = 0; u < m->layout.nunits; u++) m->unit_weights_bf16[u] = m->params_bf16 + m->layout.units[u].offset;
+/* A full bf16 arena of one kind, every unit of the table pointed into it. */
+static bf16 *own_arena_bf16(Model *m, MemKind kind, bf16 **units) {
+    bf16 *arena = device_alloc(m->dev, kind, m->layout.total * sizeof(bf16));
+    for (int u = 0; u < m->layout.nunits; u++) units[u] = arena + m->layout.units[u].offset;
+    return arena;
 }
+
+void model_own_weights_bf16(Model *m) { m->params_bf16 = own_arena_bf16(m, MEM_WEIGHTS, m->unit_weights_bf16); }
+void model_own_grads_bf16(Model *m) { m->grads_bf16 = own_arena_bf16(m, MEM_GRADS, m->unit_grads_bf16); }
 
 void model_destroy(Model *m) {
     if (!m) return;
@@ -124,6 +130,7 @@ void model_destroy(Model *m) {
     device_free(m->dev, MEM_WEIGHTS, m->params, m->layout.total * sizeof(float));
     device_free(m->dev, MEM_WEIGHTS, m->params_bf16, m->layout.total * sizeof(bf16));
     device_free(m->dev, MEM_GRADS, m->grads, m->layout.total * sizeof(float));
+    device_free(m->dev, MEM_GRADS, m->grads_bf16, m->layout.total * sizeof(bf16));
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
     device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
@@ -134,12 +141,17 @@ void model_destroy(Model *m) {
     free(m->unit_weights);
     free(m->unit_weights_bf16);
     free(m->unit_grads);
+    free(m->unit_grads_bf16);
     m->ops->destroy(m);
 }
 
-float *model_tensor(const Model *m, float *const *units, int tensor) {
+size_t model_tensor_offset(const Model *m, int tensor) {
     const TensorSpec *t = &m->layout.tensors[tensor];
-    return units[t->unit] + (t->offset - m->layout.units[t->unit].offset);
+    return t->offset - m->layout.units[t->unit].offset;
+}
+
+float *model_tensor(const Model *m, float *const *units, int tensor) {
+    return units[m->layout.tensors[tensor].unit] + model_tensor_offset(m, tensor);
 }
 
 int model_opens_unit(const Model *m, int tensor) {

@@ -112,6 +112,11 @@ struct Model {
     bf16 **unit_weights_bf16;
     bf16 *params_bf16;             /* the full bf16 arena from model_own_weights_bf16, or NULL */
     float **unit_grads;            /* [nunits] where each unit's gradient goes */
+    /* Where a bf16 model adds it instead when a strategy holds the gradients
+     * in bf16 (gradients reduced in bf16: the ZeRO paper's 16-bit
+     * gradients): [nunits], each NULL until pointed. */
+    bf16 **unit_grads_bf16;
+    bf16 *grads_bf16;              /* the full bf16 arena from model_own_grads_bf16, or NULL */
     float *mean_loss;              /* [1] on the device: the last forward's mean loss */
     float *acts_memory;            /* every activation, one allocation (model_alloc_activations) */
     size_t acts_floats;
@@ -157,12 +162,16 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
 void model_own_weights(Model *m);
 void model_own_grads(Model *m);
 /* The same for a full arena of the weights in bf16 (MEM_WEIGHTS, 2 bytes a
- * number), read through unit_weights_bf16. */
+ * number), read through unit_weights_bf16; and of the gradients in bf16
+ * (MEM_GRADS), through unit_grads_bf16. */
 void model_own_weights_bf16(Model *m);
+void model_own_grads_bf16(Model *m);
 void model_destroy(Model *m);
 
-/* Where tensor t is, through a unit table (unit_weights or unit_grads). */
+/* Where tensor t is, through a unit table (unit_weights or unit_grads); and
+ * its offset in its unit, for the bf16 tables. */
 float *model_tensor(const Model *m, float *const *units, int tensor);
+size_t model_tensor_offset(const Model *m, int tensor);
 /* Whether tensor t is the first of its unit (it opens it), or the last. */
 int model_opens_unit(const Model *m, int tensor);
 int model_closes_unit(const Model *m, int tensor);

@@ -12,7 +12,7 @@ float lr_at(const LRSchedule *s, int iter) {
 }
 
 void adamw_range(Stream *s, const ArenaLayout *layout, size_t lo, size_t len, float *params,
-                 const float *grads, float *m, float *v, AdamWParams hp) {
+                 const void *grads, Precision grads_held, float *m, float *v, AdamWParams hp) {
     float decay = hp.weight_decay;
     for (int i = 0; i < layout->ntensors; i++) {
         const TensorSpec *t = &layout->tensors[i];
@@ -20,6 +20,7 @@ void adamw_range(Stream *s, const ArenaLayout *layout, size_t lo, size_t len, fl
         size_t b = t->offset + t->numel < lo + len ? t->offset + t->numel : lo + len;
         if (a >= b) continue;
         hp.weight_decay = tensor_decays(t) ? decay : 0.0f;
-        adamw_update(s, params + (a - lo), grads + (a - lo), m + (a - lo), v + (a - lo), b - a, hp);
+        const void *grad = (const unsigned char *)grads + (a - lo) * number_bytes(grads_held);
+        adamw_update(s, params + (a - lo), grad, grads_held, m + (a - lo), v + (a - lo), b - a, hp);
     }
 }

@@ -21,8 +21,8 @@ static inline int tensor_decays(const TensorSpec *t) { return t->ndim == 2; }
 /* AdamW on the arena range [lo, lo + len), tensor by tensor: hp.weight_decay
  * applies only to the 2-D tensors, also where a shard boundary cuts through
  * one; padding between tensors is left alone. params, grads, m and v point at
- * element lo of their buffers. */
+ * element lo of their buffers; grads hold their numbers as grads_held says. */
 void adamw_range(Stream *s, const ArenaLayout *layout, size_t lo, size_t len, float *params,
-                 const float *grads, float *m, float *v, AdamWParams hp);
+                 const void *grads, Precision grads_held, float *m, float *v, AdamWParams hp);
 
 #endif

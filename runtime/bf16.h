@@ -13,6 +13,7 @@
 #ifndef ZF_BF16_H
 #define ZF_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -49,5 +50,19 @@ BF16_FN float float_from_bf16(bf16 h) {
 
 /* x rounded to the nearest bf16, as an fp32. */
 BF16_FN float bf16_rounded(float x) { return float_from_bf16(bf16_from_float(x)); }
+
+/* Element i of numbers held as `held` says (a gradient's buffer in either
+ * precision), read as an fp32; and written, rounded where it is bf16. */
+BF16_FN float number_at(const void *x, Precision held, size_t i) {
+    return held == PRECISION_BF16 ? float_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
+}
+
+BF16_FN void number_put(void *x, Precision held, size_t i, float value) {
+    if (held == PRECISION_BF16) ((bf16 *)x)[i] = bf16_from_float(value);
+    else ((float *)x)[i] = value;
+}
+
+/* The bytes of one number held in that precision. */
+BF16_FN size_t number_bytes(Precision held) { return held == PRECISION_BF16 ? sizeof(bf16) : sizeof(float); }
 
 #endif

@@ -112,6 +112,11 @@ void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg);
  * the result bf16 values in fp32. */
 enum { STREAM_SUM_MAX = 64 };
 void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype);
+/* The same of numbers held as `held` says, out too: fp32 (stream_sum), or
+ * bf16, 2 bytes each (mixed precision's gradients), summed in PRECISION_BF16
+ * only: the bits of stream_sum's bf16 sum of the same values. */
+void stream_sum_held(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
+                     Precision dtype);
 /* The modeled link's time, with no processor busy: the stream notes when it
  * reaches stream_timer_start, and stream_hold holds it until `seconds` after
  * that point (at once if that is past). Work in between runs meanwhile, so an

@@ -23,7 +23,9 @@ typedef struct {
     Stream *(*stream_create)(Device *dev);
     void (*stream_destroy)(Stream *s);
     void (*copy)(Stream *s, void *dst, const void *src, size_t bytes);
-    void (*sum)(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype);
+    /* stream_sum_held's */
+    void (*sum)(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
+                Precision dtype);
     void (*timer_start)(Stream *s);
     void (*hold)(Stream *s, double seconds);
     void (*synchronize)(Stream *s);

@@ -180,32 +180,37 @@ static void cpu_host_task(Stream *s, void (*fn)(void *arg), void *arg) {
 enum { SUM_CHUNK = 1024 };
 
 typedef struct {
-    float *out;
-    float *in[STREAM_SUM_MAX];
+    void *out;
+    const void *in[STREAM_SUM_MAX];
+    Precision held;  /* of in and out: fp32, or bf16 (stream_sum_held) */
     int n;
     size_t len;
     float scale;
     Precision dtype;
 } SumArgs;
 
-/* A chunk of the sum in fp32: acc = in[0] + in[1] + ..., then out = acc * scale. */
+/* A chunk of the sum in fp32 (of fp32 numbers): acc = in[0] + in[1] + ...,
+ * then out = acc * scale. */
 static void sum_chunk_fp32(const SumArgs *a, size_t c0, size_t m, float *acc) {
-    memcpy(acc, a->in[0] + c0, m * sizeof(float));
+    memcpy(acc, (const float *)a->in[0] + c0, m * sizeof(float));
     for (int q = 1; q < a->n; q++) {
-        const float *src = a->in[q] + c0;
+        const float *src = (const float *)a->in[q] + c0;
         for (size_t i = 0; i < m; i++) acc[i] += src[i];
     }
-    for (size_t i = 0; i < m; i++) a->out[c0 + i] = acc[i] * a->scale;
+    float *out = a->out;
+    for (size_t i = 0; i < m; i++) out[c0 + i] = acc[i] * a->scale;
 }
 
-/* The same in bf16: every input, partial sum and result rounded. */
+/* The same in bf16: every input, partial sum and result rounded (the inputs
+ * of numbers held in bf16 are bf16 already). */
 static void sum_chunk_bf16(const SumArgs *a, size_t c0, size_t m, float *acc) {
-    for (size_t i = 0; i < m; i++) acc[i] = bf16_rounded(a->in[0][c0 + i]);
-    for (int q = 1; q < a->n; q++) {
-        const float *src = a->in[q] + c0;
-        for (size_t i = 0; i < m; i++) acc[i] = bf16_rounded(acc[i] + bf16_rounded(src[i]));
-    }
-    for (size_t i = 0; i < m; i++) a->out[c0 + i] = bf16_rounded(acc[i] * a->scale);
+    for (size_t i = 0; i < m; i++) acc[i] = bf16_rounded(number_at(a->in[0], a->held, c0 + i));
+    for (int q = 1; q < a->n; q++)
+        for (size_t i = 0; i < m; i++) {
+            float x = bf16_rounded(number_at(a->in[q], a->held, c0 + i));
+            acc[i] = bf16_rounded(acc[i] + x);
+        }
+    for (size_t i = 0; i < m; i++) number_put(a->out, a->held, c0 + i, bf16_rounded(acc[i] * a->scale));
 }
 
 /* Through a stack buffer, a chunk at a time, so out may be one of in. */
@@ -221,13 +226,10 @@ static void sum_task(void *p) {
     }
 }
 
-static void cpu_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
-    SumArgs a = { .out = out, .n = n, .len = len, .scale = scale, .dtype = dtype };
-    if (n < 1 || n > STREAM_SUM_MAX) {
-        fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
-        abort();
-    }
-    memcpy(a.in, in, sizeof(float *) * n);
+static void cpu_sum(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
+                    Precision dtype) {
+    SumArgs a = { .out = out, .held = held, .n = n, .len = len, .scale = scale, .dtype = dtype };
+    memcpy(a.in, in, sizeof(void *) * n);
     stream_launch(s, sum_task, &a, sizeof a);
 }
 

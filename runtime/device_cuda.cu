@@ -197,41 +197,39 @@ static void cuda_copy(Stream *s, void *dst, const void *src, size_t bytes) {
 }
 
 typedef struct {
-    float *in[STREAM_SUM_MAX];
+    const void *in[STREAM_SUM_MAX];
 } SumInputs;
 
 /* One element per thread, summed in rank order, then scaled: out may be an input. */
 __global__ static void sum_kernel(float *out, SumInputs in, int n, size_t len, float scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
-    float acc = in.in[0][i];
-    for (int q = 1; q < n; q++) acc = __fadd_rn(acc, in.in[q][i]);
+    float acc = ((const float *)in.in[0])[i];
+    for (int q = 1; q < n; q++) acc = __fadd_rn(acc, ((const float *)in.in[q])[i]);
     out[i] = __fmul_rn(acc, scale);
 }
 
-/* The same in bf16: every input, partial sum and result rounded (device.h). */
-__global__ static void sum_bf16_kernel(float *out, SumInputs in, int n, size_t len, float scale) {
+/* The same in bf16: every input, partial sum and result rounded (device.h);
+ * in and out held as `held` says. */
+__global__ static void sum_bf16_kernel(void *out, SumInputs in, Precision held, int n, size_t len, float scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
-    float acc = bf16_rounded(in.in[0][i]);
-    for (int q = 1; q < n; q++) acc = bf16_rounded(__fadd_rn(acc, bf16_rounded(in.in[q][i])));
-    out[i] = bf16_rounded(__fmul_rn(acc, scale));
+    float acc = bf16_rounded(number_at(in.in[0], held, i));
+    for (int q = 1; q < n; q++) acc = bf16_rounded(__fadd_rn(acc, bf16_rounded(number_at(in.in[q], held, i))));
+    number_put(out, held, i, bf16_rounded(__fmul_rn(acc, scale)));
 }
 
-static void cuda_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
-    if (n < 1 || n > STREAM_SUM_MAX) {
-        fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
-        abort();
-    }
+static void cuda_sum(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
+                     Precision dtype) {
     SumInputs inputs;
     for (int q = 0; q < n; q++) inputs.in[q] = in[q];
     unsigned blocks = (unsigned)((len + 255) / 256);
     if (dtype == PRECISION_BF16) {
-        sum_bf16_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, n, len, scale);
+        sum_bf16_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, held, n, len, scale);
         cuda_check_launch("sum_bf16_kernel", __FILE__, __LINE__);
         return;
     }
-    sum_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, n, len, scale);
+    sum_kernel<<<blocks, 256, 0, cuda_stream(s)>>>((float *)out, inputs, n, len, scale);
     cuda_check_launch("sum_kernel", __FILE__, __LINE__);
 }
 

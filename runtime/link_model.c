@@ -1,11 +1,9 @@
 /* link_model.c: a collective's cost on the modeled link (link_model.h). */
 #include "link_model.h"
 
-static double number_bytes(Precision dtype) { return dtype == PRECISION_BF16 ? sizeof(bf16) : sizeof(float); }
-
 double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype) {
     if (link.gbps <= 0 || nranks == 1) return 0.0;
-    double N = nranks, bytes = (double)n * number_bytes(dtype);
+    double N = nranks, bytes = (double)n * (double)number_bytes(dtype);
     double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
     return (N - 1) * link.latency_us * 1e-6 + volume / (link.gbps * 1e9);
 }
@@ -27,7 +25,7 @@ static LinkCost ring(const LinkShape *l, int span, int all_reduce, size_t n, Pre
     LinkCost c = { ring_seconds(tier(l, span), span, all_reduce, n, dtype), 0.0 };
     if (spans_nodes(l, span)) {
         double M = span, crossings = (double)span / l->node_ranks;
-        c.inter_bytes = crossings * (all_reduce ? 2.0 : 1.0) * (M - 1) / M * (double)n * number_bytes(dtype);
+        c.inter_bytes = crossings * (all_reduce ? 2.0 : 1.0) * (M - 1) / M * (double)n * (double)number_bytes(dtype);
     }
     return c;
 }
@@ -39,12 +37,12 @@ static LinkCost chain(const LinkShape *l, size_t n, Precision dtype) {
     int G = l->world / l->shards;
     LinkModel t = tier(l, l->world);
     if (G == 1 || t.gbps <= 0) return (LinkCost){ 0.0, 0.0 };
-    double shard_bytes = (double)n / l->shards * number_bytes(dtype);
+    double shard_bytes = (double)n / l->shards * (double)number_bytes(dtype);
     double leg = (G - 1) * t.latency_us * 1e-6 + shard_bytes / (t.gbps * 1e9);
     LinkCost c = { 2.0 * leg, 0.0 };
     if (spans_nodes(l, l->world)) {
         int crossings = l->shards >= l->node_ranks ? G - 1 : l->world / l->node_ranks - 1;
-        c.inter_bytes = 2.0 * crossings * (double)n * number_bytes(dtype);
+        c.inter_bytes = 2.0 * crossings * (double)n * (double)number_bytes(dtype);
     }
     return c;
 }

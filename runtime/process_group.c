@@ -22,14 +22,16 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
     pg->part_done[rank] = event_create(dev);
 }
 
-void pg_deliver(Stream *s, float *dst, const float *src, size_t len, Precision dtype) {
-    if (dtype == PRECISION_FP32) {
-        if (dst != src) stream_copy(s, dst, src, len * sizeof(float));
+void pg_deliver(Stream *s, void *dst, const void *src, Precision held, size_t len, Precision dtype) {
+    if (dtype == PRECISION_FP32 || held == PRECISION_BF16) {
+        if (dst != src && len) stream_copy(s, dst, src, len * number_bytes(held));
         return;
     }
-    float *one[1] = { (float *)src };  /* read only: a sum of one input rounds it */
-    stream_sum(s, dst, one, 1, len, 1.0f, dtype);
+    const void *one[1] = { src };  /* a sum of one input rounds it */
+    stream_sum_held(s, dst, one, held, 1, len, 1.0f, dtype);
 }
+
+void *pg_number(void *buf, Precision held, size_t i) { return (unsigned char *)buf + i * number_bytes(held); }
 
 int pg_global_rank(const ProcessGroup *pg, int rank) { return pg->first_rank + rank; }
 

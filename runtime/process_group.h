@@ -63,17 +63,18 @@ typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
 
 /* How a backend moves the data; the event ordering around it is shared
  * (process_group_order.c). `label` names the collective under way ("all-gather
- * unit 3") for the lines that may name it: a timeout's, an error's. `dtype`
+ * unit 3") for the lines that may name it: a timeout's, an error's. send and
+ * recv hold numbers as `held` says: floats, or bf16, 2 bytes each (mixed
+ * precision's compute copy and gradients), which move as they are. `dtype`
  * is the numbers' precision (pg_reduce_scatter): a reduce-scatter's sum, and
- * what goes on the wire; an all-gather's in bf16 delivers each shard rounded
- * to bf16 (pg_deliver), which a backend may send in 16 bits. all_gather_bf16
- * moves numbers held in bf16 (2 bytes each) as they are. */
+ * what goes on the wire (bf16 for numbers held in bf16); an all-gather's in
+ * bf16 of floats delivers each shard rounded to bf16 (pg_deliver), which a
+ * backend may send in 16 bits. */
 typedef struct {
-    void (*reduce_scatter)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
-                           Precision dtype, const char *label);
-    void (*all_gather)(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, Precision dtype,
-                       const char *label);
-    void (*all_gather_bf16)(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n, const char *label);
+    void (*reduce_scatter)(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
+                           float scale, Precision dtype, const char *label);
+    void (*all_gather)(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
+                       Precision dtype, const char *label);
     void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
 } Collectives;
 
@@ -161,10 +162,12 @@ void pg_destroy(ProcessGroup *pg);
 
 /* Shared by the backends: each rank's device handle and streams, and its events. */
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
-/* An all-gather's shard of len floats landing at dst on stream s: copied, or
- * in PRECISION_BF16 rounded to bf16 (stream_sum of the one shard; dst may be
- * src). */
-void pg_deliver(Stream *s, float *dst, const float *src, size_t len, Precision dtype);
+/* An all-gather's shard of len numbers landing at dst on stream s: copied;
+ * or floats in PRECISION_BF16 rounded to bf16 (stream_sum of the one shard;
+ * dst may be src). */
+void pg_deliver(Stream *s, void *dst, const void *src, Precision held, size_t len, Precision dtype);
+/* Number i of a buffer holding numbers as `held` says. */
+void *pg_number(void *buf, Precision held, size_t i);
 
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
@@ -224,6 +227,14 @@ void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, si
  * (its done events mark the sum). */
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                        float scale, Precision dtype, ReduceInto into, Event *const *done);
+/* The reductions of numbers held in bf16, 2 bytes each in memory, on a link
+ * and on every wire: mixed precision's gradients reduced in bf16, with the
+ * bits of the fp32-held ones in PRECISION_BF16 (REDUCE_ADD's add in bf16,
+ * the sum rounded). */
+void pg_reduce_scatter_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
+                            float scale, ReduceInto into, Event *const *done);
+void pg_all_reduce_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *bufs, size_t n, float scale,
+                        Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
  * recv[q] + q * shard (in place). In dtype PRECISION_BF16 each shard arrives
  * rounded to bf16 (the second half of an all-reduce in bf16), at 2 bytes a

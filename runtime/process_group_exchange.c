@@ -36,7 +36,7 @@ typedef struct {
     size_t n, shard;
     int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
     Precision dtype;       /* bf16: 16 bits a number on the wire */
-    Precision held;        /* how send and the staging hold numbers: fp32, or bf16 (exchange_start_bf16) */
+    Precision held;        /* how send and the staging hold numbers: fp32, or bf16 (sent as they are) */
     char what[2 * RENDEZVOUS_NAME_MAX];
 } Exchange;
 
@@ -125,8 +125,8 @@ static void exchange_task(void *arg) {
     int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
     size_t stride = exchange_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
     int in_bf16 = x->dtype == PRECISION_BF16, widen = in_bf16 && x->held == PRECISION_FP32;
-    size_t wire_bytes = block * (in_bf16 ? sizeof(bf16) : sizeof(float));
-    size_t block_bytes = block * (x->held == PRECISION_BF16 ? sizeof(bf16) : sizeof(float));
+    size_t wire_bytes = block * number_bytes(x->dtype);
+    size_t block_bytes = block * number_bytes(x->held);
     WorldChunk to[STREAM_SUM_MAX] = { { 0 } }, from[STREAM_SUM_MAX] = { { 0 } };  /* P <= N <= STREAM_SUM_MAX */
     for (int p = 0; p < P; p++) {
         unsigned char *out = (unsigned char *)pg->stage_send + (size_t)p * block_bytes;
@@ -153,18 +153,11 @@ static void start(ProcessGroup *pg, Exchange *x, const char *label) {
     for (int r = 1; r < pg->nranks; r++) stream_wait_event(pg->comm[r], pg->staged);
 }
 
-void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label) {
+void exchange_start(ProcessGroup *pg, void *const *send, Precision held, size_t n, int gather, Precision dtype,
+                    const char *label) {
     Exchange *x = host_calloc(1, sizeof *x);
     *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = gather, .dtype = dtype,
-                     .held = PRECISION_FP32 };
-    for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
-    start(pg, x, label);
-}
-
-void exchange_start_bf16(ProcessGroup *pg, bf16 *const *send, size_t n, const char *label) {
-    Exchange *x = host_calloc(1, sizeof *x);
-    *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = 1, .dtype = PRECISION_BF16,
-                     .held = PRECISION_BF16 };
+                     .held = held };
     for (int r = 0; r < pg->nranks; r++) x->send[r] = send[r];
     start(pg, x, label);
 }
@@ -178,11 +171,7 @@ int exchange_is_local(const ProcessGroup *pg, int g) {
 }
 
 /* Process g / L's staging, then g's stride in it. */
-float *exchange_received(const ProcessGroup *pg, int g, size_t stride, size_t offset) {
+void *exchange_received(const ProcessGroup *pg, Precision held, int g, size_t stride, size_t offset) {
     int L = pg->nranks;
-    return pg->stage_recv + (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset;
-}
-
-const bf16 *exchange_received_bf16(const ProcessGroup *pg, int g, size_t shard) {
-    return (const bf16 *)pg->stage_recv + (size_t)g * shard;
+    return pg_number(pg->stage_recv, held, (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset);
 }

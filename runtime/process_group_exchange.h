@@ -12,7 +12,7 @@
  * bf16, and the all-gather of its result) each number travels in 16 bits,
  * rounded at the sender as the receiver's sum would round it, and is widened
  * into the staging: the same bits at half the bytes. Numbers held in bf16
- * (exchange_start_bf16) travel and land in the staging as they are.
+ * travel and land in the staging as they are.
  */
 #ifndef ZF_PROCESS_GROUP_EXCHANGE_H
 #define ZF_PROCESS_GROUP_EXCHANGE_H
@@ -23,13 +23,13 @@
 void exchange_create(ProcessGroup *pg);
 void exchange_destroy(ProcessGroup *pg);
 
-/* Enqueue the exchange of a collective of n floats of `send` (gather 0: a
- * reduce-scatter's shards; 1: an all-gather's) in that precision, named
- * `label` in a timeout's line, and make every local rank's communication
- * stream wait for it. */
-void exchange_start(ProcessGroup *pg, float *const *send, size_t n, int gather, Precision dtype, const char *label);
-/* The same for an all-gather of n numbers held in bf16, sent as they are. */
-void exchange_start_bf16(ProcessGroup *pg, bf16 *const *send, size_t n, const char *label);
+/* Enqueue the exchange of a collective of n numbers of `send`, held as `held`
+ * says (gather 0: a reduce-scatter's shards; 1: an all-gather's) in that
+ * precision (numbers held in bf16 go as they are), named `label` in a
+ * timeout's line, and make every local rank's communication stream wait for
+ * it. */
+void exchange_start(ProcessGroup *pg, void *const *send, Precision held, size_t n, int gather, Precision dtype,
+                    const char *label);
 /* After every local rank's last read of the staging, for the next exchange. */
 void exchange_end(ProcessGroup *pg);
 
@@ -38,11 +38,8 @@ int exchange_is_local(const ProcessGroup *pg, int g);
 /* The floats each rank's stride in the staging holds: a reduce-scatter's L
  * shards, an all-gather's one. */
 size_t exchange_stride(const ProcessGroup *pg, size_t shard, int gather);
-/* What global rank g (of another process) sent, `offset` floats into its
- * stride of the staging received. */
-float *exchange_received(const ProcessGroup *pg, int g, size_t stride, size_t offset);
-/* What global rank g (of another process) sent of an exchange_start_bf16's
- * gather of shards of `shard` numbers. */
-const bf16 *exchange_received_bf16(const ProcessGroup *pg, int g, size_t shard);
+/* What global rank g (of another process) sent, `offset` numbers (held as
+ * the exchange held them) into its stride of the staging received. */
+void *exchange_received(const ProcessGroup *pg, Precision held, int g, size_t stride, size_t offset);
 
 #endif

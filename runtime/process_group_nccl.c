@@ -26,10 +26,10 @@
  * does not takes the ordered path.
  *
  * A reduction in bf16 (--reduce-dtype) takes the ordered path whatever
- * --collectives says: the shards travel as fp32 (bf16 values from the second
- * half of an all-reduce on), and stream_sum sums them in bf16, the
- * simulator's bits. NCCL's own bf16 sum needs 16-bit buffers, which the
- * arenas do not have yet.
+ * --collectives says, and stream_sum sums the shards in bf16, the simulator's
+ * bits: numbers held in bf16 (mixed precision's gradients) travel as
+ * ncclBfloat16, fp32 ones as fp32 (bf16 values from the second half of an
+ * all-reduce on).
  *
  * An all-gather moves copies, so its bits never depend on the order:
  * ncclAllGather where the length divides by N, else ncclSend/ncclRecv.
@@ -175,9 +175,12 @@ static void recv_numbers(void *buf, size_t count, ncclDataType_t type, int peer,
     if (count) nccl_check(gpu_nccl()->recv(buf, count, type, peer, comm, cuda_stream(s)), "ncclRecv", __FILE__, __LINE__);
 }
 
+/* NCCL's type of numbers held as `held` says. */
+static ncclDataType_t nccl_type(Precision held) { return held == PRECISION_BF16 ? ncclBfloat16 : ncclFloat; }
+
 /* The all-to-all of the shards (each peer the shard it holds), then each
  * rank's ordered sum of its shard. */
-static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+static void ordered_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
                                    float scale, Precision dtype) {
     NcclState *st = state_of(pg);
     int N = pg->world_size, S = pg_shards(pg);
@@ -189,27 +192,29 @@ static void ordered_reduce_scatter(ProcessGroup *pg, float *const *send, float *
         for (int q = 0; q < N; q++) {
             if (q == g) continue;
             int theirs = pg_shard_of(pg, q), mine = pg_shard_of(pg, g);
-            send_numbers(send[r] + (size_t)theirs * shard, pg_shard_length(n, S, theirs), ncclFloat, q, st->comm[r],
-                         pg->comm[r]);
-            recv_numbers(st->stage[r] + (size_t)q * shard, pg_shard_length(n, S, mine), ncclFloat, q, st->comm[r],
-                         pg->comm[r]);
+            send_numbers(pg_number(send[r], held, (size_t)theirs * shard), pg_shard_length(n, S, theirs),
+                         nccl_type(held), q, st->comm[r], pg->comm[r]);
+            recv_numbers(pg_number(st->stage[r], held, (size_t)q * shard), pg_shard_length(n, S, mine),
+                         nccl_type(held), q, st->comm[r], pg->comm[r]);
         }
     }
     group_end();
     for (int r = 0; r < pg->nranks; r++) {
         int g = pg_global_rank(pg, r), mine = pg_shard_of(pg, g);
         size_t len = pg_shard_length(n, S, mine);
-        float *parts[STREAM_SUM_MAX];
-        for (int q = 0; q < N; q++) parts[q] = q == g ? send[r] + (size_t)mine * shard : st->stage[r] + (size_t)q * shard;
-        if (len) stream_sum(pg->comm[r], recv[r], parts, N, len, scale, dtype);
+        const void *parts[STREAM_SUM_MAX];
+        for (int q = 0; q < N; q++)
+            parts[q] = q == g ? pg_number(send[r], held, (size_t)mine * shard)
+                              : pg_number(st->stage[r], held, (size_t)q * shard);
+        stream_sum_held(pg->comm[r], recv[r], parts, held, N, len, scale, dtype);
     }
 }
 
-static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv, size_t n, float scale,
-                                Precision dtype, const char *label) {
+static void nccl_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
+                                float scale, Precision dtype, const char *label) {
     enqueuing(pg, label);
     if (pg->sums == SUMS_ORDERED || !divides(pg, n) || dtype == PRECISION_BF16) {
-        ordered_reduce_scatter(pg, send, recv, n, scale, dtype);
+        ordered_reduce_scatter(pg, send, recv, held, n, scale, dtype);
         watch(pg, label);
         return;
     }
@@ -222,7 +227,10 @@ static void nccl_reduce_scatter(ProcessGroup *pg, float *const *send, float *con
                    "ncclReduceScatter", __FILE__, __LINE__);
     group_end();
     if (scale != 1.0f)
-        for (int r = 0; r < pg->nranks; r++) stream_sum(pg->comm[r], recv[r], &recv[r], 1, shard, scale, PRECISION_FP32);
+        for (int r = 0; r < pg->nranks; r++) {
+            const void *one[1] = { recv[r] };
+            stream_sum_held(pg->comm[r], recv[r], one, PRECISION_FP32, 1, shard, scale, PRECISION_FP32);
+        }
     watch(pg, label);
 }
 
@@ -270,32 +278,14 @@ static void gather_numbers(ProcessGroup *pg, void *const *send, void *const *rec
     group_end();
 }
 
-/* fp32 on the wire either way; in bf16 each rank's recv is then rounded in
- * place, every shard as the simulator delivers it. */
-static void nccl_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+/* Numbers go as they are held (fp32, or bf16 as ncclBfloat16); floats in
+ * bf16 are then rounded in each rank's recv in place, every shard as the
+ * simulator delivers it. */
+static void nccl_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
                             Precision dtype, const char *label) {
     enqueuing(pg, label);
-    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
-    for (int r = 0; r < pg->nranks; r++) {
-        sends[r] = send[r];
-        recvs[r] = recv[r];
-    }
-    gather_numbers(pg, sends, recvs, n, ncclFloat, sizeof(float));
-    if (dtype == PRECISION_BF16)
-        for (int r = 0; r < pg->nranks; r++) pg_deliver(pg->comm[r], recv[r], recv[r], n, dtype);
-    watch(pg, label);
-}
-
-/* Numbers held in bf16 go as NCCL's ncclBfloat16, 2 bytes each. */
-static void nccl_all_gather_bf16(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n,
-                                 const char *label) {
-    enqueuing(pg, label);
-    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
-    for (int r = 0; r < pg->nranks; r++) {
-        sends[r] = send[r];
-        recvs[r] = recv[r];
-    }
-    gather_numbers(pg, sends, recvs, n, ncclBfloat16, sizeof(bf16));
+    gather_numbers(pg, send, recv, n, nccl_type(held), number_bytes(held));
+    for (int r = 0; r < pg->nranks; r++) pg_deliver(pg->comm[r], recv[r], recv[r], held, n, dtype);
     watch(pg, label);
 }
 
@@ -457,7 +447,7 @@ static void nccl_destroy(ProcessGroup *pg) {
 }
 
 static const Collectives nccl_collectives = {
-    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .all_gather_bf16 = nccl_all_gather_bf16,
+    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather,
     .destroy = nccl_destroy,
 };
 

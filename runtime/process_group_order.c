@@ -68,10 +68,12 @@ static void end(ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype
 
 /* On one rank an in-place collective in fp32 without scaling changes nothing:
  * skip it, and its stream hand-offs, so DDP on one rank costs what the plain
- * loop does. (One in bf16 still rounds.) */
-static int nothing_to_do(const ProcessGroup *pg, float *const *send, float *const *recv, float scale,
+ * loop does. (One in bf16 of fp32 numbers still rounds; numbers held in bf16
+ * are bf16 already.) */
+static int nothing_to_do(const ProcessGroup *pg, void *const *send, void *const *recv, Precision held, float scale,
                          Precision dtype) {
-    return pg->world_size == 1 && scale == 1.0f && dtype == PRECISION_FP32 && send[0] == recv[0];
+    int rounds = dtype == PRECISION_BF16 && held == PRECISION_FP32;
+    return pg->world_size == 1 && scale == 1.0f && !rounds && send[0] == recv[0];
 }
 
 /* A collective with nothing to do is over at once. Its done events still mean
@@ -83,91 +85,140 @@ static void skip(ProcessGroup *pg, Event *const *done) {
     for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
 }
 
-/* Each local rank's own shard of its buffer of n floats, in place (an empty
+/* Each local rank's own shard of its buffer of n numbers, in place (an empty
  * shard is never touched). */
-static void own_shards(const ProcessGroup *pg, float *const *bufs, size_t n, float **shards) {
+static void own_shards(const ProcessGroup *pg, void *const *bufs, Precision held, size_t n, void **shards) {
     size_t shard = pg_shard_size(n, pg_shards(pg));
     for (int r = 0; r < pg->nranks; r++) {
         size_t at = (size_t)pg_shard_of(pg, pg_global_rank(pg, r)) * shard;
-        shards[r] = at < n ? bufs[r] + at : bufs[r];
+        shards[r] = at < n ? pg_number(bufs[r], held, at) : bufs[r];
     }
 }
 
-/* REDUCE_ADD's add, recv[r] = recv[r] + reduced[r] over rank r's shard, on streams[r]. */
-static void add_into(ProcessGroup *pg, Stream **streams, float *const *recv, float *const *reduced, size_t n) {
+/* REDUCE_ADD's add, recv[r] = recv[r] + reduced[r] over rank r's shard, on
+ * streams[r]: in fp32, or for numbers held in bf16 in bf16 (the sum rounded). */
+static void add_into(ProcessGroup *pg, Stream **streams, void *const *recv, void *const *reduced, Precision held,
+                     size_t n) {
     for (int r = 0; r < pg->nranks; r++) {
-        float *terms[2] = { recv[r], reduced[r] };
+        const void *terms[2] = { recv[r], reduced[r] };
         size_t len = pg_shard_length(n, pg_shards(pg), pg_shard_of(pg, pg_global_rank(pg, r)));
-        stream_sum(streams[r], recv[r], terms, 2, len, 1.0f, PRECISION_FP32);
+        stream_sum_held(streams[r], recv[r], terms, held, 2, len, 1.0f, held);
     }
 }
 
 /* REDUCE_ADD with nothing to reduce is the add alone: on the compute streams,
  * in the callers' order; or, with done events, as skip's, on the
  * communication streams after the producers, the done events marking it. */
-static void add_alone(ProcessGroup *pg, float *const *recv, float *const *reduced, size_t n, Event *const *done) {
+static void add_alone(ProcessGroup *pg, void *const *recv, void *const *reduced, Precision held, size_t n,
+                      Event *const *done) {
     if (!done) {
-        add_into(pg, pg->compute, recv, reduced, n);
+        add_into(pg, pg->compute, recv, reduced, held, n);
         return;
     }
     wait_for_producers(pg);
-    add_into(pg, pg->comm, recv, reduced, n);
+    add_into(pg, pg->comm, recv, reduced, held, n);
     for (int r = 0; r < pg->nranks; r++) event_record(done[r], pg->comm[r]);
 }
 
-void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                       float scale, Precision dtype, ReduceInto into, Event *const *done) {
-    float *own[MAX_RANKS];
-    own_shards(pg, send, n, own);
-    float *const *reduced = into == REDUCE_ADD ? own : recv;
-    if (nothing_to_do(pg, send, reduced, scale, dtype)) {
-        if (into == REDUCE_ADD) add_alone(pg, recv, reduced, n, done);
+/* The collectives of numbers held either way (send, recv and bufs: float *
+ * or bf16 * arrays, as void *). */
+static void reduce_scatter(ProcessGroup *pg, CollectiveName name, void *const *send, void *const *recv,
+                           Precision held, size_t n, float scale, Precision dtype, ReduceInto into,
+                           Event *const *done) {
+    void *own[MAX_RANKS];
+    own_shards(pg, send, held, n, own);
+    void *const *reduced = into == REDUCE_ADD ? own : recv;
+    if (nothing_to_do(pg, send, reduced, held, scale, dtype)) {
+        if (into == REDUCE_ADD) add_alone(pg, recv, reduced, held, n, done);
         else skip(pg, done);
         return;
     }
     char label[2 * RENDEZVOUS_NAME_MAX];
     begin(pg, "reduce-scatter", name, label, sizeof label);
-    pg->collectives->reduce_scatter(pg, send, reduced, n, scale, dtype, label);
-    if (into == REDUCE_ADD) add_into(pg, pg->comm, recv, reduced, n);
+    pg->collectives->reduce_scatter(pg, send, reduced, held, n, scale, dtype, label);
+    if (into == REDUCE_ADD) add_into(pg, pg->comm, recv, reduced, held, n);
     end(pg, LINK_REDUCE_SCATTER, n, dtype, done);
+}
+
+static void all_gather(ProcessGroup *pg, CollectiveName name, void *const *send, void *const *recv, Precision held,
+                       size_t n, Precision dtype, Event *const *done) {
+    if (nothing_to_do(pg, send, recv, held, 1.0f, dtype)) {
+        skip(pg, done);
+        return;
+    }
+    char label[2 * RENDEZVOUS_NAME_MAX];
+    begin(pg, "all-gather", name, label, sizeof label);
+    pg->collectives->all_gather(pg, send, recv, held, n, dtype, label);
+    end(pg, LINK_ALL_GATHER, n, dtype, done);
+}
+
+static void all_reduce(ProcessGroup *pg, CollectiveName name, void *const *bufs, Precision held, size_t n,
+                       float scale, Precision dtype, Event *const *done) {
+    if (nothing_to_do(pg, bufs, bufs, held, scale, dtype)) {
+        skip(pg, done);
+        return;
+    }
+    void *shards[MAX_RANKS];
+    own_shards(pg, bufs, held, n, shards);
+    char label[2 * RENDEZVOUS_NAME_MAX];
+    begin(pg, "all-reduce", name, label, sizeof label);
+    pg->collectives->reduce_scatter(pg, bufs, shards, held, n, scale, dtype, label);
+    wait_for_parts(pg, pg->comm);
+    pg->collectives->all_gather(pg, shards, bufs, held, n, dtype, label);
+    end(pg, LINK_ALL_REDUCE, n, dtype, done);
+}
+
+/* The local ranks' buffers, as the collectives above take them. */
+static void floats_as_numbers(const ProcessGroup *pg, float *const *bufs, void **numbers) {
+    for (int r = 0; r < pg->nranks; r++) numbers[r] = bufs[r];
+}
+
+static void bf16_as_numbers(const ProcessGroup *pg, bf16 *const *bufs, void **numbers) {
+    for (int r = 0; r < pg->nranks; r++) numbers[r] = bufs[r];
+}
+
+void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
+                       float scale, Precision dtype, ReduceInto into, Event *const *done) {
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    floats_as_numbers(pg, send, sends);
+    floats_as_numbers(pg, recv, recvs);
+    reduce_scatter(pg, name, sends, recvs, PRECISION_FP32, n, scale, dtype, into, done);
+}
+
+void pg_reduce_scatter_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
+                            float scale, ReduceInto into, Event *const *done) {
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    bf16_as_numbers(pg, send, sends);
+    bf16_as_numbers(pg, recv, recvs);
+    reduce_scatter(pg, name, sends, recvs, PRECISION_BF16, n, scale, PRECISION_BF16, into, done);
 }
 
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
                    Precision dtype, Event *const *done) {
-    if (nothing_to_do(pg, send, recv, 1.0f, dtype)) {
-        skip(pg, done);
-        return;
-    }
-    char label[2 * RENDEZVOUS_NAME_MAX];
-    begin(pg, "all-gather", name, label, sizeof label);
-    pg->collectives->all_gather(pg, send, recv, n, dtype, label);
-    end(pg, LINK_ALL_GATHER, n, dtype, done);
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    floats_as_numbers(pg, send, sends);
+    floats_as_numbers(pg, recv, recvs);
+    all_gather(pg, name, sends, recvs, PRECISION_FP32, n, dtype, done);
 }
 
 void pg_all_gather_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
                         Event *const *done) {
-    if (pg->world_size == 1 && send[0] == recv[0]) {
-        skip(pg, done);
-        return;
-    }
-    char label[2 * RENDEZVOUS_NAME_MAX];
-    begin(pg, "all-gather", name, label, sizeof label);
-    pg->collectives->all_gather_bf16(pg, send, recv, n, label);
-    end(pg, LINK_ALL_GATHER, n, PRECISION_BF16, done);
+    void *sends[MAX_RANKS], *recvs[MAX_RANKS];
+    bf16_as_numbers(pg, send, sends);
+    bf16_as_numbers(pg, recv, recvs);
+    all_gather(pg, name, sends, recvs, PRECISION_BF16, n, PRECISION_BF16, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
                    Precision dtype, Event *const *done) {
-    if (nothing_to_do(pg, bufs, bufs, scale, dtype)) {
-        skip(pg, done);
-        return;
-    }
-    float *shards[MAX_RANKS];
-    own_shards(pg, bufs, n, shards);
-    char label[2 * RENDEZVOUS_NAME_MAX];
-    begin(pg, "all-reduce", name, label, sizeof label);
-    pg->collectives->reduce_scatter(pg, bufs, shards, n, scale, dtype, label);
-    wait_for_parts(pg, pg->comm);
-    pg->collectives->all_gather(pg, shards, bufs, n, dtype, label);
-    end(pg, LINK_ALL_REDUCE, n, dtype, done);
+    void *numbers[MAX_RANKS];
+    floats_as_numbers(pg, bufs, numbers);
+    all_reduce(pg, name, numbers, PRECISION_FP32, n, scale, dtype, done);
+}
+
+void pg_all_reduce_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *bufs, size_t n, float scale,
+                        Event *const *done) {
+    void *numbers[MAX_RANKS];
+    bf16_as_numbers(pg, bufs, numbers);
+    all_reduce(pg, name, numbers, PRECISION_BF16, n, scale, PRECISION_BF16, done);
 }

@@ -31,19 +31,20 @@ static int shard_lead(const ProcessGroup *pg, int r) {
  * process holds some). A shard's replicas (hybrid sharding) read what each
  * other's in-place result overwrites, so the lead replica sums and the others
  * copy its result once it is made: the same bits. */
-static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float *const *recv,
+static void simulator_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held,
                                      size_t n, float scale, Precision dtype, const char *label) {
-    size_t shard = pg_shard_size(n, pg_shards(pg));
+    size_t shard = pg_shard_size(n, pg_shards(pg)), stride = exchange_stride(pg, shard, 0);
     int multiprocess = pg->world_size > pg->nranks;
-    if (multiprocess) exchange_start(pg, send, n, 0, dtype, label);
+    if (multiprocess) exchange_start(pg, send, held, n, 0, dtype, label);
     for (int r = 0; r < pg->nranks; r++) {
         if (shard_lead(pg, r) != r) continue;
         int s = pg_shard_of(pg, pg_global_rank(pg, r));
-        float *parts[STREAM_SUM_MAX];
+        const void *parts[STREAM_SUM_MAX];
         for (int q = 0; q < pg->world_size; q++)
-            parts[q] = exchange_is_local(pg, q) ? send[q - pg->first_rank] + (size_t)s * shard
-                     : exchange_received(pg, q, exchange_stride(pg, shard, 0), (size_t)r * shard);
-        stream_sum(pg->comm[r], recv[r], parts, pg->world_size, pg_shard_length(n, pg_shards(pg), s), scale, dtype);
+            parts[q] = exchange_is_local(pg, q) ? pg_number(send[q - pg->first_rank], held, (size_t)s * shard)
+                     : exchange_received(pg, held, q, stride, (size_t)r * shard);
+        stream_sum_held(pg->comm[r], recv[r], parts, held, pg->world_size, pg_shard_length(n, pg_shards(pg), s), scale,
+                        dtype);
         event_record(pg->part_done[r], pg->comm[r]);
     }
     for (int r = 0; r < pg->nranks; r++) {
@@ -51,7 +52,7 @@ static void simulator_reduce_scatter(ProcessGroup *pg, float *const *send, float
         if (lead == r) continue;
         stream_wait_event(pg->comm[r], pg->part_done[lead]);
         size_t len = pg_shard_length(n, pg_shards(pg), pg_shard_of(pg, pg_global_rank(pg, r)));
-        stream_copy(pg->comm[r], recv[r], recv[lead], len * sizeof(float));
+        stream_copy(pg->comm[r], recv[r], recv[lead], len * number_bytes(held));
     }
     if (multiprocess) exchange_end(pg);
 }
@@ -64,43 +65,25 @@ static int gather_exchanged(const ProcessGroup *pg) {
 /* Rank r's part of an all-gather: the shard of every rank of its group
  * delivered into its recv (pg_deliver: copied, or rounded to bf16). Past one
  * process only where a group spans them. */
-static void simulator_all_gather(ProcessGroup *pg, float *const *send, float *const *recv, size_t n,
+static void simulator_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
                                  Precision dtype, const char *label) {
     int S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
     int exchanged = gather_exchanged(pg);
-    if (exchanged) exchange_start(pg, send, n, 1, dtype, label);
+    if (exchanged) exchange_start(pg, send, held, n, 1, dtype, label);
     for (int r = 0; r < pg->nranks; r++)
         for (int s = 0; s < S; s++) {
             int q = pg_group_first(pg, pg_global_rank(pg, r)) + s;
-            float *dst = recv[r] + (size_t)s * shard;
-            const float *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received(pg, q, shard, 0);
-            pg_deliver(pg->comm[r], dst, src, pg_shard_length(n, S, s), dtype);
-        }
-    if (exchanged) exchange_end(pg);
-}
-
-/* simulator_all_gather's, for numbers held in bf16: each shard copied. */
-static void simulator_all_gather_bf16(ProcessGroup *pg, bf16 *const *send, bf16 *const *recv, size_t n,
-                                      const char *label) {
-    int S = pg_shards(pg);
-    size_t shard = pg_shard_size(n, S);
-    int exchanged = gather_exchanged(pg);
-    if (exchanged) exchange_start_bf16(pg, send, n, label);
-    for (int r = 0; r < pg->nranks; r++)
-        for (int s = 0; s < S; s++) {
-            int q = pg_group_first(pg, pg_global_rank(pg, r)) + s;
-            bf16 *dst = recv[r] + (size_t)s * shard;
-            const bf16 *src = exchange_is_local(pg, q) ? send[q - pg->first_rank] : exchange_received_bf16(pg, q, shard);
-            size_t len = pg_shard_length(n, S, s);
-            if (dst != src && len) stream_copy(pg->comm[r], dst, src, len * sizeof(bf16));
+            void *dst = pg_number(recv[r], held, (size_t)s * shard);
+            const void *src = exchange_is_local(pg, q) ? send[q - pg->first_rank]
+                                                       : exchange_received(pg, held, q, shard, 0);
+            pg_deliver(pg->comm[r], dst, src, held, pg_shard_length(n, S, s), dtype);
         }
     if (exchanged) exchange_end(pg);
 }
 
 static const Collectives simulator_collectives = {
-    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather,
-    .all_gather_bf16 = simulator_all_gather_bf16, .destroy = exchange_destroy,
+    .reduce_scatter = simulator_reduce_scatter, .all_gather = simulator_all_gather, .destroy = exchange_destroy,
 };
 
 /* How many ranks share the cores this process may use: its own, when the

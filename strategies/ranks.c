@@ -72,6 +72,7 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     if (cfg->diagnostics.trace)
         pg_trace(ranks->pg, cfg->diagnostics.trace, cfg->diagnostics.trace_label ? cfg->diagnostics.trace_label : "");
     ranks->base.sync_grads = 1;
+    ranks->grads_held = strategy_grads_held(cfg);
     ranks->base.placement = ranks->pg->description;
     ranks->base.device_kind = device_kind(ranks->pg->device[0]);
     ranks->base.simulated = ranks->pg->simulated;
@@ -220,9 +221,11 @@ int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro
 }
 
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
- * loss, its gradient part or its weights (in process 0). */
-static float *injected_nan_target(Ranks *ranks, uint32_t step) {
+ * loss, its gradient part (held as the gradients are) or its weights (in
+ * process 0). */
+static void *injected_nan_target(Ranks *ranks, uint32_t step, Precision *held) {
     NanTarget what = ranks->first == 0 ? nan_injected_at(step) : NAN_NONE;
+    *held = what == NAN_GRAD ? ranks->grads_held : PRECISION_FP32;
     if (what == NAN_LOSS) return ranks->model[0]->mean_loss;
     if (what == NAN_GRAD) return ranks->grad_part[0];
     return what == NAN_WEIGHT ? ranks->weights[0] : NULL;
@@ -231,9 +234,12 @@ static float *injected_nan_target(Ranks *ranks, uint32_t step) {
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros) {
     Ranks *ranks = (Ranks *)s;
     int rc = ranks_run(ranks, x, y, step, micro, micros, 1);
-    float *target = micro == micros - 1 ? injected_nan_target(ranks, step) : NULL;
-    static const float nan_value = NAN;
-    if (rc == 0 && target) stream_copy(ranks->pg->compute[0], target, &nan_value, sizeof nan_value);
+    Precision held = PRECISION_FP32;
+    void *target = micro == micros - 1 ? injected_nan_target(ranks, step, &held) : NULL;
+    static const float nan_fp32 = NAN;
+    static const bf16 nan_bf16 = BF16_QUIET_NAN;
+    const void *nan_value = held == PRECISION_BF16 ? (const void *)&nan_bf16 : (const void *)&nan_fp32;
+    if (rc == 0 && target) stream_copy(ranks->pg->compute[0], target, nan_value, number_bytes(held));
     return rc;
 }
 
@@ -249,7 +255,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     float *own_part[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         own_part[r] = ranks->norm_parts[r] + (sharded ? ranks_shard_of(ranks, r) : 0);
-        sumsq_reduce(ranks->pg->compute[r], own_part[r], ranks->grad_part[r], ranks->grad_part_len,
+        sumsq_reduce(ranks->pg->compute[r], own_part[r], ranks->grad_part[r], ranks->grads_held, ranks->grad_part_len,
                      ranks->model[r]->sumsq_scratch);
     }
     if (sharded) {
@@ -257,7 +263,8 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
                       PRECISION_FP32, NULL);
     }
     for (int r = 0; r < ranks->local; r++)
-        clip_scale(ranks->pg->compute[r], ranks->grad_part[r], ranks->grad_part_len, ranks->norm_parts[r],
+        clip_scale(ranks->pg->compute[r], ranks->grad_part[r], ranks->grads_held, ranks->grad_part_len,
+                   ranks->norm_parts[r],
                    sharded ? ranks->shards : 1, max_norm);
 }
 
@@ -505,11 +512,13 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     enum { MAX_BUFFERS = 3 };
     float counts[MAX_RANKS][MAX_BUFFERS] = { { 0 } };
     for (int r = 0; r < ranks->local; r++) {
-        const float *bufs[MAX_BUFFERS] = { ranks->grad_part[r] };
+        const void *bufs[MAX_BUFFERS] = { ranks->grad_part[r] };
+        Precision helds[MAX_BUFFERS] = { ranks->grads_held, PRECISION_FP32, PRECISION_FP32 };
         size_t lens[MAX_BUFFERS] = { ranks->grad_part_len };
         int nbufs = 1;
         if (what == NONFINITE_STATE) {
             bufs[0] = ranks->weights[r];
+            helds[0] = PRECISION_FP32;
             bufs[1] = ranks->m[r];
             bufs[2] = ranks->v[r];
             lens[0] = held_length(ranks, ranks->weights_held);
@@ -517,7 +526,8 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
             nbufs = 3;
         }
         for (int b = 0; b < nbufs; b++) {
-            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], lens[b], ranks->model[r]->sumsq_scratch);
+            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], helds[b], lens[b],
+                            ranks->model[r]->sumsq_scratch);
             stream_copy(ranks->pg->compute[r], &counts[r][b], ranks->norm_parts[r], sizeof(float));
         }
     }

@@ -16,8 +16,9 @@
  *   m[r], v[r]     Adam's state, held as adam_held (DDP: full; ZeRO-1: parts;
  *                  ZeRO-2/3: unit shards);
  *   grad_part[r]   the part of the mean gradient rank r holds after
- *                  forward_backward, grad_part_len floats: the whole arena
- *                  (DDP), or one part per rank (ZeRO-1/2/3), as clipping sums.
+ *                  forward_backward, grad_part_len numbers held as grads_held
+ *                  says (strategy_grads_held): the whole arena (DDP), or one
+ *                  part per rank (ZeRO-1/2/3), as clipping sums.
  * Unit u's shard on rank r is the range [offset_u + s * size_u / S, + size_u / S)
  * of the padded arena, at offset_u / S in the shard arena, where S is the
  * shards (N, or --shard-ranks' fewer: hybrid sharding) and s = r % S the
@@ -67,7 +68,8 @@ struct Ranks {
     int copy_stale;
     float *m[MAX_RANKS], *v[MAX_RANKS];  /* Adam's state, held as adam_held */
     Holding adam_held;
-    float *grad_part[MAX_RANKS];
+    Precision grads_held;          /* strategy_grads_held: fp32, or bf16 */
+    void *grad_part[MAX_RANKS];
     size_t grad_part_len;
     int grad_parts_sharded;
     float *norm_parts[MAX_RANKS];  /* [N] squared-norm partials, for clipping */

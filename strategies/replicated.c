@@ -25,6 +25,9 @@
  * (2 bytes a number). AdamW updates the master, each rank rounds its owned
  * range into its copy, and ZeRO-1 gathers the copy in bf16; the model widens
  * what it reads, the master's values rounded as it would round them itself.
+ * Reduced in bf16 too (--reduce-dtype), the gradient arena is bf16 (the
+ * paper's 2 bytes): the model adds into it in bf16, and the buckets and the
+ * arena are reduced as the 16-bit numbers they are (ranks.h's grads_held).
  */
 #include <stdlib.h>
 
@@ -78,29 +81,48 @@ static void owned_range(const Replicated *d, int rank, size_t *lo, size_t *len) 
 static void zero_grads(void *ctx, int unit) {
     RankRef *ref = ctx;
     Model *m = ref->ranks->model[ref->rank];
-    if (unit == 0 && ref->ranks->micro == 0) fill_zero(m->stream, m->grads, m->layout.total);
+    if (unit != 0 || ref->ranks->micro != 0) return;
+    if (m->grads_bf16) fill_zero_bf16(m->stream, m->grads_bf16, m->layout.total);
+    else fill_zero(m->stream, m->grads, m->layout.total);
 }
 
 /* DDP: the mean of a bucket's gradients, on every rank. */
 static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
     Bucket *b = &d->bucket[name.index];
+    float scale = 1.0f / (float)ranks->nranks;
+    Event *const *done = ranks->base.cfg.overlap.enabled ? b->done : NULL;
+    if (ranks->grads_held == PRECISION_BF16) {
+        bf16 *grads[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads_bf16 + b->offset;
+        pg_all_reduce_bf16(ranks->pg, name, grads, b->length, scale, done);
+        return;
+    }
     float *grads[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads + b->offset;
-    pg_all_reduce(ranks->pg, name, grads, b->length, 1.0f / (float)ranks->nranks, ranks->base.cfg.reduce_precision,
-                  ranks->base.cfg.overlap.enabled ? b->done : NULL);
+    pg_all_reduce(ranks->pg, name, grads, b->length, scale, ranks->base.cfg.reduce_precision, done);
 }
 
 /* ZeRO-1: rank r gets the mean of its part of the arena. */
 static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
+    float scale = 1.0f / (float)ranks->nranks;
+    if (ranks->grads_held == PRECISION_BF16) {
+        bf16 *grads[MAX_RANKS], *parts[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) {
+            grads[r] = ranks->model[r]->grads_bf16;
+            parts[r] = ranks->grad_part[r];
+        }
+        pg_reduce_scatter_bf16(ranks->pg, name, grads, parts, d->total, scale, REDUCE_WRITE, NULL);
+        return;
+    }
     float *grads[MAX_RANKS], *parts[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
         grads[r] = ranks->model[r]->grads;
-        parts[r] = grads[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
+        parts[r] = ranks->grad_part[r];
     }
-    pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, 1.0f / (float)ranks->nranks,
-                      ranks->base.cfg.reduce_precision, REDUCE_WRITE, NULL);
+    pg_reduce_scatter(ranks->pg, name, grads, parts, d->total, scale, ranks->base.cfg.reduce_precision, REDUCE_WRITE,
+                      NULL);
 }
 
 /* no_sync until the last micro-step */
@@ -180,8 +202,8 @@ static void step(Strategy *s) {
         Model *m = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        adamw_range(m->stream, ranks->layout, lo, len, owned_weights(d, r), m->grads + lo, d->ranks.m[r],
-                    d->ranks.v[r], hp);
+        adamw_range(m->stream, ranks->layout, lo, len, owned_weights(d, r), ranks->grad_part[r], ranks->grads_held,
+                    d->ranks.m[r], d->ranks.v[r], hp);
     }
     publish(ranks);
 }
@@ -226,7 +248,8 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         Model *m = ranks->model[r];
         if (d->copy_bf16) model_own_weights_bf16(m);
         else model_own_weights(m);
-        model_own_grads(m);
+        if (ranks->grads_held == PRECISION_BF16) model_own_grads_bf16(m);
+        else model_own_grads(m);
         m->hooks.before_backward = zero_grads;
         m->hooks.after_backward = after_backward;
         if (!sharded) m->hooks.grad_done = grad_done;
@@ -236,7 +259,7 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         d->ranks.v[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
         if (d->copy_bf16) d->master[r] = device_alloc(m->dev, MEM_OPTIMIZER, len * sizeof(float));
         ranks->weights[r] = d->copy_bf16 ? d->master[r] : m->params;
-        ranks->grad_part[r] = m->grads + lo;
+        ranks->grad_part[r] = m->grads_bf16 ? (void *)(m->grads_bf16 + lo) : (void *)(m->grads + lo);
     }
     if (!sharded) {
         plan_buckets(d, cfg);

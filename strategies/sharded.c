@@ -33,7 +33,8 @@
  * weights, and so after a write or the init, before the next forward
  * (ranks.h's refresh_copy); the model widens what it reads (model/gpt.h). The copy's values
  * are the master's rounded, as the model would round them itself, so the bits
- * are DDP's.
+ * are DDP's. Reduced in bf16 too (--reduce-dtype), the gradient slots and
+ * shards are bf16 (the paper's 2 bytes), reduce-scattered as they are.
  *
  * A collective waits for every rank's compute work so far (runtime/
  * process_group.h). Without overlap every rank's compute stream then waits for
@@ -64,7 +65,9 @@ typedef enum { BUFFER_EMPTY, BUFFER_GATHERING, BUFFER_GATHERED } BufferState;
  * buffer), with the events of the last collective that used it. */
 typedef struct {
     float *rank_buf[MAX_RANKS];
-    bf16 *rank_bf16[MAX_RANKS];  /* a gather buffer of the bf16 compute copy (mixed precision), instead */
+    /* Instead, in mixed precision: a gather buffer of the bf16 compute copy,
+     * or a gradient slot of gradients held in bf16 (ranks.h's grads_held) */
+    bf16 *rank_bf16[MAX_RANKS];
     size_t floats;
     Event *done[MAX_RANKS];  /* each rank's part of that collective (overlap) */
     int unit;                /* a gather buffer's unit, while not BUFFER_EMPTY */
@@ -87,6 +90,7 @@ typedef struct {
     int pool;
     size_t part;                   /* shard arena length: total / S (the shards: N, or --shard-ranks) */
     float *grad_shard[MAX_RANKS];
+    bf16 *grad_shard_bf16[MAX_RANKS];  /* instead, where the gradients are held in bf16 */
     /* The weights of its shards: fp32 (WEIGHTS_GATHERED_PER_UNIT), or in
      * mixed precision the fp32 master (both policies) */
     float *weight_shard[MAX_RANKS];
@@ -179,12 +183,19 @@ static void reduce_scatter_unit(Ranks *ranks, CollectiveName name) {
     Sharded *d = (Sharded *)ranks;
     int unit = name.unit;
     UnitBuffer *slot = slot_of(d, unit);
-    size_t size = ranks->layout->units[unit].size;
-    float *shards[MAX_RANKS];
-    for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard[r] + ranks_shard_arena_offset(ranks, unit);
+    size_t size = ranks->layout->units[unit].size, at = ranks_shard_arena_offset(ranks, unit);
     ReduceInto into = ranks->micro > 0 ? REDUCE_ADD : REDUCE_WRITE;
-    pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, 1.0f / (float)ranks->nranks,
-                      ranks->base.cfg.reduce_precision, into, done_events(d, slot));
+    float scale = 1.0f / (float)ranks->nranks;
+    if (ranks->grads_held == PRECISION_BF16) {
+        bf16 *shards[MAX_RANKS];
+        for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard_bf16[r] + at;
+        pg_reduce_scatter_bf16(ranks->pg, name, slot->rank_bf16, shards, size, scale, into, done_events(d, slot));
+        return;
+    }
+    float *shards[MAX_RANKS];
+    for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard[r] + at;
+    pg_reduce_scatter(ranks->pg, name, slot->rank_buf, shards, size, scale, ranks->base.cfg.reduce_precision, into,
+                      done_events(d, slot));
 }
 
 static void rendezvous(RankRef *ref, const char *meet, int unit, void (*collective)(Ranks *, CollectiveName)) {
@@ -217,7 +228,8 @@ static void before_backward(void *ctx, int unit) {
     }
     UnitBuffer *slot = slot_of(d, unit);
     if (d->ranks.base.cfg.overlap.enabled) ranks_wait_all(ref->ranks, ref->rank, slot->done);
-    fill_zero(m->stream, slot->rank_buf[ref->rank], m->layout.units[unit].size);
+    if (slot->rank_bf16[ref->rank]) fill_zero_bf16(m->stream, slot->rank_bf16[ref->rank], m->layout.units[unit].size);
+    else fill_zero(m->stream, slot->rank_buf[ref->rank], m->layout.units[unit].size);
 }
 
 /* After the root's, the last one, the optimizer reads every gradient shard and
@@ -320,7 +332,8 @@ static void step(Strategy *s) {
             Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
             adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->shards, weights_of_shard(d, u, r),
-                        d->grad_shard[r] + at, d->ranks.m[r] + at, d->ranks.v[r] + at, hp);
+                        pg_number(ranks->grad_part[r], ranks->grads_held, at), ranks->grads_held, d->ranks.m[r] + at,
+                        d->ranks.v[r] + at, hp);
         }
         publish_unit(d, u);
     }
@@ -352,10 +365,17 @@ static size_t buffer_bytes(const Buffer *b) { return b->count * (b->fp32 ? sizeo
 
 static int rank_buffers(Sharded *d, int r, Buffer out[MAX_BUFFERS]) {
     int n = 0;
-    out[n++] = (Buffer){ &d->grad_shard[r], NULL, MEM_GRADS, d->part };
+    if (d->ranks.grads_held == PRECISION_BF16) {
+        out[n++] = (Buffer){ NULL, &d->grad_shard_bf16[r], MEM_GRADS, d->part };
+        for (int i = 0; i <= d->pool; i++)
+            out[n++] = (Buffer){ NULL, &d->slot[i].rank_bf16[r], MEM_WORKING, d->slot[i].floats };
+    } else {
+        out[n++] = (Buffer){ &d->grad_shard[r], NULL, MEM_GRADS, d->part };
+        for (int i = 0; i <= d->pool; i++)
+            out[n++] = (Buffer){ &d->slot[i].rank_buf[r], NULL, MEM_WORKING, d->slot[i].floats };
+    }
     out[n++] = (Buffer){ &d->ranks.m[r], NULL, MEM_OPTIMIZER, d->part };
     out[n++] = (Buffer){ &d->ranks.v[r], NULL, MEM_OPTIMIZER, d->part };
-    for (int i = 0; i <= d->pool; i++) out[n++] = (Buffer){ &d->slot[i].rank_buf[r], NULL, MEM_WORKING, d->slot[i].floats };
     if (d->copy_bf16) out[n++] = (Buffer){ &d->weight_shard[r], NULL, MEM_OPTIMIZER, d->part };  /* the master */
     if (per_unit_gathers(d) && d->copy_bf16) {
         out[n++] = (Buffer){ NULL, &d->copy_shard[r], MEM_WEIGHTS, d->part };
@@ -430,7 +450,10 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
             if (buffers[i].fp32) *buffers[i].fp32 = p;
             else *buffers[i].bf16 = p;
         }
-        for (int u = 0; u < layout->nunits; u++) m->unit_grads[u] = slot_of(d, u)->rank_buf[r];
+        for (int u = 0; u < layout->nunits; u++) {
+            m->unit_grads[u] = slot_of(d, u)->rank_buf[r];
+            m->unit_grads_bf16[u] = slot_of(d, u)->rank_bf16[r];
+        }
         if (per_unit_gathers(d)) {
             for (int u = 0; u < layout->nunits; u++) {
                 m->unit_weights[u] = gather_of(d, u)->rank_buf[r];
@@ -445,7 +468,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
         ranks->weights[r] = per_unit_gathers(d) || d->copy_bf16 ? d->weight_shard[r] : m->params;
         m->hooks.before_backward = before_backward;
         m->hooks.after_backward = after_backward;
-        ranks->grad_part[r] = d->grad_shard[r];
+        ranks->grad_part[r] = d->grad_shard_bf16[r] ? (void *)d->grad_shard_bf16[r] : (void *)d->grad_shard[r];
     }
     ranks->weights_held = per_unit_gathers(d) || d->copy_bf16 ? HELD_UNIT_SHARDS : HELD_FULL;
     ranks->adam_held = HELD_UNIT_SHARDS;

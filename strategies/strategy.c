@@ -91,14 +91,11 @@ const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
       .unit_buffers = 2, .link_cost = zero3_link },
 };
 
-/* Bytes per parameter of each precision's number. */
-static double bytes_of(Precision p) { return p == PRECISION_BF16 ? 2.0 : 4.0; }
-
 double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
                                       double *whole, double *sharded) {
     int mixed = compute == PRECISION_BF16;
-    double weights = bytes_of(compute);
-    double grads = mixed ? bytes_of(reduce) : bytes_of(compute);
+    double weights = (double)number_bytes(compute);
+    double grads = (double)number_bytes(mixed ? reduce : compute);
     double optimizer = mixed ? 12.0 : 8.0;  /* m and v; and the fp32 master weights */
     double w = 0, s = 0;  /* held whole, held 1/N */
     if (kind->shards_weights) s += weights; else w += weights;
@@ -116,16 +113,17 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / strategy_shard_ranks(cfg);
     int copy = cfg->precision == PRECISION_BF16;
     double weights = copy ? 0.5 : 1.0;  /* of fp32's bytes: the bf16 copy's, or fp32 weights */
+    double grads = strategy_grads_held(cfg) == PRECISION_BF16 ? 0.5 : 1.0;
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
     bytes[MEM_WEIGHTS] = weights * (kind->shards_weights ? part : whole);
-    bytes[MEM_GRADS] = kind->shards_grads ? part : whole;
+    bytes[MEM_GRADS] = grads * (kind->shards_grads ? part : whole);
     bytes[MEM_OPTIMIZER] = (copy ? 3 : 2) * (kind->shards_adam ? part : whole);  /* m, v (and the master) */
     /* each kind of unit buffer: the root's own, and one (K with overlap) of the largest other unit's size; the
-     * gradient slots fp32, the gather buffers as the weights */
+     * gradient slots as the gradients, the gather buffers as the weights */
     double root = (double)layout.units[0].size * sizeof(float), unit = 0;
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
     int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
-    double slots = kind->unit_buffers >= 1 ? 1.0 : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
+    double slots = kind->unit_buffers >= 1 ? grads : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
     bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
     model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), strategy_shard_ranks(cfg), device, cfg->batch,
                    cfg->model.block_size, bytes);
@@ -170,6 +168,11 @@ static int link_inter_error(const StrategyConfig *cfg, char *err, size_t len) {
     else
         return 0;
     return -1;
+}
+
+Precision strategy_grads_held(const StrategyConfig *cfg) {
+    int bf16 = cfg->precision == PRECISION_BF16 && cfg->reduce_precision == PRECISION_BF16;
+    return bf16 ? PRECISION_BF16 : PRECISION_FP32;
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {

@@ -75,7 +75,8 @@ typedef struct {
     Precision precision;    /* the compute's (--dtype): fp32, or a bf16 copy under torch.autocast (model/gpt.h) */
     /* The gradients' reductions (--reduce-dtype, FSDP's reduce_dtype): fp32,
      * or bf16, summed in bf16 in rank order at half the bytes
-     * (runtime/process_group.h), the mean gradient bf16 values in fp32. */
+     * (runtime/process_group.h); the mean gradient bf16 values, held in bf16
+     * when the compute is bf16 too (strategy_grads_held), else in fp32. */
     Precision reduce_precision;
     OverlapPolicy overlap;
     UnitsPolicy units;
@@ -96,6 +97,11 @@ int strategy_shard_ranks(const StrategyConfig *cfg);
 LinkShape strategy_link_shape(const StrategyConfig *cfg);
 /* How each rank's model computes under cfg: its recompute and precision. */
 ComputePolicy strategy_compute(const StrategyConfig *cfg);
+/* How the ranks hold the gradients under cfg: in bf16 (2 bytes a number,
+ * the ZeRO paper's) when the compute and the reductions are both bf16,
+ * which makes them and sums them in bf16; else in fp32, as FSDP keeps a
+ * gradient it reduces in fp32. */
+Precision strategy_grads_held(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 typedef struct StrategyKind StrategyKind;

@@ -11,7 +11,8 @@
  * reduce-scatter and all-gather, with and without a scale, in place and not,
  * at lengths 1, 7, 1001 and 4097 (uneven shards, empty ones at W > n); each
  * in fp32 and in bf16 (ordered_sum_in; the gather's shards rounded; 16 bits
- * on the wire); and the gather of numbers held in bf16, bit for bit.
+ * on the wire); the gather of numbers held in bf16, bit for bit; and the
+ * reductions of numbers held in bf16 (16 bits in memory and on the wire).
  * Exit 0, or 1 after printing the first mismatch (every process ends then).
  */
 #include <stdio.h>
@@ -194,6 +195,69 @@ static void check_all_gather_bf16(ProcessGroup *pg, size_t n, int in_place, unsi
     free(host);
 }
 
+/* Global rank g's input rounded into bf16 (host too, for the reference),
+ * on each local rank's device. */
+static bf16 **held_in_bf16(Setup *s) {
+    bf16 **held = calloc(MAX_RANKS, sizeof *held), *host = malloc(s->n * sizeof(bf16) + 1);
+    for (int g = 0; g < s->world_size; g++)
+        for (size_t i = 0; i < s->n; i++) s->host[g][i] = float_from_bf16(bf16_from_float(s->host[g][i]));
+    for (int r = 0; r < s->pg->nranks; r++) {
+        const float *mine = s->host[pg_global_rank(s->pg, r)];
+        for (size_t i = 0; i < s->n; i++) host[i] = bf16_from_float(mine[i]);
+        held[r] = device_alloc(s->pg->device[r], MEM_WORKING, s->n * sizeof(bf16));
+        stream_copy(s->pg->compute[r], held[r], host, s->n * sizeof(bf16));
+        stream_synchronize(s->pg->compute[r]);
+    }
+    free(host);
+    return held;
+}
+
+/* got[0, len), numbers held in bf16, against the bf16 ordered sums of elements lo.. */
+static void expect_bf16_sums(const Setup *s, const char *what, int r, const bf16 *dev, size_t lo, size_t len,
+                             float scale) {
+    bf16 *got = malloc(len * sizeof(bf16) + 1);
+    stream_copy(s->pg->compute[r], got, dev, len * sizeof(bf16));
+    stream_synchronize(s->pg->compute[r]);
+    for (size_t k = 0; k < len; k++) {
+        bf16 want = bf16_from_float(ordered_sum_in(PRECISION_BF16, s->host, s->world_size, lo + k, scale));
+        if (got[k] == want) continue;
+        printf("mismatch: %s of numbers held in bf16, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is 0x%04x, "
+               "want 0x%04x\n", what, s->world_size, s->pg->nranks, s->n, (double)scale, pg_global_rank(s->pg, r),
+               lo + k, got[k], want);
+        world_abort(1);
+    }
+    free(got);
+}
+
+/* The reduce-scatter (into buffers of their own, or in place) and the
+ * all-reduce of numbers held in bf16: 16 bits each in memory and on the wire. */
+static void check_reductions_held_in_bf16(ProcessGroup *pg, size_t n, float scale, int in_place, unsigned seed) {
+    Setup s = setup(pg, n, seed);
+    bf16 **held = held_in_bf16(&s), *recv[MAX_RANKS];
+    for (int r = 0; r < pg->nranks; r++) {
+        size_t lo = (size_t)pg_global_rank(pg, r) * s.shard;
+        recv[r] = !in_place ? device_alloc(pg->device[r], MEM_WORKING, s.shard * sizeof(bf16))
+                            : held[r] + (lo < n ? lo : 0);
+    }
+    pg_reduce_scatter_bf16(pg, TEST, held, recv, n, scale, REDUCE_WRITE, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        int g = pg_global_rank(pg, r);
+        expect_bf16_sums(&s, in_place ? "reduce-scatter in place" : "reduce-scatter", r, recv[r],
+                         (size_t)g * s.shard, valid_length(n, s.shard, g), scale);
+        if (!in_place) device_free(pg->device[r], MEM_WORKING, recv[r], s.shard * sizeof(bf16));
+        device_free(pg->device[r], MEM_WORKING, held[r], n * sizeof(bf16));
+    }
+    free(held);
+    held = held_in_bf16(&s);
+    pg_all_reduce_bf16(pg, TEST, held, n, scale, NULL);
+    for (int r = 0; r < pg->nranks; r++) {
+        expect_bf16_sums(&s, "all-reduce", r, held[r], 0, n, scale);
+        device_free(pg->device[r], MEM_WORKING, held[r], n * sizeof(bf16));
+    }
+    free(held);
+    teardown(&s);
+}
+
 /* Every collective at every length over a world of P x L ranks. */
 static void check_world(int local_ranks) {
     int world_size = world()->nprocs * local_ranks;
@@ -210,6 +274,7 @@ static void check_world(int local_ranks) {
                     check_reduce_scatter(pg, n, SCALES[k], (Precision)p, in_place, seed + 1);
                 for (int p = 0; p < PRECISIONS; p++) check_all_gather(pg, n, in_place, (Precision)p, seed + 2);
                 check_all_gather_bf16(pg, n, in_place, seed + 3);
+                check_reductions_held_in_bf16(pg, n, SCALES[k], in_place, seed + 4);
             }
         }
     pg_destroy(pg);

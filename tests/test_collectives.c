@@ -334,6 +334,77 @@ Test(pinned_order, reductions_in_bf16_are_the_ordered_bf16_sum) {
     cr_expect(partials_matter, "no bf16 sum differs from the fp32 sum rounded once: the test could not fail");
 }
 
+/* Reductions of numbers held in bf16 (mixed precision's gradients): the
+ * reduce-scatter writing into a buffer of its own and adding (the add in
+ * bf16, the sum rounded), and the all-reduce in place, are the plain loop's
+ * bf16 sum of the same values, every result stored in 16 bits; on one rank
+ * too. */
+Test(pinned_order, reductions_of_numbers_held_in_bf16_are_the_ordered_bf16_sum) {
+    const float scales[] = { 1.0f, 0.37f };
+    for (int N = 1; N <= 8; N++)
+        for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
+            for (int k = 0; k < 2; k++) {
+                size_t n = ODD_LENGTHS[li];
+                unsigned seed = (unsigned)(N * 53 + li * 3 + k);
+                Setup s = setup_wide(N, n, seed);  /* fp32 inputs, rounded below into bf16 ones */
+                bf16 *held = malloc(n * sizeof(bf16)), *before = malloc(s.shard * sizeof(bf16));
+                bf16 *buf[MAX_RANKS], *written[MAX_RANKS], *added[MAX_RANKS];
+                for (size_t i = 0; i < s.shard; i++) before[i] = bf16_from_float((float)i * 0.01f - 3.0f);
+                for (int r = 0; r < N; r++) {
+                    for (size_t i = 0; i < n; i++) {
+                        held[i] = bf16_from_float(s.host[r][i]);
+                        s.host[r][i] = float_from_bf16(held[i]);  /* the values the reference sums */
+                    }
+                    buf[r] = device_alloc(s.pg->device[r], MEM_WORKING, n * sizeof(bf16));
+                    written[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(bf16));
+                    added[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], buf[r], held, n * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], added[r], before, s.shard * sizeof(bf16));
+                    stream_synchronize(s.pg->compute[r]);
+                }
+                pg_reduce_scatter_bf16(s.pg, TEST, buf, written, n, scales[k], REDUCE_WRITE, NULL);
+                pg_reduce_scatter_bf16(s.pg, TEST, buf, added, n, scales[k], REDUCE_ADD, NULL);
+                for (int r = 0; r < N; r++) {  /* REDUCE_ADD reduced into buf's own shard: the inputs again */
+                    for (size_t i = 0; i < n; i++) held[i] = bf16_from_float(s.host[r][i]);
+                    stream_copy(s.pg->compute[r], buf[r], held, n * sizeof(bf16));
+                    stream_synchronize(s.pg->compute[r]);
+                }
+                pg_all_reduce_bf16(s.pg, TEST, buf, n, scales[k], NULL);
+                for (int r = 0; r < N; r++) {
+                    bf16 *got_written = malloc(s.shard * sizeof(bf16)), *got_added = malloc(s.shard * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], got_written, written[r], s.shard * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], got_added, added[r], s.shard * sizeof(bf16));
+                    stream_copy(s.pg->compute[r], held, buf[r], n * sizeof(bf16));
+                    stream_synchronize(s.pg->compute[r]);
+                    for (size_t i = 0; i < valid_length(n, s.shard, r); i++) {
+                        float sum = ordered_sum_in(PRECISION_BF16, s.host, N, (size_t)r * s.shard + i, scales[k]);
+                        bf16 want = bf16_from_float(sum);
+                        bf16 want_added = bf16_from_float(float_from_bf16(before[i]) + sum);
+                        cr_assert_eq(got_written[i], want, "bf16-held reduce-scatter, N=%d n=%zu: rank %d's element "
+                                     "%zu is 0x%04x, not 0x%04x", N, n, r, i, got_written[i], want);
+                        cr_assert_eq(got_added[i], want_added, "bf16-held reduce-scatter adding, N=%d n=%zu: rank %d's "
+                                     "element %zu is 0x%04x, not 0x%04x", N, n, r, i, got_added[i], want_added);
+                    }
+                    for (size_t i = 0; i < n; i++) {
+                        bf16 want = bf16_from_float(ordered_sum_in(PRECISION_BF16, s.host, N, i, scales[k]));
+                        cr_assert_eq(held[i], want, "bf16-held all-reduce, N=%d n=%zu: rank %d's element %zu is "
+                                     "0x%04x, not 0x%04x", N, n, r, i, held[i], want);
+                    }
+                    free(got_written);
+                    free(got_added);
+                }
+                for (int r = 0; r < N; r++) {
+                    stream_synchronize(s.pg->comm[r]);
+                    device_free(s.pg->device[r], MEM_WORKING, buf[r], n * sizeof(bf16));
+                    device_free(s.pg->device[r], MEM_WORKING, written[r], s.shard * sizeof(bf16));
+                    device_free(s.pg->device[r], MEM_WORKING, added[r], s.shard * sizeof(bf16));
+                }
+                free(held);
+                free(before);
+                teardown_setup(&s);
+            }
+}
+
 /* Every rank's buffer ends up holding every rank's shard, byte for byte: into
  * buffers of their own, and in place (each rank's shard already in its buffer);
  * in bf16, each shard rounded to bf16 (bf16.h's rounding of every float), on

@@ -117,6 +117,16 @@ static void expect_match(Pair p, double tol, const char *what) {
     free(want);
 }
 
+/* The first `bytes` of p's GPU buffer against its CPU buffer, byte for byte. */
+static void expect_same_bytes(Pair p, size_t bytes, const char *what) {
+    unsigned char *got = malloc(bytes);
+    stream_copy(gpu_stream, got, p.gpu, bytes);
+    stream_synchronize(gpu_stream);
+    stream_synchronize(test_stream);
+    cr_expect_eq(memcmp(got, p.cpu, bytes), 0, "%s", what);
+    free(got);
+}
+
 Test(gpu, matmul_forward_backward) {
     need_gpu();
     int N = 74, C = 48, OC = 80;
@@ -256,18 +266,48 @@ Test(gpu, adamw_sumsq_and_clip) {
     /* doubles, as floats: two per double */
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_update(test_stream, param.cpu, grad.cpu, m.cpu, v.cpu, n, hp);
-    adamw_update(gpu_stream, param.gpu, grad.gpu, m.gpu, v.gpu, n, hp);
+    adamw_update(test_stream, param.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, n, hp);
+    adamw_update(gpu_stream, param.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, n, hp);
     expect_match(param, ELEMENTWISE_TOL, "adamw param");
     expect_match(m, ELEMENTWISE_TOL, "adamw m");
     expect_match(v, ELEMENTWISE_TOL, "adamw v");
-    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, n, (double *)scratch.gpu);
+    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");
-    clip_scale(test_stream, grad.cpu, n, sumsq.cpu, 2, 1.0f);
-    clip_scale(gpu_stream, grad.gpu, n, sumsq.gpu, 2, 1.0f);
+    clip_scale(test_stream, grad.cpu, PRECISION_FP32, n, sumsq.cpu, 2, 1.0f);
+    clip_scale(gpu_stream, grad.gpu, PRECISION_FP32, n, sumsq.gpu, 2, 1.0f);
     expect_match(grad, ELEMENTWISE_TOL, "clipped gradient");
     pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq); pair_free(scratch);
+}
+
+/* Gradients held in bf16 (2 bytes each, in a Pair of half as many floats):
+ * AdamW reading them, their norm, the clip rounding back and add_bf16, the
+ * GPU's against the CPU's; the 16-bit results byte for byte. */
+Test(gpu, gradients_held_in_bf16_match_the_cpu) {
+    need_gpu();
+    size_t n = 70001, floats = (n + 1) / 2;
+    Pair param = pair_random(n, -1, 1, 71), m = pair_random(n, -0.1f, 0.1f, 72), v = pair_random(n, 0, 0.01f, 73);
+    Pair x = pair_random(n, -1, 1, 74), sumsq = pair_random(2, 0, 1, 75), held = pair_random(floats, 0, 1, 76);
+    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 77);  /* doubles, as floats: two per double */
+    bf16 *grad = (bf16 *)held.cpu;
+    for (size_t i = 0; i < n; i++) grad[i] = bf16_from_float(x.cpu[i] * 3.0f);
+    stream_copy(gpu_stream, held.gpu, held.cpu, floats * sizeof(float));
+    AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
+    adamw_update(test_stream, param.cpu, held.cpu, PRECISION_BF16, m.cpu, v.cpu, n, hp);
+    adamw_update(gpu_stream, param.gpu, held.gpu, PRECISION_BF16, m.gpu, v.gpu, n, hp);
+    expect_match(param, ELEMENTWISE_TOL, "adamw param, bf16 gradient");
+    expect_match(v, ELEMENTWISE_TOL, "adamw v, bf16 gradient");
+    sumsq_reduce(test_stream, sumsq.cpu, held.cpu, PRECISION_BF16, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, sumsq.gpu, held.gpu, PRECISION_BF16, n, (double *)scratch.gpu);
+    expect_match(sumsq, REDUCTION_TOL, "sumsq of a bf16 gradient");
+    sumsq.cpu[1] = 0.0f;  /* one part: the same coefficient on both */
+    stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
+    clip_scale(test_stream, held.cpu, PRECISION_BF16, n, sumsq.cpu, 2, 1.0f);
+    clip_scale(gpu_stream, held.gpu, PRECISION_BF16, n, sumsq.gpu, 2, 1.0f);
+    add_bf16(test_stream, (bf16 *)held.cpu, x.cpu, n);
+    add_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, n);
+    expect_same_bytes(held, n * sizeof(bf16), "the GPU's clipped and added bf16 gradient differs from the CPU's");
+    pair_free(param); pair_free(m); pair_free(v); pair_free(x); pair_free(sumsq); pair_free(held); pair_free(scratch);
 }
 
 Test(gpu, count_nonfinite) {
@@ -282,8 +322,8 @@ Test(gpu, count_nonfinite) {
     }
     float on_gpu = -1;
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 68);  /* doubles, as floats: two per double */
-    count_nonfinite(test_stream, count.cpu, x.cpu, n, (double *)scratch.cpu);
-    count_nonfinite(gpu_stream, count.gpu, x.gpu, n, (double *)scratch.gpu);
+    count_nonfinite(test_stream, count.cpu, x.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
+    count_nonfinite(gpu_stream, count.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
     stream_copy(gpu_stream, &on_gpu, count.gpu, sizeof on_gpu);
     stream_synchronize(gpu_stream);
     stream_synchronize(test_stream);
@@ -309,12 +349,7 @@ Test(gpu, rounding_to_bf16_matches_the_cpu_bit_for_bit) {
     stream_copy(gpu_stream, x.gpu, x.cpu, n * sizeof(float));
     round_to_bf16(gpu_stream, rounded.gpu, x.gpu, n);
     round_to_bf16(test_stream, rounded.cpu, x.cpu, n);
-    float *got = malloc(n * sizeof(float));
-    stream_copy(gpu_stream, got, rounded.gpu, n * sizeof(float));
-    stream_synchronize(gpu_stream);
-    stream_synchronize(test_stream);
-    cr_expect_eq(memcmp(got, rounded.cpu, n * sizeof(float)), 0, "the GPU rounds to other bf16 bits than the CPU");
-    free(got);
+    expect_same_bytes(rounded, n * sizeof(float), "the GPU rounds to other bf16 bits than the CPU");
     pair_free(x);
     pair_free(rounded);
 }

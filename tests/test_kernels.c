@@ -444,14 +444,14 @@ Test(kernels, adamw_matches_hand_computation) {
      *         p = 0.8811 - 0.526315789 * 0.02 / 0.3946900384 = 0.8811 - 0.0266696924 = 0.8544303076 */
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     AdamWParams hp = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1 };
-    adamw_update(test_stream, &p, &g, &m, &v, 1, hp);
+    adamw_update(test_stream, &p, &g, PRECISION_FP32, &m, &v, 1, hp);
     stream_synchronize(test_stream);
     cr_expect_float_eq(p, 0.89f, 1e-6f, "step 1: p = %.9g", p);
     cr_expect_float_eq(m, 0.05f, 1e-7f);
     cr_expect_float_eq(v, 0.0025f, 1e-8f);
     g = -0.25f;
     hp.step = 2;
-    adamw_update(test_stream, &p, &g, &m, &v, 1, hp);
+    adamw_update(test_stream, &p, &g, PRECISION_FP32, &m, &v, 1, hp);
     stream_synchronize(test_stream);
     cr_expect_float_eq(p, 0.8544303076f, 1e-6f, "step 2: p = %.9g", p);
     cr_expect_float_eq(m, 0.02f, 1e-7f);
@@ -459,7 +459,7 @@ Test(kernels, adamw_matches_hand_computation) {
     /* no weight decay: step 1 is p - lr * sign(g) exactly as Adam's first step */
     float q = 1.0f, gq = 0.5f, mq = 0.0f, vq = 0.0f;
     AdamWParams nodecay = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1 };
-    adamw_update(test_stream, &q, &gq, &mq, &vq, 1, nodecay);
+    adamw_update(test_stream, &q, &gq, PRECISION_FP32, &mq, &vq, 1, nodecay);
     stream_synchronize(test_stream);
     cr_expect_float_eq(q, 0.9f, 1e-6f, "no decay: q = %.9g", q);
 }
@@ -471,17 +471,17 @@ Test(kernels, sumsq_and_clip) {
     fill_uniform(x, n, -1, 1, 71);
     double want = 0;
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-    sumsq_reduce(test_stream, &sumsq, x, n, scratch);
+    sumsq_reduce(test_stream, &sumsq, x, PRECISION_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
     /* clip to norm 1: afterwards the norm is 1 (to float precision) */
-    clip_scale(test_stream, x, n, &sumsq, 1, 1.0f);
-    sumsq_reduce(test_stream, &sumsq, x, n, scratch);
+    clip_scale(test_stream, x, PRECISION_FP32, n, &sumsq, 1, 1.0f);
+    sumsq_reduce(test_stream, &sumsq, x, PRECISION_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_float_eq(sumsq, 1.0f, 1e-4f, "norm^2 after clipping: %g", sumsq);
     /* a norm under the limit leaves x alone */
     float before = x[123];
-    clip_scale(test_stream, x, n, &sumsq, 1, 10.0f);
+    clip_scale(test_stream, x, PRECISION_FP32, n, &sumsq, 1, 10.0f);
     stream_synchronize(test_stream);
     cr_expect_eq(x[123], before);
     free(x);
@@ -495,19 +495,94 @@ Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
     fill_uniform(x, n, -1, 1, 72);
     x[17] = 3.0e38f;    /* finite however large: its square would overflow a float sumsq */
     x[50000] = -3.0e38f;
-    count_nonfinite(test_stream, &count, x, n, scratch);
+    count_nonfinite(test_stream, &count, x, PRECISION_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "all finite: %g", count);
     x[0] = NAN;
     x[40000] = INFINITY;
     x[n - 1] = -INFINITY;
-    count_nonfinite(test_stream, &count, x, n, scratch);
+    count_nonfinite(test_stream, &count, x, PRECISION_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 3.0f, "one NaN, two infinities: %g", count);
-    count_nonfinite(test_stream, &count, x, 0, scratch);
+    count_nonfinite(test_stream, &count, x, PRECISION_FP32, 0, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "nothing to count: %g", count);
     free(x);
+    free(scratch);
+}
+
+/* Gradients held in bf16 (mixed precision reduced in bf16): AdamW, the norm
+ * and the count read each as its value, the same bits as the fp32 buffer of
+ * the same values; the clip's products are rounded back into 16 bits; and
+ * add_bf16 is the plain loop's rounded sum. */
+Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
+    size_t n = 40001;  /* several sumsq chunks, and a ragged end */
+    float *values = alloc_floats(n), *x = alloc_floats(n), sumsq_fp32, sumsq_bf16;
+    bf16 *held = malloc(n * sizeof(bf16)), *acc = malloc(n * sizeof(bf16));
+    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
+    fill_uniform(values, n, -2, 2, 91);
+    fill_uniform(x, n, -1, 1, 92);
+    for (size_t i = 0; i < n; i++) {
+        held[i] = bf16_from_float(values[i]);
+        values[i] = float_from_bf16(held[i]);
+    }
+    float *p[2], *m[2], *v[2];
+    for (int k = 0; k < 2; k++) {
+        p[k] = alloc_floats(n);
+        m[k] = alloc_floats(n);
+        v[k] = alloc_floats(n);
+        fill_uniform(p[k], n, -1, 1, 93);
+        fill_uniform(m[k], n, -0.1f, 0.1f, 94);
+        fill_uniform(v[k], n, 0, 0.1f, 95);
+    }
+    AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
+    adamw_update(test_stream, p[0], values, PRECISION_FP32, m[0], v[0], n, hp);
+    adamw_update(test_stream, p[1], held, PRECISION_BF16, m[1], v[1], n, hp);
+    sumsq_reduce(test_stream, &sumsq_fp32, values, PRECISION_FP32, n, scratch);
+    sumsq_reduce(test_stream, &sumsq_bf16, held, PRECISION_BF16, n, scratch);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(p[0], p[1], n * sizeof(float)) == 0 && memcmp(m[0], m[1], n * sizeof(float)) == 0 &&
+              memcmp(v[0], v[1], n * sizeof(float)) == 0, "AdamW reads a bf16 gradient as other values");
+    cr_expect(memcmp(&sumsq_fp32, &sumsq_bf16, sizeof(float)) == 0, "sumsq of bf16 %.9g, of its values %.9g",
+              sumsq_bf16, sumsq_fp32);
+
+    clip_scale(test_stream, values, PRECISION_FP32, n, &sumsq_fp32, 1, 1.0f);
+    clip_scale(test_stream, held, PRECISION_BF16, n, &sumsq_bf16, 1, 1.0f);
+    stream_synchronize(test_stream);
+    size_t unrounded = 0;
+    for (size_t i = 0; i < n; i++) {
+        bf16 want = bf16_from_float(values[i]);
+        cr_assert_eq(held[i], want, "clipped bf16 element %zu is 0x%04x, the rounded product 0x%04x", i, held[i], want);
+        unrounded += float_from_bf16(want) != values[i];
+    }
+    cr_expect(unrounded > 0, "no clipped product needed rounding: the test could not fail");
+
+    float count = -1;
+    held[5] = BF16_QUIET_NAN;
+    held[20000] = 0x7F80;   /* +inf */
+    held[n - 1] = 0xFF80;   /* -inf */
+    held[7] = 0x7F7F;       /* the largest finite bf16 */
+    count_nonfinite(test_stream, &count, held, PRECISION_BF16, n, scratch);
+    stream_synchronize(test_stream);
+    cr_expect_eq(count, 3.0f, "one NaN, two infinities held in bf16: %g", count);
+
+    for (size_t i = 0; i < n; i++) acc[i] = bf16_from_float(values[i]);
+    memcpy(held, acc, n * sizeof(bf16));
+    add_bf16(test_stream, acc, x, n);
+    stream_synchronize(test_stream);
+    for (size_t i = 0; i < n; i++) {
+        bf16 want = bf16_from_float(float_from_bf16(held[i]) + x[i]);
+        cr_assert_eq(acc[i], want, "add_bf16 element %zu is 0x%04x, not 0x%04x", i, acc[i], want);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(p[k]);
+        free(m[k]);
+        free(v[k]);
+    }
+    free(values);
+    free(x);
+    free(held);
+    free(acc);
     free(scratch);
 }
 

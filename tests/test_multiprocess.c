@@ -180,6 +180,15 @@ Test(multiprocess, three_processes_give_the_bits_of_three_ranks_reduced_in_bf16)
                                         .flags = "--reduce-dtype=bf16 --grad-accum=2 --grad-clip=0.01" });
 }
 
+/* Computing and reducing in bf16: the gradients held in bf16 (the ZeRO
+ * paper's 2 bytes), 16 bits a number in memory and between the processes,
+ * uneven shards, two micro-steps (the reduce-scatter's add in bf16) and
+ * clipping. */
+Test(multiprocess, three_processes_give_the_bits_of_three_ranks_with_gradients_held_in_bf16) {
+    expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
+                                        .flags = "--dtype=bf16 --reduce-dtype=bf16 --grad-accum=2 --grad-clip=0.01" });
+}
+
 /* Hybrid sharding between processes (--shard-ranks): a group within each
  * process (S = L), a group of two processes (S = 2 L), and groups of 3 over
  * processes of 2 (rank 3 of process 1 starts the second group). Every ZeRO stage

@@ -92,10 +92,10 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
         fill_zero(test_stream, g->base.grads, P);
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
-        sumsq_reduce(test_stream, sumsq, g->base.grads, P, g->base.sumsq_scratch);
-        clip_scale(test_stream, g->base.grads, P, sumsq, 1, tc.grad_clip);
+        sumsq_reduce(test_stream, sumsq, g->base.grads, PRECISION_FP32, P, g->base.sumsq_scratch);
+        clip_scale(test_stream, g->base.grads, PRECISION_FP32, P, sumsq, 1, tc.grad_clip);
         AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
-        adamw_range(test_stream, &g->base.layout, 0, P, g->base.params, g->base.grads, m, v, hp);
+        adamw_range(test_stream, &g->base.layout, 0, P, g->base.params, g->base.grads, PRECISION_FP32, m, v, hp);
         model_read_loss(&g->base);
     }
     stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
@@ -544,40 +544,47 @@ Test(strategies, hybrid_sharding_holds_the_share_of_its_group) {
     }
 }
 
-/* Computing in bf16, every stage holds the ZeRO paper's mixed-precision state
- * with fp32 gradients, to the byte: 2 bytes a parameter of the bf16 compute
- * copy, 4 of gradients, and K = 12 of master weights, m and v, each whole or
- * its shards as the stage shards it. The estimate says the same, and the
- * formula of bytes per parameter. */
+/* Computing in bf16, every stage holds the ZeRO paper's mixed-precision
+ * state, to the byte: 2 bytes a parameter of the bf16 compute copy, the
+ * gradients in the precision they are reduced in (bf16: the paper's 2; fp32:
+ * 4), and K = 12 of master weights, m and v, each whole or its shards as the
+ * stage shards it. The estimate says the same, and the formula of bytes per
+ * parameter. */
 Test(strategies, mixed_precision_holds_the_papers_state) {
     MemKind kinds[3] = { MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER };
-    for (int N = 1; N <= 4; N *= 2)
-        for (int k = 0; k < STRATEGY_KINDS; k++) {
-            const StrategyKind *kind = &STRATEGIES[k];
-            StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
-            sc.precision = PRECISION_BF16;
-            ArenaLayout padded;
-            model_layout_units(&sc.model, sc.units.cut, N, &padded);
-            size_t numbers = padded.total, part = numbers / (size_t)N;
-            size_t want[3] = { (kind->shards_weights ? part : numbers) * 2, (kind->shards_grads ? part : numbers) * 4,
-                               (kind->shards_adam ? part : numbers) * 12 };
-            Strategy *s = strategy_create(kind->stage, &sc);
-            cr_assert_not_null(s);
-            double estimate[MEM_KINDS];
-            strategy_estimate(kind, &sc, DEVICE_CPU, estimate);
-            double whole, sharded;
-            strategy_state_bytes_per_param(kind, N, PRECISION_BF16, PRECISION_FP32, &whole, &sharded);
-            cr_expect_eq((size_t)(whole * numbers + sharded * part), want[0] + want[1] + want[2],
-                         "%s at N=%d: the formula says %g + %g/N bytes a parameter", kind->name, N, whole, sharded);
-            for (int i = 0; i < 3; i++) {
-                for (int r = 0; r < N; r++)
-                    cr_expect_eq(s->ops->rank_bytes(s, r, kinds[i]), want[i], "%s in bf16 at N=%d, rank %d, kind %d: "
-                                 "%zu bytes, want %zu", kind->name, N, r, i, s->ops->rank_bytes(s, r, kinds[i]), want[i]);
-                cr_expect_eq((size_t)estimate[kinds[i]], want[i], "%s in bf16 at N=%d: the estimate of kind %d is "
-                             "%.0f, want %zu", kind->name, N, i, estimate[kinds[i]], want[i]);
+    for (int reduce = 0; reduce < PRECISIONS; reduce++)
+        for (int N = 1; N <= 4; N *= 2)
+            for (int k = 0; k < STRATEGY_KINDS; k++) {
+                const StrategyKind *kind = &STRATEGIES[k];
+                StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
+                sc.precision = PRECISION_BF16;
+                sc.reduce_precision = (Precision)reduce;
+                ArenaLayout padded;
+                model_layout_units(&sc.model, sc.units.cut, N, &padded);
+                size_t numbers = padded.total, part = numbers / (size_t)N, grad_bytes = reduce ? 2 : 4;
+                size_t want[3] = { (kind->shards_weights ? part : numbers) * 2,
+                                   (kind->shards_grads ? part : numbers) * grad_bytes,
+                                   (kind->shards_adam ? part : numbers) * 12 };
+                Strategy *s = strategy_create(kind->stage, &sc);
+                cr_assert_not_null(s);
+                double estimate[MEM_KINDS];
+                strategy_estimate(kind, &sc, DEVICE_CPU, estimate);
+                double whole, sharded;
+                strategy_state_bytes_per_param(kind, N, PRECISION_BF16, (Precision)reduce, &whole, &sharded);
+                cr_expect_eq((size_t)(whole * numbers + sharded * part), want[0] + want[1] + want[2],
+                             "%s at N=%d, reduced in %s: the formula says %g + %g/N bytes a parameter", kind->name, N,
+                             reduce ? "bf16" : "fp32", whole, sharded);
+                for (int i = 0; i < 3; i++) {
+                    for (int r = 0; r < N; r++)
+                        cr_expect_eq(s->ops->rank_bytes(s, r, kinds[i]), want[i], "%s in bf16 reduced in %s at N=%d, "
+                                     "rank %d, kind %d: %zu bytes, want %zu", kind->name, reduce ? "bf16" : "fp32", N,
+                                     r, i, s->ops->rank_bytes(s, r, kinds[i]), want[i]);
+                    cr_expect_eq((size_t)estimate[kinds[i]], want[i], "%s in bf16 reduced in %s at N=%d: the "
+                                 "estimate of kind %d is %.0f, want %zu", kind->name, reduce ? "bf16" : "fp32", N, i,
+                                 estimate[kinds[i]], want[i]);
+                }
+                s->ops->destroy(s);
             }
-            s->ops->destroy(s);
-        }
 }
 
 /* What no run can shard so: an S that does not divide N, and DDP given one. */

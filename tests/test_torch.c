@@ -272,11 +272,11 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
     for (int k = 0; k < ADAMW_STEPS; k++) {
         float sumsq;
         memcpy(g, grads + (size_t)k * P, P * sizeof(float));
-        sumsq_reduce(test_stream, &sumsq, g, P, sumsq_scratch);
-        clip_scale(test_stream, g, P, &sumsq, 1, max_norm);
+        sumsq_reduce(test_stream, &sumsq, g, PRECISION_FP32, P, sumsq_scratch);
+        clip_scale(test_stream, g, PRECISION_FP32, P, &sumsq, 1, max_norm);
         hp.lr = lr_at(&sched, k);
         hp.step = k + 1;
-        adamw_range(test_stream, &layout, 0, P, w, g, m, v, hp);
+        adamw_range(test_stream, &layout, 0, P, w, g, PRECISION_FP32, m, v, hp);
         stream_synchronize(test_stream);
 
         char name[64], what[64];

@@ -130,23 +130,27 @@ Test(train, on_nan_stop_stops_and_skip_skips_within_max_skips, .timeout = 300) {
     remove_dir(dir);
 }
 
+/* In fp32, and with the gradients held in bf16 (computed and reduced in bf16). */
 Test(train, count_nonfinite_finds_a_poisoned_gradient_under_every_strategy, .timeout = 60) {
     StrategyConfig sc = small_gpt(data.vocab, (GptShape){ 2, 32, 32, 1 }, 1, 8, 0.0f);
     int x[16 * 32] = { 0 };
     /* read once, at the first step: it poisons step 1 only */
     setenv("ZF_INJECT_NAN", "grad:1", 1);
-    for (int k = 0; k < STRATEGY_KINDS; k++) {
-        int zero = STRATEGIES[k].stage;
-        sc.nranks = 2;
-        sc.batch = 4;
-        Strategy *s = strategy_create(zero, &sc);
-        cr_assert_eq(s->ops->forward_backward(s, x, x, 0, 0, 1), 0);
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0, "%s", s->kind->name);
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0, "%s", s->kind->name);
-        cr_assert_eq(s->ops->forward_backward(s, x, x, 1, 0, 1), 0);
-        cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 1, "%s", s->kind->name);
-        s->ops->destroy(s);
-    }
+    for (int p = 0; p < PRECISIONS; p++)
+        for (int k = 0; k < STRATEGY_KINDS; k++) {
+            int zero = STRATEGIES[k].stage;
+            sc.nranks = 2;
+            sc.batch = 4;
+            sc.precision = sc.reduce_precision = (Precision)p;
+            const char *held = p ? "gradients held in bf16" : "fp32";
+            Strategy *s = strategy_create(zero, &sc);
+            cr_assert_eq(s->ops->forward_backward(s, x, x, 0, 0, 1), 0);
+            cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0, "%s, %s", s->kind->name, held);
+            cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0, "%s, %s", s->kind->name, held);
+            cr_assert_eq(s->ops->forward_backward(s, x, x, 1, 0, 1), 0);
+            cr_expect_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 1, "%s, %s", s->kind->name, held);
+            s->ops->destroy(s);
+        }
     unsetenv("ZF_INJECT_NAN");
 }
 

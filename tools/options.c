@@ -89,9 +89,11 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "that depend on the topology)" },
         { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
         { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as FSDP's "
-          "param_dtype=bfloat16 under torch.autocast computes (the master weights, gradients and AdamW stay fp32)" },
+          "param_dtype=bfloat16 under torch.autocast computes (the master weights and AdamW stay fp32; the "
+          "gradients too, unless reduced in bf16)" },
         { "reduce-dtype", FLAG_TEXT, o->reduce_dtype, sizeof o->reduce_dtype, "fp32, or bf16: the gradients' "
-          "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype" },
+          "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype (with --dtype=bf16, "
+          "the gradients held in bf16, the ZeRO paper's)" },
         { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
         { "unit", FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "

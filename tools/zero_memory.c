@@ -38,11 +38,11 @@
 #include "../strategies/strategy.h"
 #include "options.h"
 
-/* The ZeRO paper's formula for what one rank of `kind` holds computing in
- * `compute`, bytes per parameter, with the gradients in fp32 (as every
- * strategy holds them so far, whatever --reduce-dtype). */
-static double held_state(const StrategyKind *kind, int N, Precision compute) {
-    return strategy_state_bytes_per_param(kind, N, compute, PRECISION_FP32, NULL, NULL);
+/* The ZeRO paper's formula for what one rank of `kind` holds under sc,
+ * bytes per parameter: the gradients in bf16 where the compute and the
+ * reductions are (strategy_grads_held), else in fp32. */
+static double held_state(const StrategyKind *kind, int N, const StrategyConfig *sc) {
+    return strategy_state_bytes_per_param(kind, N, sc->precision, strategy_grads_held(sc), NULL, NULL);
 }
 
 /* One training step of s over its global batch (rows_per_rank rows a rank): 0, or -1. */
@@ -211,11 +211,15 @@ int main(int argc, char **argv) {
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    Precision compute = options_precision(&o);
+    Precision compute = options_precision(&o), reduce = options_reduce_precision(&o);
+    const char *held = compute == PRECISION_FP32 ? "fp32 everywhere"
+                     : reduce == PRECISION_BF16 ? "computing in bf16: a bf16 copy of the weights beside fp32 master "
+                                                  "weights; gradients bf16, reduced in bf16"
+                                                : "computing in bf16: a bf16 copy of the weights beside fp32 master "
+                                                  "weights; gradients fp32, reduced in fp32";
     printf("per rank, MB = 10^6 bytes, counted by the allocator (%s); %d row(s) of %d a rank;\n"
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
-           compute == PRECISION_BF16 ? "computing in bf16: a bf16 copy of the weights beside fp32 master weights; "
-           "gradients fp32" : "fp32 everywhere",
+           held,
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
            o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
     if (shard_ranks)
@@ -256,7 +260,7 @@ int main(int argc, char **argv) {
                     if (mb > kind_mb[k]) kind_mb[k] = mb;
                 }
                 double state = (s->ops->rank_bytes(s, r, MEM_WEIGHTS) + s->ops->rank_bytes(s, r, MEM_GRADS) +
-                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (held_state(kind, S, compute) * P);
+                                s->ops->rank_bytes(s, r, MEM_OPTIMIZER)) / (held_state(kind, S, &sc) * P);
                 if (state < 0.99 || state > 1.01) off++;
             }
             double estimate[MEM_KINDS], estimate_total = 0;
@@ -266,7 +270,7 @@ int main(int argc, char **argv) {
                 estimate_total += estimate[k];
             }
             double state = kind_mb[MEM_WEIGHTS] + kind_mb[MEM_GRADS] + kind_mb[MEM_OPTIMIZER];
-            double want = held_state(kind, S, compute) * P / 1e6;
+            double want = held_state(kind, S, &sc) * P / 1e6;
             printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.1f | %.1f |", kind->name,
                    N, kind_mb[MEM_WEIGHTS], kind_mb[MEM_GRADS], kind_mb[MEM_OPTIMIZER], state, want, state / want,
                    kind_mb[MEM_WORKING], state + kind_mb[MEM_WORKING], kind_mb[MEM_ACTIVATIONS], peak_mb,

@@ -42,15 +42,16 @@ void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float 
 void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
                                int N, int V, float dloss);
 void cpu_mean_forward(Stream *s, float *mean, const float *x, int n);
-void cpu_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+void cpu_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
                       AdamWParams hp);
-void cpu_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
-void cpu_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
-void cpu_fill_zero(Stream *s, float *x, size_t n);
-void cpu_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
+void cpu_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cpu_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
+void cpu_fill_zero(Stream *s, void *x, size_t bytes);
+void cpu_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
 /* precision.c */
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void cpu_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
+void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #endif

@@ -141,14 +141,14 @@ void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Drop
     stream_launch(s, dropout_task, &a, sizeof a);
 }
 
-typedef struct { float *x; size_t n; } FillArgs;
+typedef struct { void *x; size_t bytes; } FillArgs;
 
 static void fill_zero_task(void *p) {
     FillArgs *a = p;
-    memset(a->x, 0, a->n * sizeof(float));
+    memset(a->x, 0, a->bytes);
 }
 
-void cpu_fill_zero(Stream *s, float *x, size_t n) {
-    FillArgs a = { x, n };
+void cpu_fill_zero(Stream *s, void *x, size_t bytes) {
+    FillArgs a = { x, bytes };
     stream_launch(s, fill_zero_task, &a, sizeof a);
 }

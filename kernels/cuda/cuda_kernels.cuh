@@ -76,14 +76,16 @@ void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float
 void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
                                 float dloss);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
-void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp);
-void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch);
-void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm);
-void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch);
-void cuda_fill_zero(Stream *s, float *x, size_t n);
+void cuda_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
+                       AdamWParams hp);
+void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cuda_fill_zero(Stream *s, void *x, size_t bytes);
 /* precision.cu */
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cuda_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void cuda_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
+void cuda_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #endif

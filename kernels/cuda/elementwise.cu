@@ -87,6 +87,6 @@ void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dro
     CHECK_LAUNCH("dropout_kernel");
 }
 
-void cuda_fill_zero(Stream *s, float *x, size_t n) {
-    CHECK_CUDA(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream(s)));
+void cuda_fill_zero(Stream *s, void *x, size_t bytes) {
+    CHECK_CUDA(cudaMemsetAsync(x, 0, bytes, cuda_stream(s)));
 }

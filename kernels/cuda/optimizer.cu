@@ -1,5 +1,6 @@
 /* optimizer.cu: the AdamW update, the squared-norm reduction and the scale for
  * clipping, and the count of non-finite values that guards steps and saves, on the GPU.
+ * A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's number_at).
  *
  * The sums go by fixed chunks (SUMSQ_CHUNK), each through a block-wide tree in
  * double (block_sum), then the chunks in order: they repeat bit for bit.
@@ -9,12 +10,13 @@
 #include "cuda_kernels.cuh"
 
 /* torch.optim.AdamW's arithmetic, as the CPU's; the scalars come from the host. */
-__global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, float beta1,
+__global__ static void adamw_kernel(float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
+                                    float beta1,
                                     float beta2, float eps, float bias_correction2_sqrt, float step_size,
                                     float decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i];
+    float g = number_at(grad, grad_held, i);
     float mi = m[i] + (1.0f - beta1) * (g - m[i]);
     float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
@@ -23,22 +25,26 @@ __global__ static void adamw_kernel(float *param, const float *grad, float *m, f
     param[i] = param[i] * decay - step_size * mi / denom;
 }
 
-void cuda_adamw_update(Stream *s, float *param, const float *grad, float *m, float *v, size_t n, AdamWParams hp) {
+void cuda_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
+                       AdamWParams hp) {
     float bias_correction1 = 1.0f - powf(hp.beta1, (float)hp.step);
     float bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, (float)hp.step));
     float step_size = hp.lr / bias_correction1;
     float decay = 1.0f - hp.lr * hp.weight_decay;
-    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, grad, m, v, n, hp.beta1, hp.beta2, hp.eps,
-                                                                bias_correction2_sqrt, step_size, decay);
+    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, grad, grad_held, m, v, n, hp.beta1, hp.beta2,
+                                                                hp.eps, bias_correction2_sqrt, step_size, decay);
     CHECK_LAUNCH("adamw_kernel");
 }
 
 /* partial[chunk] = the chunk's sum of squares, in double */
-__global__ static void sumsq_chunk_kernel(double *partial, const float *x, size_t n) {
+__global__ static void sumsq_chunk_kernel(double *partial, const void *x, Precision held, size_t n) {
     size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
     size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
     double acc = 0.0;
-    for (size_t i = first + threadIdx.x; i < end; i += THREADS) acc += (double)x[i] * x[i];
+    for (size_t i = first + threadIdx.x; i < end; i += THREADS) {
+        double xi = number_at(x, held, i);
+        acc += xi * xi;
+    }
     double total = block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
@@ -50,46 +56,47 @@ __global__ static void sum_chunks_kernel(float *out, const double *partial, size
     *out = (float)total;
 }
 
-void cuda_sumsq_reduce(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
     size_t nchunks = sumsq_scratch_doubles(n);
     double *partial = scratch;
-    sumsq_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, n);
+    sumsq_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, held, n);
     CHECK_LAUNCH("sumsq_chunk_kernel");
     sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
 }
 
 /* Every thread sums the partials itself (at most 64, in order): no extra launch. */
-__global__ static void clip_scale_kernel(float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
+__global__ static void clip_scale_kernel(void *x, Precision held, size_t n, const float *sumsq, int nparts,
+                                         float max_norm) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double total = 0.0;
     for (int p = 0; p < nparts; p++) total += sumsq[p];
     /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     float coef = max_norm / ((float)sqrt(total) + 1e-6f);
-    if (coef < 1.0f) x[i] *= coef;
+    if (coef < 1.0f) number_put(x, held, i, number_at(x, held, i) * coef);
 }
 
-void cuda_clip_scale(Stream *s, float *x, size_t n, const float *sumsq, int nparts, float max_norm) {
-    clip_scale_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(x, n, sumsq, nparts, max_norm);
+void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
+    clip_scale_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(x, held, n, sumsq, nparts, max_norm);
     CHECK_LAUNCH("clip_scale_kernel");
 }
 
 /* partial[chunk] = how many of the chunk's values are NaN or infinite */
-__global__ static void nonfinite_chunk_kernel(double *partial, const float *x, size_t n) {
+__global__ static void nonfinite_chunk_kernel(double *partial, const void *x, Precision held, size_t n) {
     size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
     size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
     double count = 0.0;
-    for (size_t i = first + threadIdx.x; i < end; i += THREADS) count += isfinite(x[i]) ? 0.0 : 1.0;
+    for (size_t i = first + threadIdx.x; i < end; i += THREADS) count += isfinite(number_at(x, held, i)) ? 0.0 : 1.0;
     double total = block_sum(count);
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-void cuda_count_nonfinite(Stream *s, float *out, const float *x, size_t n, double *scratch) {
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
     size_t nchunks = sumsq_scratch_doubles(n);
-    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, n);
+    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, held, n);
     CHECK_LAUNCH("nonfinite_chunk_kernel");
     sum_chunks_kernel<<<1, 1, 0, stream>>>(out, scratch, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
