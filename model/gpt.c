@@ -30,15 +30,25 @@ static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
     free(layout);
 }
 
+/* The block internals a block's backward reads, kept in bf16 under autocast
+ * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
+ * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position. */
+enum { KEPT_TENSORS = 7, KEPT_WIDTH = 15 };
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
- * only each block's output (resid3, the next one's input) for all L. What
- * attention keeps and its scratch are the device's backend's to size. */
+ * only each block's output (resid3, the next one's input) for all L. In bf16
+ * without recompute the internals the backward reads are kept for all L in
+ * bf16, and the fp32 internals are one block's too (Lk = 1) but for the
+ * statistics (LayerNorm's, attention's), kept for all L (Ls). What attention
+ * keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
-    size_t Lk = compute.recompute ? 1 : L;
+    int keeps_bf16 = compute.precision == PRECISION_BF16 && !compute.recompute;
+    size_t Lk = compute.recompute || keeps_bf16 ? 1 : L, Ls = compute.recompute ? 1 : L;
+    size_t kept = keeps_bf16 ? (L * KEPT_WIDTH * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == PRECISION_BF16) {
         unit_floats(cfg, &root, &block);
@@ -48,11 +58,11 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->heads);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
-        { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Lk * BT }, { &a->ln1_rstd, Lk * BT },
+        { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
         { &a->qkv, Lk * BT * 3 * C },
-        { &a->att_saved, Lk * att.saved },
+        { &a->att_saved, Ls * att.saved },
         { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
-        { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Lk * BT }, { &a->ln2_rstd, Lk * BT },
+        { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
@@ -61,7 +71,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
         { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
-        { &a->dhead_bf16, wte },
+        { &a->dhead_bf16, wte }, { &a->kept_storage, kept },
     };
     memcpy(table, slots, sizeof slots);
 }
@@ -118,6 +128,10 @@ static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) 
 /* ---- mixed precision: where torch.autocast(bfloat16) rounds (gpt.h) ---- */
 
 static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
+
+/* Under autocast without recompute, each block's internals are kept in bf16
+ * between its forward and its backward (KEPT_TENSORS). */
+static int keeps_bf16(const GPT *m) { return autocast(m) && !m->recompute; }
 
 /* Under autocast, x rounded to bf16 in place: the output of an op run in
  * bf16, or a gradient that flows into a bf16 tensor. */
@@ -302,7 +316,8 @@ static void branch_backward(GPT *m, float *dbranch, const float *dresid, size_t 
 
 /* Block l's activations for this forward's B x T: its input x, its output
  * resid3, and its internals, which with recompute every block writes over
- * the one block's buffers that there are. */
+ * the one block's buffers that there are; in bf16 without recompute too,
+ * but for the statistics (LayerNorm's mean and 1/std, attention's saved). */
 typedef struct {
     const float *x;
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att_saved, *atty, *attproj, *resid2;
@@ -313,13 +328,14 @@ static BlockActivations block_activations(const GPT *m, int l) {
     const Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.heads).saved;
-    size_t k = m->recompute ? 0 : (size_t)l;  /* the internals' block */
+    size_t k = m->recompute || keeps_bf16(m) ? 0 : (size_t)l;  /* the internals' block */
+    size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
     BlockActivations b = {
         .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
-        .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + k * BT, .ln1_rstd = a->ln1_rstd + k * BT,
-        .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + k * att,
+        .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + ks * BT, .ln1_rstd = a->ln1_rstd + ks * BT,
+        .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + ks * att,
         .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
-        .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + k * BT, .ln2_rstd = a->ln2_rstd + k * BT,
+        .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + ks * BT, .ln2_rstd = a->ln2_rstd + ks * BT,
         .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + k * BT * 4 * C,
         .fcproj = a->fcproj + k * BT * C, .resid3 = a->resid3 + (size_t)l * BT * C,
     };
@@ -351,6 +367,25 @@ static Dropout dropout_at(const GPT *m, uint32_t site) {
     return d;
 }
 
+/* Block l's internals that its backward reads, kept in bf16 (keeps_bf16):
+ * stored from the block's fp32 buffers once its forward is done, or loaded
+ * back into them before its backward. Exact both ways: autocast made every
+ * one of them bf16 values (each a Linear's input or output, rounded). */
+static void keep_block(GPT *m, int l, int load) {
+    Stream *s = m->base.stream;
+    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
+    BlockActivations b = block_activations(m, l);
+    float *tensors[KEPT_TENSORS] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch, b.fch_gelu };
+    const size_t widths[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };
+    bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * KEPT_WIDTH * BT * C;
+    for (int i = 0; i < KEPT_TENSORS; i++) {
+        size_t n = widths[i] * BT * C;
+        if (load) load_bf16(s, tensors[i], kept, n);
+        else store_bf16(s, kept, tensors[i], n);
+        kept += n;
+    }
+}
+
 /* Block l's forward from its input, with this forward's dropout masks (pure
  * functions of seed, rank, step, site and element), so that a recomputation
  * writes the same bits. hooks: 1 in the forward, 0 recomputed in the backward. */
@@ -375,6 +410,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
     linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
+    if (keeps_bf16(m)) keep_block(m, l, 0);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
     bf16_values(m, b.fcproj, BT * C);
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
@@ -491,6 +527,7 @@ void gpt_backward(GPT *m, float dloss) {
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
+        if (keeps_bf16(m)) keep_block(m, l, 1);
         branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         linear_backward(m, a->dfch, l, FCPROJ, a->dproj, b.fch_gelu, BT, 4 * C, C);
         leave_backward(m, l, FCPROJ);

@@ -47,9 +47,14 @@ typedef struct {
      * ([4C, C], the largest), and the head's, kept until the embedding's
      * joins it ([V, C]). */
     float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
+    /* bf16 without recompute: what each block's backward reads of its
+     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C]),
+     * kept in bf16, two numbers to a float of the allocation; the internals
+     * above are then one block's, where the forward and the backward work. */
+    float *kept_storage;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 34 };
+enum { ACTIVATION_TENSORS = 35 };
 /* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
  * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
 enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
@@ -89,8 +94,10 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * residual stream, attention, GELU and dropout are rounded after each op;
  * LayerNorm, softmax and the loss compute in fp32 on bf16 values; each
  * gradient into a bf16 tensor is rounded, and every parameter's is made in
- * bf16 before it adds into its fp32 gradient. The weights, gradients and
- * AdamW stay fp32 (the master copy); bf16 values are kept in fp32 buffers.
+ * bf16 before it adds into its fp32 gradient (or its bf16 one, where the
+ * strategy holds the gradients in bf16). What the backward reads of each
+ * block's internals is kept in bf16 (half the bytes, as autocast saves bf16
+ * tensors), the ops working in fp32 buffers of bf16 values.
  * The classifier (logits, softmax, loss) runs classifier_rows rows at a
  * time, in the forward for the loss and again in the backward for its
  * gradient: one chunk of logits is ever held. A forward without targets

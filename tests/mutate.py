@@ -422,6 +422,14 @@ MUTANTS = [
      "strategies/ranks.c",
      "const void *nan_value = held == PRECISION_BF16 ? (const void *)&nan_bf16 : (const void *)&nan_fp32;",
      "const void *nan_value = held == PRECISION_BF16 && 0 ? (const void *)&nan_bf16 : (const void *)&nan_fp32;"),
+    ("kept-bf16-block-0-for-every-block", "bf16 activations: every block's kept internals stored and loaded at block 0's",
+     "model/gpt.c",
+     "bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * KEPT_WIDTH * BT * C;",
+     "bf16 *kept = (bf16 *)m->acts.kept_storage + 0 * (size_t)l * KEPT_WIDTH * BT * C;"),
+    ("kept-bf16-not-loaded", "bf16 activations: a block's backward reads the last block's internals, its own not loaded",
+     "model/gpt.c",
+     "        if (keeps_bf16(m)) keep_block(m, l, 1);",
+     "        if (0 && keeps_bf16(m)) keep_block(m, l, 1);"),
 ]
 
 

@@ -307,6 +307,26 @@ static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, in
     return floats;
 }
 
+/* In bf16, what each block keeps for its backward is under half its fp32
+ * bytes: its internals in bf16, its output and the statistics in fp32. A
+ * block more adds that to the activations (gpt_activation_floats, what
+ * gpt_create allocates); with recompute, bf16 keeps what fp32 keeps. */
+Test(model, bf16_keeps_each_block_in_under_half_the_bytes) {
+    ModelConfig cfg = { 65, 64, 2, 4, 64, MODEL_GPT, 0, 0 }, more = cfg;
+    more.layers = 3;
+    size_t block[2][PRECISIONS];
+    for (int recompute = 0; recompute <= 1; recompute++)
+        for (int p = 0; p < PRECISIONS; p++) {
+            ComputePolicy compute = { .recompute = recompute, .precision = (Precision)p };
+            block[recompute][p] = gpt_activation_floats(&more, DEVICE_CPU, compute, 4, 64) -
+                                  gpt_activation_floats(&cfg, DEVICE_CPU, compute, 4, 64);
+        }
+    cr_expect_lt(2 * block[0][PRECISION_BF16], block[0][PRECISION_FP32], "a block keeps %zu floats in bf16, %zu in fp32",
+                 block[0][PRECISION_BF16], block[0][PRECISION_FP32]);
+    cr_expect_eq(block[1][PRECISION_BF16], block[1][PRECISION_FP32], "with recompute: %zu in bf16, %zu in fp32",
+                 block[1][PRECISION_BF16], block[1][PRECISION_FP32]);
+}
+
 Test(model, activations_hold_no_t_by_t_buffer) {
     ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {
@@ -333,7 +353,8 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * backward the residual stream's gradient and every parameter's (one
  * micro-step: each made in bf16, added into zero); and fp32 holds none of
  * these as bf16 values only. With biases and dropout, so that every op is
- * there. */
+ * there. (In bf16 the block internals are one block's, the first, loaded
+ * back from what is kept of it in bf16.) */
 Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, 1, 0 };
     int B = 2, T = 8, x[16], y[16];
@@ -352,13 +373,13 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
         float *params = malloc(layout.total * sizeof(float));
         random_params(&layout, params, 5);
         model_loss_and_grads(&m->base, params, x, y, B, T, 3);
-        size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd;
+        size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd, Lk = p == PRECISION_BF16 ? 1 : L;
         const Activations *a = &m->acts;
         struct { const char *name; const float *at; size_t n; } held[] = {
-            { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, L * BT * C }, { "qkv", a->qkv, L * BT * 3 * C },
-            { "atty", a->atty, L * BT * C }, { "attproj", a->attproj, L * BT * C },
-            { "resid2", a->resid2, L * BT * C }, { "ln2", a->ln2, L * BT * C }, { "fch", a->fch, L * BT * 4 * C },
-            { "fch_gelu", a->fch_gelu, L * BT * 4 * C }, { "fcproj", a->fcproj, L * BT * C },
+            { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, Lk * BT * C }, { "qkv", a->qkv, Lk * BT * 3 * C },
+            { "atty", a->atty, Lk * BT * C }, { "attproj", a->attproj, Lk * BT * C },
+            { "resid2", a->resid2, Lk * BT * C }, { "ln2", a->ln2, Lk * BT * C }, { "fch", a->fch, Lk * BT * 4 * C },
+            { "fch_gelu", a->fch_gelu, Lk * BT * 4 * C }, { "fcproj", a->fcproj, Lk * BT * C },
             { "resid3", a->resid3, L * BT * C }, { "lnf", a->lnf, BT * C },
             { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
         };
