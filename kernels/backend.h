@@ -27,6 +27,9 @@ typedef struct {
                            int C, int OC);
     void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
+    void (*matmul_forward_bf16)(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                                 const float *weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int NH);
     void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                               int B, int T, int C, int NH, Dropout drop);

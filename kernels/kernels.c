@@ -64,6 +64,19 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     trace_end(s);
 }
 
+void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+    trace_begin(s, "matmul_forward", -1);
+    backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
+    trace_end(s);
+}
+
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC) {
+    trace_begin(s, "matmul_backward", -1);
+    backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
+    trace_end(s);
+}
+
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH) {
     return backend_of_kind(kind)->attention_buffers(B, T, NH);
 }

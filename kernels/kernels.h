@@ -54,6 +54,14 @@ void matmul_forward(Stream *s, float *out, const float *inp, const float *weight
                     int N, int C, int OC);
 void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC);
+/* The same products of bf16 values held in fp32 (autocast's Linear: every
+ * input a bf16 value), accumulated in fp32: on the CPU through sgemm, each
+ * product of two bf16 exact in fp32; on the GPU on its bf16 tensor cores,
+ * each input stored in 16 bits (exact) and cublasGemmEx with CUDA_R_16BF
+ * inputs, fp32 outputs and CUBLAS_COMPUTE_32F. */
+void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
  * channels); out[B,T,C] the heads side by side. `saved` is what the forward

@@ -133,6 +133,19 @@ static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
  * between its forward and its backward (KEPT_TENSORS). */
 static int keeps_bf16(const GPT *m) { return autocast(m) && !m->recompute; }
 
+/* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
+ * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
+static void product_forward(GPT *m, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+    if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, N, C, OC);
+    else matmul_forward(m->base.stream, out, inp, weight, N, C, OC);
+}
+
+static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, int N, int C, int OC) {
+    if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
+    else matmul_backward(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
+}
+
 /* Under autocast, x rounded to bf16 in place: the output of an op run in
  * bf16, or a gradient that flows into a bf16 tensor. */
 static void bf16_values(GPT *m, float *x, size_t n) {
@@ -261,12 +274,12 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
  * its weights read through block_weights. Under autocast inp is rounded in
  * place first (the bf16 copy autocast keeps for the backward; where a bf16
  * op wrote it, attention or GELU, this is that op's rounding too), and out
- * once, after the bias: an fp32 product of bf16 values (sgemm: each product
- * of two bf16 is exact in fp32), rounded. */
+ * once, after the bias: an fp32 product of bf16 values (product_forward: on
+ * the CPU sgemm, each product of two bf16 exact in fp32), rounded. */
 static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
     const float *weight = block_weights(m, l, i, hooks);
     bf16_values(m, inp, N * C);
-    matmul_forward(m->base.stream, out, inp, weight, (int)N, C, OC);
+    product_forward(m, out, inp, weight, (int)N, C, OC);
     add_bias(m, out, l, i, N, OC);
     bf16_values(m, out, N * OC);
 }
@@ -277,8 +290,7 @@ static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hoo
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
                             int OC) {
     int t = block_tensor(m, l, i);
-    matmul_backward(m->base.stream, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i),
-                    (int)N, C, OC);
+    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     bf16_values(m, dinp, N * C);
     add_bf16_grad(m, t, (size_t)OC * C);
     bias_grad(m, bias_after(m, t), dout, N, OC);
@@ -431,13 +443,13 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
     bf16_values(m, lnf, (size_t)rows * C);
-    matmul_forward(s, a->logits, lnf, wte, rows, C, V);
+    product_forward(m, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->logits, (size_t)rows * V);
     crossentropy_forward(s, NULL, a->losses + r0, a->probs, a->logits, targets, rows, V);
     if (!dwte) return;
     crossentropy_backward(s, a->probs, a->probs, targets, rows, V, dloss);  /* in place: the chunk's dlogits */
     bf16_values(m, a->probs, (size_t)rows * V);
-    matmul_backward(s, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
+    product_backward(m, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 
@@ -486,7 +498,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
             bf16_values(m, last, C);
-            matmul_forward(s, logits, last, head, 1, C, V);
+            product_forward(m, logits, last, head, 1, C, V);
             bf16_values(m, logits, V);
         }
     }

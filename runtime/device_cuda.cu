@@ -56,6 +56,8 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;          /* NULL until the first matmul */
     unsigned long long *timer;    /* device memory: stream_timer_start's point, in GPU ns */
+    bf16 *staging;                /* cuda_bf16_staging's, NULL until the first product in bf16 */
+    size_t staging_numbers;
 } CudaStream;
 
 typedef struct {
@@ -169,6 +171,7 @@ static void cuda_stream_destroy(Stream *stream) {
     use_device(stream->dev);
     CHECK(cudaStreamSynchronize(s->stream));
     if (s->blas) cublas_check(gpu_cublas()->destroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
+    device_free(stream->dev, MEM_WORKING, s->staging, s->staging_numbers * sizeof(bf16));
     CHECK(cudaFree(s->timer));
     CHECK(cudaStreamDestroy(s->stream));
     free(s);
@@ -190,6 +193,16 @@ cublasHandle_t cuda_blas(Stream *stream) {
                      "cublasSetMathMode", __FILE__, __LINE__);
     }
     return s->blas;
+}
+
+bf16 *cuda_bf16_staging(Stream *stream, size_t n) {
+    CudaStream *s = (CudaStream *)stream;
+    if (n <= s->staging_numbers) return s->staging;
+    CHECK(cudaStreamSynchronize(s->stream));  /* the old staging's readers are done */
+    device_free(stream->dev, MEM_WORKING, s->staging, s->staging_numbers * sizeof(bf16));
+    s->staging = (bf16 *)device_alloc(stream->dev, MEM_WORKING, n * sizeof(bf16));
+    s->staging_numbers = n;
+    return s->staging;
 }
 
 static void cuda_copy(Stream *s, void *dst, const void *src, size_t bytes) {

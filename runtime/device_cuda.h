@@ -20,6 +20,10 @@ extern "C" {
 cudaStream_t cuda_stream(Stream *s);
 /* The stream's cuBLAS handle (made on first use; fp32, or TF32 when enabled). */
 cublasHandle_t cuda_blas(Stream *s);
+/* Room for n bf16 numbers on the stream's GPU (MEM_WORKING), for the stream's
+ * work only: the inputs of a product in bf16 (kernels/cuda/matmul.cu). Grown
+ * once the stream's earlier work is done; the first steps grow it. */
+bf16 *cuda_bf16_staging(Stream *s, size_t n);
 
 void cuda_check(cudaError_t rc, const char *what, const char *file, int line);
 void cublas_check(cublasStatus_t rc, const char *what, const char *file, int line);

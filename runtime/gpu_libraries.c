@@ -60,6 +60,7 @@ static void load_cublas(void) {
     cublas.set_stream = (__typeof__(cublas.set_stream))function_of(lib, "cublasSetStream_v2");
     cublas.set_math_mode = (__typeof__(cublas.set_math_mode))function_of(lib, "cublasSetMathMode");
     cublas.sgemm = (__typeof__(cublas.sgemm))function_of(lib, "cublasSgemm_v2");
+    cublas.gemm_ex = (__typeof__(cublas.gemm_ex))function_of(lib, "cublasGemmEx");
     cublas.sgemm_strided_batched =
         (__typeof__(cublas.sgemm_strided_batched))function_of(lib, "cublasSgemmStridedBatched");
 }

@@ -31,6 +31,11 @@ typedef struct {
     __typeof__(cublasSetStream_v2) *set_stream;
     __typeof__(cublasSetMathMode) *set_math_mode;
     __typeof__(cublasSgemm_v2) *sgemm;
+    /* cublasGemmEx, spelled out: C++ overloads the name */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                              int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                              cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                              cublasComputeType_t compute, cublasGemmAlgo_t algo);
     __typeof__(cublasSgemmStridedBatched) *sgemm_strided_batched;
 } Cublas;
 

@@ -127,20 +127,48 @@ static void expect_same_bytes(Pair p, size_t bytes, const char *what) {
     free(got);
 }
 
-Test(gpu, matmul_forward_backward) {
-    need_gpu();
+/* p's values rounded to bf16, on both sides. */
+static void pair_round_to_bf16(Pair p) {
+    for (size_t i = 0; i < p.n; i++) p.cpu[i] = bf16_rounded(p.cpu[i]);
+    stream_copy(gpu_stream, p.gpu, p.cpu, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+}
+
+/* A Linear's products, fp32's (sgemm on both sides), or of bf16 values
+ * (the GPU's bf16 tensor cores through cublasGemmEx, against the CPU's sgemm). */
+static void check_matmul(Precision p) {
     int N = 74, C = 48, OC = 80;
     Pair inp = pair_random((size_t)N * C, -1, 1, 1), w = pair_random((size_t)OC * C, -1, 1, 2);
     Pair out = pair_random((size_t)N * OC, -1, 1, 3), dout = pair_random((size_t)N * OC, -1, 1, 4);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 5), dw = pair_random((size_t)OC * C, -1, 1, 6);
-    matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
-    matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
-    matmul_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
-    matmul_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+    if (p == PRECISION_BF16) {
+        pair_round_to_bf16(inp);
+        pair_round_to_bf16(w);
+        pair_round_to_bf16(dout);
+        matmul_forward_bf16(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
+        matmul_forward_bf16(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
+        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
+        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+    } else {
+        matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
+        matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
+        matmul_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
+        matmul_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+    }
     expect_match(out, REDUCTION_TOL, "matmul out");
     expect_match(dinp, REDUCTION_TOL, "matmul dinp");
     expect_match(dw, REDUCTION_TOL, "matmul dweight (added)");
     pair_free(inp); pair_free(w); pair_free(out); pair_free(dout); pair_free(dinp); pair_free(dw);
+}
+
+Test(gpu, matmul_forward_backward) {
+    need_gpu();
+    check_matmul(PRECISION_FP32);
+}
+
+Test(gpu, matmul_of_bf16_values_on_the_tensor_cores) {
+    need_gpu();
+    check_matmul(PRECISION_BF16);
 }
 
 Test(gpu, layernorm_forward_backward) {

@@ -60,6 +60,9 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
+void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int NH);
 void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B, int T,
                             int C, int NH, Dropout drop);

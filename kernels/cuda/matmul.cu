@@ -1,4 +1,5 @@
-/* matmul.cu: Linear layers on the GPU, through cuBLAS.
+/* matmul.cu: Linear layers on the GPU, through cuBLAS: sgemm, or for bf16
+ * values (autocast's Linear) cublasGemmEx on the bf16 tensor cores.
  *
  * cuBLAS is column-major; a row-major [rows, cols] matrix is a column-major
  * [cols, rows] one with the same leading dimension, so each product below is
@@ -22,4 +23,35 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
     CHECK_CUBLAS(gpu_cublas()->sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &ONE, weight, C, dout, OC, &ZERO, dinp, C));
     /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
     CHECK_CUBLAS(gpu_cublas()->sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &ONE, inp, C, dout, OC, &ONE, dweight, C));
+}
+
+/* out = op(a) @ op(b) (+ out with accumulate), column-major as cuBLAS sees it,
+ * of bf16 inputs on the tensor cores: fp32 output, fp32 accumulation. */
+static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const bf16 *a, int lda, const bf16 *b, int ldb, float *out, int ldo, int accumulate) {
+    CHECK_CUBLAS(gpu_cublas()->gemm_ex(blas, ta, tb, m, n, k, &ONE, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                                       accumulate ? &ONE : &ZERO, out, CUDA_R_32F, ldo, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+}
+
+/* The same products of bf16 values (kernels.h): the inputs stored in the
+ * stream's bf16 staging (exact: they are bf16 values), then gemm_bf16. */
+void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+    size_t w = (size_t)OC * C, x = (size_t)N * C;
+    bf16 *w16 = cuda_bf16_staging(s, w + x), *x16 = w16 + w;
+    cuda_store_bf16(s, w16, weight, w);
+    cuda_store_bf16(s, x16, inp, x);
+    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out, OC, 0);
+}
+
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, int N, int C, int OC) {
+    size_t w = (size_t)OC * C, x = (size_t)N * C, d = (size_t)N * OC;
+    bf16 *w16 = cuda_bf16_staging(s, w + x + d), *x16 = w16 + w, *d16 = x16 + x;
+    cuda_store_bf16(s, w16, weight, w);
+    cuda_store_bf16(s, x16, inp, x);
+    cuda_store_bf16(s, d16, dout, d);
+    cublasHandle_t blas = cuda_blas(s);
+    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, C, 0);       /* dinp = dout @ weight */
+    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, C, 1);   /* dweight += dout^T @ inp */
 }
