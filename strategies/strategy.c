@@ -171,8 +171,8 @@ static int link_inter_error(const StrategyConfig *cfg, char *err, size_t len) {
 }
 
 Precision strategy_grads_held(const StrategyConfig *cfg) {
-    int bf16 = cfg->precision == PRECISION_BF16 && cfg->reduce_precision == PRECISION_BF16;
-    return bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    int both = cfg->precision == PRECISION_BF16 && cfg->reduce_precision == PRECISION_BF16;
+    return both ? PRECISION_BF16 : PRECISION_FP32;
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {
