@@ -34,6 +34,11 @@ static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
  * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
  * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position. */
 enum { KEPT_TENSORS = 7, KEPT_WIDTH = 15 };
+static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in C, summing to KEPT_WIDTH */
+
+/* Whether a model computing so keeps its blocks' internals in bf16: under
+ * autocast, unless it recomputes them. */
+static int keeps_bf16(ComputePolicy compute) { return compute.precision == PRECISION_BF16 && !compute.recompute; }
 
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
@@ -46,9 +51,8 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
-    int keeps_bf16 = compute.precision == PRECISION_BF16 && !compute.recompute;
-    size_t Lk = compute.recompute || keeps_bf16 ? 1 : L, Ls = compute.recompute ? 1 : L;
-    size_t kept = keeps_bf16 ? (L * KEPT_WIDTH * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
+    size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
+    size_t kept = keeps_bf16(compute) ? (L * KEPT_WIDTH * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == PRECISION_BF16) {
         unit_floats(cfg, &root, &block);
@@ -129,9 +133,8 @@ static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) 
 
 static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
 
-/* Under autocast without recompute, each block's internals are kept in bf16
- * between its forward and its backward (KEPT_TENSORS). */
-static int keeps_bf16(const GPT *m) { return autocast(m) && !m->recompute; }
+/* The model's ComputePolicy, as gpt_create was given it. */
+static ComputePolicy compute_of(const GPT *m) { return (ComputePolicy){ m->recompute, m->precision }; }
 
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
@@ -340,7 +343,7 @@ static BlockActivations block_activations(const GPT *m, int l) {
     const Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.heads).saved;
-    size_t k = m->recompute || keeps_bf16(m) ? 0 : (size_t)l;  /* the internals' block */
+    size_t k = m->recompute || keeps_bf16(compute_of(m)) ? 0 : (size_t)l;  /* the internals' block */
     size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
     BlockActivations b = {
         .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
@@ -388,10 +391,9 @@ static void keep_block(GPT *m, int l, int load) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
     float *tensors[KEPT_TENSORS] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch, b.fch_gelu };
-    const size_t widths[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };
     bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * KEPT_WIDTH * BT * C;
     for (int i = 0; i < KEPT_TENSORS; i++) {
-        size_t n = widths[i] * BT * C;
+        size_t n = KEPT_WIDTHS[i] * BT * C;
         if (load) load_bf16(s, tensors[i], kept, n);
         else store_bf16(s, kept, tensors[i], n);
         kept += n;
@@ -422,7 +424,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
     linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
-    if (keeps_bf16(m)) keep_block(m, l, 0);
+    if (keeps_bf16(compute_of(m))) keep_block(m, l, 0);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
     bf16_values(m, b.fcproj, BT * C);
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
@@ -539,7 +541,7 @@ void gpt_backward(GPT *m, float dloss) {
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
-        if (keeps_bf16(m)) keep_block(m, l, 1);
+        if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);
         branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         linear_backward(m, a->dfch, l, FCPROJ, a->dproj, b.fch_gelu, BT, 4 * C, C);
         leave_backward(m, l, FCPROJ);

@@ -428,8 +428,8 @@ MUTANTS = [
      "bf16 *kept = (bf16 *)m->acts.kept_storage + 0 * (size_t)l * KEPT_WIDTH * BT * C;"),
     ("kept-bf16-not-loaded", "bf16 activations: a block's backward reads the last block's internals, its own not loaded",
      "model/gpt.c",
-     "        if (keeps_bf16(m)) keep_block(m, l, 1);",
-     "        if (0 && keeps_bf16(m)) keep_block(m, l, 1);"),
+     "        if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);",
+     "        if (0 && keeps_bf16(compute_of(m))) keep_block(m, l, 1);"),
 ]
 
 
