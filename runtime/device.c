@@ -146,7 +146,10 @@ void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, floa
     stream_sum_held(s, out, inputs, PRECISION_FP32, n, len, scale, dtype);
 }
 
-void stream_timer_start(Stream *s) { s->dev->ops->timer_start(s); }
+void stream_timer_start(Stream *s, Stamp *started) {
+    if (started) started->dev = s->dev;
+    s->dev->ops->timer_start(s, started);
+}
 
 void stream_hold(Stream *s, double seconds) {
     if (seconds > 0) s->dev->ops->hold(s, seconds);

@@ -117,11 +117,17 @@ void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, floa
  * only: the bits of stream_sum's bf16 sum of the same values. */
 void stream_sum_held(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
                      Precision dtype);
-/* The modeled link's time, with no processor busy: the stream notes when it
- * reaches stream_timer_start, and stream_hold holds it until `seconds` after
- * that point (at once if that is past). Work in between runs meanwhile, so an
- * operation takes the longer of its own time and the modeled one. */
-void stream_timer_start(Stream *s);
+/* The modeled link's time, with no processor busy. The link's clock starts
+ * at stream_timer_start as a link would: at the latest of when the host
+ * enqueued it, when this stream's last hold ended (the link free again) and
+ * when the work this stream waited on since was done; not when the stream gets
+ * there (a CPU stream's worker may be late, off its core; a GPU's stream gets
+ * there then). stream_hold holds the stream until `seconds` after that start
+ * (at once if that is past). Work in between runs meanwhile, so an operation
+ * takes the longer of its own time and the modeled one. `started`, if not
+ * NULL, is stamped (stream_stamp, below) with the clock's start. */
+typedef struct Stamp Stamp;
+void stream_timer_start(Stream *s, Stamp *started);
 void stream_hold(Stream *s, double seconds);
 void stream_synchronize(Stream *s);
 
@@ -130,11 +136,11 @@ void stream_synchronize(Stream *s);
  * it (after a synchronize), stamp_read gives that time in ns on the host's
  * CLOCK_MONOTONIC (a GPU's events are placed on it) and frees what the stamp
  * held. A stamp must not move until it is read. */
-typedef struct {
+struct Stamp {
     int64_t ns;
     void *event;   /* the backend's, until read */
     Device *dev;
-} Stamp;
+};
 void stream_stamp(Stream *s, Stamp *at);
 int64_t stamp_read(Stamp *at);
 

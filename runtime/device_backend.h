@@ -26,7 +26,7 @@ typedef struct {
     /* stream_sum_held's */
     void (*sum)(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
                 Precision dtype);
-    void (*timer_start)(Stream *s);
+    void (*timer_start)(Stream *s, Stamp *started);
     void (*hold)(Stream *s, double seconds);
     void (*synchronize)(Stream *s);
     Event *(*event_create)(Device *dev);

@@ -1,11 +1,13 @@
 /* device_cpu.c: the CPU backend of device.h.
  *
  * A stream is a worker thread draining a ring of tasks in FIFO order. Each
- * record of an event is a marker: a flag its stream sets when it gets there.
- * The event points at its latest marker; a wait takes that marker at enqueue
- * time and blocks the waiting stream's worker until the flag is set, so a later
- * record, even on another stream, never releases an earlier wait. Markers are
- * reference-counted, so an event may be destroyed while its records are pending.
+ * record of an event is a marker: a flag its stream sets when it gets there,
+ * with the time it did. The event points at its latest marker; a wait takes
+ * that marker at enqueue time and blocks the waiting stream's worker until the
+ * flag is set, so a later record, even on another stream, never releases an
+ * earlier wait. Markers are reference-counted, so an event may be destroyed
+ * while its records are pending. The times the waits saw start the modeled
+ * link's clock (stream_timer_start).
  */
 #include "device_cpu.h"
 
@@ -73,8 +75,20 @@ typedef struct {
     uint64_t launched, finished;
     uint64_t wake_at;            /* the nearest task count a synchronize waits for */
     int stopping;
-    struct timespec timer;       /* stream_timer_start's point (the worker's own) */
+    /* The modeled link, the worker's own (stream_timer_start, stream_hold):
+     * when its clock started, when its last hold ended (the link free again),
+     * and the latest time a marker this stream waited on was reached, since
+     * the clock last started (its inputs ready); in ns of CLOCK_MONOTONIC. */
+    int64_t link_start_ns, link_free_ns, inputs_ready_ns;
 } CpuStream;
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t latest(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static void *stream_worker(void *arg) {
     CpuStream *s = arg;
@@ -233,34 +247,6 @@ static void cpu_sum(Stream *s, void *out, const void *const *in, Precision held,
     stream_launch(s, sum_task, &a, sizeof a);
 }
 
-/* The stream's timer lives in its CpuStream and only its worker touches it. */
-typedef struct { CpuStream *s; double seconds; } TimerArgs;
-
-static void timer_start_task(void *p) {
-    TimerArgs *a = p;
-    clock_gettime(CLOCK_MONOTONIC, &a->s->timer);
-}
-
-/* Sleep to an absolute time: resumed sleeps after a signal do not drift. */
-static void hold_task(void *p) {
-    TimerArgs *a = p;
-    struct timespec until = a->s->timer;
-    double ns = (double)until.tv_nsec + a->seconds * 1e9;
-    until.tv_sec += (time_t)(ns / 1e9);
-    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) continue;
-}
-
-static void cpu_timer_start(Stream *s) {
-    TimerArgs a = { (CpuStream *)s, 0.0 };
-    stream_launch(s, timer_start_task, &a, sizeof a);
-}
-
-static void cpu_hold(Stream *s, double seconds) {
-    TimerArgs a = { (CpuStream *)s, seconds };
-    stream_launch(s, hold_task, &a, sizeof a);
-}
-
 /* Waits for the tasks launched before the call, not for later ones. Each waiter
  * keeps wake_at at the nearest target still pending. */
 static void cpu_synchronize(Stream *stream) {
@@ -280,6 +266,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t reached;
     int done;
+    int64_t reached_ns;  /* when its stream got there, once done */
     int refs;  /* the event while it is the latest record, and each pending task */
 } Marker;
 
@@ -308,10 +295,13 @@ static void marker_release(Marker *m) {
     free(m);
 }
 
-static void marker_wait(Marker *m) {
+/* Blocks until the marker is reached; returns when its stream got there. */
+static int64_t marker_wait(Marker *m) {
     pthread_mutex_lock(&m->mu);
     while (!m->done) pthread_cond_wait(&m->reached, &m->mu);
+    int64_t reached = m->reached_ns;
     pthread_mutex_unlock(&m->mu);
+    return reached;
 }
 
 typedef struct {
@@ -343,28 +333,31 @@ static Marker *latest_marker(CpuEvent *ev) {
     return m;
 }
 
-typedef struct { Marker *marker; } MarkerArgs;
+/* A marker, and for a wait the stream that waits (its inputs ready then). */
+typedef struct { Marker *marker; CpuStream *waiter; } MarkerArgs;
 
 static void mark_task(void *p) {
     Marker *m = ((MarkerArgs *)p)->marker;
+    int64_t reached = now_ns();
     pthread_mutex_lock(&m->mu);
     m->done = 1;
+    m->reached_ns = reached;
     pthread_cond_broadcast(&m->reached);
     pthread_mutex_unlock(&m->mu);
     marker_release(m);
 }
 
 static void wait_task(void *p) {
-    Marker *m = ((MarkerArgs *)p)->marker;
-    marker_wait(m);
-    marker_release(m);
+    MarkerArgs *a = p;
+    a->waiter->inputs_ready_ns = latest(a->waiter->inputs_ready_ns, marker_wait(a->marker));
+    marker_release(a->marker);
 }
 
 /* The mark task is queued before the marker is published, so no wait can be
  * queued on that stream ahead of the mark it waits for. */
 static void cpu_event_record(Event *event, Stream *s) {
     CpuEvent *ev = (CpuEvent *)event;
-    MarkerArgs a = { marker_create(2) };  /* the event's reference and the mark task's */
+    MarkerArgs a = { marker_create(2), NULL };  /* the event's reference and the mark task's */
     stream_launch(s, mark_task, &a, sizeof a);
     pthread_mutex_lock(&ev->mu);
     Marker *previous = ev->latest;
@@ -374,7 +367,7 @@ static void cpu_event_record(Event *event, Stream *s) {
 }
 
 static void cpu_wait_event(Stream *s, Event *ev) {
-    MarkerArgs a = { latest_marker((CpuEvent *)ev) };
+    MarkerArgs a = { latest_marker((CpuEvent *)ev), (CpuStream *)s };
     if (a.marker) stream_launch(s, wait_task, &a, sizeof a);
 }
 
@@ -385,15 +378,46 @@ static void cpu_event_synchronize(Event *ev) {
     marker_release(m);
 }
 
+/* ---- the modeled link's clock ---- */
+
+/* The link starts a collective when it can: once the host has enqueued it,
+ * the link is free and the inputs are ready, not when the worker gets there
+ * (on shared cores it may be late, taken off its core); the work in between
+ * runs under the hold, which ends `seconds` after that start. */
+typedef struct { CpuStream *s; double seconds; int64_t enqueued_ns; Stamp *started; } TimerArgs;
+
+static void timer_start_task(void *p) {
+    TimerArgs *a = p;
+    CpuStream *s = a->s;
+    s->link_start_ns = latest(a->enqueued_ns, latest(s->link_free_ns, s->inputs_ready_ns));
+    s->inputs_ready_ns = 0;
+    if (a->started) a->started->ns = s->link_start_ns;
+}
+
+/* Sleep to an absolute time: resumed sleeps after a signal do not drift. */
+static void hold_task(void *p) {
+    TimerArgs *a = p;
+    CpuStream *s = a->s;
+    s->link_free_ns = s->link_start_ns + (int64_t)(a->seconds * 1e9);
+    struct timespec until = { (time_t)(s->link_free_ns / 1000000000), (long)(s->link_free_ns % 1000000000) };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) continue;
+}
+
+static void cpu_timer_start(Stream *s, Stamp *started) {
+    TimerArgs a = { (CpuStream *)s, 0.0, now_ns(), started };
+    stream_launch(s, timer_start_task, &a, sizeof a);
+}
+
+static void cpu_hold(Stream *s, double seconds) {
+    TimerArgs a = { (CpuStream *)s, seconds, 0, NULL };
+    stream_launch(s, hold_task, &a, sizeof a);
+}
+
 /* ---- stamps: the worker notes the time it reaches one ---- */
 
 typedef struct { Stamp *at; } StampArgs;
 
-static void stamp_task(void *p) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    ((StampArgs *)p)->at->ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
+static void stamp_task(void *p) { ((StampArgs *)p)->at->ns = now_ns(); }
 
 static void cpu_stamp(Stream *s, Stamp *at) {
     StampArgs a = { at };

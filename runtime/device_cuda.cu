@@ -264,7 +264,12 @@ __global__ static void hold_kernel(const unsigned long long *timer, unsigned lon
     while (gpu_time_ns() < until) __nanosleep(500);
 }
 
-static void cuda_timer_start(Stream *s) {
+static void cuda_stamp(Stream *s, Stamp *at);
+
+/* The stream gets here once its inputs are done and its last hold is over:
+ * the link's start, as device.h has it, so a stamp here is that start. */
+static void cuda_timer_start(Stream *s, Stamp *started) {
+    if (started) cuda_stamp(s, started);
     timer_start_kernel<<<1, 1, 0, cuda_stream(s)>>>(((CudaStream *)s)->timer);
     cuda_check_launch("timer_start_kernel", __FILE__, __LINE__);
 }

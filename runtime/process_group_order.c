@@ -44,10 +44,10 @@ static void begin(ProcessGroup *pg, const char *collective, CollectiveName name,
     char what[RENDEZVOUS_NAME_MAX];
     collective_name_text(name, what, sizeof what);
     snprintf(label, len, "%s %s", collective, what);
-    if (pg->trace)
-        for (int r = 0; r < pg->nranks; r++) trace_begin(pg->comm[r], label, name.unit);
-    if (pg->link.gbps > 0)
-        for (int r = 0; r < pg->nranks; r++) stream_timer_start(pg->comm[r]);
+    for (int r = 0; r < pg->nranks; r++) {
+        if (pg->link.gbps > 0) trace_begin_link(pg->comm[r], label, name.unit);
+        else if (pg->trace) trace_begin(pg->comm[r], label, name.unit);
+    }
 }
 
 /* The collective's end: the modeled link's time is up (the data moved

@@ -96,9 +96,14 @@ static Span *new_span(Trace *t) {
     return span;
 }
 
-void trace_begin(Stream *s, const char *name, int unit) {
+/* trace_begin's and trace_begin_link's: the span's start stamped where the
+ * stream gets to it, or where the modeled link's clock starts (and started). */
+static void begin_span(Stream *s, const char *name, int unit, int link_clock) {
     struct TraceLane *lane = s->trace;
-    if (!lane) return;
+    if (!lane) {
+        if (link_clock) stream_timer_start(s, NULL);
+        return;
+    }
     if (lane->depth == TRACE_DEPTH) fatal("trace spans nested more than 8 deep");
     if (unit < 0 && lane->depth > 0) unit = lane->open_unit[lane->depth - 1];
     Span *span = lane->trace->recording ? new_span(lane->trace) : NULL;
@@ -107,12 +112,17 @@ void trace_begin(Stream *s, const char *name, int unit) {
         span->pid = lane->pid;
         span->tid = lane->tid;
         span->unit = unit;
-        stream_stamp(s, &span->start);
     }
+    if (link_clock) stream_timer_start(s, span ? &span->start : NULL);
+    else if (span) stream_stamp(s, &span->start);
     lane->open[lane->depth] = span;
     lane->open_unit[lane->depth] = unit;
     lane->depth++;
 }
+
+void trace_begin(Stream *s, const char *name, int unit) { begin_span(s, name, unit, 0); }
+
+void trace_begin_link(Stream *s, const char *name, int unit) { begin_span(s, name, unit, 1); }
 
 void trace_end(Stream *s) {
     struct TraceLane *lane = s->trace;

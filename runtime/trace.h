@@ -49,6 +49,10 @@ void trace_record(Trace *t, int on);
  * the unit of the span it is inside, if any. name: plain text, at most 47
  * characters, no quotes or backslashes. */
 void trace_begin(Stream *s, const char *name, int unit);
+/* The same for a collective on the modeled link: it starts the link's clock
+ * (stream_timer_start, traced or not), and the span starts where the clock
+ * does, so it shows the link's time, not the stream worker's lateness. */
+void trace_begin_link(Stream *s, const char *name, int unit);
 void trace_end(Stream *s);
 void trace_collect(Trace *t);
 /* Spans kept, and spans dropped past max_spans. */

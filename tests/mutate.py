@@ -430,6 +430,22 @@ MUTANTS = [
      "model/gpt.c",
      "        if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);",
      "        if (0 && keeps_bf16(compute_of(m))) keep_block(m, l, 1);"),
+    ("link-clock-at-the-worker", "the modeled link's clock starts when the stream's worker gets there, late or not",
+     "runtime/device_cpu.c",
+     "s->link_start_ns = latest(a->enqueued_ns, latest(s->link_free_ns, s->inputs_ready_ns));",
+     "s->link_start_ns = now_ns();"),
+    ("link-clock-ignores-the-inputs", "the modeled link's clock starts before the inputs it waited for were ready",
+     "runtime/device_cpu.c",
+     "s->link_start_ns = latest(a->enqueued_ns, latest(s->link_free_ns, s->inputs_ready_ns));",
+     "s->link_start_ns = latest(a->enqueued_ns, s->link_free_ns);"),
+    ("link-clock-ignores-a-busy-link", "the modeled link's clock starts before the link's last hold ended",
+     "runtime/device_cpu.c",
+     "s->link_start_ns = latest(a->enqueued_ns, latest(s->link_free_ns, s->inputs_ready_ns));",
+     "s->link_start_ns = latest(a->enqueued_ns, s->inputs_ready_ns);"),
+    ("link-clock-before-the-enqueue", "the modeled link's clock of an idle link starts at its last hold's end, before the host enqueued it",
+     "runtime/device_cpu.c",
+     "s->link_start_ns = latest(a->enqueued_ns, latest(s->link_free_ns, s->inputs_ready_ns));",
+     "s->link_start_ns = latest(s->link_free_ns, s->inputs_ready_ns);"),
 ]
 
 

@@ -782,7 +782,7 @@ static void hold_an_all_reduce_past_the_timeout(int child) {
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
     pg_all_reduce(pg, TEST, &buf, n, 0.5f, PRECISION_FP32, NULL);
     stream_synchronize(pg->compute[0]);
-    stream_timer_start(pg->comm[0]);
+    stream_timer_start(pg->comm[0], NULL);
     stream_hold(pg->comm[0], 4.0);
     pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, PRECISION_FP32, NULL);
     stream_synchronize(pg->compute[0]);

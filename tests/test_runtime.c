@@ -1,5 +1,5 @@
-/* test_runtime.c: CPU streams and events, memory accounting and its peak, the arena layout,
- * the world's deadlines and its abort. */
+/* test_runtime.c: CPU streams and events, the modeled link's clock, memory accounting and its
+ * peak, the arena layout, the world's deadlines and its abort. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
@@ -14,6 +14,7 @@
 #include "../runtime/device.h"
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
+#include "../training/trainer.h"
 #include "stream_stress.h"
 
 static void sleep_us(long us) {
@@ -408,4 +409,61 @@ Test(runtime, the_link_model_is_its_formulas) {
     cr_expect_float_eq(ddp.seconds, 7 * 2e-6 + 2 * 0.875 * bytes / 100e9, eps, "%.9g", ddp.seconds);
     cr_expect_float_eq(ddp.inter_bytes, 0.0, eps);
     cr_expect_float_eq(ring_seconds(one_tier.intra, 8, 1, n, PRECISION_FP32), ddp.seconds, eps);
+}
+
+static void sleep_300_ms(void *arg) {
+    (void)arg;
+    sleep_us(300000);
+}
+
+/* The modeled link's clock starts when a link could start the collective: once
+ * it is enqueued, the link free and the inputs ready; not when a late worker
+ * gets there (a simulated rank's comm thread off its core). */
+Test(runtime, the_link_clock_starts_when_the_link_could_start, .timeout = 30) {
+    Device *dev = device_create_cpu(1, -1);
+    Stream *comm = stream_create(dev), *compute = stream_create(dev);
+    Event *ready = event_create(dev);
+    /* inputs ready at once, the worker 300 ms late: the 200 ms hold is past */
+    double t0 = wall_seconds();
+    event_record(ready, compute);
+    stream_wait_event(comm, ready);
+    stream_host_task(comm, sleep_300_ms, NULL);
+    stream_timer_start(comm, NULL);
+    stream_hold(comm, 0.2);
+    stream_synchronize(comm);
+    double late = wall_seconds() - t0;
+    cr_expect_lt(late, 0.45, "a late worker's hold took %.3f s, not the 0.3 s of its lateness", late);
+    cr_expect_geq(late, 0.3);
+    /* inputs ready after 300 ms: the hold counts from then */
+    t0 = wall_seconds();
+    stream_host_task(compute, sleep_300_ms, NULL);
+    event_record(ready, compute);
+    stream_wait_event(comm, ready);
+    stream_timer_start(comm, NULL);
+    stream_hold(comm, 0.2);
+    stream_synchronize(comm);
+    double waited = wall_seconds() - t0;
+    cr_expect_geq(waited, 0.49, "a hold after inputs ready at 0.3 s ended at %.3f s", waited);
+    /* back to back, the second starts when the link is free */
+    t0 = wall_seconds();
+    for (int i = 0; i < 2; i++) {
+        stream_timer_start(comm, NULL);
+        stream_hold(comm, 0.2);
+    }
+    stream_synchronize(comm);
+    double both = wall_seconds() - t0;
+    cr_expect_geq(both, 0.39, "two 0.2 s holds took %.3f s", both);
+    /* a link idle since long ago: the hold still counts from its enqueue */
+    sleep_us(300000);
+    t0 = wall_seconds();
+    stream_timer_start(comm, NULL);
+    stream_hold(comm, 0.2);
+    stream_synchronize(comm);
+    double fresh = wall_seconds() - t0;
+    cr_expect_geq(fresh, 0.19, "a hold on an idle link took %.3f s", fresh);
+    stream_synchronize(compute);
+    event_destroy(ready);
+    stream_destroy(comm);
+    stream_destroy(compute);
+    device_destroy(dev);
 }
