@@ -1,12 +1,13 @@
 /* bench_overlap.c: what overlapping the collectives buys.
  *
  * For DDP and ZeRO-1, 2 and 3 on N = 1, 2 and 4 ranks, the ms of a training
- * step three ways, a step of each in turn: with no modeled link (every
- * collective free: the baseline), and over the modeled link with overlap off
- * and on. Every collective the link charges counts as communication: the
+ * step three ways, a turn of two steps of each in turn (the second timed, as
+ * a step of a run starts, with what the one before left in flight): with no
+ * modeled link (every collective free: the baseline), and over the modeled
+ * link with overlap off and on. Every collective the link charges counts as communication: the
  * gradients' all-reduces and reduce-scatters, and the weights' all-gathers
  * (ZeRO-1/2 after the step, ZeRO-3 around each unit). Then per row, from the
- * steps paired by index (step i of each variant ran side by side):
+ * steps paired by index (turn i of each variant ran side by side):
  *   comm     = median of (step without overlap - baseline step)
  *   model    = what the ring cost model predicts for the collectives of the
  *              step without overlap
@@ -20,7 +21,7 @@
  * as long as its backward: a forward and backward less a forward, timed in
  * turn, the fastest of each.
  * Writes the table as Markdown on stdout and as CSV to --log (if given), and
- * with --trace=PATH a Chrome trace of one more step of every variant, untimed
+ * with --trace=PATH a Chrome trace of one more turn (two steps) of every variant, untimed
  * (processes "ZeRO-3 N=4 overlap on rank 2", ...).
  *
  * With --link-inter (and --link, --shard-ranks=S, --gpus=N): the two-tier
@@ -81,9 +82,12 @@ static Strategy *make(int zero, int nranks, const TrainOptions *o, const Dataset
     return s;
 }
 
-/* The three variants side by side, a step of each in turn, so that the
- * machine's drift touches all three alike. With a trace, one more step of
- * each, recorded, not timed. */
+/* The three variants side by side, a turn of each in turn, so that the
+ * machine's drift touches all three alike. A turn is two steps, the second
+ * timed: it starts as a step of a run does, with what the one before left in
+ * flight (ZeRO-2's weight gathers run under the next forward), and the turn
+ * ends once its collectives are done, so that none runs on under another
+ * variant's steps. With a trace, one more turn of each, recorded, not timed. */
 static Times time_variants(const StrategyKind *kind, int nranks, const TrainOptions *o, const Dataset *data, LinkModel link,
                            Tiers tiers, Trace *trace) {
     enum { WARMUP = 2 };
@@ -98,11 +102,13 @@ static Times time_variants(const StrategyKind *kind, int nranks, const TrainOpti
     }
     double *ms[VARIANTS], *comm = host_calloc(n, sizeof(double)), *exposed = host_calloc(n, sizeof(double));
     for (int v = 0; v < VARIANTS; v++) ms[v] = host_calloc(n, sizeof(double));
-    int traced = WARMUP + n;  /* the step recorded, if any */
+    int traced = WARMUP + n;  /* the turn recorded, if any */
     for (int i = 0; i < traced + (trace != NULL); i++)
         for (int v = 0; v < VARIANTS; v++) {
             if (trace) trace_record(trace, i == traced);
-            double t = step_ms(s[v], data, (uint32_t)i, o->lr, o->grad_clip);
+            step_ms(s[v], data, (uint32_t)(2 * i), o->lr, o->grad_clip);
+            double t = step_ms(s[v], data, (uint32_t)(2 * i + 1), o->lr, o->grad_clip);
+            s[v]->ops->synchronize(s[v]);
             if (i >= WARMUP && i < traced) ms[v][i - WARMUP] = t;
         }
     if (trace) trace_record(trace, 0);
@@ -179,7 +185,7 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const CpuSetup 
     printf("link: two tiers, modeled: %.3g GB/s and %g us a hop inside each node of %d ranks, %.3g GB/s and %g us "
            "between the %d nodes\n", intra.gbps, intra.latency_us, S, inter.gbps, inter.latency_us, N / S);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; computing in %s, "
-           "gradients reduced in %s; median of %d steps per variant\n\n", o->preset, o->layers, o->embd, o->block,
+           "gradients reduced in %s; median of %d steps per variant, each the second of a turn of two\n\n", o->preset, o->layers, o->embd, o->block,
            o->batch, kind->name, N, o->dtype, o->reduce_dtype, o->iters);
     printf("| sharding | between nodes MB/step (model) | ms/step off (quartiles) | ms/step on (quartiles) | free link ms "
            "| comm ms (quartiles) | model ms | comm vs model | exposed ms | hidden |\n");
@@ -210,11 +216,38 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const CpuSetup 
     return 0;
 }
 
+/* A strategy at N ranks timed (time_variants) and its two rows printed, the
+ * overlap off and on, as Markdown and to the CSV (if any). */
+static void time_rows(const StrategyKind *kind, const char *name, int N, const TrainOptions *o, const Dataset *data,
+                      LinkModel link, Trace *trace, FILE *csv) {
+    Times t = time_variants(kind, N, o, data, link, ONE_TIER, trace);
+    StrategyConfig linked = bench_config(o, data, N);
+    linked.link = link;
+    double predicted = 1e3 * kind->link_cost(&linked, o->grad_clip > 0).seconds;
+    char versus[16] = "-";
+    double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;
+    if (predicted > 0) snprintf(versus, sizeof versus, "%+.0f%%%s", 100.0 * apart, fabs(apart) > 0.15 ? " *" : "");
+    for (int overlap = 0; overlap <= 1; overlap++) {
+        Spread step = t.step[overlap ? ON : OFF];
+        double exposed = overlap ? t.exposed.median : t.comm.median;
+        char hidden[32];
+        hidden_text(hidden, sizeof hidden, N, &t, overlap);
+        printf("| %s | %d | %s | %.1f (%.1f-%.1f) | %.1f | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %s |\n", name, N,
+               overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median, t.comm.median, t.comm.lo,
+               t.comm.hi, predicted, versus, exposed, hidden);
+        if (csv)
+            fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", name, N, overlap ? "on" : "off",
+                    step.median, step.lo, step.hi, t.step[FREE].median, t.comm.median, t.comm.lo, t.comm.hi, predicted,
+                    exposed, N > 1 && t.comm.median > 0 ? 1.0 - exposed / t.comm.median : 0.0);
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv) {
     const CpuSetup *cpu = cpu_setup(argv);
     TrainOptions o;
     Dataset data;
-    int rc = bench_open("bench_overlap", 12, argc, argv, &o, &data);  /* --iters: timed steps per variant */
+    int rc = bench_open("bench_overlap", 12, argc, argv, &o, &data);  /* --iters: timed turns per variant */
     if (rc >= 0) return rc;
     if (o.link_inter[0]) {
         rc = two_tiers(&o, &data, cpu);
@@ -255,9 +288,10 @@ int main(int argc, char **argv) {
     probe->ops->destroy(probe);
     cpu_setup_print(cpu);
     printf("link: modeled ring, %.3g GB/s, %g us per hop (%s)\n", link.gbps, link.latency_us, chosen);
-    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; computing in %s, "
-           "gradients reduced in %s; median of %d steps per variant\n\n", o.preset, o.layers, o.embd, o.block,
-           o.batch, o.bucket_mb, o.dtype, o.reduce_dtype, o.iters);
+    printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; DDP buckets %g MB; ZeRO-2/3 with K = %d "
+           "live units (--max-live-units); computing in %s, gradients reduced in %s; median of %d steps per variant, "
+           "each the second of a turn of two\n\n", o.preset, o.layers, o.embd, o.block, o.batch, o.bucket_mb,
+           o.max_live_units, o.dtype, o.reduce_dtype, o.iters);
     printf("| strategy | N | overlap | ms/step (quartiles) | free link ms | comm ms (quartiles) | model ms | "
            "comm vs model | exposed ms | hidden |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -266,43 +300,27 @@ int main(int argc, char **argv) {
                      "exposed_ms,hidden\n");
     static const int ranks[3] = { 1, 2, 4 };
     for (int k = 0; k < STRATEGY_KINDS; k++)
-        for (int i = 0; i < 3; i++) {
-            const StrategyKind *kind = &STRATEGIES[k];
-            int N = ranks[i];
-            Times t = time_variants(kind, N, &o, &data, link, ONE_TIER, trace);
-            StrategyConfig linked = bench_config(&o, &data, N);
-            linked.link = link;
-            double predicted = 1e3 * kind->link_cost(&linked, o.grad_clip > 0).seconds;
-            char versus[16] = "-";
-            double apart = predicted > 0 ? t.comm.median / predicted - 1.0 : 0.0;
-            if (predicted > 0)
-                snprintf(versus, sizeof versus, "%+.0f%%%s", 100.0 * apart, fabs(apart) > 0.15 ? " *" : "");
-            for (int overlap = 0; overlap <= 1; overlap++) {
-                Spread step = t.step[overlap ? ON : OFF];
-                double exposed = overlap ? t.exposed.median : t.comm.median;
-                char hidden[32];
-                hidden_text(hidden, sizeof hidden, N, &t, overlap);
-                printf("| %s | %d | %s | %.1f (%.1f-%.1f) | %.1f | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %s |\n",
-                       kind->name, N, overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
-                       t.comm.median, t.comm.lo, t.comm.hi, predicted, versus, exposed, hidden);
-                if (csv)
-                    fprintf(csv, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f\n", kind->name, N,
-                            overlap ? "on" : "off", step.median, step.lo, step.hi, t.step[FREE].median,
-                            t.comm.median, t.comm.lo, t.comm.hi, predicted, exposed,
-                            N > 1 && t.comm.median > 0 ? 1.0 - exposed / t.comm.median : 0.0);
-                fflush(stdout);
-            }
-        }
+        for (int i = 0; i < 3; i++) time_rows(&STRATEGIES[k], STRATEGIES[k].name, ranks[i], &o, &data, link, trace, csv);
+    /* ZeRO-3 at N = 4 with one more unit live: the last K units of the forward
+     * stay gathered for the backward, so one more buffer keeps the link busy at
+     * the forward-to-backward turn (docs/overlap.md) */
+    TrainOptions deeper = o;
+    deeper.max_live_units = o.max_live_units + 1;
+    char name[64];
+    snprintf(name, sizeof name, "ZeRO-3 (K=%d)", deeper.max_live_units);
+    if (deeper.max_live_units <= MAX_LIVE_UNITS) time_rows(strategy_kind(3), name, 4, &deeper, &data, link, trace, csv);
     printf("\nfree link = the same step with no modeled link (every collective free, overlap on): the baseline.\n"
            "comm = median over the steps of (step with overlap off - free-link step), every collective the link\n"
            "charges counted (gradients and the weights' gathers); model = the ring cost model's time for those\n"
            "collectives; exposed = median of (step - free-link step); hidden = 1 - exposed / comm. Quartiles in\n"
            "brackets. A measure past 0 or 100%% is noise: the share shows that end, marked so. ZeRO-1 does not overlap: its one\n"
-           "reduce-scatter of the arena needs the whole backward.\n"
+           "reduce-scatter of the arena needs the whole backward. ZeRO-3 (K=%d): one unit more live than the others\n"
+           "run with, so the last K units of the forward stay gathered into the backward.\n"
            "* comm more than 15%% from the model: the simulation, not the link, parts them. Without overlap every\n"
            "collective is a barrier, and ranks sharing the cores reach it apart: that wait counts as comm, not in\n"
            "the model (more barriers, more of it: ZeRO-2 and 3 have one a unit); the other way, the baseline runs\n"
-           "the collectives' data movement on the shared cores, which over the link runs inside the link's hold.\n");
+           "the collectives' data movement on the shared cores, which over the link runs inside the link's hold.\n",
+           deeper.max_live_units);
     if (csv) fclose(csv);
     dataset_free(&data);
     int status = 0;
@@ -311,7 +329,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_overlap: %s\n", err);
         status = 1;
     } else if (trace) {
-        printf("trace: one untimed step of every variant, %zu spans, in %s\n", trace_spans(trace), o.trace);
+        printf("trace: one untimed turn of every variant, %zu spans, in %s\n", trace_spans(trace), o.trace);
     }
     trace_destroy(trace);
     return status;

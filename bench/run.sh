@@ -34,7 +34,7 @@ bin=${1:-build/cpu/bin}
 results=bench/results
 mkdir -p $results
 
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --log=$results/overlap.csv | tee $results/overlap.md
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=20 --log=$results/overlap.csv | tee $results/overlap.md
 if command -v gnuplot >/dev/null; then
     # one row per strategy and N > 1: free-link step, step with overlap off, with overlap on
     awk -F, 'NR > 1 && $2 > 1 { key = $1 " N=" $2; if ($3 == "off") { c[key] = $7; off[key] = $4; order[++n] = key }
@@ -67,13 +67,13 @@ link=$(awk '/^link: modeled ring/ { gsub(",", "", $4); print $4 "," $6 }' $resul
 
 # Mixed precision on the same link: computing in bf16 (ZeRO-3's gathers move the bf16 compute
 # copy) and the gradients' reductions in bf16 (--reduce-dtype): half the bytes of each
-"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=30 --link="$link" --dtype=bf16 --reduce-dtype=bf16 \
+"$bin/bench_overlap" --layers=8 --bucket-mb=0.25 --iters=20 --link="$link" --dtype=bf16 --reduce-dtype=bf16 \
     | tee $results/overlap_bf16.md
 echo
 
 # Two nodes of 4 ranks: ZeRO-3 fully sharded against hybrid sharding in groups of 4 (one a
 # node), a node's own link ten times as fast as the one between the nodes
-"$bin/bench_overlap" --zero=3 --gpus=8 --shard-ranks=4 --layers=8 --bucket-mb=0.25 --iters=20 --link=0.2,5 \
+"$bin/bench_overlap" --zero=3 --gpus=8 --shard-ranks=4 --layers=8 --bucket-mb=0.25 --iters=15 --link=0.2,5 \
     --link-inter=0.02,20 | tee $results/hybrid.md
 echo
 

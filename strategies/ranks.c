@@ -96,7 +96,8 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     return 0;
 }
 
-void ranks_synchronize(Ranks *ranks) {
+void ranks_synchronize(Strategy *s) {
+    Ranks *ranks = (Ranks *)s;
     for (int r = 0; r < ranks->local; r++) {
         stream_synchronize(ranks->pg->compute[r]);
         stream_synchronize(ranks->pg->comm[r]);

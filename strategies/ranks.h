@@ -84,8 +84,9 @@ struct Ranks {
 /* Set up the process group, the rank threads and each rank's model (no arenas: the
  * strategy places them); 0, or -1 with a message and nothing left allocated. */
 int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, const StrategyKind *kind);
-/* Wait for every stream of every rank (before a strategy frees its buffers). */
-void ranks_synchronize(Ranks *ranks);
+/* Wait for every stream of every rank (StrategyOps' synchronize; and before a
+ * strategy frees its buffers). */
+void ranks_synchronize(Strategy *s);
 /* Free what ranks_init made, once ranks_synchronize has run. */
 void ranks_release(Ranks *ranks);
 /* Each rank's forward (and backward, when training) over its rows of the

@@ -211,7 +211,7 @@ static void step(Strategy *s) {
 static void destroy(Strategy *s) {
     Replicated *d = (Replicated *)s;
     if (!d) return;
-    ranks_synchronize(&d->ranks);
+    ranks_synchronize(s);
     for (int r = 0; r < d->ranks.local; r++) {
         size_t lo, len;
         owned_range(d, r, &lo, &len);
@@ -229,7 +229,7 @@ static const StrategyOps replicated_ops = {
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
     .read_tensor = ranks_read_tensor, .write_tensor = ranks_write_tensor, .rank_bytes = ranks_rank_bytes,
     .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
-    .count_nonfinite = ranks_count_nonfinite,
+    .count_nonfinite = ranks_count_nonfinite, .synchronize = ranks_synchronize,
 };
 
 Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg) {

@@ -392,7 +392,7 @@ static int rank_buffers(Sharded *d, int r, Buffer out[MAX_BUFFERS]) {
 static void destroy(Strategy *s) {
     Sharded *d = (Sharded *)s;
     if (!d) return;
-    ranks_synchronize(&d->ranks);
+    ranks_synchronize(s);
     for (int r = 0; r < d->ranks.local; r++) {
         Buffer buffers[MAX_BUFFERS];
         int n = rank_buffers(d, r, buffers);
@@ -416,7 +416,7 @@ static const StrategyOps sharded_ops = {
     .step = step, .train_loss = ranks_train_loss, .eval_loss = ranks_eval_loss, .generate = ranks_generate,
     .read_tensor = settled_read_tensor, .write_tensor = settled_write_tensor, .rank_bytes = ranks_rank_bytes,
     .rank_peak_bytes = ranks_rank_peak_bytes, .destroy = destroy,
-    .count_nonfinite = settled_count_nonfinite,
+    .count_nonfinite = settled_count_nonfinite, .synchronize = ranks_synchronize,
 };
 
 Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {

@@ -147,6 +147,10 @@ typedef struct {
     /* How many values of `what` are NaN or infinite, over every rank's part:
      * one reduction per buffer on each rank's device, then the counts (waits). */
     size_t (*count_nonfinite)(Strategy *s, NonfiniteOf what);
+    /* Wait until every rank's streams are idle: train_loss waits for the
+     * compute alone, and collectives may still be running after a step (ZeRO-2's
+     * weight gathers with overlap). The benchmarks end a timed turn with it. */
+    void (*synchronize)(Strategy *s);
 } StrategyOps;
 
 struct Strategy {
