@@ -4,9 +4,10 @@
  * step three ways, a turn of two steps of each in turn (the second timed, as
  * a step of a run starts, with what the one before left in flight): with no
  * modeled link (every collective free: the baseline), and over the modeled
- * link with overlap off and on. Every collective the link charges counts as communication: the
- * gradients' all-reduces and reduce-scatters, and the weights' all-gathers
- * (ZeRO-1/2 after the step, ZeRO-3 around each unit). Then per row, from the
+ * link with overlap off and on; then ZeRO-3 at N = 4 with one more live unit.
+ * Every collective the link charges counts as communication: the gradients'
+ * all-reduces and reduce-scatters, and the weights' all-gathers (ZeRO-1/2
+ * after the step, ZeRO-3 around each unit). Then per row, from the
  * steps paired by index (turn i of each variant ran side by side):
  *   comm     = median of (step without overlap - baseline step)
  *   model    = what the ring cost model predicts for the collectives of the
@@ -21,8 +22,8 @@
  * as long as its backward: a forward and backward less a forward, timed in
  * turn, the fastest of each.
  * Writes the table as Markdown on stdout and as CSV to --log (if given), and
- * with --trace=PATH a Chrome trace of one more turn (two steps) of every variant, untimed
- * (processes "ZeRO-3 N=4 overlap on rank 2", ...).
+ * with --trace=PATH a Chrome trace of one more turn (two steps) of every
+ * variant, untimed (processes "ZeRO-3 N=4 overlap on rank 2", ...).
  *
  * With --link-inter (and --link, --shard-ranks=S, --gpus=N): the two-tier
  * table instead, N ranks as nodes of S on a link of two tiers, ZeRO-3 fully
@@ -185,8 +186,8 @@ static int two_tiers(const TrainOptions *o, const Dataset *data, const CpuSetup 
     printf("link: two tiers, modeled: %.3g GB/s and %g us a hop inside each node of %d ranks, %.3g GB/s and %g us "
            "between the %d nodes\n", intra.gbps, intra.latency_us, S, inter.gbps, inter.latency_us, N / S);
     printf("model: preset %s, %d layers, %d wide, block %d, batch %d per rank; %s on %d ranks; computing in %s, "
-           "gradients reduced in %s; median of %d steps per variant, each the second of a turn of two\n\n", o->preset, o->layers, o->embd, o->block,
-           o->batch, kind->name, N, o->dtype, o->reduce_dtype, o->iters);
+           "gradients reduced in %s; median of %d steps per variant, each the second of a turn of two\n\n",
+           o->preset, o->layers, o->embd, o->block, o->batch, kind->name, N, o->dtype, o->reduce_dtype, o->iters);
     printf("| sharding | between nodes MB/step (model) | ms/step off (quartiles) | ms/step on (quartiles) | free link ms "
            "| comm ms (quartiles) | model ms | comm vs model | exposed ms | hidden |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
