@@ -323,10 +323,14 @@ static void norm_backward(GPT *m, int t, const float *inp, const float *weight, 
 }
 
 /* A branch's gradient from the residual stream's (bf16 values under
- * autocast), through the branch's last op, its dropout, run in bf16. */
-static void branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
+ * autocast), through the branch's last op, its dropout, run in bf16: in
+ * dbranch, or without dropout the stream's gradient itself, read in place
+ * (it is the same numbers; a copy would cost a pass over them). */
+static const float *branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
+    if (drop.p == 0.0f) return dresid;
     dropout_backward(m->base.stream, dbranch, dresid, n, drop);
     bf16_values(m, dbranch, n);
+    return dbranch;
 }
 
 /* Block l's activations for this forward's B x T: its input x, its output
@@ -542,8 +546,8 @@ void gpt_backward(GPT *m, float dloss) {
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);
-        branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        linear_backward(m, a->dfch, l, FCPROJ, a->dproj, b.fch_gelu, BT, 4 * C, C);
+        const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
+        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, m->base.cfg.gelu_tanh);  /* in place: one hidden-sized gradient */
@@ -556,8 +560,8 @@ void gpt_backward(GPT *m, float dloss) {
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
-        branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        linear_backward(m, a->datty, l, ATTPROJ, a->dproj, b.atty, BT, C, C);
+        const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
+        linear_backward(m, a->datty, l, ATTPROJ, dattproj, b.atty, BT, C, C);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
@@ -572,10 +576,9 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     trace_begin(s, "backward", 0);
-    dropout_backward(s, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
-    bf16_values(m, a->dproj, BT * C);
+    const float *dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     if (!autocast(m)) {
-        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), a->dproj, m->base.tokens, B, T, C, V);
+        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.tokens, B, T, C, V);
     } else {
         /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
          * positions, rounded once) where the root's copy was, which nothing
@@ -584,7 +587,7 @@ void gpt_backward(GPT *m, float dloss) {
         RootTensors made = root_tensors(m, a->root_bf16);
         size_t both = (size_t)(V + cfg->block_size) * C;
         fill_zero(s, made.wte, both);
-        embedding_backward(s, made.wte, made.wpe, a->dproj, m->base.tokens, B, T, C, V);
+        embedding_backward(s, made.wte, made.wpe, dencoded, m->base.tokens, B, T, C, V);
         round_to_bf16(s, made.wte, made.wte, both);
         residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C);
         round_to_bf16(s, made.wte, made.wte, (size_t)V * C);
