@@ -215,15 +215,22 @@ Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
     free(spans);
 }
 
+/* In fp32, and with the gradients held in bf16 (bf16 compute, reduced in
+ * bf16), whose reduce-scatters take a path of their own. */
 Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         if (!STRATEGIES[k].shards_grads) continue;
         int zero = STRATEGIES[k].stage;
-        int n;
-        TraceSpan *spans = trace_steps(zero, 1, PRECISION_FP32, &n);
-        cr_expect_gt(ranks_where(collective_under_compute, spans, n, "reduce-scatter unit"), 0,
-                     "--zero=%d: on no rank did a reduce-scatter run under the compute", zero);
-        free(spans);
+        for (int held = 0; held < 2; held++) {
+            StrategyConfig sc = traced_config(1, held ? PRECISION_BF16 : PRECISION_FP32);
+            if (held) sc.precision = PRECISION_BF16;
+            int n;
+            TraceSpan *spans = trace_of(zero, sc, &n);
+            cr_expect_gt(ranks_where(collective_under_compute, spans, n, "reduce-scatter unit"), 0,
+                         "--zero=%d, gradients held in %s: on no rank did a reduce-scatter run under the compute",
+                         zero, held ? "bf16" : "fp32");
+            free(spans);
+        }
     }
 }
 
