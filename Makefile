@@ -209,8 +209,9 @@ build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
 	    -fno-sanitize-recover=all $(FUZZ_SRC) -ljansson -o $@
 
 # The tests' own test: seeded bugs (tests/mutate.py), each in a scratch copy
-# under build/mutate, `make CUDA=0 test` run on it, the survivors printed.
-# Slow (a full test run per mutant), so not in CI.
+# under build/mutate, the tests it names run on it (then `make CUDA=0 test` if
+# they pass), the survivors printed. Not in CI: it takes the better part of
+# an hour.
 mutate:
 	tests/mutate.py $(MUTANTS)
 
