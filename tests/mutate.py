@@ -564,6 +564,14 @@ MUTANTS = [
      "model/gpt.c",
      "if (drop.p == 0.0f) return dresid;",
      "if (drop.p >= 0.0f) return dresid;"),
+    ("matmul-rows-by-thread", "the forward's rows cut by the thread count: its bits follow the team's size",
+     "test_train/a_run_gives_the_same_bits_on_any_number_of_threads",
+     "kernels/cpu/matmul.c",
+     "#include <cblas.h>\n",
+     "#include <cblas.h>\n#include <omp.h>\n",
+     "kernels/cpu/matmul.c",
+     "int blocks = 2 * ((a->N + 2 * MATMUL_ROWS - 1) / (2 * MATMUL_ROWS));",
+     "int blocks = omp_get_max_threads();"),
 ]
 
 

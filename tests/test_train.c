@@ -275,3 +275,33 @@ Test(train, the_program_sets_how_openmps_threads_wait_unless_the_user_did) {
     cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: GOMP_SPINCOUNT=100");
     unsetenv("GOMP_SPINCOUNT");
 }
+
+/* Every kernel splits its work as the shapes say, not as the threads do, so a
+ * run gives the same bytes on one thread as on three (uneven splits) or four,
+ * in fp32 and in bf16: the ranks of P x L splits have teams of other sizes. */
+Test(train, a_run_gives_the_same_bits_on_any_number_of_threads, .timeout = 120) {
+    const char *runs[] = { "--dropout=0.1", "--dtype=bf16 --bias=1 --dropout=0.1" };
+    const char *threads[] = { "1", "3", "4" };
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char dir[256], args[1024], err[4096], ckpt[300];
+        unsigned char *bytes[3];
+        size_t n[3];
+        temp_dir(dir, sizeof dir, "threads");
+        for (int k = 0; k < 3; k++) {
+            setenv("OMP_NUM_THREADS", threads[k], 1);
+            setenv("OMP_DYNAMIC", "false", 1);
+            snprintf(args, sizeof args, "--layers=2 --embd=32 --heads=2 --block=32 --batch=4 --iters=3 "
+                     "--eval-every=0 --sample-chars=0 %s --out=%s/%d", runs[r], dir, k);
+            cr_assert_eq(run_train(args, err, sizeof err), 0, "%s: %s", runs[r], err);
+            snprintf(ckpt, sizeof ckpt, "%s/%d/ckpt.safetensors", dir, k);
+            bytes[k] = read_all(ckpt, &n[k]);
+        }
+        unsetenv("OMP_NUM_THREADS");
+        unsetenv("OMP_DYNAMIC");
+        for (int k = 1; k < 3; k++)
+            cr_expect(n[k] == n[0] && memcmp(bytes[k], bytes[0], n[0]) == 0,
+                      "%s: %s threads and one give other bytes", runs[r], threads[k]);
+        for (int k = 0; k < 3; k++) free(bytes[k]);
+        remove_dir(dir);
+    }
+}

@@ -7,7 +7,8 @@
 #include "cpu_kernels.h"
 #include "vector_math.h"
 
-/* Elementwise loops run in chunks this long, so a dropout mask fits on the stack. */
+/* Elementwise loops run in chunks this long: a dropout mask fits on the stack,
+ * and GELU's vector loops start at the same places on any number of threads. */
 enum { CHUNK = 1024 };
 
 /* GELU in one of its two forms: exact, x * Phi(x) with Phi from erf (nanoGPT's
@@ -17,20 +18,29 @@ typedef struct { float *out; const float *inp; size_t n; int tanh_form; } GeluAr
 /* sqrt(2 / pi) and the cubic's coefficient of the tanh form */
 static const float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
+/* GELU's loops run over CHUNK-long pieces, one vector loop each: a loop split
+ * by the threads would leave each thread's last few numbers to the scalar
+ * erff and tanhf, which round otherwise than libmvec's vector ones, and the
+ * bits would follow the thread count. */
 static void gelu_forward_task(void *p) {
     GeluArgs *a = p;
-    if (a->tanh_form) {
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < a->n; i++) {
-            float x = a->inp[i];
-            a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
+    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
+    #pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < nchunks; chunk++) {
+        size_t first = chunk * CHUNK, end = a->n - first < CHUNK ? a->n : first + CHUNK;
+        if (a->tanh_form) {
+            #pragma omp simd
+            for (size_t i = first; i < end; i++) {
+                float x = a->inp[i];
+                a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
+            }
+        } else {
+            #pragma omp simd
+            for (size_t i = first; i < end; i++) {
+                float x = a->inp[i];
+                a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+            }
         }
-        return;
-    }
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < a->n; i++) {
-        float x = a->inp[i];
-        a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
     }
 }
 
@@ -43,23 +53,28 @@ typedef struct { float *dinp; const float *inp, *dout; size_t n; int tanh_form; 
 
 static void gelu_backward_task(void *p) {
     GeluBackwardArgs *a = p;
-    if (a->tanh_form) {
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < a->n; i++) {
-            float x = a->inp[i];
-            float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
-            float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
-            a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-        }
-        return;
-    }
     const float inv_sqrt_2pi = 0.3989422804014327f;
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < a->n; i++) {
-        float x = a->inp[i];
-        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-        a->dinp[i] = a->dout[i] * (cdf + x * pdf);
+    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
+    #pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < nchunks; chunk++) {
+        size_t first = chunk * CHUNK, end = a->n - first < CHUNK ? a->n : first + CHUNK;
+        if (a->tanh_form) {
+            #pragma omp simd
+            for (size_t i = first; i < end; i++) {
+                float x = a->inp[i];
+                float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
+                float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
+                a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+            }
+        } else {
+            #pragma omp simd
+            for (size_t i = first; i < end; i++) {
+                float x = a->inp[i];
+                float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+                float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+                a->dinp[i] = a->dout[i] * (cdf + x * pdf);
+            }
+        }
     }
 }
 
