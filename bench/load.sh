@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # bench/load.sh [BIN]: the step on a quiet machine and beside a load the bench
-# makes itself, two busy loops (as many as this machine's two cores; a fair
-# share would make a step about twice as slow): bench/results/load.md.
+# makes itself: one busy loop, then two (as many as this machine's two cores;
+# a fair share would make a step about twice as slow): bench/results/load.md.
 #
 # Two models, bin/train's char-small preset and a tiny one (2 blocks 64 wide,
-# 8 x 64 tokens: many short parallel regions), each under three ways for
-# OpenMP's idle threads to wait: as bin/train runs (GOMP_SPINCOUNT=3000, set by
-# the program: kernels/cpu/cpu_setup.c), libgomp's default (300,000 spins, set
-# by hand), and OMP_WAIT_POLICY=PASSIVE. ROUNDS rounds (ZF_LOAD_ROUNDS, default
-# 3), every case once a round, in turn; each case's median ms a step over the
-# steps past the 5th of its rounds, quartiles in brackets, and loaded against
-# quiet.
+# 8 x 64 tokens: many short parallel regions), each in four settings: as
+# bin/train runs (idle threads spin 3000 times, set by the program:
+# kernels/cpu/cpu_setup.c; a stream's team one thread while a load leaves a
+# core free: runtime/device_cpu.c), its teams kept whole (OMP_DYNAMIC=false),
+# libgomp's default spins (300,000, set by hand), and OMP_WAIT_POLICY=PASSIVE.
+# ROUNDS rounds (ZF_LOAD_ROUNDS, default 3), every case once a round, in turn;
+# each case's median ms a step over the steps past the 5th of its rounds,
+# quartiles in brackets, and loaded against quiet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/timing.sh
@@ -25,7 +26,7 @@ stop_loops() { [ ${#loops[@]} -eq 0 ] || kill "${loops[@]}" 2>/dev/null || true;
 trap 'stop_loops; rm -rf "$tmp"' EXIT
 
 models=(char-small tiny)
-waits=("as bin/train runs" "libgomp's default" "OMP_WAIT_POLICY=PASSIVE")
+settings=("as bin/train runs" "teams kept whole" "libgomp's default spins" "OMP_WAIT_POLICY=PASSIVE")
 flags_of() {
     case $1 in
         char-small) echo "--iters=40" ;;
@@ -34,22 +35,21 @@ flags_of() {
 }
 env_of() {
     case $1 in
-        "as bin/train runs") echo "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT" ;;
-        "libgomp's default") echo "-u OMP_WAIT_POLICY GOMP_SPINCOUNT=300000" ;;
-        OMP_WAIT_POLICY=PASSIVE) echo "-u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE" ;;
+        "as bin/train runs") echo "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_DYNAMIC" ;;
+        "teams kept whole") echo "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DYNAMIC=false" ;;
+        "libgomp's default spins") echo "-u OMP_WAIT_POLICY -u OMP_DYNAMIC GOMP_SPINCOUNT=300000" ;;
+        OMP_WAIT_POLICY=PASSIVE) echo "-u GOMP_SPINCOUNT -u OMP_DYNAMIC OMP_WAIT_POLICY=PASSIVE" ;;
     esac
 }
 
 for round in $(seq 1 "$rounds"); do
-    for load in quiet loaded; do
-        if [ $load = loaded ]; then
-            for _ in 1 2; do sh -c 'while :; do :; done' & loops+=($!); done
-        fi
+    for loops_beside in 0 1 2; do
+        for _ in $(seq 1 $loops_beside); do sh -c 'while :; do :; done' & loops+=($!); done
         for model in "${models[@]}"; do
-            for w in 0 1 2; do
+            for k in "${!settings[@]}"; do
                 # shellcheck disable=SC2046
-                env $(env_of "${waits[$w]}") "$bin/train" $(flags_of $model) --log-every=1 --eval-every=0 \
-                    --eval-iters=1 --sample-chars=0 | step_ms >> "$tmp/$model.$w.$load"
+                env $(env_of "${settings[$k]}") "$bin/train" $(flags_of $model) --log-every=1 --eval-every=0 \
+                    --eval-iters=1 --sample-chars=0 | step_ms >> "$tmp/$model.$k.$loops_beside"
             done
         done
         stop_loops
@@ -57,22 +57,25 @@ for round in $(seq 1 "$rounds"); do
 done
 
 {
-    echo "The step quiet and beside two busy loops (this machine: $(nproc) cores), $rounds rounds of every case"
-    echo "in turn; median ms a step past the 5th of each run, quartiles in brackets"
+    echo "The step quiet and beside one and two busy loops (this machine: $(nproc) cores), $rounds rounds of every"
+    echo "case in turn; median ms a step past the 5th of each run, quartiles in brackets"
     echo
-    echo "| model | OpenMP's idle threads | quiet ms | loaded ms | loaded / quiet |"
-    echo "|---|---|---|---|---|"
+    echo "| model | setting | quiet ms | one loop, ms | two loops, ms | one / quiet | two / quiet |"
+    echo "|---|---|---|---|---|---|---|"
     for model in "${models[@]}"; do
-        for w in 0 1 2; do
-            read -r q qlo qhi _ < <(spread < "$tmp/$model.$w.quiet")
-            read -r l llo lhi _ < <(spread < "$tmp/$model.$w.loaded")
-            awk -v m="$model" -v w="${waits[$w]}" -v q=$q -v qlo=$qlo -v qhi=$qhi -v l=$l -v llo=$llo -v lhi=$lhi \
-                'BEGIN { printf "| %s | %s | %s (%s-%s) | %s (%s-%s) | %.1fx |\n", m, w, q, qlo, qhi, l, llo, lhi, l / q }'
+        for k in "${!settings[@]}"; do
+            read -r q qlo qhi _ < <(spread < "$tmp/$model.$k.0")
+            read -r a alo ahi _ < <(spread < "$tmp/$model.$k.1")
+            read -r b blo bhi _ < <(spread < "$tmp/$model.$k.2")
+            awk -v m="$model" -v w="${settings[$k]}" -v q=$q -v qlo=$qlo -v qhi=$qhi -v a=$a -v alo=$alo -v ahi=$ahi \
+                -v b=$b -v blo=$blo -v bhi=$bhi 'BEGIN { printf "| %s | %s | %s (%s-%s) | %s (%s-%s) | %s (%s-%s) | %.1fx | %.1fx |\n",
+                m, w, q, qlo, qhi, a, alo, ahi, b, blo, bhi, a / q, b / q }'
         done
     done
     echo
-    echo "char-small: bin/train's default preset; tiny: $(flags_of tiny). \"as bin/train runs\": 3000 spins,"
-    echo "then sleep, as the program sets it; libgomp's default: 300,000 spins (GOMP_SPINCOUNT=300000 set"
-    echo "by hand, as a program that sets nothing runs)."
+    echo "char-small: bin/train's default preset; tiny: $(flags_of tiny). \"as bin/train runs\": idle threads"
+    echo "spin 3000 times, then sleep, and a stream's team is one thread while a load leaves a core free, as"
+    echo "the program sets them; teams kept whole: OMP_DYNAMIC=false; libgomp's default spins: 300,000"
+    echo "(GOMP_SPINCOUNT=300000 set by hand, as a program that sets nothing runs)."
 } | tee $results/load.md
 echo "wrote $results/load.md"

@@ -1,6 +1,7 @@
 /* test_runtime.c: CPU streams and events, the modeled link's clock, memory accounting and its
  * peak, the arena layout, the world's deadlines and its abort. */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "../runtime/device_cpu.h"
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
 #include "../training/trainer.h"
@@ -112,6 +114,107 @@ Test(runtime, a_process_group_timed_as_devices_keeps_each_rank_to_its_cores) {
         }
         pg_destroy(pg);
     }
+}
+
+/* The team's moves, window by window, for a worker of two threads. */
+Test(runtime, a_stream_team_is_one_thread_while_a_load_leaves_a_core_free) {
+    TeamSize team = { .full = 2, .state = TEAM_FULL, .hold_one = 1, .hold_crowded = 1 };
+    team_size_next(&team, 0.03);  /* a quiet machine's few per cent */
+    cr_expect_eq(team_threads(&team), 2);
+    team_size_next(&team, 0.30);  /* a load: one thread */
+    cr_expect_eq(team.state, TEAM_ONE);
+    cr_expect_eq(team_threads(&team), 1);
+    cr_expect_eq(team.hold_one, 1, "a full team's longer stay resets its hold");
+    team_size_next(&team, 0.10);  /* between the two thresholds: as it was */
+    cr_expect_eq(team.state, TEAM_ONE);
+    team_size_next(&team, 0.01);  /* free again */
+    cr_expect_eq(team.state, TEAM_FULL);
+    team_size_next(&team, 0.30);  /* the load was still there: undone at once */
+    cr_expect_eq(team.state, TEAM_ONE);
+    cr_expect_eq(team.hold_one, 2);
+    team_size_next(&team, 0.01);
+    cr_expect_eq(team.state, TEAM_ONE, "it held one window of two");
+    team_size_next(&team, 0.01);
+    cr_expect_eq(team.state, TEAM_FULL);
+    for (int undone = 0; undone < 10; undone++) {
+        team_size_next(&team, 0.30);
+        while (team.state == TEAM_ONE) team_size_next(&team, 0.01);
+    }
+    cr_expect_eq(team.hold_one, 64, "the hold stops doubling at 64 windows, not %d", team.hold_one);
+}
+
+/* One thread waiting as much as the team did: the load takes every core, and
+ * the full team gets more of them; tried again after a hold that doubles. */
+Test(runtime, a_stream_team_is_full_again_when_one_thread_waits_as_much) {
+    TeamSize team = { .full = 4, .state = TEAM_FULL, .hold_one = 1, .hold_crowded = 1 };
+    team_size_next(&team, 0.02);
+    team_size_next(&team, 0.50);
+    cr_expect_eq(team_threads(&team), 1);
+    team_size_next(&team, 0.50);
+    cr_expect_eq(team.state, TEAM_CROWDED);
+    cr_expect_eq(team_threads(&team), 4);
+    cr_expect_eq(team.hold_crowded, 2, "one thread was undone in its first window");
+    team_size_next(&team, 0.50);
+    cr_expect_eq(team.state, TEAM_CROWDED, "it held one window of two");
+    team_size_next(&team, 0.50);
+    cr_expect_eq(team.state, TEAM_ONE, "tried again after its hold");
+    team_size_next(&team, 0.50);
+    cr_expect_eq(team.state, TEAM_CROWDED);
+    cr_expect_eq(team.hold_crowded, 4);
+    team_size_next(&team, 0.01);  /* the load gone */
+    cr_expect_eq(team.state, TEAM_FULL);
+    cr_expect_eq(team_threads(&team), 4);
+}
+
+static atomic_int spinning;
+
+static void *busy_loop(void *unused) {
+    (void)unused;
+    while (atomic_load(&spinning)) {
+    }
+    return NULL;
+}
+
+/* A task of about a millisecond that says the size of its parallel regions' team. */
+static void team_size_task(void *p) {
+    int *size = *(int **)p;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    #pragma omp parallel
+    {
+        #pragma omp single
+        *size = omp_get_num_threads();
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 1000000L);
+    }
+}
+
+/* Beside busy loops on all cores but one, a stream's worker soon runs its
+ * tasks on one thread: it sees its own wait for a core. */
+Test(runtime, a_stream_worker_runs_on_one_thread_beside_a_load, .timeout = 30) {
+    cpu_set_t allowed;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cores = CPU_COUNT(&allowed);
+    if (cores < 2 || omp_get_max_threads() < 2 || getenv("OMP_DYNAMIC")) {
+        cr_log_warn("skipped: the team has one thread here, or OMP_DYNAMIC is set");
+        return;
+    }
+    Device *dev = device_create_cpu(1, -1);
+    Stream *s = stream_create(dev);
+    int size = 0, *out = &size, seen_one = 0;
+    atomic_store(&spinning, 1);
+    pthread_t loops[CPU_SETSIZE];
+    for (int i = 0; i < cores - 1; i++) cr_assert_eq(pthread_create(&loops[i], NULL, busy_loop, NULL), 0);
+    for (int task = 0; task < 2000 && !seen_one; task++) {  /* at most 2 s */
+        stream_launch(s, team_size_task, &out, sizeof out);
+        stream_synchronize(s);
+        seen_one = size == 1;
+    }
+    atomic_store(&spinning, 0);
+    for (int i = 0; i < cores - 1; i++) pthread_join(loops[i], NULL);
+    stream_destroy(s);
+    device_destroy(dev);
+    cr_expect(seen_one, "the worker kept its full team beside %d busy loops", cores - 1);
 }
 
 /* A slow producer on one stream, a consumer on another that waits on its event. */

@@ -256,7 +256,8 @@ static void openmp_line_of_a_run(char *line, size_t len) {
 
 /* OpenMP's idle threads spin 3000 times, then sleep, as the program sets
  * it (kernels/cpu/cpu_setup.c): bin/train restarts itself with
- * GOMP_SPINCOUNT=3000 and says so. What the user set is theirs. */
+ * GOMP_SPINCOUNT=3000 and says so, and that a stream's team shrinks under
+ * load (runtime/device_cpu.c). What the user set is theirs. */
 Test(train, the_program_sets_how_openmps_threads_wait_unless_the_user_did) {
     cr_expect_str_eq(openmp_spin_count(NULL, NULL), "3000");
     cr_expect_null(openmp_spin_count("PASSIVE", NULL));
@@ -266,19 +267,26 @@ Test(train, the_program_sets_how_openmps_threads_wait_unless_the_user_did) {
     unsetenv("GOMP_SPINCOUNT");
     openmp_line_of_a_run(line, sizeof line);
     cr_expect(strstr(line, "spin 3000 times") && strstr(line, "GOMP_SPINCOUNT=3000, set by the program"), "%s", line);
+    cr_expect(strstr(line, "; a stream's team is one thread while a load leaves a core free"), "%s", line);
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     openmp_line_of_a_run(line, sizeof line);
-    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: OMP_WAIT_POLICY=PASSIVE");
+    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: OMP_WAIT_POLICY=PASSIVE; "
+                     "a stream's team is one thread while a load leaves a core free");
     unsetenv("OMP_WAIT_POLICY");
     setenv("GOMP_SPINCOUNT", "100", 1);
+    setenv("OMP_DYNAMIC", "false", 1);
     openmp_line_of_a_run(line, sizeof line);
-    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: GOMP_SPINCOUNT=100");
+    cr_expect_str_eq(line, "openmp: idle threads wait as the user set it: GOMP_SPINCOUNT=100; "
+                     "teams as OMP_DYNAMIC=false says");
     unsetenv("GOMP_SPINCOUNT");
+    unsetenv("OMP_DYNAMIC");
 }
 
 /* Every kernel splits its work as the shapes say, not as the threads do, so a
  * run gives the same bytes on one thread as on three (uneven splits) or four,
- * in fp32 and in bf16: the ranks of P x L splits have teams of other sizes. */
+ * in fp32 and in bf16: the ranks of P x L splits have teams of other sizes,
+ * and a stream's team shrinks and grows in mid-run as a load on the machine
+ * comes and goes (runtime/device_cpu.c). */
 Test(train, a_run_gives_the_same_bits_on_any_number_of_threads, .timeout = 120) {
     const char *runs[] = { "--dropout=0.1", "--dtype=bf16 --bias=1 --dropout=0.1" };
     const char *threads[] = { "1", "3", "4" };

@@ -79,16 +79,24 @@ static void describe_blas(char *line, size_t len, const char *core, const char *
                  user_core ? ", OPENBLAS_CORETYPE=" : "", user_core ? user_core : "");
 }
 
+/* How idle threads wait, then how big a stream's team is (runtime/device_cpu.c). */
 static void describe_openmp(char *line, size_t len) {
     const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
+    const char *dynamic = getenv("OMP_DYNAMIC");
+    int n;
     if (getenv(SET_SPINS))
-        snprintf(line, len, "idle threads spin %s times, then sleep (GOMP_SPINCOUNT=%s, set by the program: "
-                 "a shared machine's cores go to the threads with work)", spins, spins);
+        n = snprintf(line, len, "idle threads spin %s times, then sleep (GOMP_SPINCOUNT=%s, set by the program: "
+                     "a shared machine's cores go to the threads with work)", spins, spins);
     else if (policy || spins)
-        snprintf(line, len, "idle threads wait as the user set it:%s%s%s%s", policy ? " OMP_WAIT_POLICY=" : "",
-                 policy ? policy : "", spins ? " GOMP_SPINCOUNT=" : "", spins ? spins : "");
+        n = snprintf(line, len, "idle threads wait as the user set it:%s%s%s%s", policy ? " OMP_WAIT_POLICY=" : "",
+                     policy ? policy : "", spins ? " GOMP_SPINCOUNT=" : "", spins ? spins : "");
     else
-        snprintf(line, len, "idle threads wait as libgomp does by default (the program's restart failed)");
+        n = snprintf(line, len, "idle threads wait as libgomp does by default (the program's restart failed)");
+    if (n < 0 || (size_t)n >= len) return;
+    if (dynamic)
+        snprintf(line + n, len - n, "; teams as OMP_DYNAMIC=%s says", dynamic);
+    else
+        snprintf(line + n, len - n, "; a stream's team is one thread while a load leaves a core free");
 }
 
 const CpuSetup *cpu_setup(char **argv) {

@@ -9,7 +9,7 @@
 /* What cpu_setup chose, a line each, for a tool's start-up lines. */
 typedef struct {
     char blas[256];    /* "OpenBLAS SkylakeX kernels, 2 threads ..." */
-    char openmp[256];  /* "idle threads spin 3000 times, then sleep ..." */
+    char openmp[320];  /* "idle threads spin 3000 times, then sleep ...; a stream's team ..." */
 } CpuSetup;
 
 /* Call first thing in main: it may re-execute the program with

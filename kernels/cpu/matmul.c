@@ -10,7 +10,8 @@ typedef struct { float *out; const float *inp, *weight; int N, C, OC; } MatmulFo
  * MATMUL_ROWS, one sgemm each, whatever the number of threads: OpenBLAS picks
  * its kernel by a product's size (its small-matrix kernels add in another
  * order), so rows cut by the thread count gave other bits on four threads
- * than on one, and the ranks of P x L splits have teams of other sizes.
+ * than on one, and the ranks of P x L splits have teams of other sizes, as
+ * has a stream whose team shrinks under load (runtime/device_cpu.c).
  * Fewer, larger products run faster (128-row blocks cost 5% to 8%); an even
  * count shares two cores evenly. */
 enum { MATMUL_ROWS = 384 };
