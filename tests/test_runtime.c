@@ -17,6 +17,7 @@
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
 #include "../training/trainer.h"
+#include "fixtures.h"
 #include "stream_stress.h"
 
 static void sleep_us(long us) {
@@ -195,10 +196,8 @@ Test(runtime, a_stream_worker_runs_on_one_thread_beside_a_load, .timeout = 30) {
     cpu_set_t allowed;
     cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
     int cores = CPU_COUNT(&allowed);
-    if (cores < 2 || omp_get_max_threads() < 2 || getenv("OMP_DYNAMIC")) {
-        cr_log_warn("skipped: the team has one thread here, or OMP_DYNAMIC is set");
-        return;
-    }
+    if (cores < 2 || omp_get_max_threads() < 2 || getenv("OMP_DYNAMIC"))
+        test_skip("a stream's team has one thread here (%d cores), or OMP_DYNAMIC is set", cores);
     Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev);
     int size = 0, *out = &size, seen_one = 0;
