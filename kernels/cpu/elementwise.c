@@ -11,37 +11,51 @@
  * and GELU's vector loops start at the same places on any number of threads. */
 enum { CHUNK = 1024 };
 
+/* Runs chunk(args, first, end) over n numbers in CHUNK-long pieces shared
+ * among the threads: each piece starts at the same place on any number of
+ * threads. */
+typedef void (*ChunkFn)(const void *args, size_t first, size_t end);
+
+static void over_chunks(size_t n, ChunkFn chunk, const void *args) {
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t first = c * CHUNK;
+        chunk(args, first, n - first < CHUNK ? n : first + CHUNK);
+    }
+}
+
 /* GELU in one of its two forms: exact, x * Phi(x) with Phi from erf (nanoGPT's
- * nn.GELU()), or GPT-2's tanh approximation (transformers' gelu_new). */
+ * nn.GELU()), or GPT-2's tanh approximation (transformers' gelu_new). Each
+ * piece is one vector loop: a loop split by the threads would leave each
+ * thread's last few numbers to the scalar erff and tanhf, which round
+ * otherwise than libmvec's vector ones, and the bits would follow the thread
+ * count. */
 typedef struct { float *out; const float *inp; size_t n; int tanh_form; } GeluArgs;
 
 /* sqrt(2 / pi) and the cubic's coefficient of the tanh form */
 static const float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-/* GELU's loops run over CHUNK-long pieces, one vector loop each: a loop split
- * by the threads would leave each thread's last few numbers to the scalar
- * erff and tanhf, which round otherwise than libmvec's vector ones, and the
- * bits would follow the thread count. */
+static void gelu_forward_chunk(const void *p, size_t first, size_t end) {
+    const GeluArgs *a = p;
+    if (a->tanh_form) {
+        #pragma omp simd
+        for (size_t i = first; i < end; i++) {
+            float x = a->inp[i];
+            a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
+        }
+        return;
+    }
+    #pragma omp simd
+    for (size_t i = first; i < end; i++) {
+        float x = a->inp[i];
+        a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+    }
+}
+
 static void gelu_forward_task(void *p) {
     GeluArgs *a = p;
-    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
-    #pragma omp parallel for schedule(static)
-    for (size_t chunk = 0; chunk < nchunks; chunk++) {
-        size_t first = chunk * CHUNK, end = a->n - first < CHUNK ? a->n : first + CHUNK;
-        if (a->tanh_form) {
-            #pragma omp simd
-            for (size_t i = first; i < end; i++) {
-                float x = a->inp[i];
-                a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
-            }
-        } else {
-            #pragma omp simd
-            for (size_t i = first; i < end; i++) {
-                float x = a->inp[i];
-                a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
-            }
-        }
-    }
+    over_chunks(a->n, gelu_forward_chunk, a);
 }
 
 void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
@@ -51,31 +65,31 @@ void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tan
 
 typedef struct { float *dinp; const float *inp, *dout; size_t n; int tanh_form; } GeluBackwardArgs;
 
+static void gelu_backward_chunk(const void *p, size_t first, size_t end) {
+    const GeluBackwardArgs *a = p;
+    if (a->tanh_form) {
+        #pragma omp simd
+        for (size_t i = first; i < end; i++) {
+            float x = a->inp[i];
+            float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
+            float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
+            a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        }
+        return;
+    }
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    #pragma omp simd
+    for (size_t i = first; i < end; i++) {
+        float x = a->inp[i];
+        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+        a->dinp[i] = a->dout[i] * (cdf + x * pdf);
+    }
+}
+
 static void gelu_backward_task(void *p) {
     GeluBackwardArgs *a = p;
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
-    #pragma omp parallel for schedule(static)
-    for (size_t chunk = 0; chunk < nchunks; chunk++) {
-        size_t first = chunk * CHUNK, end = a->n - first < CHUNK ? a->n : first + CHUNK;
-        if (a->tanh_form) {
-            #pragma omp simd
-            for (size_t i = first; i < end; i++) {
-                float x = a->inp[i];
-                float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
-                float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
-                a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-            }
-        } else {
-            #pragma omp simd
-            for (size_t i = first; i < end; i++) {
-                float x = a->inp[i];
-                float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-                float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-                a->dinp[i] = a->dout[i] * (cdf + x * pdf);
-            }
-        }
-    }
+    over_chunks(a->n, gelu_backward_chunk, a);
 }
 
 void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
@@ -138,17 +152,16 @@ void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC
 
 typedef struct { float *out; const float *inp; size_t n; Dropout drop; } DropoutArgs;
 
+static void dropout_chunk(const void *p, size_t first, size_t end) {
+    const DropoutArgs *a = p;
+    float scale[CHUNK];
+    dropout_scales(a->drop, first, end - first, scale);
+    for (size_t i = first; i < end; i++) a->out[i] = a->inp[i] * scale[i - first];
+}
+
 static void dropout_task(void *p) {
     DropoutArgs *a = p;
-    size_t nchunks = (a->n + CHUNK - 1) / CHUNK;
-    #pragma omp parallel for schedule(static)
-    for (size_t chunk = 0; chunk < nchunks; chunk++) {
-        float scale[CHUNK];
-        size_t first = chunk * CHUNK;
-        size_t len = a->n - first < CHUNK ? a->n - first : CHUNK;
-        dropout_scales(a->drop, first, len, scale);
-        for (size_t k = 0; k < len; k++) a->out[first + k] = a->inp[first + k] * scale[k];
-    }
+    over_chunks(a->n, dropout_chunk, a);
 }
 
 void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
