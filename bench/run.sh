@@ -9,8 +9,8 @@
 # PyTorch's nanoGPT, side by side in the same run: Debian's PyTorch 1.13, and
 # PyTorch 2.x from PyPI eager and compiled where make bench-torch made its venv
 # (bench/torch_peer.sh; one line saying how, where not), after --dtype=bf16 against fp32
-# (bench/precision.sh: bench/results/precision.md); the step quiet and beside two
-# busy loops (bench/load.sh: bench/results/load.md); then GPT-2 124M against
+# (bench/precision.sh: bench/results/precision.md); the step quiet and beside one
+# and two busy loops (bench/load.sh: bench/results/load.md); then GPT-2 124M against
 # PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh).
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
@@ -163,7 +163,8 @@ echo
 bench/torch_peer.sh "$bin"
 echo
 
-# The step quiet and beside two busy loops, under each way OpenMP's idle threads may wait
+# The step quiet and beside one and two busy loops, as bin/train runs, with its teams kept
+# whole, and under each way OpenMP's idle threads may wait
 bench/load.sh "$bin"
 echo
 
