@@ -210,7 +210,7 @@ build/fuzz/fuzz_checkpoint: $(FUZZ_SRC) $(wildcard */*.h) Makefile
 
 # The tests' own test: seeded bugs (tests/mutate.py), each in a scratch copy
 # under build/mutate, the tests it names run on it (then `make CUDA=0 test` if
-# they pass), the survivors printed. Not in CI: about 80 minutes on two cores.
+# they pass), the survivors printed. Not in CI: about 30 minutes on two cores.
 mutate:
 	tests/mutate.py $(MUTANTS)
 
