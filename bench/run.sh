@@ -11,7 +11,9 @@
 # (bench/torch_peer.sh; one line saying how, where not), after --dtype=bf16 against fp32
 # (bench/precision.sh: bench/results/precision.md); the step quiet and beside one
 # and two busy loops (bench/load.sh: bench/results/load.md); then GPT-2 124M against
-# PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh).
+# PyTorch 2.x and its memory at N = 1..4 (bench/gpt2.sh); last, the performance aims beside
+# this run's figures (bench/aims.py: bench/results/aims.md). The presets against sgemm go to
+# cpu.md and the comparison with PyTorch 2.x to torch.md.
 #
 # The overlap table runs char-small with 8 blocks (each unit then a smaller part
 # of the backward, as in larger models) and 0.25 MB buckets (so that DDP's
@@ -138,7 +140,8 @@ echo
 bench/precision.sh "$bin"
 echo
 
-ours=$("$bin/bench_cpu" | tee >(cat >&2) | awk '$1 == "char-small" { print $2 }')
+# Both presets against this machine's sgemm ceiling, and the simulator's overhead (cpu.md)
+ours=$("$bin/bench_cpu" | tee $results/cpu.md >(cat >&2) | awk '$1 == "char-small" { print $2 }')
 
 python=${ZF_PYTHON:-/usr/bin/python3}
 echo
@@ -160,7 +163,7 @@ else
     echo "vs Debian's PyTorch: SKIP: PyTorch is not importable by $python (install python3-torch: make deps)"
 fi
 echo
-bench/torch_peer.sh "$bin"
+bench/torch_peer.sh "$bin" | tee $results/torch.md
 echo
 
 # The step quiet and beside one and two busy loops, as bin/train runs, with its teams kept
@@ -171,3 +174,7 @@ echo
 # GPT-2 124M: its step against nanoGPT's model on PyTorch 2.x, the sgemm share, where the
 # step goes, and its memory at N = 1..4 (bench/results/gpt2.md, gpt2_memory.{md,png})
 bench/gpt2.sh "$bin"
+echo
+
+# The performance aims beside this run's figures (bench/results/aims.md)
+python3 bench/aims.py $results
