@@ -2,8 +2,8 @@
 """bench/aims.py: the performance aims beside what this run of make bench measured.
 
 Reads the tables make bench wrote in bench/results/ (torch.md, cpu.md,
-overlap.md, load.md, gpt2.md) and prints one row per aim: the figure, where it
-came from, the aim and whether the figure meets it. A table the run did not
+overlap.md, load.md, gpt2.md) and prints one row per aim: this run's figure,
+the aim and whether the figure meets it. A table the run did not
 write (no PyTorch venv, say) gives its row as "not measured". Writes the same
 Markdown to bench/results/aims.md.
 """
@@ -24,7 +24,7 @@ def first(pattern, text):
     return m.groups() if m else None
 
 
-rows = []  # (aim, figure, target, met or None)
+rows = []  # (aim, figure, target, verdict: met, not met, or - where not measured)
 
 
 def aim(what, figure, target, met):
