@@ -41,7 +41,8 @@ endif
 
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/rank_threads.c runtime/trace.c \
           runtime/process_group.c runtime/process_group_order.c runtime/process_group_simulator.c \
-          runtime/process_group_exchange.c runtime/link_model.c runtime/world.c runtime/inject.c
+          runtime/process_group_exchange.c runtime/process_group_placement.c runtime/link_model.c runtime/world.c \
+          runtime/inject.c
 ifeq ($(MPI),1)
 RUNTIME += runtime/world_mpi.c
 CFLAGS_MPI = -I$(MPI_DIR)/include

@@ -137,7 +137,7 @@ typedef enum { PLACE_CPU, PLACE_AUTO, PLACE_CUDA, PLACE_CUDA_SIMULATOR } Placeme
  * gets the simulator's bits); none (or PLACE_CPU): the simulator on the CPU.
  * NULL with a message when a GPU is asked for and none is visible, when CUDA
  * fails (device_cuda_count), or when N is out of range. own_cores: as for
- * pg_create_simulator. */
+ * pg_create_simulator. (runtime/process_group_placement.c, above the backends.) */
 ProcessGroup *pg_create(int nranks, Placement where, int own_cores);
 /* N simulated ranks on the CPU, or all on GPU 0 (one process only;
  * runtime/process_group_simulator.c); this process's N / P of them, with the

@@ -291,32 +291,19 @@ static void nccl_all_gather(ProcessGroup *pg, void *const *send, void *const *re
 
 /* ---- the watchdog ---- */
 
-/* The communicators' aborts, on a thread of their own: ncclCommAbort may wait
- * for the very kernel that hangs. */
-enum { ABORT_SECONDS = 5 };
+/* The communicators' aborts get a second at most: ncclCommAbort may wait for
+ * the very kernel that hangs, and the run must end within moments of its line. */
+static const double ABORT_SECONDS = 1.0;
 
-static void *abort_communicators(void *arg) {
+static void abort_communicators(void *arg) {
     ProcessGroup *pg = arg;
     NcclState *st = state_of(pg);
     for (int r = 0; r < pg->nranks; r++) gpu_nccl()->comm_abort(st->comm[r]);
-    return NULL;
 }
 
-/* End every process with the one line: said and flushed first, then every
- * communicator aborted (NCCL's kernels and threads stop waiting for the
- * peers) within ABORT_SECONDS, then world_abort, whatever the aborts did. */
-static void end_run(ProcessGroup *pg, const char *line) {
-    fprintf(stderr, "%s; stopping every process\n", line);
-    fflush(stderr);
-    pthread_t aborts;
-    if (host_thread_create(&aborts, abort_communicators, pg) == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += ABORT_SECONDS;
-        pthread_timedjoin_np(aborts, NULL, &until);  /* past it, the process leaves with the aborts under way */
-    }
-    world_abort(1);
-}
+/* End every process with the one line, the communicators aborted first
+ * (NCCL's kernels and threads stop waiting for the peers): world_end_run. */
+static void end_run(ProcessGroup *pg, const char *line) { world_end_run(line, abort_communicators, pg, ABORT_SECONDS); }
 
 /* Whether local rank r's event is past; a CUDA error there ends the run. */
 static int event_done(const ProcessGroup *pg, int r, cudaEvent_t ev) {

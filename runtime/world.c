@@ -1,10 +1,14 @@
 /* world.c: what every world shares (world.h): its state, the lines that name
- * processes, and the host's collectives, made of exchanges. The engine's part
+ * processes, the host's collectives, made of exchanges, the deadlines and the
+ * run's end from a watching thread, and the file rendezvous's wait. The engine's part
  * is world_mpi.c, or world_none.c in a build without MPI; a world joined
  * through a file rendezvous hands its exchanges to world_nccl.c instead. */
 #include "world.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,5 +187,79 @@ void world_deadline_end(void) {
     if (rc) {
         fprintf(stderr, "fatal: pthread_join of a deadline failed (%d)\n", rc);
         abort();
+    }
+}
+
+/* ---- the run's end from a watching thread ---- */
+
+static atomic_int ending;
+
+int world_mark_ending(void) { return atomic_exchange(&ending, 1); }
+
+/* The thread that ends the run leaves by _exit within moments; until then this
+ * one sleeps, its stop signals blocked (a handler must not exit it first with
+ * a status of its own). */
+void world_wait_if_ending(void) {
+    if (!atomic_load(&ending)) return;
+    sigset_t stop;
+    host_stop_signals(&stop);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    for (;;) nanosleep(&(struct timespec){ 1, 0 }, NULL);
+}
+
+typedef struct {
+    void (*cleanup)(void *);
+    void *arg;
+} Cleanup;
+
+static void *run_cleanup(void *arg) {
+    Cleanup *c = arg;
+    c->cleanup(c->arg);
+    return NULL;
+}
+
+void world_end_run(const char *line, void (*cleanup)(void *), void *arg, double seconds) {
+    if (world_mark_ending()) world_wait_if_ending();  /* another thread is ending it, its line said */
+    fprintf(stderr, "%s; stopping every process\n", line);
+    fflush(stderr);
+    static Cleanup c;
+    c = (Cleanup){ cleanup, arg };
+    pthread_t thread;
+    if (cleanup && host_thread_create(&thread, run_cleanup, &c) == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long nanos = until.tv_nsec + (long)((seconds - (long)seconds) * 1e9);
+        until.tv_sec += (time_t)seconds + nanos / 1000000000L;
+        until.tv_nsec = nanos % 1000000000L;
+        pthread_timedjoin_np(thread, NULL, &until);  /* past it, the process leaves with the cleanup under way */
+    }
+    world_abort(1);
+}
+
+/* ---- the file rendezvous ---- */
+
+int world_read_rendezvous(const char *path, void *buf, size_t bytes, const char *what) {
+    double deadline = host_seconds() + the_world.timeout_s;
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            int whole = fread(buf, bytes, 1, f) == 1 && fgetc(f) == EOF;
+            fclose(f);
+            if (whole) return 0;
+            fprintf(stderr, "error: process %d: the --rendezvous file %s is not %s (%zu bytes)\n", the_world.proc,
+                    path, what, bytes);
+            return -1;
+        }
+        if (errno != ENOENT) {
+            fprintf(stderr, "error: process %d: cannot read the --rendezvous file %s: %s\n", the_world.proc, path,
+                    strerror(errno));
+            return -1;
+        }
+        if (host_seconds() > deadline) {
+            fprintf(stderr, "error: process %d: no --rendezvous file %s from process 0 within %g s (--timeout)\n",
+                    the_world.proc, path, the_world.timeout_s);
+            return -1;
+        }
+        nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
     }
 }

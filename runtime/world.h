@@ -56,7 +56,13 @@ int world_join_file(int nprocs, int proc, const char *path);
  * once the call is back. */
 void world_deadline_start(const char *what);
 void world_deadline_end(void);
-/* Leave the world after a run every process ended the same way (MPI_Finalize). */
+/* Process 1 .. P-1's side of a file rendezvous: PATH as soon as it is there,
+ * exactly `bytes` of it (`what` names them for the line) into buf, up to the
+ * timeout. 0, or -1 after one line naming the file, or what it held. */
+int world_read_rendezvous(const char *path, void *buf, size_t bytes, const char *what);
+/* Leave the world after a run every process ended the same way (MPI_Finalize).
+ * Where the run is ending already (world_abort or world_end_run under way on
+ * another thread), it never returns: that end's status is the process's. */
 void world_finalize(void);
 /* End every process of the run now, this one with `status` (MPI_Abort): for an
  * error the others cannot know of. A one-process world just leaves. Every
@@ -64,6 +70,15 @@ void world_finalize(void);
  * from any thread, with CUDA, NCCL or MPI calls in flight on others, whose
  * libraries' teardown would hang or crash under them. */
 void world_abort(int status) __attribute__((noreturn));
+/* End the run from a thread that watches the others (the NCCL watchdog): its
+ * `line` and "; stopping every process", flushed; then cleanup(arg) on a
+ * thread of its own, given at most `seconds` (ncclCommAbort may wait for the
+ * very kernel that hangs); then world_abort(1), whatever the cleanup did. From
+ * the line on the run is ending, so a main thread that meanwhile finishes its
+ * work waits in world_finalize for that end: a run whose watchdog fired never
+ * leaves with status 0. Where the run is ending already, it says nothing and
+ * waits for that end. */
+void world_end_run(const char *line, void (*cleanup)(void *), void *arg, double seconds) __attribute__((noreturn));
 
 /* all[p * bytes ..] = process p's `mine`, on every process; `what` names the
  * operation for a timeout's line. */

@@ -21,5 +21,12 @@ void world_set_engine(WorldExchange exchange);
 /* One line naming the operation and the processes flagged in missing[P], then
  * world_abort(1). */
 void world_timed_out(const char *what, const int *missing) __attribute__((noreturn));
+/* The run is ending (world_abort: world_end_run, a timeout, an error): marked
+ * first, so that world_finalize on another thread waits for the end rather
+ * than return (world_wait_if_ending). Whether it was marked already. */
+int world_mark_ending(void);
+/* Where the run is ending, wait for the thread that ends it, never returning;
+ * else return at once. */
+void world_wait_if_ending(void);
 
 #endif

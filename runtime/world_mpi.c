@@ -73,6 +73,7 @@ int world_init(int *argc, char ***argv) {
 }
 
 void world_finalize(void) {
+    world_wait_if_ending();
     if (!joined || finalized) return;
     for (int c = 0; c < 2; c++) MPI_Comm_free(&channels[c]);
     finalized = 1;
@@ -80,6 +81,7 @@ void world_finalize(void) {
 }
 
 void world_abort(int status) {
+    world_mark_ending();
     fflush(NULL);
     if (joined && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
     _exit(status);

@@ -5,10 +5,10 @@
  *
  * Process 0 makes an NCCL unique id and writes it to PATH (a temporary file
  * renamed into place, so no reader sees half of it); the others poll for PATH
- * up to --timeout. Once every process has joined, process 0 removes the file:
- * a file left there is an earlier run's, which process 0 refuses to reuse (a
- * process that reads one waits in NCCL's init for peers that never come, until
- * the timeout: world_deadline_start).
+ * up to --timeout (world_read_rendezvous). Once every process has joined,
+ * process 0 removes the file: a file left there is an earlier run's, which
+ * process 0 refuses to reuse (a process that reads one waits in NCCL's init
+ * for peers that never come, until the timeout: world_deadline_start).
  *
  * The host's collectives (world_all_gather, world_broadcast: the flags'
  * hashes, losses, checkpoint state) then run as world_backend_exchange's
@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "device_cuda.h"
@@ -61,28 +60,6 @@ static int write_id(const char *path, const ncclUniqueId *id) {
     return 0;
 }
 
-/* The others' side: PATH as soon as it is there, up to the timeout. */
-static int read_id(const char *path, ncclUniqueId *id) {
-    double deadline = host_seconds() + world()->timeout_s;
-    for (;;) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            int ok = fread(id, sizeof *id, 1, f) == 1 && fgetc(f) == EOF;
-            fclose(f);
-            if (ok) return 0;
-            fprintf(stderr, "error: process %d: the --rendezvous file %s is not an NCCL unique id (%zu bytes)\n",
-                    world()->proc, path, sizeof *id);
-            return -1;
-        }
-        if (host_seconds() > deadline) {
-            fprintf(stderr, "error: process %d: no --rendezvous file %s from process 0 within %g s (--timeout)\n",
-                    world()->proc, path, world()->timeout_s);
-            return -1;
-        }
-        nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
-    }
-}
-
 static void nccl_exchange(WorldChannel channel, const WorldChunk *to, WorldChunk *from, const char *what);
 
 int world_join_file(int nprocs, int proc, const char *path) {
@@ -100,7 +77,7 @@ int world_join_file(int nprocs, int proc, const char *path) {
     if (proc == 0) {
         check_nccl(gpu_nccl()->get_unique_id(&id), "ncclGetUniqueId");
         if (write_id(path, &id) != 0) return -1;
-    } else if (read_id(path, &id) != 0) {
+    } else if (world_read_rendezvous(path, &id, sizeof id, "an NCCL unique id") != 0) {
         return -1;
     }
     cuda_check(cudaSetDevice(0), "cudaSetDevice", __FILE__, __LINE__);

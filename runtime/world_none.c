@@ -16,9 +16,10 @@ int world_init(int *argc, char ***argv) {
     return 0;
 }
 
-void world_finalize(void) {}
+void world_finalize(void) { world_wait_if_ending(); }
 
 void world_abort(int status) {
+    world_mark_ending();
     fflush(NULL);
     _exit(status);
 }

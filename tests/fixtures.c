@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../model/models.h"
@@ -194,6 +195,41 @@ void take_text(const char *path, char *text, size_t len) {
     text[n] = 0;
     if (f) fclose(f);
     unlink(path);
+}
+
+/* Where a child's stderr goes, named by the parent's pid and the child's index. */
+static void child_err_path(char *path, size_t len, int child) {
+    snprintf(path, len, "/tmp/zf_child_%d_%d.err", (int)getpid(), child);
+}
+
+/* freopen leaves stderr fully buffered (glibc): set it unbuffered again. */
+pid_t child_start(void (*body)(int), int child) {
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork failed");
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr) || setvbuf(stderr, NULL, _IONBF, 0) != 0) _exit(4);
+        body(child);
+        _exit(0);
+    }
+    return pid;
+}
+
+int child_end(pid_t pid, int child, char *text, size_t len) {
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid, "waitpid failed");
+    char path[64];
+    child_err_path(path, sizeof path, child);
+    take_text(path, text, len);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int count_error_lines(const char *text) {
+    int errors = strncmp(text, "error:", 6) == 0;
+    for (const char *nl = strchr(text, '\n'); nl; nl = strchr(nl + 1, '\n'))
+        errors += strncmp(nl + 1, "error:", 6) == 0;
+    return errors;
 }
 
 unsigned char *read_all(const char *path, size_t *n) {

@@ -1,12 +1,14 @@
 /* fixtures.h: the suites' harness, beside the reference maths of reference.h:
  * the test device and stream, inputs, the comparisons, training a strategy
  * through the trainer, the small GPT of the gates, skips, the binaries and
- * Pythons under test, files and folders, traces, and running bin/train. */
+ * Pythons under test, files and folders, forked children, traces, and
+ * running bin/train. */
 #ifndef ZF_FIXTURES_H
 #define ZF_FIXTURES_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../model/gpt.h"
 #include "../training/trainer.h"
@@ -92,6 +94,14 @@ int run_tool(const char *binary, const char *args, const char *out, char *err, s
 /* The first len - 1 bytes of the file, NUL-terminated in text (empty if it
  * cannot be read), and the file removed: a child's captured stderr. */
 void take_text(const char *path, char *text, size_t len);
+/* Start `body(child)` in a forked child whose stderr goes to a file of its
+ * own, unbuffered (as a terminal's or a pipe's: the child may leave by _exit,
+ * which flushes nothing); and the child's exit status (-1 for a signal) with
+ * that stderr read into text. */
+pid_t child_start(void (*body)(int), int child);
+int child_end(pid_t pid, int child, char *text, size_t len);
+/* How many lines of text begin with "error:". */
+int count_error_lines(const char *text);
 /* The whole file (malloc'd, NUL after its *n bytes); cr_asserts it is readable. */
 unsigned char *read_all(const char *path, size_t *n);
 /* A fresh folder /tmp/zf_STEM_XXXXXX (mkdtemp) in dir; and its removal. */

@@ -592,6 +592,16 @@ MUTANTS = [
      "runtime/device_cpu.c",
      "team->hold_one = first ? doubled(team->hold_one) : 1;",
      "team->hold_one = 1;"),
+    ("finalize-ignores-a-watchdogs-end", "a run whose watchdog fired leaves with status 0 when its main thread finishes first",
+     "test_runtime/a_watchdog*",
+     "runtime/world_mpi.c",
+     "void world_finalize(void) {\n    world_wait_if_ending();",
+     "void world_finalize(void) {"),
+    ("rendezvous-waits-past-the-timeout", "a --rendezvous file that never comes is waited for forever",
+     "test_runtime/a_rendezvous*",
+     "runtime/world.c",
+     "if (host_seconds() > deadline) {",
+     "if (host_seconds() > deadline + 1e9) {"),
 ]
 
 

@@ -14,6 +14,7 @@
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
 #include "../runtime/device_cpu.h"
+#include "../runtime/host.h"
 #include "../runtime/process_group.h"
 #include "../runtime/world.h"
 #include "../training/trainer.h"
@@ -480,6 +481,83 @@ Test(runtime, world_abort_flushes_and_leaves_without_the_teardown, .timeout = 30
     unlink(path);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 3, "status %d", status);
     cr_expect_str_eq(text, "flushed\n", "the output was: %s", text);
+}
+
+/* ---- a watchdog's end against a run that finishes; the rendezvous's wait ---- */
+
+static void cleanup_that_hangs(void *arg) {
+    (void)arg;
+    for (;;) sleep_us(100000);  /* as ncclCommAbort waiting for the kernel that hangs */
+}
+
+static void *watchdog_that_fires(void *arg) {
+    (void)arg;
+    sleep_us(100000);
+    world_end_run("error: a test's watchdog fired", cleanup_that_hangs, NULL, 0.5);
+}
+
+/* The watchdog's thread ends the run while the main thread finishes its work
+ * and reaches world_finalize, as bin/train's does once a stuck collective
+ * completes after all (the GPU's first run: exit 0, the line said): the exit
+ * is 1, within the cleanup's half second of the line, whatever the cleanup
+ * does, and the line is said once. */
+static void finish_while_a_watchdog_fires(int child) {
+    (void)child;
+    pthread_t t;
+    if (pthread_create(&t, NULL, watchdog_that_fires, NULL) != 0) _exit(8);
+    sleep_us(300000);
+    world_finalize();
+    _exit(0);
+}
+
+Test(runtime, a_watchdogs_end_is_the_runs_status_whatever_the_main_thread_does, .timeout = 30) {
+    double start = host_seconds();
+    char text[1024];
+    int status = child_end(child_start(finish_while_a_watchdog_fires, 0), 0, text, sizeof text);
+    double seconds = host_seconds() - start;
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect_lt(seconds, 2.0, "the run ended %.1f s after it began", seconds);
+    cr_expect_str_eq(text, "error: a test's watchdog fired; stopping every process\n");
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* Process 1 of 2 waits for a rendezvous file that process 0 never writes, and
+ * leaves by _exit as the GPU test's child does: the line naming the file and
+ * the timeout reaches the harness (on the GPU's first run it was lost in
+ * stderr's buffer, which freopen had made a full one). */
+static void wait_for_a_file_that_never_comes(int child) {
+    (void)child;
+    world_set_timeout(0.3);
+    char id[16];
+    _exit(world_read_rendezvous("/tmp/zf_no_such_rendezvous", id, sizeof id, "a test's id") == -1 ? 1 : 0);
+}
+
+Test(runtime, a_rendezvous_file_that_never_comes_is_one_line, .timeout = 30) {
+    char text[1024];
+    int status = child_end(child_start(wait_for_a_file_that_never_comes, 0), 0, text, sizeof text);
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect(strstr(text, "error: process 0: no --rendezvous file /tmp/zf_no_such_rendezvous from process 0 within "
+                           "0.3 s (--timeout)\n") != NULL, "stderr: %s", text);
+    cr_expect_eq(count_error_lines(text), 1, "stderr: %s", text);
+}
+
+/* A file of the wrong size is named, not waited for. */
+static void read_a_rendezvous_of_the_wrong_size(int child) {
+    (void)child;
+    char path[64], id[16];
+    snprintf(path, sizeof path, "/tmp/zf_short_rendezvous_%d", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite("short", 5, 1, f) != 1 || fclose(f) != 0) _exit(9);
+    int rc = world_read_rendezvous(path, id, sizeof id, "a test's id");
+    unlink(path);
+    _exit(rc == -1 ? 1 : 0);
+}
+
+Test(runtime, a_rendezvous_file_of_another_size_is_named) {
+    char text[1024];
+    int status = child_end(child_start(read_a_rendezvous_of_the_wrong_size, 0), 0, text, sizeof text);
+    cr_expect_eq(status, 1, "exit %d, stderr: %s", status, text);
+    cr_expect(strstr(text, " is not a test's id (16 bytes)\n") != NULL, "stderr: %s", text);
 }
 
 /* The link model (runtime/link_model.h) against its formulas worked by hand:
