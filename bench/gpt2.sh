@@ -20,6 +20,7 @@
 # not depend on what the ids say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/timing.sh
 
 bin=${1:-build/cpu/bin}
 results=bench/results

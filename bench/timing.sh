@@ -1,4 +1,16 @@
-# bench/timing.sh: what the bench scripts share to read bin/train's step times (sourced).
+# bench/timing.sh: what the bench scripts share (sourced): the environment they measure in,
+# and reading bin/train's step times.
+
+# As a user's machine runs: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines'
+# environments set for older OpenBLAS builds (on an AMD Zen 4 they held OpenBLAS to its Haswell
+# kernels, a third slower than the Cooperlake ones it picks itself), are unset for every command
+# of a benchmark, both sides alike; each side prints the kernels it then runs.
+for var in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do
+    if [ -n "${!var+set}" ]; then
+        echo "bench: $var=${!var} unset for the benchmark, as on a user's machine"
+        unset $var
+    fi
+done
 
 # The ms/iter of every progress line past a warm-up, one a line.
 step_ms() {

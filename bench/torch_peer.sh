@@ -11,7 +11,9 @@
 # alike, and printed; PyTorch's best of all is kept, and ours as a user gets it.
 # ROUNDS rounds (ZF_PEER_ROUNDS, default 3), every setting once a round, in
 # turn; each setting's median and its range, and the ratio of PyTorch's best
-# setting to ours, round by round.
+# setting to ours, round by round; last, the kernels each side ran (ours: the
+# blas: line; PyTorch: its BLAS and its CPU capability), OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE unset for both (bench/timing.sh).
 #
 # That PyTorch lives in the venv that make venv makes once per machine, outside
 # the clone (ZF_VENV, else ~/.cache/zerofiber/venv; PyPI's Linux wheel brings
@@ -19,6 +21,7 @@
 # enable the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/timing.sh
 
 bin=${1:-build/cpu/bin}
 python=${ZF_VENV:-$HOME/.cache/zerofiber/venv}/bin/python
@@ -30,8 +33,8 @@ if [ ! -x "$python" ]; then
 fi
 [ -x "$bin/bench_cpu" ] || { echo "torch_peer.sh: no $bin/bench_cpu (make first)" >&2; exit 1; }
 
-times=$(mktemp)
-trap 'rm -f "$times"' EXIT
+times=$(mktemp) kernels=$(mktemp)
+trap 'rm -f "$times" "$kernels"' EXIT
 # one line a setting and round: round, setting, ms
 for round in $(seq 1 "$rounds"); do
     for policy in default PASSIVE GOMP_SPINCOUNT=3000; do
@@ -39,10 +42,12 @@ for round in $(seq 1 "$rounds"); do
         [ $policy = PASSIVE ] && wait_env=(env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE)
         [ $policy = GOMP_SPINCOUNT=3000 ] && wait_env=(env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=3000)
         "${wait_env[@]}" "$bin/bench_cpu" --char-small | tee >(cat >&2) |
-            awk -v r="$round" -v p="$policy" '$1 == "char-small" { print r, "zerofiber|OpenMP " p, $2 }' >>"$times"
+            awk -v r="$round" -v p="$policy" -v k="$kernels" '$1 == "char-small" { print r, "zerofiber|OpenMP " p, $2 }
+                r == 1 && p == "default" && $1 == "blas:" { print "zerofiber: " $0 >> k }' >>"$times"
         "${wait_env[@]}" "$python" tests/torch_gpt.py bench --preset char-small | tee >(cat >&2) |
-            awk -v r="$round" -v p="$policy" '$1 == "torch" && $5 ~ /^threads=/ {
-                sub(":", "", $5); print r, "PyTorch " $2 " " $4 " " $5 "|OpenMP " p, $6 }' >>"$times"
+            awk -v r="$round" -v p="$policy" -v k="$kernels" '$1 == "torch" && $5 ~ /^threads=/ {
+                sub(":", "", $5); print r, "PyTorch " $2 " " $4 " " $5 "|OpenMP " p, $6 }
+                r == 1 && p == "default" && ($1 == "torch" && $2 ~ /^BLAS_INFO=/ || $1 == "cpu") { print "PyTorch: " $0 >> k }' >>"$times"
     done
 done
 
@@ -64,3 +69,6 @@ ratios = [times[best][r] / ours[r] for r in sorted(ours)]
 print(f"\nchar-small step: zerofiber as bin/train runs it against PyTorch at its best ({name(best)}): "
       f"{statistics.median(ratios):.2f}x (median of the rounds; " + ", ".join(f"{x:.2f}x" for x in ratios) + ")")
 PY
+echo
+echo "kernels each side ran (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for both):"
+sed 's/^/  /' "$kernels"

@@ -553,7 +553,12 @@ def blas_report():
         lines.append(f"OpenBLAS: {lib.path}: {lib.openblas_get_config().decode()}; core={core}")
         if core == "Prescott":
             lines.append("note: generic Prescott kernels; on AVX-512 CPUs OPENBLAS_CORETYPE=SkylakeX is much faster")
-    lines.append(" ".join(f"{v}={os.environ.get(v, '<unset>')}" for v in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")))
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
+    lines.append(f"cpu capability {capability} (ATen's vectorised kernels), MKL "
+                 f"{'on' if torch.backends.mkl.is_available() else 'off'}, oneDNN "
+                 f"{'on' if torch.backends.mkldnn.is_available() else 'off'}")
+    lines.append(" ".join(f"{v}={os.environ.get(v, '<unset>')}"
+                          for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_WAIT_POLICY")))
     return lines
 
 
