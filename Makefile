@@ -50,7 +50,7 @@ LDLIBS_MPI = -L$(MPI_DIR)/lib -Wl,-rpath,$(MPI_DIR)/lib -lmpi
 else
 RUNTIME += runtime/world_none.c
 endif
-KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
+KERNELS = kernels/kernels.c kernels/token_buckets.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
 CUDA_SRC = runtime/device_cuda.cu runtime/gpu_libraries.c runtime/process_group_nccl.c runtime/world_nccl.c \
            $(wildcard kernels/cuda/*.cu)

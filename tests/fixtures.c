@@ -197,6 +197,22 @@ void take_text(const char *path, char *text, size_t len) {
     unlink(path);
 }
 
+TokenBuckets buckets_of(const int *tokens, int BT, int V) {
+    TokenBuckets b = { 0, malloc(((size_t)BT + 1) * sizeof(int)), malloc(((size_t)BT + 1) * sizeof(int)),
+                       malloc(((size_t)BT + 1) * sizeof(int)) };
+    int *counts = malloc(((size_t)V + 1) * sizeof(int));
+    cr_assert(b.token && b.start && b.positions && counts, "out of memory");
+    token_buckets_build(tokens, BT, V, counts, &b);
+    free(counts);
+    return b;
+}
+
+void buckets_free(TokenBuckets b) {
+    free(b.token);
+    free(b.start);
+    free(b.positions);
+}
+
 /* Where a child's stderr goes, named by the parent's pid and the child's index. */
 static void child_err_path(char *path, size_t len, int child) {
     snprintf(path, len, "/tmp/zf_child_%d_%d.err", (int)getpid(), child);

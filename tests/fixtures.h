@@ -102,6 +102,10 @@ pid_t child_start(void (*body)(int), int child);
 int child_end(pid_t pid, int child, char *text, size_t len);
 /* How many lines of text begin with "error:". */
 int count_error_lines(const char *text);
+/* The buckets of tokens[0, BT) (kernels/token_buckets.h) in host memory
+ * (the CPU device's); and their end. */
+TokenBuckets buckets_of(const int *tokens, int BT, int V);
+void buckets_free(TokenBuckets b);
 /* The whole file (malloc'd, NUL after its *n bytes); cr_asserts it is readable. */
 unsigned char *read_all(const char *path, size_t *n);
 /* A fresh folder /tmp/zf_STEM_XXXXXX (mkdtemp) in dir; and its removal. */

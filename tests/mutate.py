@@ -602,6 +602,16 @@ MUTANTS = [
      "runtime/world.c",
      "if (host_seconds() > deadline) {",
      "if (host_seconds() > deadline + 1e9) {"),
+    ("token-buckets-unstable", "the embedding's buckets: each token's positions in reverse row order (another sum order)",
+     "test_kernels",
+     "kernels/token_buckets.c",
+     "for (int i = 0; i < BT; i++) out->positions[counts[tokens[i]]++] = i;",
+     "for (int i = BT - 1; i >= 0; i--) out->positions[counts[tokens[i]]++] = i;"),
+    ("column-sums-unparted", "a bias's and LayerNorm's weight gradients summed over all rows at once, not in the GPU's parts",
+     "test_kernels/*parts*",
+     "kernels/cpu/column_sums.c",
+     "for (int c = 0; c < width; c++) part[c] += terms[c];",
+     "for (int c = 0; c < width; c++) total[c] += terms[c];"),
 ]
 
 
