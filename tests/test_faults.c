@@ -341,6 +341,19 @@ Test(faults, a_long_evaluation_shows_its_progress, .timeout = 120) {
     remove_dir(dir);
 }
 
+/* A sample says how many tokens it draws before the first of them: a
+ * GPT-2's take minutes on a CPU, and its text comes SAMPLE_CALL at a time. */
+Test(faults, a_sample_says_what_it_draws_before_it_starts, .timeout = 60) {
+    char args[512], out[64], err[4096], printed[16384];
+    snprintf(out, sizeof out, "/tmp/zf_sample_out_%d", (int)getpid());
+    snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --iters=1 --eval-iters=1 "
+             "--sample-chars=100");
+    cr_assert_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "%s", err);
+    take_text(out, printed, sizeof printed);
+    cr_expect(strstr(printed, "\nsample: 100 tokens (each one pass of the model; they appear 64 at a time):\n"),
+              "%s", printed);
+}
+
 /* A signal while the run starts (reading a 200 MB data file) is taken as any
  * other: no step done, nothing saved, exit 143; not the default death. */
 Test(faults, a_signal_in_the_start_stops_the_run_before_any_step, .timeout = 120) {

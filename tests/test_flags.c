@@ -347,7 +347,7 @@ Test(flags, binary_data_and_a_single_byte_train_as_they_are, .timeout = 60) {
     size_t n;
     char *text = (char *)read_all(out, &n);
     text[n] = 0;
-    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "sample:\nqqqqqqqqqqqqqqqq\n"), "%s", text);
+    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "at a time):\nqqqqqqqqqqqqqqqq\n"), "%s", text);
     free(text);
     unlink(path);
     unlink(out);
