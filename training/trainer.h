@@ -31,8 +31,9 @@ typedef struct {
     int skip_nonfinite, max_skips;
     /* NULL, or a flag a signal handler sets (to the signal's number): the run
      * stops after the step in flight, or the evaluation batch or the sample's
-     * call of generate (trainer.h) in flight, saving first with out_dir;
-     * every process of the run at the same point, whichever caught it. */
+     * call of generate (trainer.h) in flight, or right after an evaluation
+     * and its save, saving first with out_dir; every process of the run at
+     * the same point, whichever caught it. */
     const volatile sig_atomic_t *stop_signal;
     /* How the sample is written for a token folder's ids (its text decoded);
      * NULL: a token folder's run samples nothing. A text file's bytes need none. */
