@@ -262,6 +262,20 @@ static void stop_watchdog(pid_t watchdog) {
     waitpid(watchdog, NULL, 0);
 }
 
+/* A stopped run's checkpoint holds the steps its line (err) names, after
+ * "after ", and resumes for two more (bin/train with TINY and `more`). */
+static void expect_resumable(const char *err, const char *dir, const char *ckpt, const char *more) {
+    const char *after = strstr(err, "after ");
+    int done = -1;
+    cr_assert(after && sscanf(after + 6, "%d", &done) == 1, "%s", err);
+    cr_expect_gt(done, 0);
+    cr_expect_eq(adam_steps_of(ckpt), done);
+    char args[1024], resumed[4096];
+    snprintf(args, sizeof args, "%s --iters=%d %s --out=%s --resume=%s", TINY, done + 2, more, dir, ckpt);
+    cr_expect_eq(run_train(args, resumed, sizeof resumed), 0, "resuming: %s", resumed);
+    cr_expect_eq(adam_steps_of(ckpt), done + 2);
+}
+
 /* Every stop signal: SIGINT, SIGTERM, SIGHUP (a terminal closed), SIGUSR1
  * and SIGUSR2 (a batch system's warning). */
 Test(faults, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 300) {
@@ -280,13 +294,7 @@ Test(faults, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 
         snprintf(needle, sizeof needle, "train: stopped by %s after", cases[i].name);
         expect_one_line(rc, 128 + cases[i].sig, err, needle, cases[i].name);
         cr_expect(strstr(err, "saved in") != NULL, "%s", err);
-        /* the file holds the steps the line names, and resumes for two more */
-        int done = -1;
-        cr_assert_eq(sscanf(strstr(err, "after ") + 6, "%d", &done), 1, "%s", err);
-        cr_expect_eq(adam_steps_of(ckpt), done);
-        snprintf(args, sizeof args, "%s --iters=%d --zero=1 --gpus=2 --out=%s --resume=%s", TINY, done + 2, dir, ckpt);
-        cr_expect_eq(run_train(args, err, sizeof err), 0, "resuming: %s", err);
-        cr_expect_eq(adam_steps_of(ckpt), done + 2);
+        expect_resumable(err, dir, ckpt, "--zero=1 --gpus=2");
         remove_dir(dir);
     }
 }
@@ -394,7 +402,7 @@ Test(faults, a_closed_pipe_is_a_failed_write_in_one_line, .timeout = 60) {
  * a signal does: the step in flight finished and saved, then one line on
  * stderr naming the failed write and the checkpoint, exit 1. */
 Test(faults, a_closed_pipe_saves_the_steps_done_and_exits_1, .timeout = 120) {
-    char dir[64], ckpt[128], cmd[1024], full[1200], err_path[64], err[4096], args[512];
+    char dir[64], ckpt[128], cmd[1024], full[1200], err_path[64], err[4096];
     temp_dir(dir, sizeof dir, "pipe");
     snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
     snprintf(err_path, sizeof err_path, "/tmp/zf_pipe_err_%d", (int)getpid());
@@ -406,21 +414,14 @@ Test(faults, a_closed_pipe_saves_the_steps_done_and_exits_1, .timeout = 120) {
     expect_one_line(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1, err,
                     "error: cannot write the progress output: Broken pipe; stopped after ", "a closed pipe with --out");
     cr_expect(strstr(err, "saved in") != NULL, "%s", err);
-    const char *after = strstr(err, "after ");
-    int done = -1;
-    cr_assert(after && sscanf(after + 6, "%d", &done) == 1, "%s", err);
-    cr_expect_gt(done, 0);
-    cr_expect_eq(adam_steps_of(ckpt), done);
-    snprintf(args, sizeof args, "%s --iters=%d --out=%s --resume=%s", TINY, done + 2, dir, ckpt);
-    cr_expect_eq(run_train(args, err, sizeof err), 0, "resuming: %s", err);
-    cr_expect_eq(adam_steps_of(ckpt), done + 2);
+    expect_resumable(err, dir, ckpt, "");
     remove_dir(dir);
 }
 
 /* A full disk under --log (ENOSPC on its first line, after step 0: no
  * evaluation at iter 0) stops the run the same way: step 0 saved, one line,
- * exit 1. Stdout on a full disk
- * fails at the header, before any step (test_files.c). */
+ * exit 1. Stdout on a full disk fails at the header, before any step
+ * (test_files.c). */
 Test(faults, a_full_disk_under_the_log_saves_the_steps_done_and_exits_1, .timeout = 60) {
     char dir[64], ckpt[128], args[512], err[4096];
     temp_dir(dir, sizeof dir, "full");
@@ -429,7 +430,7 @@ Test(faults, a_full_disk_under_the_log_saves_the_steps_done_and_exits_1, .timeou
     expect_one_line(run_train(args, err, sizeof err), 1, err,
                     "error: cannot write the --log file: No space left on device; stopped after 1 steps, saved in",
                     "--log=/dev/full with --out");
-    cr_expect_eq(adam_steps_of(ckpt), 1);
+    expect_resumable(err, dir, ckpt, "");
     remove_dir(dir);
 }
 
