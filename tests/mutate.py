@@ -627,11 +627,11 @@ MUTANTS = [
      "training/trainer.c",
      "if (cfg->out_dir && result->saved_at != iter && (iter > cfg->start_iter || !stop))",
      "if (cfg->out_dir && (iter > cfg->start_iter || !stop))"),
-    ("eval-progress-unsaid", "a long evaluation silent until its losses",
+    ("eval-progress-at-split-end", "a long evaluation's progress said only when a split is done: silent for minutes",
      "test_faults/a_long_evaluation*",
      "training/trainer.c",
-     "        if (clock) say_eval_progress(cfg, result, clock, split, i + 1);\n",
-     ""),
+     "if (clock) say_eval_progress(cfg, result, clock, split, i + 1);",
+     "if (clock && i + 1 == eval_iters) say_eval_progress(cfg, result, clock, split, i + 1);"),
 ]
 
 
