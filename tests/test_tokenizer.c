@@ -311,7 +311,7 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     snprintf(out, sizeof out, "%s/stdout", dir);
     /* ZeRO-3 on 2 ranks, then DDP on 2: the same checkpoint, byte for byte */
     for (int zero = 3; zero >= 0; zero -= 3) {
-        snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=30 --eval-every=29 --sample-chars=40 "
+        snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=30 --eval-every=29 --sample-tokens=40 "
                  "--zero=%d --gpus=2 --out=%s/zero%d", SMALL, dir, tok, zero, dir, zero);
         int rc = run_tool(train_binary(), args, out, err, sizeof err);
         cr_assert_eq(rc, 0, "--zero=%d: exit %d: %s", zero, rc, err);
@@ -330,7 +330,7 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     cr_expect_geq(strlen(sample), 40, "40 tokens decode to at least 40 bytes: '%s'", sample);
     free(text);
 
-    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO: --chars=20", a, tok);
+    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO: --tokens=20", a, tok);
     int rc = run_tool(sample_binary(), args, out, err, sizeof err);
     text = (char *)read_all(out, &n);
     cr_expect(rc == 0 && strncmp(text, "ROMEO:", 6) == 0 && n > 26, "exit %d: '%s' %s", rc, text, err);

@@ -18,9 +18,14 @@
 #include "../runtime/host.h"
 #include "../training/checkpoint.h"
 
+/* Its flags, one a line as the other tools list theirs (tools/options.h). */
 static const char USAGE[] = "usage: export --ckpt=PATH --hf=DIR [--vocab=N] [--overwrite=1]\n"
-                            "  a checkpoint's weights as a Hugging Face GPT-2 folder (config.json, model.safetensors);\n"
-                            "  --vocab=N keeps the first N token rows (default: all), --overwrite=1 replaces DIR's\n";
+                            "  a checkpoint's weights as a Hugging Face GPT-2 folder (config.json, model.safetensors)\n\n"
+                            "flags:\n"
+                            "  --ckpt             the checkpoint to export\n"
+                            "  --hf               the folder to write\n"
+                            "  --vocab            keep the token embedding's first N rows (default: all)\n"
+                            "  --overwrite        1: replace the folder's model.safetensors (default: 0)\n";
 
 typedef struct {
     const char *ckpt, *hf;

@@ -76,7 +76,7 @@ static int check_out(const TrainOptions *o) {
 
 int main(int argc, char **argv) {
     TrainOptions o;
-    int rc = options_parse(&o, "prepare", "char", argc, argv);
+    int rc = options_parse(&o, TOOL_PREPARE, "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (!o.tokenizer[0] || !o.out[0]) {
         fprintf(stderr, "prepare: --tokenizer=tokenizer.json, --data=FILE and --out=DIR are needed (see --help)\n");

@@ -260,10 +260,10 @@ static int finish(int status, int every_process) {
  * it, the process). */
 static int parse_flags(TrainOptions *o, int argc, char **argv) {
     Verdict mine = { 0 };
-    mine.status = options_read(o, "train", "char-small", argc, argv, mine.message, sizeof mine.message);
+    mine.status = options_read(o, TOOL_TRAIN, "char-small", argc, argv, mine.message, sizeof mine.message);
     int status = agree(&mine, 2, "train: it was started with --help, and the others were not; every process must "
                                  "run the same flags");
-    if (status == 1 && world()->proc == 0) options_usage(stdout, "train", o);
+    if (status == 1 && world()->proc == 0) options_usage(stdout, TOOL_TRAIN, o);
     return status;
 }
 
@@ -379,9 +379,15 @@ static int take_hf_model(Run *run, int argc, char **argv) {
 }
 
 /* What the flags ask that no run can do: a model the GPT cannot be, a link too
- * slow to train on. 0, or 2 after a one-line error. */
-static int check_model(const Run *run) {
+ * slow to train on, a sample counted in the other unit than the data's
+ * tokens. 0, or 2 after a one-line error. */
+static int check_model(const Run *run, int argc, char **argv) {
     const TrainOptions *o = &run->o;
+    char unit[160];
+    if (options_check_sample_unit(o, TOOL_TRAIN, run->data.characters, argc, argv, unit, sizeof unit) != 0) {
+        if (world()->proc == 0) fprintf(stderr, "%s\n", unit);
+        return 2;
+    }
     StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs,
                           .shard_ranks = o->shard_ranks, .reduce_precision = options_reduce_precision(o),
                           .link = options_link(o), .link_inter = options_link_inter(o) };
@@ -510,7 +516,7 @@ static int train(Run *run) {
         .out_dir = o->out[0] ? o->out : NULL, .always_save = o->always_save,
         .schedule = { o->lr, o->min_lr, o->warmup, o->decay_iters < 0 ? o->iters : o->decay_iters },
         .grad_clip = o->grad_clip, .eval_every = o->eval_every, .eval_iters = o->eval_iters,
-        .log_every = o->log_every, .sample_chars = o->sample_chars, .out = stdout, .log = run->log,
+        .log_every = o->log_every, .sample_chars = o->sample_count, .out = stdout, .log = run->log,
         .trace = run->trace, .trace_steps = o->trace_steps,
         .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
         .tokenizer = run->tokenizer,
@@ -553,7 +559,7 @@ int main(int argc, char **argv) {
 
     Verdict data = load_data(&run);
     if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
-        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run))) {
+        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run, argc, argv))) {
         close_run(&run);
         return finish(status, 1);
     }
