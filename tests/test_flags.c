@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -525,4 +526,19 @@ Test(flags, a_prompt_past_511_bytes_is_documented_and_refused) {
     memset(args + strlen(args), 'a', 512);
     expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err,
                     "sample: --prompt value is too long (at most 511 characters)", "a prompt of 512 bytes");
+}
+
+/* A model whose weights and optimizer state alone pass what the machine has
+ * (a width of 2^20: petabytes) is refused in one line, out of memory (exit 1),
+ * at once: not after minutes of zeroing its activations (issue 44). */
+Test(flags, a_model_past_the_machine_is_refused_at_once, .timeout = 60) {
+    char cmd[512], err[4096];
+    snprintf(cmd, sizeof cmd, "timeout -k 2 20 %s", train_binary());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_tool(cmd, "--embd=1048576 --batch=1 --iters=1 --device=cpu", "/dev/null", err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    expect_one_line(rc, 1, err, "error: out of memory on cpu", "--embd=1048576");
+    cr_expect_lt(seconds, 3.0, "%.1f s to refuse --embd=1048576", seconds);
 }

@@ -402,6 +402,38 @@ static int check_model(const Run *run, int argc, char **argv) {
     return bad || link_seconds > LINK_STEP_MAX_SECONDS ? 2 : 0;
 }
 
+/* A model whose weights, gradients and optimizer state alone, on this
+ * process's ranks on the CPU, pass what the machine has free: refused before
+ * anything is made, since the activations, made first, could take minutes to
+ * zero. 0, or the allocator's verdict (1, out of memory) in its words, which
+ * the processes agree on. */
+static int check_memory(const Run *run) {
+    const TrainOptions *o = &run->o;
+    Verdict v = { 0 };
+    Placement where = options_placement(o);
+    if (where == PLACE_CUDA || (where == PLACE_AUTO && device_cuda_count() > 0)) return agree(&v, 0, NULL);
+    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .precision = options_precision(o),
+                          .reduce_precision = options_reduce_precision(o) };
+    ArenaLayout layout;
+    model_layout(&sc.model, 1, &layout);
+    const StrategyKind *kind = strategy_kind(o->zero);
+    int nranks = o->gpus * world()->nprocs, shards = o->shard_ranks ? o->shard_ranks : nranks;
+    double bytes = o->gpus * (double)layout.numel *
+                   strategy_state_bytes_per_param(kind, shards, sc.precision, strategy_grads_held(&sc), NULL, NULL);
+    /* taken from the machine's count and given back at once: the allocator's own test */
+    size_t need = bytes < (double)SIZE_MAX ? (size_t)bytes : SIZE_MAX;
+    if (host_memory_take(need) == 0) {
+        host_memory_give_back(need);
+    } else {
+        v.status = 1;
+        snprintf(v.message, sizeof v.message, "error: out of memory on cpu for %s, N=%d: %zu parameters need %.1f MB "
+                 "of weights, gradients and optimizer state on this process's %d rank(s), of the %.1f MB the machine "
+                 "had free for the run; a smaller model", kind->name, nranks, layout.numel, bytes / 1e6, o->gpus,
+                 host_memory_budget() / 1e6);
+    }
+    return agree(&v, 0, NULL);
+}
+
 /* This process's data, and the tokenizer of a token folder's ids; its verdict. */
 static Verdict load_data(Run *run) {
     const TrainOptions *o = &run->o;
@@ -559,7 +591,8 @@ int main(int argc, char **argv) {
 
     Verdict data = load_data(&run);
     if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
-        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run, argc, argv))) {
+        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run, argc, argv)) ||
+        (status = check_memory(&run))) {
         close_run(&run);
         return finish(status, 1);
     }
