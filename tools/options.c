@@ -608,7 +608,8 @@ int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names) {
                                                                                                        : sizeof(float);
         names[kept] = f->name;
         /* --node-rank is each process's own */
-        hashes[kept++] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);
+        hashes[kept] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);
+        kept++;
     }
     return kept;
 }
