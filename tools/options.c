@@ -453,11 +453,15 @@ static int names_flag(const char *arg, const char *name) {
     return strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, name, len) == 0 && (arg[2 + len] == '=' || arg[2 + len] == 0);
 }
 
+/* Whether row f is --name (its first len bytes). */
+static int row_named(const Flag *f, const char *name, size_t len) {
+    return strlen(f->name) == len && strncmp(f->name, name, len) == 0;
+}
+
 /* The row of --name (its first len bytes) that tool takes; NULL for none. */
 static const Flag *find_flag(const Flag *flags, int n, Tool tool, const char *name, size_t len) {
     for (int k = 0; k < n; k++)
-        if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0 && (flags[k].tools & tool_bit(tool)))
-            return &flags[k];
+        if (row_named(&flags[k], name, len) && (flags[k].tools & tool_bit(tool))) return &flags[k];
     return NULL;
 }
 
@@ -466,7 +470,7 @@ static const Flag *find_flag(const Flag *flags, int n, Tool tool, const char *na
 static void refuse_flag(const Flag *flags, int n, Tool tool, const char *name, size_t len, char *err, size_t errlen) {
     unsigned owners = 0;
     for (int k = 0; k < n; k++)
-        if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0) owners |= flags[k].tools;
+        if (row_named(&flags[k], name, len)) owners |= flags[k].tools;
     const char *prog = options_tool_name(tool);
     if (!owners) {
         snprintf(err, errlen, "%s: unknown flag '--%.*s' (see --help)", prog, (int)len, name);
