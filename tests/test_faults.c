@@ -349,8 +349,9 @@ Test(faults, a_long_evaluation_shows_its_progress, .timeout = 120) {
     remove_dir(dir);
 }
 
-/* A sample says how many tokens it draws before the first of them: a
- * GPT-2's take minutes on a CPU, and its text comes SAMPLE_CALL at a time. */
+/* A sample says how many it draws, in what it counts (a text file's
+ * characters here), before the first of them: a GPT-2's take minutes on a
+ * CPU, and its text comes SAMPLE_CALL at a time. */
 Test(faults, a_sample_says_what_it_draws_before_it_starts, .timeout = 60) {
     char args[512], out[64], err[4096], printed[16384];
     snprintf(out, sizeof out, "/tmp/zf_sample_out_%d", (int)getpid());
@@ -358,7 +359,7 @@ Test(faults, a_sample_says_what_it_draws_before_it_starts, .timeout = 60) {
              "--sample-chars=100");
     cr_assert_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "%s", err);
     take_text(out, printed, sizeof printed);
-    cr_expect(strstr(printed, "\nsample: 100 tokens (each one pass of the model; they appear 64 at a time):\n"),
+    cr_expect(strstr(printed, "\nsample: 100 characters (each one pass of the model; they appear 64 at a time):\n"),
               "%s", printed);
 }
 

@@ -207,8 +207,8 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
     SampleSink sink = { cfg, data, result };
     /* a GPT-2's hundreds of tokens take minutes on a CPU: say what comes */
     if (cfg->out)
-        fprintf(cfg->out, "sample: %d tokens (each one pass of the model; they appear %d at a time):\n",
-                cfg->sample_chars, SAMPLE_CALL);
+        fprintf(cfg->out, "sample: %d %s (each one pass of the model; they appear %d at a time):\n",
+                cfg->sample_chars, data->characters ? "characters" : "tokens", SAMPLE_CALL);
     if (cfg->log) fputs("{\"sample\": \"", cfg->log);
     generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed, data->vocab }, emit_sample, &sink);
     if (cfg->out) fputc('\n', cfg->out);
