@@ -292,9 +292,12 @@ int hf_gpt2_write(const char *dir, const ModelConfig *model, int vocab, const fl
                            dst };
     }
     char path[HF_PATH_MAX + 32];
+    /* bos and eos: the last id, GPT-2's <|endoftext|> (50256 of 50257) and one the vocabulary has at any size,
+       where transformers' default, 50256, is past a smaller vocabulary */
     json_t *config = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:b, s:b, s:b, s:s}", "architectures",
-        "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", vocab, "n_positions", model->block_size, "n_embd",
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:b, s:b, s:b, s:s}", "architectures",
+        "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", vocab, "bos_token_id", vocab - 1, "eos_token_id",
+        vocab - 1, "n_positions", model->block_size, "n_embd",
         model->embd, "n_layer", model->layers, "n_head", model->heads, "n_inner", "activation_function",
         model->gelu_tanh ? "gelu_new" : "gelu", "layer_norm_epsilon", 1e-5, "scale_attn_weights", 1,
         "scale_attn_by_inverse_layer_idx", 0, "add_cross_attention", 0, "tie_word_embeddings", 1, "dtype", "float32");
