@@ -382,7 +382,7 @@ Test(flags, a_directory_given_as_a_file_says_so) {
     /* a folder is a token folder's place (model/data.h): it says what it lacks */
     expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "cannot open '/tmp/train.bin': No such file or "
                     "directory (a token folder holds train.bin and val.bin", "--data=/tmp");
-    expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a directory, not a checkpoint",
+    expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a folder without config.json: neither a Hugging Face folder nor a checkpoint file",
                     "--resume=/tmp");
     expect_one_line(run_train("--log=/tmp --iters=1", err, sizeof err), 1, err,
                     "cannot write --log file '/tmp': Is a directory", "--log=/tmp");
