@@ -71,7 +71,7 @@ MODEL = model/model.c model/models.c model/gpt.c model/gpt_layout.c model/mlp.c 
 STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c
 # The training loop and the checkpoint file, above the strategies they drive.
 TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
-LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c
+LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c tools/file_identity.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
 TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \

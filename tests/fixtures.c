@@ -439,6 +439,16 @@ void write_all(const char *path, const void *bytes, size_t n) {
     fclose(f);
 }
 
+void write_linked(const char *dir, const char *real, const char *link_name, const void *bytes, size_t n, char *path,
+                  size_t len) {
+    char link_path[1024];
+    snprintf(path, len, "%s/%s", dir, real);
+    write_all(path, bytes, n);
+    if (!link_name[0]) return;
+    snprintf(link_path, sizeof link_path, "%s/%s", dir, link_name + (link_name[0] == '@'));
+    cr_assert_eq(link_name[0] == '@' ? symlink(path, link_path) : link(path, link_path), 0, "%s", link_path);
+}
+
 /* A small model, every eval one batch, nothing sampled. */
 const char TINY[] = "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --eval-iters=1 --sample-chars=0";
 

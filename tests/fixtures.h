@@ -159,6 +159,10 @@ int split_args(char *line, char **argv, int max);
 void expect_unchanged(const char *path, const unsigned char *good, size_t n, const char *what);
 /* A file of exactly these n bytes (cr_asserted). */
 void write_all(const char *path, const void *bytes, size_t n);
+/* dir/real holding the n bytes (its path in path), and dir/link_name made to
+ * it: nothing for "", a symbolic link for "@NAME", else a hard link NAME. */
+void write_linked(const char *dir, const char *real, const char *link_name, const void *bytes, size_t n, char *path,
+                  size_t len);
 /* A small model, every eval one batch, nothing sampled. */
 extern const char TINY[];
 /* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */

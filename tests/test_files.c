@@ -353,6 +353,38 @@ Test(files, an_output_over_another_file_of_the_run_is_refused, .timeout = 120) {
     remove_dir(dir);
 }
 
+/* An output of bin/export (config.json, model.safetensors in --hf) that is
+ * the same file as its --ckpt, by the same path, a symbolic link, a hard link
+ * or --hf reached through a linked folder: refused, exit 2, --overwrite=1 or
+ * not, the checkpoint byte for byte as it was. */
+Test(files, export_refuses_an_output_that_is_its_checkpoint, .timeout = 120) {
+    char dir[64], ckpt[128], cmd[512], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    /* the copy of the checkpoint, the link made to it ("" for none, '@' a symbolic one), the flags (%s: the folder) */
+    const struct { const char *real, *link, *flags; } cases[] = {
+        { "hf/model.safetensors", "", "--ckpt=%s/hf/model.safetensors --hf=%s/hf" },
+        { "hf/model.safetensors", "@link", "--ckpt=%s/link --hf=%s/hf" },
+        { "copy.safetensors", "hf/model.safetensors", "--ckpt=%s/copy.safetensors --hf=%s/hf" },
+        { "hf/config.json", "", "--ckpt=%s/hf/config.json --hf=%s/via" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int overwrite = 0; overwrite < 2; overwrite++) {
+            snprintf(cmd, sizeof cmd, "cd %s && rm -rf hf via link copy.safetensors && mkdir hf && ln -s hf via", dir);
+            cr_assert_eq(system(cmd), 0);
+            char real[200], flags[512];
+            write_linked(dir, cases[c].real, cases[c].link, good, n, real, sizeof real);
+            snprintf(flags, sizeof flags, cases[c].flags, dir, dir);
+            snprintf(args, sizeof args, "%s --overwrite=%d", flags, overwrite);
+            int rc = run_tool(export_binary(), args, "/dev/null", err, sizeof err);
+            expect_one_line(rc, 2, err, "is the same file as --ckpt", args);
+            expect_unchanged(real, good, n, args);
+        }
+    free(good);
+    remove_dir(dir);
+}
+
 /* A checkpoint in --out is another run's state: a run that does not resume it
  * (fresh, --init-from it, or --resume of another file) is refused at start,
  * exit 2, the file as it was; --resume it, or --overwrite=1, and the run goes. */

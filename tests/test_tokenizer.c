@@ -289,6 +289,52 @@ Test(tokenizer, bin_prepare_writes_what_the_prepare_py_split_writes) {
     remove_dir(dir);
 }
 
+/* bin/prepare with args: exit `want`, one line holding needle. */
+static void expect_prepare(const char *args, int want, const char *needle) {
+    char err[2048];
+    int rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == want && strstr(err, needle) && count_newlines(err) == 1, "%s: exit %d (want %d '%s'): %s", args,
+              rc, want, needle, err);
+}
+
+/* An output of bin/prepare (train.bin, val.bin, meta.json in --out) that is
+ * the same file as its --data or --tokenizer, by the same path, a symbolic
+ * link, a hard link or --out reached through a linked folder: refused, exit 2,
+ * --overwrite=1 or not, the input byte for byte as it was. */
+Test(tokenizer, prepare_refuses_an_output_that_is_one_of_its_inputs) {
+    need_tokenizers();
+    char dir[48], tok[128], args[1024], cmd[512];
+    temp_dir(dir, sizeof dir, "alias");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    size_t n_text, n_tok;
+    unsigned char *text = read_all(SAMPLE, &n_text), *tokenizer = read_all(tok, &n_tok);
+    /* the real file, the link made to it ("" for none, '@' a symbolic one), and the flags (%s: the folder) */
+    const struct { const char *real, *link, *flags; } cases[] = {
+        { "out/train.bin", "", "--data=%s/out/train.bin --out=%s/out" },
+        { "out/val.bin", "@link.txt", "--data=%s/link.txt --out=%s/out" },
+        { "text.txt", "out/train.bin", "--data=%s/text.txt --out=%s/out" },
+        { "out/train.bin", "", "--data=%s/out/train.bin --out=%s/via" },
+        { "out/meta.json", "", "--tokenizer=%s/via/meta.json --data=tests/tokenizer_sample.txt --out=%s/out" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int overwrite = 0; overwrite < 2; overwrite++) {
+            snprintf(cmd, sizeof cmd, "cd %s && rm -rf out via link.txt text.txt && mkdir out && ln -s out via", dir);
+            cr_assert_eq(system(cmd), 0);
+            int is_tok = strstr(cases[c].flags, "--tokenizer") != NULL;
+            char real[160], flags[512];
+            write_linked(dir, cases[c].real, cases[c].link, is_tok ? tokenizer : text, is_tok ? n_tok : n_text, real,
+                         sizeof real);
+            snprintf(flags, sizeof flags, cases[c].flags, dir, dir);
+            if (is_tok) snprintf(args, sizeof args, "%s --overwrite=%d", flags, overwrite);
+            else snprintf(args, sizeof args, "--tokenizer=%s %s --overwrite=%d", tok, flags, overwrite);
+            expect_prepare(args, 2, "is the same file as --");
+            expect_unchanged(real, is_tok ? tokenizer : text, is_tok ? n_tok : n_text, args);
+        }
+    free(text);
+    free(tokenizer);
+    remove_dir(dir);
+}
+
 /* ---- bin/train and bin/sample on a folder of token ids ---- */
 
 TestSuite(token_data, .timeout = 300);
@@ -339,6 +385,15 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     rc = run_tool(sample_binary(), args, "/dev/null", err, sizeof err);
     cr_expect(rc == 2 && strstr(err, "was trained on token ids: pass the --tokenizer") && count_newlines(err) == 1,
               "exit %d: %s", rc, err);
+    /* bin/train's --log over its --tokenizer: refused, the tokenizer as it was */
+    size_t n_tok;
+    unsigned char *good_tok = read_all(tok, &n_tok);
+    snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=1 --log=%s", SMALL, dir, tok, tok);
+    rc = run_tool(train_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 2 && strstr(err, "is the same file as --tokenizer") && count_newlines(err) == 1, "exit %d: %s", rc,
+              err);
+    expect_unchanged(tok, good_tok, n_tok, "--log over --tokenizer");
+    free(good_tok);
     remove_dir(dir);
 }
 

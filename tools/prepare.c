@@ -7,8 +7,9 @@
  * alone, to DIR/train.bin and DIR/val.bin as uint16 (uint32 past 65536 ids),
  * and DIR/meta.json with the vocabulary's size and the ids' type. The text's
  * bytes are encoded as they are (prepare.py's text mode would turn "\r\n"
- * into "\n"). Files already in DIR are replaced only with --overwrite=1; each
- * is written whole beside its place, then renamed into it.
+ * into "\n"). No output may be the same file as --data or --tokenizer
+ * (file_identity.h). Files already in DIR are replaced only with
+ * --overwrite=1; each is written whole beside its place, then renamed into it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "../model/data.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
+#include "file_identity.h"
 #include "options.h"
 
 static const char *const OUTPUTS[] = { "train.bin", "val.bin", "meta.json" };
@@ -57,6 +59,20 @@ static void *narrow(const TokenIds *ids, int token_bytes) {
     return out;
 }
 
+/* No output the same file as --data or --tokenizer. 0, or 2 after a line. */
+static int check_aliases(const TrainOptions *o) {
+    char outputs[N_OUTPUTS][1200], flags[N_OUTPUTS][32], err[4000];
+    ToolPath paths[N_OUTPUTS + 2] = { { "--data", o->data, 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 } };
+    for (int i = 0; i < N_OUTPUTS; i++) {
+        snprintf(outputs[i], sizeof outputs[i], "%s/%s", o->out, OUTPUTS[i]);
+        snprintf(flags[i], sizeof flags[i], "--out's %s", OUTPUTS[i]);
+        paths[2 + i] = (ToolPath){ flags[i], outputs[i], 1, 0 };
+    }
+    if (file_identity_distinct("prepare", paths, N_OUTPUTS + 2, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "%s\n", err);
+    return 2;
+}
+
 /* --out ready: made if missing; none of its outputs there unless --overwrite=1. 0, or 2 after a line. */
 static int check_out(const TrainOptions *o) {
     if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
@@ -82,6 +98,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prepare: --tokenizer=tokenizer.json, --data=FILE and --out=DIR are needed (see --help)\n");
         return 2;
     }
+    if ((rc = check_aliases(&o)) != 0) return rc;
     char err[1024];
     Tokenizer *t = tokenizer_load(o.tokenizer, err, sizeof err);
     if (!t) {
