@@ -220,7 +220,7 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
     static const char NODES[] = "--nodes=2 --rendezvous=file:/tmp/zf_r";
     static const struct { const char *flag, *base, *other; } changes[] = {
         { "preset", "", "--preset=char" }, { "data", "", "--data=other.txt" }, { "zero", "", "--zero=3" },
-        { "tokenizer", "", "--tokenizer=t.json" },
+        { "tokenizer", "", "--tokenizer=t.json" }, { "newlines", "", "--newlines=raw" },
         { "gpus", "", "--gpus=2" }, { "device", "", "--device=cpu" }, { "collectives", "", "--collectives=nccl" },
         { "tf32", "", "--tf32=1" }, { "dtype", "", "--dtype=bf16" },
         { "reduce-dtype", "", "--reduce-dtype=bf16" }, { "shard-ranks", "--zero=1 --gpus=2", "--zero=1 --gpus=2 --shard-ranks=1" },

@@ -32,7 +32,8 @@ ModelConfig options_model(const TrainOptions *o, int data_vocab) {
 int options_preset(TrainOptions *o, const char *name) {
     /* values the presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
-        .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
+        .data = "data/tinyshakespeare.txt", .tokenizer = "", .newlines = "universal", .log = "", .trace = "",
+        .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
         .sample_count = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "", .link_inter = "",
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .reduce_dtype = "fp32",
@@ -93,6 +94,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "ids: train.bin and val.bin as nanoGPT's prepare.py or bin/prepare writes them, memory-mapped" },
         { "tokenizer", TOOL_TRAIN | TOOL_SAMPLE | TOOL_PREPARE, FLAG_TEXT, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
           "BPE) of a token folder's ids: the sample decoded, bin/sample's --prompt encoded, bin/prepare's encoder" },
+        { "newlines", TOOL_PREPARE, FLAG_TEXT, o->newlines, sizeof o->newlines, "universal (\\r\\n and a lone \\r "
+          "read as \\n, as prepare.py's text mode reads them) or raw (the bytes as they are)" },
         { "zero", TOOL_TRAIN, FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", MODEL_TOOLS, FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
         { "shard-ranks", TOOL_TRAIN, FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this many ranks and replicate "
@@ -371,6 +374,8 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--always-save=%d must be 0 or 1", o->always_save);
     else if (o->overwrite != 0 && o->overwrite != 1)
         snprintf(bad, sizeof bad, "--overwrite=%d must be 0 or 1", o->overwrite);
+    else if (strcmp(o->newlines, "universal") && strcmp(o->newlines, "raw"))
+        snprintf(bad, sizeof bad, "--newlines=%s must be universal or raw", o->newlines);
     else if (strcmp(o->on_nan, "stop") && strcmp(o->on_nan, "skip"))
         snprintf(bad, sizeof bad, "--on-nan=%s must be stop or skip", o->on_nan);
     else if (o->max_skips < 0) snprintf(bad, sizeof bad, "--max-skips=%d must not be negative", o->max_skips);

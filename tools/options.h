@@ -28,6 +28,7 @@ typedef struct {
     char preset[32];
     char data[OPTION_PATH_MAX];      /* a text file, or a folder of token ids (model/data.h) */
     char tokenizer[OPTION_PATH_MAX]; /* a tokenizer.json for a token folder's ids; "" for none */
+    char newlines[16];               /* bin/prepare: universal (Python's text mode: \r\n and \r as \n) or raw */
     char log[OPTION_PATH_MAX];
     char trace[OPTION_PATH_MAX];     /* a Chrome trace of the first trace_steps steps; "" for none */
     int trace_steps;

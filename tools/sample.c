@@ -96,7 +96,7 @@ static int open_tokenizer(const TrainOptions *o, const CheckpointInfo *info, Tok
     }
     if (!(*tokenizer = tokenizer_load(o->tokenizer, err, sizeof err))) {
         fprintf(stderr, "sample: %s\n", err);
-        return 2;
+        return 1;
     }
     if (tokenizer_vocab(*tokenizer) <= info->model.vocab) return 0;
     fprintf(stderr, "sample: --tokenizer=%s has %d ids, more than the model's vocabulary of %d\n", o->tokenizer,
