@@ -7,7 +7,11 @@
  * the token embedding's first N rows (GPT-2's 50257 of a model padded to
  * 50304); by default every row goes. A DIR that holds a model.safetensors
  * already is left as it is, unless --overwrite=1; an output that is the same
- * file as --ckpt is refused either way (file_identity.h).
+ * file as --ckpt is refused either way (file_identity.h). Temporary files that
+ * a cut-short export left in DIR are removed at start.
+ *
+ * Exit status: 0 done, 1 a file it could not use (the checkpoint, DIR), 2 a
+ * command line no run can use.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +111,9 @@ int main(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     if ((rc = check_paths(&flags)) != 0) return rc;
     char err[1024];
+    int stale = safetensors_remove_stale_temps(flags.hf, HF_WEIGHTS_NAME) +
+                safetensors_remove_stale_temps(flags.hf, HF_CONFIG_NAME);
+    if (stale > 0) printf("export: removed %d temporary file(s) that cut-short exports left in %s\n", stale, flags.hf);
     CheckpointInfo info;
     StFile f;
     if (checkpoint_read_info(flags.ckpt, &info, err, sizeof err) != 0 ||
@@ -114,16 +121,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "export: %s\n", err);
         return 1;
     }
+    int vocab = flags.vocab ? flags.vocab : info.model.vocab;
+    if (vocab > info.model.vocab) {  /* a flag that asks another model: the command line's error */
+        fprintf(stderr, "export: --vocab=%d, and '%s' has %d token rows\n", vocab, flags.ckpt, info.model.vocab);
+        safetensors_close(&f);
+        return 2;
+    }
     ArenaLayout layout;
     gpt_layout(&info.model, 1, &layout);
     float *w = host_calloc(layout.total, sizeof(float));
-    int vocab = flags.vocab ? flags.vocab : info.model.vocab;
     rc = checkpoint_check(&f, flags.ckpt, &info.model, 0, &info, w, NULL, NULL, err, sizeof err);
     safetensors_close(&f);
-    if (rc == 0 && vocab > info.model.vocab) {
-        snprintf(err, sizeof err, "--vocab=%d, and '%s' has %d token rows", vocab, flags.ckpt, info.model.vocab);
-        rc = -1;
-    }
     if (rc == 0) rc = hf_gpt2_write(flags.hf, &info.model, vocab, w, err, sizeof err);
     if (rc == 0)
         printf("export: %s (%d layers, %d heads, %d wide, block %d, vocabulary %d of %d) to %s\n", flags.ckpt,
