@@ -51,6 +51,7 @@ int file_identity_distinct(const char *tool, const ToolPath *paths, int n, char 
         for (int j = 0; j < n; j++) {
             const ToolPath *out = &paths[i], *other = &paths[j];
             int by_design = out->continued && other->continued && !other->output;
+            /* each pair of outputs once: from the first of the two */
             if (i == j || !out->output || (other->output && j < i) || by_design) continue;
             if (!out->path[0] || !other->path[0] || !file_identity_same(out->path, other->path)) continue;
             snprintf(err, errlen, "%s: %s '%s' is the same file as %s '%s': writing it would destroy the other "
