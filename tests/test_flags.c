@@ -220,7 +220,7 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
     static const char NODES[] = "--nodes=2 --rendezvous=file:/tmp/zf_r";
     static const struct { const char *flag, *base, *other; } changes[] = {
         { "preset", "", "--preset=char" }, { "data", "", "--data=other.txt" }, { "zero", "", "--zero=3" },
-        { "tokenizer", "", "--tokenizer=t.json" }, { "newlines", "", "--newlines=raw" },
+        { "tokenizer", "", "--tokenizer=t.json" },
         { "gpus", "", "--gpus=2" }, { "device", "", "--device=cpu" }, { "collectives", "", "--collectives=nccl" },
         { "tf32", "", "--tf32=1" }, { "dtype", "", "--dtype=bf16" },
         { "reduce-dtype", "", "--reduce-dtype=bf16" }, { "shard-ranks", "--zero=1 --gpus=2", "--zero=1 --gpus=2 --shard-ranks=1" },
@@ -426,7 +426,7 @@ Test(flags, each_tool_takes_and_lists_only_its_own_flags, .timeout = 120) {
     static const struct { const char *name, *own; } tools[] = {
         { "train", NULL },
         { "sample", "ckpt tokenizer prompt chars tokens temperature top-k seed device" },
-        { "prepare", "tokenizer data out overwrite" },
+        { "prepare", "tokenizer newlines data out overwrite" },
         { "export", "ckpt hf vocab overwrite" },
         { "zero_memory", "preset data gpus device dtype reduce-dtype overlap bucket-mb unit max-live-units recompute "
                          "layers heads embd bias gelu pad-vocab block batch dropout weight-decay beta2 seed estimate "
