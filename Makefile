@@ -40,6 +40,7 @@ endif
 endif
 
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/rank_threads.c runtime/trace.c \
+          runtime/profile.c \
           runtime/process_group.c runtime/process_group_order.c runtime/process_group_simulator.c \
           runtime/process_group_exchange.c runtime/process_group_placement.c runtime/link_model.c runtime/world.c \
           runtime/inject.c
@@ -74,7 +75,7 @@ TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_profile test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.
