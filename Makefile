@@ -58,9 +58,12 @@ CUDA_SRC = runtime/device_cuda.cu runtime/gpu_libraries.c runtime/process_group_
 CFLAGS_CUDA = -I$(CUDA_HOME)/include
 # Machine code for each CUDA_ARCH, and PTX of the last for newer GPUs to compile
 # at load. No fused multiply-adds in our kernels (-fmad=false): gcc does not
-# fuse them in C11 either, so the GPU's elementwise ops round as the CPU's.
+# fuse them in C11 either, so the GPU's elementwise ops round as the CPU's. A
+# kernel that spills registers or uses local memory fails the build (ptxas's
+# warnings as errors): such a kernel is slow in a way no test shows.
 NVCCFLAGS = -O3 -std=c++17 -fmad=false $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) \
+            -Xptxas -warn-spills,-warn-lmem-usage,-Werror \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 # cudart linked in (static); cuBLAS and NCCL loaded at their first use (runtime/gpu_libraries.h), found on
 # LD_LIBRARY_PATH, then in the toolkit's folder (the run path): a binary starts where neither is.
