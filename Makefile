@@ -51,7 +51,7 @@ LDLIBS_MPI = -L$(MPI_DIR)/lib -Wl,-rpath,$(MPI_DIR)/lib -lmpi
 else
 RUNTIME += runtime/world_none.c
 endif
-KERNELS = kernels/kernels.c $(wildcard kernels/cpu/*.c)
+KERNELS = kernels/kernels.c kernels/token_buckets.c $(wildcard kernels/cpu/*.c)
 ifeq ($(CUDA),1)
 CUDA_SRC = runtime/device_cuda.cu runtime/gpu_libraries.c runtime/process_group_nccl.c runtime/world_nccl.c \
            $(wildcard kernels/cuda/*.cu)
@@ -75,7 +75,7 @@ MODEL = model/model.c model/models.c model/gpt.c model/gpt_layout.c model/mlp.c 
 STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c
 # The training loop and the checkpoint file, above the strategies they drive.
 TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
-LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c
+LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c tools/file_identity.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
 TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_profile test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
@@ -258,14 +258,14 @@ valgrind:
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/bpe --iters=2 --zero=3 --gpus=2 --data=build/valgrind/tokens \
 	    --tokenizer=build/valgrind/tokenizer.json >/dev/null
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
-	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --chars=10 >/dev/null
+	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --tokens=10 >/dev/null
 	@# Hugging Face's GPT-2 form: that run exported as a folder, a run started from it, a sample of it
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/export --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --hf=build/valgrind/hf >/dev/null
 	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/from_hf --iters=1 --zero=2 --gpus=2 \
 	    --data=build/valgrind/tokens --init-from=build/valgrind/hf --tokenizer=build/valgrind/tokenizer.json >/dev/null
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/hf \
-	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --chars=5 >/dev/null
+	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --tokens=5 >/dev/null
 
 # Debian packages the build and tests need, installed only where missing.
 DEB_PACKAGES = gcc make time libopenblas-openmp-dev libcriterion-dev libjansson-dev libpcre2-dev python3-torch python3-numpy python3-venv \

@@ -54,7 +54,7 @@ double median_step_ms(Strategy *s, const Dataset *data, int steps, float lr, flo
 }
 
 int bench_open(const char *prog, int iters, int argc, char **argv, TrainOptions *o, Dataset *data) {
-    int rc = options_parse(o, prog, "char-small", argc, argv);
+    int rc = options_parse(o, TOOL_BENCH, "char-small", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (o->iters > 50) o->iters = iters;  /* the preset's count of optimizer steps is far too many */
     char err[512];

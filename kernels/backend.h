@@ -17,7 +17,7 @@ typedef struct {
     void (*embedding_forward)(Stream *s, float *out, const int *tokens, const float *wte,
                               const float *wpe, int B, int T, int C);
     void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, const float *dout,
-                               const int *tokens, int B, int T, int C, int V);
+                               TokenBuckets buckets, int B, int T, int C);
     void (*layernorm_forward)(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, int N, int C);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
@@ -40,7 +40,7 @@ typedef struct {
     void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);
     void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC);
-    void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC);
+    void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
     void (*crossentropy_forward)(Stream *s, float *mean_loss, float *losses, float *probs,
                                  const float *logits, const int *targets, int N, int V);

@@ -37,10 +37,10 @@ void embedding_forward(Stream *s, float *out, const int *tokens, const float *wt
     op_end(s);
 }
 
-void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
-                        int B, int T, int C, int V) {
+void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+                        int B, int T, int C) {
     op_begin(s, "embedding_backward");
-    backend(s)->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C, V);
+    backend(s)->embedding_backward(s, dwte, dwpe, dout, buckets, B, T, C);
     op_end(s);
 }
 
@@ -51,9 +51,7 @@ void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const fl
     op_end(s);
 }
 
-size_t layernorm_scratch_floats(int N, int C) {
-    return (size_t)((N + LAYERNORM_PART_ROWS - 1) / LAYERNORM_PART_ROWS) * (size_t)C;
-}
+size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch) {
@@ -125,9 +123,9 @@ void bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
     op_end(s);
 }
 
-void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
+void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
     op_begin(s, "bias_backward");
-    backend(s)->bias_backward(s, dbias, dout, N, OC);
+    backend(s)->bias_backward(s, dbias, dout, N, OC, scratch);
     op_end(s);
 }
 

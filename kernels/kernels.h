@@ -16,6 +16,8 @@
 
 #include "../runtime/device.h"
 #include "../runtime/bf16.h"
+#include "row_parts.h"
+#include "token_buckets.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,21 +32,25 @@ typedef struct {
 } Dropout;
 
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; the backward adds into dwte[V,C]
- * and dwpe[T,C]. */
+ * and dwpe[T,C]: each row of dwte takes its token's rows of dout (the batch's
+ * buckets, on the stream's device: token_buckets.h) one by one in row order,
+ * each row of dwpe its position's in batch order. */
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
-                        const int *tokens, int B, int T, int C, int V);
+                        TokenBuckets buckets, int B, int T, int C);
+
+/* The backward's column sums over N rows (LayerNorm's weight gradient, a
+ * bias's) in the parts of row_parts.h, the same adds on the CPU and the GPU.
+ * The GPU keeps each part's sums in `scratch`: column_sums_scratch_floats(N,
+ * width) floats of the stream's device for rows `width` wide, allocated once
+ * by the caller (no step allocates); the CPU keeps them in registers and
+ * leaves scratch untouched. */
+size_t column_sums_scratch_floats(int N, int width);
 
 /* LayerNorm without bias, eps 1e-5; saves mean and 1/std per row for the backward. */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, int N, int C);
-/* scratch: layernorm_scratch_floats(N, C) floats of the stream's device, for
- * the weight gradient's partial sums over parts of LAYERNORM_PART_ROWS rows
- * (the GPU's; the CPU sums whole columns and leaves it untouched). The caller
- * allocates it once, so that no step allocates. */
-enum { LAYERNORM_PART_ROWS = 128 };
-size_t layernorm_scratch_floats(int N, int C);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch);
@@ -89,10 +95,10 @@ void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, 
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 
 /* A Linear's or a LayerNorm's bias: out[N,OC] += bias[OC] on every row; and
- * dbias[OC] += the column sums of dout[N,OC], each column summed over the
- * rows in order (the same bits whatever the threads). */
+ * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h
+ * (scratch: column_sums_scratch_floats(N, OC) floats). */
 void bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
-void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);
+void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p). */
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);

@@ -114,6 +114,10 @@ static int read_meta(Dataset *d, const char *dir, char *err, size_t errlen) {
     d->token_bytes = sizeof(uint16_t);
     d->vocab = GPT2_VOCAB;
     if (access(path, F_OK) != 0) return 0;
+    if (host_is_directory(path)) {  /* jansson would call it a parse error */
+        snprintf(err, errlen, "'%s' is a folder, not a file", path);
+        return -1;
+    }
     json_error_t je;
     json_t *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!meta) {

@@ -226,7 +226,7 @@ static void add_bf16_grad(GPT *m, int t, size_t n) {
  * in bf16 under autocast. */
 static void bias_grad(GPT *m, int t, const float *dout, size_t N, int OC) {
     if (t < 0) return;
-    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC), dout, (int)N, OC);
+    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC), dout, (int)N, OC, m->base.column_sums_scratch);
     add_bf16_grad(m, t, (size_t)OC);
 }
 
@@ -314,7 +314,7 @@ static void norm_backward(GPT *m, int t, const float *inp, const float *weight, 
     float *dinp = autocast(m) ? a->dproj : a->dresid;
     if (autocast(m)) fill_zero(s, dinp, BT * C);
     layernorm_backward(s, dinp, made_grad(m, t, (size_t)C), a->dln, inp, weight, mean, rstd, (int)BT, C,
-                       m->base.layernorm_scratch);
+                       m->base.column_sums_scratch);
     add_bf16_grad(m, t, (size_t)C);
     if (!autocast(m)) return;
     bf16_values(m, dinp, BT * C);
@@ -578,7 +578,7 @@ void gpt_backward(GPT *m, float dloss) {
     trace_begin(s, "backward", 0);
     const float *dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     if (!autocast(m)) {
-        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.tokens, B, T, C, V);
+        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.buckets, B, T, C);
     } else {
         /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
          * positions, rounded once) where the root's copy was, which nothing
@@ -587,7 +587,7 @@ void gpt_backward(GPT *m, float dloss) {
         RootTensors made = root_tensors(m, a->root_bf16);
         size_t both = (size_t)(V + cfg->block_size) * C;
         fill_zero(s, made.wte, both);
-        embedding_backward(s, made.wte, made.wpe, dencoded, m->base.tokens, B, T, C, V);
+        embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made.wte, made.wte, both);
         residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C);
         round_to_bf16(s, made.wte, made.wte, (size_t)V * C);

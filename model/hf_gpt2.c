@@ -12,8 +12,8 @@
 #include "gpt.h"
 #include "safetensors.h"
 
-static const char CONFIG_NAME[] = "config.json", WEIGHTS_NAME[] = "model.safetensors",
-                  SHARD_INDEX_NAME[] = "model.safetensors.index.json";
+const char HF_CONFIG_NAME[] = "config.json", HF_WEIGHTS_NAME[] = "model.safetensors";
+static const char SHARD_INDEX_NAME[] = "model.safetensors.index.json";
 
 static int is_file(const char *path) {
     struct stat st;
@@ -34,7 +34,7 @@ static void folder_of(const char *path, char *folder, size_t len) {
 int hf_gpt2_at(const char *path) {
     char folder[HF_PATH_MAX], config[HF_PATH_MAX + 16];
     folder_of(path, folder, sizeof folder);
-    snprintf(config, sizeof config, "%s/%s", folder, CONFIG_NAME);
+    snprintf(config, sizeof config, "%s/%s", folder, HF_CONFIG_NAME);
     if (host_is_directory(path)) return is_file(config);
     json_t *c = is_file(path) && is_file(config) ? json_load_file(config, JSON_REJECT_DUPLICATES, NULL) : NULL;
     const char *type = json_string_value(json_object_get(c, "model_type"));
@@ -103,8 +103,8 @@ int hf_gpt2_open(const char *path, HfGpt2 *hf, char *err, size_t errlen) {
     char folder[HF_PATH_MAX - 64], why[160];
     memset(hf, 0, sizeof *hf);
     folder_of(path, folder, sizeof folder);
-    snprintf(hf->config_path, sizeof hf->config_path, "%s/%s", folder, CONFIG_NAME);
-    if (host_is_directory(path)) snprintf(hf->weights_path, sizeof hf->weights_path, "%s/%s", folder, WEIGHTS_NAME);
+    snprintf(hf->config_path, sizeof hf->config_path, "%s/%s", folder, HF_CONFIG_NAME);
+    if (host_is_directory(path)) snprintf(hf->weights_path, sizeof hf->weights_path, "%s/%s", folder, HF_WEIGHTS_NAME);
     else snprintf(hf->weights_path, sizeof hf->weights_path, "%s", path);
     char index[HF_PATH_MAX + 32];
     snprintf(index, sizeof index, "%s/%s", folder, SHARD_INDEX_NAME);
@@ -115,7 +115,7 @@ int hf_gpt2_open(const char *path, HfGpt2 *hf, char *err, size_t errlen) {
     }
     if (!is_file(hf->weights_path)) {
         snprintf(err, errlen, "'%s' has no %s (a Hugging Face GPT-2 folder holds config.json and model.safetensors)",
-                 path, WEIGHTS_NAME);
+                 path, HF_WEIGHTS_NAME);
         return -1;
     }
     json_error_t jerr;
@@ -292,16 +292,19 @@ int hf_gpt2_write(const char *dir, const ModelConfig *model, int vocab, const fl
                            dst };
     }
     char path[HF_PATH_MAX + 32];
+    /* bos and eos: the last id, GPT-2's <|endoftext|> (50256 of 50257) and one the vocabulary has at any size,
+       where transformers' default, 50256, is past a smaller vocabulary */
     json_t *config = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:b, s:b, s:b, s:s}", "architectures",
-        "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", vocab, "n_positions", model->block_size, "n_embd",
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:b, s:b, s:b, s:s}", "architectures",
+        "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", vocab, "bos_token_id", vocab - 1, "eos_token_id",
+        vocab - 1, "n_positions", model->block_size, "n_embd",
         model->embd, "n_layer", model->layers, "n_head", model->heads, "n_inner", "activation_function",
         model->gelu_tanh ? "gelu_new" : "gelu", "layer_norm_epsilon", 1e-5, "scale_attn_weights", 1,
         "scale_attn_by_inverse_layer_idx", 0, "add_cross_attention", 0, "tie_word_embeddings", 1, "dtype", "float32");
     char *text = json_dumps(config, JSON_INDENT(2) | JSON_REAL_PRECISION(6));  /* 1e-5, not 1.0000000000000001e-5 */
-    snprintf(path, sizeof path, "%s/%s", dir, WEIGHTS_NAME);
+    snprintf(path, sizeof path, "%s/%s", dir, HF_WEIGHTS_NAME);
     int rc = safetensors_write(path, t, theirs.ntensors, "{\"format\":\"pt\"}", err, errlen);
-    snprintf(path, sizeof path, "%s/%s", dir, CONFIG_NAME);
+    snprintf(path, sizeof path, "%s/%s", dir, HF_CONFIG_NAME);
     if (rc == 0) rc = host_write_file(path, text, strlen(text), err, errlen);
     free(text);
     json_decref(config);

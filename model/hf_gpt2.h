@@ -23,6 +23,8 @@
 #include "safetensors.h"
 
 enum { HF_PATH_MAX = 4096 };
+/* The folder's two files. */
+extern const char HF_CONFIG_NAME[], HF_WEIGHTS_NAME[];
 
 typedef struct {
     char config_path[HF_PATH_MAX];   /* DIR/config.json */

@@ -90,13 +90,13 @@ static void mlp_backward(Model *base, float dloss) {
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
-                           m->ln_rstd + (size_t)l * BT, BT, C, base->layernorm_scratch);
+                           m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);
     }
     trace_begin(s, "backward", 0);
-    embedding_backward(s, dwte, dwpe, m->dx, base->tokens, m->B, m->T, C, V);
+    embedding_backward(s, dwte, dwpe, m->dx, base->buckets, m->B, m->T, C);
     trace_end(s);
     model_after_backward(base, 0);
 }

@@ -65,8 +65,16 @@ void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const Are
     m->unit_grads_bf16 = host_calloc(m->layout.nunits, sizeof *m->unit_grads_bf16);
 }
 
-static size_t layernorm_scratch_bytes(const Model *m) {
-    return layernorm_scratch_floats((int)m->positions, m->cfg.embd) * sizeof(float);
+static size_t column_sums_scratch_bytes(const Model *m) {
+    return column_sums_scratch_floats((int)m->positions, COLUMN_SUMS_WIDEST * m->cfg.embd) * sizeof(float);
+}
+
+/* tokens and targets, then the buckets' token, start and positions */
+size_t model_batch_ints(size_t positions) { return 5 * positions + 1; }
+
+/* The buckets' arrays laid out in `ints` (3 x positions + 1 of them). */
+static TokenBuckets buckets_in(int *ints, size_t positions) {
+    return (TokenBuckets){ 0, ints, ints + positions, ints + 2 * positions + 1 };
 }
 
 static size_t sumsq_scratch_bytes(const Model *m) { return sumsq_scratch_doubles(m->layout.total) * sizeof(double); }
@@ -90,9 +98,12 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->positions = positions;
     m->tokens = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
     m->targets = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
-    m->upload = device_alloc_host(m->dev, 2 * positions * sizeof(int));
+    m->bucket_memory = device_alloc(m->dev, MEM_ACTIVATIONS, (3 * positions + 1) * sizeof(int));
+    m->buckets = buckets_in(m->bucket_memory, positions);
+    m->bucket_counts = host_calloc((size_t)m->cfg.vocab + 1, sizeof(int));
+    m->upload = device_alloc_host(m->dev, model_batch_ints(positions) * sizeof(int));
     m->uploaded = event_create(m->dev);
-    m->layernorm_scratch = device_alloc(m->dev, MEM_WORKING, layernorm_scratch_bytes(m));
+    m->column_sums_scratch = device_alloc(m->dev, MEM_WORKING, column_sums_scratch_bytes(m));
     m->sumsq_scratch = device_alloc(m->dev, MEM_WORKING, sumsq_scratch_bytes(m));
 }
 
@@ -107,6 +118,11 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
     if (targets) {
         memcpy(staged_targets, targets, BT * sizeof(int));
         stream_copy(m->stream, m->targets, staged_targets, BT * sizeof(int));
+        int *staged_bucket_memory = m->upload + 2 * m->positions;
+        TokenBuckets staged = buckets_in(staged_bucket_memory, m->positions);
+        token_buckets_build(tokens, (int)BT, m->cfg.vocab, m->bucket_counts, &staged);
+        stream_copy(m->stream, m->bucket_memory, staged_bucket_memory, (3 * m->positions + 1) * sizeof(int));
+        m->buckets.ntokens = staged.ntokens;
     }
     event_record(m->uploaded, m->stream);
 }
@@ -134,9 +150,11 @@ void model_destroy(Model *m) {
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
     device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
+    device_free(m->dev, MEM_ACTIVATIONS, m->bucket_memory, (3 * m->positions + 1) * sizeof(int));
+    free(m->bucket_counts);
     event_destroy(m->uploaded);
     device_free_host(m->dev, m->upload);
-    device_free(m->dev, MEM_WORKING, m->layernorm_scratch, layernorm_scratch_bytes(m));
+    device_free(m->dev, MEM_WORKING, m->column_sums_scratch, column_sums_scratch_bytes(m));
     device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));
     free(m->unit_weights);
     free(m->unit_weights_bf16);

@@ -31,6 +31,7 @@
 #include "../runtime/bf16.h"
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "../kernels/token_buckets.h"
 
 typedef enum { MODEL_GPT, MODEL_MLP } ModelKind;
 
@@ -122,10 +123,18 @@ struct Model {
     size_t acts_floats;
     int *tokens, *targets;         /* device copies of the batch, [positions] */
     size_t positions;              /* the most a forward takes: max B x max T */
-    int *upload;                   /* host staging of the batch (pinned on a GPU): tokens, then targets */
+    /* The last batch with targets grouped by token for the embedding's
+     * backward (kernels/token_buckets.h): its arrays on the device, in
+     * bucket_memory (3 x positions + 1 ints), and its count. */
+    TokenBuckets buckets;
+    int *bucket_memory;
+    int *bucket_counts;            /* host: the sort's vocab + 1 counts */
+    /* host staging of the batch (pinned on a GPU): tokens, targets, then the
+     * buckets' arrays, laid out as bucket_memory */
+    int *upload;
     Event *uploaded;               /* the last upload from it is done */
     /* the reductions' scratch (MEM_WORKING), made once so that no step allocates */
-    float *layernorm_scratch;      /* layernorm_scratch_floats(positions, embd) */
+    float *column_sums_scratch;    /* column_sums_scratch_floats(positions, COLUMN_SUMS_WIDEST x embd) */
     double *sumsq_scratch;         /* sumsq_scratch_doubles(layout.total): any part of the gradient */
     UnitHooks hooks;
     /* dropout: keyed by (seed, rank, step, site) */
@@ -150,12 +159,18 @@ void model_init_tensor_part(const ModelConfig *cfg, const ArenaLayout *layout, i
  * computed (model/models.h: model_layout_units), and unit tables. */
 void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const ArenaLayout *layout, Device *dev,
                 Stream *stream);
+/* The widest rows whose columns a backward sums, in widths of embd: the MLP's
+ * hidden layer (its fc bias), 4 x embd. */
+enum { COLUMN_SUMS_WIDEST = 4 };
+/* The batch's device ints for `positions` (tokens, targets, their buckets). */
+size_t model_batch_ints(size_t positions);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
  * table of a model's create), the batch's token buffers for `positions` and
  * their staging, and the reductions' scratch. */
 void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions);
-/* Enqueue the copy of a batch's BT tokens (and targets, if any) to the device
- * through the staging buffer; the host arrays may change once it returns. */
+/* Enqueue the copy of a batch's BT tokens (and targets, if any, with the
+ * tokens' buckets) to the device through the staging buffer; the host arrays
+ * may change once it returns. */
 void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT);
 /* Allocate the full weight (MEM_WEIGHTS) or gradient (MEM_GRADS) arena, zeroed,
  * and point every unit into it. */

@@ -29,7 +29,8 @@ void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compu
     model_layout_units(cfg, unit, shard_multiple, &layout);
     size_t positions = (size_t)max_B * max_T;
     bytes[MEM_ACTIVATIONS] += (double)gpt_activation_floats(cfg, kind, compute, max_B, max_T) * sizeof(float) +
-                              2.0 * (double)positions * sizeof(int);
-    bytes[MEM_WORKING] += (double)layernorm_scratch_floats((int)positions, cfg->embd) * sizeof(float) +
+                              (double)model_batch_ints(positions) * sizeof(int);
+    bytes[MEM_WORKING] += (double)column_sums_scratch_floats((int)positions, COLUMN_SUMS_WIDEST * cfg->embd) *
+                              sizeof(float) +
                           (double)sumsq_scratch_doubles(layout.total) * sizeof(double);
 }

@@ -336,7 +336,8 @@ int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *
 static int open_file(StFile *f, const char *path, int header_only, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     if (host_is_directory(path)) {
-        snprintf(err, errlen, "'%s' is a directory, not a checkpoint file", path);
+        snprintf(err, errlen, "'%s' is a folder without config.json: neither a Hugging Face folder nor a "
+                 "checkpoint file", path);
         return -1;
     }
     FILE *in = fopen(path, "rb");

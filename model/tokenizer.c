@@ -335,6 +335,10 @@ static int build(Tokenizer *t, const json_t *root, const char *path, char *err, 
 }
 
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
+    if (host_is_directory(path)) {  /* jansson would call it a parse error */
+        snprintf(err, errlen, "tokenizer '%s' is a folder, not a file", path);
+        return NULL;
+    }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

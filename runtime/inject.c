@@ -1,4 +1,4 @@
-/* inject.c: --inject-fault and ZF_INJECT_NAN parsed, asked and reported (inject.h). */
+/* inject.c: --inject-fault, ZF_INJECT_NAN and ZF_INJECT_SIGNAL parsed, asked and reported (inject.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,4 +69,10 @@ NanTarget nan_injected_at(uint32_t step) {
     pthread_once(&nan_spec_once, nan_spec_read);
     if (step < nan_spec.first || step - nan_spec.first >= nan_spec.count) return NAN_NONE;
     return nan_spec.what;
+}
+
+int signal_injected_at(int iter) {
+    const char *spec = getenv("ZF_INJECT_SIGNAL");
+    int sig, at;
+    return spec && sscanf(spec, "%d:%d", &sig, &at) == 2 && at == iter ? sig : 0;
 }

@@ -9,6 +9,9 @@
  *    ITER + COUNT - 1 (COUNT 1 if absent), to test what a non-finite step or
  *    state does (strategies/ranks.h says which value). It is read from the
  *    environment at the first call of nan_injected_at, and kept.
+ *  - ZF_INJECT_SIGNAL=SIGNAL:ITER names a signal (its number) the trainer
+ *    raises while it saves at ITER: a test's signal that lands in a save,
+ *    with no race against the clock.
  * Nothing here knows a strategy: the sites are named, and the callers act.
  */
 #ifndef ZF_INJECT_H
@@ -48,5 +51,9 @@ typedef enum { NAN_NONE, NAN_LOSS, NAN_GRAD, NAN_WEIGHT } NanTarget;
 /* What ZF_INJECT_NAN poisons after `step`: NAN_NONE when it is unset, does
  * not parse, or names other steps. */
 NanTarget nan_injected_at(uint32_t step);
+
+/* The signal ZF_INJECT_SIGNAL raises in a save at `iter`; 0 when it is unset,
+ * does not parse, or names another iter. */
+int signal_injected_at(int iter);
 
 #endif

@@ -197,6 +197,22 @@ void take_text(const char *path, char *text, size_t len) {
     unlink(path);
 }
 
+TokenBuckets buckets_of(const int *tokens, int BT, int V) {
+    TokenBuckets b = { 0, malloc(((size_t)BT + 1) * sizeof(int)), malloc(((size_t)BT + 1) * sizeof(int)),
+                       malloc(((size_t)BT + 1) * sizeof(int)) };
+    int *counts = malloc(((size_t)V + 1) * sizeof(int));
+    cr_assert(b.token && b.start && b.positions && counts, "out of memory");
+    token_buckets_build(tokens, BT, V, counts, &b);
+    free(counts);
+    return b;
+}
+
+void buckets_free(TokenBuckets b) {
+    free(b.token);
+    free(b.start);
+    free(b.positions);
+}
+
 /* Where a child's stderr goes, named by the parent's pid and the child's index. */
 static void child_err_path(char *path, size_t len, int child) {
     snprintf(path, len, "/tmp/zf_child_%d_%d.err", (int)getpid(), child);
@@ -421,6 +437,16 @@ void write_all(const char *path, const void *bytes, size_t n) {
     cr_assert_not_null(f);
     cr_assert_eq(fwrite(bytes, 1, n, f), n);
     fclose(f);
+}
+
+void write_linked(const char *dir, const char *real, const char *link_name, const void *bytes, size_t n, char *path,
+                  size_t len) {
+    char link_path[1024];
+    snprintf(path, len, "%s/%s", dir, real);
+    write_all(path, bytes, n);
+    if (!link_name[0]) return;
+    snprintf(link_path, sizeof link_path, "%s/%s", dir, link_name + (link_name[0] == '@'));
+    cr_assert_eq(link_name[0] == '@' ? symlink(path, link_path) : link(path, link_path), 0, "%s", link_path);
 }
 
 /* A small model, every eval one batch, nothing sampled. */

@@ -102,6 +102,10 @@ pid_t child_start(void (*body)(int), int child);
 int child_end(pid_t pid, int child, char *text, size_t len);
 /* How many lines of text begin with "error:". */
 int count_error_lines(const char *text);
+/* The buckets of tokens[0, BT) (kernels/token_buckets.h) in host memory
+ * (the CPU device's); and their end. */
+TokenBuckets buckets_of(const int *tokens, int BT, int V);
+void buckets_free(TokenBuckets b);
 /* The whole file (malloc'd, NUL after its *n bytes); cr_asserts it is readable. */
 unsigned char *read_all(const char *path, size_t *n);
 /* A fresh folder /tmp/zf_STEM_XXXXXX (mkdtemp) in dir; and its removal. */
@@ -155,6 +159,10 @@ int split_args(char *line, char **argv, int max);
 void expect_unchanged(const char *path, const unsigned char *good, size_t n, const char *what);
 /* A file of exactly these n bytes (cr_asserted). */
 void write_all(const char *path, const void *bytes, size_t n);
+/* dir/real holding the n bytes (its path in path), and dir/link_name made to
+ * it: nothing for "", a symbolic link for "@NAME", else a hard link NAME. */
+void write_linked(const char *dir, const char *real, const char *link_name, const void *bytes, size_t n, char *path,
+                  size_t len);
 /* A small model, every eval one batch, nothing sampled. */
 extern const char TINY[];
 /* A trained checkpoint of TINY in a fresh folder: its path in ckpt. */

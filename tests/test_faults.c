@@ -243,6 +243,39 @@ static int finish_child(Child *c, char *err, size_t errlen) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* A process that kills the child with SIGKILL after `seconds`: a run that
+ * does not stop when it should is ended, and fails its test, rather than
+ * running on after it. */
+static pid_t start_watchdog(const Child *c, int seconds) {
+    pid_t watchdog = fork();
+    cr_assert_geq(watchdog, 0);
+    if (watchdog == 0) {
+        sleep((unsigned)seconds);
+        kill(c->pid, SIGKILL);
+        _exit(0);
+    }
+    return watchdog;
+}
+
+static void stop_watchdog(pid_t watchdog) {
+    kill(watchdog, SIGKILL);
+    waitpid(watchdog, NULL, 0);
+}
+
+/* A stopped run's checkpoint holds the steps its line (err) names, after
+ * "after ", and resumes for two more (bin/train with TINY and `more`). */
+static void expect_resumable(const char *err, const char *dir, const char *ckpt, const char *more) {
+    const char *after = strstr(err, "after ");
+    int done = -1;
+    cr_assert(after && sscanf(after + 6, "%d", &done) == 1, "%s", err);
+    cr_expect_gt(done, 0);
+    cr_expect_eq(adam_steps_of(ckpt), done);
+    char args[1024], resumed[4096];
+    snprintf(args, sizeof args, "%s --iters=%d %s --out=%s --resume=%s", TINY, done + 2, more, dir, ckpt);
+    cr_expect_eq(run_train(args, resumed, sizeof resumed), 0, "resuming: %s", resumed);
+    cr_expect_eq(adam_steps_of(ckpt), done + 2);
+}
+
 /* Every stop signal: SIGINT, SIGTERM, SIGHUP (a terminal closed), SIGUSR1
  * and SIGUSR2 (a batch system's warning). */
 Test(faults, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 300) {
@@ -261,13 +294,7 @@ Test(faults, a_signal_finishes_the_step_saves_and_exits_128_plus_it, .timeout = 
         snprintf(needle, sizeof needle, "train: stopped by %s after", cases[i].name);
         expect_one_line(rc, 128 + cases[i].sig, err, needle, cases[i].name);
         cr_expect(strstr(err, "saved in") != NULL, "%s", err);
-        /* the file holds the steps the line names, and resumes for two more */
-        int done = -1;
-        cr_assert_eq(sscanf(strstr(err, "after ") + 6, "%d", &done), 1, "%s", err);
-        cr_expect_eq(adam_steps_of(ckpt), done);
-        snprintf(args, sizeof args, "%s --iters=%d --zero=1 --gpus=2 --out=%s --resume=%s", TINY, done + 2, dir, ckpt);
-        cr_expect_eq(run_train(args, err, sizeof err), 0, "resuming: %s", err);
-        cr_expect_eq(adam_steps_of(ckpt), done + 2);
+        expect_resumable(err, dir, ckpt, "--zero=1 --gpus=2");
         remove_dir(dir);
     }
 }
@@ -293,23 +320,47 @@ Test(faults, a_signal_in_an_evaluation_or_the_sample_stops_the_run_at_once, .tim
         usleep(300 * 1000);
         double t0 = wall_seconds();
         cr_assert_eq(kill(c.pid, cases[i].sig), 0);
-        /* a run that does not stop is killed after 20 s, and fails below */
-        pid_t watchdog = fork();
-        cr_assert_geq(watchdog, 0);
-        if (watchdog == 0) {
-            sleep(20);
-            kill(c.pid, SIGKILL);
-            _exit(0);
-        }
+        pid_t watchdog = start_watchdog(&c, 20);  /* a run that does not stop fails below */
         int rc = finish_child(&c, err, sizeof err);
         double seconds = wall_seconds() - t0;
-        kill(watchdog, SIGKILL);
-        waitpid(watchdog, NULL, 0);
+        stop_watchdog(watchdog);
         expect_one_line(rc, 128 + cases[i].sig, err, cases[i].needle, cases[i].what);
         cr_expect_lt(seconds, 5.0, "%s: %.1f s from the signal to the end", cases[i].what, seconds);
         cr_expect_eq(adam_steps_of(ckpt), cases[i].steps, "%s", cases[i].what);
         remove_dir(dir);
     }
+}
+
+/* A long evaluation (an 87M model's 20 batches on two cores take minutes)
+ * says how far it is every PROGRESS_SECONDS, so that it does not pass for a
+ * hang; a short one says nothing more than its losses. */
+Test(faults, a_long_evaluation_shows_its_progress, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --iters=100 --eval-every=3 "
+             "--eval-iters=1000000 --log-every=1 --out=%s --resume=%s", dir, ckpt);
+    Child c = start_train(args);
+    pid_t watchdog = start_watchdog(&c, 60);  /* a run that never says it fails below */
+    cr_expect(wait_for_line(&c, "eval iter 3: train split, batch "), "no progress line in a long evaluation");
+    kill(c.pid, SIGTERM);
+    int rc = finish_child(&c, err, sizeof err);
+    stop_watchdog(watchdog);
+    expect_one_line(rc, 143, err, "train: stopped by SIGTERM after 3 steps", "a long evaluation");
+    remove_dir(dir);
+}
+
+/* A sample says how many it draws, in what it counts (a text file's
+ * characters here), before the first of them: a GPT-2's take minutes on a
+ * CPU, and its text comes SAMPLE_CALL at a time. */
+Test(faults, a_sample_says_what_it_draws_before_it_starts, .timeout = 60) {
+    char args[512], out[64], err[4096], printed[16384];
+    snprintf(out, sizeof out, "/tmp/zf_sample_out_%d", (int)getpid());
+    snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --batch=2 --iters=1 --eval-iters=1 "
+             "--sample-chars=100");
+    cr_assert_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "%s", err);
+    take_text(out, printed, sizeof printed);
+    cr_expect(strstr(printed, "\nsample: 100 characters (each one pass of the model; they appear 64 at a time):\n"),
+              "%s", printed);
 }
 
 /* A signal while the run starts (reading a 200 MB data file) is taken as any
@@ -346,6 +397,65 @@ Test(faults, a_closed_pipe_is_a_failed_write_in_one_line, .timeout = 60) {
     take_text(err_path, err, sizeof err);
     expect_one_line(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1, err, "cannot write the progress output: Broken pipe",
                     "a closed pipe");
+}
+
+/* A reader gone with --out (`bin/train --out=run | head -1`) stops the run as
+ * a signal does: the step in flight finished and saved, then one line on
+ * stderr naming the failed write and the checkpoint, exit 1. */
+Test(faults, a_closed_pipe_saves_the_steps_done_and_exits_1, .timeout = 120) {
+    char dir[64], ckpt[128], cmd[1024], full[1200], err_path[64], err[4096];
+    temp_dir(dir, sizeof dir, "pipe");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(err_path, sizeof err_path, "/tmp/zf_pipe_err_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s --iters=100000 --log-every=1 --eval-iters=0 --out=%s 2>%s | head -1 >/dev/null; "
+             "exit ${PIPESTATUS[0]}", train_binary(), TINY, dir, err_path);
+    snprintf(full, sizeof full, "bash -c '%s'", cmd);
+    int status = system(full);
+    take_text(err_path, err, sizeof err);
+    expect_one_line(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1, err,
+                    "error: cannot write the progress output: Broken pipe; stopped after ", "a closed pipe with --out");
+    cr_expect(strstr(err, "saved in") != NULL, "%s", err);
+    expect_resumable(err, dir, ckpt, "");
+    remove_dir(dir);
+}
+
+/* A full disk under --log (ENOSPC on its first line, after step 0: no
+ * evaluation at iter 0) stops the run the same way: step 0 saved, one line,
+ * exit 1. Stdout on a full disk fails at the header, before any step
+ * (test_files.c). */
+Test(faults, a_full_disk_under_the_log_saves_the_steps_done_and_exits_1, .timeout = 60) {
+    char dir[64], ckpt[128], args[512], err[4096];
+    temp_dir(dir, sizeof dir, "full");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(args, sizeof args, "%s --iters=50 --eval-iters=0 --log-every=1 --log=/dev/full --out=%s", TINY, dir);
+    expect_one_line(run_train(args, err, sizeof err), 1, err,
+                    "error: cannot write the --log file: No space left on device; stopped after 1 steps, saved in",
+                    "--log=/dev/full with --out");
+    expect_resumable(err, dir, ckpt, "");
+    remove_dir(dir);
+}
+
+/* A signal while an evaluation's save is written (ZF_INJECT_SIGNAL raises it
+ * there, runtime/inject.h) stops the run right after that save: no further
+ * step, and no second save of the same state. */
+Test(faults, a_signal_in_an_evaluations_save_stops_the_run_after_it, .timeout = 60) {
+    char dir[64], ckpt[128], args[512], out[128], err[4096];
+    temp_dir(dir, sizeof dir, "evalsave");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(out, sizeof out, "/tmp/zf_evalsave_out_%d", (int)getpid());
+    snprintf(args, sizeof args, "%s --iters=20 --eval-every=4 --log-every=1 --out=%s", TINY, dir);
+    cr_assert_eq(setenv("ZF_INJECT_SIGNAL", "15:4", 1), 0);  /* SIGTERM in the save at iter 4 */
+    int rc = run_tool(train_binary(), args, out, err, sizeof err);
+    unsetenv("ZF_INJECT_SIGNAL");
+    expect_one_line(rc, 143, err, "train: stopped by SIGTERM after 4 steps, saved in", "a signal in the save");
+    char printed[16384];
+    take_text(out, printed, sizeof printed);
+    const char *saved = strstr(printed, "saved ");
+    cr_expect(saved && strstr(saved, "(iter 4)\n") && !strstr(saved + 1, "saved "),
+              "one save, at iter 4; stdout was: %s", printed);
+    cr_expect(!strstr(printed, "iter 4: loss"), "a step ran after the save; stdout was: %s", printed);
+    cr_expect_eq(adam_steps_of(ckpt), 4);
+    remove_dir(dir);
 }
 
 /* A step of several seconds (ZeRO-3 on 2 ranks over a link of 0.5 s a hop): the

@@ -167,6 +167,23 @@ Test(files, stale_temporary_files_of_cut_short_saves_are_removed_at_start, .time
     cr_expect_eq(system(args), 0);
 }
 
+/* bin/export's --hf folder: temporary files of a cut-short export whose writer is gone are removed at start. */
+Test(files, stale_temporary_files_of_a_cut_short_export_are_removed_at_start, .timeout = 120) {
+    char dir[64], ckpt[128], hf[160], stale[200], live[200], args[512], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    cr_assert_eq(mkdir(hf, 0777), 0);
+    snprintf(stale, sizeof stale, "%s/model.safetensors.tmp.%d", hf, dead_pid());
+    snprintf(live, sizeof live, "%s/model.safetensors.tmp.%d", hf, (int)getpid());
+    write_all(stale, "half an export", 14);
+    write_all(live, "an export in flight", 19);
+    snprintf(args, sizeof args, "--ckpt=%s --hf=%s", ckpt, hf);
+    cr_assert_eq(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 0, "%s", err);
+    cr_expect(!file_exists(stale), "%s is still there", stale);
+    cr_expect(file_exists(live), "a live process's temporary file was removed");
+    remove_dir(dir);
+}
+
 Test(files, a_write_error_on_the_log_or_stdout_ends_the_run_with_exit_1, .timeout = 60) {
     char args[512], err[4096];
     snprintf(args, sizeof args, "%s --iters=2 --log-every=1 --log=/dev/full", TINY);
@@ -350,6 +367,61 @@ Test(files, an_output_over_another_file_of_the_run_is_refused, .timeout = 120) {
     expect_unchanged(data, good_data, n_data, "the data changed");
     free(good_ckpt);
     free(good_data);
+    remove_dir(dir);
+}
+
+/* An output of bin/export (config.json, model.safetensors in --hf) that is
+ * the same file as its --ckpt, by the same path, a symbolic link, a hard link
+ * or --hf reached through a linked folder: refused, exit 2, --overwrite=1 or
+ * not, the checkpoint byte for byte as it was. */
+Test(files, export_refuses_an_output_that_is_its_checkpoint, .timeout = 120) {
+    char dir[64], ckpt[128], cmd[512], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    size_t n;
+    unsigned char *good = read_all(ckpt, &n);
+    /* the copy of the checkpoint, the link made to it ("" for none, '@' a symbolic one), the flags (%s: the folder) */
+    const struct { const char *real, *link, *flags; } cases[] = {
+        { "hf/model.safetensors", "", "--ckpt=%s/hf/model.safetensors --hf=%s/hf" },
+        { "hf/model.safetensors", "@link", "--ckpt=%s/link --hf=%s/hf" },
+        { "copy.safetensors", "hf/model.safetensors", "--ckpt=%s/copy.safetensors --hf=%s/hf" },
+        { "hf/config.json", "", "--ckpt=%s/hf/config.json --hf=%s/via" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int overwrite = 0; overwrite < 2; overwrite++) {
+            snprintf(cmd, sizeof cmd, "cd %s && rm -rf hf via link copy.safetensors && mkdir hf && ln -s hf via", dir);
+            cr_assert_eq(system(cmd), 0);
+            char real[200], flags[512];
+            write_linked(dir, cases[c].real, cases[c].link, good, n, real, sizeof real);
+            snprintf(flags, sizeof flags, cases[c].flags, dir, dir);
+            snprintf(args, sizeof args, "%s --overwrite=%d", flags, overwrite);
+            int rc = run_tool(export_binary(), args, "/dev/null", err, sizeof err);
+            expect_one_line(rc, 2, err, "is the same file as --ckpt", args);
+            expect_unchanged(real, good, n, args);
+        }
+    free(good);
+    remove_dir(dir);
+}
+
+/* bin/export's exit status, as docs/errors.md's table: 2 for a command line
+ * no run can use (a --vocab past the checkpoint's rows, a model.safetensors
+ * there already), 1 for files it cannot use (a missing --ckpt, an --hf it
+ * cannot make). */
+Test(files, export_exit_status_follows_the_one_rule, .timeout = 120) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
+    snprintf(args, sizeof args, "--ckpt=%s --hf=%s/hf --vocab=100000", ckpt, dir);
+    expect_one_line(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 2, err, "--vocab=100000, and",
+                    "--vocab past the rows");
+    snprintf(args, sizeof args, "--ckpt=%s/none.safetensors --hf=%s/hf", dir, dir);
+    expect_one_line(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 1, err, "none.safetensors",
+                    "a missing --ckpt");
+    snprintf(args, sizeof args, "--ckpt=%s --hf=/proc/zf_hf", ckpt);
+    expect_one_line(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 1, err, "/proc/zf_hf",
+                    "an --hf it cannot make");
+    snprintf(args, sizeof args, "--ckpt=%s --hf=%s/hf", ckpt, dir);
+    cr_assert_eq(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 0, "%s", err);
+    expect_one_line(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 2, err, "is there already",
+                    "a model.safetensors there");
     remove_dir(dir);
 }
 

@@ -1,5 +1,5 @@
-/* test_flags.c: bin/train's flags and data: bad flags and values in one line, --help, what tells
- * two processes apart, data it takes as it is. */
+/* test_flags.c: the tools' flags and bin/train's data: bad flags and values in one line, --help,
+ * each tool's own flags, what tells two processes apart, data it takes as it is. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -119,7 +120,9 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--eval-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
         { TRAIN, "--eval-iters=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
         { TRAIN, "--log-every=-1", "--eval-every, --eval-iters and --log-every must not be negative" },
-        { TRAIN, "--sample-chars=-5", "--sample-chars=-5 must not be negative" },
+        { TRAIN, "--sample-chars=-5", "the sample's length (--sample-chars or --sample-tokens) is -5: it must not be "
+                                      "negative" },
+        { TRAIN, "--sample-tokens=-5", "the sample's length (--sample-chars or --sample-tokens) is -5" },
         { TRAIN, "--trace-steps=0", "--trace-steps=0 must be at least 1" },
         { TRAIN, "--trace-steps=-1", "--trace-steps=-1 must be at least 1" },
         { TRAIN, "--grad-accum=0", "--grad-accum=0 must be in 1..1024" },
@@ -128,8 +131,7 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--resume=a --init-from=b", "--resume and --init-from exclude each other" },
         { TRAIN, "--max-skips=x", "--max-skips expects an integer, got 'x'" },
         { TRAIN, "--max-memory-mb=lots", "--max-memory-mb expects a decimal number, got 'lots'" },
-        { TRAIN, "--temperature=0", "--temperature=0 must be positive" },
-        { TRAIN, "--top-k=-1", "--top-k=-1 must not be negative" },
+        { TRAIN, "--temperature=0", "train: --temperature is a flag of bin/sample, not of bin/train" },
         { TRAIN, "--iters=99999999999", "--iters=99999999999 is out of range" },
         { TRAIN, "--seed=-9999999999999999999999", "is out of range" },
         { TRAIN, "--lr=1e99", "--lr=1e99 is out of range" },
@@ -170,7 +172,8 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { SAMPLE, "stray", "sample: unexpected argument 'stray'" },
         { SAMPLE, "--chars", "sample: --chars needs a value" },
         { SAMPLE, "--chars=x", "sample: --chars expects an integer, got 'x'" },
-        { SAMPLE, "--chars=-1", "sample: --chars=-1 must not be negative" },
+        { SAMPLE, "--chars=-1", "sample: the sample's length (--chars or --tokens) is -1: it must not be negative" },
+        { SAMPLE, "--tokens=-1", "sample: the sample's length (--chars or --tokens) is -1" },
         { SAMPLE, "--temperature=0", "sample: --temperature=0 must be positive" },
         { SAMPLE, "--temperature=-1", "sample: --temperature=-1 must be positive" },
         { SAMPLE, "--top-k=-2", "sample: --top-k=-2 must not be negative" },
@@ -205,7 +208,7 @@ static int hashes_of(const char *args, uint64_t *hashes, const char **names) {
     snprintf(line, sizeof line, "%s", args);
     int argc = split_args(line, argv, 32);
     TrainOptions o;
-    cr_assert_eq(options_read(&o, "train", "char-small", argc, argv, err, sizeof err), 0, "'%s': %s", args, err);
+    cr_assert_eq(options_read(&o, TOOL_TRAIN, "char-small", argc, argv, err, sizeof err), 0, "'%s': %s", args, err);
     return options_flag_hashes(&o, hashes, names);
 }
 
@@ -230,6 +233,7 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
         { "dropout", "", "--dropout=0.1" }, { "weight-decay", "", "--weight-decay=0.01" }, { "beta2", "", "--beta2=0.95" },
         { "grad-clip", "", "--grad-clip=0.5" }, { "seed", "", "--seed=7" }, { "eval-every", "", "--eval-every=5" },
         { "eval-iters", "", "--eval-iters=3" }, { "log-every", "", "--log-every=2" }, { "sample-chars", "", "--sample-chars=9" },
+        { "sample-tokens", "", "--sample-tokens=9" },
         { "log", "", "--log=l.jsonl" }, { "trace", "", "--trace=t.json" }, { "trace-steps", "", "--trace-steps=2" },
         { "out", "", "--out=o" }, { "always-save", "", "--always-save=1" }, { "overwrite", "", "--overwrite=1" },
         { "resume", "", "--resume=r.safetensors" }, { "init-from", "", "--init-from=i.safetensors" },
@@ -237,8 +241,6 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
         { "max-memory-mb", "", "--max-memory-mb=100" }, { "timeout", "", "--timeout=60" },
         { "nodes", "", NODES }, { "node-rank", NODES, "--nodes=2 --rendezvous=file:/tmp/zf_r --node-rank=1" },
         { "rendezvous", NODES, "--nodes=2 --rendezvous=file:/tmp/zf_s" }, { "inject-fault", "", "--inject-fault=0:1:forward" },
-        { "ckpt", "", "--ckpt=c.safetensors" }, { "prompt", "", "--prompt=A" }, { "chars", "", "--chars=9" },
-        { "temperature", "", "--temperature=0.5" }, { "top-k", "", "--top-k=3" },
     };
     uint64_t base[MAX_FLAGS], other[MAX_FLAGS];
     const char *names[MAX_FLAGS];
@@ -347,7 +349,7 @@ Test(flags, binary_data_and_a_single_byte_train_as_they_are, .timeout = 60) {
     size_t n;
     char *text = (char *)read_all(out, &n);
     text[n] = 0;
-    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "sample:\nqqqqqqqqqqqqqqqq\n"), "%s", text);
+    cr_expect(strstr(text, "vocabulary 1,") && strstr(text, "at a time):\nqqqqqqqqqqqqqqqq\n"), "%s", text);
     free(text);
     unlink(path);
     unlink(out);
@@ -380,8 +382,163 @@ Test(flags, a_directory_given_as_a_file_says_so) {
     /* a folder is a token folder's place (model/data.h): it says what it lacks */
     expect_one_line(run_train("--data=/tmp", err, sizeof err), 1, err, "cannot open '/tmp/train.bin': No such file or "
                     "directory (a token folder holds train.bin and val.bin", "--data=/tmp");
-    expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a directory, not a checkpoint",
+    expect_one_line(run_train("--resume=/tmp --iters=1", err, sizeof err), 1, err, "'/tmp' is a folder without config.json: neither a Hugging Face folder nor a checkpoint file",
                     "--resume=/tmp");
     expect_one_line(run_train("--log=/tmp --iters=1", err, sizeof err), 1, err,
                     "cannot write --log file '/tmp': Is a directory", "--log=/tmp");
+}
+
+/* What tool's --help prints (the test fails unless it exits 0). */
+static void help_of(const char *binary, char *out, size_t len) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --help", binary);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = 0;
+    cr_assert_eq(pclose(p), 0, "'%s' did not exit 0", cmd);
+}
+
+/* The flags a --help lists, one a line ("  --name ..."), as " name " words in names. */
+static int listed_flags(const char *help, char *names, size_t len) {
+    int n = 0;
+    names[0] = 0;
+    for (const char *line = help; (line = strstr(line, "\n  --")) != NULL; line++) {
+        char name[64];
+        cr_assert_eq(sscanf(line + 5, "%63[a-z0-9-]", name), 1);
+        snprintf(names + strlen(names), len - strlen(names), " %s ", name);
+        n++;
+    }
+    return n;
+}
+
+static int lists(const char *names, const char *flag) {
+    char word[80];
+    snprintf(word, sizeof word, " %s ", flag);
+    return strstr(names, word) != NULL;
+}
+
+/* Each tool takes and lists only its own flags (issue 44, item 10): the
+ * tools of one job list exactly theirs; bin/train lists none of theirs; a
+ * flag another tool lists is refused in one line naming it, exit 2; every
+ * flag a tool lists is taken (before --help, which then prints). */
+Test(flags, each_tool_takes_and_lists_only_its_own_flags, .timeout = 120) {
+    static const struct { const char *name, *own; } tools[] = {
+        { "train", NULL },
+        { "sample", "ckpt tokenizer prompt chars tokens temperature top-k seed device" },
+        { "prepare", "tokenizer newlines data out overwrite" },
+        { "export", "ckpt hf vocab overwrite" },
+        { "zero_memory", "preset data gpus device dtype reduce-dtype overlap bucket-mb unit max-live-units recompute "
+                         "layers heads embd bias gelu pad-vocab block batch dropout weight-decay beta2 seed estimate "
+                         "shard-ranks" },
+    };
+    static const char NOT_TRAINS[] = "ckpt prompt chars tokens temperature top-k hf vocab estimate";
+    enum { TOOLS = sizeof tools / sizeof tools[0] };
+    const char *binaries[TOOLS] = { train_binary(), sample_binary(), prepare_binary(), export_binary(),
+                                    zero_memory_binary() };
+    static char help[TOOLS][16384], names[TOOLS][4096];
+    for (int t = 0; t < TOOLS; t++) {
+        help_of(binaries[t], help[t], sizeof help[t]);
+        int n = listed_flags(help[t], names[t], sizeof names[t]);
+        char own[512], *save = NULL;
+        snprintf(own, sizeof own, "%s", tools[t].own ? tools[t].own : NOT_TRAINS);
+        int owned = 0;
+        for (char *flag = strtok_r(own, " ", &save); flag; flag = strtok_r(NULL, " ", &save), owned++)
+            cr_expect(lists(names[t], flag) == (tools[t].own != NULL), "bin/%s's --help %s --%s", tools[t].name,
+                      tools[t].own ? "does not list" : "lists", flag);
+        if (tools[t].own) cr_expect_eq(n, owned, "bin/%s's --help lists %d flags:%s", tools[t].name, n, names[t]);
+        else cr_expect_geq(n, 50, "bin/train's --help lists %d flags", n);
+    }
+    char args[160], err[4096], needle[96];
+    for (int t = 0; t < TOOLS; t++)
+        for (int other = 0; other < TOOLS; other++) {
+            char copy[sizeof names[0]], *save = NULL;
+            memcpy(copy, names[other], sizeof copy);
+            for (char *flag = strtok_r(copy, " ", &save); flag; flag = strtok_r(NULL, " ", &save)) {
+                int own = lists(names[t], flag);
+                snprintf(args, sizeof args, "--%s=%s --help", flag, strcmp(flag, "preset") ? "1" : "char");
+                int rc = run_tool(binaries[t], args, "/dev/null", err, sizeof err);
+                if (own) {
+                    cr_expect_eq(rc, 0, "bin/%s lists --%s and refused '%s': %s", tools[t].name, flag, args, err);
+                    continue;
+                }
+                snprintf(needle, sizeof needle, "--%s", flag);
+                snprintf(args, sizeof args, "bin/%s --%s=1 (bin/%s's flag)", tools[t].name, flag, tools[other].name);
+                expect_one_line(rc, 2, err, needle, args);
+            }
+        }
+    expect_one_line(run_tool(prepare_binary(), "--zero=3 --dtype=bf16", "/dev/null", err, sizeof err), 2, err,
+                    "prepare: --zero is a flag of bin/train, not of bin/prepare", "bin/prepare --zero=3");
+}
+
+/* A folder of token ids (model/data.h) of a vocabulary of 50, in dir. */
+static void token_folder(const char *dir) {
+    uint16_t ids[4096];
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) ids[i] = (uint16_t)(i * 7 % 50);
+    char path[160];
+    static const char META[] = "{\"vocab_size\": 50, \"dtype\": \"uint16\"}\n";
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    write_all(path, ids, sizeof ids);
+    snprintf(path, sizeof path, "%s/val.bin", dir);
+    write_all(path, ids, sizeof ids);
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    write_all(path, META, strlen(META));
+}
+
+/* The sample's length is named for what it counts (issue 44, item 11):
+ * bin/train's --sample-tokens on token ids, --sample-chars on a text file's
+ * bytes, bin/sample's --tokens and --chars the same; the other refused in one
+ * line naming the one to use; a length of 0 (no sample) under either name. */
+Test(flags, the_sample_length_is_named_for_what_it_counts, .timeout = 300) {
+    char dir[64], ckpt[128], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "lengths");
+    token_folder(dir);
+    snprintf(args, sizeof args, "%s --iters=1 --data=%s --sample-chars=5", TINY, dir);
+    expect_one_line(run_train(args, err, sizeof err), 2, err,
+                    "train: --sample-chars counts characters, and this model's tokens are ids of a tokenizer: use "
+                    "--sample-tokens", "--sample-chars on token ids");
+    snprintf(args, sizeof args, "%s --iters=1 --data=%s --sample-tokens=5", TINY, dir);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "--sample-tokens on token ids: %s", err);
+    snprintf(args, sizeof args, "%s --iters=1 --data=%s --sample-tokens=5 --sample-chars=0", TINY, dir);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "no sample, under either name: %s", err);
+    snprintf(args, sizeof args, "%s --iters=1 --sample-tokens=5", TINY);
+    expect_one_line(run_train(args, err, sizeof err), 2, err,
+                    "train: --sample-tokens counts tokens, and this model's tokens are a text file's bytes: use "
+                    "--sample-chars", "--sample-tokens on a text file");
+    remove_dir(dir);
+
+    train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 1);
+    snprintf(args, sizeof args, "--ckpt=%s --tokens=5", ckpt);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err,
+                    "sample: --tokens counts tokens, and this model's tokens are a text file's bytes: use --chars",
+                    "bin/sample --tokens on a character model");
+    snprintf(args, sizeof args, "--ckpt=%s --chars=5", ckpt);
+    cr_expect_eq(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 0, "--chars: %s", err);
+    remove_dir(dir);
+}
+
+/* bin/sample's prompt holds at most 511 bytes: --help says so, and a longer
+ * one is refused in one line (issue 44, item 11). */
+Test(flags, a_prompt_past_511_bytes_is_documented_and_refused) {
+    char help[8192], args[700] = "--ckpt=none.safetensors --prompt=", err[4096];
+    help_of(sample_binary(), help, sizeof help);
+    cr_expect(strstr(help, "at most 511 bytes") != NULL, "bin/sample's --help leaves out the prompt's limit: %s", help);
+    memset(args + strlen(args), 'a', 512);
+    expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err,
+                    "sample: --prompt value is too long (at most 511 characters)", "a prompt of 512 bytes");
+}
+
+/* A model whose weights and optimizer state alone pass what the machine has
+ * (a width of 2^20: petabytes) is refused in one line, out of memory (exit 1),
+ * at once: not after minutes of zeroing its activations (issue 44). */
+Test(flags, a_model_past_the_machine_is_refused_at_once, .timeout = 60) {
+    char cmd[512], err[4096];
+    snprintf(cmd, sizeof cmd, "timeout -k 2 20 %s", train_binary());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_tool(cmd, "--embd=1048576 --batch=1 --iters=1 --device=cpu", "/dev/null", err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    expect_one_line(rc, 1, err, "error: out of memory on cpu", "--embd=1048576");
+    cr_expect_lt(seconds, 3.0, "%.1f s to refuse --embd=1048576", seconds);
 }

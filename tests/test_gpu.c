@@ -104,6 +104,24 @@ static void int_pair_free(IntPair p) {
     device_free(gpu, MEM_WORKING, p.gpu, p.n * sizeof(int));
 }
 
+/* A batch's buckets copied to the GPU: its arrays in one allocation. */
+typedef struct { TokenBuckets view; int *memory; size_t ints; } GpuBuckets;
+
+static GpuBuckets gpu_buckets(TokenBuckets host, int BT) {
+    GpuBuckets g = { host, NULL, 3 * (size_t)BT + 1 };
+    g.memory = device_alloc(gpu, MEM_WORKING, g.ints * sizeof(int));
+    g.view.token = g.memory;
+    g.view.start = g.memory + BT;
+    g.view.positions = g.memory + 2 * BT + 1;
+    stream_copy(gpu_stream, g.view.token, host.token, (size_t)host.ntokens * sizeof(int));
+    stream_copy(gpu_stream, g.view.start, host.start, ((size_t)host.ntokens + 1) * sizeof(int));
+    stream_copy(gpu_stream, g.view.positions, host.positions, (size_t)BT * sizeof(int));
+    stream_synchronize(gpu_stream);
+    return g;
+}
+
+static void gpu_buckets_free(GpuBuckets g) { device_free(gpu, MEM_WORKING, g.memory, g.ints * sizeof(int)); }
+
 /* The GPU's copy against the CPU's, after both streams are done. */
 static void expect_match(Pair p, double tol, const char *what) {
     stream_synchronize(test_stream);
@@ -180,7 +198,7 @@ Test(gpu, layernorm_forward_backward) {
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
     layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C);
     layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C);
-    Pair scratch = pair_random(layernorm_scratch_floats(N, C), -1, 1, 19);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
     layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu);
     layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu);
     expect_match(out, REDUCTION_TOL, "layernorm out");
@@ -188,6 +206,51 @@ Test(gpu, layernorm_forward_backward) {
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
     expect_match(dw, REDUCTION_TOL, "layernorm dweight (added)");
     pair_free(inp); pair_free(w); pair_free(out); pair_free(mean); pair_free(rstd); pair_free(dout);
+    pair_free(dinp); pair_free(dw); pair_free(scratch);
+}
+
+/* p's GPU buffer set back to its CPU buffer's bytes (a gradient's start, again). */
+static void pair_reset(Pair p, const float *start) {
+    memcpy(p.cpu, start, p.n * sizeof(float));
+    stream_copy(gpu_stream, p.gpu, start, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+}
+
+/* A bias's and LayerNorm's weight gradients at GPT-2's shapes (12 x 1024 rows;
+ * the fc bias 3072 wide, the norms 768), in the parts of row_parts.h: the
+ * CPU's bytes, and the same bytes on each of three runs. LayerNorm's mean and
+ * rstd are given, the same on both sides (their forward's sums are not the
+ * CPU's order), so that the weight gradient's adds alone are compared. */
+Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 12 * 1024, OC = 3072, C = 768;
+    Pair dout = pair_random((size_t)N * OC, -1, 1, 61), dbias = pair_random((size_t)OC, -1, 1, 62);
+    Pair inp = pair_random((size_t)N * C, -2, 2, 63), mean = pair_random((size_t)N, -0.5f, 0.5f, 64);
+    Pair rstd = pair_random((size_t)N, 0.5f, 2, 65), w = pair_random((size_t)C, 0.5f, 1.5f, 66);
+    Pair dinp = pair_random((size_t)N * C, -1, 1, 67), dw = pair_random((size_t)C, -1, 1, 68);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, OC), -1, 1, 69);
+    float *bias_start = malloc(OC * sizeof(float)), *w_start = malloc(C * sizeof(float));
+    memcpy(bias_start, dbias.cpu, OC * sizeof(float));
+    memcpy(w_start, dw.cpu, C * sizeof(float));
+    bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu);
+    stream_synchronize(test_stream);
+    float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
+    memcpy(want_bias, dbias.cpu, OC * sizeof(float));
+    memcpy(want_w, dw.cpu, C * sizeof(float));
+    for (int run = 0; run < 3; run++) {
+        pair_reset(dbias, bias_start);
+        pair_reset(dw, w_start);
+        bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
+                           scratch.gpu);
+        memcpy(dbias.cpu, want_bias, OC * sizeof(float));
+        memcpy(dw.cpu, want_w, C * sizeof(float));
+        expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
+        expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient: GPU against CPU");
+    }
+    free(bias_start); free(w_start); free(want_bias); free(want_w);
+    pair_free(dout); pair_free(dbias); pair_free(inp); pair_free(mean); pair_free(rstd); pair_free(w);
     pair_free(dinp); pair_free(dw); pair_free(scratch);
 }
 
@@ -226,13 +289,51 @@ Test(gpu, embedding_forward_backward) {
     Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
     embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C);
     embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, tokens.cpu, B, T, C, V);
-    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, tokens.gpu, B, T, C, V);
+    TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
+    GpuBuckets buckets = gpu_buckets(host, B * T);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
+    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, buckets.view, B, T, C);
     expect_match(out, ELEMENTWISE_TOL, "embedding out");
-    expect_match(dwte, REDUCTION_TOL, "embedding dwte (added)");
-    expect_match(dwpe, REDUCTION_TOL, "embedding dwpe (added)");
+    expect_same_bytes(dwte, dwte.n * sizeof(float), "embedding dwte (added): GPU against CPU");
+    expect_same_bytes(dwpe, dwpe.n * sizeof(float), "embedding dwpe (added): GPU against CPU");
     int_pair_free(tokens);
+    buckets_free(host);
+    gpu_buckets_free(buckets);
     pair_free(wte); pair_free(wpe); pair_free(out); pair_free(dout); pair_free(dwte); pair_free(dwpe);
+}
+
+/* The embedding's backward at GPT-2's shape (V = 50304, 768 wide, 2 x 1024
+ * positions of GPT-2's ids, many repeated): the CPU's bytes, three runs. */
+Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int B = 2, T = 1024, C = 768, V = 50304;
+    IntPair tokens = tokens_random((size_t)B * T, 1000, 71);  /* a thousand ids: most tokens repeat */
+    Pair dout = pair_random((size_t)B * T * C, -1, 1, 72);
+    Pair dwte = pair_random((size_t)V * C, -1, 1, 73), dwpe = pair_random((size_t)T * C, -1, 1, 74);
+    float *wte_start = malloc(dwte.n * sizeof(float)), *wpe_start = malloc(dwpe.n * sizeof(float));
+    memcpy(wte_start, dwte.cpu, dwte.n * sizeof(float));
+    memcpy(wpe_start, dwpe.cpu, dwpe.n * sizeof(float));
+    TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
+    GpuBuckets buckets = gpu_buckets(host, B * T);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
+    stream_synchronize(test_stream);
+    float *want_wte = malloc(dwte.n * sizeof(float)), *want_wpe = malloc(dwpe.n * sizeof(float));
+    memcpy(want_wte, dwte.cpu, dwte.n * sizeof(float));
+    memcpy(want_wpe, dwpe.cpu, dwpe.n * sizeof(float));
+    for (int run = 0; run < 3; run++) {
+        pair_reset(dwte, wte_start);
+        pair_reset(dwpe, wpe_start);
+        embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, buckets.view, B, T, C);
+        memcpy(dwte.cpu, want_wte, dwte.n * sizeof(float));
+        memcpy(dwpe.cpu, want_wpe, dwpe.n * sizeof(float));
+        expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte at GPT-2's shape: GPU against CPU");
+        expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe at GPT-2's shape: GPU against CPU");
+    }
+    free(wte_start); free(wpe_start); free(want_wte); free(want_wpe);
+    int_pair_free(tokens);
+    buckets_free(host);
+    gpu_buckets_free(buckets);
+    pair_free(dout); pair_free(dwte); pair_free(dwpe);
 }
 
 Test(gpu, elementwise_ops) {

@@ -10,6 +10,7 @@
  * own folders read back bit for bit, and the inputs we refuse.
  */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -293,6 +294,14 @@ Test(hf, a_folder_we_write_reads_back_bit_for_bit) {
     cr_expect(hf.model.vocab == VOCAB && hf.model.block_size == POSITIONS && hf.model.layers == LAYERS &&
               hf.model.heads == HEADS && hf.model.embd == EMBD && hf.model.bias && hf.model.gelu_tanh,
               "config.json holds the shape written");
+    /* begin and end of text: ids the vocabulary has (transformers' default, GPT-2's 50256, is past it) */
+    char config[160];
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    json_t *c = json_load_file(config, 0, NULL);
+    cr_expect(json_integer_value(json_object_get(c, "bos_token_id")) == VOCAB - 1 &&
+              json_integer_value(json_object_get(c, "eos_token_id")) == VOCAB - 1, "bos and eos are not id %d",
+              VOCAB - 1);
+    json_decref(c);
     float *back = read_folder(folder, &padded);
     ArenaLayout layout;
     gpt_layout(&padded, 1, &layout);

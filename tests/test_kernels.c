@@ -109,7 +109,7 @@ static void check_layernorm(int N, int C) {
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
     layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C);
-    float *scratch = alloc_floats(layernorm_scratch_floats(N, C));
+    float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
     layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C, scratch);
     stream_synchronize(test_stream);
     free(scratch);
@@ -286,7 +286,8 @@ static void check_embedding(int C) {
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
     embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C);
-    embedding_backward(test_stream, dwte, dwpe, g, tokens, B, T, C, V);
+    TokenBuckets buckets = buckets_of(tokens, B * T, V);
+    embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
     stream_synchronize(test_stream);
     subtract_base(dwte, base_wte, V * C);  /* parameter gradients are added */
     subtract_base(dwpe, base_wpe, T * C);
@@ -301,10 +302,124 @@ static void check_embedding(int C) {
     cr_expect_lt(rel_error(dwpe, nump, T * C), GRAD_TOL);
     free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe); free(base_wte); free(base_wpe);
     free(c.wte); free(c.wpe); free(c.g); free(c.out); free(num); free(nump);
+    buckets_free(buckets);
 }
 
 Test(kernels, embedding_forward_backward) { check_embedding(5); }
 Test(kernels, embedding_wide_rows) { check_embedding(70); }
+
+/* Every position once, in its token's bucket, tokens ascending, each bucket's
+ * positions in row order: tokens drawn with repeats (and some never). */
+Test(kernels, token_buckets_group_the_positions_stably) {
+    enum { BT = 2000, V = 300 };
+    int tokens[BT], seen[BT] = { 0 };
+    for (int i = 0; i < BT; i++) tokens[i] = (int)((i * 7919u + (unsigned)(i * i) % 61u) % 150u) * 2;  /* odd ids absent */
+    TokenBuckets b = buckets_of(tokens, BT, V);
+    cr_assert_eq(b.start[0], 0);
+    cr_assert_eq(b.start[b.ntokens], BT);
+    cr_expect_eq(b.ntokens, 150, "%d tokens present", b.ntokens);
+    for (int k = 0; k < b.ntokens; k++) {
+        if (k > 0) cr_expect_gt(b.token[k], b.token[k - 1], "bucket %d", k);
+        cr_expect_lt(b.start[k], b.start[k + 1], "bucket %d is empty", k);
+        for (int i = b.start[k]; i < b.start[k + 1]; i++) {
+            int pos = b.positions[i];
+            cr_expect_eq(tokens[pos], b.token[k], "position %d in bucket of token %d", pos, b.token[k]);
+            if (i > b.start[k]) cr_expect_gt(pos, b.positions[i - 1], "bucket %d out of row order", k);
+            seen[pos]++;
+        }
+    }
+    for (int i = 0; i < BT; i++) cr_expect_eq(seen[i], 1, "position %d seen %d times", i, seen[i]);
+    buckets_free(b);
+}
+
+/* The bits the buckets promise: dwte's rows take each row of dout in row
+ * order, dwpe's in batch order, onto what the gradient held; a plain loop
+ * over the batch in row order makes the same adds. */
+Test(kernels, embedding_backward_adds_the_rows_in_row_order) {
+    enum { B = 3, T = 50, C = 40, V = 37 };
+    int tokens[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 13 + i / 7) % V;
+    float *g = alloc_floats(B * T * C), *dwte = alloc_floats(V * C), *dwpe = alloc_floats(T * C);
+    float *want_wte = alloc_floats(V * C), *want_wpe = alloc_floats(T * C);
+    fill_wide(g, B * T * C, 41);
+    fill_wide(dwte, V * C, 42);
+    fill_wide(dwpe, T * C, 43);
+    memcpy(want_wte, dwte, sizeof(float) * V * C);
+    memcpy(want_wpe, dwpe, sizeof(float) * T * C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++) {
+            want_wte[tokens[bt] * C + c] += g[bt * C + c];
+            want_wpe[(bt % T) * C + c] += g[bt * C + c];
+        }
+    TokenBuckets buckets = buckets_of(tokens, B * T, V);
+    embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(dwte, want_wte, sizeof(float) * V * C) == 0, "dwte: not the row-order sums' bits");
+    cr_expect(memcmp(dwpe, want_wpe, sizeof(float) * T * C) == 0, "dwpe: not the batch-order sums' bits");
+    free(g); free(dwte); free(dwpe); free(want_wte); free(want_wpe);
+    buckets_free(buckets);
+}
+
+/* ---- the column sums in parts (row_parts.h) ---- */
+
+/* want[c] += (0 + part 0) + part 1 + ..., each part (0 + its rows in order):
+ * the adds both backends make, written as a plain loop. */
+static void parted_sums(float *want, const float *terms, int N, int C) {
+    for (int c = 0; c < C; c++) {
+        float total = 0.0f;
+        for (int p = 0; p < row_parts(N); p++) {
+            float part = 0.0f;
+            for (int i = part_first_row(p); i < part_end_row(p, N); i++) part += terms[(size_t)i * C + c];
+            total += part;
+        }
+        want[c] += total;
+    }
+}
+
+Test(kernels, row_parts_cover_the_rows_once) {
+    for (int N = 0; N < 3 * PART_ROWS + 2; N++) {
+        int covered = 0;
+        for (int p = 0; p < row_parts(N); p++) {
+            cr_assert_eq(part_first_row(p), covered, "N=%d part %d", N, p);
+            cr_assert_gt(part_end_row(p, N), part_first_row(p), "N=%d: part %d is empty", N, p);
+            cr_assert_leq(part_end_row(p, N) - part_first_row(p), PART_ROWS);
+            covered = part_end_row(p, N);
+        }
+        cr_assert_eq(covered, N, "N=%d: %d rows covered", N, covered);
+    }
+}
+
+/* A bias's and LayerNorm's weight gradients are the parted sums' bits (which
+ * the GPU makes too): over three parts and a ragged fourth, onto what the
+ * gradient held. */
+Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
+    enum { N = 3 * PART_ROWS + 41, C = 70 };
+    float *dout = alloc_floats(N * C), *inp = alloc_floats(N * C), *mean = alloc_floats(N), *rstd = alloc_floats(N);
+    float *w = alloc_floats(C), *dinp = alloc_floats(N * C), *dbias = alloc_floats(C), *dw = alloc_floats(C);
+    float *want_bias = alloc_floats(C), *want_w = alloc_floats(C), *terms = alloc_floats(N * C);
+    float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
+    fill_wide(dout, N * C, 51);
+    fill_uniform(inp, N * C, -2, 2, 52);
+    fill_uniform(mean, N, -0.5f, 0.5f, 53);
+    fill_uniform(rstd, N, 0.5f, 2, 54);
+    fill_uniform(w, C, 0.5f, 1.5f, 55);
+    fill_uniform(dbias, C, -1, 1, 56);
+    fill_uniform(dw, C, -1, 1, 57);
+    memcpy(want_bias, dbias, sizeof(float) * C);
+    memcpy(want_w, dw, sizeof(float) * C);
+    parted_sums(want_bias, dout, N, C);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            terms[i * C + c] = dout[i * C + c] * (inp[i * C + c] - mean[i]) * rstd[i];
+    parted_sums(want_w, terms, N, C);
+    bias_backward(test_stream, dbias, dout, N, C, scratch);
+    layernorm_backward(test_stream, dinp, dw, dout, inp, w, mean, rstd, N, C, scratch);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
+    cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
+    free(dout); free(inp); free(mean); free(rstd); free(w); free(dinp); free(dbias); free(dw);
+    free(want_bias); free(want_w); free(terms); free(scratch);
+}
 
 /* ---- gelu, dropout, residual ---- */
 

@@ -164,7 +164,7 @@ Test(memory, a_run_bigger_than_the_machine_stops_at_once_in_one_line, .timeout =
     snprintf(args, sizeof args, "%s --embd=2048 --heads=16 --layers=%d --batch=1 --device=cpu", TINY, layers);
     double t0 = wall_seconds();
     int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
-    expect_one_line(rc, 1, err, "error: out of memory on cpu for DDP, N=1, rank 0: cannot allocate", "too big a model");
+    expect_one_line(rc, 1, err, "error: out of memory on cpu for DDP, N=1", "too big a model");
     cr_expect(strstr(err, "the machine had free for the run") != NULL, "not the machine's memory: %s", err);
     cr_expect_lt(wall_seconds() - t0, 30.0, "%.1f s to refuse", wall_seconds() - t0);
 }

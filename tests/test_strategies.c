@@ -450,7 +450,8 @@ Test(strategies, each_stage_holds_its_share_of_the_state) {
         size_t working = s->ops->rank_bytes(s, 0, MEM_WORKING);
         size_t slots = (padded.units[0].size + padded.units[1].size) * sizeof(float);
         /* the clipping partials, the model's reduction scratch, and the slots */
-        size_t scratch = layernorm_scratch_floats(sc.batch * sc.model.block_size, sc.model.embd) * sizeof(float) +
+        size_t scratch = column_sums_scratch_floats(sc.batch * sc.model.block_size,
+                                                    COLUMN_SUMS_WIDEST * sc.model.embd) * sizeof(float) +
                          sumsq_scratch_doubles(padded.total) * sizeof(double);
         size_t expect_working = N * sizeof(float) + scratch + (zero >= 2 ? slots : 0) + (zero == 3 ? slots : 0);
         cr_expect_eq(working, expect_working, "--zero=%d: working %zu, want %zu", zero, working, expect_working);

@@ -285,7 +285,161 @@ Test(tokenizer, bin_prepare_writes_what_the_prepare_py_split_writes) {
     fclose(f);
     snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/latin1", path, a, dir);
     rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
-    cr_expect(rc == 2 && strstr(err, "not UTF-8 at byte 3") && count_newlines(err) == 1, "exit %d: %s", rc, err);
+    cr_expect(rc == 1 && strstr(err, "not UTF-8 at byte 3") && count_newlines(err) == 1, "exit %d: %s", rc, err);
+    remove_dir(dir);
+}
+
+/* bin/prepare with args: exit `want`, one line holding needle. */
+static void expect_prepare(const char *args, int want, const char *needle) {
+    char err[2048];
+    int rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == want && strstr(err, needle) && count_newlines(err) == 1, "%s: exit %d (want %d '%s'): %s", args,
+              rc, want, needle, err);
+}
+
+/* An output of bin/prepare (train.bin, val.bin, meta.json in --out) that is
+ * the same file as its --data or --tokenizer, by the same path, a symbolic
+ * link, a hard link or --out reached through a linked folder: refused, exit 2,
+ * --overwrite=1 or not, the input byte for byte as it was. */
+Test(tokenizer, prepare_refuses_an_output_that_is_one_of_its_inputs) {
+    need_tokenizers();
+    char dir[48], tok[128], args[1024], cmd[512];
+    temp_dir(dir, sizeof dir, "alias");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    size_t n_text, n_tok;
+    unsigned char *text = read_all(SAMPLE, &n_text), *tokenizer = read_all(tok, &n_tok);
+    /* the real file, the link made to it ("" for none, '@' a symbolic one), and the flags (%s: the folder) */
+    const struct { const char *real, *link, *flags; } cases[] = {
+        { "out/train.bin", "", "--data=%s/out/train.bin --out=%s/out" },
+        { "out/val.bin", "@link.txt", "--data=%s/link.txt --out=%s/out" },
+        { "text.txt", "out/train.bin", "--data=%s/text.txt --out=%s/out" },
+        { "out/train.bin", "", "--data=%s/out/train.bin --out=%s/via" },
+        { "out/meta.json", "", "--tokenizer=%s/via/meta.json --data=tests/tokenizer_sample.txt --out=%s/out" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int overwrite = 0; overwrite < 2; overwrite++) {
+            snprintf(cmd, sizeof cmd, "cd %s && rm -rf out via link.txt text.txt && mkdir out && ln -s out via", dir);
+            cr_assert_eq(system(cmd), 0);
+            int is_tok = strstr(cases[c].flags, "--tokenizer") != NULL;
+            char real[160], flags[512];
+            write_linked(dir, cases[c].real, cases[c].link, is_tok ? tokenizer : text, is_tok ? n_tok : n_text, real,
+                         sizeof real);
+            snprintf(flags, sizeof flags, cases[c].flags, dir, dir);
+            if (is_tok) snprintf(args, sizeof args, "%s --overwrite=%d", flags, overwrite);
+            else snprintf(args, sizeof args, "--tokenizer=%s %s --overwrite=%d", tok, flags, overwrite);
+            expect_prepare(args, 2, "is the same file as --");
+            expect_unchanged(real, is_tok ? tokenizer : text, is_tok ? n_tok : n_text, args);
+        }
+    free(text);
+    free(tokenizer);
+    remove_dir(dir);
+}
+
+/* A text too short for bin/train (a split of fewer than 2 ids: none would
+ * hold a block of 1 and its target) is refused before anything is written. */
+Test(tokenizer, prepare_refuses_a_text_too_short_for_train) {
+    need_tokenizers();
+    char dir[48], tok[128], path[160], args[1024], out[160];
+    temp_dir(dir, sizeof dir, "short");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    snprintf(path, sizeof path, "%s/short.txt", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = { "", "a", "abc" };
+    for (int i = 0; i < 3; i++) {
+        write_all(path, texts[i], strlen(texts[i]));
+        snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s", tok, path, out);
+        expect_prepare(args, 1, "bin/train needs at least 2 ids in each split");
+        cr_expect_neq(access(out, F_OK), 0, "'%s' (%zu bytes) made %s", texts[i], strlen(texts[i]), out);
+    }
+    remove_dir(dir);
+}
+
+/* The ids of dir/name (uint16). */
+static unsigned char *split_of(const char *dir, const char *name, size_t *n) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return read_all(path, n);
+}
+
+/* As prepare.py reads text (universal newlines): "\r\n" and a lone "\r" are
+ * "\n", before the split; --newlines=raw keeps the bytes. */
+Test(tokenizer, prepare_reads_newlines_as_prepare_py_does) {
+    need_tokenizers();
+    char dir[48], tok[128], crlf[160], lf[160], args[1024], err[2048];
+    temp_dir(dir, sizeof dir, "newlines");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    snprintf(crlf, sizeof crlf, "%s/crlf.txt", dir);
+    snprintf(lf, sizeof lf, "%s/lf.txt", dir);
+    FILE *a = fopen(crlf, "wb"), *b = fopen(lf, "wb");
+    for (int i = 0; i < 40; i++) {
+        fprintf(a, "line %d of the text,\r\nand its half %d\r%s", i, i, i % 7 ? "" : "\r\n\r\r\n");
+        fprintf(b, "line %d of the text,\nand its half %d\n%s", i, i, i % 7 ? "" : "\n\n\n");
+    }
+    fclose(a);
+    fclose(b);
+    const char *runs[][2] = { { crlf, "" }, { lf, "" }, { crlf, " --newlines=raw" }, { lf, " --newlines=raw" } };
+    for (int r = 0; r < 4; r++) {
+        snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/out%d%s", tok, runs[r][0], dir, r, runs[r][1]);
+        int rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", args, rc, err);
+    }
+    const char *splits[] = { "train.bin", "val.bin" };
+    for (int s = 0; s < 2; s++) {
+        char d0[128], d1[128], d2[128], d3[128];
+        snprintf(d0, sizeof d0, "%s/out0", dir);
+        snprintf(d1, sizeof d1, "%s/out1", dir);
+        snprintf(d2, sizeof d2, "%s/out2", dir);
+        snprintf(d3, sizeof d3, "%s/out3", dir);
+        size_t n0, n1, n2, n3;
+        unsigned char *ids0 = split_of(d0, splits[s], &n0), *ids1 = split_of(d1, splits[s], &n1),
+                      *ids2 = split_of(d2, splits[s], &n2), *ids3 = split_of(d3, splits[s], &n3);
+        cr_expect(n0 == n1 && memcmp(ids0, ids1, n0) == 0, "%s: the \\r\\n text's ids are not the \\n text's", splits[s]);
+        cr_expect(n3 == n1 && memcmp(ids3, ids1, n3) == 0, "%s: --newlines=raw changed a text without \\r", splits[s]);
+        cr_expect(n2 != n0 || memcmp(ids2, ids0, n0) != 0, "%s: --newlines=raw dropped the \\r", splits[s]);
+        free(ids0);
+        free(ids1);
+        free(ids2);
+        free(ids3);
+    }
+    expect_prepare("--newlines=dos --data=x --tokenizer=y --out=z", 2, "--newlines=dos");
+    remove_dir(dir);
+}
+
+/* The exit status of docs/errors.md: 1 for files the run cannot use (an
+ * --out it cannot make or write in, a missing tokenizer or text), 2 for a
+ * command line no run can use. */
+Test(tokenizer, prepare_exit_status_follows_the_one_rule) {
+    need_tokenizers();
+    char dir[48], tok[128], args[1024], plain[160];
+    temp_dir(dir, sizeof dir, "status");
+    train_tokenizer(dir, "300", tok, sizeof tok);
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    write_all(plain, "x", 1);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=/proc/zf_out", tok, SAMPLE);
+    expect_prepare(args, 1, "cannot make --out");
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s", tok, SAMPLE, plain);
+    expect_prepare(args, 1, "is a file, not a folder");
+    snprintf(args, sizeof args, "--tokenizer=%s/none.json --data=%s --out=%s/out", dir, SAMPLE, dir);
+    expect_prepare(args, 1, "none.json");
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s/none.txt --out=%s/out", tok, dir, dir);
+    expect_prepare(args, 1, "none.txt");
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s", tok, SAMPLE);
+    expect_prepare(args, 2, "are needed");
+    remove_dir(dir);
+}
+
+/* A --tokenizer, or a token folder's meta.json, that is a folder says so. */
+Test(tokenizer, a_folder_given_as_a_tokenizer_or_meta_json_says_so) {
+    char dir[48], args[512], err[2048];
+    temp_dir(dir, sizeof dir, "folders");
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/out", dir, SAMPLE, dir);
+    expect_prepare(args, 1, "is a folder, not a file");
+    snprintf(args, sizeof args, "mkdir %s/meta.json", dir);
+    cr_assert_eq(system(args), 0);
+    snprintf(args, sizeof args, "--data=%s --iters=1", dir);
+    int rc = run_tool(train_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 1 && strstr(err, "meta.json' is a folder, not a file") && count_newlines(err) == 1,
+              "exit %d: %s", rc, err);
     remove_dir(dir);
 }
 
@@ -311,7 +465,7 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     snprintf(out, sizeof out, "%s/stdout", dir);
     /* ZeRO-3 on 2 ranks, then DDP on 2: the same checkpoint, byte for byte */
     for (int zero = 3; zero >= 0; zero -= 3) {
-        snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=30 --eval-every=29 --sample-chars=40 "
+        snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=30 --eval-every=29 --sample-tokens=40 "
                  "--zero=%d --gpus=2 --out=%s/zero%d", SMALL, dir, tok, zero, dir, zero);
         int rc = run_tool(train_binary(), args, out, err, sizeof err);
         cr_assert_eq(rc, 0, "--zero=%d: exit %d: %s", zero, rc, err);
@@ -324,12 +478,13 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     cr_expect(strstr(text, "token ids (uint16, memory-mapped), vocabulary 500"), "%s", text);
     float first = number_after(text, "eval iter 0: train loss "), last = number_after(text, "eval iter 29: train loss ");
     cr_expect(first > 5.5f && last < first - 0.5f, "the loss went from %.3f to %.3f in 29 steps", first, last);
-    const char *sample = strstr(text, "sample:\n");
+    const char *sample = strstr(text, "sample: 40 tokens");
     cr_assert_not_null(sample, "%s", text);
-    cr_expect_geq(strlen(sample + 8), 40, "40 tokens decode to at least 40 bytes: '%s'", sample + 8);
+    sample = strchr(sample, '\n') + 1;
+    cr_expect_geq(strlen(sample), 40, "40 tokens decode to at least 40 bytes: '%s'", sample);
     free(text);
 
-    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO: --chars=20", a, tok);
+    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO: --tokens=20", a, tok);
     int rc = run_tool(sample_binary(), args, out, err, sizeof err);
     text = (char *)read_all(out, &n);
     cr_expect(rc == 0 && strncmp(text, "ROMEO:", 6) == 0 && n > 26, "exit %d: '%s' %s", rc, text, err);
@@ -338,6 +493,19 @@ Test(token_data, a_prepared_folder_trains_with_falling_loss_and_a_decoded_sample
     rc = run_tool(sample_binary(), args, "/dev/null", err, sizeof err);
     cr_expect(rc == 2 && strstr(err, "was trained on token ids: pass the --tokenizer") && count_newlines(err) == 1,
               "exit %d: %s", rc, err);
+    /* a tokenizer it cannot read is a file the run cannot use: exit 1 */
+    snprintf(args, sizeof args, "--ckpt=%s --tokenizer=%s --prompt=ROMEO:", a, dir);
+    rc = run_tool(sample_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 1 && strstr(err, "is a folder, not a file") && count_newlines(err) == 1, "exit %d: %s", rc, err);
+    /* bin/train's --log over its --tokenizer: refused, the tokenizer as it was */
+    size_t n_tok;
+    unsigned char *good_tok = read_all(tok, &n_tok);
+    snprintf(args, sizeof args, "%s --data=%s/data --tokenizer=%s --iters=1 --log=%s", SMALL, dir, tok, tok);
+    rc = run_tool(train_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 2 && strstr(err, "is the same file as --tokenizer") && count_newlines(err) == 1, "exit %d: %s", rc,
+              err);
+    expect_unchanged(tok, good_tok, n_tok, "--log over --tokenizer");
+    free(good_tok);
     remove_dir(dir);
 }
 

@@ -160,7 +160,7 @@ Test(train, bin_sample_names_its_own_flags_and_streams_long_text, .timeout = 300
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
     snprintf(args, sizeof args, "--ckpt=%s --chars=-1", ckpt);
     expect_one_line(run_tool(sample_binary(), args, "/dev/null", err, sizeof err), 2, err,
-                    "--chars=-1 must not be negative", "--chars=-1");
+                    "the sample's length (--chars or --tokens) is -1: it must not be negative", "--chars=-1");
     cr_expect(strstr(err, "sample-chars") == NULL, "bin/sample named train's flag: %s", err);
     /* past a piece of output (4096 characters): the shorter text is the
      * longer one's beginning, and each is as long as asked */
@@ -191,7 +191,7 @@ static TrainOptions options_of(const char *flags, const char *preset) {
     snprintf(line, sizeof line, "%s", flags);
     int argc = split_args(line, argv, 8);
     TrainOptions o;
-    cr_assert_eq(options_read(&o, "train", preset, argc, argv, err, sizeof err), 0, "'%s': %s", flags, err);
+    cr_assert_eq(options_read(&o, TOOL_TRAIN, preset, argc, argv, err, sizeof err), 0, "'%s': %s", flags, err);
     return o;
 }
 

@@ -52,7 +52,7 @@ def main():
         write_ids([byte_at[end] for _, (_, end) in pieces], sys.argv[3], "I")
     elif cmd == "prepare":
         tok = Tokenizer.from_file(sys.argv[2])
-        with open(sys.argv[3], encoding="utf-8", newline="") as f:
+        with open(sys.argv[3], encoding="utf-8") as f:  # prepare.py's text mode: universal newlines
             data = f.read()
         n = len(data)
         train_data, val_data = data[: int(n * 0.9)], data[int(n * 0.9):]

@@ -1,4 +1,4 @@
-/* options.c: flag table, presets and validation for options.h. */
+/* options.c: the tools' flag table, presets and validation for options.h. */
 #include "options.h"
 
 #include <errno.h>
@@ -32,9 +32,10 @@ ModelConfig options_model(const TrainOptions *o, int data_vocab) {
 int options_preset(TrainOptions *o, const char *name) {
     /* values the presets share: nanoGPT's shakespeare_char config */
     TrainOptions base = {
-        .data = "data/tinyshakespeare.txt", .tokenizer = "", .log = "", .trace = "", .trace_steps = 3,
+        .data = "data/tinyshakespeare.txt", .tokenizer = "", .newlines = "universal", .log = "", .trace = "",
+        .trace_steps = 3,
         .warmup = 100, .decay_iters = -1, .eval_every = 250, .log_every = 10,
-        .sample_chars = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "", .link_inter = "",
+        .sample_count = 500, .seed = 1337, .zero = 0, .gpus = 1, .device = "auto", .overlap = 1, .bucket_mb = 25.0f, .link = "", .link_inter = "",
         .collectives = "ordered", .nodes = 1, .rendezvous = "", .unit = "block", .dtype = "fp32", .reduce_dtype = "fp32",
         .max_live_units = DEFAULT_LIVE_UNITS,
         .grad_accum = 1, .on_nan = "stop", .max_skips = 10, .timeout = 300.0f, .prompt = "\n", .temperature = 1.0f,
@@ -69,97 +70,123 @@ int options_preset(TrainOptions *o, const char *name) {
 
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_TEXT } FlagType;
 /* A flag: where its value goes, and for text, how big that buffer is. */
-typedef struct { const char *name; FlagType type; void *value; size_t size; const char *help; } Flag;
+/* A flag: the tools that take it (Tool bits), where its value goes, and for
+ * text, how big that buffer is. A name may have a row for each meaning it has
+ * in different tools (bin/prepare's --out is not bin/train's). */
+typedef struct {
+    const char *name;
+    unsigned tools;
+    FlagType type;
+    void *value;
+    size_t size;
+    const char *help;
+} Flag;
+
+/* The tools that build a model from the flags (bin/zero_memory measures what
+ * bin/train's run would hold). */
+enum { MODEL_TOOLS = TOOL_TRAIN | TOOL_ZERO_MEMORY };
 
 static int flag_table(TrainOptions *o, Flag *f) {
     Flag table[] = {
-        { "preset", FLAG_TEXT, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char), char-small (its CPU "
+        { "preset", MODEL_TOOLS, FLAG_TEXT, o->preset, sizeof o->preset, "char (nanoGPT shakespeare_char), char-small (its CPU "
           "recipe), or gpt2, gpt2-medium, gpt2-large, gpt2-xl (nanoGPT's GPT-2 configs and train_gpt2 recipe)" },
-        { "data", FLAG_TEXT, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
+        { "data", MODEL_TOOLS, FLAG_TEXT, o->data, sizeof o->data, "a text file (its bytes the tokens), or a folder of token "
           "ids: train.bin and val.bin as nanoGPT's prepare.py or bin/prepare writes them, memory-mapped" },
-        { "tokenizer", FLAG_TEXT, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
+        { "tokenizer", TOOL_TRAIN | TOOL_SAMPLE | TOOL_PREPARE, FLAG_TEXT, o->tokenizer, sizeof o->tokenizer, "a Hugging Face tokenizer.json (byte-level "
           "BPE) of a token folder's ids: the sample decoded, bin/sample's --prompt encoded, bin/prepare's encoder" },
-        { "zero", FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
-        { "gpus", FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
-        { "shard-ranks", FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this many ranks and replicate "
+        { "newlines", TOOL_PREPARE, FLAG_TEXT, o->newlines, sizeof o->newlines, "universal (\\r\\n and a lone \\r "
+          "read as \\n, as prepare.py's text mode reads them) or raw (the bytes as they are)" },
+        { "zero", TOOL_TRAIN, FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
+        { "gpus", MODEL_TOOLS, FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
+        { "shard-ranks", TOOL_TRAIN, FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this many ranks and replicate "
           "over the groups (hybrid sharding; 0: every rank, full sharding; it divides the world's ranks)" },
-        { "device", FLAG_TEXT, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
-        { "collectives", FLAG_TEXT, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
+        { "device", MODEL_TOOLS | TOOL_SAMPLE, FLAG_TEXT, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
+        { "collectives", TOOL_TRAIN, FLAG_TEXT, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
           "that depend on the topology)" },
-        { "tf32", FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
-        { "dtype", FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as FSDP's "
+        { "tf32", TOOL_TRAIN, FLAG_INT, &o->tf32, 0, "1: TF32 tensor cores for fp32 matmuls on GPUs (0: exact fp32)" },
+        { "dtype", MODEL_TOOLS, FLAG_TEXT, o->dtype, sizeof o->dtype, "fp32, or bf16: mixed precision as FSDP's "
           "param_dtype=bfloat16 under torch.autocast computes (the master weights and AdamW stay fp32; the "
           "gradients too, unless reduced in bf16)" },
-        { "reduce-dtype", FLAG_TEXT, o->reduce_dtype, sizeof o->reduce_dtype, "fp32, or bf16: the gradients' "
+        { "reduce-dtype", MODEL_TOOLS, FLAG_TEXT, o->reduce_dtype, sizeof o->reduce_dtype, "fp32, or bf16: the gradients' "
           "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype (with --dtype=bf16, "
           "the gradients held in bf16, the ZeRO paper's)" },
-        { "overlap", FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
-        { "bucket-mb", FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
-        { "unit", FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
+        { "overlap", MODEL_TOOLS, FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
+        { "bucket-mb", MODEL_TOOLS, FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
+        { "unit", MODEL_TOOLS, FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
           "weight matrix with its norm); same bits for each" },
-        { "max-live-units", FLAG_INT, &o->max_live_units, 0, "ZeRO-2/3 with overlap: units gathered and gradient "
+        { "max-live-units", MODEL_TOOLS, FLAG_INT, &o->max_live_units, 0, "ZeRO-2/3 with overlap: units gathered and gradient "
           "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
-        { "recompute", FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
+        { "recompute", MODEL_TOOLS, FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
           "its backward (needs --unit=block; same bits as 0)" },
-        { "link", FLAG_TEXT, o->link, sizeof o->link,
+        { "link", TOOL_TRAIN, FLAG_TEXT, o->link, sizeof o->link,
           "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
-        { "link-inter", FLAG_TEXT, o->link_inter, sizeof o->link_inter, "GBPS[,LATENCY_US]: the modeled link's tier "
+        { "link-inter", TOOL_TRAIN, FLAG_TEXT, o->link_inter, sizeof o->link_inter, "GBPS[,LATENCY_US]: the modeled link's tier "
           "between the groups of --shard-ranks (nodes); --link is then the link inside one" },
-        { "layers", FLAG_INT, &o->layers, 0, "transformer blocks" },
-        { "heads", FLAG_INT, &o->heads, 0, "attention heads" },
-        { "embd", FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
-        { "bias", FLAG_INT, &o->bias, 0, "1: a bias in every Linear and LayerNorm, as GPT-2's (0: none, as nanoGPT's "
+        { "layers", MODEL_TOOLS, FLAG_INT, &o->layers, 0, "transformer blocks" },
+        { "heads", MODEL_TOOLS, FLAG_INT, &o->heads, 0, "attention heads" },
+        { "embd", MODEL_TOOLS, FLAG_INT, &o->embd, 0, "embedding width (divisible by --heads)" },
+        { "bias", MODEL_TOOLS, FLAG_INT, &o->bias, 0, "1: a bias in every Linear and LayerNorm, as GPT-2's (0: none, as nanoGPT's "
           "char configs)" },
-        { "gelu", FLAG_TEXT, o->gelu, sizeof o->gelu, "erf (exact GELU, as nanoGPT's) or tanh (GPT-2's "
+        { "gelu", MODEL_TOOLS, FLAG_TEXT, o->gelu, sizeof o->gelu, "erf (exact GELU, as nanoGPT's) or tanh (GPT-2's "
           "approximation, as transformers' gelu_new)" },
-        { "pad-vocab", FLAG_INT, &o->pad_vocab, 0, "round the model's vocabulary up to a multiple of this (nanoGPT "
+        { "pad-vocab", MODEL_TOOLS, FLAG_INT, &o->pad_vocab, 0, "round the model's vocabulary up to a multiple of this (nanoGPT "
           "pads GPT-2's 50257 to 50304; the extra ids never occur in the data)" },
-        { "block", FLAG_INT, &o->block, 0, "context length" },
-        { "batch", FLAG_INT, &o->batch, 0, "rows per batch" },
-        { "iters", FLAG_INT, &o->iters, 0, "optimizer steps" },
-        { "lr", FLAG_FLOAT, &o->lr, 0, "peak learning rate" },
-        { "min-lr", FLAG_FLOAT, &o->min_lr, 0, "learning rate at the end of the cosine decay" },
-        { "warmup", FLAG_INT, &o->warmup, 0, "linear warmup steps" },
-        { "lr-decay-iters", FLAG_INT, &o->decay_iters, 0, "steps of cosine decay (-1: --iters)" },
-        { "dropout", FLAG_FLOAT, &o->dropout, 0, "dropout rate, in [0, 1)" },
-        { "weight-decay", FLAG_FLOAT, &o->weight_decay, 0, "AdamW weight decay (2-D tensors only)" },
-        { "beta2", FLAG_FLOAT, &o->beta2, 0, "AdamW beta2" },
-        { "grad-clip", FLAG_FLOAT, &o->grad_clip, 0, "max global gradient norm (0: no clipping)" },
-        { "seed", FLAG_INT, &o->seed, 0, "seed of init, batches, dropout and sampling" },
-        { "eval-every", FLAG_INT, &o->eval_every, 0, "steps between evaluations (0: at the end only)" },
-        { "eval-iters", FLAG_INT, &o->eval_iters, 0, "batches per split per evaluation" },
-        { "log-every", FLAG_INT, &o->log_every, 0, "steps between progress lines" },
-        { "sample-chars", FLAG_INT, &o->sample_chars, 0, "characters sampled at the end" },
-        { "log", FLAG_TEXT, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
-        { "trace", FLAG_TEXT, o->trace, sizeof o->trace, "write every rank's stream work in the first --trace-steps steps "
+        { "block", MODEL_TOOLS, FLAG_INT, &o->block, 0, "context length" },
+        { "batch", MODEL_TOOLS, FLAG_INT, &o->batch, 0, "rows per batch" },
+        { "iters", TOOL_TRAIN, FLAG_INT, &o->iters, 0, "optimizer steps" },
+        { "lr", TOOL_TRAIN, FLAG_FLOAT, &o->lr, 0, "peak learning rate" },
+        { "min-lr", TOOL_TRAIN, FLAG_FLOAT, &o->min_lr, 0, "learning rate at the end of the cosine decay" },
+        { "warmup", TOOL_TRAIN, FLAG_INT, &o->warmup, 0, "linear warmup steps" },
+        { "lr-decay-iters", TOOL_TRAIN, FLAG_INT, &o->decay_iters, 0, "steps of cosine decay (-1: --iters)" },
+        { "dropout", MODEL_TOOLS, FLAG_FLOAT, &o->dropout, 0, "dropout rate, in [0, 1)" },
+        { "weight-decay", MODEL_TOOLS, FLAG_FLOAT, &o->weight_decay, 0, "AdamW weight decay (2-D tensors only)" },
+        { "beta2", MODEL_TOOLS, FLAG_FLOAT, &o->beta2, 0, "AdamW beta2" },
+        { "grad-clip", TOOL_TRAIN, FLAG_FLOAT, &o->grad_clip, 0, "max global gradient norm (0: no clipping)" },
+        { "seed", MODEL_TOOLS | TOOL_SAMPLE, FLAG_INT, &o->seed, 0, "seed of init, batches, dropout and sampling" },
+        { "eval-every", TOOL_TRAIN, FLAG_INT, &o->eval_every, 0, "steps between evaluations (0: at the end only)" },
+        { "eval-iters", TOOL_TRAIN, FLAG_INT, &o->eval_iters, 0, "batches per split per evaluation" },
+        { "log-every", TOOL_TRAIN, FLAG_INT, &o->log_every, 0, "steps between progress lines" },
+        { "sample-chars", TOOL_TRAIN, FLAG_INT, &o->sample_count, 0, "characters sampled at the end, from a text "
+          "file's model (0: none)" },
+        { "sample-tokens", TOOL_TRAIN, FLAG_INT, &o->sample_count, 0, "tokens sampled at the end, from a token "
+          "folder's model (0: none)" },
+        { "log", TOOL_TRAIN, FLAG_TEXT, o->log, sizeof o->log, "also write progress as JSON lines to this file" },
+        { "trace", TOOL_TRAIN, FLAG_TEXT, o->trace, sizeof o->trace, "write every rank's stream work in the first --trace-steps steps "
           "as a Chrome trace (Perfetto)" },
-        { "trace-steps", FLAG_INT, &o->trace_steps, 0, "training steps --trace records, from the first" },
-        { "out", FLAG_TEXT, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
-        { "always-save", FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
-        { "overwrite", FLAG_INT, &o->overwrite, 0, "1: a run that does not --resume the checkpoint already in --out "
+        { "trace-steps", TOOL_TRAIN, FLAG_INT, &o->trace_steps, 0, "training steps --trace records, from the first" },
+        { "out", TOOL_TRAIN, FLAG_TEXT, o->out, sizeof o->out, "save DIR/ckpt.safetensors at evals (best val loss) and at the end" },
+        { "always-save", TOOL_TRAIN, FLAG_INT, &o->always_save, 0, "1: save at every eval, not only at a new best" },
+        { "overwrite", TOOL_TRAIN, FLAG_INT, &o->overwrite, 0, "1: a run that does not --resume the checkpoint already in --out "
           "may replace it" },
-        { "resume", FLAG_TEXT, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
-        { "init-from", FLAG_TEXT, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
-        { "grad-accum", FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
-        { "on-nan", FLAG_TEXT, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
-        { "max-skips", FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
-        { "max-memory-mb", FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
+        { "resume", TOOL_TRAIN, FLAG_TEXT, o->resume, sizeof o->resume, "continue the run a checkpoint holds (any strategy, any N)" },
+        { "init-from", TOOL_TRAIN, FLAG_TEXT, o->init_from, sizeof o->init_from, "start from a checkpoint's weights, fresh optimizer" },
+        { "grad-accum", TOOL_TRAIN, FLAG_INT, &o->grad_accum, 0, "micro-steps per step (gradient sync on the last)" },
+        { "on-nan", TOOL_TRAIN, FLAG_TEXT, o->on_nan, sizeof o->on_nan, "a step with a NaN/inf loss or gradient: stop, or skip it (no update)" },
+        { "max-skips", TOOL_TRAIN, FLAG_INT, &o->max_skips, 0, "--on-nan=skip: steps skipped at most, then the run stops" },
+        { "max-memory-mb", TOOL_TRAIN, FLAG_FLOAT, &o->max_memory_mb, 0, "cap each rank's device memory, MB (0: none; on the "
           "CPU too)" },
-        { "timeout", FLAG_FLOAT, &o->timeout, 0, "seconds a collective waits for the other processes (mpirun), "
+        { "timeout", TOOL_TRAIN, FLAG_FLOAT, &o->timeout, 0, "seconds a collective waits for the other processes (mpirun), "
           "then every process stops" },
-        { "nodes", FLAG_INT, &o->nodes, 0, "processes of a run on GPUs without mpirun, each started with its "
+        { "nodes", TOOL_TRAIN, FLAG_INT, &o->nodes, 0, "processes of a run on GPUs without mpirun, each started with its "
           "--node-rank and the same --rendezvous" },
-        { "node-rank", FLAG_INT, &o->node_rank, 0, "this process's index, 0..--nodes-1 (0 makes the NCCL id)" },
-        { "rendezvous", FLAG_TEXT, o->rendezvous, sizeof o->rendezvous, "file:PATH: where --nodes processes meet "
+        { "node-rank", TOOL_TRAIN, FLAG_INT, &o->node_rank, 0, "this process's index, 0..--nodes-1 (0 makes the NCCL id)" },
+        { "rendezvous", TOOL_TRAIN, FLAG_TEXT, o->rendezvous, sizeof o->rendezvous, "file:PATH: where --nodes processes meet "
           "(a shared filesystem; process 0 writes NCCL's id there, the others wait for it up to --timeout)" },
-        { "inject-fault", FLAG_TEXT, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
+        { "inject-fault", TOOL_TRAIN, FLAG_TEXT, o->inject_fault, sizeof o->inject_fault, "RANK:STEP:WHERE: that rank fails at that "
           "step in the forward, backward, collective, step or save, or hangs (hang; a test of a setup)" },
-        { "ckpt", FLAG_TEXT, o->ckpt, sizeof o->ckpt, "bin/sample: the checkpoint to sample from" },
-        { "prompt", FLAG_TEXT, o->prompt, sizeof o->prompt, "bin/sample: the text to continue" },
-        { "chars", FLAG_INT, &o->sample_chars, 0, "bin/sample: characters to generate (as --sample-chars)" },
-        { "temperature", FLAG_FLOAT, &o->temperature, 0, "bin/sample: softmax temperature" },
-        { "top-k", FLAG_INT, &o->top_k, 0, "bin/sample: sample among the k likeliest (0: all)" },
+        { "ckpt", TOOL_SAMPLE, FLAG_TEXT, o->ckpt, sizeof o->ckpt, "the checkpoint to sample from" },
+        { "prompt", TOOL_SAMPLE, FLAG_TEXT, o->prompt, sizeof o->prompt, "the text to continue, at most 511 bytes" },
+        { "chars", TOOL_SAMPLE, FLAG_INT, &o->sample_count, 0, "characters to generate, from a checkpoint of a text "
+          "file's bytes" },
+        { "tokens", TOOL_SAMPLE, FLAG_INT, &o->sample_count, 0, "tokens to generate, from a checkpoint of token ids "
+          "(with --tokenizer)" },
+        { "temperature", TOOL_SAMPLE, FLAG_FLOAT, &o->temperature, 0, "softmax temperature" },
+        { "top-k", TOOL_SAMPLE, FLAG_INT, &o->top_k, 0, "sample among the k likeliest (0: all)" },
+        { "data", TOOL_PREPARE, FLAG_TEXT, o->data, sizeof o->data, "the text file to encode" },
+        { "out", TOOL_PREPARE, FLAG_TEXT, o->out, sizeof o->out, "the folder of train.bin, val.bin and meta.json "
+          "(made if missing)" },
+        { "overwrite", TOOL_PREPARE, FLAG_INT, &o->overwrite, 0, "1: replace the files already in --out" },
     };
     _Static_assert(sizeof table / sizeof table[0] <= MAX_FLAGS, "more flags than MAX_FLAGS");
     int n = (int)(sizeof table / sizeof table[0]);
@@ -167,18 +194,38 @@ static int flag_table(TrainOptions *o, Flag *f) {
     return n;
 }
 
-void options_usage(FILE *out, const char *prog, TrainOptions *o) {
+/* The benches take bin/train's flags. */
+static unsigned tool_bit(Tool tool) { return tool == TOOL_BENCH ? TOOL_TRAIN : tool; }
+
+const char *options_tool_name(Tool tool) {
+    switch (tool) {
+    case TOOL_TRAIN: return "train";
+    case TOOL_SAMPLE: return "sample";
+    case TOOL_PREPARE: return "prepare";
+    case TOOL_ZERO_MEMORY: return "zero_memory";
+    case TOOL_BENCH: return "bench";
+    }
+    return "?";
+}
+
+void options_usage(FILE *out, Tool tool, TrainOptions *o) {
     Flag flags[MAX_FLAGS];
     int n = flag_table(o, flags);
-    fprintf(out, "usage: %s [--flag=value ...]\n\nflags (defaults of preset %s):\n", prog, o->preset);
+    fprintf(out, "usage: %s [--flag=value ...]\n\n", options_tool_name(tool));
+    if (tool_bit(tool) & MODEL_TOOLS) fprintf(out, "flags (defaults of preset %s):\n", o->preset);
+    else fprintf(out, "flags:\n");
     for (int i = 0; i < n; i++) {
+        if (!(flags[i].tools & tool_bit(tool))) continue;
         char def[OPTION_PATH_MAX + 16];
         if (flags[i].type == FLAG_INT) snprintf(def, sizeof def, "%d", *(int *)flags[i].value);
         else if (flags[i].type == FLAG_FLOAT) snprintf(def, sizeof def, "%g", *(float *)flags[i].value);
         else snprintf(def, sizeof def, "%s", (char *)flags[i].value);
         fprintf(out, "  --%-16s %s (default: %s)\n", flags[i].name, flags[i].help, def[0] ? def : "none");
     }
-    if (strcmp(prog, "train") == 0)
+    if (tool == TOOL_ZERO_MEMORY)
+        fprintf(out, "  --estimate         build nothing: the rows from the formulas (bin/zero_memory's own)\n"
+                "  --shard-ranks=S    shard ZeRO-1/2/3 over groups of S ranks in the rows whose N it divides\n");
+    if (tool == TOOL_TRAIN)
         fprintf(out, "\nSIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 stop the run after the step in flight, saved with "
                 "--out (exit 128 + the signal).\nUnder mpirun, Ctrl-C or a kill of mpirun sends every process SIGTERM "
                 "and, a second later, SIGKILL: give the\nstep in flight and the save longer with `mpirun --mca "
@@ -285,7 +332,7 @@ UnitsPolicy options_units(const TrainOptions *o) {
 /* The arena's tensor table holds 3 + 6 L tensors (runtime/arena.h). */
 enum { MAX_LAYERS = (ARENA_MAX_TENSORS - 3) / 6 };
 
-static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen) {
+static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
     char bad[192] = "", why[160];
     Fault fault = { .where = FAULT_NONE };
     if (o->layers < 1 || o->layers > MAX_LAYERS)
@@ -327,6 +374,8 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--always-save=%d must be 0 or 1", o->always_save);
     else if (o->overwrite != 0 && o->overwrite != 1)
         snprintf(bad, sizeof bad, "--overwrite=%d must be 0 or 1", o->overwrite);
+    else if (strcmp(o->newlines, "universal") && strcmp(o->newlines, "raw"))
+        snprintf(bad, sizeof bad, "--newlines=%s must be universal or raw", o->newlines);
     else if (strcmp(o->on_nan, "stop") && strcmp(o->on_nan, "skip"))
         snprintf(bad, sizeof bad, "--on-nan=%s must be stop or skip", o->on_nan);
     else if (o->max_skips < 0) snprintf(bad, sizeof bad, "--max-skips=%d must not be negative", o->max_skips);
@@ -382,9 +431,9 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
         snprintf(bad, sizeof bad, "--weight-decay=%g must not be negative", o->weight_decay);
     else if (o->beta2 < 0 || o->beta2 >= 1) snprintf(bad, sizeof bad, "--beta2=%g must be in [0, 1)", o->beta2);
     else if (o->grad_clip < 0) snprintf(bad, sizeof bad, "--grad-clip=%g must not be negative", o->grad_clip);
-    else if (o->sample_chars < 0)  /* bin/sample calls it --chars */
-        snprintf(bad, sizeof bad, "--%s=%d must not be negative", strcmp(prog, "sample") ? "sample-chars" : "chars",
-                 o->sample_chars);
+    else if (o->sample_count < 0)
+        snprintf(bad, sizeof bad, "the sample's length (%s) is %d: it must not be negative",
+                 tool == TOOL_SAMPLE ? "--chars or --tokens" : "--sample-chars or --sample-tokens", o->sample_count);
     else if (o->eval_every < 0 || o->eval_iters < 0 || o->log_every < 0)
         snprintf(bad, sizeof bad, "--eval-every, --eval-iters and --log-every must not be negative");
     /* the kernels index one batch's activations with int */
@@ -399,19 +448,63 @@ static int validate(TrainOptions *o, const char *prog, char *err, size_t errlen)
     if (!bad[0]) strategy_config_error(o->zero, &asked, bad, sizeof bad);
     o->fault = fault;
     if (!bad[0]) return 0;
-    snprintf(err, errlen, "%s: %s", prog, bad);
+    snprintf(err, errlen, "%s: %s", options_tool_name(tool), bad);
     return 2;
 }
 
-int options_read(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv, char *err,
-                 size_t errlen) {
-    err[0] = 0;
-    /* the preset goes first, whatever its place on the command line */
+/* Whether arg is --name, as --name=VALUE or --name. */
+static int names_flag(const char *arg, const char *name) {
+    size_t len = strlen(name);
+    return strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, name, len) == 0 && (arg[2 + len] == '=' || arg[2 + len] == 0);
+}
+
+/* Whether row f is --name (its first len bytes). */
+static int row_named(const Flag *f, const char *name, size_t len) {
+    return strlen(f->name) == len && strncmp(f->name, name, len) == 0;
+}
+
+/* The row of --name (its first len bytes) that tool takes; NULL for none. */
+static const Flag *find_flag(const Flag *flags, int n, Tool tool, const char *name, size_t len) {
+    for (int k = 0; k < n; k++)
+        if (row_named(&flags[k], name, len) && (flags[k].tools & tool_bit(tool))) return &flags[k];
+    return NULL;
+}
+
+/* The message for a flag tool does not take: another tool's, named as such,
+ * or one no tool has. */
+static void refuse_flag(const Flag *flags, int n, Tool tool, const char *name, size_t len, char *err, size_t errlen) {
+    unsigned owners = 0;
+    for (int k = 0; k < n; k++)
+        if (row_named(&flags[k], name, len)) owners |= flags[k].tools;
+    const char *prog = options_tool_name(tool);
+    if (!owners) {
+        snprintf(err, errlen, "%s: unknown flag '--%.*s' (see --help)", prog, (int)len, name);
+        return;
+    }
+    char list[96] = "";
+    for (unsigned bit = TOOL_TRAIN; bit <= TOOL_ZERO_MEMORY; bit <<= 1)
+        if (owners & bit)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%sbin/%s", list[0] ? ", " : "",
+                     options_tool_name((Tool)bit));
+    snprintf(err, errlen, "%s: --%.*s is a flag of %s, not of bin/%s (see --help)", prog, (int)len, name, list, prog);
+}
+
+/* The --preset the command line names (tool's default without one): the
+ * preset goes first, whatever its place on the command line. */
+static const char *preset_named(Tool tool, const char *default_preset, int argc, char **argv) {
     const char *preset = default_preset;
+    if (!(tool_bit(tool) & MODEL_TOOLS)) return preset;  /* refused as another tool's flag */
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
         else if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
     }
+    return preset;
+}
+
+int options_read(TrainOptions *o, Tool tool, const char *default_preset, int argc, char **argv, char *err,
+                 size_t errlen) {
+    err[0] = 0;
+    const char *prog = options_tool_name(tool), *preset = preset_named(tool, default_preset, argc, argv);
     if (empty_value(prog, "preset", preset, err, errlen)) return 2;
     if (options_preset(o, preset) != 0) {
         snprintf(err, errlen, "%s: unknown --preset '%s' (char, char-small, gpt2, gpt2-medium, gpt2-large or gpt2-xl)",
@@ -429,11 +522,9 @@ int options_read(TrainOptions *o, const char *prog, const char *default_preset, 
         }
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const Flag *f = NULL;
-        for (int k = 0; k < n; k++)
-            if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0) f = &flags[k];
+        const Flag *f = find_flag(flags, n, tool, name, len);
         if (!f) {
-            snprintf(err, errlen, "%s: unknown flag '--%.*s' (see --help)", prog, (int)len, name);
+            refuse_flag(flags, n, tool, name, len, err, errlen);
             return 2;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
@@ -444,15 +535,29 @@ int options_read(TrainOptions *o, const char *prog, const char *default_preset, 
         int rc = set_flag(f, prog, value, err, errlen);
         if (rc) return rc;
     }
-    return validate(o, prog, err, errlen);
+    return validate(o, tool, err, errlen);
+}
+
+int options_check_sample_unit(const TrainOptions *o, Tool tool, int characters, int argc, char **argv, char *err,
+                              size_t errlen) {
+    if (o->sample_count == 0) return 0;  /* no sample: no unit to name */
+    const char *chars = tool == TOOL_SAMPLE ? "chars" : "sample-chars";
+    const char *tokens = tool == TOOL_SAMPLE ? "tokens" : "sample-tokens";
+    const char *wrong = characters ? tokens : chars, *last = NULL;  /* the last of the two names the length */
+    for (int i = 1; i < argc; i++) {
+        if (names_flag(argv[i], chars)) last = chars;
+        if (names_flag(argv[i], tokens)) last = tokens;
+    }
+    if (last != wrong) return 0;
+    snprintf(err, errlen, "%s: --%s counts %s, and this model's tokens are %s: use --%s",
+             options_tool_name(tool), wrong, characters ? "tokens" : "characters",
+             characters ? "a text file's bytes" : "ids of a tokenizer", characters ? chars : tokens);
+    return 2;
 }
 
 int options_given(int argc, char **argv, const char *name) {
-    size_t len = strlen(name);
     for (int i = 1; i < argc; i++)
-        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
-            (argv[i][2 + len] == '=' || argv[i][2 + len] == 0))
-            return 1;
+        if (names_flag(argv[i], name)) return 1;
     return 0;
 }
 
@@ -484,13 +589,13 @@ int options_take_hf_model(TrainOptions *o, const ModelConfig *hf, int argc, char
     }
     if (!options_given(argc, argv, "block")) o->block = hf->block_size;
     o->init_vocab = hf->vocab;
-    return validate(o, "train", err, errlen);
+    return validate(o, TOOL_TRAIN, err, errlen);
 }
 
-int options_parse(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv) {
+int options_parse(TrainOptions *o, Tool tool, const char *default_preset, int argc, char **argv) {
     char err[OPTION_PATH_MAX + 256];
-    int rc = options_read(o, prog, default_preset, argc, argv, err, sizeof err);
-    if (rc == 1) options_usage(stdout, prog, o);
+    int rc = options_read(o, tool, default_preset, argc, argv, err, sizeof err);
+    if (rc == 1) options_usage(stdout, tool, o);
     if (rc == 2) fprintf(stderr, "%s\n", err);
     return rc;
 }
@@ -504,16 +609,18 @@ uint64_t options_hash(uint64_t h, const void *data, size_t bytes) {
 
 int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names) {
     Flag flags[MAX_FLAGS];
-    int n = flag_table(o, flags);
-    for (int i = 0; i < n; i++) {
-        const Flag *f = &flags[i];
+    int n = flag_table(o, flags), kept = 0;
+    for (int k = 0; k < n; k++) {
+        const Flag *f = &flags[k];
+        if (!(f->tools & TOOL_TRAIN)) continue;
         size_t bytes = f->type == FLAG_TEXT ? strlen((const char *)f->value) + 1 : f->type == FLAG_INT ? sizeof(int)
                                                                                                        : sizeof(float);
-        names[i] = f->name;
+        names[kept] = f->name;
         /* --node-rank is each process's own */
-        hashes[i] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);
+        hashes[kept] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);
+        kept++;
     }
-    return n;
+    return kept;
 }
 
 Placement options_placement(const TrainOptions *o) {

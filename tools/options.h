@@ -1,4 +1,8 @@
-/* options.h: the training flags, their presets and their parsing. */
+/* options.h: the tools' flags, their presets and their parsing.
+ *
+ * One table holds every flag, and each row says which tools take it: a tool
+ * passes its own identity (Tool) to options_read and options_usage, takes
+ * its own flags, lists them in --help and refuses another tool's by name. */
 #ifndef ZF_OPTIONS_H
 #define ZF_OPTIONS_H
 
@@ -8,12 +12,23 @@
 #include "../runtime/process_group.h"
 #include "../strategies/strategy.h"
 
-enum { OPTION_PATH_MAX = 512, MAX_FLAGS = 64 };
+enum { OPTION_PATH_MAX = 512, MAX_FLAGS = 72 };
+
+/* The tools that read these flags, one bit each (a flag's row holds the bits
+ * of the tools that take it). */
+typedef enum {
+    TOOL_TRAIN = 1 << 0,
+    TOOL_SAMPLE = 1 << 1,
+    TOOL_PREPARE = 1 << 2,
+    TOOL_ZERO_MEMORY = 1 << 3,
+    TOOL_BENCH = 1 << 4,  /* bench/: they time bin/train's runs, and take bin/train's flags */
+} Tool;
 
 typedef struct {
     char preset[32];
     char data[OPTION_PATH_MAX];      /* a text file, or a folder of token ids (model/data.h) */
     char tokenizer[OPTION_PATH_MAX]; /* a tokenizer.json for a token folder's ids; "" for none */
+    char newlines[16];               /* bin/prepare: universal (Python's text mode: \r\n and \r as \n) or raw */
     char log[OPTION_PATH_MAX];
     char trace[OPTION_PATH_MAX];     /* a Chrome trace of the first trace_steps steps; "" for none */
     int trace_steps;
@@ -22,7 +37,8 @@ typedef struct {
     char gelu[8];                    /* erf (exact, nanoGPT's) or tanh (GPT-2's approximation) */
     int pad_vocab;                   /* the model's vocabulary, the data's rounded up to a multiple of this */
     int iters, warmup, decay_iters;  /* decay_iters < 0: the same as iters */
-    int eval_every, eval_iters, log_every, sample_chars, seed;
+    int eval_every, eval_iters, log_every, seed;
+    int sample_count;                /* characters, or tokens of a token model, sampled (bin/sample: generated) */
     int zero, gpus;                  /* ZeRO stage; ranks (simulated without GPUs) */
     int shard_ranks;                 /* ZeRO-1/2/3: ranks a group shards over (0: the world's) */
     char device[8];                  /* auto, cpu or cuda */
@@ -53,7 +69,7 @@ typedef struct {
     int init_vocab;                  /* a Hugging Face --init-from's vocabulary, the least the model's; 0: none */
     /* bin/sample */
     char ckpt[OPTION_PATH_MAX];
-    char prompt[OPTION_PATH_MAX];
+    char prompt[OPTION_PATH_MAX];    /* at most OPTION_PATH_MAX - 1 bytes */
     float temperature;
     int top_k;
     float lr, min_lr, dropout, weight_decay, beta2, grad_clip;
@@ -98,18 +114,26 @@ int options_join_world(const TrainOptions *o);
  * 1 when CUDA is there but failed (a run that could not go on), 2 for a
  * command line no run can use (--device=cuda without a GPU). */
 int options_no_strategy_status(const TrainOptions *o);
-/* Read --flag=value / --flag value over a preset (--preset=NAME, default
- * default_preset), printing nothing: 0 to run, 1 for --help, or 2 with a
- * one-line message naming the bad flag or value in err. */
-int options_read(TrainOptions *o, const char *prog, const char *default_preset, int argc, char **argv, char *err,
+/* The tool's name, as its messages begin ("train", "sample", ...). */
+const char *options_tool_name(Tool tool);
+/* Read tool's --flag=value / --flag value over a preset (--preset=NAME,
+ * default default_preset), printing nothing: 0 to run, 1 for --help, or 2
+ * with a one-line message naming the bad flag or value in err (a flag of
+ * another tool named as such). */
+int options_read(TrainOptions *o, Tool tool, const char *default_preset, int argc, char **argv, char *err,
                  size_t errlen);
 /* options_read for a tool of one process: --help printed (1), or the message
  * (2) on stderr. */
-int options_parse(TrainOptions *o, const char *prog, const char *default_preset,
-                  int argc, char **argv);
-/* Every flag's help line, with the preset's defaults, to out. */
-void options_usage(FILE *out, const char *prog, TrainOptions *o);
-/* What a run's flags make it: each flag's value hashed into hashes[i] and its
+int options_parse(TrainOptions *o, Tool tool, const char *default_preset, int argc, char **argv);
+/* The help line of each flag tool takes, with the preset's defaults, to out. */
+void options_usage(FILE *out, Tool tool, TrainOptions *o);
+/* The sample's length names the model's unit: --chars (bin/train's
+ * --sample-chars) for a model of a text's bytes, --tokens (--sample-tokens)
+ * for one of token ids (characters: 1 for the former), the last of them
+ * given naming the length; a length of 0, no sample, either. 0, or 2 with a one-line message naming the flag to use. */
+int options_check_sample_unit(const TrainOptions *o, Tool tool, int characters, int argc, char **argv, char *err,
+                              size_t errlen);
+/* What a run's flags make it: each of bin/train's flags' value hashed into hashes[i] and its
  * name into names[i] (MAX_FLAGS of room each), --node-rank's hash 0 (each
  * process has its own); how many. Two processes run the same only if every
  * hash is equal, however the values were written (--lr=1e-3, --lr 0.001) and

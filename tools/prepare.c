@@ -1,14 +1,20 @@
 /* prepare.c: bin/prepare, a text file as a folder of token ids for bin/train.
  *
- *   bin/prepare --tokenizer=tokenizer.json --data=input.txt --out=DIR [--overwrite=1]
+ *   bin/prepare --tokenizer=tokenizer.json --data=input.txt --out=DIR [--overwrite=1] [--newlines=raw]
  *
- * As nanoGPT's data/shakespeare/prepare.py splits: the first 90% of the
- * text's characters (int(n * 0.9) code points) and the rest, each encoded
- * alone, to DIR/train.bin and DIR/val.bin as uint16 (uint32 past 65536 ids),
- * and DIR/meta.json with the vocabulary's size and the ids' type. The text's
- * bytes are encoded as they are (prepare.py's text mode would turn "\r\n"
- * into "\n"). Files already in DIR are replaced only with --overwrite=1; each
- * is written whole beside its place, then renamed into it.
+ * As nanoGPT's data/shakespeare/prepare.py splits: the text read as Python's
+ * text mode reads it ("\r\n" and a lone "\r" as "\n"; --newlines=raw keeps
+ * the bytes), the first 90% of its characters (int(n * 0.9) code points) and
+ * the rest, each encoded alone, to DIR/train.bin and DIR/val.bin as uint16
+ * (uint32 past 65536 ids), and DIR/meta.json with the vocabulary's size and
+ * the ids' type. A text whose splits bin/train would refuse (fewer than 2 ids
+ * in one) is refused before anything is written. No output may be the same
+ * file as --data or --tokenizer (file_identity.h). Files already in DIR are
+ * replaced only with --overwrite=1; each is written whole beside its place,
+ * then renamed into it.
+ *
+ * Exit status: 0 done, 1 a file it could not use (the text, the tokenizer,
+ * --out), 2 a command line no run can use.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,10 +26,14 @@
 #include "../model/data.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
+#include "file_identity.h"
 #include "options.h"
 
 static const char *const OUTPUTS[] = { "train.bin", "val.bin", "meta.json" };
-enum { N_OUTPUTS = 3 };
+enum { N_OUTPUTS = 3, PATH_BYTES = OPTION_PATH_MAX + 16 };
+
+/* The fewest ids a split may hold: bin/train needs more than --block of them, and --block is at least 1. */
+enum { MIN_SPLIT_IDS = 2 };
 
 /* The byte where the text's first int(n * 0.9) characters end (UTF-8: a
  * character starts at every byte that is not 10xxxxxx). */
@@ -38,9 +48,19 @@ static size_t split_byte(const unsigned char *text, size_t n) {
     return n;
 }
 
+/* Python's universal newlines, in place: "\r\n" and a lone "\r" become "\n". The new length. */
+static size_t universal_newlines(unsigned char *text, size_t n) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '\r' && i + 1 < n && text[i + 1] == '\n') continue;
+        text[kept++] = text[i] == '\r' ? '\n' : text[i];
+    }
+    return kept;
+}
+
 /* DIR/name, written whole beside its place, then renamed into it. 0, or 1 after a line. */
 static int write_output(const char *dir, const char *name, const void *bytes, size_t n) {
-    char path[1200], err[1400];
+    char path[PATH_BYTES], err[PATH_BYTES + 256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (host_write_file(path, bytes, n, err, sizeof err) == 0) return 0;
     fprintf(stderr, "prepare: %s\n", err);
@@ -57,69 +77,99 @@ static void *narrow(const TokenIds *ids, int token_bytes) {
     return out;
 }
 
-/* --out ready: made if missing; none of its outputs there unless --overwrite=1. 0, or 2 after a line. */
-static int check_out(const TrainOptions *o) {
-    if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "prepare: cannot make --out=%s: %s\n", o->out, strerror(errno));
+/* The command line's files: no output the same file as an input, and none
+ * already in --out unless --overwrite=1. 0, or 2 after a line. */
+static int check_paths(const TrainOptions *o) {
+    char outputs[N_OUTPUTS][PATH_BYTES], flags[N_OUTPUTS][32], err[4 * PATH_BYTES];
+    ToolPath paths[N_OUTPUTS + 2] = { { "--data", o->data, 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 } };
+    for (int i = 0; i < N_OUTPUTS; i++) {
+        snprintf(outputs[i], sizeof outputs[i], "%s/%s", o->out, OUTPUTS[i]);
+        snprintf(flags[i], sizeof flags[i], "--out's %s", OUTPUTS[i]);
+        paths[2 + i] = (ToolPath){ flags[i], outputs[i], 1, 0 };
+    }
+    if (file_identity_distinct("prepare", paths, N_OUTPUTS + 2, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
         return 2;
     }
-    for (int i = 0; i < N_OUTPUTS && !o->overwrite; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", o->out, OUTPUTS[i]);
-        if (access(path, F_OK) == 0) {
-            fprintf(stderr, "prepare: '%s' is there already (--overwrite=1 replaces it)\n", path);
+    for (int i = 0; i < N_OUTPUTS && !o->overwrite; i++)
+        if (access(outputs[i], F_OK) == 0) {
+            fprintf(stderr, "prepare: '%s' is there already (--overwrite=1 replaces it)\n", outputs[i]);
             return 2;
         }
-    }
     return 0;
+}
+
+/* --out made if missing, and a folder. 0, or 1 after a line. */
+static int make_out(const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "prepare: cannot make --out=%s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    if (host_is_directory(dir)) return 0;
+    fprintf(stderr, "prepare: --out '%s' is a file, not a folder\n", dir);
+    return 1;
+}
+
+/* The text's two splits encoded, each holding at least MIN_SPLIT_IDS. 0, or 1 after a line. */
+static int encode_splits(const TrainOptions *o, const Tokenizer *t, unsigned char *text, size_t n, TokenIds split[2]) {
+    char err[1024];
+    if (strcmp(o->newlines, "universal") == 0) n = universal_newlines(text, n);
+    size_t cut = split_byte(text, n);
+    if (tokenizer_encode(t, (const char *)text, cut, &split[0], err, sizeof err) != 0 ||
+        tokenizer_encode(t, (const char *)text + cut, n - cut, &split[1], err, sizeof err) != 0) {
+        fprintf(stderr, "prepare: %s: %s\n", o->data, err);
+        return 1;
+    }
+    if (split[0].n >= MIN_SPLIT_IDS && split[1].n >= MIN_SPLIT_IDS) return 0;
+    fprintf(stderr, "prepare: '%s' gives %zu train and %zu val ids; bin/train needs at least %d ids in each split "
+            "(more than --block)\n", o->data, split[0].n, split[1].n, MIN_SPLIT_IDS);
+    return 1;
+}
+
+/* train.bin, val.bin and meta.json into --out. 0, or 1 after a line. */
+static int write_splits(const TrainOptions *o, const TokenIds split[2], int vocab) {
+    int token_bytes = vocab <= 65536 ? 2 : 4, rc = make_out(o->out);
+    for (int s = 0; s < 2 && rc == 0; s++) {
+        void *ids = narrow(&split[s], token_bytes);
+        rc = write_output(o->out, OUTPUTS[s], ids, split[s].n * (size_t)token_bytes);
+        free(ids);
+    }
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"vocab_size\": %d, \"dtype\": \"uint%d\"}\n", vocab, 8 * token_bytes);
+    if (rc == 0) rc = write_output(o->out, OUTPUTS[2], meta, strlen(meta));
+    if (rc == 0)
+        printf("prepare: %s: %zu train / %zu val ids (uint%d, vocabulary %d) in %s\n", o->data, split[0].n,
+               split[1].n, 8 * token_bytes, vocab, o->out);
+    return rc;
 }
 
 int main(int argc, char **argv) {
     TrainOptions o;
-    int rc = options_parse(&o, "prepare", "char", argc, argv);
+    int rc = options_parse(&o, TOOL_PREPARE, "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (!o.tokenizer[0] || !o.out[0]) {
         fprintf(stderr, "prepare: --tokenizer=tokenizer.json, --data=FILE and --out=DIR are needed (see --help)\n");
         return 2;
     }
+    if ((rc = check_paths(&o)) != 0) return rc;
     char err[1024];
     Tokenizer *t = tokenizer_load(o.tokenizer, err, sizeof err);
     if (!t) {
         fprintf(stderr, "prepare: %s\n", err);
-        return 2;
+        return 1;
     }
     unsigned char *text;
     size_t n;
-    if ((rc = check_out(&o)) != 0) {
-        tokenizer_free(t);
-        return rc;
-    }
     /* the ids take at most 4 bytes a byte of text */
     if (data_read_file(o.data, "data file", sizeof(int32_t), "its bytes and their ids", &text, &n, err,
                        sizeof err) != 0) {
         fprintf(stderr, "prepare: %s\n", err);
         tokenizer_free(t);
-        return 2;
+        return 1;
     }
-    size_t cut = split_byte(text, n);
     TokenIds split[2] = { { 0 }, { 0 } };
-    if (tokenizer_encode(t, (const char *)text, cut, &split[0], err, sizeof err) != 0 ||
-        tokenizer_encode(t, (const char *)text + cut, n - cut, &split[1], err, sizeof err) != 0) {
-        fprintf(stderr, "prepare: %s: %s\n", o.data, err);
-        rc = 2;
-    }
-    int vocab = tokenizer_vocab(t), token_bytes = vocab <= 65536 ? 2 : 4;
-    char meta[128];
-    snprintf(meta, sizeof meta, "{\"vocab_size\": %d, \"dtype\": \"uint%d\"}\n", vocab, 8 * token_bytes);
-    for (int s = 0; s < 2 && rc == 0; s++) {
-        void *ids = narrow(&split[s], token_bytes);
-        rc = write_output(o.out, OUTPUTS[s], ids, split[s].n * (size_t)token_bytes);
-        free(ids);
-    }
-    if (rc == 0) rc = write_output(o.out, OUTPUTS[2], meta, strlen(meta));
-    if (rc == 0)
-        printf("prepare: %s: %zu train / %zu val ids (uint%d, vocabulary %d) in %s\n", o.data, split[0].n,
-               split[1].n, 8 * token_bytes, vocab, o.out);
+    rc = encode_splits(&o, t, text, n, split);
+    if (rc == 0) rc = write_splits(&o, split, tokenizer_vocab(t));
     token_ids_free(&split[0]);
     token_ids_free(&split[1]);
     host_memory_give_back(n * (1 + sizeof(int32_t)));

@@ -3,8 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,62 +11,19 @@
 #include "../model/safetensors.h"
 #include "../runtime/host.h"
 #include "../training/checkpoint.h"
-
-/* What a path names: the file's device and inode where it exists, else the
- * canonical path it would be made at (its folder resolved, links and all). */
-typedef struct {
-    int exists, device;  /* device: a character device (/dev/null), which no write destroys */
-    dev_t dev;
-    ino_t ino;
-    char canonical[PATH_MAX + OPTION_PATH_MAX];
-} Identity;
-
-static void identify(const char *path, Identity *id) {
-    struct stat st;
-    memset(id, 0, sizeof *id);
-    if (stat(path, &st) == 0) {
-        *id = (Identity){ .exists = 1, .device = S_ISCHR(st.st_mode), .dev = st.st_dev, .ino = st.st_ino };
-        return;
-    }
-    char dir_copy[OPTION_PATH_MAX + 64], base_copy[OPTION_PATH_MAX + 64], folder[PATH_MAX];
-    snprintf(dir_copy, sizeof dir_copy, "%s", path);
-    snprintf(base_copy, sizeof base_copy, "%s", path);
-    if (realpath(dirname(dir_copy), folder)) snprintf(id->canonical, sizeof id->canonical, "%s/%s", folder,
-                                                      basename(base_copy));
-    else snprintf(id->canonical, sizeof id->canonical, "%s", path);
-}
-
-static int same_file(const Identity *a, const Identity *b) {
-    if (a->exists != b->exists || a->device || b->device) return 0;
-    return a->exists ? a->dev == b->dev && a->ino == b->ino : strcmp(a->canonical, b->canonical) == 0;
-}
-
-/* The run's paths: outputs first. */
-typedef struct { const char *flag, *path; int output; } RunPath;
+#include "file_identity.h"
 
 int run_files_distinct(const TrainOptions *o, char *err, size_t errlen) {
     char ckpt[OPTION_PATH_MAX + 64];
     snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, CHECKPOINT_FILE_NAME);
-    const RunPath paths[] = {
-        { "--log", o->log, 1 }, { "--trace", o->trace, 1 }, { "--out's checkpoint", o->out[0] ? ckpt : "", 1 },
-        { "--data", o->data, 0 }, { "--resume", o->resume, 0 }, { "--init-from", o->init_from, 0 },
+    /* the checkpoint is written over the one it resumes or starts from by design (an atomic rename;
+       run_files_keep_checkpoint asks a fresh run to say --overwrite=1) */
+    const ToolPath paths[] = {
+        { "--log", o->log, 1, 0 }, { "--trace", o->trace, 1, 0 }, { "--out's checkpoint", o->out[0] ? ckpt : "", 1, 1 },
+        { "--data", o->data, 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 }, { "--resume", o->resume, 0, 1 },
+        { "--init-from", o->init_from, 0, 1 },
     };
-    enum { NPATHS = sizeof paths / sizeof paths[0] };
-    Identity ids[NPATHS];
-    for (int i = 0; i < NPATHS; i++)
-        if (paths[i].path[0]) identify(paths[i].path, &ids[i]);
-    for (int i = 0; i < NPATHS; i++)
-        for (int j = i + 1; paths[i].output && j < NPATHS; j++) {
-            /* the checkpoint is written over the one it resumes or starts from by design (an atomic rename;
-               run_files_keep_checkpoint asks a fresh run to say --overwrite=1) */
-            int by_design = i == 2 && j >= 4;
-            if (!paths[i].path[0] || !paths[j].path[0] || by_design || !same_file(&ids[i], &ids[j])) continue;
-            snprintf(err, errlen, "train: %s '%s' is the same file as %s '%s': writing it would destroy the other "
-                     "before the run began; give it another path", paths[i].flag, paths[i].path, paths[j].flag,
-                     paths[j].path);
-            return 2;
-        }
-    return 0;
+    return file_identity_distinct("train", paths, sizeof paths / sizeof paths[0], err, errlen);
 }
 
 int run_files_keep_checkpoint(const TrainOptions *o, char *err, size_t errlen) {
@@ -76,12 +31,7 @@ int run_files_keep_checkpoint(const TrainOptions *o, char *err, size_t errlen) {
     snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, CHECKPOINT_FILE_NAME);
     struct stat st;
     if (!o->out[0] || o->overwrite || stat(ckpt, &st) != 0) return 0;
-    if (o->resume[0]) {
-        Identity held, resumed;
-        identify(ckpt, &held);
-        identify(o->resume, &resumed);
-        if (same_file(&held, &resumed)) return 0;
-    }
+    if (o->resume[0] && file_identity_same(ckpt, o->resume)) return 0;
     snprintf(err, errlen, "train: --out '%s' holds a checkpoint already (%s), which this run would replace at its "
              "first save: --resume it to go on, or --overwrite=1 to replace it", o->out, ckpt);
     return 2;

@@ -1,12 +1,11 @@
 /* run_files.h: the files bin/train reads and writes, checked before any of
  * them is opened for writing.
  *
- * A run reads --data, --resume and --init-from, and writes --log, --trace and
- * its checkpoint, --out/ckpt.safetensors. Opening an output truncates it, so
- * an output that is the same file as an input or another output (the same
- * path, a hard link or a symbolic link: the same device and inode) would lose
- * that file before the run began: such a command line is refused, naming both
- * flags. A checkpoint already in --out is another run's state, and a run that
+ * A run reads --data, --tokenizer, --resume and --init-from, and writes --log, --trace and
+ * its checkpoint, --out/ckpt.safetensors. An output that is the same file as
+ * an input or another output is refused by the rule every tool applies
+ * (file_identity.h); the checkpoint alone may replace the one it resumes or
+ * starts from. A checkpoint already in --out is another run's state, and a run that
  * does not resume it would replace it at its first save: refused, unless
  * --overwrite=1 says so. The log may be a FIFO that something reads (`--log
  * >(jq .)`), never one that nothing does, whose open would wait forever; the

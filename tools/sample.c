@@ -1,13 +1,16 @@
 /* sample.c: bin/sample, text from a checkpoint.
  *
- *   bin/sample --ckpt PATH [--tokenizer JSON] [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--seed S]
+ *   bin/sample --ckpt PATH [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--seed S]
+ *   bin/sample --ckpt PATH --tokenizer JSON [--prompt TEXT] [--tokens N] [...]
  *
  * The model comes from the checkpoint (ours, or a Hugging Face GPT-2 folder,
  * model/hf_gpt2.h), not from the flags; the prompt must use
  * the checkpoint's vocabulary: its bytes, or, for a checkpoint of token ids,
  * the --tokenizer=tokenizer.json of its data, which encodes the prompt and
- * decodes what is generated (--chars then counts tokens). Generation runs on one rank (a GPU if there is
- * one, unless --device=cpu). The text goes to stdout as it comes, a piece of
+ * decodes what is generated: --tokens counts them, where --chars counts a
+ * character model's (the other is refused). The prompt holds at most 511
+ * bytes. Generation runs on one rank (a GPU if there is one, unless
+ * --device=cpu). The text goes to stdout as it comes, a piece of
  * SAMPLE_PIECE characters at a time (training/trainer.h), so a long one
  * needs no more memory than a short one.
  */
@@ -93,7 +96,7 @@ static int open_tokenizer(const TrainOptions *o, const CheckpointInfo *info, Tok
     }
     if (!(*tokenizer = tokenizer_load(o->tokenizer, err, sizeof err))) {
         fprintf(stderr, "sample: %s\n", err);
-        return 2;
+        return 1;
     }
     if (tokenizer_vocab(*tokenizer) <= info->model.vocab) return 0;
     fprintf(stderr, "sample: --tokenizer=%s has %d ids, more than the model's vocabulary of %d\n", o->tokenizer,
@@ -106,7 +109,7 @@ static int open_tokenizer(const TrainOptions *o, const CheckpointInfo *info, Tok
 int main(int argc, char **argv) {
     cpu_setup(argv);
     TrainOptions o;
-    int rc = options_parse(&o, "sample", "char", argc, argv);
+    int rc = options_parse(&o, TOOL_SAMPLE, "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (!o.ckpt[0]) {
         fprintf(stderr, "sample: --ckpt PATH is required (see --help)\n");
@@ -124,6 +127,11 @@ int main(int argc, char **argv) {
     }
     Tokenizer *tokenizer;
     if ((rc = open_tokenizer(&o, &info, &tokenizer)) != 0) return rc;
+    if (options_check_sample_unit(&o, TOOL_SAMPLE, info.characters, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        tokenizer_free(tokenizer);
+        return 2;
+    }
     int n_prompt = 0;
     int *tokens = encode_prompt(&o, &info, tokenizer, &n_prompt);
     if (!tokens) {
@@ -145,7 +153,7 @@ int main(int argc, char **argv) {
     } else {
         Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed, tokenizer ? tokenizer_vocab(tokenizer) : 0 };
         rc = emit_text(&decoder, tokens, n_prompt);
-        if (rc == 0) rc = generate_pieces(s, tokens, n_prompt, o.sample_chars, how, emit_text, &decoder);
+        if (rc == 0) rc = generate_pieces(s, tokens, n_prompt, o.sample_count, how, emit_text, &decoder);
         if (rc == 0) rc = putchar('\n') == EOF || fflush(stdout) != 0;
         if (rc != 0) fprintf(stderr, "sample: cannot write the text: %s\n", strerror(errno));
     }

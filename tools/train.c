@@ -260,10 +260,10 @@ static int finish(int status, int every_process) {
  * it, the process). */
 static int parse_flags(TrainOptions *o, int argc, char **argv) {
     Verdict mine = { 0 };
-    mine.status = options_read(o, "train", "char-small", argc, argv, mine.message, sizeof mine.message);
+    mine.status = options_read(o, TOOL_TRAIN, "char-small", argc, argv, mine.message, sizeof mine.message);
     int status = agree(&mine, 2, "train: it was started with --help, and the others were not; every process must "
                                  "run the same flags");
-    if (status == 1 && world()->proc == 0) options_usage(stdout, "train", o);
+    if (status == 1 && world()->proc == 0) options_usage(stdout, TOOL_TRAIN, o);
     return status;
 }
 
@@ -390,9 +390,15 @@ static int take_hf_model(Run *run, int argc, char **argv) {
 }
 
 /* What the flags ask that no run can do: a model the GPT cannot be, a link too
- * slow to train on. 0, or 2 after a one-line error. */
-static int check_model(const Run *run) {
+ * slow to train on, a sample counted in the other unit than the data's
+ * tokens. 0, or 2 after a one-line error. */
+static int check_model(const Run *run, int argc, char **argv) {
     const TrainOptions *o = &run->o;
+    char unit[160];
+    if (options_check_sample_unit(o, TOOL_TRAIN, run->data.characters, argc, argv, unit, sizeof unit) != 0) {
+        if (world()->proc == 0) fprintf(stderr, "%s\n", unit);
+        return 2;
+    }
     StrategyConfig sc = { .model = options_model(o, run->data.vocab), .nranks = o->gpus * world()->nprocs,
                           .shard_ranks = o->shard_ranks, .reduce_precision = options_reduce_precision(o),
                           .link = options_link(o), .link_inter = options_link_inter(o) };
@@ -405,6 +411,38 @@ static int check_model(const Run *run) {
         fprintf(stderr, "train: --link=%s would take %.0f s for one step's collectives (at most %d s)\n", o->link,
                 link_seconds, LINK_STEP_MAX_SECONDS);
     return bad || link_seconds > LINK_STEP_MAX_SECONDS ? 2 : 0;
+}
+
+/* A model whose weights, gradients and optimizer state alone, on this
+ * process's ranks on the CPU, pass what the machine has free: refused before
+ * anything is made, since the activations, made first, could take minutes to
+ * zero. 0, or the allocator's verdict (1, out of memory) in its words, which
+ * the processes agree on. */
+static int check_memory(const Run *run) {
+    const TrainOptions *o = &run->o;
+    Verdict v = { 0 };
+    Placement where = options_placement(o);
+    if (where == PLACE_CUDA || (where == PLACE_AUTO && device_cuda_count() > 0)) return agree(&v, 0, NULL);
+    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .precision = options_precision(o),
+                          .reduce_precision = options_reduce_precision(o) };
+    ArenaLayout layout;
+    model_layout(&sc.model, 1, &layout);
+    const StrategyKind *kind = strategy_kind(o->zero);
+    int nranks = o->gpus * world()->nprocs, shards = o->shard_ranks ? o->shard_ranks : nranks;
+    double bytes = o->gpus * (double)layout.numel *
+                   strategy_state_bytes_per_param(kind, shards, sc.precision, strategy_grads_held(&sc), NULL, NULL);
+    /* taken from the machine's count and given back at once: the allocator's own test */
+    size_t need = bytes < (double)SIZE_MAX ? (size_t)bytes : SIZE_MAX;
+    if (host_memory_take(need) == 0) {
+        host_memory_give_back(need);
+    } else {
+        v.status = 1;
+        snprintf(v.message, sizeof v.message, "error: out of memory on cpu for %s, N=%d: %zu parameters need %.1f MB "
+                 "of weights, gradients and optimizer state on this process's %d rank(s), of the %.1f MB the machine "
+                 "had free for the run; a smaller model", kind->name, nranks, layout.numel, bytes / 1e6, o->gpus,
+                 host_memory_budget() / 1e6);
+    }
+    return agree(&v, 0, NULL);
 }
 
 /* This process's data, and the tokenizer of a token folder's ids; its verdict. */
@@ -522,7 +560,7 @@ static int train(Run *run) {
         .out_dir = o->out[0] ? o->out : NULL, .always_save = o->always_save,
         .schedule = { o->lr, o->min_lr, o->warmup, o->decay_iters < 0 ? o->iters : o->decay_iters },
         .grad_clip = o->grad_clip, .eval_every = o->eval_every, .eval_iters = o->eval_iters,
-        .log_every = o->log_every, .sample_chars = o->sample_chars, .out = stdout, .log = run->log,
+        .log_every = o->log_every, .sample_chars = o->sample_count, .out = stdout, .log = run->log,
         .trace = run->trace, .trace_steps = o->trace_steps, .profile = run->profile,
         .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
         .tokenizer = run->tokenizer,
@@ -566,7 +604,8 @@ int main(int argc, char **argv) {
 
     Verdict data = load_data(&run);
     if ((status = agree(&data, 0, NULL)) || (status = same_run_everywhere(&run.o, &run.data)) ||
-        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run))) {
+        (status = take_hf_model(&run, argc, argv)) || (status = check_model(&run, argc, argv)) ||
+        (status = check_memory(&run))) {
         close_run(&run);
         return finish(status, 1);
     }

@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         } else argv[kept++] = argv[i];
     }
     argc = kept;
-    int rc = options_parse(&o, "zero_memory", "char", argc, argv);
+    int rc = options_parse(&o, TOOL_ZERO_MEMORY, "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     Dataset data = { 0 };
     char err[512];

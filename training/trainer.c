@@ -10,6 +10,7 @@
 
 #include "../model/sample.h"
 #include "../runtime/host.h"
+#include "../runtime/inject.h"
 #include "../runtime/world.h"
 #include "checkpoint.h"
 
@@ -31,14 +32,56 @@ static HostBatch batch_alloc(const Strategy *s) {
 
 static void batch_free(HostBatch *b) { free(b->x); free(b->y); }
 
+/* Whether a write of out or log failed (flush_output): only process 0 writes
+ * them, and every process learns it here, to stop at the same point. */
+static int output_failed(TrainResult *result) {
+    int failed = world_first_nonzero(result->output_errno, NULL, "the failed writes");
+    if (failed) result->output_errno = failed;
+    return failed != 0;
+}
+
 /* Whether a stop signal reached any process of the run (the first one's goes
- * to result); every process asks at the same points, so all stop at the same
- * one. Never without a stop_signal. */
+ * to result), or a write of out or log failed; every process asks at the same
+ * points, so all stop at the same one. Never without cfg (evaluate). */
 static int stop_requested(const TrainConfig *cfg, TrainResult *result) {
-    if (!cfg || !cfg->stop_signal) return 0;
-    int sig = world_first_nonzero(*cfg->stop_signal, &result->stopped_in, "the stop signals");
+    if (!cfg) return 0;
+    int sig = cfg->stop_signal ? world_first_nonzero(*cfg->stop_signal, &result->stopped_in, "the stop signals") : 0;
     if (sig) result->stopped_by = sig;
-    return sig != 0;
+    return output_failed(result) || sig != 0;
+}
+
+/* The progress output's writes, flushed: the first that fails (a reader gone,
+ * a full disk) goes to result, and stops the run at the next stop_requested,
+ * which saves the steps done first. A record that silently stops is lost. */
+static void flush_output(const TrainConfig *cfg, TrainResult *result) {
+    const char *failed = NULL;
+    if (cfg->out && (fflush(cfg->out) != 0 || ferror(cfg->out))) failed = "the progress output";
+    else if (cfg->log && (fflush(cfg->log) != 0 || ferror(cfg->log))) failed = "the --log file";
+    if (!failed || result->output_errno) return;
+    result->output_errno = errno ? errno : EIO;
+    result->failed_output = failed;
+}
+
+/* Seconds between the progress lines of a long evaluation: an 87M model's
+ * evaluation on two cores is otherwise silent for minutes. */
+enum { PROGRESS_SECONDS = 5 };
+
+/* An evaluation's clock: the step it is for, its start, and its last
+ * progress line (or its start). */
+typedef struct {
+    int iter;
+    double start, last_line;
+} EvalClock;
+
+/* A progress line of the evaluation, once PROGRESS_SECONDS have passed since
+ * the last one: `batch` of the split's eval_iters are done. */
+static void say_eval_progress(const TrainConfig *cfg, TrainResult *result, EvalClock *clock, int split, int batch) {
+    double now = wall_seconds();
+    if (!cfg->out || now - clock->last_line < PROGRESS_SECONDS) return;
+    fprintf(cfg->out, "eval iter %d: %s split, batch %d of %d (%.0f s)\n", clock->iter,
+            split == SPLIT_TRAIN ? "train" : "val", batch, cfg->eval_iters, now - clock->start);
+    flush_output(cfg, result);
+    clock->last_line = now;
 }
 
 /* A window the data cannot give (an id past the vocabulary): every process
@@ -49,10 +92,10 @@ static int batch_failed(const char *err) {
 }
 
 /* The mean loss over eval_iters fixed batches of a split into *loss; 1 if a
- * stop signal (stop_requested, between batches) cut it short, -1 (said) if
- * the data could not give a batch. */
+ * stop (stop_requested, between batches) cut it short, -1 (said) if the data
+ * could not give a batch. With a clock, a long one says how far it is. */
 static int mean_eval_loss(Strategy *s, const Dataset *data, int split, int eval_iters, const TrainConfig *cfg,
-                          TrainResult *result, float *loss) {
+                          TrainResult *result, EvalClock *clock, float *loss) {
     HostBatch b = batch_alloc(s);
     double total = 0.0;
     int i = 0, rc = 0;
@@ -64,6 +107,7 @@ static int mean_eval_loss(Strategy *s, const Dataset *data, int split, int eval_
             break;
         }
         total += s->ops->eval_loss(s, b.x, b.y);
+        if (clock) say_eval_progress(cfg, result, clock, split, i + 1);
     }
     batch_free(&b);
     *loss = (float)(total / eval_iters);
@@ -72,7 +116,7 @@ static int mean_eval_loss(Strategy *s, const Dataset *data, int split, int eval_
 
 float evaluate(Strategy *s, const Dataset *data, int split, int eval_iters) {
     float loss;
-    return mean_eval_loss(s, data, split, eval_iters, NULL, NULL, &loss) == 0 ? loss : NAN;
+    return mean_eval_loss(s, data, split, eval_iters, NULL, NULL, NULL, &loss) == 0 ? loss : NAN;
 }
 
 static void format_eta(double seconds, char *buf, size_t len) {
@@ -118,18 +162,7 @@ int generate_pieces(Strategy *s, const int *prompt, int n_prompt, int n_new, Sam
     return rc ? -1 : 0;
 }
 
-/* 0, or 1 after a one-line error when the progress lines or the log could not
- * be written (a full disk): a record that silently stops is lost. */
-static int flush_output(const TrainConfig *cfg) {
-    const char *failed = NULL;
-    if (cfg->out && (fflush(cfg->out) != 0 || ferror(cfg->out))) failed = "the progress output";
-    else if (cfg->log && (fflush(cfg->log) != 0 || ferror(cfg->log))) failed = "the --log file";
-    if (!failed) return 0;
-    fprintf(stderr, "error: cannot write %s: %s; stopping\n", failed, strerror(errno));
-    return 1;
-}
-
-typedef struct { const TrainConfig *cfg; const Dataset *data; TrainResult *result; int failed; } SampleSink;
+typedef struct { const TrainConfig *cfg; const Dataset *data; TrainResult *result; } SampleSink;
 
 /* A part of the sample, to the progress lines and (as part of one JSON
  * string) to the log, each token as the bytes it stands for; then the sample
@@ -145,8 +178,8 @@ static int emit_sample(void *ctx, const int *piece, int n) {
             if (sink->cfg->log) json_char(sink->cfg->log, bytes[k]);
         }
     }
-    sink->failed = flush_output(sink->cfg);
-    return sink->failed || stop_requested(sink->cfg, sink->result);
+    flush_output(sink->cfg, sink->result);
+    return stop_requested(sink->cfg, sink->result);
 }
 
 /* The token a sample starts from: a newline's, as nanoGPT's sample.py starts
@@ -161,23 +194,26 @@ static int newline_token(const TrainConfig *cfg, const Dataset *data) {
     return first;
 }
 
-/* sample_chars tokens after a newline, up to a stop signal; 0, or 1 when
- * they could not be written. */
-static int sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
-    if (s->cfg.model.kind != MODEL_GPT) return 0;  /* the gates' MLP generates nothing */
+/* sample_chars tokens after a newline, up to a stop (a signal, a failed
+ * write: in result). */
+static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
+    if (s->cfg.model.kind != MODEL_GPT) return;  /* the gates' MLP generates nothing */
     int first = newline_token(cfg, data);
     if (first < 0) {
         if (cfg->out) fputs("sample: none (token ids without --tokenizer to decode them)\n", cfg->out);
-        return flush_output(cfg);
+        flush_output(cfg, result);
+        return;
     }
-    SampleSink sink = { cfg, data, result, 0 };
-    if (cfg->out) fputs("sample:\n", cfg->out);
+    SampleSink sink = { cfg, data, result };
+    /* a GPT-2's hundreds of tokens take minutes on a CPU: say what comes */
+    if (cfg->out)
+        fprintf(cfg->out, "sample: %d %s (each one pass of the model; they appear %d at a time):\n",
+                cfg->sample_chars, data->characters ? "characters" : "tokens", SAMPLE_CALL);
     if (cfg->log) fputs("{\"sample\": \"", cfg->log);
     generate_pieces(s, &first, 1, cfg->sample_chars, (Sampling){ 1.0f, 0, s->cfg.seed, data->vocab }, emit_sample, &sink);
-    if (sink.failed) return 1;
     if (cfg->out) fputc('\n', cfg->out);
     if (cfg->log) fputs("\"}\n", cfg->log);
-    return flush_output(cfg);
+    flush_output(cfg, result);
 }
 
 /* DIR/ckpt.safetensors, as of `iter` steps done. A failed save fails every
@@ -189,6 +225,8 @@ static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int it
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
     int existed = access(path, F_OK) == 0;
+    int injected = signal_injected_at(iter);
+    if (injected) raise(injected);  /* a test's signal in the save (runtime/inject.h) */
     if (checkpoint_save(s, path, &info, err, sizeof err) != 0) {
         if (world()->proc == 0 && existed)
             fprintf(stderr, "error: saving at iter %d: %s (%s is as it was)\n", iter, err, path);
@@ -197,8 +235,10 @@ static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int it
         result->every_process = 1;
         return 1;
     }
+    result->saved_at = iter;
     if (cfg->out) fprintf(cfg->out, "saved %s (iter %d)\n", path, iter);
-    return flush_output(cfg);
+    flush_output(cfg, result);
+    return 0;
 }
 
 /* Whether the step of `iter` may be applied: its loss and every rank's gradient
@@ -227,22 +267,23 @@ static int check_step(Strategy *s, const TrainConfig *cfg, int iter, float loss,
 
 /* An evaluation at `iter`: both splits' losses said, and a save at a new best
  * val loss (every eval with always_save), but not at the end, which saves
- * whatever its loss. 0, or 1 when an output or the save failed. */
+ * whatever its loss. 0, or 1 when the data or the save failed. */
 static int eval_and_save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result,
                          float *best_val) {
-    int rc = mean_eval_loss(s, data, SPLIT_TRAIN, cfg->eval_iters, cfg, result, &result->train_loss);
-    if (rc == 0) rc = mean_eval_loss(s, data, SPLIT_VAL, cfg->eval_iters, cfg, result, &result->val_loss);
+    EvalClock clock = { iter, wall_seconds(), wall_seconds() };
+    int rc = mean_eval_loss(s, data, SPLIT_TRAIN, cfg->eval_iters, cfg, result, &clock, &result->train_loss);
+    if (rc == 0) rc = mean_eval_loss(s, data, SPLIT_VAL, cfg->eval_iters, cfg, result, &clock, &result->val_loss);
     if (rc < 0) {
         result->every_process = 1;
         return 1;
     }
-    if (rc > 0) return 0;  /* a stop signal: the run saves and stops at this step */
+    if (rc > 0) return 0;  /* a stop: the run saves and stops at this step */
     if (cfg->out)
         fprintf(cfg->out, "eval iter %d: train loss %.4f, val loss %.4f\n", iter, result->train_loss, result->val_loss);
     if (cfg->log)
         fprintf(cfg->log, "{\"iter\": %d, \"train_loss\": %.6f, \"val_loss\": %.6f}\n", iter, result->train_loss,
                 result->val_loss);
-    if (flush_output(cfg) != 0) return 1;
+    flush_output(cfg, result);
     if (cfg->out_dir && iter < cfg->iters && (cfg->always_save || result->val_loss < *best_val) &&
         iter > cfg->start_iter && save(s, cfg, data, iter, result) != 0)
         return 1;
@@ -271,8 +312,9 @@ static int train_step(Strategy *s, const TrainConfig *cfg, const Dataset *data, 
     }
     result->last_loss = (float)(loss_sum / micros);
     *verdict = check_step(s, cfg, iter, result->last_loss, result);
-    if (*verdict < 0 || (*verdict > 0 && flush_output(cfg) != 0)) {
-        result->every_process = *verdict < 0;
+    if (*verdict > 0) flush_output(cfg, result);
+    if (*verdict < 0) {
+        result->every_process = 1;
         return 1;
     }
     int faulty_rank = s->cfg.diagnostics.fault.rank;
@@ -296,10 +338,10 @@ typedef struct {
     int steps;
 } Window;
 
-/* The progress line of `iter`, over the window's steps, which start anew.
- * 0, or 1 when it could not be written. */
-static int log_progress(const TrainConfig *cfg, int iter, float loss, float lr, size_t tokens_per_step,
-                        Window *window) {
+/* The progress line of `iter`, over the window's steps, which start anew. */
+static void log_progress(const TrainConfig *cfg, TrainResult *result, int iter, float lr, size_t tokens_per_step,
+                         Window *window) {
+    float loss = result->last_loss;
     double elapsed = wall_seconds() - window->start;
     double ms = 1000.0 * elapsed / window->steps;
     double tok_s = (double)tokens_per_step * window->steps / elapsed;
@@ -312,11 +354,30 @@ static int log_progress(const TrainConfig *cfg, int iter, float loss, float lr, 
         fprintf(cfg->log, "{\"iter\": %d, \"loss\": %.6f, \"lr\": %.6e, \"ms_per_iter\": %.3f, "
                 "\"tokens_per_s\": %.1f}\n", iter, loss, lr, ms, tok_s);
     *window = (Window){ wall_seconds(), 0 };
-    return flush_output(cfg);
+    flush_output(cfg, result);
+}
+
+/* The one line of a run a failed write of out or log stopped, process 0's
+ * for every process: where it stopped, and what it saved. Its status, 1. */
+static int report_failed_output(const TrainConfig *cfg, TrainResult *result) {
+    result->every_process = 1;
+    if (world()->proc != 0) return 1;
+    fprintf(stderr, "error: cannot write %s: %s; ", result->failed_output, strerror(result->output_errno));
+    if (result->iters_done == cfg->start_iter)
+        fprintf(stderr, "stopped before any step; nothing to save\n");
+    else if (!cfg->out_dir)
+        fprintf(stderr, "stopped after %d steps; nothing saved (no --out)\n", result->iters_done);
+    else if (result->iters_done == cfg->iters)
+        fprintf(stderr, "every step done, saved in %s/%s\n", cfg->out_dir, CHECKPOINT_FILE_NAME);
+    else
+        fprintf(stderr, "stopped after %d steps, saved in %s/%s (--resume it to go on)\n", result->iters_done,
+                cfg->out_dir, CHECKPOINT_FILE_NAME);
+    return 1;
 }
 
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result) {
     memset(result, 0, sizeof *result);
+    result->saved_at = -1;
     HostBatch b = batch_alloc(s);
     size_t tokens_per_step = (size_t)b.rows * b.T * (cfg->grad_accum > 1 ? cfg->grad_accum : 1);
     double step_seconds = 0.0;
@@ -327,16 +388,18 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
     for (int iter = cfg->start_iter; iter <= cfg->iters; iter++) {
         result->iters_done = iter;
         /* every process stops at the same step, whichever caught the signal */
-        stop_requested(cfg, result);
+        int stop = stop_requested(cfg, result);
         int eval_now = iter == cfg->iters || (cfg->eval_every > 0 && iter % cfg->eval_every == 0);
-        if (eval_now && cfg->eval_iters > 0 && !result->stopped_by) {
+        if (eval_now && cfg->eval_iters > 0 && !stop) {
             double t0 = wall_seconds();
             if ((status = eval_and_save(s, cfg, data, iter, result, &best_val)) != 0) break;
             window.start += wall_seconds() - t0;  /* evals do not count as step time */
+            stop = stop_requested(cfg, result);  /* one that came in the evaluation or its save */
         }
-        if (result->stopped_by || iter == cfg->iters) {
-            /* a stop saves the steps done since the start; the end, every run's */
-            if (cfg->out_dir && (iter > cfg->start_iter || !result->stopped_by))
+        if (stop || iter == cfg->iters) {
+            /* a stop saves the steps done since the start, unless the
+             * evaluation just saved them; the end, every run's */
+            if (cfg->out_dir && result->saved_at != iter && (iter > cfg->start_iter || !stop))
                 status = save(s, cfg, data, iter, result);
             break;
         }
@@ -351,13 +414,14 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         step_seconds += wall_seconds() - t0;
         window.steps++;
         /* a skipped step has said so, and has no loss to log */
-        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1) &&
-            (status = log_progress(cfg, iter, result->last_loss, s->lr, tokens_per_step, &window)) != 0)
-            break;
+        if (verdict == 0 && cfg->log_every > 0 && (iter % cfg->log_every == 0 || iter == cfg->iters - 1))
+            log_progress(cfg, result, iter, s->lr, tokens_per_step, &window);
     }
     result->seconds = step_seconds;
-    if (status == 0 && !result->stopped_by && cfg->sample_chars > 0) status = sample_text(s, cfg, data, result);
-    if (status == 0) status = flush_output(cfg);
+    if (status == 0 && !stop_requested(cfg, result) && cfg->sample_chars > 0) sample_text(s, cfg, data, result);
+    flush_output(cfg, result);
+    /* a signal's stop is said by the caller, a failed write here */
+    if (status == 0 && output_failed(result) && !result->stopped_by) status = report_failed_output(cfg, result);
     batch_free(&b);
     return status;
 }

@@ -32,8 +32,9 @@ typedef struct {
     int skip_nonfinite, max_skips;
     /* NULL, or a flag a signal handler sets (to the signal's number): the run
      * stops after the step in flight, or the evaluation batch or the sample's
-     * call of generate (trainer.h) in flight, saving first with out_dir;
-     * every process of the run at the same point, whichever caught it. */
+     * call of generate (trainer.h) in flight, or right after an evaluation
+     * and its save, saving first with out_dir; every process of the run at
+     * the same point, whichever caught it. */
     const volatile sig_atomic_t *stop_signal;
     /* How the sample is written for a token folder's ids (its text decoded);
      * NULL: a token folder's run samples nothing. A text file's bytes need none. */
@@ -48,6 +49,13 @@ typedef struct {
     int stopped_by;        /* the signal that stopped the run early; 0 if none */
     int stopped_in;        /* the first process that caught it */
     int iters_done;        /* steps done when the run ended (skipped ones included) */
+    int saved_at;          /* the steps the run's last save holds; -1 for none */
+    /* The first failed write of out or log (a reader gone, a full disk): its
+     * errno, 0 for none, and which ("the progress output", "the --log file").
+     * The run stops there as a signal stops it, saving first; only process 0
+     * writes them, and the others learn the errno alone. */
+    int output_errno;
+    const char *failed_output;
     /* A failure every process of the run met at the same point (a step not
      * finite, a failed save, an injected step fault), process 0 saying why;
      * otherwise a failure of this process alone, which must end the others
@@ -59,9 +67,12 @@ typedef struct {
  * grad_accum x nranks x batch rows, its micro-steps taking them in turn. With
  * out_dir, save a checkpoint at each eval (the best val loss so far, or every
  * eval with always_save) and at the end; a state that is not finite is never
- * saved. A stop_signal set stops the run after the step in flight (a save
- * first, with out_dir and a step done since the start; no sample), and says
- * which in result->stopped_by. Returns 0, or 1 when a rank failed, a step's loss or gradient was not
+ * saved. A stop_signal set stops the run after the step in flight, or right
+ * after an evaluation and its save (a save first, with out_dir and a step
+ * done since the start, unless the evaluation saved them; no sample), and
+ * says which in result->stopped_by. A failed write of out or log stops the
+ * run the same way, then says so and where it saved in one line on stderr.
+ * Returns 0, or 1 when a rank failed, a step's loss or gradient was not
  * finite (past the skips allowed), a save or a write of out or log failed
  * (each named on stderr in one line). */
 int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainResult *result);

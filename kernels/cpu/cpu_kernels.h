@@ -7,15 +7,22 @@
 #include "../kernels.h"
 
 /* Columns per block in the weight-gradient sums that run over rows (LayerNorm,
- * embeddings): two cache lines. Each thread owns blocks of columns and adds the
+ * biases): two cache lines. Each thread owns blocks of columns and adds the
  * rows in order, so the sums need no atomics and do not depend on the thread
  * count. */
 enum { COLUMN_BLOCK = 32 };
 
+/* The terms of row `row`, columns [c0, c0 + width), that a column sum adds. */
+typedef void (*RowTerms)(const void *ctx, int row, int c0, int width, float *terms);
+/* out[c] += the sum over rows [0, N) of each row's terms, C columns, in the
+ * parts of row_parts.h: the GPU's adds, in its order (column_sums.c). Called
+ * inside a task: it runs on the stream's OpenMP team. */
+void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
+
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
-                            const int *tokens, int B, int T, int C, int V);
+                            TokenBuckets buckets, int B, int T, int C);
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, int N, int C);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
@@ -35,7 +42,7 @@ void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tan
 void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
-void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);
+void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                               const float *logits, const int *targets, int N, int V);

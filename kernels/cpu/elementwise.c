@@ -127,25 +127,20 @@ void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
     stream_launch(s, bias_forward_task, &a, sizeof a);
 }
 
-enum { BIAS_COLUMNS = 256 };  /* columns a thread sums at once, row by row */
+/* dbias's terms: dout's row itself. */
+static void dbias_terms(const void *p, int n, int c0, int width, float *terms) {
+    const BiasArgs *a = p;
+    const float *row = a->in + (size_t)n * a->OC + c0;
+    for (int c = 0; c < width; c++) terms[c] = row[c];
+}
 
 static void bias_backward_task(void *p) {
     BiasArgs *a = p;
-    int blocks = (a->OC + BIAS_COLUMNS - 1) / BIAS_COLUMNS;
-    #pragma omp parallel for schedule(static)
-    for (int b = 0; b < blocks; b++) {
-        int c0 = b * BIAS_COLUMNS, c1 = c0 + BIAS_COLUMNS < a->OC ? c0 + BIAS_COLUMNS : a->OC;
-        float sum[BIAS_COLUMNS] = { 0 };
-        for (int n = 0; n < a->N; n++) {
-            const float *row = a->in + (size_t)n * a->OC;
-            #pragma omp simd
-            for (int c = c0; c < c1; c++) sum[c - c0] += row[c];
-        }
-        for (int c = c0; c < c1; c++) a->out[c] += sum[c - c0];
-    }
+    column_sums(a->out, a->N, a->OC, dbias_terms, a);
 }
 
-void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
+void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
+    (void)scratch;  /* the parts stay in registers (column_sums) */
     BiasArgs a = { dbias, dout, N, OC };
     stream_launch(s, bias_backward_task, &a, sizeof a);
 }

@@ -1,4 +1,5 @@
-/* embedding.c: token plus position embedding, and its backward. */
+/* embedding.c: token plus position embedding, and its backward by the
+ * batch's token buckets (token_buckets.h). */
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
@@ -22,31 +23,37 @@ void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float
     stream_launch(s, embedding_forward_task, &a, sizeof a);
 }
 
-typedef struct { float *dwte, *dwpe; const float *dout; const int *tokens; int B, T, C; } EmbeddingBackwardArgs;
+typedef struct { float *dwte, *dwpe; const float *dout; TokenBuckets buckets; int B, T, C; } EmbeddingBackwardArgs;
 
-/* In blocks of columns (COLUMN_BLOCK): repeated tokens need no atomics. */
+/* A bucket a worker (the GPU's block a bucket): each row of dwte takes its
+ * token's rows one by one in row order; then each row of dwpe its position's
+ * rows in batch order. */
 static void embedding_backward_task(void *p) {
     EmbeddingBackwardArgs *a = p;
     int B = a->B, T = a->T, C = a->C;
-    int nblocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    const TokenBuckets *bk = &a->buckets;
+    #pragma omp parallel for schedule(dynamic, 16)
+    for (int k = 0; k < bk->ntokens; k++) {
+        float *row = a->dwte + (size_t)bk->token[k] * C;
+        for (int i = bk->start[k]; i < bk->start[k + 1]; i++) {
+            const float *d = a->dout + (size_t)bk->positions[i] * C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) row[c] += d[c];
+        }
+    }
     #pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-        int c0 = blk * COLUMN_BLOCK, width = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
-        for (int bt = 0; bt < B * T; bt++) {
-            const float *d = a->dout + (size_t)bt * C + c0;
-            float *dtok = a->dwte + (size_t)a->tokens[bt] * C + c0;
-            float *dpos = a->dwpe + (size_t)(bt % T) * C + c0;
-            for (int c = 0; c < width; c++) {
-                dtok[c] += d[c];
-                dpos[c] += d[c];
-            }
+    for (int t = 0; t < T; t++) {
+        float *row = a->dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float *d = a->dout + ((size_t)b * T + t) * C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) row[c] += d[c];
         }
     }
 }
 
-void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
-                            const int *tokens, int B, int T, int C, int V) {
-    (void)V;  /* rows are found by token */
-    EmbeddingBackwardArgs a = { dwte, dwpe, dout, tokens, B, T, C };
+void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+                            int B, int T, int C) {
+    EmbeddingBackwardArgs a = { dwte, dwpe, dout, buckets, B, T, C };
     stream_launch(s, embedding_backward_task, &a, sizeof a);
 }

@@ -40,6 +40,15 @@ typedef struct {
     int N, C;
 } LayerNormBackwardArgs;
 
+/* dweight's terms: dout * norm. */
+static void dweight_terms(const void *p, int i, int c0, int width, float *terms) {
+    const LayerNormBackwardArgs *a = p;
+    const float *dy = a->dout + (size_t)i * a->C + c0, *x = a->inp + (size_t)i * a->C + c0;
+    float m = a->mean[i], r = a->rstd[i];
+    #pragma omp simd
+    for (int c = 0; c < width; c++) terms[c] = dy[c] * (x[c] - m) * r;
+}
+
 static void layernorm_backward_task(void *p) {
     LayerNormBackwardArgs *a = p;
     int N = a->N, C = a->C;
@@ -63,27 +72,13 @@ static void layernorm_backward_task(void *p) {
             dx[c] += r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
         }
     }
-    /* dweight: each thread owns blocks of columns and sums rows in order, so
-     * the result does not depend on the thread count. */
-    int nblocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-    #pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-        int c0 = blk * COLUMN_BLOCK, width = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
-        float acc[COLUMN_BLOCK] = { 0 };
-        for (int i = 0; i < N; i++) {
-            const float *dy = a->dout + (size_t)i * C + c0, *x = a->inp + (size_t)i * C + c0;
-            float m = a->mean[i], r = a->rstd[i];
-            #pragma omp simd
-            for (int c = 0; c < width; c++) acc[c] += dy[c] * (x[c] - m) * r;
-        }
-        for (int c = 0; c < width; c++) a->dweight[c0 + c] += acc[c];
-    }
+    column_sums(a->dweight, N, C, dweight_terms, a);
 }
 
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch) {
-    (void)scratch;  /* the weight gradient sums whole columns in registers (above) */
+    (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
     LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

@@ -50,8 +50,8 @@ __device__ static inline double block_sum(double x) {
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
                             int B, int T, int C);
-void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
-                             int B, int T, int C, int V);
+void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+                             int B, int T, int C);
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, int N, int C);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
@@ -72,7 +72,7 @@ void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int ta
 void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
-void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC);
+void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs, const float *logits,
                                const int *targets, int N, int V);
@@ -85,6 +85,8 @@ void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, siz
 void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
 void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, void *x, size_t bytes);
+/* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order. */
+void cuda_add_column_parts(Stream *s, float *out, const float *partial, int N, int width);
 /* precision.cu */
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cuda_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);

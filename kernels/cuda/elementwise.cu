@@ -62,18 +62,23 @@ void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) 
     CHECK_LAUNCH("bias_forward_kernel");
 }
 
-/* A thread a column, its rows in order: the CPU's sum, bit for bit. */
-__global__ static void bias_backward_kernel(float *dbias, const float *dout, int N, int OC) {
+/* partial[part, c] = sum from 0, in row order, of the part's dout[., c]: the
+ * parts of row_parts.h side by side, then added in order (column_sums.cu). */
+__global__ static void bias_part_kernel(float *partial, const float *dout, int N, int OC) {
+    int part = blockIdx.y;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
-    float sum = 0.0f;
-    for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + c];
-    dbias[c] += sum;
+    float acc = 0.0f;
+    for (int n = part_first_row(part); n < part_end_row(part, N); n++) acc += dout[(size_t)n * OC + c];
+    partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC) {
-    bias_backward_kernel<<<blocks_for((size_t)OC), THREADS, 0, cuda_stream(s)>>>(dbias, dout, N, OC);
-    CHECK_LAUNCH("bias_backward_kernel");
+void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
+    if (N == 0) return;
+    dim3 grid(blocks_for((size_t)OC), (unsigned)row_parts(N));
+    bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dout, N, OC);
+    CHECK_LAUNCH("bias_part_kernel");
+    cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
 /* The same Philox mask as the CPU's, one element per thread. */

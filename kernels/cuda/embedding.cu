@@ -1,7 +1,6 @@
-/* embedding.cu: token plus position embedding, and its backward, on the GPU.
- *
- * The backward sums over rows without atomics: one thread per element of the
- * table it adds into, each scanning the rows in order.
+/* embedding.cu: token plus position embedding, and its backward by the
+ * batch's token buckets (token_buckets.h), on the GPU: the CPU's twin
+ * (kernels/cpu/embedding.c), the same adds in the same order.
  */
 #include "cuda_kernels.cuh"
 
@@ -20,34 +19,36 @@ void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const floa
     CHECK_LAUNCH("embedding_forward_kernel");
 }
 
-/* dwte[v, c] += the rows of token v, in row order: one thread per (v, c) scans
- * the tokens, so repeated tokens need no atomics. V * C threads each read every
- * token: cheap for the byte-level vocabularies this project allows (V <= 256). */
-__global__ static void embedding_dwte_kernel(float *dwte, const float *dout, const int *tokens, int BT, int V,
-                                             int C) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)V * C) return;
-    int v = (int)(i / C), c = (int)(i % C);
-    float acc = 0.0f;
-    for (int bt = 0; bt < BT; bt++)
-        if (tokens[bt] == v) acc += dout[(size_t)bt * C + c];
-    dwte[i] += acc;
+/* dwte's row of bucket k's token takes the bucket's rows of dout one by one,
+ * in row order: a block a bucket, a thread a column (and each THREADS-th one
+ * past it), so each row of dwte is read and written once, with no atomics:
+ * the CPU's adds, in its order. */
+__global__ static void embedding_dwte_kernel(float *dwte, const float *dout, TokenBuckets buckets, int C) {
+    int k = blockIdx.x, first = buckets.start[k], end = buckets.start[k + 1];
+    float *row = dwte + (size_t)buckets.token[k] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = row[c];
+        for (int i = first; i < end; i++) acc += dout[(size_t)buckets.positions[i] * C + c];
+        row[c] = acc;
+    }
 }
 
-/* dwpe[t, c] += the rows at position t, in batch order. */
+/* dwpe[t, c] takes the rows at position t one by one, in batch order. */
 __global__ static void embedding_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
-    float acc = 0.0f;
+    float acc = dwpe[i];
     for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
-    dwpe[i] += acc;
+    dwpe[i] = acc;
 }
 
-void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, const int *tokens,
-                             int B, int T, int C, int V) {
+void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+                             int B, int T, int C) {
     cudaStream_t stream = cuda_stream(s);
-    embedding_dwte_kernel<<<blocks_for((size_t)V * C), THREADS, 0, stream>>>(dwte, dout, tokens, B * T, V, C);
-    CHECK_LAUNCH("embedding_dwte_kernel");
+    if (buckets.ntokens > 0) {
+        embedding_dwte_kernel<<<(unsigned)buckets.ntokens, THREADS, 0, stream>>>(dwte, dout, buckets, C);
+        CHECK_LAUNCH("embedding_dwte_kernel");
+    }
     embedding_dwpe_kernel<<<blocks_for((size_t)T * C), THREADS, 0, stream>>>(dwpe, dout, B, T, C);
     CHECK_LAUNCH("embedding_dwpe_kernel");
 }

@@ -1,9 +1,8 @@
 /* layernorm.cu: LayerNorm (no bias, eps 1e-5) on the GPU.
  *
  * A warp per row for the per-row work. The weight gradient sums over rows
- * without atomics: blocks of LAYERNORM_PART_ROWS rows write per-column
- * partials into the caller's scratch, and one thread per column adds the
- * partials in order.
+ * without atomics, in the parts of row_parts.h (column_sums.cu): the CPU's
+ * adds, its bits.
  */
 #include "cuda_kernels.cuh"
 
@@ -58,26 +57,16 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
     }
 }
 
-/* partial[part, c] = sum over the part's rows of dout * norm */
+/* partial[part, c] = sum from 0, in row order, of the part's dout * norm */
 __global__ static void layernorm_dweight_part_kernel(float *partial, const float *dout, const float *inp,
                                                      const float *mean, const float *rstd, int N, int C) {
     int part = blockIdx.y;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    int end = min(N, (part + 1) * LAYERNORM_PART_ROWS);
     float acc = 0.0f;
-    for (int i = part * LAYERNORM_PART_ROWS; i < end; i++)
+    for (int i = part_first_row(part); i < part_end_row(part, N); i++)
         acc += dout[(size_t)i * C + c] * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
     partial[(size_t)part * C + c] = acc;
-}
-
-/* out[c] += sum over parts, in order, of partial[part, c] */
-__global__ static void sum_parts_kernel(float *out, const float *partial, int parts, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = 0.0f;
-    for (int p = 0; p < parts; p++) acc += partial[(size_t)p * C + c];
-    out[c] += acc;
 }
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
@@ -88,11 +77,9 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                               rstd, N, C);
     CHECK_LAUNCH("layernorm_dinp_kernel");
-    int parts = (N + LAYERNORM_PART_ROWS - 1) / LAYERNORM_PART_ROWS;
-    float *partial = scratch;  /* layernorm_scratch_floats(N, C): parts x C */
-    dim3 grid(blocks_for((size_t)C), (unsigned)parts);
+    float *partial = scratch;  /* column_sums_scratch_floats(N, C): parts x C */
+    dim3 grid(blocks_for((size_t)C), (unsigned)row_parts(N));
     layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
     CHECK_LAUNCH("layernorm_dweight_part_kernel");
-    sum_parts_kernel<<<blocks_for((size_t)C), THREADS, 0, stream>>>(dweight, partial, parts, C);
-    CHECK_LAUNCH("sum_parts_kernel");
+    cuda_add_column_parts(s, dweight, partial, N, C);
 }

@@ -1,0 +1,34 @@
+/* token_buckets.h: a batch's positions grouped by token, for the embedding's
+ * backward (kernels.h: embedding_backward).
+ *
+ * Why: the gradient of wte's row v is the sum of dout's rows at the positions
+ * that hold token v. Grouped by token, each row of dwte is one bucket's work,
+ * summed by one worker in row order: no atomics, the same order (and bits) on
+ * the CPU and the GPU, and work in proportion to the batch, never to V x C.
+ *
+ * A stable counting sort over the vocabulary, made on the host from the batch
+ * it holds anyway and uploaded with it (model/model.c: model_upload_batch).
+ */
+#ifndef ZF_TOKEN_BUCKETS_H
+#define ZF_TOKEN_BUCKETS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int ntokens;     /* the distinct tokens of the batch */
+    int *token;      /* [ntokens]: bucket k's token, ascending */
+    int *start;      /* [ntokens + 1]: bucket k holds positions[start[k] .. start[k + 1]) */
+    int *positions;  /* [BT]: the positions, bucket by bucket, each bucket's in row order */
+} TokenBuckets;
+
+/* The buckets of tokens[0, BT), each in [0, V), into out's arrays (room for
+ * BT, BT + 1 and BT ints); counts: V + 1 ints of the caller's for the sort. */
+void token_buckets_build(const int *tokens, int BT, int V, int *counts, TokenBuckets *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
