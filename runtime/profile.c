@@ -40,11 +40,6 @@ struct Profile {
     int warmup_left_out;       /* the first step, once the second came */
 };
 
-static void fatal(const char *what) {
-    fprintf(stderr, "fatal: %s\n", what);
-    abort();
-}
-
 Profile *profile_create(void) { return host_calloc(1, sizeof(Profile)); }
 
 /* Wait for the profiled streams, so that every stamp enqueued is filled. */
@@ -87,7 +82,7 @@ void profile_destroy(Profile *p) {
 }
 
 void profile_attach(Profile *p, Stream *s) {
-    if (p->nlanes == PROFILE_MAX_LANES) fatal("a profile of more than 64 streams");
+    if (p->nlanes == PROFILE_MAX_LANES) host_fatal("a profile of more than 64 streams");
     struct ProfileLane *lane = &p->lanes[p->nlanes++];
     *lane = (struct ProfileLane){ .profile = p, .stream = s };
     lane->spans = host_calloc(PROFILE_MAX_SPANS, sizeof *lane->spans);
@@ -97,7 +92,7 @@ void profile_attach(Profile *p, Stream *s) {
 void profile_begin(Stream *s, const char *name) {
     struct ProfileLane *lane = s->profile;
     if (!lane) return;
-    if (lane->open) fatal("profile_begin inside an op's span");
+    if (lane->open) host_fatal("profile_begin inside an op's span");
     lane->open = 1;
     lane->open_kept = lane->profile->recording && lane->nspans < PROFILE_MAX_SPANS;
     if (lane->profile->recording && !lane->open_kept) lane->dropped++;
@@ -110,7 +105,7 @@ void profile_begin(Stream *s, const char *name) {
 void profile_end(Stream *s) {
     struct ProfileLane *lane = s->profile;
     if (!lane) return;
-    if (!lane->open) fatal("profile_end without its profile_begin");
+    if (!lane->open) host_fatal("profile_end without its profile_begin");
     lane->open = 0;
     if (!lane->open_kept) return;
     stream_stamp(s, &lane->spans[lane->nspans].end);
@@ -144,7 +139,7 @@ void profile_step_end(Profile *p) {
 static ProfileRow *row_of(Profile *p, const char *name) {
     for (int i = 0; i < p->nrows; i++)
         if (strcmp(p->rows[i].name, name) == 0) return &p->rows[i];
-    if (p->nrows == PROFILE_MAX_OPS) fatal("a profile of more than 64 op names");
+    if (p->nrows == PROFILE_MAX_OPS) host_fatal("a profile of more than 64 op names");
     p->rows[p->nrows] = (ProfileRow){ .name = name };
     return &p->rows[p->nrows++];
 }
