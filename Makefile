@@ -40,6 +40,7 @@ endif
 endif
 
 RUNTIME = runtime/host.c runtime/device.c runtime/device_cpu.c runtime/arena.c runtime/rank_threads.c runtime/trace.c \
+          runtime/profile.c \
           runtime/process_group.c runtime/process_group_order.c runtime/process_group_simulator.c \
           runtime/process_group_exchange.c runtime/process_group_placement.c runtime/link_model.c runtime/world.c \
           runtime/inject.c
@@ -57,9 +58,12 @@ CUDA_SRC = runtime/device_cuda.cu runtime/gpu_libraries.c runtime/process_group_
 CFLAGS_CUDA = -I$(CUDA_HOME)/include
 # Machine code for each CUDA_ARCH, and PTX of the last for newer GPUs to compile
 # at load. No fused multiply-adds in our kernels (-fmad=false): gcc does not
-# fuse them in C11 either, so the GPU's elementwise ops round as the CPU's.
+# fuse them in C11 either, so the GPU's elementwise ops round as the CPU's. A
+# kernel that spills registers or uses local memory fails the build (ptxas's
+# warnings as errors): such a kernel is slow in a way no test shows.
 NVCCFLAGS = -O3 -std=c++17 -fmad=false $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) \
+            -Xptxas -warn-spills,-warn-lmem-usage,-Werror \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 # cudart linked in (static); cuBLAS and NCCL loaded at their first use (runtime/gpu_libraries.h), found on
 # LD_LIBRARY_PATH, then in the toolkit's folder (the run path): a binary starts where neither is.
@@ -74,7 +78,7 @@ TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c tools/file_identity.c
 LIB_OBJ = $(addprefix $(BUILD)/,$(addsuffix .o,$(basename $(LIB_SRC))))
 
-TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
+TESTS = test_kernels test_runtime test_collectives test_model test_train test_flags test_memory test_files test_faults test_plots test_strategies test_trace test_profile test_checkpoint test_safetensors test_tokenizer test_hf test_torch test_gpu \
         test_multiprocess
 TEST_BINS = $(TESTS:%=$(BUILD)/bin/%)
 # Programs the suites start (under mpirun), found beside the test binaries.

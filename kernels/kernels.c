@@ -1,8 +1,10 @@
 /* kernels.c: every op of kernels.h, sent to the kernels of its stream's device,
- * each one span of a traced stream (runtime/trace.h), named after the op. */
+ * each one span of a traced stream (runtime/trace.h) and of a profiled one
+ * (runtime/profile.h), named after the op. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../runtime/profile.h"
 #include "../runtime/trace.h"
 #include "backend.h"
 
@@ -18,61 +20,71 @@ static const KernelOps *backend_of_kind(DeviceKind kind) {
 
 static const KernelOps *backend(Stream *s) { return backend_of_kind(device_kind(stream_device(s))); }
 
+static void op_begin(Stream *s, const char *name) {
+    trace_begin(s, name, -1);
+    profile_begin(s, name);
+}
+
+static void op_end(Stream *s) {
+    profile_end(s);
+    trace_end(s);
+}
+
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C) {
-    trace_begin(s, "embedding_forward", -1);
+    op_begin(s, "embedding_forward");
     backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
-    trace_end(s);
+    op_end(s);
 }
 
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                         int B, int T, int C) {
-    trace_begin(s, "embedding_backward", -1);
+    op_begin(s, "embedding_backward");
     backend(s)->embedding_backward(s, dwte, dwpe, dout, buckets, B, T, C);
-    trace_end(s);
+    op_end(s);
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, int N, int C) {
-    trace_begin(s, "layernorm_forward", -1);
+    op_begin(s, "layernorm_forward");
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C);
-    trace_end(s);
+    op_end(s);
 }
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch) {
-    trace_begin(s, "layernorm_backward", -1);
+    op_begin(s, "layernorm_backward");
     backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch);
-    trace_end(s);
+    op_end(s);
 }
 
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                     int OC) {
-    trace_begin(s, "matmul_forward", -1);
+    op_begin(s, "matmul_forward");
     backend(s)->matmul_forward(s, out, inp, weight, N, C, OC);
-    trace_end(s);
+    op_end(s);
 }
 
 void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
-    trace_begin(s, "matmul_backward", -1);
+    op_begin(s, "matmul_backward");
     backend(s)->matmul_backward(s, dinp, dweight, dout, inp, weight, N, C, OC);
-    trace_end(s);
+    op_end(s);
 }
 
 void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
-    trace_begin(s, "matmul_forward", -1);
+    op_begin(s, "matmul_forward");
     backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
-    trace_end(s);
+    op_end(s);
 }
 
 void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC) {
-    trace_begin(s, "matmul_backward", -1);
+    op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
-    trace_end(s);
+    op_end(s);
 }
 
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH) {
@@ -81,46 +93,46 @@ AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH) {
 
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
                        int T, int C, int NH, Dropout drop) {
-    trace_begin(s, "attention_forward", -1);
+    op_begin(s, "attention_forward");
     backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop);
-    trace_end(s);
+    op_end(s);
 }
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                         const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop) {
-    trace_begin(s, "attention_backward", -1);
+    op_begin(s, "attention_backward");
     backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop);
-    trace_end(s);
+    op_end(s);
 }
 
 void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
-    trace_begin(s, "gelu_forward", -1);
+    op_begin(s, "gelu_forward");
     backend(s)->gelu_forward(s, out, inp, n, tanh_form);
-    trace_end(s);
+    op_end(s);
 }
 
 void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
-    trace_begin(s, "gelu_backward", -1);
+    op_begin(s, "gelu_backward");
     backend(s)->gelu_backward(s, dinp, inp, dout, n, tanh_form);
-    trace_end(s);
+    op_end(s);
 }
 
 void bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
-    trace_begin(s, "bias_forward", -1);
+    op_begin(s, "bias_forward");
     backend(s)->bias_forward(s, out, bias, N, OC);
-    trace_end(s);
+    op_end(s);
 }
 
 void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
-    trace_begin(s, "bias_backward", -1);
+    op_begin(s, "bias_backward");
     backend(s)->bias_backward(s, dbias, dout, N, OC, scratch);
-    trace_end(s);
+    op_end(s);
 }
 
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
-    trace_begin(s, "residual_forward", -1);
+    op_begin(s, "residual_forward");
     backend(s)->residual_forward(s, out, a, b, n);
-    trace_end(s);
+    op_end(s);
 }
 
 /* At p = 0 a copy, unless in place. */
@@ -130,69 +142,69 @@ static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dro
 }
 
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    trace_begin(s, "dropout_forward", -1);
+    op_begin(s, "dropout_forward");
     dropout_apply(s, out, inp, n, drop);
-    trace_end(s);
+    op_end(s);
 }
 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
-    trace_begin(s, "dropout_backward", -1);
+    op_begin(s, "dropout_backward");
     dropout_apply(s, dinp, dout, n, drop);
-    trace_end(s);
+    op_end(s);
 }
 
 void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
                           const float *logits, const int *targets, int N, int V) {
-    trace_begin(s, "crossentropy_forward", -1);
+    op_begin(s, "crossentropy_forward");
     backend(s)->crossentropy_forward(s, mean_loss, losses, probs, logits, targets, N, V);
-    trace_end(s);
+    op_end(s);
 }
 
 void mean_forward(Stream *s, float *mean, const float *x, int n) {
-    trace_begin(s, "mean_forward", -1);
+    op_begin(s, "mean_forward");
     backend(s)->mean_forward(s, mean, x, n);
-    trace_end(s);
+    op_end(s);
 }
 
 void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N,
                            int V, float dloss) {
-    trace_begin(s, "crossentropy_backward", -1);
+    op_begin(s, "crossentropy_backward");
     backend(s)->crossentropy_backward(s, dlogits, probs, targets, N, V, dloss);
-    trace_end(s);
+    op_end(s);
 }
 
 void adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
                   AdamWParams hp) {
-    trace_begin(s, "adamw_update", -1);
+    op_begin(s, "adamw_update");
     backend(s)->adamw_update(s, param, grad, grad_held, m, v, n, hp);
-    trace_end(s);
+    op_end(s);
 }
 
 size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
 
 void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
-    trace_begin(s, "sumsq_reduce", -1);
+    op_begin(s, "sumsq_reduce");
     backend(s)->sumsq_reduce(s, out, x, held, n, scratch);
-    trace_end(s);
+    op_end(s);
 }
 
 void clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
-    trace_begin(s, "clip_scale", -1);
+    op_begin(s, "clip_scale");
     backend(s)->clip_scale(s, x, held, n, sumsq, nparts, max_norm);
-    trace_end(s);
+    op_end(s);
 }
 
 void fill_zero(Stream *s, float *x, size_t n) {
-    trace_begin(s, "fill_zero", -1);
+    op_begin(s, "fill_zero");
     backend(s)->fill_zero(s, x, n * sizeof(float));
-    trace_end(s);
+    op_end(s);
 }
 
 void fill_zero_bf16(Stream *s, bf16 *x, size_t n) {
-    trace_begin(s, "fill_zero", -1);
+    op_begin(s, "fill_zero");
     backend(s)->fill_zero(s, x, n * sizeof(bf16));
-    trace_end(s);
+    op_end(s);
 }
 
 void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
@@ -200,25 +212,25 @@ void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_
 }
 
 void round_to_bf16(Stream *s, float *out, const float *in, size_t n) {
-    trace_begin(s, "round_to_bf16", -1);
+    op_begin(s, "round_to_bf16");
     backend(s)->round_to_bf16(s, out, in, n);
-    trace_end(s);
+    op_end(s);
 }
 
 void store_bf16(Stream *s, bf16 *out, const float *in, size_t n) {
-    trace_begin(s, "store_bf16", -1);
+    op_begin(s, "store_bf16");
     backend(s)->store_bf16(s, out, in, n);
-    trace_end(s);
+    op_end(s);
 }
 
 void load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
-    trace_begin(s, "load_bf16", -1);
+    op_begin(s, "load_bf16");
     backend(s)->load_bf16(s, out, in, n);
-    trace_end(s);
+    op_end(s);
 }
 
 void add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
-    trace_begin(s, "add_bf16", -1);
+    op_begin(s, "add_bf16");
     backend(s)->add_bf16(s, acc, x, n);
-    trace_end(s);
+    op_end(s);
 }

@@ -167,6 +167,12 @@ int64_t stamp_read(Stamp *at) {
     return at->ns;
 }
 
+int64_t stamp_elapsed(Stamp *from, Stamp *to) {
+    if (from->dev->ops->stamp_elapsed) return from->dev->ops->stamp_elapsed(from, to);
+    int64_t start = stamp_read(from);
+    return stamp_read(to) - start;
+}
+
 Event *event_create(Device *dev) { return dev->ops->event_create(dev); }
 
 void event_destroy(Event *ev) {

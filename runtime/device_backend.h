@@ -36,6 +36,7 @@ typedef struct {
     void (*event_synchronize)(Event *ev);
     void (*stamp)(Stream *s, Stamp *at);
     void (*stamp_read)(Stamp *at);  /* NULL: the stream wrote at->ns itself */
+    int64_t (*stamp_elapsed)(Stamp *from, Stamp *to);  /* NULL: the difference of their reads */
     /* optional (NULL: 0, plain host memory, and no host tasks) */
     void (*host_task)(Stream *s, void (*fn)(void *arg), void *arg);
     size_t (*reported_bytes)(Device *dev);
@@ -59,6 +60,7 @@ struct Device {
 struct Stream {
     Device *dev;
     struct TraceLane *trace;     /* where its spans go (runtime/trace.c); NULL: untraced */
+    struct ProfileLane *profile; /* where its ops' times go (runtime/profile.c); NULL: unprofiled */
 };
 
 struct Event {

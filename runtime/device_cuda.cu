@@ -373,6 +373,16 @@ static void cuda_stamp_read(Stamp *at) {
     at->ns = ref->ns + (int64_t)((double)ms * 1e6);
 }
 
+/* The two events' own elapsed time, then both read (and so freed). */
+static int64_t cuda_stamp_elapsed(Stamp *from, Stamp *to) {
+    float ms;
+    use_device(from->dev);
+    CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)from->event, (cudaEvent_t)to->event));
+    cuda_stamp_read(from);
+    cuda_stamp_read(to);
+    return (int64_t)((double)ms * 1e6);
+}
+
 /* Everything on the GPU in use, as CUDA sees it: this process's context,
  * allocations and libraries' buffers, and other processes'. */
 static size_t cuda_reported_bytes(Device *dev) {
@@ -401,7 +411,8 @@ static const DeviceOps cuda_ops = {
     .stream_destroy = cuda_stream_destroy, .copy = cuda_copy, .sum = cuda_sum, .timer_start = cuda_timer_start,
     .hold = cuda_hold, .synchronize = cuda_synchronize, .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy, .event_record = cuda_event_record, .wait_event = cuda_wait_event,
-    .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read, .host_task = NULL,
+    .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read,
+    .stamp_elapsed = cuda_stamp_elapsed, .host_task = NULL,
     .reported_bytes = cuda_reported_bytes, .alloc_host = cuda_alloc_host, .free_host = cuda_free_host,
 };
 

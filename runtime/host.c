@@ -114,6 +114,11 @@ int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg) {
     return rc;
 }
 
+void host_fatal(const char *what) {
+    fprintf(stderr, "fatal: %s\n", what);
+    abort();
+}
+
 double host_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

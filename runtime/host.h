@@ -1,6 +1,6 @@
 /* host.h: host memory that cannot fail, the machine's memory a run takes, a
- * check on paths given as files, a file written whole, the signals that stop a run, the one way the runtime starts a thread, and the
- * clock of its deadlines.
+ * check on paths given as files, a file written whole, the signals that stop a run, the one way the runtime starts a thread, the
+ * clock of its deadlines, and its end on a broken contract of its own.
  *
  * Running out of host memory leaves nothing sensible to do: host_calloc ends
  * the program with a one-line error and exit status 1 (never an abort and a
@@ -51,5 +51,9 @@ int host_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
 
 /* Seconds on CLOCK_MONOTONIC: for deadlines. */
 double host_seconds(void);
+
+/* "fatal: what" on stderr, then abort: for a broken contract of the code
+ * itself (a span ended twice), never for the user's input. */
+void host_fatal(const char *what);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profile.h"
 #include "world.h"
 
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
@@ -56,6 +57,8 @@ void pg_destroy(ProcessGroup *pg) {
         if (pg->comm[r]) stream_synchronize(pg->comm[r]);
     }
     if (pg->trace) trace_collect(pg->trace);
+    for (int r = 0; r < pg->nranks; r++)
+        if (pg->compute[r]) profile_detach(pg->compute[r]);
     if (pg->collectives->destroy) pg->collectives->destroy(pg);
     for (int r = 0; r < pg->nranks; r++) {
         stream_destroy(pg->compute[r]);

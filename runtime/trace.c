@@ -49,17 +49,12 @@ struct Trace {
     int nprocesses;
 };
 
-static void fatal(const char *what) {
-    fprintf(stderr, "fatal: %s\n", what);
-    abort();
-}
-
 Trace *trace_create(size_t max_spans) {
     Trace *t = host_calloc(1, sizeof *t);
     t->spans = host_calloc(max_spans, sizeof *t->spans);
     t->max_spans = max_spans;
     int rc = pthread_mutex_init(&t->mu, NULL);
-    if (rc != 0) fatal("pthread_mutex_init failed for a trace");
+    if (rc != 0) host_fatal("pthread_mutex_init failed for a trace");
     return t;
 }
 
@@ -72,13 +67,13 @@ void trace_destroy(Trace *t) {
 }
 
 int trace_add_process(Trace *t, const char *name) {
-    if (t->nprocesses == TRACE_MAX_PROCESSES) fatal("a trace of more than 512 processes");
+    if (t->nprocesses == TRACE_MAX_PROCESSES) host_fatal("a trace of more than 512 processes");
     snprintf(t->process[t->nprocesses], TRACE_ROW_NAME_MAX, "%s", name);
     return t->nprocesses++;
 }
 
 void trace_attach(Trace *t, Stream *s, int pid, int tid, const char *thread_name) {
-    if (t->nlanes == TRACE_MAX_LANES) fatal("a trace of more than 1024 streams");
+    if (t->nlanes == TRACE_MAX_LANES) host_fatal("a trace of more than 1024 streams");
     struct TraceLane *lane = &t->lanes[t->nlanes++];
     *lane = (struct TraceLane){ .trace = t, .stream = s, .pid = pid, .tid = tid };
     snprintf(lane->thread_name, sizeof lane->thread_name, "%s", thread_name);
@@ -104,7 +99,7 @@ static void begin_span(Stream *s, const char *name, int unit, int link_clock) {
         if (link_clock) stream_timer_start(s, NULL);
         return;
     }
-    if (lane->depth == TRACE_DEPTH) fatal("trace spans nested more than 8 deep");
+    if (lane->depth == TRACE_DEPTH) host_fatal("trace spans nested more than 8 deep");
     if (unit < 0 && lane->depth > 0) unit = lane->open_unit[lane->depth - 1];
     Span *span = lane->trace->recording ? new_span(lane->trace) : NULL;
     if (span) {
@@ -127,7 +122,7 @@ void trace_begin_link(Stream *s, const char *name, int unit) { begin_span(s, nam
 void trace_end(Stream *s) {
     struct TraceLane *lane = s->trace;
     if (!lane) return;
-    if (lane->depth == 0) fatal("trace_end without its trace_begin");
+    if (lane->depth == 0) host_fatal("trace_end without its trace_begin");
     Span *span = lane->open[--lane->depth];
     if (!span) return;
     stream_stamp(s, &span->end);

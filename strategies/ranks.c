@@ -71,6 +71,7 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     pg_set_shard_ranks(ranks->pg, ranks->shards);
     if (cfg->diagnostics.trace)
         pg_trace(ranks->pg, cfg->diagnostics.trace, cfg->diagnostics.trace_label ? cfg->diagnostics.trace_label : "");
+    if (cfg->diagnostics.profile) profile_attach(cfg->diagnostics.profile, ranks->pg->compute[0]);
     ranks->base.sync_grads = 1;
     ranks->grads_held = strategy_grads_held(cfg);
     ranks->base.placement = ranks->pg->description;

@@ -19,6 +19,7 @@
 #include "../model/sample.h"
 #include "../runtime/inject.h"
 #include "../runtime/process_group.h"
+#include "../runtime/profile.h"
 
 /* How the collectives run under the compute: the same bits either way. */
 typedef struct {
@@ -50,6 +51,10 @@ typedef struct {
      * strategy, whose destroy collects it. */
     Trace *trace;
     const char *trace_label;
+    /* Profile the ops of rank 0's compute stream there (runtime/profile.h;
+     * NULL: none); the profile outlives the strategy, whose destroy lets the
+     * stream go. */
+    Profile *profile;
     Fault fault;            /* a failure to inject (runtime/inject.h); where FAULT_NONE for none */
 } Diagnostics;
 

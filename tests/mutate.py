@@ -691,6 +691,21 @@ MUTANTS = [
      "training/trainer.c",
      "if (clock) say_eval_progress(cfg, result, clock, split, i + 1);",
      "if (clock && i + 1 == eval_iters) say_eval_progress(cfg, result, clock, split, i + 1);"),
+    ("profile-counts-between-steps", "the profile adds the ops of the evaluations and samples between steps",
+     "test_profile",
+     "runtime/profile.c",
+     "    p->recording = 0;\n    leave_out_warmup(p);",
+     "    leave_out_warmup(p);"),
+    ("profile-keeps-the-warmup", "the profile's table holds the first step's plans and first allocations",
+     "test_profile",
+     "runtime/profile.c",
+     "if (p->warmup_left_out || p->steps != 1) return;",
+     "if (p->warmup_left_out || p->steps != -1) return;"),
+    ("profile-rows-unsorted", "the profile's table in the order ops were first called, not by time",
+     "test_profile",
+     "runtime/profile.c",
+     "if (x->ns != y->ns) return x->ns > y->ns ? -1 : 1;",
+     "if (x->ns != y->ns) return 0;"),
 ]
 
 

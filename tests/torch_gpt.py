@@ -70,14 +70,17 @@ Commands:
       PyTorch's own rounding, the reference for runtime/bf16.h: each float32 of
       F rounded by .to(torch.bfloat16), its 16 bits written little-endian.
 
-  bench --preset char-small|char [--iters N] [--threads K] [--data FILE] [--device cpu|cuda]
-        [--modes eager,compiled] [--tf32]
+  bench --preset char-small|char|gpt2|gpt2-4x256 [--iters N] [--threads K] [--data FILE]
+        [--device cpu|cuda] [--modes eager,compiled] [--tf32] [--batch B] [--autocast] [--fused]
       Times full training steps of nanoGPT's shakespeare_char recipe
       (forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad) as the
       baseline the C trainer is compared against, per mode (eager, and
       torch.compile(model) where torch has it) and thread count (1 to the
       cores), then prints the best ("best: ... N ms/iter"). On a GPU, fp32
-      with TF32 off, or on with --tf32 (as bin/train's --tf32=1).
+      with TF32 off, or on with --tf32 (as bin/train's --tf32=1); --autocast
+      runs the forward under bf16 autocast with flash attention (nanoGPT's
+      dtype = 'bfloat16'), --fused steps a fused AdamW, --batch B takes B
+      rows a step; each setting is printed, and a GPU's peak memory per mode.
 
 safetensors is read and written by hand (json + struct + numpy): the
 package is not installed.
@@ -322,10 +325,19 @@ def load_model(weights, n_head):
     return model
 
 
-def autocast_if(on):
+def autocast_if(on, device="cpu"):
     """The forward and the loss under torch.autocast(bfloat16) (nanoGPT's train.py with
     dtype = 'bfloat16'), the backward outside it."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+    return torch.autocast(device, dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
+def flash_only(on):
+    """Scaled dot-product attention held to its flash kernel (torch 2.3 on), as a bf16
+    run on a GPU picks by itself where it can; nothing otherwise."""
+    attention = getattr(torch.nn, "attention", None)
+    if not on or attention is None:
+        return contextlib.nullcontext()
+    return attention.sdpa_kernel([attention.SDPBackend.FLASH_ATTENTION])
 
 
 def compute_copy(master, bf16):
@@ -408,15 +420,17 @@ def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters):
     return min_lr + coeff * (learning_rate - min_lr)
 
 
-def configure_optimizers(named_params, weight_decay, learning_rate, betas):
+def configure_optimizers(named_params, weight_decay, learning_rate, betas, fused=False):
     """nanoGPT's GPT.configure_optimizers: decay the tensors of 2 or more dimensions
-    (matmul weights, embeddings), not the others (LayerNorm weights)."""
+    (matmul weights, embeddings), not the others (LayerNorm weights); fused (one
+    kernel for every tensor) where asked, as nanoGPT asks it on a GPU."""
     params = [p for _, p in named_params if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8)
+    extra = {"fused": True} if fused else {}
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8, **extra)
 
 
 def optimizer_step(optimizer, params, lr, grad_clip):
@@ -562,11 +576,13 @@ def blas_report():
     return lines
 
 
-def time_steps(p, train, iters, warmup, device, compiled):
+def time_steps(p, train, iters, warmup, device, compiled, autocast=False, fused=False):
     """Median ms of `iters` full nanoGPT training steps after `warmup` untimed ones
-    (fp32 everywhere; on a GPU, TF32 as --tf32 says and each step waited for), and the first
-    step's ms (the compilation's, when compiled). Compiled as nanoGPT's train.py
-    compiles: torch.compile(model), the optimizer on the model's own parameters."""
+    (fp32, or the forward under bf16 autocast with attention held to flash; on a GPU,
+    TF32 as --tf32 says and each step waited for), the first step's ms (the
+    compilation's, when compiled) and the peak bytes allocated on a GPU (0 on the CPU).
+    Compiled as nanoGPT's train.py compiles: torch.compile(model), the optimizer on the
+    model's own parameters, fused AdamW where asked."""
     torch.manual_seed(1337)
     raw = GPT(p["vocab_size"], p["block_size"], p["n_layer"], p["n_head"], p["n_embd"], p["dropout"],
               p.get("bias", False))
@@ -574,16 +590,19 @@ def time_steps(p, train, iters, warmup, device, compiled):
     raw.to(device)
     raw.train()
     params = list(raw.parameters())
-    optimizer = configure_optimizers(raw.named_parameters(), 0.1, 1e-3, (0.9, 0.99))
+    optimizer = configure_optimizers(raw.named_parameters(), 0.1, 1e-3, (0.9, 0.99), fused)
     model = torch.compile(raw) if compiled else raw
     B, T = p["batch_size"], p["block_size"]
     times = []
+    if device != "cpu":
+        torch.cuda.reset_peak_memory_stats()
     for step in range(warmup + iters):
         t0 = time.perf_counter()
         ix = torch.randint(len(train) - T, (B,))
         x = torch.stack([train[i:i + T] for i in ix]).to(device)
         y = torch.stack([train[i + 1:i + T + 1] for i in ix]).to(device)
-        loss = model(x, y)
+        with autocast_if(autocast, device), flash_only(autocast and device != "cpu"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -594,12 +613,14 @@ def time_steps(p, train, iters, warmup, device, compiled):
             first = (time.perf_counter() - t0) * 1e3
         if step >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), first
+    peak = torch.cuda.max_memory_allocated() if device != "cpu" else 0
+    return statistics.median(times), first, peak
 
 
 def cmd_bench(args):
     p = dict(PRESETS[args.preset])
     iters = args.iters or p["iters"]
+    p["batch_size"] = args.batch or p["batch_size"]
     if os.path.isdir(args.data):  # a folder of uint16 token ids (nanoGPT's train.bin), of the preset's vocabulary
         train = torch.from_numpy(np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16).astype(np.int64))
         vocab = range(p["vocab_size"])
@@ -614,13 +635,19 @@ def cmd_bench(args):
         p["vocab_size"] = len(vocab)
     if len(train) <= p["block_size"]:
         raise ValueError(f"{args.data}: too short for block size {p['block_size']}")
+    compute = "fp32"
+    if args.autocast:
+        compute = "bf16 autocast" + (", attention held to flash" if args.device != "cpu" else "")
+    settings = f"{compute}, AdamW {'fused' if args.fused else 'for-each'}"
     if args.device == "cpu":
         for line in blas_report():
             print(line, flush=True)
+        print(f"settings: {settings}", flush=True)
     else:
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32
-        print(f"device: {torch.cuda.get_device_name(0)}, fp32 (TF32 {'on' if args.tf32 else 'off'})", flush=True)
+        print(f"device: {torch.cuda.get_device_name(0)}, {settings}, TF32 {'on' if args.tf32 else 'off'}",
+              flush=True)
     print(f"vocab {p['vocab_size']}, {p['n_layer']} layers, {p['n_head']} heads, {p['n_embd']} wide, "
           f"block {p['block_size']}, batch {p['batch_size']}, dropout {p['dropout']}, warmup {p['warmup']}",
           flush=True)
@@ -634,10 +661,12 @@ def cmd_bench(args):
             continue
         for k in threads:
             set_threads(k)
-            ms, first = time_steps(p, train, iters, p["warmup"], args.device, mode == "compiled")
+            ms, first, peak = time_steps(p, train, iters, p["warmup"], args.device, mode == "compiled",
+                                         args.autocast, args.fused)
             results[mode, k] = ms
+            memory = f", peak memory {peak / 1e9:.2f} GB" if peak else ""
             print(f"torch {torch.__version__} {args.preset} {mode} threads={k}: {ms:.1f} ms/iter "
-                  f"(median of {iters}; first step {first / 1e3:.1f} s)", flush=True)
+                  f"(median of {iters}; first step {first / 1e3:.1f} s){memory}", flush=True)
     mode, k = min(results, key=results.get)
     tokens = p["batch_size"] * p["block_size"] / (results[mode, k] / 1e3)
     print(f"best: torch {torch.__version__} {args.preset} {mode} threads={k}: {results[mode, k]:.1f} ms/iter "
@@ -704,6 +733,10 @@ def main():
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     b.add_argument("--modes", default="eager,compiled", type=bench_modes)
     b.add_argument("--tf32", action="store_true", help="on a GPU: let matmuls use TF32 tensor cores")
+    b.add_argument("--batch", type=positive, help="rows a step, in place of the preset's")
+    b.add_argument("--autocast", action="store_true",
+                   help="the forward under torch.autocast(bfloat16), attention held to flash on a GPU")
+    b.add_argument("--fused", action="store_true", help="fused AdamW (one kernel for every tensor; a GPU's)")
     args = ap.parse_args()
     try:
         {"grads": cmd_grads, "loss": cmd_loss, "lr": cmd_lr, "adamw": cmd_adamw, "train": cmd_train,

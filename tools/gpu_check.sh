@@ -5,8 +5,9 @@
 #   tools/gpu_check.sh bundle     here, on any machine with nvcc: build for sm_90 and pack the
 #                                 binaries with the libraries they need into build/gpu/bundle.tar.xz
 #   tools/gpu_check.sh --dry-run  here: everything that can be checked without a GPU (the bundle,
-#                                 its libraries, its binaries starting with the toolkit hidden, and
-#                                 the steps' order, deadline and skipping with every GPU step stubbed)
+#                                 no float atomics in its kernels' code, its libraries, its binaries
+#                                 starting with the toolkit hidden, and the steps' order, deadline
+#                                 and skipping with every GPU step stubbed)
 #   tools/gpu_check.sh            on the GPU machine (carry build/gpu/bundle.tar.xz): the steps below
 #
 # The GPU machine has a driver, CUDA 13, and cuBLAS and NCCL in its toolkit or its Python venv,
@@ -19,8 +20,9 @@
 # order of value; a step whose timeout (and GRACE_S more) does not fit in what is left is
 # skipped, and says so. Each prints one line: PASS, FAIL, REFUSED or SKIP, its seconds and its
 # figure. STEPS_ONLY="name ..." runs only those (a second call). Everything lands in $OUT as it runs
-# (OUT defaults to build/gpu/out): gpu_check.log, machine.txt, and the per-step losses of the
-# GPU against the CPU (losses_*.jsonl), fewer than 8 files.
+# (OUT defaults to build/gpu/out): gpu_check.log (with the per-op profile of the GPT-2 steps),
+# machine.txt, and the per-step losses of the GPU against the CPU (losses_*.jsonl), fewer than 8
+# files. PyTorch runs in PYTHON (default: /opt/torch/.venv/bin/python where it is, else python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,7 @@ BINARIES="train zero_memory test_gpu"
 DEADLINE_S=${DEADLINE_S:-420}   # the whole check: a lease of 15 minutes keeps room for a short second call
 GRACE_S=20                      # past a step's timeout: timeout's kill after 5 s, the GPU's state after a failure
 OUT=${OUT:-$GPU_BUILD/out}
+PYTHON=${PYTHON:-$( [ -x /opt/torch/.venv/bin/python ] && echo /opt/torch/.venv/bin/python || echo python3)}
 mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log
 : >"$LOG"
@@ -125,28 +128,94 @@ check_origins() {
     [ -z "$bad" ] || { echo "from outside the bundle:$bad" | tee -a "$LOG" >&2; return 1; }
 }
 
+# ---- the kernels' code, without a GPU ------------------------------------------------------
+
+# cuobjdump: on PATH, the toolkit's, else the one Triton brings into a PyTorch venv (make
+# venv's, ZF_VENV) or NVIDIA's wheel of it. Prints its path.
+find_cuobjdump() {
+    local venv=${ZF_VENV:-$HOME/.cache/zerofiber/venv} c
+    for c in "$(command -v cuobjdump)" "${CUDA_HOME:-/usr/local/cuda}/bin/cuobjdump" \
+             "$venv"/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump \
+             "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump; do
+        [ -x "$c" ] && { echo "$c"; return 0; }
+    done
+    return 1
+}
+
+# A float atomic makes the order of a sum, and so its bits, the scheduler's: none may be in our
+# kernels. In the SASS, float reductions and atomics (RED, REDG, ATOM, ATOMG, ATOMS on F16x2,
+# BF16x2, F32 or F64: REDG.E.ADD.F32.FTZ.RN.STRONG.GPU) and the compiler's compare-and-swap loop
+# for a float add in shared memory (ATOMS.CAST.SPIN); in the PTX, every atom or red on a float
+# type, which also finds the scalar half and bf16 adds the SASS makes compare-and-swap loops of.
+FLOAT_SASS='\b(RED|REDG|ATOM|ATOMG|ATOMS)\.[A-Za-z0-9.]*\b(F16|F16x2|BF16|BF16x2|F32|F64)\b|\bATOMS\.CAST\.SPIN'
+FLOAT_PTX='\b(atom|red)(\.[a-z0-9_]+)*\.(f16|f16x2|bf16|bf16x2|f32|f64)\b'
+
+# Every float atomic in the objects the bundle's build made of our .cu files, one line each
+# ("file: instruction"); $1 = cuobjdump. Fails when an object is missing.
+float_atomics() {
+    local f obj
+    for f in runtime/*.cu kernels/cuda/*.cu; do
+        obj=$GPU_BUILD/${f%.cu}.o
+        [ -f "$obj" ] || { echo "$f: no $obj"; return 1; }
+        { "$1" -sass "$obj" && "$1" -ptx "$obj"; } >"$tmp/code.txt" || { echo "$f: cuobjdump failed"; return 1; }
+        grep -o -E "($FLOAT_SASS|$FLOAT_PTX)[^;]*" "$tmp/code.txt" | sort -u | sed "s|^|$f: |"
+    done
+    return 0
+}
+
+# The kernels' code as the bundle's build made it. Spills and local memory fail that build
+# itself (the Makefile's ptxas -warn-spills,-warn-lmem-usage,-Werror); float atomics here.
+check_kernel_code() {
+    local start=$SECONDS dump found objects
+    if ! grep -q -- '-Xptxas -warn-spills,-warn-lmem-usage,-Werror' Makefile; then
+        say "FAIL kernel-code (0 s): the Makefile's nvcc flags no longer make spills and local memory errors"
+        return 1
+    fi
+    if ! dump=$(find_cuobjdump); then
+        say "SKIP kernel-code: no cuobjdump (the toolkit's, or Triton's in a PyTorch venv: make venv)"
+        return 0
+    fi
+    found=$(float_atomics "$dump") || { say "FAIL kernel-code ($((SECONDS - start)) s): $found"; return 1; }
+    objects=$(ls runtime/*.cu kernels/cuda/*.cu | wc -l)
+    if [ -n "$found" ]; then
+        say "FAIL kernel-code ($((SECONDS - start)) s): float atomics in the SASS or PTX:"
+        echo "$found" | sed 's/^/    /' | tee -a "$LOG"
+        return 1
+    fi
+    say "PASS kernel-code ($((SECONDS - start)) s): no spills or local memory (ptxas, as errors), no float atomics" \
+        "in the SASS or PTX of $objects objects"
+}
+
 # ---- the steps ----------------------------------------------------------------------------
 
 # The steps, in order of value: name, timeout in seconds, command (run from the repository
-# root: $BIN the binaries, $OUT the output folder). Their timeouts sum past the deadline on
-# purpose: the last ones run only when the first ones were quick.
+# root: $BIN the binaries, $PYTHON PyTorch's Python, $OUT the output folder; a command that
+# begins with a function of this script runs that function). Their timeouts sum past the
+# deadline on purpose: the last ones run only when the first ones were quick. First GPT-2
+# 124M's step, ours beside PyTorch's eager one, then determinism at its shape and test_gpu;
+# PyTorch's compiled step later: PyTorch's figures do not change with our code.
 SMALL="--layers=2 --embd=64 --heads=4 --block=64 --batch=4 --eval-every=0 --eval-iters=1 --sample-chars=8"
 CHAR="--preset=char --device=cuda --eval-every=0 --eval-iters=0 --sample-chars=0 --log-every=20"
 STEPS=(
     "preflight|30|preflight"
+    "gpt2-bf16|50|gpt2_step bf16"
+    "gpt2-tf32|50|gpt2_step tf32"
+    "torch-gpt2-eager|75|torch_gpt2 eager"
+    "determinism-gpt2|100|determinism_gpt2"
+    "gpu-tests|90|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu/*"
+    "torch-gpt2-compiled|150|torch_gpt2 compiled"
     "smoke|25|\$BIN/train --device=cuda $SMALL --iters=3"
     "char-fp32|45|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60"
-    "torch-eager|60|python3 tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager"
+    "torch-eager|60|\$PYTHON tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager"
     "char-tf32|30|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60 --tf32=1"
-    "torch-eager-tf32|45|python3 tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager --tf32"
+    "torch-eager-tf32|45|\$PYTHON tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager --tf32"
     "gpu-vs-cpu|45|losses_against_the_cpu"
-    "gpu-tests|90|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu/*"
     "gpu-nccl-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_nccl/*"
     "gpu-process-tests|45|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu_processes/*"
     "char-zero3-4sim|45|\$BIN/train $CHAR --zero=3 --gpus=4 --batch=16 --iters=40"
     "char-zero3-4sim-bf16|45|\$BIN/train $CHAR --zero=3 --gpus=4 --batch=16 --iters=40 --dtype=bf16 --reduce-dtype=bf16"
     "zero-memory-cuda|30|\$BIN/zero_memory --device=cuda"
-    "torch-compiled|100|python3 tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes compiled"
+    "torch-compiled|100|\$PYTHON tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes compiled"
     "compute-sanitizer|75|compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \$BIN/train --device=cuda --zero=3 --gpus=2 $SMALL --iters=2 --dropout=0.1"
 )
 
@@ -208,6 +277,79 @@ sys.exit(0 if worst <= tol else 1)
 EOF
 }
 
+# Random GPT-2 ids (tests/random_gpt2_ids.py, as bench/gpt2.sh makes them) in $GPT2_IDS, made
+# by the first step that needs them: speed and memory, not learning, are measured.
+gpt2_ids() {
+    [ -f "$GPT2_IDS/train.bin" ] || python3 tests/random_gpt2_ids.py "$GPT2_IDS" 200000 20000
+}
+
+# From bin/train's output with --log-every=1 (each iter line one step's ms): the median ms of
+# the last 10 steps, tokens/s at 12 x 1024 a step, and the peak memory of a rank.
+step_figures() {
+    local out=$1 name=$2 ms peak
+    ms=$(echo "$out" | sed -n 's/^iter [0-9]*: .*, \([0-9.]*\) ms\/iter,.*/\1/p' | tail -10 | sort -n |
+         awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+    peak=$(echo "$out" | sed -n 's/^peak memory of a rank: \([0-9.]*\) MB.*/\1/p')
+    [ -n "$ms" ] || { echo "$name: no iter lines"; return 1; }
+    awk -v name="$name" -v ms="$ms" -v peak="${peak:-?}" 'BEGIN {
+        printf "figure: %s: %.1f ms/iter (median of the last 10 of 15), %.0f tok/s, peak memory %s MB\n",
+               name, ms, 12 * 1024 * 1000 / ms, peak }'
+}
+
+# GPT-2 124M (--preset=gpt2) on one GPU, batch 12 x 1024, 15 steps, with the per-op profile
+# (ZF_PROFILE=1): $1 = bf16 (--dtype=bf16) or tf32 (fp32 with --tf32=1).
+gpt2_step() {
+    local flags="--preset=gpt2 --device=cuda --batch=12 --grad-accum=1 --iters=15 --log-every=1 --eval-every=0"
+    flags="$flags --eval-iters=0 --sample-chars=0 --data=$GPT2_IDS"
+    case $1 in bf16) flags="$flags --dtype=bf16" ;; tf32) flags="$flags --tf32=1" ;; esac
+    gpt2_ids || return 1
+    local out rc
+    out=$(env LD_LIBRARY_PATH="$LIBS" ZF_PROFILE=1 $BIN/train $flags 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -eq 0 ] || return $rc
+    step_figures "$out" "gpt2 $1"
+}
+
+# nanoGPT's model in PyTorch on the same GPU and ids, batch 12 x 1024, fused AdamW; $1 = eager
+# or compiled: bf16 autocast with flash attention, and (eager) fp32 with TF32 as well.
+torch_gpt2() {
+    gpt2_ids || return 1
+    local bench="tests/torch_gpt.py bench --preset gpt2 --data $GPT2_IDS --device cuda --batch 12 --iters 10 --fused"
+    local figure="figure: torch $1" setting out
+    for setting in "bf16 autocast|--autocast" "fp32 TF32|--tf32"; do
+        [ "$1" = eager ] || [ "${setting%%|*}" = "bf16 autocast" ] || continue
+        out=$("$PYTHON" $bench --modes "$1" ${setting#*|} 2>&1) || { echo "$out"; return 1; }
+        echo "$out"
+        figure="$figure, ${setting%%|*} $(echo "$out" | sed -n 's/^best: .*: \([0-9.]*\) ms\/iter.*/\1/p') ms/iter"
+    done
+    echo "$figure"
+}
+
+# At GPT-2's shape in bf16, 3 steps: two runs on one GPU write the same checkpoint, byte for
+# byte; and DDP, ZeRO-2 and ZeRO-3 on 2 ranks simulated on it write one checkpoint.
+determinism_gpt2() {
+    local flags="--preset=gpt2 --device=cuda --dtype=bf16 --grad-accum=1 --iters=3 --log-every=1 --eval-every=0"
+    flags="$flags --eval-iters=0 --sample-chars=0 --data=$GPT2_IDS"
+    local dir=$GPT2_IDS.checkpoints run name
+    gpt2_ids && mkdir -p "$dir" || return 1
+    for run in "one|--gpus=1 --batch=4" "again|--gpus=1 --batch=4" "ddp|--zero=0 --gpus=2 --batch=2" \
+               "zero2|--zero=2 --gpus=2 --batch=2" "zero3|--zero=3 --gpus=2 --batch=2"; do
+        name=${run%%|*}
+        echo "-- $name: ${run#*|}"
+        env LD_LIBRARY_PATH="$LIBS" $BIN/train $flags ${run#*|} --out="$dir/$name" || return 1
+    done
+    local bad=0
+    for pair in "one again" "ddp zero2" "ddp zero3"; do
+        set -- $pair
+        cmp "$dir/$1/ckpt.safetensors" "$dir/$2/ckpt.safetensors" || bad=1
+    done
+    local mb=$(( $(stat -c %s "$dir/one/ckpt.safetensors") / 1000000 ))
+    rm -rf "$dir"
+    [ $bad -eq 0 ] || { echo "figure: determinism at GPT-2's shape: checkpoints differ"; return 1; }
+    echo "figure: determinism at GPT-2's shape: two runs, and DDP, ZeRO-2, ZeRO-3 on 2 ranks, the same bytes ($mb MB)"
+}
+
 # Seconds since the script began; in a stub run, the whole timeouts of the steps run so far,
 # added up (a clock of its own: the real seconds between steps would move the edge by one).
 elapsed() { if [ -n "$STUB_CLOCK" ]; then echo "$STUB_CLOCK"; else echo "$SECONDS"; fi; }
@@ -228,22 +370,25 @@ run_steps() {
             continue
         fi
         command=${command//\$BIN/$BIN}
+        command=${command//\$PYTHON/$PYTHON}
         [ -n "$stub" ] && command="echo stub: $name"
         echo >>"$LOG"
         echo "== $name (timeout $limit s): $command" >>"$LOG"
         start=$SECONDS
         set -f  # a command's words are its own: --filter gpu/* is Criterion's pattern, not the shell's
-        case "$command" in
-            preflight|losses_against_the_cpu) timeout_function "$limit" "$command" >>"$LOG" 2>&1 ;;
-            python3*) timeout -k 5 "$limit" $command >>"$LOG" 2>&1 ;;  # PyTorch keeps the machine's libraries
-            *) env LD_LIBRARY_PATH="$LIBS" timeout -k 5 "$limit" $command >>"$LOG" 2>&1 ;;
-        esac
+        if declare -F "${command%% *}" >/dev/null; then
+            timeout_function "$limit" $command >>"$LOG" 2>&1
+        elif [ "${command%% *}" = "$PYTHON" ]; then
+            timeout -k 5 "$limit" $command >>"$LOG" 2>&1  # PyTorch keeps the machine's libraries
+        else
+            env LD_LIBRARY_PATH="$LIBS" timeout -k 5 "$limit" $command >>"$LOG" 2>&1
+        fi
         rc=$?
         set +f
         took=$((SECONDS - start))
         [ -n "$stub" ] && STUB_CLOCK=$((STUB_CLOCK + limit + GRACE_S))
         section=$(awk -v h="== $name " 'index($0, h) == 1 { keep = 1; next } keep' "$LOG")
-        figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|largest relative|^GPU 0:|^\| ZeRO-3 \| 8 |^stub:' |
+        figure=$(echo "$section" | grep -E 'Synthesis|ms/iter|largest relative|^GPU 0:|^\| ZeRO-3 \| 8 |^stub:|^figure:' |
                  tail -1)
         if [ $rc -eq 0 ]; then
             say "PASS $name ($took s)${figure:+: $figure}"
@@ -260,12 +405,13 @@ run_steps() {
     done
 }
 
-# A function of this script under a timeout: in a child shell of a process group of its own
-# (job control), killed whole past it (124), whatever it started.
+# A function of this script ($2, its arguments after it) under a timeout: in a child shell of a
+# process group of its own (job control), killed whole past it (124), whatever it started.
 timeout_function() {
-    local limit=$1 fn=$2 until=$((SECONDS + $1))
+    local limit=$1 until=$((SECONDS + $1))
+    shift
     set -m
-    ( "$fn" ) &
+    ( "$@" ) &
     local pid=$!
     set +m
     while kill -0 $pid 2>/dev/null; do
@@ -301,7 +447,9 @@ if [ "${1:-}" = --dry-run ]; then
     else
         say "FAIL unpack ($((SECONDS - start)) s)"; exit 1
     fi
+    check_kernel_code || FAILED=1
     BIN=$tmp/bundle/bin
+    GPT2_IDS=$tmp/gpt2_ids
     start=$SECONDS
     carried=$(ls "$tmp/bundle/lib" | tr '\n' ' ')
     echo "bundled libraries: $carried" >>"$LOG"
@@ -342,14 +490,20 @@ if [ "${1:-}" = --dry-run ]; then
     # deadline and the skipping.
     say "steps, stubbed, each as if it took its whole timeout ($DEADLINE_S s deadline):"
     run_steps stub
-    # in the order of the table, each once; the headline figures within the deadline even
-    # then, PyTorch's eager step before its cold compile, compute-sanitizer last
+    # in the order of the table, each once; the headline figures (GPT-2's step, ours and
+    # PyTorch's, and its determinism) within the deadline even then, PyTorch's eager steps
+    # before their cold compiles, compute-sanitizer last
     order=$(awk '/^steps, stubbed/ { on = 1; next } on && /^(PASS|SKIP|FAIL) / { print $2 }' "$LOG" | tr '\n' ' ')
     table=$(for s in "${STEPS[@]}"; do echo "${s%%|*}"; done | tr '\n' ' ')
-    if [ "$order" = "$table" ] && grep -q '^SKIP ' "$LOG" && grep -q '^PASS char-fp32 ' "$LOG" &&
-       grep -q '^PASS torch-eager ' "$LOG" && grep -q '^PASS gpu-vs-cpu ' "$LOG" &&
-       [ "${table%% *}" = preflight ] && [ "$(echo $table | awk '{ print $NF }')" = compute-sanitizer ] &&
-       [ "$(echo " $table" | sed 's/ torch-compiled .*//' | grep -c ' torch-eager ')" -eq 1 ]; then
+    headline=1
+    for name in gpt2-bf16 gpt2-tf32 torch-gpt2-eager determinism-gpt2; do
+        grep -q "^PASS $name " "$LOG" || headline=0
+    done
+    if [ "$order" = "$table" ] && grep -q '^SKIP ' "$LOG" && [ $headline -eq 1 ] &&
+       [ "$(echo $table | awk '{ print $1, $2 }')" = "preflight gpt2-bf16" ] &&
+       [ "$(echo $table | awk '{ print $NF }')" = compute-sanitizer ] &&
+       [ "$(echo " $table" | sed 's/ torch-compiled .*//' | grep -c ' torch-eager ')" -eq 1 ] &&
+       [ "$(echo " $table" | sed 's/ torch-gpt2-compiled .*//' | grep -c ' torch-gpt2-eager ')" -eq 1 ]; then
         say "PASS step-order ($(grep -c '^SKIP ' "$LOG") of ${#STEPS[@]} steps past the deadline in the worst case)"
     else
         say "FAIL step-order"; FAILED=1
@@ -368,6 +522,7 @@ start=$SECONDS
 tmp=$(mktemp -d /tmp/zf_bundle.XXXXXX)
 if ! timeout 20 tar -C "$tmp" -xJf "$BUNDLE"; then say "FAIL unpack ($((SECONDS - start)) s)"; exit 1; fi
 BIN=$tmp/bundle/bin
+GPT2_IDS=$tmp/gpt2_ids
 # a library missing fails the steps that need it, each with its line; the others still run
 if LIBS=$(resolve_libraries "$BIN"); then say "PASS libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=$LIBS"
 else say "FAIL libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=$LIBS; the steps run anyway"; FAILED=1; fi

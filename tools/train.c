@@ -280,6 +280,14 @@ static int close_output(FILE *log, int failed) {
     return ok ? 0 : 1;
 }
 
+/* ZF_PROFILE=1 (any value but "" and "0"): the per-op table at the end of
+ * the run (runtime/profile.h); an environment variable, so that the flags'
+ * table stays the same. */
+static int profile_wanted(void) {
+    const char *v = getenv("ZF_PROFILE");
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
 /* What a run holds from its start to its end. */
 typedef struct {
     TrainOptions o;
@@ -289,6 +297,7 @@ typedef struct {
     Strategy *s;
     FILE *log;
     Trace *trace;
+    Profile *profile;
     int start_iter;
 } Run;
 
@@ -330,6 +339,8 @@ static int open_run(Run *run, int *alone) {
     /* past one process, process 0 traces its ranks, writes the log and saves */
     run->trace = o->trace[0] && world()->proc == 0 ? trace_create(TRACE_MAX_SPANS) : NULL;
     sc->diagnostics.trace = run->trace;
+    run->profile = profile_wanted() && world()->proc == 0 ? profile_create() : NULL;
+    sc->diagnostics.profile = run->profile;
     *alone = !(run->s = strategy_create(o->zero, sc));
     if (*alone) return options_no_strategy_status(o);
     const char *bad = NULL;
@@ -463,6 +474,7 @@ static void close_run(Run *run) {
     run->tokenizer = NULL;
     if (run->s) run->s->ops->destroy(run->s);
     trace_destroy(run->trace);
+    profile_destroy(run->profile);
     if (run->log) fclose(run->log);
     dataset_free(&run->data);
 }
@@ -549,7 +561,7 @@ static int train(Run *run) {
         .schedule = { o->lr, o->min_lr, o->warmup, o->decay_iters < 0 ? o->iters : o->decay_iters },
         .grad_clip = o->grad_clip, .eval_every = o->eval_every, .eval_iters = o->eval_iters,
         .log_every = o->log_every, .sample_chars = o->sample_count, .out = stdout, .log = run->log,
-        .trace = run->trace, .trace_steps = o->trace_steps,
+        .trace = run->trace, .trace_steps = o->trace_steps, .profile = run->profile,
         .skip_nonfinite = strcmp(o->on_nan, "skip") == 0, .max_skips = o->max_skips, .stop_signal = &stop_signal,
         .tokenizer = run->tokenizer,
     };
@@ -567,6 +579,7 @@ static int train(Run *run) {
         printf("done: %d iters%s in %.1f s of steps (no evaluation: --eval-iters=0)\n",
                o->iters, skipped, result.seconds);
     if (status == 0) print_peak_memory(s);
+    if (status == 0 && run->profile) profile_print(run->profile, "rank 0's compute stream", stdout);
     int traced = o->iters - run->start_iter < o->trace_steps ? o->iters - run->start_iter : o->trace_steps;
     if (run->trace && write_trace(run->trace, o, traced) != 0 && status == 0) status = 1;
     return status;

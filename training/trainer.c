@@ -407,7 +407,9 @@ int train_run(Strategy *s, const TrainConfig *cfg, const Dataset *data, TrainRes
         double t0 = wall_seconds();
         if (cfg->trace) trace_record(cfg->trace, iter - cfg->start_iter < cfg->trace_steps);
         int verdict = 0;
+        if (cfg->profile) profile_step_begin(cfg->profile);
         if ((status = train_step(s, cfg, data, &b, iter, result, &verdict)) != 0) break;
+        if (cfg->profile) profile_step_end(cfg->profile);
         if (cfg->trace) trace_record(cfg->trace, 0);
         step_seconds += wall_seconds() - t0;
         window.steps++;

@@ -26,6 +26,7 @@ typedef struct {
     FILE *log;             /* JSON lines; NULL for none */
     Trace *trace;          /* records the first trace_steps steps (the strategy's streams traced into it); NULL for none */
     int trace_steps;
+    Profile *profile;      /* each step's op times are added to it (the strategy's streams profiled); NULL for none */
     /* A step whose loss or gradient is not finite is never applied: 0 stops the
      * run there; 1 skips it (no update) and goes on, at most max_skips times. */
     int skip_nonfinite, max_skips;
