@@ -117,10 +117,11 @@ $(BUILD)/bin/export: $(BUILD)/tools/export.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-# Always copied: bin/ holds the binaries of the last build asked for (CUDA=0 or 1).
+# Always copied: bin/ holds the binaries of the last build asked for (CUDA=0 or 1),
+# renamed into place (a binary that is running cannot be written over).
 bin/%: $(BUILD)/bin/% FORCE
 	@mkdir -p bin
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 FORCE:
 
