@@ -319,13 +319,10 @@ static Verdict open_files(Run *run) {
     return v;
 }
 
-/* The run's strategy made and its start loaded, each check in turn. 0, or
- * the exit status after a one-line error; *alone is 1 when this process alone
- * failed (its ranks could not be made), which must end the others. */
-static int open_run(Run *run, int *alone) {
-    TrainOptions *o = &run->o;
-    run->sc = (StrategyConfig){
-        .model = options_model(o, run->data.vocab),
+/* What the flags make of the run's strategy (its diagnostics aside). */
+static StrategyConfig run_config(const TrainOptions *o, const Dataset *data) {
+    return (StrategyConfig){
+        .model = options_model(o, data->vocab),
         .nranks = o->gpus * world()->nprocs, .shard_ranks = o->shard_ranks, .device = options_placement(o),
         .sums = options_sums(o), .batch = o->batch, .dropout = o->dropout,
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
@@ -334,6 +331,14 @@ static int open_run(Run *run, int *alone) {
         .link_inter = options_link_inter(o),
         .diagnostics.fault = o->fault, .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
+}
+
+/* The run's strategy made and its start loaded, each check in turn. 0, or
+ * the exit status after a one-line error; *alone is 1 when this process alone
+ * failed (its ranks could not be made), which must end the others. */
+static int open_run(Run *run, int *alone) {
+    TrainOptions *o = &run->o;
+    run->sc = run_config(o, &run->data);
     StrategyConfig *sc = &run->sc;
     sc->own_cores = sc->link.gbps > 0;  /* a modeled link times the ranks as devices */
     /* past one process, process 0 traces its ranks, writes the log and saves */
@@ -413,33 +418,35 @@ static int check_model(const Run *run, int argc, char **argv) {
     return bad || link_seconds > LINK_STEP_MAX_SECONDS ? 2 : 0;
 }
 
-/* A model whose weights, gradients and optimizer state alone, on this
- * process's ranks on the CPU, pass what the machine has free: refused before
- * anything is made, since the activations, made first, could take minutes to
- * zero. 0, or the allocator's verdict (1, out of memory) in its words, which
+/* A run whose ranks on the CPU, all of them in this process, would hold more
+ * than the machine has free (their state, working buffers and activations, as
+ * bin/zero_memory --estimate counts them, which the allocator's counts match
+ * within 1%): refused before anything is made, since the first rank's
+ * activations could take minutes to zero before another rank's allocation
+ * failed. 0, or the allocator's verdict (1, out of memory) in its words, which
  * the processes agree on. */
 static int check_memory(const Run *run) {
     const TrainOptions *o = &run->o;
     Verdict v = { 0 };
     Placement where = options_placement(o);
     if (where == PLACE_CUDA || (where == PLACE_AUTO && device_cuda_count() > 0)) return agree(&v, 0, NULL);
-    StrategyConfig sc = { .model = options_model(o, run->data.vocab), .precision = options_precision(o),
-                          .reduce_precision = options_reduce_precision(o) };
-    ArenaLayout layout;
-    model_layout(&sc.model, 1, &layout);
+    StrategyConfig sc = run_config(o, &run->data);
     const StrategyKind *kind = strategy_kind(o->zero);
-    int nranks = o->gpus * world()->nprocs, shards = o->shard_ranks ? o->shard_ranks : nranks;
-    double bytes = o->gpus * (double)layout.numel *
-                   strategy_state_bytes_per_param(kind, shards, sc.precision, strategy_grads_held(&sc), NULL, NULL);
+    double rank[MEM_KINDS];
+    strategy_estimate(kind, &sc, DEVICE_CPU, rank);
+    double state = rank[MEM_WEIGHTS] + rank[MEM_GRADS] + rank[MEM_OPTIMIZER], all = 0;
+    for (int k = 0; k < MEM_KINDS; k++) all += rank[k];
+    double bytes = o->gpus * all;
     /* taken from the machine's count and given back at once: the allocator's own test */
     size_t need = bytes < (double)SIZE_MAX ? (size_t)bytes : SIZE_MAX;
     if (host_memory_take(need) == 0) {
         host_memory_give_back(need);
     } else {
         v.status = 1;
-        snprintf(v.message, sizeof v.message, "error: out of memory on cpu for %s, N=%d: %zu parameters need %.1f MB "
-                 "of weights, gradients and optimizer state on this process's %d rank(s), of the %.1f MB the machine "
-                 "had free for the run; a smaller model", kind->name, nranks, layout.numel, bytes / 1e6, o->gpus,
+        snprintf(v.message, sizeof v.message, "error: out of memory on cpu for %s, N=%d: this process's %d rank(s) "
+                 "need about %.1f MB (a rank: %.1f MB of state, %.1f MB of activations, as bin/zero_memory --estimate "
+                 "counts them), of the %.1f MB the machine had free for the run; a smaller model or fewer rows "
+                 "(--batch)", kind->name, sc.nranks, o->gpus, bytes / 1e6, state / 1e6, rank[MEM_ACTIVATIONS] / 1e6,
                  host_memory_budget() / 1e6);
     }
     return agree(&v, 0, NULL);
