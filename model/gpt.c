@@ -70,7 +70,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
-        { &a->logits, logit_rows * V }, { &a->probs, R * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
+        { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
@@ -437,10 +437,12 @@ static void block_forward(GPT *m, int l, int hooks) {
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
  * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
- * dln's rows and into dwte, at dloss a row. Under autocast the head is a
- * Linear as linear_forward's (lnf's rows rounded in place, the logits
- * rounded), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
- * chunk, which the backward rounds once the last is in. */
+ * dln's rows and into dwte, at dloss a row: the logits computed once, the
+ * loss and dlogits fused (crossentropy_forward_backward, dlogits over the
+ * logits in place). Under autocast the head is a Linear as linear_forward's
+ * (lnf's rows rounded in place, the logits rounded), the loss fp32, dlogits
+ * rounded, and dwte the fp32 sum over every chunk, which the backward rounds
+ * once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
@@ -451,11 +453,10 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     bf16_values(m, lnf, (size_t)rows * C);
     product_forward(m, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->logits, (size_t)rows * V);
-    crossentropy_forward(s, NULL, a->losses + r0, a->probs, a->logits, targets, rows, V);
+    crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss);
     if (!dwte) return;
-    crossentropy_backward(s, a->probs, a->probs, targets, rows, V, dloss);  /* in place: the chunk's dlogits */
-    bf16_values(m, a->probs, (size_t)rows * V);
-    product_backward(m, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
+    bf16_values(m, a->logits, (size_t)rows * V);
+    product_backward(m, a->dln + r0 * C, dwte, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 

@@ -29,9 +29,9 @@ typedef struct {
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C] */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
-    float *logits, *probs;                   /* [R,V]: a chunk of R = classifier_rows rows (training), or
-                                                each row's last position (generation); probs becomes
-                                                the chunk's dlogits in the backward */
+    float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows, its dlogits
+                                                in place in the backward; or each row's last position
+                                                (generation) */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
@@ -54,7 +54,7 @@ typedef struct {
     float *kept_storage;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 35 };
+enum { ACTIVATION_TENSORS = 34 };
 /* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
  * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
 enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
