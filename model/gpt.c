@@ -11,10 +11,13 @@
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
 
-/* The classifier's rows at once for batches of up to B x T. */
+/* The classifier's rows at once for batches of up to B x T: all of them
+ * where their logits fit in CLASSIFIER_CHUNK_FLOATS, else as few chunks as
+ * fit, of equal rows (the last may have fewer). */
 static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
-    size_t rows = CLASSIFIER_CHUNK_FLOATS / (size_t)cfg->vocab, most = (size_t)B * T;
-    return rows < 1 ? 1 : rows < most ? rows : most;
+    size_t rows = (size_t)B * T, fit = CLASSIFIER_CHUNK_FLOATS / (size_t)cfg->vocab;
+    size_t chunks = (rows + fit - 1) / fit;
+    return (rows + chunks - 1) / chunks;
 }
 
 /* The floats of the root's tensors and of one whole block's: under autocast,
@@ -498,10 +501,10 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
     const float *head = root.wte;
-    if (targets) {
+    if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
-    } else {
+    } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
             bf16_values(m, last, C);
@@ -523,7 +526,9 @@ void gpt_backward(GPT *m, float dloss) {
     RootTensors root = root_weights(m);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
-    /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid
+    /* The head, a chunk at a time: logits, loss and dlogits at once (a
+     * training forward left it here, where dloss is known and the root's
+     * gradient is the model's to add into), then the final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
      * made in bf16 and kept apart: wte's other use, the embedding, adds its
      * own in the bf16 sum that ends the backward. The root's copy is the
@@ -534,6 +539,7 @@ void gpt_backward(GPT *m, float dloss) {
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
+    mean_forward(s, a->mean_loss, a->losses, (int)BT);
     bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);

@@ -395,17 +395,22 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
     }
 }
 
-/* GPT-2's vocabulary: the classifier in chunks of CLASSIFIER_CHUNK_FLOATS
- * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
- * double reference's, and generation's logits those of the last position. */
+/* GPT-2's vocabulary: the classifier's rows all at once where their logits
+ * fit in CLASSIFIER_CHUNK_FLOATS, past it in equal chunks (no B x T x V
+ * buffer held); in chunks of 150 rows (the last of 400 ragged) the loss the
+ * double reference's; generation's logits those of the last position. */
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0, 0 };
     int B = 1, T = 400;
     GPT *m = (GPT *)test_model(&cfg, B, T);
-    cr_expect_eq(m->classifier_rows, CLASSIFIER_CHUNK_FLOATS / 50304);
-    /* a second row of 400 positions adds what the blocks keep of them, no logits */
-    size_t one = activation_floats(&cfg, 0, 1, T), two = activation_floats(&cfg, 0, 2, T);
-    cr_expect_lt(two - one, (size_t)T * cfg.vocab / 10, "a row of %d positions added %zu floats", T, two - one);
+    cr_expect_eq(m->classifier_rows, B * T);
+    m->classifier_rows = 150;
+    /* past the budget (8000 rows of logits), rows add what the blocks keep of them, no logits */
+    ComputePolicy fp32 = { 0, PRECISION_FP32 };
+    size_t one = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 20, T);
+    size_t two = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 40, T);
+    cr_expect_gt((size_t)20 * T * cfg.vocab, (size_t)CLASSIFIER_CHUNK_FLOATS / 2);
+    cr_expect_lt(two - one, (size_t)20 * T * cfg.vocab / 10, "8000 positions added %zu floats", two - one);
     size_t P = m->base.layout.total;
     float *params = malloc(P * sizeof(float));
     random_params(&m->base.layout, params, 7);
