@@ -46,25 +46,17 @@ SOFTMAX_FN SoftmaxPartial softmax_partial_of(float logit) {
     return one;
 }
 
-/* A float's bits, and back: the GPU's intrinsics on the GPU. */
+/* A float's bits, and back (as runtime/bf16.h reads them, on either side). */
 SOFTMAX_FN uint32_t bits_of(float x) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
     return bits;
-#endif
 }
 
 SOFTMAX_FN float float_of(uint32_t bits) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(bits);
-#else
     float x;
     memcpy(&x, &bits, sizeof x);
     return x;
-#endif
 }
 
 /* exp(x) for x <= 0 (Cephes' expf, to about 1 ulp): x = n ln2 + r, |r| <= ln2 / 2,
