@@ -7,9 +7,11 @@
  * the logits seen, rescaled as m grows (online softmax, Milakov and
  * Gimelshein, 2018). CUDA's expf and glibc's differ in the last bits, so both
  * backends compute exp and log here, from + - * / alone (IEEE-rounded on both;
- * no fused multiply-adds: C11 and -fmad=false), and the results agree bit for
- * bit wherever the order of the merges does (CROSSENTROPY_THREADS).
- * The functions compile for the host and, under nvcc, for the GPU too.
+ * no fused multiply-adds: C11 and -fmad=false; subnormals kept on both), and
+ * the results agree bit for bit wherever the order of the merges does
+ * (CROSSENTROPY_THREADS): for every finite input (a NaN stays a NaN, its bits
+ * each machine's own). The functions compile for the host and, under nvcc,
+ * for the GPU too.
  */
 #ifndef ZF_ONLINE_SOFTMAX_H
 #define ZF_ONLINE_SOFTMAX_H
