@@ -154,23 +154,16 @@ void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropo
     op_end(s);
 }
 
-void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
-                          const float *logits, const int *targets, int N, int V) {
-    op_begin(s, "crossentropy_forward");
-    backend(s)->crossentropy_forward(s, mean_loss, losses, probs, logits, targets, N, V);
+void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+                                   const int *targets, int N, int V, float dloss) {
+    op_begin(s, "crossentropy_forward_backward");
+    backend(s)->crossentropy_forward_backward(s, losses, dlogits, logits, targets, N, V, dloss);
     op_end(s);
 }
 
 void mean_forward(Stream *s, float *mean, const float *x, int n) {
     op_begin(s, "mean_forward");
     backend(s)->mean_forward(s, mean, x, n);
-    op_end(s);
-}
-
-void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N,
-                           int V, float dloss) {
-    op_begin(s, "crossentropy_backward");
-    backend(s)->crossentropy_backward(s, dlogits, probs, targets, N, V, dloss);
     op_end(s);
 }
 

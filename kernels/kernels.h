@@ -104,18 +104,18 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
 void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
 
-/* Fused softmax + cross-entropy over logits[N,V]: probs = softmax(logits),
- * losses[i] = -log probs[i, targets[i]], *mean_loss = their mean as
- * mean_forward takes it, unless mean_loss is NULL (a chunk of a batch's rows).
- * targets may be NULL (inference): only probs are written. */
-void crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
-                          const float *logits, const int *targets, int N, int V);
+/* The classifier's softmax, cross-entropy and gradient fused, over
+ * logits[N,V] and targets[N]: losses[i] = -log softmax(logits[i])[targets[i]];
+ * with dlogits (else NULL), also dlogits = dloss * (softmax(logits) -
+ * onehot(targets)), written; dlogits may be logits itself (in place). Each
+ * row's max and sum of exponentials come from one sweep, online, in an order
+ * and an arithmetic fixed by V (online_softmax.h): the same bits on the CPU
+ * and the GPU. */
+void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+                                   const int *targets, int N, int V, float dloss);
 /* *mean = the mean of x[0, n), summed in double in an order fixed by n: in
  * order on the CPU, a fixed tree on the GPU. */
 void mean_forward(Stream *s, float *mean, const float *x, int n);
-/* dlogits = dloss * (probs - onehot(targets)) (overwrites). */
-void crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
-                           int N, int V, float dloss);
 
 /* AdamW as torch.optim.AdamW: decoupled weight decay, bias corrections. */
 typedef struct {

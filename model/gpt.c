@@ -11,10 +11,13 @@
 #include "../runtime/host.h"
 #include "../runtime/trace.h"
 
-/* The classifier's rows at once for batches of up to B x T. */
+/* The classifier's rows at once for batches of up to B x T: all of them
+ * where their logits fit in CLASSIFIER_CHUNK_FLOATS, else as few chunks as
+ * fit, of equal rows (the last may have fewer). */
 static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
-    size_t rows = CLASSIFIER_CHUNK_FLOATS / (size_t)cfg->vocab, most = (size_t)B * T;
-    return rows < 1 ? 1 : rows < most ? rows : most;
+    size_t rows = (size_t)B * T, fit = CLASSIFIER_CHUNK_FLOATS / (size_t)cfg->vocab;
+    size_t chunks = (rows + fit - 1) / fit;
+    return (rows + chunks - 1) / chunks;
 }
 
 /* The floats of the root's tensors and of one whole block's: under autocast,
@@ -70,7 +73,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
-        { &a->logits, logit_rows * V }, { &a->probs, R * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
+        { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
@@ -437,10 +440,12 @@ static void block_forward(GPT *m, int l, int hooks) {
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
  * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
- * dln's rows and into dwte, at dloss a row. Under autocast the head is a
- * Linear as linear_forward's (lnf's rows rounded in place, the logits
- * rounded), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
- * chunk, which the backward rounds once the last is in. */
+ * dln's rows and into dwte, at dloss a row: the logits computed once, the
+ * loss and dlogits fused (crossentropy_forward_backward, dlogits over the
+ * logits in place). Under autocast the head is a Linear as linear_forward's
+ * (lnf's rows rounded in place, the logits rounded), the loss fp32, dlogits
+ * rounded, and dwte the fp32 sum over every chunk, which the backward rounds
+ * once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
@@ -451,11 +456,10 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     bf16_values(m, lnf, (size_t)rows * C);
     product_forward(m, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->logits, (size_t)rows * V);
-    crossentropy_forward(s, NULL, a->losses + r0, a->probs, a->logits, targets, rows, V);
+    crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss);
     if (!dwte) return;
-    crossentropy_backward(s, a->probs, a->probs, targets, rows, V, dloss);  /* in place: the chunk's dlogits */
-    bf16_values(m, a->probs, (size_t)rows * V);
-    product_backward(m, a->dln + r0 * C, dwte, a->probs, lnf, wte, rows, C, V);
+    bf16_values(m, a->logits, (size_t)rows * V);
+    product_backward(m, a->dln + r0 * C, dwte, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 
@@ -497,10 +501,10 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
     if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
     const float *head = root.wte;
-    if (targets) {
+    if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
-    } else {
+    } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
             bf16_values(m, last, C);
@@ -522,7 +526,9 @@ void gpt_backward(GPT *m, float dloss) {
     RootTensors root = root_weights(m);
     const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
 
-    /* loss -> logits (again, a chunk at a time) -> final LayerNorm; dresid
+    /* The head, a chunk at a time: logits, loss and dlogits at once (a
+     * training forward left it here, where dloss is known and the root's
+     * gradient is the model's to add into), then the final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
      * made in bf16 and kept apart: wte's other use, the embedding, adds its
      * own in the bf16 sum that ends the backward. The root's copy is the
@@ -533,6 +539,7 @@ void gpt_backward(GPT *m, float dloss) {
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
+    mean_forward(s, a->mean_loss, a->losses, (int)BT);
     bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);

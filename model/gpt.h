@@ -29,9 +29,9 @@ typedef struct {
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C] */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
-    float *logits, *probs;                   /* [R,V]: a chunk of R = classifier_rows rows (training), or
-                                                each row's last position (generation); probs becomes
-                                                the chunk's dlogits in the backward */
+    float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows, its dlogits
+                                                in place in the backward; or each row's last position
+                                                (generation) */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
@@ -54,17 +54,19 @@ typedef struct {
     float *kept_storage;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 35 };
-/* The classifier's logits at once, at most (64 MB): past it, rows in chunks,
- * so that a vocabulary of 50304 costs a chunk, not B x T x V floats. */
-enum { CLASSIFIER_CHUNK_FLOATS = 1 << 24 };
+enum { ACTIVATION_TENSORS = 34 };
+/* The classifier's logits at once, at most (2 GiB): past it, rows in equal
+ * chunks, so that a vocabulary of 50304 costs a chunk, not B x T x V floats
+ * (GPT-2's 12 x 1024 rows: two chunks of 6144, 1.24 GB), and each chunk is
+ * thousands of rows, a launch that fills the GPU. */
+enum { CLASSIFIER_CHUNK_FLOATS = 1 << 29 };
 
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     Precision precision;           /* PRECISION_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
-    int classifier_rows;           /* rows of logits at once (CLASSIFIER_CHUNK_FLOATS / V; fewer may be set) */
+    int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */
     int B, T;
@@ -99,9 +101,13 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * block's internals is kept in bf16 (half the bytes, as autocast saves bf16
  * tensors), the ops working in fp32 buffers of bf16 values.
  * The classifier (logits, softmax, loss) runs classifier_rows rows at a
- * time, in the forward for the loss and again in the backward for its
- * gradient: one chunk of logits is ever held. A forward without targets
- * (generation) computes the logits of each row's last position only. */
+ * time, one chunk of logits ever held. In training it runs once, in the
+ * backward: each chunk's logits, loss and gradient at once (the backward
+ * knows dloss, and the root's gradient is the model's from its
+ * before_backward hook), so a training forward leaves mean_loss to the
+ * backward that follows it; a forward with targets but not training
+ * computes the loss itself. A forward without targets (generation) computes
+ * the logits of each row's last position only. */
 GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev, Stream *stream,
                 int max_B, int max_T);
 /* The floats of gpt_create's activations for max_B x max_T on a device of

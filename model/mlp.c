@@ -62,7 +62,10 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     }
     trace_begin(s, "forward", 0);
     matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
-    crossentropy_forward(s, m->loss, m->losses, m->probs, m->logits, targets ? base->targets : NULL, BT, V);
+    if (targets) {
+        crossentropy_forward_backward(s, m->losses, NULL, m->logits, base->targets, (int)BT, V, 0.0f);
+        mean_forward(s, m->loss, m->losses, (int)BT);
+    }
     trace_end(s);
 }
 
@@ -75,7 +78,8 @@ static void mlp_backward(Model *base, float dloss) {
     const float *wte = base->unit_weights[0];
     float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
     trace_begin(s, "backward", 0);
-    crossentropy_backward(s, m->dlogits, m->probs, base->targets, BT, V, dloss / (float)BT);
+    /* the losses again, the same bits, with their gradient */
+    crossentropy_forward_backward(s, m->losses, m->dlogits, m->logits, base->targets, BT, V, dloss / (float)BT);
     matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
     trace_end(s);
 
@@ -113,7 +117,7 @@ MLP *mlp_create(const ModelConfig *cfg, const ArenaLayout *layout, Device *dev, 
         { &m->x, (L + 1) * BT * C },
         { &m->ln, L * BT * C }, { &m->ln_mean, L * BT }, { &m->ln_rstd, L * BT },
         { &m->h, L * BT * C }, { &m->h_gelu, L * BT * C },
-        { &m->logits, BT * V }, { &m->probs, BT * V }, { &m->losses, BT }, { &m->loss, 1 },
+        { &m->logits, BT * V }, { &m->losses, BT }, { &m->loss, 1 },
         { &m->dx, BT * C }, { &m->dln, BT * C }, { &m->dh, BT * C }, { &m->dlogits, BT * V },
     };
     model_alloc_activations(&m->base, table, (int)(sizeof table / sizeof table[0]), BT);

@@ -24,7 +24,7 @@ typedef struct {
     float *x;                  /* [L+1, BT, C] the residual stream entering each layer, and out */
     float *ln, *ln_mean, *ln_rstd;  /* [L, BT, C], [L, BT], [L, BT] */
     float *h, *h_gelu;         /* [L, BT, C] */
-    float *logits, *probs;     /* [BT, V] */
+    float *logits;             /* [BT, V] */
     float *losses, *loss;      /* [BT], [1] */
     float *dx, *dln, *dh;      /* [BT, C] */
     float *dlogits;            /* [BT, V] */

@@ -88,11 +88,13 @@ typedef struct {
 typedef struct {
     /* Enqueue the forward over host tokens/targets [B*T] (targets may be NULL;
      * they are staged, so the host arrays may change once it returns).
-     * training = 1 applies dropout with this step's masks. */
+     * training = 1 applies dropout with this step's masks, and says that the
+     * backward follows: a model may leave the loss to it (the GPT's head). */
     void (*forward)(Model *m, const int *tokens, const int *targets, int B, int T,
                     uint32_t step, int training);
     /* Enqueue the backward of the last forward (which had targets), adding
-     * d(mean loss) * dloss into the unit gradients. */
+     * d(mean loss) * dloss into the unit gradients; mean_loss is then the
+     * forward's mean loss. */
     void (*backward)(Model *m, float dloss);
     /* Free the model itself (model_destroy frees what the base holds). */
     void (*destroy)(Model *m);
@@ -118,7 +120,7 @@ struct Model {
      * gradients): [nunits], each NULL until pointed. */
     bf16 **unit_grads_bf16;
     bf16 *grads_bf16;              /* the full bf16 arena from model_own_grads_bf16, or NULL */
-    float *mean_loss;              /* [1] on the device: the last forward's mean loss */
+    float *mean_loss;              /* [1] on the device: the last step's mean loss (a training step's once its backward ran) */
     float *acts_memory;            /* every activation, one allocation (model_alloc_activations) */
     size_t acts_floats;
     int *tokens, *targets;         /* device copies of the batch, [positions] */

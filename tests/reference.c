@@ -84,15 +84,17 @@ void ref_dropout(double *out, const double *inp, size_t n, Dropout drop) {
     free(mask);
 }
 
+double ref_crossentropy_row(const double *logit, int target, int V, double *dlogit) {
+    double maxval = logit[0], sum = 0;
+    for (int j = 1; j < V; j++) if (logit[j] > maxval) maxval = logit[j];
+    for (int j = 0; j < V; j++) sum += exp(logit[j] - maxval);
+    for (int j = 0; dlogit && j < V; j++) dlogit[j] = exp(logit[j] - maxval) / sum - (j == target ? 1.0 : 0.0);
+    return log(sum) - (logit[target] - maxval);
+}
+
 double ref_crossentropy(const double *logits, const int *targets, int N, int V) {
     double total = 0;
-    for (int i = 0; i < N; i++) {
-        const double *l = logits + (size_t)i * V;
-        double maxval = l[0], sum = 0;
-        for (int j = 1; j < V; j++) if (l[j] > maxval) maxval = l[j];
-        for (int j = 0; j < V; j++) sum += exp(l[j] - maxval);
-        total += log(sum) - (l[targets[i]] - maxval);
-    }
+    for (int i = 0; i < N; i++) total += ref_crossentropy_row(logits + (size_t)i * V, targets[i], V, NULL);
     return total / N;
 }
 

@@ -23,6 +23,8 @@ void ref_gelu(double *out, const double *inp, size_t n, int tanh_form);
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
 /* Mean cross-entropy of softmax(logits) against targets. */
 double ref_crossentropy(const double *logits, const int *targets, int N, int V);
+/* One row's: its loss, and with dlogit (else NULL) d(loss)/d(logit) = softmax - onehot. */
+double ref_crossentropy_row(const double *logit, int target, int V, double *dlogit);
 /* The GPT's mean loss in double from params in the arena layout, with the
  * model's dropout sites (0 after the embeddings; 1 + 3l attention weights, 2 + 3l
  * and 3 + 3l the block's output projections) keyed by drop's p, seed, rank, step. */

@@ -3,7 +3,7 @@
  *
  * Every op of kernels.h on the GPU against the same op on the CPU (fp32:
  * relative error below 1e-5 for elementwise ops, 1e-4 for matmuls and
- * reductions); a small GPT trained 20 steps on each. Then the gates on the
+ * reductions; the fused cross-entropy the CPU's bytes); a small GPT trained 20 steps on each. Then the gates on the
  * one-GPU simulator (forced: never NCCL, however many GPUs there are): the
  * four strategies bit-identical at N = 2 and 3; overlap on and off bit-identical
  * with 2 micro-steps for every strategy; clipping (every stage within 1e-6 of
@@ -368,23 +368,50 @@ Test(gpu, elementwise_ops) {
     pair_free(x); pair_free(y); pair_free(out);
 }
 
+/* The fused classifier at GPT-2's shape (V = 50304, 2048 rows; row 1's
+ * largest logit last, so that the online max grows at the end): the GPU's
+ * losses and dlogits are the CPU's bytes (the same partials, tree and
+ * arithmetic: online_softmax.h), out of place and in place over the logits
+ * as the model runs it; three more runs on the GPU, each the first's bytes;
+ * the mean loss within REDUCTION_TOL (a tree in double here, in order there).
+ * Within ELEMENTWISE_TOL first, so that a failure says how far off it is. */
 Test(gpu, crossentropy_forward_backward) {
     need_gpu();
-    int N = 300, V = 65;
+    int N = 2048, V = 50304;
+    size_t n = (size_t)N * V;
+    float dloss = 1.0f / (float)N;
     IntPair targets = tokens_random((size_t)N, V, 51);
-    Pair logits = pair_random((size_t)N * V, -4, 4, 52), probs = pair_random((size_t)N * V, 0, 1, 53);
+    Pair logits = pair_random(n, -8, 8, 52), dlogits = pair_random(n, -1, 1, 56);
     Pair losses = pair_random((size_t)N, 0, 1, 54), mean = pair_random(1, 0, 1, 55);
-    Pair dlogits = pair_random((size_t)N * V, -1, 1, 56);
-    crossentropy_forward(test_stream, mean.cpu, losses.cpu, probs.cpu, logits.cpu, targets.cpu, N, V);
-    crossentropy_forward(gpu_stream, mean.gpu, losses.gpu, probs.gpu, logits.gpu, targets.gpu, N, V);
-    crossentropy_backward(test_stream, dlogits.cpu, probs.cpu, targets.cpu, N, V, 0.5f);
-    crossentropy_backward(gpu_stream, dlogits.gpu, probs.gpu, targets.gpu, N, V, 0.5f);
-    expect_match(probs, REDUCTION_TOL, "softmax probabilities");
-    expect_match(losses, REDUCTION_TOL, "losses");
+    logits.cpu[2 * (size_t)V - 1] = 20.0f;
+    stream_copy(gpu_stream, logits.gpu + 2 * (size_t)V - 1, logits.cpu + 2 * (size_t)V - 1, sizeof(float));
+    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+    mean_forward(test_stream, mean.cpu, losses.cpu, N);
+    mean_forward(gpu_stream, mean.gpu, losses.gpu, N);
+    expect_match(losses, ELEMENTWISE_TOL, "losses");
+    expect_match(dlogits, ELEMENTWISE_TOL, "dlogits");
     expect_match(mean, REDUCTION_TOL, "mean loss");
-    expect_match(dlogits, REDUCTION_TOL, "dlogits");
+    expect_same_bytes(losses, (size_t)N * sizeof(float), "the GPU's losses differ from the CPU's");
+    expect_same_bytes(dlogits, n * sizeof(float), "the GPU's dlogits differ from the CPU's");
+
+    float *first = malloc(n * sizeof(float)), *again = malloc(n * sizeof(float));
+    stream_copy(gpu_stream, first, dlogits.gpu, n * sizeof(float));
+    for (int run = 0; run < 3; run++) {
+        fill_zero(gpu_stream, dlogits.gpu, n);
+        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+        stream_copy(gpu_stream, again, dlogits.gpu, n * sizeof(float));
+        stream_synchronize(gpu_stream);
+        cr_expect_eq(memcmp(first, again, n * sizeof(float)), 0, "run %d: other dlogits than the first run's", run + 2);
+    }
+
+    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+    expect_same_bytes(logits, n * sizeof(float), "in place, the GPU's dlogits differ from the CPU's");
+    cr_expect_eq(memcmp(logits.cpu, dlogits.cpu, n * sizeof(float)), 0, "in place gives other dlogits");
+    free(first); free(again);
     int_pair_free(targets);
-    pair_free(logits); pair_free(probs); pair_free(losses); pair_free(mean); pair_free(dlogits);
+    pair_free(logits); pair_free(losses); pair_free(mean); pair_free(dlogits);
 }
 
 Test(gpu, adamw_sumsq_and_clip) {

@@ -8,6 +8,7 @@
 #include "../kernels/cpu/cpu_setup.h"
 #include "../kernels/dropout.h"
 #include "../kernels/kernels.h"
+#include "../kernels/online_softmax.h"
 #include "fixtures.h"
 #include "reference.h"
 
@@ -530,12 +531,12 @@ static double crossentropy_objective(void *p) {
 Test(kernels, crossentropy_forward_backward) {
     int N = 6, V = 11;
     int targets[6] = { 0, 10, 3, 3, 7, 1 };
-    float *logits = alloc_floats(N * V), *probs = alloc_floats(N * V), *losses = alloc_floats(N);
+    float *logits = alloc_floats(N * V), *losses = alloc_floats(N);
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
     fill_uniform(dlogits, N * V, -1, 1, 62);  /* written, not added: this must vanish */
-    crossentropy_forward(test_stream, &mean, losses, probs, logits, targets, N, V);
-    crossentropy_backward(test_stream, dlogits, probs, targets, N, V, 1.0f / N);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N);
+    mean_forward(test_stream, &mean, losses, N);
     stream_synchronize(test_stream);
     CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
     double want = ref_crossentropy(c.logits, targets, N, V);
@@ -543,7 +544,69 @@ Test(kernels, crossentropy_forward_backward) {
     double *num = malloc(sizeof(double) * N * V);
     numeric_grad(c.logits, N * V, crossentropy_objective, &c, num);
     cr_expect_lt(rel_error(dlogits, num, N * V), GRAD_TOL);
-    free(logits); free(probs); free(losses); free(dlogits); free(c.logits); free(num);
+    free(logits); free(losses); free(dlogits); free(c.logits); free(num);
+}
+
+/* GPT-2's rows (V = 50304) against the double reference, row by row: random
+ * logits; the same with the row's largest logit last, so that the online max
+ * grows at the last step of its partial and rescales the whole sum in the
+ * tree; logits rising along the row (every step of every partial a new max);
+ * and a wide row (-80 .. 80) whose exponentials mostly underflow. The loss
+ * alone, the gradient beside it, and the gradient in place over the logits:
+ * the same losses, the same gradient, bit for bit. */
+Test(kernels, crossentropy_at_gpt2_vocabulary_against_double) {
+    int N = 4, V = 50304;
+    int targets[4] = { 17, 50303, 25000, 3 };
+    size_t n = (size_t)N * V;
+    float *logits = alloc_floats(n), *dlogits = alloc_floats(n), *in_place = alloc_floats(n);
+    float losses[4], losses_alone[4], losses_in_place[4];
+    fill_uniform(logits, 2 * (size_t)V, -4, 4, 63);
+    logits[2 * (size_t)V - 1] = 9.0f;  /* row 1's max, at its end */
+    for (int j = 0; j < V; j++) logits[2 * (size_t)V + j] = -10.0f + 20.0f * (float)j / (float)V;
+    fill_uniform(logits + 3 * (size_t)V, V, -80, 80, 64);
+    memcpy(in_place, logits, n * sizeof(float));
+    float dloss = 1.0f / 3.0f;
+    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss);
+    stream_synchronize(test_stream);
+    double *row = malloc(V * sizeof(double)), *want = malloc(V * sizeof(double));
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < V; j++) row[j] = logits[(size_t)i * V + j];
+        double loss = ref_crossentropy_row(row, targets[i], V, want);
+        for (int j = 0; j < V; j++) want[j] *= dloss;
+        cr_expect(fabs(losses[i] - loss) < 1e-6 * fmax(1.0, fabs(loss)), "row %d: loss %.9g, reference %.9g", i,
+                  losses[i], loss);
+        double e = rel_error(dlogits + (size_t)i * V, want, V);
+        cr_expect_lt(e, 1e-6, "row %d: dlogits relative error %g", i, e);
+    }
+    cr_expect_eq(memcmp(losses_alone, losses, sizeof losses), 0, "the loss alone has other bits");
+    cr_expect_eq(memcmp(losses_in_place, losses, sizeof losses), 0, "the loss in place has other bits");
+    cr_expect_eq(memcmp(in_place, dlogits, n * sizeof(float)), 0, "the gradient in place has other bits");
+    free(logits); free(dlogits); free(in_place); free(row); free(want);
+}
+
+/* The exp and log that the CPU and the GPU share (online_softmax.h): within
+ * 2 ulp of the double's exp over [-87.3, 0] (0 below), and of its log over
+ * [1, 2^17]. */
+Test(kernels, softmax_exp_and_log_within_2_ulp) {
+    double worst_exp = 0, worst_log = 0;
+    for (int k = 0; k <= 1000000; k++) {
+        float x = -87.33f * (float)k / 1000000.0f;
+        double want = exp((double)x);
+        worst_exp = fmax(worst_exp, fabs(softmax_exp(x) - want) / (want * FLT_EPSILON));
+        float y = ldexpf(1.0f + (float)k / 1000000.0f, k % 17);
+        double want_log = log((double)y);
+        if (y > 1.0f) worst_log = fmax(worst_log, fabs(softmax_log(y) - want_log) / (want_log * FLT_EPSILON));
+    }
+    cr_expect_leq(worst_exp, 2.0, "exp: %g ulp", worst_exp);
+    cr_expect_leq(worst_log, 2.0, "log: %g ulp", worst_log);
+    cr_expect_eq(softmax_exp(-88.0f), 0.0f);
+    cr_expect_eq(softmax_exp(-INFINITY), 0.0f);
+    cr_expect(isnan(softmax_exp(NAN)));
+    cr_expect_eq(softmax_exp(0.0f), 1.0f);
+    cr_expect_eq(softmax_log(1.0f), 0.0f);
+    cr_expect(isnan(softmax_log(NAN)));
 }
 
 /* ---- optimizer and reductions ---- */

@@ -89,6 +89,43 @@ Test(model, mlp_gradient_matches_finite_differences) { check_model_gradient(MODE
 Test(model, gradient_with_the_classifier_in_chunks_matches_finite_differences) {
     check_model_gradient(MODEL_GPT, 0.0f, 3, 0, 0);
 }
+/* The head runs once a training step, in the backward: the step's loss (no
+ * dropout) is an evaluation's bits, in one chunk and in chunks of 3 (3, 3, 3,
+ * then 1), in fp32 and bf16, and a training forward alone leaves the loss to it. */
+Test(model, a_training_steps_loss_is_an_evaluations_bits) {
+    ModelConfig cfg = { 7, 6, 2, 2, 8, MODEL_GPT, 1, 0 };
+    int B = 2, T = 5;
+    int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        ArenaLayout layout;
+        model_layout(&cfg, 1, &layout);
+        ComputePolicy compute = { 0, bf16 ? PRECISION_BF16 : PRECISION_FP32 };
+        Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, cfg.block_size);
+        model_own_weights(m);
+        model_own_grads(m);
+        float *params = malloc(layout.total * sizeof(float));
+        random_params(&layout, params, 100);
+        stream_copy(test_stream, m->params, params, layout.total * sizeof(float));
+        const int chunk_rows[2] = { 10, 3 };
+        for (int c = 0; c < 2; c++) {
+            int rows = chunk_rows[c];
+            ((GPT *)m)->classifier_rows = rows;
+            m->ops->forward(m, x, y, B, T, 0, 0);
+            float evaluated = model_read_loss(m);
+            fill_zero(test_stream, m->mean_loss, 1);
+            fill_zero(test_stream, m->grads, layout.total);
+            m->ops->forward(m, x, y, B, T, 0, 1);
+            cr_expect_eq(model_read_loss(m), 0.0f, "a training forward took the loss (bf16 %d)", bf16);
+            m->ops->backward(m, 1.0f);
+            float trained = model_read_loss(m);
+            cr_expect_eq(memcmp(&trained, &evaluated, sizeof trained), 0, "rows %d, bf16 %d: loss %.9g, evaluated %.9g",
+                         rows, bf16, trained, evaluated);
+        }
+        model_destroy(m);
+        free(params);
+    }
+}
+
 /* GPT-2's biases, every Linear's and LayerNorm's, with dropout */
 Test(model, gradient_with_biases_matches_finite_differences) { check_model_gradient(MODEL_GPT, 0.2f, 0, 1, 0); }
 /* GPT-2's whole form: biases and GELU's tanh approximation */
@@ -395,17 +432,22 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
     }
 }
 
-/* GPT-2's vocabulary: the classifier in chunks of CLASSIFIER_CHUNK_FLOATS
- * (333 rows, the last of 400 ragged), no B x T x V buffer held, the loss the
- * double reference's, and generation's logits those of the last position. */
+/* GPT-2's vocabulary: the classifier's rows all at once where their logits
+ * fit in CLASSIFIER_CHUNK_FLOATS, past it in equal chunks (no B x T x V
+ * buffer held); in chunks of 150 rows (the last of 400 ragged) the loss the
+ * double reference's; generation's logits those of the last position. */
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0, 0 };
     int B = 1, T = 400;
     GPT *m = (GPT *)test_model(&cfg, B, T);
-    cr_expect_eq(m->classifier_rows, CLASSIFIER_CHUNK_FLOATS / 50304);
-    /* a second row of 400 positions adds what the blocks keep of them, no logits */
-    size_t one = activation_floats(&cfg, 0, 1, T), two = activation_floats(&cfg, 0, 2, T);
-    cr_expect_lt(two - one, (size_t)T * cfg.vocab / 10, "a row of %d positions added %zu floats", T, two - one);
+    cr_expect_eq(m->classifier_rows, B * T);
+    m->classifier_rows = 150;
+    /* past the budget (8000 rows of logits), rows add what the blocks keep of them, no logits */
+    ComputePolicy fp32 = { 0, PRECISION_FP32 };
+    size_t one = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 20, T);
+    size_t two = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 40, T);
+    cr_expect_gt((size_t)20 * T * cfg.vocab, (size_t)CLASSIFIER_CHUNK_FLOATS / 2);
+    cr_expect_lt(two - one, (size_t)20 * T * cfg.vocab / 10, "8000 positions added %zu floats", two - one);
     size_t P = m->base.layout.total;
     float *params = malloc(P * sizeof(float));
     random_params(&m->base.layout, params, 7);

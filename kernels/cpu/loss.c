@@ -1,16 +1,13 @@
-/* loss.c: fused softmax + cross-entropy over the vocabulary, and its backward. */
-#include <math.h>
-
+/* loss.c: the classifier's fused softmax, cross-entropy and gradient, and the mean of the losses.
+ *
+ * Each row runs as the GPU's block runs it (kernels/online_softmax.h): the
+ * CROSSENTROPY_THREADS partials of a block, partial t over logits t, t +
+ * THREADS, ..., merged by the same tree with the same exp, so that the losses
+ * and dlogits are the GPU's bits.
+ */
 #include "../../runtime/device_cpu.h"
+#include "../online_softmax.h"
 #include "cpu_kernels.h"
-#include "vector_math.h"
-
-typedef struct {
-    float *mean_loss, *losses, *probs;
-    const float *logits;
-    const int *targets;
-    int N, V;
-} CrossEntropyArgs;
 
 /* In order, in double: the same bits whatever the threads. */
 static float mean_of(const float *x, int n) {
@@ -31,47 +28,52 @@ void cpu_mean_forward(Stream *s, float *mean, const float *x, int n) {
     stream_launch(s, mean_task, &a, sizeof a);
 }
 
-static void crossentropy_forward_task(void *p) {
+/* A row's max and sum of exponentials: the GPU block's partials, a sweep of
+ * CROSSENTROPY_THREADS logits at a time, then its tree. */
+static SoftmaxPartial row_softmax(const float *logit, int V) {
+    SoftmaxPartial part[CROSSENTROPY_THREADS];
+    for (int t = 0; t < CROSSENTROPY_THREADS; t++) part[t] = softmax_partial_empty();
+    for (int first = 0; first < V; first += CROSSENTROPY_THREADS) {
+        int n = V - first < CROSSENTROPY_THREADS ? V - first : CROSSENTROPY_THREADS;
+        #pragma omp simd
+        for (int t = 0; t < n; t++) part[t] = softmax_merge(part[t], softmax_partial_of(logit[first + t]));
+    }
+    for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
+        #pragma omp simd
+        for (int t = 0; t < stride; t++) part[t] = softmax_merge(part[t], part[t + stride]);
+    }
+    return part[0];
+}
+
+typedef struct {
+    float *losses, *dlogits;
+    const float *logits;
+    const int *targets;
+    int N, V;
+    float dloss;
+} CrossEntropyArgs;
+
+/* Row i's loss, then its gradient (in place where dlogits is logits: the
+ * target's logit is read first). */
+static void crossentropy_row(const CrossEntropyArgs *a, int i) {
+    int V = a->V, target = a->targets[i];
+    const float *logit = a->logits + (size_t)i * V;
+    SoftmaxPartial row = row_softmax(logit, V);
+    a->losses[i] = softmax_loss(logit[target], row);
+    if (!a->dlogits) return;
+    float *d = a->dlogits + (size_t)i * V;
+    #pragma omp simd
+    for (int j = 0; j < V; j++) d[j] = softmax_grad(logit[j], row, j == target, a->dloss);
+}
+
+static void crossentropy_task(void *p) {
     CrossEntropyArgs *a = p;
-    int V = a->V;
     #pragma omp parallel for schedule(static)
-    for (int i = 0; i < a->N; i++) {
-        const float *logit = a->logits + (size_t)i * V;
-        float *prob = a->probs + (size_t)i * V;
-        float maxval = logit[0];
-        #pragma omp simd reduction(max : maxval)
-        for (int j = 1; j < V; j++) maxval = logit[j] > maxval ? logit[j] : maxval;
-        float sum = 0.0f;
-        #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) { prob[j] = expf(logit[j] - maxval); sum += prob[j]; }
-        for (int j = 0; j < V; j++) prob[j] /= sum;
-        /* -log softmax from the logits themselves: exact even where prob underflows */
-        if (a->targets) a->losses[i] = logf(sum) - (logit[a->targets[i]] - maxval);
-    }
-    if (a->targets && a->mean_loss) *a->mean_loss = mean_of(a->losses, a->N);
+    for (int i = 0; i < a->N; i++) crossentropy_row(a, i);
 }
 
-void cpu_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs,
-                          const float *logits, const int *targets, int N, int V) {
-    CrossEntropyArgs a = { mean_loss, losses, probs, logits, targets, N, V };
-    stream_launch(s, crossentropy_forward_task, &a, sizeof a);
-}
-
-typedef struct { float *dlogits; const float *probs; const int *targets; int N, V; float dloss; } CrossEntropyBackwardArgs;
-
-static void crossentropy_backward_task(void *p) {
-    CrossEntropyBackwardArgs *a = p;
-    int V = a->V;
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < a->N; i++) {
-        const float *prob = a->probs + (size_t)i * V;
-        float *d = a->dlogits + (size_t)i * V;
-        for (int j = 0; j < V; j++) d[j] = a->dloss * (prob[j] - (j == a->targets[i] ? 1.0f : 0.0f));
-    }
-}
-
-void cpu_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets,
-                           int N, int V, float dloss) {
-    CrossEntropyBackwardArgs a = { dlogits, probs, targets, N, V, dloss };
-    stream_launch(s, crossentropy_backward_task, &a, sizeof a);
+void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+                                       const int *targets, int N, int V, float dloss) {
+    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss };
+    stream_launch(s, crossentropy_task, &a, sizeof a);
 }

@@ -74,10 +74,8 @@ void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
-void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs, const float *logits,
-                               const int *targets, int N, int V);
-void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
-                                float dloss);
+void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+                                        const int *targets, int N, int V, float dloss);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
                        AdamWParams hp);

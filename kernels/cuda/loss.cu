@@ -1,31 +1,52 @@
-/* loss.cu: softmax + cross-entropy, its backward, and the mean of the losses, on the GPU.
+/* loss.cu: the classifier's fused softmax, cross-entropy and gradient, and the mean of the losses, on the GPU.
  *
- * The mean goes through a block-wide tree in double (block_sum) whose shape
+ * A block per row, CROSSENTROPY_THREADS threads: one sweep over the row's
+ * logits for the online max and sum (kernels/online_softmax.h), a fixed tree
+ * over the threads' partials, then a second sweep writing the gradient. The
+ * CPU's op runs the same partials, tree and arithmetic: the same bits. The
+ * mean goes through a block-wide tree in double (block_sum) whose shape
  * depends only on the size, so it repeats bit for bit.
  */
+#include "../online_softmax.h"
 #include "cuda_kernels.cuh"
 
-/* A warp per row: probs = softmax(logits), loss = -log softmax at the target. */
-__global__ static void crossentropy_kernel(float *losses, float *probs, const float *logits, const int *targets,
-                                           int N, int V) {
-    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-    int lane = threadIdx.x % WARP;
-    if (row >= (size_t)N) return;
-    const float *logit = logits + (size_t)row * V;
-    float *prob = probs + (size_t)row * V;
-    float maxval = -INFINITY;
-    for (int j = lane; j < V; j += WARP) maxval = fmaxf(maxval, logit[j]);
-    maxval = warp_max(maxval);
-    float sum = 0.0f;
-    for (int j = lane; j < V; j += WARP) {
-        float e = expf(logit[j] - maxval);
-        prob[j] = e;
-        sum += e;
+/* The row's max and sum: thread t's partial over logits t, t + THREADS, ...,
+ * then the tree (partial t takes t + stride, stride halving); every thread
+ * gets the row's. */
+__device__ static SoftmaxPartial row_softmax(const float *logit, int V) {
+    __shared__ SoftmaxPartial part[CROSSENTROPY_THREADS];
+    int t = threadIdx.x;
+    SoftmaxPartial mine = softmax_partial_empty();
+    for (int j = t; j < V; j += CROSSENTROPY_THREADS) mine = softmax_merge(mine, softmax_partial_of(logit[j]));
+    part[t] = mine;
+    __syncthreads();
+    for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
+        if (t < stride) part[t] = softmax_merge(part[t], part[t + stride]);
+        __syncthreads();
     }
-    sum = warp_sum(sum);
-    for (int j = lane; j < V; j += WARP) prob[j] /= sum;
-    /* -log softmax from the logits themselves: exact even where prob underflows */
-    if (targets && lane == 0) losses[row] = logf(sum) - (logit[targets[row]] - maxval);
+    return part[0];
+}
+
+/* Row blockIdx.x's loss and, with dlogits, its gradient. In place
+ * (dlogits == logits) the target's logit is read before any is written. */
+__global__ static void crossentropy_kernel(float *losses, float *dlogits, const float *logits, const int *targets,
+                                           int V, float dloss) {
+    size_t row = blockIdx.x;
+    const float *logit = logits + row * V;
+    int target = targets[row];
+    SoftmaxPartial total = row_softmax(logit, V);
+    if (threadIdx.x == 0) losses[row] = softmax_loss(logit[target], total);
+    if (!dlogits) return;
+    __syncthreads();
+    float *d = dlogits + row * V;
+    for (int j = threadIdx.x; j < V; j += CROSSENTROPY_THREADS) d[j] = softmax_grad(logit[j], total, j == target, dloss);
+}
+
+void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+                                        const int *targets, int N, int V, float dloss) {
+    if (N == 0) return;
+    crossentropy_kernel<<<N, CROSSENTROPY_THREADS, 0, cuda_stream(s)>>>(losses, dlogits, logits, targets, V, dloss);
+    CHECK_LAUNCH("crossentropy_kernel");
 }
 
 __global__ static void mean_kernel(float *mean, const float *x, int n) {
@@ -35,31 +56,7 @@ __global__ static void mean_kernel(float *mean, const float *x, int n) {
     if (threadIdx.x == 0) *mean = (float)(total / n);
 }
 
-void cuda_crossentropy_forward(Stream *s, float *mean_loss, float *losses, float *probs, const float *logits,
-                               const int *targets, int N, int V) {
-    cudaStream_t stream = cuda_stream(s);
-    crossentropy_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(losses, probs, logits, targets, N, V);
-    CHECK_LAUNCH("crossentropy_kernel");
-    if (!targets || !mean_loss) return;
-    cuda_mean_forward(s, mean_loss, losses, N);
-}
-
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n) {
     mean_kernel<<<1, THREADS, 0, cuda_stream(s)>>>(mean, x, n);
     CHECK_LAUNCH("mean_kernel");
-}
-
-__global__ static void crossentropy_backward_kernel(float *dlogits, const float *probs, const int *targets, int N,
-                                                    int V, float dloss) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * V) return;
-    int row = (int)(i / V), j = (int)(i % V);
-    dlogits[i] = dloss * (probs[i] - (j == targets[row] ? 1.0f : 0.0f));
-}
-
-void cuda_crossentropy_backward(Stream *s, float *dlogits, const float *probs, const int *targets, int N, int V,
-                                float dloss) {
-    crossentropy_backward_kernel<<<blocks_for((size_t)N * V), THREADS, 0, cuda_stream(s)>>>(dlogits, probs,
-                                                                                           targets, N, V, dloss);
-    CHECK_LAUNCH("crossentropy_backward_kernel");
 }
