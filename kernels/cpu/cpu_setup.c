@@ -68,15 +68,19 @@ static void restart(char **argv, const char *core, const char *better_core, cons
     unsetenv(SET_SPINS);
 }
 
+/* The kernels, and OPENBLAS_L2_SIZE where the environment sets it: it changes
+ * OpenBLAS's blocking, and with it the speed, whatever the kernels. */
 static void describe_blas(char *line, size_t len, const char *core, const char *user_core) {
-    const char *restarted_from = getenv(RESTARTED_FROM_CORE);
+    const char *restarted_from = getenv(RESTARTED_FROM_CORE), *l2 = getenv("OPENBLAS_L2_SIZE");
+    int n;
     if (restarted_from)
-        snprintf(line, len, "OpenBLAS %s kernels, %d threads (OpenBLAS chose its generic '%s' kernels on this CPU, "
-                 "so the program restarted itself with OPENBLAS_CORETYPE=%s)", core, openblas_get_num_threads(),
-                 restarted_from, core);
+        n = snprintf(line, len, "OpenBLAS %s kernels, %d threads (OpenBLAS chose its generic '%s' kernels on this "
+                     "CPU, so the program restarted itself with OPENBLAS_CORETYPE=%s)", core,
+                     openblas_get_num_threads(), restarted_from, core);
     else
-        snprintf(line, len, "OpenBLAS %s kernels, %d threads%s%s", core, openblas_get_num_threads(),
-                 user_core ? ", OPENBLAS_CORETYPE=" : "", user_core ? user_core : "");
+        n = snprintf(line, len, "OpenBLAS %s kernels, %d threads%s%s", core, openblas_get_num_threads(),
+                     user_core ? ", OPENBLAS_CORETYPE=" : "", user_core ? user_core : "");
+    if (l2 && n > 0 && (size_t)n < len) snprintf(line + n, len - n, ", OPENBLAS_L2_SIZE=%s", l2);
 }
 
 /* How idle threads wait, then how big a stream's team is (runtime/device_cpu.c). */
