@@ -15,28 +15,10 @@
 #include "../kernels/philox.h"
 #include "../runtime/host.h"
 
-/* Before opening: a FIFO's open would wait for a writer, forever. */
-static int regular_file(const char *path, const char *what, struct stat *st, char *err, size_t errlen) {
-    if (stat(path, st) != 0) {
-        snprintf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st->st_mode)) {
-        snprintf(err, errlen, "%s '%s' is a directory, not a file", what, path);
-        return -1;
-    }
-    if (!S_ISREG(st->st_mode)) {
-        snprintf(err, errlen, "%s '%s' is not a regular file (a FIFO, a device or a socket): its size is not known",
-                 what, path);
-        return -1;
-    }
-    return 0;
-}
-
 int data_read_file(const char *path, const char *what, size_t per_byte, const char *uses, unsigned char **bytes,
                    size_t *n, char *err, size_t errlen) {
     struct stat st;
-    if (regular_file(path, what, &st, err, errlen) != 0) return -1;
+    if (host_regular_file(path, what, &st, err, errlen) != 0) return -1;
     /* before a byte is read: a file too big for the machine is one line, not the OOM killer's work */
     size_t size = (size_t)st.st_size, need = size * (1 + per_byte);
     if (size > SIZE_MAX / (1 + per_byte) || host_memory_take(need) != 0) {
@@ -110,7 +92,7 @@ static int load_text(Dataset *d, const char *path, int block_size, char *err, si
 /* meta.json: the ids' width and the vocabulary's size; without one, nanoGPT's uint16 and GPT-2's vocabulary. */
 static int read_meta(Dataset *d, const char *dir, char *err, size_t errlen) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/meta.json", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, TOKEN_FOLDER_FILE[2]);
     d->token_bytes = sizeof(uint16_t);
     d->vocab = GPT2_VOCAB;
     if (access(path, F_OK) != 0) return 0;
@@ -118,6 +100,8 @@ static int read_meta(Dataset *d, const char *dir, char *err, size_t errlen) {
         snprintf(err, errlen, "'%s' is a folder, not a file", path);
         return -1;
     }
+    struct stat st;
+    if (host_regular_file(path, "meta.json", &st, err, errlen) != 0) return -1;
     json_error_t je;
     json_t *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!meta) {
@@ -142,17 +126,19 @@ static int read_meta(Dataset *d, const char *dir, char *err, size_t errlen) {
     return -1;
 }
 
+const char *const TOKEN_FOLDER_FILE[TOKEN_FOLDER_FILES] = { "train.bin", "val.bin", "meta.json" };
+
 /* DIR/NAME.bin, mapped: a whole number of ids, more than a block of them. */
 static int map_split(Dataset *d, const char *dir, int split, int block_size, char *err, size_t errlen) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s.bin", dir, split == SPLIT_TRAIN ? "train" : "val");
+    snprintf(path, sizeof path, "%s/%s", dir, TOKEN_FOLDER_FILE[split == SPLIT_TRAIN ? 0 : 1]);
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "cannot open '%s': %s (a token folder holds train.bin and val.bin, as nanoGPT's "
                  "prepare.py or bin/prepare writes them)", path, strerror(errno));
         return -1;
     }
-    if (regular_file(path, "token file", &st, err, errlen) != 0) return -1;
+    if (host_regular_file(path, "token file", &st, err, errlen) != 0) return -1;
     size_t bytes = (size_t)st.st_size;
     if (bytes % (size_t)d->token_bytes != 0) {
         snprintf(err, errlen, "'%s' has %zu bytes, not a whole number of uint%d ids", path, bytes, 8 * d->token_bytes);

@@ -21,6 +21,10 @@
 enum { SPLIT_TRAIN = 0, SPLIT_VAL = 1, SPLITS = 2 };
 /* What a batch is drawn for: training steps, or the fixed evaluation batches. */
 enum { BATCH_TRAIN = 0, BATCH_EVAL = 1 };
+/* A token folder's files, as nanoGPT's prepare.py and bin/prepare write them:
+ * the train split's ids, the val split's, and meta.json. */
+enum { TOKEN_FOLDER_FILES = 3 };
+extern const char *const TOKEN_FOLDER_FILE[TOKEN_FOLDER_FILES];
 /* nanoGPT's vocabulary for a folder without meta.json: GPT-2's. */
 enum { GPT2_VOCAB = 50257 };
 

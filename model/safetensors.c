@@ -340,6 +340,8 @@ static int open_file(StFile *f, const char *path, int header_only, char *err, si
                  "checkpoint file", path);
         return -1;
     }
+    struct stat st;
+    if (host_regular_file(path, "checkpoint", &st, err, errlen) != 0) return -1;
     FILE *in = fopen(path, "rb");
     if (!in) { snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno)); return -1; }
     long size = fseek(in, 0, SEEK_END) == 0 ? ftell(in) : -1;

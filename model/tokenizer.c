@@ -339,6 +339,8 @@ Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "tokenizer '%s' is a folder, not a file", path);
         return NULL;
     }
+    struct stat st;
+    if (host_regular_file(path, "tokenizer", &st, err, errlen) != 0) return NULL;
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

@@ -79,6 +79,23 @@ int host_is_directory(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+int host_regular_file(const char *path, const char *what, struct stat *st, char *err, size_t errlen) {
+    if (stat(path, st) != 0) {
+        snprintf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st->st_mode)) {
+        snprintf(err, errlen, "%s '%s' is a directory, not a file", what, path);
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, errlen, "%s '%s' is not a regular file (a FIFO, a device or a socket): its size is not known",
+                 what, path);
+        return -1;
+    }
+    return 0;
+}
+
 int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%.4096s.tmp.%ld", path, (long)getpid());

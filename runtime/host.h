@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* count * size zeroed bytes (at least one), or exit with a message. */
 void *host_calloc(size_t count, size_t size);
@@ -32,6 +33,10 @@ size_t host_memory_free(void);
 /* 1 when path names a directory: a file was asked for, and reading one fails
  * with a message that does not say why. */
 int host_is_directory(const char *path);
+/* Before a file is opened for reading: it exists and is a regular file, its
+ * stat in *st. A FIFO's open would wait for a writer forever, and a device's
+ * size is not known. 0, or -1 with a one-line message naming `what` and path. */
+int host_regular_file(const char *path, const char *what, struct stat *st, char *err, size_t errlen);
 /* n bytes to path, written whole beside it (path.tmp.PID), flushed to the
  * disk, then renamed over it: a crash or a full disk leaves the old file, or
  * none, never half of the new one. 0, or -1 with a one-line message. */

@@ -726,6 +726,21 @@ MUTANTS = [
      "model/gpt.c",
      "    mean_forward(s, a->mean_loss, a->losses, (int)BT);\n    bf16_values(m, dhead, (size_t)V * C);",
      "    bf16_values(m, dhead, (size_t)V * C);"),
+    ("token-folder-files-unchecked", "an output over a token folder's train.bin, val.bin or meta.json let through",
+     "test_files/an_output_over_a_token*",
+     "tools/run_files.c",
+     "int folder = host_is_directory(o->data);",
+     "int folder = 0 * host_is_directory(o->data);"),
+    ("dangling-link-unfollowed", "an output through a link that leads nowhere yet taken for the link, not its target",
+     "test_files/outputs_through_links*",
+     "tools/file_identity.c",
+     "for (int hops = 0; hops < 40 && dangling_target(path, target, sizeof target) == 0; hops++)",
+     "for (int hops = 40; hops < 40 && dangling_target(path, target, sizeof target) == 0; hops++)"),
+    ("fifo-input-opened", "an input that is a FIFO opened, waiting for a writer forever",
+     "test_files/an_input_that_is_a_fifo*",
+     "runtime/host.c",
+     "    if (!S_ISREG(st->st_mode)) {\n        snprintf(err, errlen, \"%s '%s' is not a regular file",
+     "    if (0 && !S_ISREG(st->st_mode)) {\n        snprintf(err, errlen, \"%s '%s' is not a regular file"),
 ]
 
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../kernels/backend.h"  /* cuda_kernel_ops: whether this build has CUDA */
+#include "../model/data.h"
 #include "../model/models.h"
 #include "../runtime/host.h"
 #include "../training/checkpoint.h"
@@ -427,7 +428,9 @@ Test(files, export_exit_status_follows_the_one_rule, .timeout = 120) {
 
 /* A checkpoint in --out is another run's state: a run that does not resume it
  * (fresh, --init-from it, or --resume of another file) is refused at start,
- * exit 2, the file as it was; --resume it, or --overwrite=1, and the run goes. */
+ * exit 2, the file as it was (--init-from it as an input the save would
+ * replace, --overwrite=1 or not); --resume it, or --overwrite=1, and the run
+ * goes. */
 Test(files, a_checkpoint_in_out_is_replaced_only_by_its_own_resume, .timeout = 120) {
     char dir[64], ckpt[128], other[160], args[2048], err[4096];
     train_checkpoint(dir, sizeof dir, ckpt, sizeof ckpt, 2);
@@ -435,13 +438,15 @@ Test(files, a_checkpoint_in_out_is_replaced_only_by_its_own_resume, .timeout = 1
     size_t n;
     unsigned char *good = read_all(ckpt, &n);
     write_all(other, good, n);
-    const char *refused[] = { "", "--init-from=%s", "--resume=%s" };
-    const char *paths[] = { "", ckpt, other };
-    for (int i = 0; i < 3; i++) {
+    const char *refused[] = { "", "--init-from=%s", "--resume=%s", "--init-from=%s --overwrite=1" };
+    const char *paths[] = { "", ckpt, other, ckpt };
+    const char *why[] = { "holds a checkpoint already", "is the same file as --init-from", "holds a checkpoint already",
+                          "is the same file as --init-from" };
+    for (int i = 0; i < 4; i++) {
         char start[256];
         snprintf(start, sizeof start, refused[i], paths[i]);
         snprintf(args, sizeof args, "%s --iters=4 --out=%s %s", TINY, dir, start);
-        expect_one_line(run_train(args, err, sizeof err), 2, err, "holds a checkpoint already", start);
+        expect_one_line(run_train(args, err, sizeof err), 2, err, why[i], start);
         expect_unchanged(ckpt, good, n, "a refused run changed the checkpoint");
     }
     snprintf(args, sizeof args, "%s --iters=4 --out=%s --resume=%s", TINY, dir, ckpt);
@@ -576,5 +581,106 @@ Test(files, a_checkpoint_with_biases_resumes_under_another_strategy_to_the_same_
     expect_one_line(run_train(args, err, sizeof err), 1, err,
                     "bias 1, GELU erf; this run's is 2, 2, 16, 16, 65, 0, erf",
                     "a run without biases from a checkpoint with them");
+    remove_dir(dir);
+}
+
+/* ---- what the hostile-input probe found: a token folder's files, links
+ * that lead nowhere yet, and inputs that are not files ---- */
+
+/* A token folder of 65 ids, 2000 in each split, in dir/name (its meta.json
+ * too); the three files' bytes into good[] to compare after. */
+static void write_token_folder(const char *dir, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(mkdir(path, 0777), 0);
+    uint16_t ids[2000];
+    for (int i = 0; i < 2000; i++) ids[i] = (uint16_t)((i * 37 + i / 11) % 65);
+    for (int f = 0; f < 2; f++) {
+        snprintf(path, sizeof path, "%s/%s/%s", dir, name, TOKEN_FOLDER_FILE[f]);
+        write_all(path, ids, sizeof ids);
+    }
+    snprintf(path, sizeof path, "%s/%s/%s", dir, name, TOKEN_FOLDER_FILE[2]);
+    const char meta[] = "{\"vocab_size\": 65, \"dtype\": \"uint16\"}\n";
+    write_all(path, meta, sizeof meta - 1);
+}
+
+/* --log or --trace over a token folder's train.bin, val.bin or meta.json (by
+ * its path, a hard link, or a folder reached through a link): refused, exit
+ * 2, the file as it was. Before, the log truncated the mapped train.bin under
+ * the run (SIGBUS) and the trace replaced meta.json (exit 0). */
+Test(files, an_output_over_a_token_folders_file_is_refused, .timeout = 120) {
+    char dir[64], cmd[512], args[1024], err[4096], path[256];
+    temp_dir(dir, sizeof dir, "tokout");
+    write_token_folder(dir, "tok");
+    snprintf(cmd, sizeof cmd, "cd %s && ln -s tok via && ln tok/train.bin hard.bin", dir);
+    cr_assert_eq(system(cmd), 0);
+    const char *outputs[] = { "--log=%s/tok/train.bin", "--log=%s/via/val.bin", "--trace=%s/via/meta.json",
+                              "--log=%s/hard.bin" };
+    for (int f = 0; f < TOKEN_FOLDER_FILES; f++) {
+        snprintf(path, sizeof path, "%s/tok/%s", dir, TOKEN_FOLDER_FILE[f]);
+        size_t n;
+        unsigned char *good = read_all(path, &n);
+        for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+            char output[300];
+            snprintf(output, sizeof output, outputs[i], dir);
+            snprintf(args, sizeof args, "%s --iters=2 --data=%s/tok %s", TINY, dir, output);
+            expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --data's", output);
+            expect_unchanged(path, good, n, "a refused run changed the token folder");
+        }
+        free(good);
+    }
+    remove_dir(dir);
+}
+
+/* Outputs through symbolic links that lead nowhere yet are the files the
+ * links would make: --log and --trace through two links to one new file, and
+ * --log through a link to where --out's checkpoint will be. Refused, exit 2. */
+Test(files, outputs_through_links_to_one_new_file_are_refused, .timeout = 60) {
+    char dir[64], cmd[512], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "dangling");
+    snprintf(cmd, sizeof cmd, "cd %s && ln -s new.txt a && ln -s %s/new.txt b && mkdir run && ln -s run/%s c", dir,
+             dir, CHECKPOINT_FILE_NAME);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "%s --iters=2 --log=%s/a --trace=%s/b", TINY, dir, dir);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --trace", "two links to new.txt");
+    snprintf(args, sizeof args, "%s --iters=2 --log=%s/c --out=%s/run", TINY, dir, dir);
+    expect_one_line(run_train(args, err, sizeof err), 2, err, "is the same file as --out's checkpoint",
+                    "a link to the checkpoint to be");
+    remove_dir(dir);
+}
+
+/* Every file a tool reads, given as a FIFO that nothing writes: one line and
+ * exit 1 at once, never an open that waits for a writer (before, each tool
+ * hung there, bin/train deaf to SIGTERM). */
+Test(files, an_input_that_is_a_fifo_is_refused_at_once, .timeout = 120) {
+    char dir[64], fifo[128], cmd[512], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "fifoin");
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0666), 0);
+    write_token_folder(dir, "tok");
+    snprintf(cmd, sizeof cmd, "cd %s && rm tok/meta.json && mkfifo tok/meta.json", dir);
+    cr_assert_eq(system(cmd), 0);
+    struct { const char *(*binary)(void); const char *args; } cases[] = {
+        { train_binary, "--iters=2 --resume=%s" },
+        { train_binary, "--iters=2 --init-from=%s" }, { sample_binary, "--ckpt=%s" },
+        { export_binary, "--ckpt=%s --hf=%s.hf" }, { prepare_binary, "--tokenizer=%s --data=data/tinyshakespeare.txt "
+                                                                        "--out=%s.out" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char flags[512];
+        snprintf(flags, sizeof flags, cases[c].args, fifo, fifo);
+        int is_train = cases[c].binary == train_binary;
+        snprintf(args, sizeof args, "%s %s", is_train ? TINY : "", flags);
+        snprintf(cmd, sizeof cmd, "timeout -k 1 20 %s", cases[c].binary());
+        expect_one_line(run_tool(cmd, args, "/dev/null", err, sizeof err), 1, err, "is not a regular file", flags);
+    }
+    snprintf(cmd, sizeof cmd, "timeout -k 1 20 %s", train_binary());
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s/tok", TINY, dir);
+    expect_one_line(run_tool(cmd, args, "/dev/null", err, sizeof err), 1, err, "is not a regular file",
+                    "a token folder's meta.json");
+    write_token_folder(dir, "tok2");
+    snprintf(args, sizeof args, "%s --iters=2 --data=%s/tok2 --tokenizer=%s", TINY, dir, fifo);
+    expect_one_line(run_tool(cmd, args, "/dev/null", err, sizeof err), 1, err, "is not a regular file",
+                    "--tokenizer");
     remove_dir(dir);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 enum { NAME_MAX_BYTES = 1024 };
 
@@ -19,13 +20,32 @@ typedef struct {
     char canonical[PATH_MAX + NAME_MAX_BYTES];
 } Identity;
 
-static void identify(const char *path, Identity *id) {
+/* Where a symbolic link that leads nowhere yet points: writing through it
+ * makes that file. Its target, relative to the link's folder; 0, or -1 when
+ * path is no such link. */
+static int dangling_target(const char *path, char *target, size_t len) {
+    struct stat st;
+    char link[PATH_MAX], dir_copy[PATH_MAX];
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) return -1;
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n < 0) return -1;
+    link[n] = 0;
+    snprintf(dir_copy, sizeof dir_copy, "%s", path);
+    int made = link[0] == '/' ? snprintf(target, len, "%s", link) : snprintf(target, len, "%s/%s", dirname(dir_copy), link);
+    return made < 0 || (size_t)made >= len ? -1 : 0;  /* a target too long for a path names no file */
+}
+
+static void identify(const char *given, Identity *id) {
     struct stat st;
     memset(id, 0, sizeof *id);
-    if (stat(path, &st) == 0) {
+    if (stat(given, &st) == 0) {
         *id = (Identity){ .exists = 1, .device = S_ISCHR(st.st_mode), .dev = st.st_dev, .ino = st.st_ino };
         return;
     }
+    char path[PATH_MAX], target[PATH_MAX];
+    snprintf(path, sizeof path, "%s", given);
+    for (int hops = 0; hops < 40 && dangling_target(path, target, sizeof target) == 0; hops++)
+        snprintf(path, sizeof path, "%s", target);  /* as the kernel follows links, at most 40 */
     char dir_copy[PATH_MAX], base_copy[PATH_MAX], folder[PATH_MAX];
     snprintf(dir_copy, sizeof dir_copy, "%s", path);
     snprintf(base_copy, sizeof base_copy, "%s", path);

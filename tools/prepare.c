@@ -29,8 +29,7 @@
 #include "file_identity.h"
 #include "options.h"
 
-static const char *const OUTPUTS[] = { "train.bin", "val.bin", "meta.json" };
-enum { N_OUTPUTS = 3, PATH_BYTES = OPTION_PATH_MAX + 16 };
+enum { N_OUTPUTS = TOKEN_FOLDER_FILES, PATH_BYTES = OPTION_PATH_MAX + 16 };
 
 /* The fewest ids a split may hold: bin/train needs more than --block of them, and --block is at least 1. */
 enum { MIN_SPLIT_IDS = 2 };
@@ -83,8 +82,8 @@ static int check_paths(const TrainOptions *o) {
     char outputs[N_OUTPUTS][PATH_BYTES], flags[N_OUTPUTS][32], err[4 * PATH_BYTES];
     ToolPath paths[N_OUTPUTS + 2] = { { "--data", o->data, 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 } };
     for (int i = 0; i < N_OUTPUTS; i++) {
-        snprintf(outputs[i], sizeof outputs[i], "%s/%s", o->out, OUTPUTS[i]);
-        snprintf(flags[i], sizeof flags[i], "--out's %s", OUTPUTS[i]);
+        snprintf(outputs[i], sizeof outputs[i], "%s/%s", o->out, TOKEN_FOLDER_FILE[i]);
+        snprintf(flags[i], sizeof flags[i], "--out's %s", TOKEN_FOLDER_FILE[i]);
         paths[2 + i] = (ToolPath){ flags[i], outputs[i], 1, 0 };
     }
     if (file_identity_distinct("prepare", paths, N_OUTPUTS + 2, err, sizeof err) != 0) {
@@ -131,12 +130,12 @@ static int write_splits(const TrainOptions *o, const TokenIds split[2], int voca
     int token_bytes = vocab <= 65536 ? 2 : 4, rc = make_out(o->out);
     for (int s = 0; s < 2 && rc == 0; s++) {
         void *ids = narrow(&split[s], token_bytes);
-        rc = write_output(o->out, OUTPUTS[s], ids, split[s].n * (size_t)token_bytes);
+        rc = write_output(o->out, TOKEN_FOLDER_FILE[s], ids, split[s].n * (size_t)token_bytes);
         free(ids);
     }
     char meta[128];
     snprintf(meta, sizeof meta, "{\"vocab_size\": %d, \"dtype\": \"uint%d\"}\n", vocab, 8 * token_bytes);
-    if (rc == 0) rc = write_output(o->out, OUTPUTS[2], meta, strlen(meta));
+    if (rc == 0) rc = write_output(o->out, TOKEN_FOLDER_FILE[2], meta, strlen(meta));
     if (rc == 0)
         printf("prepare: %s: %zu train / %zu val ids (uint%d, vocabulary %d) in %s\n", o->data, split[0].n,
                split[1].n, 8 * token_bytes, vocab, o->out);

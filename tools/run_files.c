@@ -8,20 +8,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../model/data.h"
 #include "../model/safetensors.h"
 #include "../runtime/host.h"
 #include "../training/checkpoint.h"
 #include "file_identity.h"
 
 int run_files_distinct(const TrainOptions *o, char *err, size_t errlen) {
-    char ckpt[OPTION_PATH_MAX + 64];
+    char ckpt[OPTION_PATH_MAX + 64], folder_file[TOKEN_FOLDER_FILES][OPTION_PATH_MAX + 16];
+    char folder_flag[TOKEN_FOLDER_FILES][32];
     snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, CHECKPOINT_FILE_NAME);
-    /* the checkpoint is written over the one it resumes or starts from by design (an atomic rename;
-       run_files_keep_checkpoint asks a fresh run to say --overwrite=1) */
+    /* a token folder's files are the inputs a write would destroy, not the folder */
+    int folder = host_is_directory(o->data);
+    for (int i = 0; i < TOKEN_FOLDER_FILES; i++) {
+        snprintf(folder_file[i], sizeof folder_file[i], "%s", "");
+        if (folder) snprintf(folder_file[i], sizeof folder_file[i], "%s/%s", o->data, TOKEN_FOLDER_FILE[i]);
+        snprintf(folder_flag[i], sizeof folder_flag[i], "--data's %s", TOKEN_FOLDER_FILE[i]);
+    }
+    /* the checkpoint is written over the one it resumes by design (an atomic rename), and over no other input */
     const ToolPath paths[] = {
         { "--log", o->log, 1, 0 }, { "--trace", o->trace, 1, 0 }, { "--out's checkpoint", o->out[0] ? ckpt : "", 1, 1 },
-        { "--data", o->data, 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 }, { "--resume", o->resume, 0, 1 },
-        { "--init-from", o->init_from, 0, 1 },
+        { "--data", o->data, 0, 0 }, { folder_flag[0], folder_file[0], 0, 0 }, { folder_flag[1], folder_file[1], 0, 0 },
+        { folder_flag[2], folder_file[2], 0, 0 }, { "--tokenizer", o->tokenizer, 0, 0 },
+        { "--resume", o->resume, 0, 1 }, { "--init-from", o->init_from, 0, 0 },
     };
     return file_identity_distinct("train", paths, sizeof paths / sizeof paths[0], err, errlen);
 }
