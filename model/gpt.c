@@ -92,6 +92,25 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
     return floats;
 }
 
+/* The largest of one product's numbers, weight + input + output gradient,
+ * over the Linears and the head (a chunk of its rows): what a GPU's matmul in
+ * bf16 restages them into (cuda_bf16_staging). */
+static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
+    size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
+    size_t out_widths[4] = { 3 * C, C, 4 * C, C }, in_widths[4] = { C, C, C, 4 * C };
+    size_t most = V * C + R * C + R * V;
+    for (int i = 0; i < 4; i++) {
+        size_t n = out_widths[i] * in_widths[i] + BT * in_widths[i] + BT * out_widths[i];
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
+    if (kind != DEVICE_CUDA || compute.precision != PRECISION_BF16) return 0;
+    return largest_product_numbers(cfg, B, T) * sizeof(bf16);
+}
+
 static void gpt_destroy(Model *base) { free(base); }
 
 static void forward_op(Model *m, const int *tokens, const int *targets, int B, int T,

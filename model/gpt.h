@@ -55,11 +55,12 @@ typedef struct {
 } Activations;
 
 enum { ACTIVATION_TENSORS = 34 };
-/* The classifier's logits at once, at most (2 GiB): past it, rows in equal
+/* The classifier's logits at once, at most (512 MiB): past it, rows in equal
  * chunks, so that a vocabulary of 50304 costs a chunk, not B x T x V floats
- * (GPT-2's 12 x 1024 rows: two chunks of 6144, 1.24 GB), and each chunk is
- * thousands of rows, a launch that fills the GPU. */
-enum { CLASSIFIER_CHUNK_FLOATS = 1 << 29 };
+ * (GPT-2's 12 x 1024 rows: five chunks of 2458, 494 MB; a GPU in bf16 stages
+ * a chunk's product in 328 MB more), and each chunk is thousands of rows, a
+ * launch that fills the GPU. */
+enum { CLASSIFIER_CHUNK_FLOATS = 1 << 27 };
 
 typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
@@ -113,6 +114,9 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
 /* The floats of gpt_create's activations for max_B x max_T on a device of
  * that kind (its one MEM_ACTIVATIONS allocation), without allocating them. */
 size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
+/* The bytes a GPU's compute stream restages a bf16 model's products into, at
+ * most (MEM_WORKING, made at the first product; 0 elsewhere). */
+size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,

@@ -32,5 +32,6 @@ void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compu
                               (double)model_batch_ints(positions) * sizeof(int);
     bytes[MEM_WORKING] += (double)column_sums_scratch_floats((int)positions, COLUMN_SUMS_WIDEST * cfg->embd) *
                               sizeof(float) +
-                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double);
+                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double) +
+                          (double)gpt_staging_bytes(cfg, kind, compute, max_B, max_T);
 }
