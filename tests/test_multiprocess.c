@@ -650,7 +650,7 @@ Test(multiprocess, an_error_every_process_meets_is_said_once) {
     snprintf(args, sizeof args, "%s --data=/nonexistent/d.txt", same);
     expect_refused(args, args, "train: cannot open data file '/nonexistent/d.txt'", 1, "missing data");
     snprintf(args, sizeof args, "%s --resume=/nonexistent/c.safetensors", same);
-    expect_refused(args, args, "train: cannot open '/nonexistent/c.safetensors'", 1, "missing checkpoint");
+    expect_refused(args, args, "train: cannot open checkpoint '/nonexistent/c.safetensors'", 1, "missing checkpoint");
 }
 
 /* The bin/train children of mpirun (pid `parent`), process p's at pids[p];
