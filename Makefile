@@ -256,14 +256,14 @@ valgrind:
 	    tests/tokenizer_sample.txt
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/prepare --tokenizer=build/valgrind/tokenizer.json \
 	    --data=tests/tokenizer_sample.txt --out=build/valgrind/tokens >/dev/null
-	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/bpe --iters=2 --zero=3 --gpus=2 --data=build/valgrind/tokens \
-	    --tokenizer=build/valgrind/tokenizer.json >/dev/null
+	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --sample-tokens=20 --out=build/valgrind/bpe --iters=2 --zero=3 --gpus=2 \
+	    --data=build/valgrind/tokens --tokenizer=build/valgrind/tokenizer.json >/dev/null
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello, world" --tokens=10 >/dev/null
 	@# Hugging Face's GPT-2 form: that run exported as a folder, a run started from it, a sample of it
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/export --ckpt=build/valgrind/bpe/ckpt.safetensors \
 	    --hf=build/valgrind/hf >/dev/null
-	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --out=build/valgrind/from_hf --iters=1 --zero=2 --gpus=2 \
+	$(VALGRIND) --error-exitcode=1 $(VALGRIND_TRAIN) --sample-tokens=20 --out=build/valgrind/from_hf --iters=1 --zero=2 --gpus=2 \
 	    --data=build/valgrind/tokens --init-from=build/valgrind/hf --tokenizer=build/valgrind/tokenizer.json >/dev/null
 	$(VALGRIND) --error-exitcode=1 build/memcheck/bin/sample --ckpt=build/valgrind/hf \
 	    --tokenizer=build/valgrind/tokenizer.json --prompt="Hello" --tokens=5 >/dev/null
