@@ -30,12 +30,12 @@ typedef struct {
     void (*matmul_forward_bf16)(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
     void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                                  const float *weight, int N, int C, int OC);
-    AttentionBuffers (*attention_buffers)(int B, int T, int NH);
+    AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, Precision products);
     void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                              int B, int T, int C, int NH, Dropout drop);
+                              int B, int T, int C, int NH, Dropout drop, Precision products);
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *saved, int B,
-                               int T, int C, int NH, Dropout drop);
+                               int T, int C, int NH, Dropout drop, Precision products);
     void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
     void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);

@@ -87,21 +87,22 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
     op_end(s);
 }
 
-AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH) {
-    return backend_of_kind(kind)->attention_buffers(B, T, NH);
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, Precision products) {
+    return backend_of_kind(kind)->attention_buffers(B, T, C, NH, products);
 }
 
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
-                       int T, int C, int NH, Dropout drop) {
+                       int T, int C, int NH, Dropout drop, Precision products) {
     op_begin(s, "attention_forward");
-    backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop);
+    backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop, products);
     op_end(s);
 }
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop) {
+                        const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
+                        Precision products) {
     op_begin(s, "attention_backward");
-    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop);
+    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop, products);
     op_end(s);
 }
 

@@ -72,17 +72,22 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
  * channels); out[B,T,C] the heads side by side. `saved` is what the forward
  * keeps for the backward, and `scratch` what both use, each in floats as the
- * device's backend says (attention_buffers): the CPU keeps the log-sum-exp of
- * each row of scores (B*NH*T) and needs no scratch (blocked, as FlashAttention:
- * no T x T matrix); the GPU keeps the probabilities (B*NH*T*T) and uses two
- * T x T matrices of scratch. The backward reads the forward's out too. */
+ * device's backend says (attention_buffers). Blocked as FlashAttention, with
+ * one log-sum-exp kept a row of scores (B*NH*T) and no T x T matrix: the CPU
+ * always, the GPU in bf16, on its tensor cores (heads of at most
+ * FLASH_MAX_HEAD channels; attention_tiles.h), with B*NH*T floats of scratch.
+ * In fp32 the GPU keeps the probabilities (B*NH*T*T) and uses two T x T
+ * matrices of scratch (cuBLAS). products = PRECISION_BF16 (on bf16 values,
+ * under autocast) rounds the dropped probabilities and the scores' gradient to
+ * bf16 before their products, as FlashAttention does; every sum is fp32. The
+ * backward reads the forward's out too. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
-AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int NH);
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, Precision products);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                       int B, int T, int C, int NH, Dropout drop);
+                       int B, int T, int C, int NH, Dropout drop, Precision products);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *saved, int B, int T,
-                        int C, int NH, Dropout drop);
+                        int C, int NH, Dropout drop, Precision products);
 
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715

@@ -62,7 +62,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         largest_block_tensor = 4 * C * C;
         wte = V * C;
     }
-    AttentionBuffers att = attention_buffers(kind, B, T, cfg->heads);
+    AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
         { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
@@ -368,7 +368,8 @@ typedef struct {
 static BlockActivations block_activations(const GPT *m, int l) {
     const Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
-    size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.heads).saved;
+    size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.embd, m->base.cfg.heads,
+                                   m->precision).saved;
     size_t k = m->recompute || keeps_bf16(compute_of(m)) ? 0 : (size_t)l;  /* the internals' block */
     size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
     BlockActivations b = {
@@ -438,7 +439,8 @@ static void block_forward(GPT *m, int l, int hooks) {
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
     add_bias(m, b.ln1, l, LN1, BT, C);
     linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
-    attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site));
+    attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
+                      m->precision);
     linear_forward(m, b.attproj, b.atty, l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
     bf16_values(m, b.attproj, BT * C);
@@ -591,7 +593,7 @@ void gpt_backward(GPT *m, float dloss) {
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
-                           dropout_at(m, site));
+                           dropout_at(m, site), m->precision);
         bf16_values(m, a->dqkv, BT * 3 * C);
         linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C);
         leave_backward(m, l, QKV);

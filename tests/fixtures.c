@@ -60,6 +60,15 @@ double rel_error(const float *got, const double *want, size_t n) {
     return max_want > 0 ? max_diff / max_want : max_diff;
 }
 
+double rms_rel_error(const float *got, const double *want, size_t n) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
                      size_t *n) {
     Strategy *s = strategy_create(zero, sc);

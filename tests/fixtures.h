@@ -39,6 +39,9 @@ float ordered_sum_in(Precision dtype, float *const *host, int N, size_t i, float
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);
+/* sqrt(sum (got - want)^2 / sum want^2): how far a whole tensor is, where a
+ * rare element may round to the next bf16 on one side only. */
+double rms_rel_error(const float *got, const double *want, size_t n);
 /* max |a - b| / max |b| over two float arrays: how far a run is from another. */
 double max_rel_diff(const float *a, const float *b, size_t n);
 /* Train a --zero stage through the trainer; returns the weights (malloc'd, the

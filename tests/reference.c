@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/attention_tiles.h"
 #include "../kernels/dropout.h"
 #include "../model/models.h"
 
@@ -67,6 +68,76 @@ void ref_attention(double *out, double *lse, const double *qkv, int B, int T, in
             }
     free(w);
     free(mask);
+}
+
+/* x rounded to bf16 (through fp32, as the ops hold it). */
+static double bf16_of(double x) { return bf16_rounded((float)x); }
+
+void ref_attention_bf16(double *out, double *dqkv, const double *qkv, const double *dout, int B, int T, int C,
+                        int NH, Dropout drop) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *s = malloc(sizeof(double) * T), *running = malloc(sizeof(double) * T), *lse = malloc(sizeof(double) * T);
+    float *mask = malloc(sizeof(float) * T);
+    memset(dqkv, 0, sizeof(double) * B * T * 3 * C);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const double *head = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+            double *dhead = dqkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+            size_t bh = (size_t)b * NH + h;
+            /* forward, row by row; each row's lse kept for the backward */
+            for (int t = 0; t < T; t++) {
+                const double *q = head + (size_t)t * 3 * C;
+                double maxval = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < hs; d++) dot += q[d] * head[(size_t)j * 3 * C + C + d];
+                    s[j] = dot * scale;
+                }
+                for (int j = 0; j <= t; j++) {
+                    if (j % FLASH_ROWS == 0)  /* a key block: the running max takes in its keys */
+                        for (int i = j; i <= t && i < j + FLASH_ROWS; i++) maxval = fmax(maxval, s[i]);
+                    running[j] = maxval;
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - maxval);
+                lse[t] = maxval + log(sum);
+                for (int j = 0; j <= t; j++) mask[j] = 1.0f;
+                if (drop.p > 0) dropout_scales(drop, attention_mask_index((int)bh, T, t, 0), (size_t)t + 1, mask);
+                double *y = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int d = 0; d < hs; d++) y[d] = 0;
+                for (int j = 0; j <= t; j++) {
+                    double w = bf16_of(exp(s[j] - running[j]) * mask[j]) * exp(running[j] - maxval) / sum;
+                    for (int d = 0; d < hs; d++) y[d] += w * head[(size_t)j * 3 * C + 2 * C + d];
+                }
+            }
+            /* backward, row by row: each row's dq, and its parts of dk and dv */
+            for (int t = 0; t < T; t++) {
+                const double *q = head + (size_t)t * 3 * C;
+                const double *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                const double *y = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                double delta = 0;
+                for (int d = 0; d < hs; d++) delta += dy[d] * y[d];
+                for (int j = 0; j <= t; j++) mask[j] = 1.0f;
+                if (drop.p > 0) dropout_scales(drop, attention_mask_index((int)bh, T, t, 0), (size_t)t + 1, mask);
+                for (int j = 0; j <= t; j++) {
+                    const double *k = head + (size_t)j * 3 * C + C, *v = k + C;
+                    double dot = 0, dp = 0;
+                    for (int d = 0; d < hs; d++) {
+                        dot += q[d] * k[d];
+                        dp += dy[d] * v[d];
+                    }
+                    double p = exp(dot * scale - lse[t]);
+                    double w = bf16_of(p * mask[j]), ds = bf16_of(p * (dp * mask[j] - delta));
+                    double *dq = dhead + (size_t)t * 3 * C, *dk = dhead + (size_t)j * 3 * C + C, *dv = dk + C;
+                    for (int d = 0; d < hs; d++) {
+                        dv[d] += w * dy[d];
+                        dq[d] += scale * ds * k[d];
+                        dk[d] += scale * ds * q[d];
+                    }
+                }
+            }
+        }
+    free(s); free(running); free(lse); free(mask);
 }
 
 void ref_gelu(double *out, const double *inp, size_t n, int tanh_form) {

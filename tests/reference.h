@@ -18,6 +18,15 @@ void ref_matmul(double *out, const double *inp, const double *weight, int N, int
 /* Causal attention over qkv[B,T,3C]; drop.p > 0 applies the kernels' mask. */
 /* lse, where not NULL, gets each row's log-sum-exp of scores [B,NH,T]. */
 void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int C, int NH, Dropout drop);
+/* The same attention as the ops run it in bf16 (PRECISION_BF16), forward and
+ * backward, written out in double: the weights (each key's exp(score - max)
+ * by its dropout mask, the max the row's running one over the key blocks of
+ * FLASH_ROWS seen so far) rounded to bf16 before their product with v; in the
+ * backward the dropped probabilities exp(score - lse) by the mask and the
+ * scores' gradient p (dp mask - delta) each rounded to bf16 before their
+ * products. out[B,T,C]; dqkv[B,T,3C] from dout[B,T,C]. */
+void ref_attention_bf16(double *out, double *dqkv, const double *qkv, const double *dout, int B, int T, int C,
+                        int NH, Dropout drop);
 /* Exact GELU, or with tanh_form GPT-2's tanh approximation. */
 void ref_gelu(double *out, const double *inp, size_t n, int tanh_form);
 void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);

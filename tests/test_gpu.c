@@ -254,31 +254,118 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     pair_free(dinp); pair_free(dw); pair_free(scratch);
 }
 
-static void check_attention(float p) {
+/* The GPU's copy against the CPU's as a whole (rms_rel_error), where a rare
+ * number rounds to the next bf16 on one side only. */
+static void expect_near(Pair p, double tol, const char *what) {
+    stream_synchronize(test_stream);
+    float *got = malloc(p.n * sizeof(float));
+    stream_copy(gpu_stream, got, p.gpu, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    double *want = to_double(p.cpu, p.n);
+    double e = rms_rel_error(got, want, p.n);
+    cr_expect_lt(e, tol, "%s: GPU against CPU, rms relative error %g (tolerance %g)", what, e, tol);
+    free(got);
+    free(want);
+}
+
+/* bf16 attention, GPU against CPU: both round the same numbers to bf16, each
+ * from its own fp32 sums (the tensor cores', sgemm's), so a rare one lands on
+ * the next bf16 on one side only (test_kernels: the fp32 op is 1.2e-3 away). */
+static const double BF16_ATTENTION_TOL = 3e-4;
+
+typedef struct { int B, T, C, NH; } AttentionShape;
+
+/* One attention forward and backward on the CPU and the GPU, on bf16 values
+ * in bf16: out and dqkv compared (what each keeps for the backward is its own
+ * in fp32: buffers as large as the larger). */
+static void check_attention(float p, Precision products, AttentionShape sh) {
     need_gpu();
-    int B = 2, T = 37, C = 48, NH = 4;
+    int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
     Dropout drop = { p, 9, 1, 4, 2 };
-    /* what each backend keeps for the backward is its own (the CPU's log-sum-exp,
-     * the GPU's probabilities): buffers as large as the larger, and only out and
-     * dqkv compared */
-    AttentionBuffers cpu_sizes = attention_buffers(DEVICE_CPU, B, T, NH);
-    AttentionBuffers gpu_sizes = attention_buffers(DEVICE_CUDA, B, T, NH);
+    AttentionBuffers cpu_sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, products);
+    AttentionBuffers gpu_sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, products);
     size_t saved_n = cpu_sizes.saved > gpu_sizes.saved ? cpu_sizes.saved : gpu_sizes.saved;
     size_t scratch_n = cpu_sizes.scratch > gpu_sizes.scratch ? cpu_sizes.scratch : gpu_sizes.scratch;
     Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 21), out = pair_random((size_t)B * T * C, -1, 1, 22);
-    Pair att = pair_random(saved_n, -1, 1, 23), scratch = pair_random(scratch_n, -1, 1, 24);
+    Pair att = pair_random(saved_n, -1, 1, 23), scratch = pair_random(scratch_n ? scratch_n : 1, -1, 1, 24);
     Pair dout = pair_random((size_t)B * T * C, -1, 1, 25), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 26);
-    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop);
-    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop);
-    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, att.cpu, B, T, C, NH, drop);
-    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, att.gpu, B, T, C, NH, drop);
-    expect_match(out, REDUCTION_TOL, "attention out");
-    expect_match(dqkv, REDUCTION_TOL, "attention dqkv");
+    if (products == PRECISION_BF16) {
+        pair_round_to_bf16(qkv);
+        pair_round_to_bf16(dout);
+    }
+    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products);
+    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products);
+    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, att.cpu, B, T, C, NH, drop,
+                       products);
+    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, att.gpu, B, T, C, NH, drop,
+                       products);
+    char what[96];
+    snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: out", products ? "bf16" : "fp32", C / NH, T, p);
+    if (products == PRECISION_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
+    else expect_match(out, REDUCTION_TOL, what);
+    snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: dqkv", products ? "bf16" : "fp32", C / NH, T, p);
+    if (products == PRECISION_BF16) expect_near(dqkv, BF16_ATTENTION_TOL, what);
+    else expect_match(dqkv, REDUCTION_TOL, what);
     pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
 }
 
-Test(gpu, attention_forward_backward) { check_attention(0.0f); }
-Test(gpu, attention_with_dropout) { check_attention(0.2f); }
+static const AttentionShape SMALL_ATTENTION = { 2, 37, 48, 4 };
+
+Test(gpu, attention_forward_backward) { check_attention(0.0f, PRECISION_FP32, SMALL_ATTENTION); }
+Test(gpu, attention_with_dropout) { check_attention(0.2f, PRECISION_FP32, SMALL_ATTENTION); }
+
+/* On the tensor cores: heads of 8, 12, 32 and 64 channels (padded to 16, 16,
+ * 32, 64), T past two blocks of 64 with a ragged last, with and without
+ * dropout; and a head of 80, past the tensor cores' 64, through cuBLAS with
+ * the same roundings. */
+Test(gpu, attention_in_bf16_on_the_tensor_cores) {
+    const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 64, 2 }, { 1, 150, 128, 2 },
+                                      { 1, 70, 160, 2 } };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        check_attention(0.0f, PRECISION_BF16, shapes[i]);
+        check_attention(0.2f, PRECISION_BF16, shapes[i]);
+    }
+}
+
+/* At GPT-2's shape (T = 1024, 12 heads of 64) the tensor cores' attention runs
+ * three times to the same bytes (out, the log-sum-exp, dqkv: no atomics, the
+ * sums' order fixed by the shapes), each near the CPU's. */
+Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
+    need_gpu();
+    int B = 2, T = 1024, C = 768, NH = 12;
+    Dropout drop = { 0.0f, 9, 1, 4, 2 };
+    AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, PRECISION_BF16);
+    cr_assert_eq(sizes.saved, (size_t)B * NH * T, "the GPU keeps one log-sum-exp a row, no T x T matrix");
+    Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 61), out = pair_random((size_t)B * T * C, -1, 1, 62);
+    Pair lse = pair_random(sizes.saved, -1, 1, 63), scratch = pair_random(sizes.scratch, -1, 1, 64);
+    Pair dout = pair_random((size_t)B * T * C, -1, 1, 65), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 66);
+    pair_round_to_bf16(qkv);
+    pair_round_to_bf16(dout);
+    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, PRECISION_BF16);
+    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, B, T, C, NH, drop,
+                       PRECISION_BF16);
+    stream_synchronize(test_stream);
+    for (int run = 0; run < 3; run++) {
+        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, PRECISION_BF16);
+        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH, drop,
+                           PRECISION_BF16);
+        if (run == 0) {
+            expect_near(out, BF16_ATTENTION_TOL, "attention at GPT-2's shape: out");
+            expect_near(lse, ELEMENTWISE_TOL, "attention at GPT-2's shape: log-sum-exp");
+            expect_near(dqkv, BF16_ATTENTION_TOL, "attention at GPT-2's shape: dqkv");
+            /* the first run's bytes are what the next two must give */
+            stream_copy(gpu_stream, out.cpu, out.gpu, out.n * sizeof(float));
+            stream_copy(gpu_stream, lse.cpu, lse.gpu, lse.n * sizeof(float));
+            stream_copy(gpu_stream, dqkv.cpu, dqkv.gpu, dqkv.n * sizeof(float));
+            stream_synchronize(gpu_stream);
+        } else {
+            expect_same_bytes(out, out.n * sizeof(float), "attention's out differs between runs");
+            expect_same_bytes(lse, lse.n * sizeof(float), "attention's log-sum-exp differs between runs");
+            expect_same_bytes(dqkv, dqkv.n * sizeof(float), "attention's dqkv differs between runs");
+        }
+    }
+    pair_free(qkv); pair_free(out); pair_free(lse); pair_free(scratch); pair_free(dout); pair_free(dqkv);
+}
 
 Test(gpu, embedding_forward_backward) {
     need_gpu();

@@ -7,6 +7,7 @@
 
 #include "../kernels/cpu/cpu_setup.h"
 #include "../kernels/dropout.h"
+#include "../kernels/attention_tiles.h"
 #include "../kernels/kernels.h"
 #include "../kernels/online_softmax.h"
 #include "fixtures.h"
@@ -47,6 +48,11 @@ static float *alloc_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); 
 
 static const double GRAD_TOL = 1e-4;   /* float kernel vs exact double gradient */
 static const double FWD_TOL = 1e-5;    /* float forward vs double forward */
+/* bf16 attention against a double reference that rounds the same numbers
+ * (rms): fp32's accuracy, but for the rare number that rounds to the next
+ * bf16 on one side only (one weight near 1 moves its row's output by ~1e-3);
+ * the fp32 op is 1.2e-3 to 1.6e-3 away */
+static const double BF16_ATTENTION_TOL = 2e-4;
 
 /* ---- matmul ---- */
 
@@ -149,16 +155,16 @@ static double attention_objective(void *p) {
 typedef struct { float *out, *saved, *scratch, *dqkv; AttentionBuffers sizes; } AttentionRun;
 
 static AttentionRun run_attention(Stream *stream, const float *qkv, const float *g, const float *base, int B,
-                                  int T, int C, int NH, Dropout drop) {
+                                  int T, int C, int NH, Dropout drop, Precision products) {
     size_t nqkv = (size_t)B * T * 3 * C;
-    AttentionRun r = { .sizes = attention_buffers(device_kind(stream_device(stream)), B, T, NH) };
+    AttentionRun r = { .sizes = attention_buffers(device_kind(stream_device(stream)), B, T, C, NH, products) };
     r.out = alloc_floats((size_t)B * T * C);
     r.saved = alloc_floats(r.sizes.saved);
     r.scratch = alloc_floats(r.sizes.scratch);
     r.dqkv = alloc_floats(nqkv);
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
-    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop);
-    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop);
+    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products);
+    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products);
     stream_synchronize(stream);
     return r;
 }
@@ -192,7 +198,7 @@ static void check_attention_of(float p, int B, int T, Scores scores) {
     if (scores == RISING_SCORES) rising_scores(qkv, B, T, C, NH);
     fill_uniform(g, nout, -1, 1, 22);
     fill_uniform(base, nqkv, -1, 1, 23);
-    AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
+    AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_FP32);
     /* the CPU keeps one float a row of scores and no T x T scratch */
     cr_expect_eq(r.sizes.saved, rows);
     cr_expect_eq(r.sizes.scratch, (size_t)0);
@@ -240,6 +246,115 @@ Test(kernels, attention_over_key_blocks_with_a_ragged_last_with_dropout) {
     check_attention_of(0.2f, 1, 150, RISING_SCORES);
 }
 
+/* In bf16 the op rounds the weights and the scores' gradient to bf16 before
+ * their products, where FlashAttention does: on bf16 values (as autocast's),
+ * its output and gradients are a double reference's that rounds the same
+ * numbers (ref_attention_bf16), to fp32's accuracy, and the fp32 op's are
+ * not (so the rounding shows at this size). Three key blocks, the last
+ * ragged, over scores that raise each row's max from block to block. */
+static void check_attention_bf16(float p) {
+    int B = 2, T = 150, C = 32, NH = 2;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    Dropout drop = { p, 42, 3, 7, 11 };
+    float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
+    fill_uniform(qkv, nqkv, -1.5f, 1.5f, 41);
+    rising_scores(qkv, B, T, C, NH);
+    fill_uniform(g, nout, -1, 1, 42);
+    fill_uniform(base, nqkv, -1, 1, 43);
+    for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_rounded(qkv[i]);
+    for (size_t i = 0; i < nout; i++) g[i] = bf16_rounded(g[i]);
+    AttentionRun rounded = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_BF16);
+    AttentionRun exact = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_FP32);
+    double *qkv64 = to_double(qkv, nqkv), *g64 = to_double(g, nout);
+    double *out = malloc(sizeof(double) * nout), *dqkv = malloc(sizeof(double) * nqkv);
+    ref_attention_bf16(out, dqkv, qkv64, g64, B, T, C, NH, drop);
+    double out_err = rms_rel_error(rounded.out, out, nout), dqkv_err = rms_rel_error(rounded.dqkv, dqkv, nqkv);
+    double out_exact = rms_rel_error(exact.out, out, nout), dqkv_exact = rms_rel_error(exact.dqkv, dqkv, nqkv);
+    cr_expect_lt(out_err, BF16_ATTENTION_TOL, "bf16 attention out (p=%g): %g", p, out_err);
+    cr_expect_lt(dqkv_err, BF16_ATTENTION_TOL, "bf16 attention dqkv (p=%g): %g", p, dqkv_err);
+    cr_expect_gt(out_exact, 4 * BF16_ATTENTION_TOL, "the fp32 op's out (p=%g) is as near the rounding reference: %g",
+                 p, out_exact);
+    cr_expect_gt(dqkv_exact, 4 * BF16_ATTENTION_TOL,
+                 "the fp32 op's dqkv (p=%g) is as near the rounding reference: %g", p, dqkv_exact);
+    free_attention_run(rounded);
+    free_attention_run(exact);
+    free(qkv); free(g); free(base); free(qkv64); free(g64); free(out); free(dqkv);
+}
+
+Test(kernels, attention_in_bf16_rounds_as_flashattention) { check_attention_bf16(0.0f); }
+Test(kernels, attention_in_bf16_rounds_as_flashattention_with_dropout) { check_attention_bf16(0.2f); }
+
+/* The tensor cores' fragments (attention_tiles.h): A's 8 numbers a lane,
+ * C's 4 and B's 4 each cover their matrix once over the 32 lanes; a
+ * register's two numbers are side by side along k (one 32-bit read of a
+ * tile); and the A operand the kernels take from a product, tile 2kk and
+ * 2kk + 1, holds in each lane the numbers at A's places. */
+Test(kernels, attention_tensor_core_fragments_cover_their_matrices) {
+    int a_seen[16][16] = { 0 }, c_seen[16][8] = { 0 }, b_seen[16][8] = { 0 };
+    for (int lane = 0; lane < 32; lane++) {
+        for (int i = 0; i < 8; i++) {
+            a_seen[mma_a_row(lane, i)][mma_a_col(lane, i)]++;
+            if (i % 2) {
+                cr_expect_eq(mma_a_row(lane, i), mma_a_row(lane, i - 1));
+                cr_expect_eq(mma_a_col(lane, i), mma_a_col(lane, i - 1) + 1, "lane %d, A number %d", lane, i);
+            }
+            for (int kk = 0; kk < 4; kk++) {
+                int tile = a_from_c_tile(kk, i), number = a_from_c_number(i);
+                cr_expect_eq(mma_c_row(lane, number), mma_a_row(lane, i), "lane %d, A number %d", lane, i);
+                cr_expect_eq(8 * tile + mma_c_col(lane, number), 16 * kk + mma_a_col(lane, i), "lane %d, A number %d",
+                             lane, i);
+            }
+        }
+        for (int i = 0; i < 4; i++) {
+            c_seen[mma_c_row(lane, i)][mma_c_col(lane, i)]++;
+            b_seen[mma_b_k(lane, i)][mma_b_n(lane)]++;
+            if (i % 2) cr_expect_eq(mma_b_k(lane, i), mma_b_k(lane, i - 1) + 1, "lane %d, B number %d", lane, i);
+        }
+    }
+    for (int r = 0; r < 16; r++) {
+        for (int c = 0; c < 16; c++) cr_expect_eq(a_seen[r][c], 1, "A (%d, %d)", r, c);
+        for (int c = 0; c < 8; c++) {
+            cr_expect_eq(c_seen[r][c], 1, "C (%d, %d)", r, c);
+            cr_expect_eq(b_seen[r][c], 1, "B (%d, %d)", r, c);
+        }
+    }
+}
+
+/* The GPU's tiles of the causal triangle: every pair (t, c) a row sees lies in
+ * a tile both passes visit (the query blocks' over key blocks, the key
+ * blocks' over query blocks), every tile visited holds a pair seen, the
+ * launch order takes each query block once, the longest first, and a head is
+ * padded to a multiple of 16 that holds it. */
+Test(kernels, attention_tiles_cover_the_causal_triangle) {
+    const int lengths[] = { 1, 15, 63, 64, 65, 150, 1024 };
+    for (size_t n = 0; n < sizeof lengths / sizeof *lengths; n++) {
+        int T = lengths[n], blocks = flash_blocks(T);
+        cr_expect_eq(blocks * FLASH_ROWS >= T && (blocks - 1) * FLASH_ROWS < T, 1, "T = %d: %d blocks", T, blocks);
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < T; c++) {
+                int qb = t / FLASH_ROWS, kb = c / FLASH_ROWS;
+                cr_expect_eq(flash_visible(t, c, T), c <= t);
+                if (c > t) continue;
+                cr_expect_lt(kb, flash_key_blocks(qb), "T = %d: (%d, %d)", T, t, c);
+                cr_expect_geq(qb, flash_first_query_block(kb), "T = %d: (%d, %d)", T, t, c);
+            }
+        int taken[64] = { 0 };
+        for (int qb = 0; qb < blocks && blocks <= 64; qb++) {
+            int kb = flash_key_blocks(qb) - 1;  /* the last a query block sees: its first row sees its first key */
+            cr_expect(flash_visible(qb * FLASH_ROWS, kb * FLASH_ROWS, T), "T = %d: tile (%d, %d) sees nothing", T, qb, kb);
+            taken[flash_query_block(qb, blocks)]++;
+        }
+        cr_expect_eq(flash_query_block(0, blocks), blocks - 1, "the longest query block first");
+        for (int qb = 0; qb < blocks && blocks <= 64; qb++) cr_expect_eq(taken[qb], 1, "T = %d: query block %d", T, qb);
+    }
+    for (int hs = 1; hs <= FLASH_MAX_HEAD; hs++) {
+        int width = flash_head_width(hs);
+        cr_expect(width >= hs && width % 16 == 0 && width - hs < width / 2 + 8, "head %d padded to %d", hs, width);
+    }
+    cr_expect_eq(flash_head_width(FLASH_MAX_HEAD + 1), 0);
+    cr_expect_eq(attention_mask_index(2, 10, 3, 4), (size_t)(2 * 100 + 3 * 10 + 4), "[B, NH, T, T]'s element");
+}
+
 /* The same bits on one thread as on every core: each (batch row, head) runs
  * on one thread, in an order fixed by the shapes. */
 Test(kernels, attention_same_bits_at_any_thread_count) {
@@ -251,13 +366,16 @@ Test(kernels, attention_same_bits_at_any_thread_count) {
     fill_uniform(g, nout, -1, 1, 32);
     Device *one_thread = device_create_cpu(1024, -1);
     Stream *one_thread_stream = stream_create(one_thread);
-    AttentionRun every_core = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop);
-    AttentionRun single = run_attention(one_thread_stream, qkv, g, base, B, T, C, NH, drop);
-    cr_expect_eq(memcmp(every_core.out, single.out, sizeof(float) * nout), 0, "attention out");
-    cr_expect_eq(memcmp(every_core.saved, single.saved, sizeof(float) * every_core.sizes.saved), 0, "log-sum-exp");
-    cr_expect_eq(memcmp(every_core.dqkv, single.dqkv, sizeof(float) * nqkv), 0, "attention dqkv");
-    free_attention_run(every_core);
-    free_attention_run(single);
+    for (Precision products = PRECISION_FP32; products < PRECISIONS; products++) {
+        AttentionRun every_core = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, products);
+        AttentionRun single = run_attention(one_thread_stream, qkv, g, base, B, T, C, NH, drop, products);
+        cr_expect_eq(memcmp(every_core.out, single.out, sizeof(float) * nout), 0, "attention out (%d)", products);
+        cr_expect_eq(memcmp(every_core.saved, single.saved, sizeof(float) * every_core.sizes.saved), 0,
+                     "log-sum-exp (%d)", products);
+        cr_expect_eq(memcmp(every_core.dqkv, single.dqkv, sizeof(float) * nqkv), 0, "attention dqkv (%d)", products);
+        free_attention_run(every_core);
+        free_attention_run(single);
+    }
     stream_destroy(one_thread_stream);
     device_destroy(one_thread);
     free(qkv); free(g); free(base);

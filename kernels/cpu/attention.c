@@ -12,42 +12,57 @@
  * (b, h) pairs run in parallel, each on one thread in an order fixed by the
  * shapes, so the bits do not depend on the thread count; inside a parallel
  * region an OpenMP OpenBLAS runs each sgemm on the calling thread.
+ *
+ * In bf16 (products = PRECISION_BF16, on bf16 values under autocast) the op
+ * rounds where the GPU's tensor-core kernels (attention.cu), FlashAttention and
+ * PyTorch's SDPA do: the dropped probabilities to bf16 before their products
+ * with v (the output, dv), and the scores' gradient to bf16 before its
+ * products with k and q (dq, dk); every sum stays fp32.
  */
 #include <cblas.h>
 #include <math.h>
 
+#include "../attention_tiles.h"
 #include "../dropout.h"
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 #include "vector_math.h"
 
 /* ATT_KEYS is a multiple of ATT_ROWS, so every key block a query block meets
- * starts at or before its first row: each tile row sees at least one key. */
-enum { ATT_ROWS = 32, ATT_KEYS = 64, ATT_TILE = ATT_ROWS * ATT_KEYS };
+ * starts at or before its first row: each tile row sees at least one key. Key
+ * blocks are the GPU's (FLASH_ROWS), so that in bf16 the weights round
+ * relative to the same running max on both backends. */
+enum { ATT_ROWS = 32, ATT_KEYS = FLASH_ROWS, ATT_TILE = ATT_ROWS * ATT_KEYS };
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-AttentionBuffers cpu_attention_buffers(int B, int T, int NH) {
+AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, Precision products) {
+    (void)C, (void)products;  /* the same tiles either way */
     AttentionBuffers sizes = { .saved = (size_t)B * NH * T, .scratch = 0 };
     return sizes;
 }
 
-/* One (batch row, head): its q, k and v, columns of qkv with a row stride of
- * 3C, and the first element of its dropout mask, [T, T] per (batch row, head). */
+/* One (batch row, head) bh: its q, k and v, columns of qkv with a row stride
+ * of 3C, and whether its products round to bf16 (products = PRECISION_BF16). */
 typedef struct {
     const float *q, *k, *v;
-    int T, C, hs;
+    int bh, T, C, hs, round_products;
     float scale;
     Dropout drop;
-    size_t mask_first;
 } Head;
 
-static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop) {
+static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop, Precision products) {
     int b = bh / NH, h = bh % NH, hs = C / NH;
     const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-    Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .T = T, .C = C, .hs = hs,
-                .scale = 1.0f / sqrtf((float)hs), .drop = drop, .mask_first = (size_t)bh * T * T };
+    Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .bh = bh, .T = T, .C = C, .hs = hs,
+                .round_products = products == PRECISION_BF16, .scale = 1.0f / sqrtf((float)hs), .drop = drop };
     return hd;
+}
+
+/* x[0 .. n) rounded to bf16 in place, where the head's products round. */
+static void product_values(const Head *hd, float *x, int n) {
+    if (!hd->round_products) return;
+    for (int j = 0; j < n; j++) x[j] = bf16_rounded(x[j]);
 }
 
 /* How many keys of the tile starting at key c0 (of `keys`) row t sees. */
@@ -62,7 +77,7 @@ static void tile_scores(const Head *hd, int r0, int rows, int c0, int keys, floa
 
 /* mask[j] = the dropout scale of row t's key c0 + j, j < n. */
 static void tile_row_mask(const Head *hd, int t, int c0, int n, float *mask) {
-    dropout_scales(hd->drop, hd->mask_first + (size_t)t * hd->T + c0, (size_t)n, mask);
+    dropout_scales(hd->drop, attention_mask_index(hd->bh, hd->T, t, c0), (size_t)n, mask);
 }
 
 /* One row of a forward tile: the scores become exp(score - new max) (0 past
@@ -103,6 +118,7 @@ static void forward_query_block(const Head *hd, int r0, int rows, float *y, floa
                 tile_row_mask(hd, t, c0, n, mask);
                 for (int j = 0; j < n; j++) row[j] *= mask[j];
             }
+            product_values(hd, row, n);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, tile, ATT_KEYS,
                     hd->v + (size_t)c0 * 3 * C, 3 * C, c0 == 0 ? 0.0f : 1.0f, y, C);
@@ -119,6 +135,7 @@ typedef struct {
     const float *qkv;
     int B, T, C, NH;
     Dropout drop;
+    Precision products;
 } AttentionArgs;
 
 static void attention_forward_task(void *p) {
@@ -126,7 +143,7 @@ static void attention_forward_task(void *p) {
     int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop);
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products);
         float *y = a->out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS)
             forward_query_block(&hd, r0, min_int(ATT_ROWS, T - r0), y + (size_t)r0 * C,
@@ -135,9 +152,9 @@ static void attention_forward_task(void *p) {
 }
 
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                           int B, int T, int C, int NH, Dropout drop) {
+                           int B, int T, int C, int NH, Dropout drop, Precision products) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop };
+    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop, products };
     stream_launch(s, attention_forward_task, &a, sizeof a);
 }
 
@@ -162,27 +179,31 @@ static void tile_probabilities(const Head *hd, int r0, int rows, int c0, int key
 }
 
 /* Through the tile's dropout: dweights (dy @ v^T) becomes the probabilities'
- * gradient (times the mask), and weights the dropped probabilities. Returns the
- * weights the forward multiplied v by: weights, or probs without dropout. */
+ * gradient (times the mask), and weights the dropped probabilities, rounded
+ * as the forward's were. Returns the weights the forward multiplied v by:
+ * weights, or probs where neither dropout nor rounding changed them. */
 static const float *tile_dropout_backward(const Head *hd, int r0, int rows, int c0, int keys,
                                           const float *probs, float *dweights, float *weights) {
-    const float *kept = probs;
-    if (hd->drop.p > 0.0f) {
-        for (int i = 0; i < rows; i++) {
-            int n = visible_keys(r0 + i, c0, keys);
-            float *w = weights + (size_t)i * ATT_KEYS, *dw = dweights + (size_t)i * ATT_KEYS;
-            const float *pr = probs + (size_t)i * ATT_KEYS;
+    if (hd->drop.p == 0.0f && !hd->round_products) return probs;
+    for (int i = 0; i < rows; i++) {
+        int n = visible_keys(r0 + i, c0, keys);
+        float *w = weights + (size_t)i * ATT_KEYS, *dw = dweights + (size_t)i * ATT_KEYS;
+        const float *pr = probs + (size_t)i * ATT_KEYS;
+        if (hd->drop.p > 0.0f) {
             tile_row_mask(hd, r0 + i, c0, n, w);
             for (int j = 0; j < n; j++) { dw[j] *= w[j]; w[j] *= pr[j]; }
-            for (int j = n; j < keys; j++) w[j] = 0.0f;
+        } else {
+            for (int j = 0; j < n; j++) w[j] = pr[j];
         }
-        kept = weights;
+        product_values(hd, w, n);
+        for (int j = n; j < keys; j++) w[j] = 0.0f;
     }
-    return kept;
+    return weights;
 }
 
-/* dscores = probs * (dprobs - delta), in place of probs (0 past the causal edge stays 0). */
-static void tile_dscores(int r0, int rows, int c0, int keys, const float *delta, float *probs,
+/* dscores = probs * (dprobs - delta), in place of probs (0 past the causal
+ * edge stays 0), rounded to bf16 where the head's products round. */
+static void tile_dscores(const Head *hd, int r0, int rows, int c0, int keys, const float *delta, float *probs,
                          const float *dprobs) {
     for (int i = 0; i < rows; i++) {
         int n = visible_keys(r0 + i, c0, keys);
@@ -191,6 +212,7 @@ static void tile_dscores(int r0, int rows, int c0, int keys, const float *delta,
         float d = delta[i];
         #pragma omp simd
         for (int j = 0; j < n; j++) pr[j] *= dp[j] - d;
+        product_values(hd, pr, n);
     }
 }
 
@@ -218,7 +240,7 @@ static void backward_query_block(const Head *hd, const HeadGrads *g, int r0, int
         /* dv += kept^T @ dy */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows, 1.0f, kept, ATT_KEYS, dy, C,
                     1.0f, g->dv + key_rows, 3 * C);
-        tile_dscores(r0, rows, c0, keys, delta, probs, dprobs);
+        tile_dscores(hd, r0, rows, c0, keys, delta, probs, dprobs);
         /* dq += scale * dscores @ k;  dk += scale * dscores^T @ q */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, hd->scale, probs, ATT_KEYS,
                     hd->k + key_rows, 3 * C, 1.0f, g->dq + (size_t)r0 * 3 * C, 3 * C);
@@ -238,6 +260,7 @@ typedef struct {
     const float *dout, *qkv, *out, *lse;
     int B, T, C, NH;
     Dropout drop;
+    Precision products;
 } AttentionBackwardArgs;
 
 static void attention_backward_task(void *p) {
@@ -245,7 +268,7 @@ static void attention_backward_task(void *p) {
     int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop);
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products);
         float *dq = a->dqkv + (hd.q - a->qkv);
         size_t rows_at = (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
         HeadGrads g = { dq, dq + C, dq + 2 * C, a->dout + rows_at, a->out + rows_at, a->lse + (size_t)bh * T };
@@ -259,8 +282,8 @@ static void attention_backward_task(void *p) {
 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
-                            int NH, Dropout drop) {
+                            int NH, Dropout drop, Precision products) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop };
+    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop, products };
     stream_launch(s, attention_backward_task, &a, sizeof a);
 }

@@ -32,12 +32,12 @@ void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *we
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
-AttentionBuffers cpu_attention_buffers(int B, int T, int NH);
+AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, Precision products);
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                           int B, int T, int C, int NH, Dropout drop);
+                           int B, int T, int C, int NH, Dropout drop, Precision products);
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
-                            int NH, Dropout drop);
+                            int NH, Dropout drop, Precision products);
 void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
 void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);

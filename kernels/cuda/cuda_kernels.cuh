@@ -63,11 +63,12 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
 void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                                const float *weight, int N, int C, int OC);
-AttentionBuffers cuda_attention_buffers(int B, int T, int NH);
-void cuda_attention_forward(Stream *s, float *out, float *att, float *scratch, const float *qkv, int B, int T,
-                            int C, int NH, Dropout drop);
+AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision products);
+void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
+                            int C, int NH, Dropout drop, Precision products);
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *att, int B, int T, int C, int NH, Dropout drop);
+                             const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
+                             Precision products);
 void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
 void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
