@@ -163,6 +163,27 @@ float_atomics() {
     return 0
 }
 
+# The attention's kernels on the tensor cores: "object arch kernel" for each flash kernel
+# (forward, dk and dv, dq) whose SASS for arch holds no bf16 mma (HMMA.16816.F32.BF16); $1 =
+# cuobjdump, $2 the object, then its archs (the bundle's sm_90; the Makefile's default build,
+# where it is, sm_80 and sm_90). Fails when the object is missing.
+missing_tensor_cores() {
+    local dump=$1 obj=$2 arch kernel
+    shift 2
+    [ -f "$obj" ] || { echo "kernels/cuda/attention.cu: no $obj"; return 1; }
+    "$dump" -sass "$obj" >"$tmp/attention.sass" || { echo "$obj: cuobjdump failed"; return 1; }
+    for arch in "$@"; do
+        for kernel in flash_forward_kernel flash_dkdv_kernel flash_dq_kernel; do
+            awk -v arch="$arch" -v kernel="$kernel" '
+                /code for sm_/ { here = ($NF == arch) }
+                /Function :/ { fn = $NF }
+                here && index(fn, kernel) && /HMMA\.16816\.F32\.BF16/ { found = 1 }
+                END { exit !found }' "$tmp/attention.sass" || echo "$obj $arch $kernel"
+        done
+    done
+    return 0
+}
+
 # The kernels' code as the bundle's build made it. Spills and local memory fail that build
 # itself (the Makefile's ptxas -warn-spills,-warn-lmem-usage,-Werror); float atomics here.
 check_kernel_code() {
@@ -182,8 +203,24 @@ check_kernel_code() {
         echo "$found" | sed 's/^/    /' | tee -a "$LOG"
         return 1
     fi
+    local archs="sm_90 (the bundle's)" default_build=build/cuda/kernels/cuda/attention.o
+    found=$(missing_tensor_cores "$dump" "$GPU_BUILD/kernels/cuda/attention.o" sm_90) || {
+        say "FAIL kernel-code ($((SECONDS - start)) s): $found"
+        return 1
+    }
+    if [ -f "$default_build" ]; then
+        found+=$(missing_tensor_cores "$dump" "$default_build" sm_80 sm_90) || {
+            say "FAIL kernel-code ($((SECONDS - start)) s): $found"
+            return 1
+        }
+        archs="sm_80 and sm_90 (make's build) and sm_90 (the bundle's)"
+    fi
+    if [ -n "$found" ]; then
+        say "FAIL kernel-code ($((SECONDS - start)) s): no bf16 tensor-core mma in the attention's" $found
+        return 1
+    fi
     say "PASS kernel-code ($((SECONDS - start)) s): no spills or local memory (ptxas, as errors), no float atomics" \
-        "in the SASS or PTX of $objects objects"
+        "in the SASS or PTX of $objects objects, bf16 mma.sync in the attention's three kernels for $archs"
 }
 
 # ---- the steps ----------------------------------------------------------------------------
