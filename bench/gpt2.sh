@@ -100,8 +100,8 @@ echo
 /usr/bin/python3 - "$tmp/trace.json" <<'EOF'
 import collections, json, sys
 spans = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
-# the second step's spans: those after the first adamw_update's last span
-updates = sorted(e["ts"] + e["dur"] for e in spans if e["name"] == "adamw_update")
+# the second step's spans: those after the first step's adamw_arena
+updates = sorted(e["ts"] + e["dur"] for e in spans if e["name"] == "adamw_arena")
 first_end = updates[len(updates) // 2 - 1]
 step = [e for e in spans if e["ts"] >= first_end and e["pid"] == 0]
 rows = collections.defaultdict(list)

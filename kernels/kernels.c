@@ -168,10 +168,10 @@ void mean_forward(Stream *s, float *mean, const float *x, int n) {
     op_end(s);
 }
 
-void adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                  AdamWParams hp) {
-    op_begin(s, "adamw_update");
-    backend(s)->adamw_update(s, param, grad, grad_held, m, v, n, hp);
+void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
+    op_begin(s, "adamw_arena");
+    backend(s)->adamw_arena(s, param, copy, grad, grad_held, m, v, lo, n, spans, nspans, hp);
     op_end(s);
 }
 

@@ -16,6 +16,7 @@
 
 #include "../runtime/device.h"
 #include "../runtime/bf16.h"
+#include "adamw.h"
 #include "row_parts.h"
 #include "token_buckets.h"
 
@@ -122,15 +123,16 @@ void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, con
  * order on the CPU, a fixed tree on the GPU. */
 void mean_forward(Stream *s, float *mean, const float *x, int n);
 
-/* AdamW as torch.optim.AdamW: decoupled weight decay, bias corrections. */
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-    int step;  /* 1 for the first update */
-} AdamWParams;
-/* grad holds its numbers as grad_held says: fp32, or bf16 (mixed precision's
- * gradients reduced in bf16), read as fp32. */
-void adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                  AdamWParams hp);
+/* AdamW (adamw.h) over elements [lo, lo + n) of an arena, in one launch:
+ * param, grad, m and v (and copy) point at element lo of their buffers;
+ * spans[0, nspans) are the arena's tensors in order (on the stream's device),
+ * each decaying by hp.weight_decay or not, and an element outside them
+ * (padding) is left alone. grad holds its numbers as grad_held says: fp32, or
+ * bf16 (mixed precision's gradients reduced in bf16), read as fp32. With
+ * copy, each new weight is also stored there in bf16 (mixed precision's
+ * compute copy), in the same pass. */
+void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp);
 
 /* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
  * in index order, so the result does not depend on the number of threads.

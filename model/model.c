@@ -9,6 +9,7 @@
 
 #include "../kernels/kernels.h"
 #include "../kernels/philox.h"
+#include "optim.h"
 #include "../runtime/host.h"
 
 static const char *const UNIT_POLICY_NAMES[UNIT_POLICIES] = {
@@ -105,6 +106,12 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->uploaded = event_create(m->dev);
     m->column_sums_scratch = device_alloc(m->dev, MEM_WORKING, column_sums_scratch_bytes(m));
     m->sumsq_scratch = device_alloc(m->dev, MEM_WORKING, sumsq_scratch_bytes(m));
+    AdamWSpan *spans = host_calloc((size_t)m->layout.ntensors, sizeof *spans);
+    adamw_spans(&m->layout, spans);
+    m->adamw_spans = device_alloc(m->dev, MEM_WORKING, adamw_spans_bytes(&m->layout));
+    stream_copy(m->stream, m->adamw_spans, spans, adamw_spans_bytes(&m->layout));
+    stream_synchronize(m->stream);  /* the host table is freed below */
+    free(spans);
 }
 
 /* Through the staging buffer: a copy from pageable memory would make CUDA
@@ -156,6 +163,7 @@ void model_destroy(Model *m) {
     device_free_host(m->dev, m->upload);
     device_free(m->dev, MEM_WORKING, m->column_sums_scratch, column_sums_scratch_bytes(m));
     device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));
+    device_free(m->dev, MEM_WORKING, m->adamw_spans, adamw_spans_bytes(&m->layout));
     free(m->unit_weights);
     free(m->unit_weights_bf16);
     free(m->unit_grads);

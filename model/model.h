@@ -31,6 +31,7 @@
 #include "../runtime/bf16.h"
 #include "../runtime/arena.h"
 #include "../runtime/device.h"
+#include "../kernels/adamw.h"
 #include "../kernels/token_buckets.h"
 
 typedef enum { MODEL_GPT, MODEL_MLP } ModelKind;
@@ -138,6 +139,7 @@ struct Model {
     /* the reductions' scratch (MEM_WORKING), made once so that no step allocates */
     float *column_sums_scratch;    /* column_sums_scratch_floats(positions, COLUMN_SUMS_WIDEST x embd) */
     double *sumsq_scratch;         /* sumsq_scratch_doubles(layout.total): any part of the gradient */
+    AdamWSpan *adamw_spans;        /* [layout.ntensors] on the device: which elements AdamW decays (optim.h) */
     UnitHooks hooks;
     /* dropout: keyed by (seed, rank, step, site) */
     float dropout;
@@ -168,7 +170,7 @@ enum { COLUMN_SUMS_WIDEST = 4 };
 size_t model_batch_ints(size_t positions);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
  * table of a model's create), the batch's token buffers for `positions` and
- * their staging, and the reductions' scratch. */
+ * their staging, the reductions' scratch and AdamW's table of the arena. */
 void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions);
 /* Enqueue the copy of a batch's BT tokens (and targets, if any, with the
  * tokens' buckets) to the device through the staging buffer; the host arrays

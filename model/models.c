@@ -5,6 +5,7 @@
 #include "../kernels/kernels.h"
 #include "gpt.h"
 #include "mlp.h"
+#include "optim.h"
 
 void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout) {
     model_layout_units(cfg, UNIT_BLOCK, shard_multiple, layout);
@@ -33,5 +34,6 @@ void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compu
     bytes[MEM_WORKING] += (double)column_sums_scratch_floats((int)positions, COLUMN_SUMS_WIDEST * cfg->embd) *
                               sizeof(float) +
                           (double)sumsq_scratch_doubles(layout.total) * sizeof(double) +
+                          (double)adamw_spans_bytes(&layout) +
                           (double)gpt_staging_bytes(cfg, kind, compute, max_B, max_T);
 }

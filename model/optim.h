@@ -1,5 +1,5 @@
-/* optim.h: nanoGPT's learning-rate schedule, which tensors decay, and AdamW
- * over any range of the arena. */
+/* optim.h: nanoGPT's learning-rate schedule, which tensors decay, and the
+ * table of them that AdamW reads over any range of the arena. */
 #ifndef ZF_OPTIM_H
 #define ZF_OPTIM_H
 
@@ -18,11 +18,10 @@ float lr_at(const LRSchedule *s, int iter);
 /* Weight decay applies to 2-D tensors (matmul weights, embeddings) only. */
 static inline int tensor_decays(const TensorSpec *t) { return t->ndim == 2; }
 
-/* AdamW on the arena range [lo, lo + len), tensor by tensor: hp.weight_decay
- * applies only to the 2-D tensors, also where a shard boundary cuts through
- * one; padding between tensors is left alone. params, grads, m and v point at
- * element lo of their buffers; grads hold their numbers as grads_held says. */
-void adamw_range(Stream *s, const ArenaLayout *layout, size_t lo, size_t len, float *params,
-                 const void *grads, Precision grads_held, float *m, float *v, AdamWParams hp);
+/* AdamW's table of the arena (kernels.h's adamw_arena): spans[i] is tensor
+ * i's extent, decaying as tensor_decays says, also where a shard boundary
+ * cuts through it; layout->ntensors of them. */
+void adamw_spans(const ArenaLayout *layout, AdamWSpan *spans);
+static inline size_t adamw_spans_bytes(const ArenaLayout *layout) { return (size_t)layout->ntensors * sizeof(AdamWSpan); }
 
 #endif

@@ -163,17 +163,18 @@ static float *owned_weights(Replicated *d, int r) {
     return d->copy_bf16 ? d->master[r] : d->ranks.model[r]->params + lo;
 }
 
-/* The owned ranges are new (AdamW; or a write or the init: refresh_copy):
- * in mixed precision each rank rounds its master into its copy; ZeRO-1 then
- * gathers every rank's part of the weights (fp32, or the bf16 copy). */
-static void publish(Ranks *ranks) {
+/* Mixed precision's bf16 copy of rank r's owned range; NULL in fp32. */
+static bf16 *owned_copy(Replicated *d, int r) {
+    size_t lo, len;
+    owned_range(d, r, &lo, &len);
+    return d->copy_bf16 ? d->ranks.model[r]->params_bf16 + lo : NULL;
+}
+
+/* The owned ranges and their copies are new: ZeRO-1 gathers every rank's
+ * part of the weights (fp32, or the bf16 copy). */
+static void gather_owned(Ranks *ranks) {
     Replicated *d = (Replicated *)ranks;
     CollectiveName name = { "weights", -1, -1 };
-    for (int r = 0; d->copy_bf16 && r < ranks->local; r++) {
-        size_t lo, len;
-        owned_range(d, r, &lo, &len);
-        store_bf16(ranks->pg->compute[r], ranks->model[r]->params_bf16 + lo, d->master[r], len);
-    }
     if (!d->shards_adam) return;
     if (d->copy_bf16) {
         bf16 *full[MAX_RANKS], *parts[MAX_RANKS];
@@ -192,7 +193,20 @@ static void publish(Ranks *ranks) {
     }
 }
 
-/* AdamW on each rank's owned range, then published. */
+/* Mixed precision's refresh_copy (a write or the init): each rank rounds its
+ * master into its copy, then the copies are gathered. */
+static void publish(Ranks *ranks) {
+    Replicated *d = (Replicated *)ranks;
+    for (int r = 0; r < ranks->local; r++) {
+        size_t lo, len;
+        owned_range(d, r, &lo, &len);
+        store_bf16(ranks->pg->compute[r], owned_copy(d, r), d->master[r], len);
+    }
+    gather_owned(ranks);
+}
+
+/* AdamW on each rank's owned range in one launch, which in mixed precision
+ * also rounds the new weights into the rank's copy; then gathered. */
 static void step(Strategy *s) {
     Replicated *d = (Replicated *)s;
     Ranks *ranks = &d->ranks;
@@ -202,10 +216,10 @@ static void step(Strategy *s) {
         Model *m = ranks->model[r];
         size_t lo, len;
         owned_range(d, r, &lo, &len);
-        adamw_range(m->stream, ranks->layout, lo, len, owned_weights(d, r), ranks->grad_part[r], ranks->grads_held,
-                    d->ranks.m[r], d->ranks.v[r], hp);
+        adamw_arena(m->stream, owned_weights(d, r), owned_copy(d, r), ranks->grad_part[r], ranks->grads_held,
+                    d->ranks.m[r], d->ranks.v[r], lo, len, m->adamw_spans, m->layout.ntensors, hp);
     }
-    publish(ranks);
+    gather_owned(ranks);
 }
 
 static void destroy(Strategy *s) {

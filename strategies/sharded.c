@@ -297,29 +297,31 @@ static float *weights_of_shard(Sharded *d, int u, int r) {
     return d->ranks.model[r]->params + ranks_shard_offset(&d->ranks, u, r);
 }
 
-/* Unit u's shards are new (AdamW, a write, the init): in mixed precision each
- * rank rounds its master shard into its bf16 copy; with full weights, every
- * rank's unit is then gathered. */
-static void publish_unit(Sharded *d, int u) {
+/* Mixed precision's bf16 copy of unit u's shard of local rank r; NULL in fp32. */
+static bf16 *copy_of_shard(Sharded *d, int u, int r) {
     Ranks *ranks = &d->ranks;
-    size_t len = ranks->layout->units[u].size / (size_t)ranks->shards;
-    for (int r = 0; d->copy_bf16 && r < ranks->local; r++) {
-        bf16 *copy = per_unit_gathers(d) ? d->copy_shard[r] + ranks_shard_arena_offset(ranks, u)
-                                         : ranks->model[r]->params_bf16 + ranks_shard_offset(ranks, u, r);
-        store_bf16(ranks->pg->compute[r], copy, weights_of_shard(d, u, r), len);
-    }
-    if (!per_unit_gathers(d)) gather_weights(d, u);
+    if (!d->copy_bf16) return NULL;
+    return per_unit_gathers(d) ? d->copy_shard[r] + ranks_shard_arena_offset(ranks, u)
+                               : ranks->model[r]->params_bf16 + ranks_shard_offset(ranks, u, r);
 }
 
-/* Mixed precision's refresh_copy (ranks.h): every unit published. */
+/* Mixed precision's refresh_copy (ranks.h; a write, the init): each rank
+ * rounds its master shards into its bf16 copy; with full weights, every
+ * rank's unit is then gathered. */
 static void publish_all(Ranks *ranks) {
     Sharded *d = (Sharded *)ranks;
     settle_weights(d);
-    for (int u = 0; u < ranks->layout->nunits; u++) publish_unit(d, u);
+    for (int u = 0; u < ranks->layout->nunits; u++) {
+        size_t len = ranks->layout->units[u].size / (size_t)ranks->shards;
+        for (int r = 0; r < ranks->local; r++)
+            store_bf16(ranks->pg->compute[r], copy_of_shard(d, u, r), weights_of_shard(d, u, r), len);
+        if (!per_unit_gathers(d)) gather_weights(d, u);
+    }
 }
 
-/* AdamW on every shard a rank owns, unit by unit, each unit published once
- * its shards are updated. */
+/* AdamW on every shard a rank owns, a launch a unit (which in mixed precision
+ * also rounds the new weights into the rank's copy); with full weights, each
+ * unit gathered once its shards are updated. */
 static void step(Strategy *s) {
     Sharded *d = (Sharded *)s;
     Ranks *ranks = &d->ranks;
@@ -331,11 +333,12 @@ static void step(Strategy *s) {
         for (int r = 0; r < ranks->local; r++) {
             Model *m = ranks->model[r];
             size_t lo = ranks_shard_offset(ranks, u, r), at = ranks_shard_arena_offset(ranks, u);
-            adamw_range(m->stream, layout, lo, layout->units[u].size / ranks->shards, weights_of_shard(d, u, r),
+            adamw_arena(m->stream, weights_of_shard(d, u, r), copy_of_shard(d, u, r),
                         pg_number(ranks->grad_part[r], ranks->grads_held, at), ranks->grads_held, d->ranks.m[r] + at,
-                        d->ranks.v[r] + at, hp);
+                        d->ranks.v[r] + at, lo, layout->units[u].size / ranks->shards, m->adamw_spans,
+                        layout->ntensors, hp);
         }
-        publish_unit(d, u);
+        if (!per_unit_gathers(d)) gather_weights(d, u);
     }
 }
 

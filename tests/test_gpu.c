@@ -501,19 +501,42 @@ Test(gpu, crossentropy_forward_backward) {
     pair_free(logits); pair_free(losses); pair_free(mean); pair_free(dlogits);
 }
 
+/* AdamW's table of an arena on both devices: tensors of 30000 numbers that
+ * decay and of 7 that do not, in turn, 9 numbers of padding after each. */
+enum { ADAMW_SPANS = 6 };
+static Pair adamw_table(void) {
+    size_t floats = (ADAMW_SPANS * sizeof(AdamWSpan) + sizeof(float) - 1) / sizeof(float);
+    Pair table = pair_random(floats, 0, 1, 60);
+    AdamWSpan *spans = (AdamWSpan *)table.cpu;
+    for (size_t t = 0, at = 0; t < ADAMW_SPANS; t++) {
+        size_t numel = t % 2 ? 7 : 30000;
+        spans[t] = (AdamWSpan){ at, at + numel, t % 2 == 0 };
+        at += numel + 9;
+    }
+    stream_copy(gpu_stream, table.gpu, table.cpu, floats * sizeof(float));
+    return table;
+}
+
+/* AdamW over a range of the table's arena that starts inside its first
+ * tensor, with the bf16 copy written, the GPU's the CPU's bytes; then the
+ * norm and the clip. */
 Test(gpu, adamw_sumsq_and_clip) {
     need_gpu();
-    size_t n = 70001;
+    size_t n = 70001, lo = 5000;
     Pair param = pair_random(n, -1, 1, 61), grad = pair_random(n, -1, 1, 62);
     Pair m = pair_random(n, -0.1f, 0.1f, 63), v = pair_random(n, 0, 0.01f, 64), sumsq = pair_random(2, 0, 1, 65);
+    Pair copy = pair_random((n + 1) / 2, 0, 1, 59), table = adamw_table();
     /* doubles, as floats: two per double */
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_update(test_stream, param.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, n, hp);
-    adamw_update(gpu_stream, param.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, n, hp);
-    expect_match(param, ELEMENTWISE_TOL, "adamw param");
-    expect_match(m, ELEMENTWISE_TOL, "adamw m");
-    expect_match(v, ELEMENTWISE_TOL, "adamw v");
+    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, lo, n,
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp);
+    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, lo, n,
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp);
+    expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW weights differ from the CPU's");
+    expect_same_bytes(m, n * sizeof(float), "the GPU's AdamW m differs from the CPU's");
+    expect_same_bytes(v, n * sizeof(float), "the GPU's AdamW v differs from the CPU's");
+    expect_same_bytes(copy, n * sizeof(bf16), "the GPU's bf16 copy of AdamW's weights differs from the CPU's");
     sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
     sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");
@@ -521,6 +544,7 @@ Test(gpu, adamw_sumsq_and_clip) {
     clip_scale(gpu_stream, grad.gpu, PRECISION_FP32, n, sumsq.gpu, 2, 1.0f);
     expect_match(grad, ELEMENTWISE_TOL, "clipped gradient");
     pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq); pair_free(scratch);
+    pair_free(copy); pair_free(table);
 }
 
 /* Gradients held in bf16 (2 bytes each, in a Pair of half as many floats):
@@ -536,8 +560,11 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     for (size_t i = 0; i < n; i++) grad[i] = bf16_from_float(x.cpu[i] * 3.0f);
     stream_copy(gpu_stream, held.gpu, held.cpu, floats * sizeof(float));
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_update(test_stream, param.cpu, held.cpu, PRECISION_BF16, m.cpu, v.cpu, n, hp);
-    adamw_update(gpu_stream, param.gpu, held.gpu, PRECISION_BF16, m.gpu, v.gpu, n, hp);
+    Pair table = adamw_table();
+    adamw_arena(test_stream, param.cpu, NULL, held.cpu, PRECISION_BF16, m.cpu, v.cpu, 0, n,
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp);
+    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, PRECISION_BF16, m.gpu, v.gpu, 0, n,
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp);
     expect_match(param, ELEMENTWISE_TOL, "adamw param, bf16 gradient");
     expect_match(v, ELEMENTWISE_TOL, "adamw v, bf16 gradient");
     sumsq_reduce(test_stream, sumsq.cpu, held.cpu, PRECISION_BF16, n, (double *)scratch.cpu);
@@ -551,6 +578,7 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     add_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, n);
     expect_same_bytes(held, n * sizeof(bf16), "the GPU's clipped and added bf16 gradient differs from the CPU's");
     pair_free(param); pair_free(m); pair_free(v); pair_free(x); pair_free(sumsq); pair_free(held); pair_free(scratch);
+    pair_free(table);
 }
 
 Test(gpu, count_nonfinite) {

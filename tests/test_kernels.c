@@ -729,6 +729,15 @@ Test(kernels, softmax_exp_and_log_within_2_ulp) {
 
 /* ---- optimizer and reductions ---- */
 
+/* AdamW over n numbers of one tensor that decays (by hp.weight_decay). */
+static void adamw_tensor(float *param, const void *grad, Precision held, float *m, float *v, size_t n, AdamWParams hp) {
+    AdamWSpan *span = malloc(sizeof *span);  /* the stream's device memory: the host's, on the CPU */
+    *span = (AdamWSpan){ 0, n, 1 };
+    adamw_arena(test_stream, param, NULL, grad, held, m, v, 0, n, span, 1, hp);
+    stream_synchronize(test_stream);
+    free(span);
+}
+
 Test(kernels, adamw_matches_hand_computation) {
     /* lr 0.1, betas (0.9, 0.99), eps 1e-8, weight decay 0.1; p = 1, grads 0.5 then -0.25.
      * step 1: p = 1 * (1 - 0.01) = 0.99; m = 0.05; v = 0.0025;
@@ -740,24 +749,95 @@ Test(kernels, adamw_matches_hand_computation) {
      *         p = 0.8811 - 0.526315789 * 0.02 / 0.3946900384 = 0.8811 - 0.0266696924 = 0.8544303076 */
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     AdamWParams hp = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1 };
-    adamw_update(test_stream, &p, &g, PRECISION_FP32, &m, &v, 1, hp);
-    stream_synchronize(test_stream);
+    adamw_tensor(&p, &g, PRECISION_FP32, &m, &v, 1, hp);
     cr_expect_float_eq(p, 0.89f, 1e-6f, "step 1: p = %.9g", p);
     cr_expect_float_eq(m, 0.05f, 1e-7f);
     cr_expect_float_eq(v, 0.0025f, 1e-8f);
     g = -0.25f;
     hp.step = 2;
-    adamw_update(test_stream, &p, &g, PRECISION_FP32, &m, &v, 1, hp);
-    stream_synchronize(test_stream);
+    adamw_tensor(&p, &g, PRECISION_FP32, &m, &v, 1, hp);
     cr_expect_float_eq(p, 0.8544303076f, 1e-6f, "step 2: p = %.9g", p);
     cr_expect_float_eq(m, 0.02f, 1e-7f);
     cr_expect_float_eq(v, 0.0031f, 1e-8f);
     /* no weight decay: step 1 is p - lr * sign(g) exactly as Adam's first step */
     float q = 1.0f, gq = 0.5f, mq = 0.0f, vq = 0.0f;
     AdamWParams nodecay = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1 };
-    adamw_update(test_stream, &q, &gq, PRECISION_FP32, &mq, &vq, 1, nodecay);
-    stream_synchronize(test_stream);
+    adamw_tensor(&q, &gq, PRECISION_FP32, &mq, &vq, 1, nodecay);
     cr_expect_float_eq(q, 0.9f, 1e-6f, "no decay: q = %.9g", q);
+}
+
+/* The GPU's search of AdamW's table (adamw.h): each element of an arena finds
+ * the tensor that holds it, padding none, against a scan of the table; over
+ * tables of 1 to 9 tensors, adjacent or with padding between. */
+Test(kernels, adamw_span_at_finds_each_elements_tensor) {
+    AdamWSpan spans[9];
+    for (int n = 1; n <= 9; n++) {
+        size_t at = 0;
+        for (int t = 0; t < n; t++) {
+            size_t numel = 1 + (size_t)(t * 7 % 5), gap = (size_t)(t % 3 == 1 ? 0 : t % 4);
+            spans[t] = (AdamWSpan){ at, at + numel, t % 2 };
+            at += numel + gap;
+        }
+        for (size_t i = 0; i < at + 3; i++) {
+            int want = -1;
+            for (int t = 0; t < n; t++)
+                if (i >= spans[t].begin && i < spans[t].end) want = t;
+            cr_expect_eq(adamw_span_at(spans, n, i), want, "%d tensors: element %zu", n, i);
+        }
+    }
+}
+
+/* AdamW over a range of an arena in one launch, as a ZeRO shard takes it: a
+ * range that starts and ends inside tensors, tensors that decay and tensors
+ * that do not, padding between and after them left alone (weights, m, v and
+ * copy), and the bf16 copy of each new weight; against torch's arithmetic
+ * written out here, element by element, to the bytes. */
+Test(kernels, adamw_over_an_arena_range_decays_by_tensor_and_skips_padding) {
+    AdamWSpan table[4] = { { 0, 300, 1 }, { 304, 310, 0 }, { 320, 1000, 1 }, { 1000, 1003, 0 } };
+    size_t lo = 150, n = 1008 - lo;
+    float *p = alloc_floats(n), *m = alloc_floats(n), *v = alloc_floats(n), *g = alloc_floats(n);
+    float *p0 = alloc_floats(n), *m0 = alloc_floats(n), *v0 = alloc_floats(n);
+    bf16 *copy = malloc(n * sizeof(bf16));
+    AdamWSpan *spans = malloc(sizeof table);
+    memcpy(spans, table, sizeof table);
+    fill_uniform(p, n, -1, 1, 73);
+    fill_uniform(m, n, -0.1f, 0.1f, 74);
+    fill_uniform(v, n, 0, 0.1f, 75);
+    fill_uniform(g, n, -1, 1, 76);
+    memcpy(p0, p, n * sizeof(float));
+    memcpy(m0, m, n * sizeof(float));
+    memcpy(v0, v, n * sizeof(float));
+    for (size_t j = 0; j < n; j++) copy[j] = 0x1234;
+    AdamWParams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4 };
+    adamw_arena(test_stream, p, copy, g, PRECISION_FP32, m, v, lo, n, spans, 4, hp);
+    stream_synchronize(test_stream);
+
+    float bias_correction1 = 1.0f - powf(hp.beta1, 4.0f), bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, 4.0f));
+    float step_size = hp.lr / bias_correction1, decay = 1.0f - hp.lr * hp.weight_decay;
+    int padding = 0, undecayed = 0, wrong = 0;
+    for (size_t j = 0; j < n; j++) {
+        int t = -1;
+        for (int k = 0; k < 4; k++)
+            if (lo + j >= table[k].begin && lo + j < table[k].end) t = k;
+        if (t < 0) {
+            padding++;
+            wrong += p[j] != p0[j] || m[j] != m0[j] || v[j] != v0[j] || copy[j] != 0x1234;
+            continue;
+        }
+        undecayed += !table[t].decays;
+        float mi = m0[j] + (1.0f - hp.beta1) * (g[j] - m0[j]);
+        float vi = hp.beta2 * v0[j] + (1.0f - hp.beta2) * g[j] * g[j];
+        float denom = sqrtf(vi) / bias_correction2_sqrt + hp.eps;
+        float want = p0[j] * (table[t].decays ? decay : 1.0f) - step_size * mi / denom;
+        int same = memcmp(&p[j], &want, sizeof want) == 0 && memcmp(&m[j], &mi, sizeof mi) == 0 &&
+                   memcmp(&v[j], &vi, sizeof vi) == 0 && copy[j] == bf16_from_float(want);
+        if (!same && wrong++ < 3)
+            cr_expect(0, "element %zu (tensor %d): %.9g, want %.9g; copy %04x", lo + j, t, p[j], want, copy[j]);
+    }
+    cr_expect_eq(wrong, 0, "%d of %zu elements differ", wrong, n);
+    cr_expect_eq(padding, 4 + 10 + 5, "padding seen: %d", padding);
+    cr_expect_eq(undecayed, 6 + 3, "undecayed seen: %d", undecayed);
+    free(p); free(m); free(v); free(g); free(p0); free(m0); free(v0); free(copy); free(spans);
 }
 
 Test(kernels, sumsq_and_clip) {
@@ -832,8 +912,8 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
         fill_uniform(v[k], n, 0, 0.1f, 95);
     }
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_update(test_stream, p[0], values, PRECISION_FP32, m[0], v[0], n, hp);
-    adamw_update(test_stream, p[1], held, PRECISION_BF16, m[1], v[1], n, hp);
+    adamw_tensor(p[0], values, PRECISION_FP32, m[0], v[0], n, hp);
+    adamw_tensor(p[1], held, PRECISION_BF16, m[1], v[1], n, hp);
     sumsq_reduce(test_stream, &sumsq_fp32, values, PRECISION_FP32, n, scratch);
     sumsq_reduce(test_stream, &sumsq_bf16, held, PRECISION_BF16, n, scratch);
     stream_synchronize(test_stream);

@@ -136,7 +136,7 @@ Test(profile, bin_train_prints_the_table_with_zf_profile_and_nothing_without, .t
     cr_assert(strstr(text, "profile: rank 0's compute stream, 2 steps (the first left out), "), "%s", text);
     const char *ops[] = { "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
                           "layernorm_forward", "layernorm_backward", "gelu_forward", "embedding_forward",
-                          "adamw_update" };
+                          "adamw_arena" };
     double calls, sum = 0.0;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         double ms = row_ms(text, ops[i], &calls);

@@ -95,7 +95,8 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
         sumsq_reduce(test_stream, sumsq, g->base.grads, PRECISION_FP32, P, g->base.sumsq_scratch);
         clip_scale(test_stream, g->base.grads, PRECISION_FP32, P, sumsq, 1, tc.grad_clip);
         AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
-        adamw_range(test_stream, &g->base.layout, 0, P, g->base.params, g->base.grads, PRECISION_FP32, m, v, hp);
+        adamw_arena(test_stream, g->base.params, NULL, g->base.grads, PRECISION_FP32, m, v, 0, P, g->base.adamw_spans,
+                    g->base.layout.ntensors, hp);
         model_read_loss(&g->base);
     }
     stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
@@ -449,10 +450,10 @@ Test(strategies, each_stage_holds_its_share_of_the_state) {
                              zero, r, i, s->ops->rank_bytes(s, r, kinds[i]), want[zero][i]);
         size_t working = s->ops->rank_bytes(s, 0, MEM_WORKING);
         size_t slots = (padded.units[0].size + padded.units[1].size) * sizeof(float);
-        /* the clipping partials, the model's reduction scratch, and the slots */
+        /* the clipping partials, the model's reduction scratch and AdamW's table, and the slots */
         size_t scratch = column_sums_scratch_floats(sc.batch * sc.model.block_size,
                                                     COLUMN_SUMS_WIDEST * sc.model.embd) * sizeof(float) +
-                         sumsq_scratch_doubles(padded.total) * sizeof(double);
+                         sumsq_scratch_doubles(padded.total) * sizeof(double) + adamw_spans_bytes(&padded);
         size_t expect_working = N * sizeof(float) + scratch + (zero >= 2 ? slots : 0) + (zero == 3 ? slots : 0);
         cr_expect_eq(working, expect_working, "--zero=%d: working %zu, want %zu", zero, working, expect_working);
         s->ops->destroy(s);

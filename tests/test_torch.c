@@ -5,7 +5,7 @@
  * loop that calls the same AdamW, clipping and schedule code, so a bug there
  * would be invisible to them. Here PyTorch (tests/torch_gpt.py) is the oracle:
  * nanoGPT's get_lr against lr_at; torch.optim.AdamW with nanoGPT's parameter
- * groups after clip_grad_norm_ against adamw_range after sumsq_reduce and
+ * groups after clip_grad_norm_ against adamw_arena after sumsq_reduce and
  * clip_scale, on the same weights and gradients; three training steps of
  * nanoGPT's model against DDP on one rank through the trainer, the weights
  * after each; the checkpoint's optim.* tensors against torch's exp_avg and
@@ -254,6 +254,8 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
     LRSchedule sched = { .lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .decay_iters = 5 };  /* then min_lr */
     AdamWParams hp = { .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f };
     float max_norm = 1.0f;
+    AdamWSpan spans[ARENA_MAX_TENSORS];
+    adamw_spans(&layout, spans);
 
     char wpath[300], gpath[300], opath[300], lrs[512], cmd[2048], err[512];
     file_in_dir(wpath, sizeof wpath, "weights.safetensors");
@@ -276,7 +278,7 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
         clip_scale(test_stream, g, PRECISION_FP32, P, &sumsq, 1, max_norm);
         hp.lr = lr_at(&sched, k);
         hp.step = k + 1;
-        adamw_range(test_stream, &layout, 0, P, w, g, PRECISION_FP32, m, v, hp);
+        adamw_arena(test_stream, w, NULL, g, PRECISION_FP32, m, v, 0, P, spans, layout.ntensors, hp);
         stream_synchronize(test_stream);
 
         char name[64], what[64];

@@ -9,36 +9,38 @@
 
 typedef struct {
     float *param;
+    bf16 *copy;
     const void *grad;
     Precision grad_held;
     float *m, *v;
-    size_t n;
-    AdamWParams hp;
+    size_t lo, n;
+    const AdamWSpan *spans;
+    int nspans;
+    AdamWConstants k;
 } AdamWArgs;
 
-/* The arithmetic of torch.optim.AdamW (single-tensor path), in the same order. */
+/* The range's part of each span in turn (the GPU finds each element's span:
+ * the same arithmetic per element, adamw.h's). */
 static void adamw_task(void *p) {
     AdamWArgs *a = p;
-    AdamWParams hp = a->hp;
-    float bias_correction1 = 1.0f - powf(hp.beta1, (float)hp.step);
-    float bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, (float)hp.step));
-    float step_size = hp.lr / bias_correction1;
-    float decay = 1.0f - hp.lr * hp.weight_decay;
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < a->n; i++) {
-        float g = number_at(a->grad, a->grad_held, i);
-        float m = a->m[i] + (1.0f - hp.beta1) * (g - a->m[i]);
-        float v = hp.beta2 * a->v[i] + (1.0f - hp.beta2) * g * g;
-        float denom = sqrtf(v) / bias_correction2_sqrt + hp.eps;
-        a->m[i] = m;
-        a->v[i] = v;
-        a->param[i] = a->param[i] * decay - step_size * m / denom;
+    size_t end = a->lo + a->n;
+    for (int t = 0; t < a->nspans; t++) {
+        const AdamWSpan *span = &a->spans[t];
+        size_t first = span->begin > a->lo ? span->begin : a->lo, last = span->end < end ? span->end : end;
+        if (first >= last) continue;
+        int decays = span->decays;
+        #pragma omp parallel for schedule(static)
+        for (size_t j = first - a->lo; j < last - a->lo; j++) {
+            float g = number_at(a->grad, a->grad_held, j);
+            a->param[j] = adamw_element(a->k, decays, g, &a->m[j], &a->v[j], a->param[j]);
+            if (a->copy) a->copy[j] = bf16_from_float(a->param[j]);
+        }
     }
 }
 
-void cpu_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                      AdamWParams hp) {
-    AdamWArgs a = { param, grad, grad_held, m, v, n, hp };
+void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
+    AdamWArgs a = { param, copy, grad, grad_held, m, v, lo, n, spans, nspans, adamw_constants(hp) };
     stream_launch(s, adamw_task, &a, sizeof a);
 }
 

@@ -78,8 +78,8 @@ void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dro
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
                                         const int *targets, int N, int V, float dloss);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
-void cuda_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                       AdamWParams hp);
+void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp);
 void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
 void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
 void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);

@@ -10,29 +10,24 @@
 #include "cuda_kernels.cuh"
 
 /* torch.optim.AdamW's arithmetic, as the CPU's; the scalars come from the host. */
-__global__ static void adamw_kernel(float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                                    float beta1,
-                                    float beta2, float eps, float bias_correction2_sqrt, float step_size,
-                                    float decay) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = number_at(grad, grad_held, i);
-    float mi = m[i] + (1.0f - beta1) * (g - m[i]);
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / denom;
+/* A thread an element of the range: its span found in the table, padding
+ * left alone; the bf16 copy written in the same pass where there is one. */
+__global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                                    size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    int t = adamw_span_at(spans, nspans, lo + j);
+    if (t < 0) return;
+    float g = number_at(grad, grad_held, j);
+    param[j] = adamw_element(k, spans[t].decays, g, &m[j], &v[j], param[j]);
+    if (copy) copy[j] = bf16_from_float(param[j]);
 }
 
-void cuda_adamw_update(Stream *s, float *param, const void *grad, Precision grad_held, float *m, float *v, size_t n,
-                       AdamWParams hp) {
-    float bias_correction1 = 1.0f - powf(hp.beta1, (float)hp.step);
-    float bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, (float)hp.step));
-    float step_size = hp.lr / bias_correction1;
-    float decay = 1.0f - hp.lr * hp.weight_decay;
-    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, grad, grad_held, m, v, n, hp.beta1, hp.beta2,
-                                                                hp.eps, bias_correction2_sqrt, step_size, decay);
+void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
+    if (n == 0) return;
+    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, copy, grad, grad_held, m, v, lo, n, spans,
+                                                                nspans, adamw_constants(hp));
     CHECK_LAUNCH("adamw_kernel");
 }
 
