@@ -603,6 +603,31 @@ Test(gpu, count_nonfinite) {
     pair_free(x); pair_free(count); pair_free(scratch);
 }
 
+/* The norm and the count over more chunks than the final sum's block has
+ * threads (GPT-2's gradient has 7,600): near the CPU's norm, the count
+ * exact, and the norm's bytes the same run to run. */
+Test(gpu, the_norm_over_many_chunks_repeats_and_counts) {
+    need_gpu();
+    size_t n = 300 * (size_t)SUMSQ_CHUNK + 7;
+    Pair x = pair_random(n, -1, 1, 57), out = pair_random(1, 0, 1, 58);
+    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 56);  /* doubles, as floats: two per double */
+    float first = -1, again = -2, count = -1;
+    sumsq_reduce(test_stream, out.cpu, x.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    expect_match(out, REDUCTION_TOL, "sumsq over 301 chunks");
+    stream_copy(gpu_stream, &first, out.gpu, sizeof first);
+    sumsq_reduce(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    stream_copy(gpu_stream, &again, out.gpu, sizeof again);
+    static const float nan_value = NAN;
+    stream_copy(gpu_stream, x.gpu + n - 1, &nan_value, sizeof nan_value);
+    count_nonfinite(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    stream_copy(gpu_stream, &count, out.gpu, sizeof count);
+    stream_synchronize(gpu_stream);
+    cr_expect_eq(memcmp(&first, &again, sizeof first), 0, "sumsq %.9g, then %.9g", first, again);
+    cr_expect_eq(count, 1.0f, "one NaN in the last chunk counted %g times", count);
+    pair_free(x); pair_free(out); pair_free(scratch);
+}
+
 /* Every fp32 whose top half is any bf16 pattern, under the low halves of each
  * rounding case, rounded to bf16: the GPU's bits against the CPU's
  * (test_torch holds the CPU's to PyTorch's). */

@@ -1,9 +1,11 @@
-/* optimizer.cu: the AdamW update, the squared-norm reduction and the scale for
+/* optimizer.cu: AdamW, the squared-norm reduction and the scale for
  * clipping, and the count of non-finite values that guards steps and saves, on the GPU.
  * A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's number_at).
  *
- * The sums go by fixed chunks (SUMSQ_CHUNK), each through a block-wide tree in
- * double (block_sum), then the chunks in order: they repeat bit for bit.
+ * The AdamW update over an arena range in one launch (adamw.h). The sums go
+ * by fixed chunks (SUMSQ_CHUNK), each through a block-wide tree in double
+ * (block_sum), then the chunks' sums through one block's: an order fixed by
+ * the length, so they repeat bit for bit.
  */
 #include <math.h>
 
@@ -44,11 +46,14 @@ __global__ static void sumsq_chunk_kernel(double *partial, const void *x, Precis
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-/* *out = the partials summed in chunk order */
+/* *out = the partials summed by one block: thread t adds chunks t, t +
+ * THREADS, ... in order, then block_sum's tree; an order fixed by the count
+ * of chunks (GPT-2's 7,600 are 30 adds a thread, not one thread's 7,600). */
 __global__ static void sum_chunks_kernel(float *out, const double *partial, size_t nchunks) {
     double total = 0.0;
-    for (size_t c = 0; c < nchunks; c++) total += partial[c];
-    *out = (float)total;
+    for (size_t c = threadIdx.x; c < nchunks; c += THREADS) total += partial[c];
+    total = block_sum(total);
+    if (threadIdx.x == 0) *out = (float)total;
 }
 
 void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
@@ -57,7 +62,7 @@ void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, siz
     double *partial = scratch;
     sumsq_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, held, n);
     CHECK_LAUNCH("sumsq_chunk_kernel");
-    sum_chunks_kernel<<<1, 1, 0, stream>>>(out, partial, nchunks);
+    sum_chunks_kernel<<<1, THREADS, 0, stream>>>(out, partial, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
 }
 
@@ -93,6 +98,6 @@ void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, 
     size_t nchunks = sumsq_scratch_doubles(n);
     nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, held, n);
     CHECK_LAUNCH("nonfinite_chunk_kernel");
-    sum_chunks_kernel<<<1, 1, 0, stream>>>(out, scratch, nchunks);
+    sum_chunks_kernel<<<1, THREADS, 0, stream>>>(out, scratch, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
 }
