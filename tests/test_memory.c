@@ -153,16 +153,16 @@ Test(memory, ranks_whose_activations_pass_the_machine_are_refused_at_once, .time
 }
 
 /* 8 blocks of 128 on 4 ranks: DDP holds 28 MB a rank, ZeRO-3 12.3 MB (bin/train's memory line). */
-/* The command that runs bin/train with its address space capped near the
+/* The command that runs a tool with its address space capped near the
  * machine's free memory (ulimit -v), so that a run that took more than the
  * machine has fails to allocate, rather than wake the kernel's OOM killer
  * (which may take the test's neighbours with it); not under AddressSanitizer,
  * whose shadow memory needs terabytes of address space. */
-static void capped_train(char *cmd, size_t len) {
+static void capped(char *cmd, size_t len, const char *binary) {
 #ifdef __SANITIZE_ADDRESS__
-    snprintf(cmd, len, "%s", train_binary());
+    snprintf(cmd, len, "%s", binary);
 #else
-    snprintf(cmd, len, "ulimit -v %zu; exec %s", host_memory_free() / 1024 * 5 / 4, train_binary());
+    snprintf(cmd, len, "ulimit -v %zu; exec %s", host_memory_free() / 1024 * 5 / 4, binary);
 #endif
 }
 
@@ -175,13 +175,31 @@ Test(memory, a_run_bigger_than_the_machine_stops_at_once_in_one_line, .timeout =
     int layers = (int)ceil(1.1 * free_bytes / per_layer);
     if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
     char cmd[1024], args[512], err[4096];
-    capped_train(cmd, sizeof cmd);
+    capped(cmd, sizeof cmd, train_binary());
     snprintf(args, sizeof args, "%s --embd=2048 --heads=16 --layers=%d --batch=1 --device=cpu", TINY, layers);
     double t0 = wall_seconds();
     int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
     expect_one_line(rc, 1, err, "error: out of memory on cpu for DDP, N=1", "too big a model");
     cr_expect(strstr(err, "the machine had free for the run") != NULL, "not the machine's memory: %s", err);
     cr_expect_lt(wall_seconds() - t0, 30.0, "%.1f s to refuse", wall_seconds() - t0);
+}
+
+/* Past bin/train's own check (bin/zero_memory builds each strategy as it
+ * is, as a test or a tool would): the allocator itself holds the CPU's
+ * allocations to the machine's free memory, one line naming it, exit 1.
+ * The weights alone pass the address space the command is capped at, so an
+ * allocator that did not check fails at the cap, with another line, and
+ * never touches what the machine does not have. */
+Test(memory, the_allocator_holds_the_cpu_to_the_machines_free_memory, .timeout = 60) {
+    double free_bytes = (double)host_memory_free(), per_layer = 12.0 * 2048 * 2048 * sizeof(float);
+    int layers = (int)ceil(1.3 * free_bytes / per_layer);
+    if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
+    char cmd[1024], err[4096], args[256];
+    capped(cmd, sizeof cmd, zero_memory_binary());
+    snprintf(args, sizeof args, "--embd=2048 --heads=16 --layers=%d --batch=1 --block=16 --device=cpu", layers);
+    int rc = run_tool(cmd, args, "/dev/null", err, sizeof err);
+    expect_one_line(rc, 1, err, "error: out of memory on cpu for DDP, N=1, rank 0: cannot allocate", "weights past the machine");
+    cr_expect(strstr(err, "the machine had free for the run") != NULL, "not the machine's memory: %s", err);
 }
 
 /* A data file whose bytes and tokens would take twice the machine's free
@@ -194,7 +212,7 @@ Test(memory, a_data_file_bigger_than_the_machine_is_refused_before_reading, .tim
     cr_assert_geq(fd, 0);
     cr_assert_eq(ftruncate(fd, (off_t)(host_memory_free() / 5 * 2)), 0);
     close(fd);
-    capped_train(cmd, sizeof cmd);
+    capped(cmd, sizeof cmd, train_binary());
     snprintf(args, sizeof args, "%s --iters=2 --data=%s", TINY, big);
     double t0 = wall_seconds();
     expect_one_line(run_tool(cmd, args, "/dev/null", err, sizeof err), 1, err,
