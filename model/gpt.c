@@ -35,27 +35,34 @@ static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
 
 /* The block internals a block's backward reads, kept in bf16 under autocast
  * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
- * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position. */
-enum { KEPT_TENSORS = 7, KEPT_WIDTH = 15 };
-static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in C, summing to KEPT_WIDTH */
+ * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position; the first
+ * six, 11 C, with recompute_gelu. */
+enum { KEPT_TENSORS = 7, KEPT_WIDTH = 15, GELU_WIDTH = 4 };
+static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, GELU_WIDTH };  /* in C, summing to KEPT_WIDTH */
 
 /* Whether a model computing so keeps its blocks' internals in bf16: under
  * autocast, unless it recomputes them. */
 static int keeps_bf16(ComputePolicy compute) { return compute.precision == PRECISION_BF16 && !compute.recompute; }
+
+/* How many of the kept tensors, and their width a position in C. */
+static int kept_tensors(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_TENSORS - 1 : KEPT_TENSORS; }
+static size_t kept_width(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_WIDTH - GELU_WIDTH : KEPT_WIDTH; }
 
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
  * without recompute the internals the backward reads are kept for all L in
  * bf16, and the fp32 internals are one block's too (Lk = 1) but for the
- * statistics (LayerNorm's, attention's), kept for all L (Ls). What attention
- * keeps and its scratch are the device's backend's to size. */
+ * statistics (LayerNorm's, attention's), kept for all L (Ls). With
+ * recompute_gelu GELU's output is one block's (Lg = 1) and not kept. What
+ * attention keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
-    size_t kept = keeps_bf16(compute) ? (L * KEPT_WIDTH * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
+    size_t Lg = compute.recompute_gelu ? 1 : Lk;
+    size_t kept = keeps_bf16(compute) ? (L * kept_width(compute) * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == PRECISION_BF16) {
         unit_floats(cfg, &root, &block);
@@ -70,7 +77,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->att_saved, Ls * att.saved },
         { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
         { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
-        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lk * BT * 4 * C },
+        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lg * BT * 4 * C },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
@@ -129,6 +136,7 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
     m->max_B = max_B;
     m->max_T = max_T;
     m->recompute = compute.recompute;
+    m->recompute_gelu = compute.recompute_gelu;
     m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
@@ -156,7 +164,9 @@ static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) 
 static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
 
 /* The model's ComputePolicy, as gpt_create was given it. */
-static ComputePolicy compute_of(const GPT *m) { return (ComputePolicy){ m->recompute, m->precision }; }
+static ComputePolicy compute_of(const GPT *m) {
+    return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
+}
 
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
@@ -372,13 +382,14 @@ static BlockActivations block_activations(const GPT *m, int l) {
                                    m->precision).saved;
     size_t k = m->recompute || keeps_bf16(compute_of(m)) ? 0 : (size_t)l;  /* the internals' block */
     size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
+    size_t kg = m->recompute_gelu ? 0 : k;                       /* GELU's output's block */
     BlockActivations b = {
         .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
         .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + ks * BT, .ln1_rstd = a->ln1_rstd + ks * BT,
         .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + ks * att,
         .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
         .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + ks * BT, .ln2_rstd = a->ln2_rstd + ks * BT,
-        .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + k * BT * 4 * C,
+        .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + kg * BT * 4 * C,
         .fcproj = a->fcproj + k * BT * C, .resid3 = a->resid3 + (size_t)l * BT * C,
     };
     return b;
@@ -418,8 +429,8 @@ static void keep_block(GPT *m, int l, int load) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
     float *tensors[KEPT_TENSORS] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch, b.fch_gelu };
-    bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * KEPT_WIDTH * BT * C;
-    for (int i = 0; i < KEPT_TENSORS; i++) {
+    bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * kept_width(compute_of(m)) * BT * C;
+    for (int i = 0; i < kept_tensors(compute_of(m)); i++) {
         size_t n = KEPT_WIDTHS[i] * BT * C;
         if (load) load_bf16(s, tensors[i], kept, n);
         else store_bf16(s, kept, tensors[i], n);
@@ -574,6 +585,10 @@ void gpt_backward(GPT *m, float dloss) {
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);
+        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it, then linear_forward rounded it */
+            gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
+            bf16_values(m, b.fch_gelu, BT * 4 * C);
+        }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C);
         leave_backward(m, l, FCPROJ);

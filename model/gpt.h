@@ -48,9 +48,10 @@ typedef struct {
      * joins it ([V, C]). */
     float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
     /* bf16 without recompute: what each block's backward reads of its
-     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C]),
-     * kept in bf16, two numbers to a float of the allocation; the internals
-     * above are then one block's, where the forward and the backward work. */
+     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C];
+     * 11C with recompute_gelu, which makes fch_gelu again), kept in bf16,
+     * two numbers to a float of the allocation; the internals above are then
+     * one block's, where the forward and the backward work. */
     float *kept_storage;
 } Activations;
 
@@ -66,6 +67,7 @@ typedef struct {
     Model base;                    /* first: a GPT * is a Model * */
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
+    int recompute_gelu;            /* 1: fch_gelu one block's, GELU run again before the MLP's backward */
     Precision precision;           /* PRECISION_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;

@@ -130,7 +130,8 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
 }
 
 ComputePolicy strategy_compute(const StrategyConfig *cfg) {
-    return (ComputePolicy){ .recompute = cfg->units.recompute, .precision = cfg->precision };
+    return (ComputePolicy){ .recompute = cfg->units.recompute, .recompute_gelu = cfg->units.recompute_gelu,
+                            .precision = cfg->precision };
 }
 
 int strategy_shard_ranks(const StrategyConfig *cfg) {

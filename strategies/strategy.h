@@ -42,6 +42,8 @@ typedef struct {
     /* 1: activation recompute (model/gpt.h), with cut UNIT_BLOCK only: each
      * block's forward runs again just before its backward. The same bits. */
     int recompute;
+    /* 1: GELU's output is not kept but made again before its backward. The same bits. */
+    int recompute_gelu;
 } UnitsPolicy;
 
 /* What a run records or provokes to be looked at. */

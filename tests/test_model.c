@@ -99,7 +99,7 @@ Test(model, a_training_steps_loss_is_an_evaluations_bits) {
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         ArenaLayout layout;
         model_layout(&cfg, 1, &layout);
-        ComputePolicy compute = { 0, bf16 ? PRECISION_BF16 : PRECISION_FP32 };
+        ComputePolicy compute = { .precision = bf16 ? PRECISION_BF16 : PRECISION_FP32 };
         Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, cfg.block_size);
         model_own_weights(m);
         model_own_grads(m);
@@ -443,7 +443,7 @@ Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     cr_expect_eq(m->classifier_rows, B * T);
     m->classifier_rows = 150;
     /* past the budget (8000 rows of logits), rows add what the blocks keep of them, no logits */
-    ComputePolicy fp32 = { 0, PRECISION_FP32 };
+    ComputePolicy fp32 = { .precision = PRECISION_FP32 };
     size_t one = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 20, T);
     size_t two = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 40, T);
     cr_expect_gt((size_t)20 * T * cfg.vocab, (size_t)CLASSIFIER_CHUNK_FLOATS / 2);

@@ -840,6 +840,37 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     }
 }
 
+/* GELU recomputed before its backward (--recompute-gelu, llm.c's default):
+ * the same losses and weights under DDP and ZeRO-3, in fp32 and in bf16 with
+ * dropout and biases, and exactly GELU's output the fewer activation bytes:
+ * in fp32 every block's but one (4C floats a position), in bf16 what each
+ * block kept of it (4C bf16 numbers a position). */
+Test(strategies, recompute_gelu_gives_the_same_losses_and_weights, .timeout = 300) {
+    int zeros[2] = { 0, 3 };
+    for (int z = 0; z < 2; z++)
+        for (int p = 0; p < PRECISIONS; p++) {
+            StrategyConfig sc = gpt_in((Precision)p, 2, 0.1f);
+            sc.model.bias = 1;
+            float kept_loss[ITERS], again_loss[ITERS];
+            size_t kept_bytes, again_bytes;
+            float *kept = train_with_losses(zeros[z], &sc, kept_loss, &kept_bytes);
+            sc.units.recompute_gelu = 1;
+            float *again = train_with_losses(zeros[z], &sc, again_loss, &again_bytes);
+            ArenaLayout plain;
+            model_layout(&sc.model, 1, &plain);
+            cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0, "--zero=%d %s: recompute-gelu changed a loss",
+                      zeros[z], PRECISION_NAMES[p]);
+            cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
+                      "--zero=%d %s: recompute-gelu changed the weights", zeros[z], PRECISION_NAMES[p]);
+            size_t gelu = (size_t)sc.batch * sc.model.block_size * 4 * sc.model.embd, L = (size_t)sc.model.layers;
+            size_t saved = p == PRECISION_BF16 ? L * gelu * sizeof(bf16) : (L - 1) * gelu * sizeof(float);
+            cr_expect_eq(kept_bytes - again_bytes, saved, "--zero=%d %s: %zu activation bytes fewer, want %zu", zeros[z],
+                         PRECISION_NAMES[p], kept_bytes - again_bytes, saved);
+            free(kept);
+            free(again);
+        }
+}
+
 /* PyTorch's rule, from the tensors' shapes: in backward order, a bucket takes
  * tensors until it holds at least the cap (1 MB or less for the first, then
  * bucket_bytes); the root's tensors all wait for tensor 0. Each bucket's range

@@ -119,6 +119,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "slots at once, 1..8 (ZeRO-3 prefetches K-1 ahead; same bits for each)" },
         { "recompute", MODEL_TOOLS, FLAG_INT, &o->recompute, 0, "1: keep only each block's input, run its forward again before "
           "its backward (needs --unit=block; same bits as 0)" },
+        { "recompute-gelu", MODEL_TOOLS, FLAG_INT, &o->recompute_gelu, 0, "1: keep GELU's input only, run GELU again before "
+          "its backward (llm.c's default): 4 of a block's 15 numbers a position in bf16 not kept; same bits as 0" },
         { "link", TOOL_TRAIN, FLAG_TEXT, o->link, sizeof o->link,
           "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
         { "link-inter", TOOL_TRAIN, FLAG_TEXT, o->link_inter, sizeof o->link_inter, "GBPS[,LATENCY_US]: the modeled link's tier "
@@ -325,7 +327,8 @@ OverlapPolicy options_overlap(const TrainOptions *o) {
 }
 
 UnitsPolicy options_units(const TrainOptions *o) {
-    return (UnitsPolicy){ .cut = (UnitPolicy)unit_policy_parse(o->unit), .recompute = o->recompute };
+    return (UnitsPolicy){ .cut = (UnitPolicy)unit_policy_parse(o->unit), .recompute = o->recompute,
+                          .recompute_gelu = o->recompute_gelu };
 }
 
 /* One-line complaints about values no run can use. */
@@ -365,6 +368,8 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--max-live-units=%d must be in 1..%d", o->max_live_units, MAX_LIVE_UNITS);
     else if (o->recompute != 0 && o->recompute != 1)
         snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
+    else if (o->recompute_gelu != 0 && o->recompute_gelu != 1)
+        snprintf(bad, sizeof bad, "--recompute-gelu=%d must be 0 or 1", o->recompute_gelu);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
     else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);

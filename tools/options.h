@@ -51,6 +51,7 @@ typedef struct {
     char unit[8];                    /* block, half or tensor: how the blocks are cut into units */
     int max_live_units;              /* ZeRO-2/3: units gathered and gradient slots at once */
     int recompute;                   /* 1: each block's forward again before its backward */
+    int recompute_gelu;              /* 1: GELU's output again before its backward, not kept */
     char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
     char link_inter[32];             /* the same, its tier between groups (nodes); "" for one tier */
     char out[OPTION_PATH_MAX];       /* checkpoints go to out/ckpt.safetensors; "" for none */

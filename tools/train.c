@@ -529,7 +529,7 @@ static int print_header(const Run *run, const CpuSetup *cpu) {
     printf("training: %s%s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
            "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, hybrid, o->iters,
            o->batch, sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
-           o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : "",
+           o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : o->recompute_gelu ? ", GELU recomputed" : "",
            sc->precision != PRECISION_BF16                  ? "fp32"
            : strategy_grads_held(sc) == PRECISION_BF16 ? "bf16 compute copy under autocast (fp32 master weights and "
                                                          "AdamW, bf16 gradients)"

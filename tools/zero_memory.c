@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
                "estimate for %d row(s) of %d a rank on the %s; units: %s; overlap %s (%d live units); recompute %s\n\n",
                o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, plain.numel, batch, o.block,
                where == PLACE_CUDA ? "GPU" : "CPU", o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
-               o.recompute ? "on" : "off");
+               o.recompute ? "on" : o.recompute_gelu ? "GELU" : "off");
         print_estimates(&o, model, counts, given, shard_ranks, batch, where == PLACE_CUDA ? DEVICE_CUDA : DEVICE_CPU);
         dataset_free(&data);
         return 0;
@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
            "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
            held,
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
-           o.overlap ? o.max_live_units : 1, o.recompute ? "on" : "off");
+           o.overlap ? o.max_live_units : 1, o.recompute ? "on" : o.recompute_gelu ? "GELU" : "off");
     if (shard_ranks)
         printf("ZeRO-1/2/3 sharded over groups of %d ranks (hybrid), at each N that %d divides: the formula at S = %d\n\n",
                shard_ranks, shard_ranks, shard_ranks);
