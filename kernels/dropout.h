@@ -14,9 +14,13 @@ PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
 }
 
 /* The mask value (0 or 1/(1-p)) of element i alone: the GPU's kernels draw one
- * element per thread. */
+ * element per thread. Its word picked by selects, not an index, which would
+ * put the four words in a kernel's local memory. */
 PHILOX_FN float dropout_scale_at(Dropout d, size_t i) {
-    return philox_uniform(dropout_bits(d, i).v[i & 3]) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
+    Philox4 bits = dropout_bits(d, i);
+    unsigned w = (unsigned)(i & 3);
+    uint32_t word = w == 0 ? bits.v[0] : w == 1 ? bits.v[1] : w == 2 ? bits.v[2] : bits.v[3];
+    return philox_uniform(word) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
 /* scale[k] = the mask value of element first + k, for k < n: one Philox call

@@ -314,13 +314,14 @@ static const AttentionShape SMALL_ATTENTION = { 2, 37, 48, 4 };
 Test(gpu, attention_forward_backward) { check_attention(0.0f, PRECISION_FP32, SMALL_ATTENTION); }
 Test(gpu, attention_with_dropout) { check_attention(0.2f, PRECISION_FP32, SMALL_ATTENTION); }
 
-/* On the tensor cores: heads of 8, 12, 32 and 64 channels (padded to 16, 16,
- * 32, 64), T past two blocks of 64 with a ragged last, with and without
- * dropout; and a head of 80, past the tensor cores' 64, through cuBLAS with
- * the same roundings. */
+/* On the tensor cores: heads of 8, 12, 24, 32, 48 and 64 channels (padded
+ * to 16, 16, 32, 32, 64, 64), T past two blocks of 64 with a ragged last,
+ * with and without dropout; and a head of 80, past the tensor cores' 64,
+ * through cuBLAS with the same roundings (each probability relative to the
+ * running max of its block of 64 keys, dS from dy . y). */
 Test(gpu, attention_in_bf16_on_the_tensor_cores) {
-    const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 64, 2 }, { 1, 150, 128, 2 },
-                                      { 1, 70, 160, 2 } };
+    const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 48, 2 }, { 1, 150, 64, 2 },
+                                      { 1, 150, 96, 2 }, { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         check_attention(0.0f, PRECISION_BF16, shapes[i]);
         check_attention(0.2f, PRECISION_BF16, shapes[i]);

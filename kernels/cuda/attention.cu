@@ -17,7 +17,10 @@
  * over the batch rows (q, k and v of head h are column blocks of qkv[B,T,3C]
  * with row stride 3C, with no permutes); as in matmul.cu, each product is
  * written for cuBLAS's column-major view of the row-major matrices. The T x T
- * probabilities are kept for the backward.
+ * probabilities are kept for the backward. In bf16 (heads past
+ * FLASH_MAX_HEAD) the weights and dS round where the CPU's op rounds them:
+ * each probability relative to the running max of its block of FLASH_ROWS
+ * keys, and dS from the delta dy . y.
  */
 #include <math.h>
 
@@ -47,6 +50,39 @@ __global__ static void causal_softmax_kernel(float *att, int rows, int T) {
     for (int j = lane; j < T; j += WARP) a[j] = j <= t ? a[j] * inv : 0.0f;
 }
 
+/* In bf16, a warp per row t: att = the causal softmax of the scaled scores
+ * there (kept for the backward, unrounded), and weights = what the CPU's op
+ * and the tensor cores multiply v by: each probability taken relative to the
+ * row's running max at the end of its block of FLASH_ROWS keys, dropped out
+ * (element row * T + j of [B,NH,T,T], as on the CPU), rounded to bf16, then
+ * brought to the row's final max and sum. Zero past t. */
+__global__ static void causal_softmax_bf16_kernel(float *att, float *weights, int rows, int T, Dropout drop) {
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows) return;
+    int t = (int)(row % T);
+    float *a = att + (size_t)row * T, *w = weights + (size_t)row * T;
+    float maxval = -INFINITY;
+    for (int j = lane; j <= t; j += WARP) maxval = fmaxf(maxval, a[j]);
+    maxval = warp_max(maxval);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += WARP) sum += expf(a[j] - maxval);
+    float inv = 1.0f / warp_sum(sum), running = -INFINITY;
+    for (int key0 = 0; key0 <= t; key0 += FLASH_ROWS) {
+        int end = min(key0 + FLASH_ROWS, t + 1);
+        float block_max = -INFINITY;
+        for (int j = key0 + lane; j < end; j += WARP) block_max = fmaxf(block_max, a[j]);
+        running = fmaxf(running, warp_max(block_max));
+        float to_row = expf(running - maxval) * inv;
+        for (int j = key0 + lane; j < end; j += WARP) {
+            float s = a[j], kept = drop.p > 0.0f ? dropout_scale_at(drop, (size_t)row * T + j) : 1.0f;
+            w[j] = bf16_rounded(expf(s - running) * kept) * to_row;
+            a[j] = expf(s - maxval) * inv;
+        }
+    }
+    for (int j = t + 1 + lane; j < T; j += WARP) a[j] = w[j] = 0.0f;
+}
+
 /* weights = att * mask (the dropout of the attention weights), rounded to
  * bf16 with round_weights; with datt given, also datt *= mask. Element i is
  * element i of [B,NH,T,T], as on the CPU. */
@@ -60,8 +96,9 @@ __global__ static void attention_dropout_kernel(float *weights, float *datt, con
     if (datt) datt[i] *= scale;
 }
 
-/* A warp per row: dpre = att * (datt - sum(att * datt)) in place, zero past t. */
-__global__ static void softmax_backward_kernel(float *datt, const float *att, int rows, int T) {
+/* A warp per row: dpre = att * (datt - delta) in place, zero past t, where
+ * delta = sum(att * datt), or the row's given delta[row] (dy . y). */
+__global__ static void softmax_backward_kernel(float *datt, const float *att, const float *delta, int rows, int T) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)rows) return;
@@ -70,7 +107,7 @@ __global__ static void softmax_backward_kernel(float *datt, const float *att, in
     float *d = datt + (size_t)row * T;
     float dot = 0.0f;
     for (int j = lane; j <= t; j += WARP) dot += a[j] * d[j];
-    dot = warp_sum(dot);
+    dot = delta ? delta[row] : warp_sum(dot);
     for (int j = lane; j < T; j += WARP) d[j] = j <= t ? a[j] * (d[j] - dot) : 0.0f;
 }
 
@@ -514,18 +551,19 @@ static int flash_runs(int C, int NH, Precision products) {
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
- * (batch row, head). */
+ * (batch row, head), and in bf16 each row's delta after them. */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision products) {
     size_t rows = (size_t)B * NH * T, probs = rows * T;
-    AttentionBuffers flash = { rows, rows }, blas = { probs, 2 * probs };
+    AttentionBuffers flash = { rows, rows }, blas = { probs, 2 * probs + (products == PRECISION_BF16 ? rows : 0) };
     return flash_runs(C, NH, products) ? flash : blas;
 }
 
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
                             int C, int NH, Dropout drop, Precision products) {
     cudaStream_t stream = cuda_stream(s);
-    int hs = C / NH, round_weights = products == PRECISION_BF16;
+    int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
         switch (flash_head_width(hs)) {
         case 16: flash_forward<16>(stream, out, saved, qkv, B, T, C, NH, scale, drop); break;
@@ -544,14 +582,20 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
                      0.0f, att + (size_t)h * T * T, T, att_stride, B);
     }
     int rows = B * NH * T;
-    causal_softmax_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(att, rows, T);
-    CHECK_LAUNCH("causal_softmax_kernel");
     const float *weights = att;
-    if (drop.p > 0.0f || round_weights) {
-        size_t n = (size_t)rows * T;
-        attention_dropout_kernel<<<blocks_for(n), THREADS, 0, stream>>>(scratch, NULL, att, n, drop, round_weights);
-        CHECK_LAUNCH("attention_dropout_kernel");
+    if (products == PRECISION_BF16) {
+        causal_softmax_bf16_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(att, scratch, rows, T, drop);
+        CHECK_LAUNCH("causal_softmax_bf16_kernel");
         weights = scratch;
+    } else {
+        causal_softmax_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(att, rows, T);
+        CHECK_LAUNCH("causal_softmax_kernel");
+        if (drop.p > 0.0f) {
+            size_t n = (size_t)rows * T;
+            attention_dropout_kernel<<<blocks_for(n), THREADS, 0, stream>>>(scratch, NULL, att, n, drop, 0);
+            CHECK_LAUNCH("attention_dropout_kernel");
+            weights = scratch;
+        }
     }
     /* y[b, :, h] = weights @ v */
     for (int h = 0; h < NH; h++) {
@@ -567,6 +611,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     cudaStream_t stream = cuda_stream(s);
     int hs = C / NH, round_products = products == PRECISION_BF16;
     float scale = 1.0f / sqrtf((float)hs);
+    if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
         size_t rows = (size_t)B * NH * T;
         flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout, out, B, T, C, NH);
@@ -582,7 +627,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     const float *att = saved;
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
     size_t n = (size_t)B * NH * T * T;
-    float *datt = scratch, *mask = scratch + n;
+    float *datt = scratch, *mask = scratch + n, *delta = round_products ? scratch + 2 * n : NULL;
     /* dweights = dy @ v^T */
     for (int h = 0; h < NH; h++) {
         const float *v = qkv + 2 * C + (size_t)h * hs;
@@ -603,7 +648,11 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
                      weights + (size_t)h * T * T, T, att_stride, 0.0f, dv, 3 * C, qkv_stride, B);
     }
     int rows = B * NH * T;
-    softmax_backward_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(datt, att, rows, T);
+    if (delta) {  /* dy . y, as the CPU's op takes it in bf16 (y made of the rounded weights) */
+        flash_delta_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(delta, dout, out, B, T, C, NH);
+        CHECK_LAUNCH("flash_delta_kernel");
+    }
+    softmax_backward_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(datt, att, delta, rows, T);
     CHECK_LAUNCH("softmax_backward_kernel");
     if (round_products) cuda_round_to_bf16(s, datt, datt, n);
     /* dq = scale * dpre @ k;  dk = scale * dpre^T @ q */
