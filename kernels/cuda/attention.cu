@@ -180,6 +180,45 @@ __device__ static inline float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/* acc (16 rows x HS, as mma.sync leaves them) += p @ a tile: p the 16 x
+ * FLASH_ROWS product a warp holds, rounded to bf16, the tile FLASH_ROWS x HS
+ * held transposed (row d, column key or query). */
+template <int HS>
+__device__ static inline void add_product_times_tile(float acc[][4], const float p[][4], const bf16 *tile, int lane) {
+    #pragma unroll
+    for (int kk = 0; kk < FLASH_ROWS / 16; kk++) {
+        uint32_t a[4];
+        a_from_product(a, p, kk);
+        #pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            uint32_t bf[2];
+            b_fragment(bf, tile, FLASH_COLUMN, 8 * n, 16 * kk, lane);
+            mma_bf16(acc[n], a, bf);
+        }
+    }
+}
+
+/* The 16 x HS product a warp holds, its rows row0.. (each times factor[r],
+ * r the row's half of the fragment) into rows of `first`, `stride` floats
+ * apart: rows past T and channels past hs left alone. */
+template <int HS>
+__device__ static inline void store_rows(float *first, size_t stride, const float acc[][4], const float factor[2],
+                                         int row0, int T, int hs, int lane) {
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int t = row0 + lane / 4 + 8 * r;
+        if (t >= T) continue;
+        float *row = first + (size_t)t * stride;
+        #pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = 8 * n + 2 * (lane % 4) + e;
+                if (d < hs) row[d] = acc[n][2 * r + e] * factor[r];
+            }
+    }
+}
+
 /* Rows row0.. of x (rows of `stride` floats, a head's hs channels at each)
  * into a tile as bf16 (exact: they are bf16 values), zero past T rows and hs
  * channels; row-major (HS + FLASH_PAD a row) or transposed (FLASH_COLUMN). */
@@ -284,31 +323,14 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
                         if (c <= t) s[j][2 * r + e] *= dropout_scale_at(drop, attention_mask_index(bh, T, t, c));
                     }
         }
-        #pragma unroll
-        for (int kk = 0; kk < FLASH_ROWS / 16; kk++) {
-            uint32_t a[4];
-            a_from_product(a, s, kk);
-            #pragma unroll
-            for (int n = 0; n < HS / 8; n++) {
-                uint32_t bf[2];
-                b_fragment(bf, vt_tile, FLASH_COLUMN, 8 * n, 16 * kk, lane);
-                mma_bf16(o[n], a, bf);
-            }
-        }
+        add_product_times_tile<HS>(o, s, vt_tile, lane);
     }
+    float inv[2] = { 1.0f / sum[0], 1.0f / sum[1] };
+    store_rows<HS>(out + fh.out_at, C, o, inv, row0 + warp_row, T, fh.hs, lane);
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + warp_row + lane / 4 + 8 * r;
-        if (t >= T) continue;
-        float inv = 1.0f / sum[r], *y = out + fh.out_at + (size_t)t * C;
-        #pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int d = 8 * n + 2 * (lane % 4) + e;
-                if (d < fh.hs) y[d] = o[n][2 * r + e] * inv;
-            }
-        if (lane % 4 == 0) lse[(size_t)bh * T + t] = max[r] + logf(sum[r]);
+        if (t < T && lane % 4 == 0) lse[(size_t)bh * T + t] = max[r] + logf(sum[r]);
     }
 }
 
@@ -414,22 +436,9 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
             }
         }
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int c = key0 + warp_key + lane / 4 + 8 * r;
-        if (c >= T) continue;
-        float *dk_row = dqkv + (fh.k - qkv) + (size_t)c * stride, *dv_row = dk_row + C;
-        #pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int d = 8 * n + 2 * (lane % 4) + e;
-                if (d < fh.hs) {
-                    dk_row[d] = dk[n][2 * r + e] * scale;
-                    dv_row[d] = dv[n][2 * r + e];
-                }
-            }
-    }
+    float dk_factor[2] = { scale, scale }, dv_factor[2] = { 1.0f, 1.0f };
+    store_rows<HS>(dqkv + (fh.k - qkv), stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane);
+    store_rows<HS>(dqkv + (fh.v - qkv), stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane);
 }
 
 /* The query blocks' pass (dq) of query block flash_query_block(blockIdx.y)
@@ -496,31 +505,10 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
                     }
                     ds_tile[j][2 * r + e] = ds;
                 }
-        #pragma unroll
-        for (int kk = 0; kk < FLASH_ROWS / 16; kk++) {
-            uint32_t ds[4];
-            a_from_product(ds, ds_tile, kk);
-            #pragma unroll
-            for (int n = 0; n < HS / 8; n++) {
-                uint32_t bf[2];
-                b_fragment(bf, kt_tile, FLASH_COLUMN, 8 * n, 16 * kk, lane);
-                mma_bf16(dq[n], ds, bf);
-            }
-        }
+        add_product_times_tile<HS>(dq, ds_tile, kt_tile, lane);
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int t = row0 + warp_row + lane / 4 + 8 * r;
-        if (t >= T) continue;
-        float *dq_row = dqkv + (fh.q - qkv) + (size_t)t * stride;
-        #pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int d = 8 * n + 2 * (lane % 4) + e;
-                if (d < fh.hs) dq_row[d] = dq[n][2 * r + e] * scale;
-            }
-    }
+    float dq_factor[2] = { scale, scale };
+    store_rows<HS>(dqkv + (fh.q - qkv), stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane);
 }
 
 template <int HS>
