@@ -122,17 +122,23 @@ static GpuBuckets gpu_buckets(TokenBuckets host, int BT) {
 
 static void gpu_buckets_free(GpuBuckets g) { device_free(gpu, MEM_WORKING, g.memory, g.ints * sizeof(int)); }
 
-/* The GPU's copy against the CPU's, after both streams are done. */
-static void expect_match(Pair p, double tol, const char *what) {
+/* The GPU's copy's error against the CPU's, after both streams are done. */
+static double gpu_error(Pair p, double (*error)(const float *got, const double *want, size_t n)) {
     stream_synchronize(test_stream);
     float *got = malloc(p.n * sizeof(float));
     stream_copy(gpu_stream, got, p.gpu, p.n * sizeof(float));
     stream_synchronize(gpu_stream);
     double *want = to_double(p.cpu, p.n);
-    double e = rel_error(got, want, p.n);
-    cr_expect_lt(e, tol, "%s: GPU against CPU, relative error %g (tolerance %g)", what, e, tol);
+    double e = error(got, want, p.n);
     free(got);
     free(want);
+    return e;
+}
+
+/* The GPU's copy against the CPU's, element by element (rel_error). */
+static void expect_match(Pair p, double tol, const char *what) {
+    double e = gpu_error(p, rel_error);
+    cr_expect_lt(e, tol, "%s: GPU against CPU, relative error %g (tolerance %g)", what, e, tol);
 }
 
 /* The first `bytes` of p's GPU buffer against its CPU buffer, byte for byte. */
@@ -257,15 +263,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
 /* The GPU's copy against the CPU's as a whole (rms_rel_error), where a rare
  * number rounds to the next bf16 on one side only. */
 static void expect_near(Pair p, double tol, const char *what) {
-    stream_synchronize(test_stream);
-    float *got = malloc(p.n * sizeof(float));
-    stream_copy(gpu_stream, got, p.gpu, p.n * sizeof(float));
-    stream_synchronize(gpu_stream);
-    double *want = to_double(p.cpu, p.n);
-    double e = rms_rel_error(got, want, p.n);
+    double e = gpu_error(p, rms_rel_error);
     cr_expect_lt(e, tol, "%s: GPU against CPU, rms relative error %g (tolerance %g)", what, e, tol);
-    free(got);
-    free(want);
 }
 
 /* bf16 attention, GPU against CPU: both round the same numbers to bf16, each
