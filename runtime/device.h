@@ -143,10 +143,11 @@ struct Stamp {
 };
 void stream_stamp(Stream *s, Stamp *at);
 int64_t stamp_read(Stamp *at);
-/* The ns from stamp `from` to a later stamp `to` of one stream, both read as
- * stamp_read reads them (and freed). On a GPU it is the two events' own
- * elapsed time (about 0.5 us resolution), not the difference of their places
- * on the host's clock, which loses microseconds late in a long run. */
+/* The ns from stamp `from` to a later stamp `to` of one stream, both freed
+ * (on the CPU read as stamp_read reads them). On a GPU it is the two events'
+ * own elapsed time (about 0.5 us resolution), not the difference of their
+ * places on the host's clock, which loses microseconds late in a long run;
+ * it holds any time the stream sat idle between them, waiting for the host. */
 int64_t stamp_elapsed(Stamp *from, Stamp *to);
 
 /* An event of dev's kind, recorded and waited on by dev's streams (waits may

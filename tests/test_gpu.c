@@ -222,14 +222,15 @@ static void pair_reset(Pair p, const float *start) {
     stream_synchronize(gpu_stream);
 }
 
-/* A bias's and LayerNorm's weight gradients at GPT-2's shapes (12 x 1024 rows;
- * the fc bias 3072 wide, the norms 768), in the parts of row_parts.h: the
+/* A bias's and LayerNorm's weight gradients at GPT-2's shapes (12 x 1024 rows
+ * and 77 more, so the last part of 128 is short; the fc bias 3072 wide, the
+ * norms 768), in the parts of row_parts.h: the
  * CPU's bytes, and the same bytes on each of three runs. LayerNorm's mean and
  * rstd are given, the same on both sides (their forward's sums are not the
  * CPU's order), so that the weight gradient's adds alone are compared. */
 Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
-    int N = 12 * 1024, OC = 3072, C = 768;
+    int N = 12 * 1024 + 77, OC = 3072, C = 768;
     Pair dout = pair_random((size_t)N * OC, -1, 1, 61), dbias = pair_random((size_t)OC, -1, 1, 62);
     Pair inp = pair_random((size_t)N * C, -2, 2, 63), mean = pair_random((size_t)N, -0.5f, 0.5f, 64);
     Pair rstd = pair_random((size_t)N, 0.5f, 2, 65), w = pair_random((size_t)C, 0.5f, 1.5f, 66);
@@ -492,9 +493,13 @@ Test(gpu, crossentropy_forward_backward) {
         cr_expect_eq(memcmp(first, again, n * sizeof(float)), 0, "run %d: other dlogits than the first run's", run + 2);
     }
 
+    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss);
+    expect_same_bytes(losses, (size_t)N * sizeof(float), "the losses alone (no gradient): the GPU's differ");
     crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss);
     crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss);
     expect_same_bytes(logits, n * sizeof(float), "in place, the GPU's dlogits differ from the CPU's");
+    expect_same_bytes(losses, (size_t)N * sizeof(float), "in place, the GPU's losses differ from the CPU's");
     cr_expect_eq(memcmp(logits.cpu, dlogits.cpu, n * sizeof(float)), 0, "in place gives other dlogits");
     free(first); free(again);
     int_pair_free(targets);

@@ -3,7 +3,9 @@
  * Its totals and its table from given times; the spans of a real stream, each
  * op's time within its step and the ops outside a step left out; and bin/train
  * with ZF_PROFILE=1, whose table names the model's ops and whose times add up
- * to no more than the step's, and without it, no table.
+ * to no more than the step's, and without it, no table; on a GPU, where one
+ * is visible, the same table from CUDA's events (bf16: the tensor cores'
+ * attention among the ops).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -129,9 +131,10 @@ static void train_output(const char *profile, const char *args, char *text, size
     remove_dir(dir);
 }
 
-Test(profile, bin_train_prints_the_table_with_zf_profile_and_nothing_without, .timeout = 120) {
-    char args[512], text[16384];
-    snprintf(args, sizeof args, "%s --iters=3 --eval-every=0 --zero=3 --gpus=2", TINY);
+/* bin/train's table with ZF_PROFILE=1 for these flags: the model's ops each
+ * there, and their times adding up to no more than the step's. */
+static void expect_profile_table(const char *args) {
+    char text[16384];
     train_output("1", args, text, sizeof text);
     cr_assert(strstr(text, "profile: rank 0's compute stream, 2 steps (the first left out), "), "%s", text);
     const char *ops[] = { "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
@@ -146,8 +149,21 @@ Test(profile, bin_train_prints_the_table_with_zf_profile_and_nothing_without, .t
     double all = row_ms(text, "all ops", &calls);
     cr_expect(all >= sum - 0.01 && all <= step_ms(text), "all ops %.3f ms, the step %.3f ms\n%s", all,
               step_ms(text), text);
+}
+
+Test(profile, bin_train_prints_the_table_with_zf_profile_and_nothing_without, .timeout = 120) {
+    char args[512], text[16384];
+    snprintf(args, sizeof args, "%s --iters=3 --eval-every=0 --zero=3 --gpus=2", TINY);
+    expect_profile_table(args);
     train_output(NULL, args, text, sizeof text);
     cr_expect_null(strstr(text, "profile"), "%s", text);
     train_output("0", args, text, sizeof text);
     cr_expect_null(strstr(text, "profile"), "%s", text);
+}
+
+Test(profile, bin_train_profiles_a_gpus_ops_from_its_events, .timeout = 120) {
+    if (device_cuda_count() <= 0) test_skip("no GPU visible: the CUDA events' profile did not run");
+    char args[512];
+    snprintf(args, sizeof args, "%s --iters=3 --eval-every=0 --zero=3 --gpus=2 --device=cuda --dtype=bf16", TINY);
+    expect_profile_table(args);
 }

@@ -65,8 +65,8 @@ void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) 
 /* partial[part, c] = sum from 0, in row order, of the part's dout[., c]: the
  * parts of row_parts.h side by side, then added in order (column_sums.cu). */
 __global__ static void bias_part_kernel(float *partial, const float *dout, int N, int OC) {
-    int part = blockIdx.y;
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float acc = 0.0f;
     for (int n = part_first_row(part); n < part_end_row(part, N); n++) acc += dout[(size_t)n * OC + c];
@@ -75,7 +75,7 @@ __global__ static void bias_part_kernel(float *partial, const float *dout, int N
 
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
     if (N == 0) return;
-    dim3 grid(blocks_for((size_t)OC), (unsigned)row_parts(N));
+    dim3 grid((unsigned)row_parts(N), blocks_for((size_t)OC));
     bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dout, N, OC);
     CHECK_LAUNCH("bias_part_kernel");
     cuda_add_column_parts(s, dbias, scratch, N, OC);

@@ -60,8 +60,8 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
 /* partial[part, c] = sum from 0, in row order, of the part's dout * norm */
 __global__ static void layernorm_dweight_part_kernel(float *partial, const float *dout, const float *inp,
                                                      const float *mean, const float *rstd, int N, int C) {
-    int part = blockIdx.y;
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float acc = 0.0f;
     for (int i = part_first_row(part); i < part_end_row(part, N); i++)
@@ -78,7 +78,7 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float
                                                                               rstd, N, C);
     CHECK_LAUNCH("layernorm_dinp_kernel");
     float *partial = scratch;  /* column_sums_scratch_floats(N, C): parts x C */
-    dim3 grid(blocks_for((size_t)C), (unsigned)row_parts(N));
+    dim3 grid((unsigned)row_parts(N), blocks_for((size_t)C));
     layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
     CHECK_LAUNCH("layernorm_dweight_part_kernel");
     cuda_add_column_parts(s, dweight, partial, N, C);
