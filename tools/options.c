@@ -277,7 +277,7 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
         *(float *)f->value = v;
     } else {
         if (strlen(text) >= f->size) {
-            snprintf(err, errlen, "%s: --%s value is too long (at most %zu characters)", prog, f->name, f->size - 1);
+            snprintf(err, errlen, "%s: --%s value is too long (at most %zu bytes)", prog, f->name, f->size - 1);
             return 2;
         }
         snprintf((char *)f->value, f->size, "%s", text);
