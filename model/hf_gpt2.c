@@ -217,7 +217,7 @@ int hf_gpt2_check(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, ch
                  "run's is %d, %d, %d, block %d, vocabulary %d%s%s", hf->config_path, got->layers, got->heads,
                  got->embd, got->block_size, got->vocab, want->layers, want->heads, want->embd, want->block_size,
                  want->vocab, want->bias ? "" : ", no biases", want->gelu_tanh == got->gelu_tanh ? "" : ", another GELU");
-        return -1;
+        return HF_GPT2_OTHER_MODEL;
     }
     const char *prefix = prefix_of(f);
     ArenaLayout layout;

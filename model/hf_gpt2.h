@@ -53,7 +53,8 @@ int hf_gpt2_read_weights(const HfGpt2 *hf, const ModelConfig *want, float *w, ch
 /* The same, streamed from hf's model.safetensors opened header-only in f:
  * check every tensor as hf_gpt2_read_weights does, reading one at a time;
  * then tensor t of want's layout into out (its numel floats). 0, or -1 with a
- * one-line message. */
+ * one-line message (HF_GPT2_OTHER_MODEL: the folder's GPT-2 is not want). */
+enum { HF_GPT2_OTHER_MODEL = -2 };
 int hf_gpt2_check(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, char *err, size_t errlen);
 int hf_gpt2_read_tensor(const HfGpt2 *hf, const StFile *f, const ModelConfig *want, int t, float *out, char *err,
                         size_t errlen);

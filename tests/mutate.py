@@ -720,6 +720,12 @@ MUTANTS = [
      "model/gpt.c",
      "if (m->recompute_gelu && !m->recompute) {",
      "if (0 && m->recompute_gelu) {"),
+    ("other-model-exit-1", "a checkpoint of another model than the flags ask is exit 1, a bad file's, not 2, a "
+     "bad command line's",
+     "test_files/a_checkpoint_with_biases_*",
+     "tools/train.c",
+     "return rc == CHECKPOINT_OTHER_MODEL ? 2 : 1;",
+     "return rc == CHECKPOINT_OTHER_MODEL ? 1 : 1;"),
     ("failed-write-never-stops", "a failed write of the progress output or --log noted, and the run goes on",
      "test_faults/a_full_disk_under_the_log*",
      "training/trainer.c",

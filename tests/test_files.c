@@ -106,7 +106,7 @@ Test(files, bad_checkpoints_are_one_line_errors_and_overwrite_nothing, .timeout 
     /* a model the flags disagree with */
     snprintf(args, sizeof args, "%s --layers=3 --iters=4 --out=%s --resume=%s", model, dir, good_path);
     int rc = run_train(args, err, sizeof err);
-    cr_expect_eq(rc, 1, "another model: exit %d", rc);
+    cr_expect_eq(rc, 2, "another model (the flags ask it: docs/errors.md): exit %d", rc);
     cr_expect(strstr(err, "holds a model of 2 layers") != NULL, "another model: stderr was: %s", err);
     cr_expect_eq(count_lines(err), 1, "another model: stderr was: %s", err);
 
@@ -580,7 +580,7 @@ Test(files, a_checkpoint_with_biases_resumes_under_another_strategy_to_the_same_
     free(a);
     free(b);
     snprintf(args, sizeof args, "--layers=2 --embd=16 --heads=2 --block=16 --iters=8 --init-from=%s", whole);
-    expect_one_line(run_train(args, err, sizeof err), 1, err,
+    expect_one_line(run_train(args, err, sizeof err), 2, err,
                     "bias 1, GELU erf; this run's is 2, 2, 16, 16, 65, 0, erf",
                     "a run without biases from a checkpoint with them");
     remove_dir(dir);

@@ -44,9 +44,10 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     CheckpointInfo info;
     char err[768];
     /* every process learns process 0's outcome, the one that reads the file, which says it */
-    if (checkpoint_load(s, path, o->resume[0] != 0, &info, err, sizeof err) != 0) {
+    int rc = checkpoint_load(s, path, o->resume[0] != 0, &info, err, sizeof err);
+    if (rc != 0) {
         if (world()->proc == 0) fprintf(stderr, "train: %s\n", err);
-        return 1;
+        return rc == CHECKPOINT_OTHER_MODEL ? 2 : 1;  /* the flags ask another model (docs/errors.md), or a bad file */
     }
     if (info.hf_vocab)
         printf("init-from: %s, a Hugging Face GPT-2 (Conv1D weights transposed, the tied head), vocabulary %d%s\n",

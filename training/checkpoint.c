@@ -129,6 +129,7 @@ int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInf
         rc = hf_gpt2_open(path, &hf, err, errlen) == 0 && safetensors_open_header(&f, hf.weights_path, err, errlen) == 0
                  ? hf_gpt2_check(&hf, &f, &s->cfg.model, err, errlen)
                  : -1;
+        if (rc == HF_GPT2_OTHER_MODEL) rc = CHECKPOINT_OTHER_MODEL;
         *info = (CheckpointInfo){ .model = s->cfg.model, .foreign = 1, .hf_vocab = hf.model.vocab };
     } else if (root && safetensors_open_header(&f, path, err, errlen) == 0) {
         rc = checkpoint_check(&f, path, &s->cfg.model, with_state, info, NULL, NULL, NULL, err, errlen);

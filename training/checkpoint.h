@@ -61,7 +61,9 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
  * there, equal to the token embedding. Then the arenas given (w, m, v, of the
  * GPT's layout at nranks = 1; any may be NULL, m and v read only when the
  * file holds them) get the file's tensors. 0, or -1 with a one-line message
- * naming the problem. */
+ * naming the problem (CHECKPOINT_OTHER_MODEL where the file is whole but its
+ * model is not want: the flags ask another one). */
+enum { CHECKPOINT_OTHER_MODEL = -2 };
 int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want, int with_state,
                      CheckpointInfo *info, float *w, float *m, float *v, char *err, size_t errlen);
 
@@ -83,7 +85,7 @@ int checkpoint_read_info(const char *path, CheckpointInfo *info, char *err, size
  * model must be the file's. Every tensor is checked (names, dtype, shapes, no
  * missing or extra ones) before s changes. Without with_state, path may also
  * be a Hugging Face GPT-2 (hf_gpt2_at), read as model/hf_gpt2.h says. 0, or -1
- * with a one-line message. */
+ * with a one-line message (CHECKPOINT_OTHER_MODEL: s's model is not the file's). */
 int checkpoint_load(Strategy *s, const char *path, int with_state, CheckpointInfo *info, char *err,
                     size_t errlen);
 

@@ -189,7 +189,7 @@ int checkpoint_check(const StFile *f, const char *path, const ModelConfig *want,
                  "GELU %s; this run's is %d, %d, %d, %d, %d, %d, %s", path, got->layers, got->heads, got->embd,
                  got->block_size, got->vocab, got->bias, got->gelu_tanh ? "tanh" : "erf", want->layers, want->heads,
                  want->embd, want->block_size, want->vocab, want->bias, want->gelu_tanh ? "tanh" : "erf");
-        return -1;
+        return CHECKPOINT_OTHER_MODEL;
     }
     if (with_state && !info->has_state) {
         snprintf(err, errlen, "'%s' holds no optimizer state (optim.*): start from it with --init-from", path);
