@@ -192,6 +192,10 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { ZERO_MEMORY, "--unit=matrix", "zero_memory: --unit=matrix must be block, half or tensor" },
         { ZERO_MEMORY, "--max-live-units=-1", "zero_memory: --max-live-units=-1 must be in 1..8" },
         { ZERO_MEMORY, "--recompute=1 --unit=tensor", "zero_memory: --recompute=1 recomputes whole blocks" },
+        { ZERO_MEMORY, "--estimate=2", "zero_memory: --estimate=2 must be 0 or 1" },
+        { ZERO_MEMORY, "--estimate=yes", "zero_memory: --estimate expects an integer, got 'yes'" },
+        { ZERO_MEMORY, "--shard-ranks=65", "zero_memory: --shard-ranks=65 must be a group's ranks, 1..64 (0: none)" },
+        { ZERO_MEMORY, "--shard-ranks two", "zero_memory: --shard-ranks expects an integer, got 'two'" },
     };
     const char *binaries[] = { [TRAIN] = train_binary(), [SAMPLE] = sample_binary(),
                                [ZERO_MEMORY] = zero_memory_binary() };

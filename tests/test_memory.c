@@ -263,6 +263,27 @@ static double estimate_total(const char *out, const char *row) {
  * parameters, N_d = 64: 120, 31.4, 16.6 and 1.9 GB per device; and each
  * kind's bytes per parameter in both precisions, as the paper writes them,
  * and with the gradients held in fp32 for an fp32 reduction. */
+/* --estimate and --shard-ranks are rows of the flag table as any other:
+ * --estimate alone is --estimate=1, --estimate=0 builds, and --shard-ranks
+ * takes its value either way (found by a probe: --estimate=0 was an unknown
+ * flag, --shard-ranks 2 another tool's). */
+Test(memory, zero_memory_reads_estimate_and_shard_ranks_as_its_other_flags) {
+    static char alone[16384], one[16384], zero[16384], spaced[16384], joined[16384], whole[16384];
+    run_zero_memory("--estimate --gpus=1", alone, sizeof alone);
+    run_zero_memory("--estimate=1 --gpus=1", one, sizeof one);
+    cr_expect_str_eq(alone, one, "--estimate and --estimate=1 differ");
+    cr_expect(strstr(alone, "estimate for ") != NULL, "%s", alone);
+    run_zero_memory("--estimate=0 --gpus=1", zero, sizeof zero);
+    cr_expect(strstr(zero, "counted by the allocator") != NULL, "--estimate=0 builds nothing:\n%s", zero);
+    run_zero_memory("--estimate --gpus=4 --shard-ranks 2", spaced, sizeof spaced);
+    run_zero_memory("--estimate --gpus=4 --shard-ranks=2", joined, sizeof joined);
+    cr_expect_str_eq(spaced, joined, "--shard-ranks 2 and --shard-ranks=2 differ");
+    run_zero_memory("--estimate --gpus=4", whole, sizeof whole);
+    const char *sharded = strstr(joined, "| ZeRO-3 | 4 |"), *full = strstr(whole, "| ZeRO-3 | 4 |");
+    cr_assert(sharded && full, "no ZeRO-3 row at N = 4:\n%s", joined);
+    cr_expect_neq(strncmp(sharded, full, strcspn(full, "\n")), 0, "--shard-ranks=2 left ZeRO-3's row at N = 4 as it was");
+}
+
 Test(memory, zero_memory_estimate_reproduces_the_zero_papers_figure_1) {
     char out[16384];
     run_zero_memory("--estimate --gpus=1", out, sizeof out);

@@ -68,8 +68,8 @@ int options_preset(TrainOptions *o, const char *name) {
     return 0;
 }
 
-typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_TEXT } FlagType;
-/* A flag: where its value goes, and for text, how big that buffer is. */
+/* FLAG_SWITCH: an int of 0 or 1, and the flag alone (--estimate) is 1. */
+typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_TEXT, FLAG_SWITCH } FlagType;
 /* A flag: the tools that take it (Tool bits), where its value goes, and for
  * text, how big that buffer is. A name may have a row for each meaning it has
  * in different tools (bin/prepare's --out is not bin/train's). */
@@ -98,8 +98,11 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "read as \\n, as prepare.py's text mode reads them) or raw (the bytes as they are)" },
         { "zero", TOOL_TRAIN, FLAG_INT, &o->zero, 0, "0: DDP, 1: ZeRO-1 (Adam state sharded), 2: ZeRO-2 (+ gradients), 3: ZeRO-3 (+ weights)" },
         { "gpus", MODEL_TOOLS, FLAG_INT, &o->gpus, 0, "ranks, 1..64 (simulated where there are fewer GPUs)" },
-        { "shard-ranks", TOOL_TRAIN, FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this many ranks and replicate "
-          "over the groups (hybrid sharding; 0: every rank, full sharding; it divides the world's ranks)" },
+        { "shard-ranks", TOOL_TRAIN | TOOL_ZERO_MEMORY, FLAG_INT, &o->shard_ranks, 0, "ZeRO-1/2/3: shard over groups of this "
+          "many ranks and replicate over the groups (hybrid sharding; 0: every rank, full sharding; it divides the world's "
+          "ranks; bin/zero_memory: in the rows whose N it divides)" },
+        { "estimate", TOOL_ZERO_MEMORY, FLAG_SWITCH, &o->estimate, 0, "build nothing: the rows from the formulas alone "
+          "(--estimate is --estimate=1)" },
         { "device", MODEL_TOOLS | TOOL_SAMPLE, FLAG_TEXT, o->device, sizeof o->device, "auto (GPUs if any, else the CPU), cpu or cuda" },
         { "collectives", TOOL_TRAIN, FLAG_TEXT, o->collectives, sizeof o->collectives, "ranks on GPUs through NCCL: ordered "
           "(sums in rank order, the simulator's bits at any split) or nccl (NCCL's own reduce-scatter: faster, bits "
@@ -219,14 +222,11 @@ void options_usage(FILE *out, Tool tool, TrainOptions *o) {
     for (int i = 0; i < n; i++) {
         if (!(flags[i].tools & tool_bit(tool))) continue;
         char def[OPTION_PATH_MAX + 16];
-        if (flags[i].type == FLAG_INT) snprintf(def, sizeof def, "%d", *(int *)flags[i].value);
+        if (flags[i].type == FLAG_INT || flags[i].type == FLAG_SWITCH) snprintf(def, sizeof def, "%d", *(int *)flags[i].value);
         else if (flags[i].type == FLAG_FLOAT) snprintf(def, sizeof def, "%g", *(float *)flags[i].value);
         else snprintf(def, sizeof def, "%s", (char *)flags[i].value);
         fprintf(out, "  --%-16s %s (default: %s)\n", flags[i].name, flags[i].help, def[0] ? def : "none");
     }
-    if (tool == TOOL_ZERO_MEMORY)
-        fprintf(out, "  --estimate         build nothing: the rows from the formulas (bin/zero_memory's own)\n"
-                "  --shard-ranks=S    shard ZeRO-1/2/3 over groups of S ranks in the rows whose N it divides\n");
     if (tool == TOOL_TRAIN)
         fprintf(out, "\nSIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 stop the run after the step in flight, saved with "
                 "--out (exit 128 + the signal).\nUnder mpirun, Ctrl-C or a kill of mpirun sends every process SIGTERM "
@@ -253,7 +253,7 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
     char *end;
     errno = 0;
     if (empty_value(prog, f->name, text, err, errlen)) return 2;
-    if (f->type == FLAG_INT) {
+    if (f->type == FLAG_INT || f->type == FLAG_SWITCH) {
         long v = strtol(text, &end, 10);
         if (end == text || *end || !decimal_text(text)) {
             snprintf(err, errlen, "%s: --%s expects an integer, got '%s' (see --help)", prog, f->name, text);
@@ -261,6 +261,10 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
         }
         if (errno == ERANGE || v < -2147483647L || v > 2147483647L) {
             snprintf(err, errlen, "%s: --%s=%s is out of range (a 32-bit integer)", prog, f->name, text);
+            return 2;
+        }
+        if (f->type == FLAG_SWITCH && v != 0 && v != 1) {
+            snprintf(err, errlen, "%s: --%s=%s must be 0 or 1", prog, f->name, text);
             return 2;
         }
         *(int *)f->value = (int)v;
@@ -350,6 +354,8 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--gelu=%s must be erf or tanh", o->gelu);
     else if (o->pad_vocab < 1 || o->pad_vocab > 4096)
         snprintf(bad, sizeof bad, "--pad-vocab=%d must be in 1..4096", o->pad_vocab);
+    else if (tool == TOOL_ZERO_MEMORY && (o->shard_ranks < 0 || o->shard_ranks > MAX_RANKS))
+        snprintf(bad, sizeof bad, "--shard-ranks=%d must be a group's ranks, 1..%d (0: none)", o->shard_ranks, MAX_RANKS);
     else if (o->gpus < 1 || o->gpus > MAX_RANKS)
         snprintf(bad, sizeof bad, "--gpus=%d must be in 1..%d", o->gpus, MAX_RANKS);
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
@@ -446,8 +452,9 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
              (double)o->batch * o->heads * o->block * o->block > INT_MAX)
         snprintf(bad, sizeof bad, "--batch=%d --block=%d --embd=%d --heads=%d: one batch's activations "
                  "exceed 2^31 floats", o->batch, o->block, o->embd, o->heads);
-    /* the rules of what a strategy can run are the strategies' own */
-    StrategyConfig asked = { .nranks = o->gpus * world()->nprocs, .shard_ranks = o->shard_ranks,
+    /* the rules of what a strategy can run are the strategies' own (bin/zero_memory's groups are its rows') */
+    StrategyConfig asked = { .nranks = o->gpus * world()->nprocs,
+                             .shard_ranks = tool == TOOL_ZERO_MEMORY ? 0 : o->shard_ranks,
                              .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
                              .link_inter = options_link_inter(o) };
     if (!bad[0]) strategy_config_error(o->zero, &asked, bad, sizeof bad);
@@ -532,7 +539,7 @@ int options_read(TrainOptions *o, Tool tool, const char *default_preset, int arg
             refuse_flag(flags, n, tool, name, len, err, errlen);
             return 2;
         }
-        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const char *value = eq ? eq + 1 : f->type == FLAG_SWITCH ? "1" : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) {
             snprintf(err, errlen, "%s: --%s needs a value (see --help)", prog, f->name);
             return 2;
@@ -618,8 +625,9 @@ int options_flag_hashes(TrainOptions *o, uint64_t *hashes, const char **names) {
     for (int k = 0; k < n; k++) {
         const Flag *f = &flags[k];
         if (!(f->tools & TOOL_TRAIN)) continue;
-        size_t bytes = f->type == FLAG_TEXT ? strlen((const char *)f->value) + 1 : f->type == FLAG_INT ? sizeof(int)
-                                                                                                       : sizeof(float);
+        size_t bytes = f->type == FLAG_TEXT    ? strlen((const char *)f->value) + 1
+                       : f->type == FLAG_FLOAT ? sizeof(float)
+                                               : sizeof(int);
         names[kept] = f->name;
         /* --node-rank is each process's own */
         hashes[kept] = strcmp(f->name, "node-rank") == 0 ? 0 : options_hash(0xcbf29ce484222325ull, f->value, bytes);

@@ -68,6 +68,8 @@ typedef struct {
     char inject_fault[32];           /* RANK:STEP:WHERE; "" for none */
     Fault fault;                     /* inject_fault parsed (FAULT_NONE for none) */
     int init_vocab;                  /* a Hugging Face --init-from's vocabulary, the least the model's; 0: none */
+    /* bin/zero_memory */
+    int estimate;                    /* 1: the rows from the formulas, nothing built */
     /* bin/sample */
     char ckpt[OPTION_PATH_MAX];
     char prompt[OPTION_PATH_MAX];    /* at most OPTION_PATH_MAX - 1 bytes */

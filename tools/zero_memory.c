@@ -23,7 +23,7 @@
  * reports in use on GPU 0. --estimate builds nothing: the same rows from the
  * formulas, then each stage's bytes per parameter in fp32 and in mixed
  * precision, and the ZeRO paper's Figure 1 beside the registry's figures.
- * --shard-ranks=S (this tool's own, as --estimate) shards ZeRO-1/2/3 over
+ * --shard-ranks=S shards ZeRO-1/2/3 over
  * groups of S ranks (hybrid sharding) in the rows whose N it divides, each
  * held to its formula at S instead of N.
  */
@@ -157,20 +157,9 @@ static int off_estimate(double measured, double estimate) {
 
 int main(int argc, char **argv) {
     TrainOptions o;
-    int estimate_only = 0, shard_ranks = 0, kept = 1;  /* --estimate and --shard-ranks are this tool's own */
-    for (int i = 1; i < argc; i++) {
-        char tail;
-        if (strcmp(argv[i], "--estimate") == 0 || strcmp(argv[i], "--estimate=1") == 0) estimate_only = 1;
-        else if (strncmp(argv[i], "--shard-ranks=", 14) == 0) {
-            if (sscanf(argv[i] + 14, "%d%c", &shard_ranks, &tail) != 1 || shard_ranks < 1 || shard_ranks > MAX_RANKS) {
-                fprintf(stderr, "zero_memory: %s must be a group's ranks, 1..%d\n", argv[i], MAX_RANKS);
-                return 2;
-            }
-        } else argv[kept++] = argv[i];
-    }
-    argc = kept;
     int rc = options_parse(&o, TOOL_ZERO_MEMORY, "char", argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    int estimate_only = o.estimate, shard_ranks = o.shard_ranks;
     Dataset data = { 0 };
     char err[512];
     int gpt2_vocab = estimate_only && strncmp(o.preset, "gpt2", 4) == 0 && !options_given(argc, argv, "data");
