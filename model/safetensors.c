@@ -336,8 +336,15 @@ int safetensors_parse(StFile *f, unsigned char *bytes, size_t size, const char *
 static int open_file(StFile *f, const char *path, int header_only, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     if (host_is_directory(path)) {
-        snprintf(err, errlen, "'%s' is a folder without config.json: neither a Hugging Face folder nor a "
-                 "checkpoint file", path);
+        char config[4096];
+        struct stat cst;
+        snprintf(config, sizeof config, "%s/config.json", path);
+        if (stat(config, &cst) == 0)  /* what bin/export writes, which --init-from and bin/sample read */
+            snprintf(err, errlen, "'%s' is a Hugging Face folder, not a checkpoint file (bin/train's --init-from and "
+                     "bin/sample's --ckpt take one; this does not)", path);
+        else
+            snprintf(err, errlen, "'%s' is a folder without config.json: neither a Hugging Face folder nor a "
+                     "checkpoint file", path);
         return -1;
     }
     struct stat st;

@@ -726,6 +726,12 @@ MUTANTS = [
      "tools/train.c",
      "return rc == CHECKPOINT_OTHER_MODEL ? 2 : 1;",
      "return rc == CHECKPOINT_OTHER_MODEL ? 1 : 1;"),
+    ("hf-folder-called-configless", "a Hugging Face folder given where a checkpoint file is asked is said to lack "
+     "the config.json it holds",
+     "test_hf/a_folder_we_write_*",
+     "model/safetensors.c",
+     "        if (stat(config, &cst) == 0)",
+     "        if (0 && stat(config, &cst) == 0)"),
     ("failed-write-never-stops", "a failed write of the progress output or --log noted, and the run goes on",
      "test_faults/a_full_disk_under_the_log*",
      "training/trainer.c",

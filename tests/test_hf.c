@@ -302,6 +302,15 @@ Test(hf, a_folder_we_write_reads_back_bit_for_bit) {
               json_integer_value(json_object_get(c, "eos_token_id")) == VOCAB - 1, "bos and eos are not id %d",
               VOCAB - 1);
     json_decref(c);
+    /* a tool that reads checkpoint files only names the folder for what it is */
+    char args[512], out_dir[160];
+    snprintf(out_dir, sizeof out_dir, "%s/again", dir);
+    snprintf(args, sizeof args, "--ckpt=%s --hf=%s", folder, out_dir);
+    expect_one_line(run_tool(export_binary(), args, "/dev/null", err, sizeof err), 1, err,
+                    "is a Hugging Face folder, not a checkpoint file", "bin/export of an export");
+    snprintf(args, sizeof args, "--iters=2 --resume=%s --out=%s", folder, out_dir);
+    expect_one_line(run_train(args, err, sizeof err), 1, err, "is a Hugging Face folder, not a checkpoint file",
+                    "--resume of an export");
     float *back = read_folder(folder, &padded);
     ArenaLayout layout;
     gpt_layout(&padded, 1, &layout);
