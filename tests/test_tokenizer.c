@@ -278,6 +278,16 @@ Test(tokenizer, bin_prepare_writes_what_the_prepare_py_split_writes) {
     cr_expect_eq(run_tool(prepare_binary(), args, "/dev/null", err, sizeof err), 0, "%s", err);
     snprintf(b, sizeof b, "%s/theirs1/train.bin", dir);
     cr_expect(same_file(a, b), "--overwrite=1 did not write the new text's ids");
+    /* a meta.json that is a folder: refused before anything is written (the
+     * splits would otherwise be replaced and the folder left half new) */
+    char meta_dir[200];
+    snprintf(meta_dir, sizeof meta_dir, "%s/ours0/meta.json", dir);
+    cr_assert(unlink(meta_dir) == 0 && mkdir(meta_dir, 0777) == 0);
+    snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/ours0 --overwrite=1", path, SHAKESPEARE, dir);
+    rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 1 && strstr(err, "is a folder, where a file is to be written") && count_newlines(err) == 1,
+              "exit %d: %s", rc, err);
+    cr_expect(same_file(a, b), "a refused bin/prepare replaced train.bin");
     /* text that is not UTF-8: one line naming the byte */
     snprintf(a, sizeof a, "%s/latin1.txt", dir);
     FILE *f = fopen(a, "wb");

@@ -10,8 +10,9 @@
  * the ids' type. A text whose splits bin/train would refuse (fewer than 2 ids
  * in one) is refused before anything is written. No output may be the same
  * file as --data or --tokenizer (file_identity.h). Files already in DIR are
- * replaced only with --overwrite=1; each is written whole beside its place,
- * then renamed into it.
+ * replaced only with --overwrite=1; all three are written whole beside their
+ * places, then renamed into them, so a failed write leaves DIR as it was;
+ * what a cut-short run left beside them is removed at the next start.
  *
  * Exit status: 0 done, 1 a file it could not use (the text, the tokenizer,
  * --out), 2 a command line no run can use.
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "../model/data.h"
+#include "../model/safetensors.h"
 #include "../model/tokenizer.h"
 #include "../runtime/host.h"
 #include "file_identity.h"
@@ -57,10 +59,18 @@ static size_t universal_newlines(unsigned char *text, size_t n) {
     return kept;
 }
 
-/* DIR/name, written whole beside its place, then renamed into it. 0, or 1 after a line. */
-static int write_output(const char *dir, const char *name, const void *bytes, size_t n) {
-    char path[PATH_BYTES], err[PATH_BYTES + 256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+/* DIR/name's temporary beside it (name.tmp.PID, which a later run removes
+ * if this one is cut short: safetensors_remove_stale_temps); TEMP_BYTES hold
+ * any --out's. */
+enum { TEMP_BYTES = PATH_BYTES + 64 };
+static void temp_of(const char *dir, const char *name, char *path, size_t len) {
+    if (snprintf(path, len, "%s/%s.tmp.%ld", dir, name, (long)getpid()) >= (int)len) host_fatal("a temporary's path cut");
+}
+
+/* DIR/name's temporary written whole. 0, or 1 after a line. */
+static int write_temp(const char *dir, const char *name, const void *bytes, size_t n) {
+    char path[TEMP_BYTES], err[TEMP_BYTES + 256];
+    temp_of(dir, name, path, sizeof path);
     if (host_write_file(path, bytes, n, err, sizeof err) == 0) return 0;
     fprintf(stderr, "prepare: %s\n", err);
     return 1;
@@ -90,6 +100,11 @@ static int check_paths(const TrainOptions *o) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }
+    for (int i = 0; i < N_OUTPUTS; i++)
+        if (host_is_directory(outputs[i])) {  /* no file can be renamed over it */
+            fprintf(stderr, "prepare: '%s' is a folder, where a file is to be written\n", outputs[i]);
+            return 1;
+        }
     for (int i = 0; i < N_OUTPUTS && !o->overwrite; i++)
         if (access(outputs[i], F_OK) == 0) {
             fprintf(stderr, "prepare: '%s' is there already (--overwrite=1 replaces it)\n", outputs[i]);
@@ -125,17 +140,34 @@ static int encode_splits(const TrainOptions *o, const Tokenizer *t, unsigned cha
     return 1;
 }
 
-/* train.bin, val.bin and meta.json into --out. 0, or 1 after a line. */
+/* train.bin, val.bin and meta.json into --out: each written whole beside its
+ * place, and only when all three are there each renamed into place, so that
+ * a failed write (a full disk, a meta.json that is a folder) leaves the
+ * folder as it was. 0, or 1 after a line. */
 static int write_splits(const TrainOptions *o, const TokenIds split[2], int vocab) {
     int token_bytes = vocab <= 65536 ? 2 : 4, rc = make_out(o->out);
     for (int s = 0; s < 2 && rc == 0; s++) {
         void *ids = narrow(&split[s], token_bytes);
-        rc = write_output(o->out, TOKEN_FOLDER_FILE[s], ids, split[s].n * (size_t)token_bytes);
+        rc = write_temp(o->out, TOKEN_FOLDER_FILE[s], ids, split[s].n * (size_t)token_bytes);
         free(ids);
     }
     char meta[128];
     snprintf(meta, sizeof meta, "{\"vocab_size\": %d, \"dtype\": \"uint%d\"}\n", vocab, 8 * token_bytes);
-    if (rc == 0) rc = write_output(o->out, TOKEN_FOLDER_FILE[2], meta, strlen(meta));
+    if (rc == 0) rc = write_temp(o->out, TOKEN_FOLDER_FILE[2], meta, strlen(meta));
+    for (int i = 0; i < N_OUTPUTS && rc == 0; i++) {  /* a rename fails only into a folder, which check_paths refused */
+        char temp[TEMP_BYTES], path[PATH_BYTES];
+        temp_of(o->out, TOKEN_FOLDER_FILE[i], temp, sizeof temp);
+        snprintf(path, sizeof path, "%s/%s", o->out, TOKEN_FOLDER_FILE[i]);
+        if (rename(temp, path) != 0) {
+            fprintf(stderr, "prepare: cannot write '%s': %s\n", path, strerror(errno));
+            rc = 1;
+        }
+    }
+    for (int i = 0; i < N_OUTPUTS; i++) {  /* what a failure left of the temporaries */
+        char temp[TEMP_BYTES];
+        temp_of(o->out, TOKEN_FOLDER_FILE[i], temp, sizeof temp);
+        unlink(temp);
+    }
     if (rc == 0)
         printf("prepare: %s: %zu train / %zu val ids (uint%d, vocabulary %d) in %s\n", o->data, split[0].n,
                split[1].n, 8 * token_bytes, vocab, o->out);
@@ -151,6 +183,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if ((rc = check_paths(&o)) != 0) return rc;
+    for (int i = 0; i < N_OUTPUTS && host_is_directory(o.out); i++)
+        safetensors_remove_stale_temps(o.out, TOKEN_FOLDER_FILE[i]);
     char err[1024];
     Tokenizer *t = tokenizer_load(o.tokenizer, err, sizeof err);
     if (!t) {
