@@ -477,6 +477,19 @@ static int encode_piece(const Tokenizer *t, Scratch *s, const unsigned char *pie
     return 0;
 }
 
+int tokenizer_check_utf8(const Tokenizer *t, const char *text, size_t n, char *err, size_t errlen) {
+    pcre2_match_data *match = pcre2_match_data_create_from_pattern(t->pieces, NULL);
+    if (!match) host_fatal("pcre2_match_data_create_from_pattern");
+    /* the first match of a subject checks all of it before it looks for a piece */
+    int found = pcre2_match(t->pieces, (PCRE2_SPTR)text, n, 0, 0, match, NULL), rc = 0;
+    if (found <= PCRE2_ERROR_UTF8_ERR1 && found >= PCRE2_ERROR_UTF8_ERR21) {
+        snprintf(err, errlen, "the text is not UTF-8 at byte %zu", (size_t)pcre2_get_startchar(match));
+        rc = -1;
+    }
+    pcre2_match_data_free(match);
+    return rc;
+}
+
 /* The pieces of text by the pattern, any text between two matches a piece
  * of its own (as `tokenizers` keeps it); error offsets count from `base`. */
 static int split_pieces(const Tokenizer *t, const char *text, size_t n, size_t base,

@@ -32,6 +32,9 @@ int tokenizer_vocab(const Tokenizer *t);
 /* Appends the ids of n bytes of UTF-8 text to out. 0, or -1 with a one-line
  * message in err (text that is not UTF-8, a byte with no token). */
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t n, TokenIds *out, char *err, size_t errlen);
+/* Whether n bytes of text are UTF-8 throughout (PCRE2's check, as the
+ * encoder's): 0, or -1 with a line naming the first bad byte's offset. */
+int tokenizer_check_utf8(const Tokenizer *t, const char *text, size_t n, char *err, size_t errlen);
 void token_ids_free(TokenIds *ids);
 
 /* The pre-tokenizer alone: piece(ctx, bytes, len) for each piece of n bytes

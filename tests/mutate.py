@@ -738,6 +738,12 @@ MUTANTS = [
      "tools/prepare.c",
      "        if (host_is_directory(outputs[i])) {  /* no file can be renamed over it */",
      "        if (0 && host_is_directory(outputs[i])) {"),
+    ("prepare-utf8-offset-in-split", "bin/prepare names a bad byte by its place in a split after the newlines changed, "
+     "not in the file",
+     "test_tokenizer/bin_prepare_writes*",
+     "tools/prepare.c",
+     "    if (tokenizer_check_utf8(t, (const char *)text, n, err, sizeof err) != 0) {",
+     "    if (0 && tokenizer_check_utf8(t, (const char *)text, n, err, sizeof err) != 0) {"),
     ("failed-write-never-stops", "a failed write of the progress output or --log noted, and the run goes on",
      "test_faults/a_full_disk_under_the_log*",
      "training/trainer.c",

@@ -296,6 +296,13 @@ Test(tokenizer, bin_prepare_writes_what_the_prepare_py_split_writes) {
     snprintf(args, sizeof args, "--tokenizer=%s --data=%s --out=%s/latin1", path, a, dir);
     rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
     cr_expect(rc == 1 && strstr(err, "not UTF-8 at byte 3") && count_newlines(err) == 1, "exit %d: %s", rc, err);
+    /* the byte's offset is the file's, past "\r\n" lines and in the val split */
+    f = fopen(a, "wb");
+    for (int i = 0; i < 300; i++) fputs("ab\r\n", f);
+    fputs("caf\xe9", f);
+    fclose(f);
+    rc = run_tool(prepare_binary(), args, "/dev/null", err, sizeof err);
+    cr_expect(rc == 1 && strstr(err, "not UTF-8 at byte 1203") && count_newlines(err) == 1, "exit %d: %s", rc, err);
     remove_dir(dir);
 }
 

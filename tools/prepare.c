@@ -127,6 +127,11 @@ static int make_out(const char *dir) {
 /* The text's two splits encoded, each holding at least MIN_SPLIT_IDS. 0, or 1 after a line. */
 static int encode_splits(const TrainOptions *o, const Tokenizer *t, unsigned char *text, size_t n, TokenIds split[2]) {
     char err[1024];
+    /* checked whole before the newlines change the bytes, so the offset is the file's */
+    if (tokenizer_check_utf8(t, (const char *)text, n, err, sizeof err) != 0) {
+        fprintf(stderr, "prepare: %s: %s\n", o->data, err);
+        return 1;
+    }
     if (strcmp(o->newlines, "universal") == 0) n = universal_newlines(text, n);
     size_t cut = split_byte(text, n);
     if (tokenizer_encode(t, (const char *)text, cut, &split[0], err, sizeof err) != 0 ||
