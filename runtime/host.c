@@ -96,14 +96,23 @@ int host_regular_file(const char *path, const char *what, struct stat *st, char 
     return 0;
 }
 
-int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%.4096s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+int host_write_beside(const char *path, const void *bytes, size_t n, char *temp, size_t len, char *err,
+                      size_t errlen) {
+    if (snprintf(temp, len, "%s.tmp.%ld", path, (long)getpid()) >= (int)len) host_fatal("a temporary's path cut");
+    FILE *f = fopen(temp, "wb");
     int ok = f && fwrite(bytes, 1, n, f) == n;
     ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
     if (f && fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, path) == 0) return 0;
+    if (ok) return 0;
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    unlink(temp);
+    return -1;
+}
+
+int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen) {
+    char tmp[4200];
+    if (host_write_beside(path, bytes, n, tmp, sizeof tmp, err, errlen) != 0) return -1;
+    if (rename(tmp, path) == 0) return 0;
     snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     unlink(tmp);
     return -1;

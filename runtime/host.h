@@ -41,6 +41,11 @@ int host_regular_file(const char *path, const char *what, struct stat *st, char 
  * disk, then renamed over it: a crash or a full disk leaves the old file, or
  * none, never half of the new one. 0, or -1 with a one-line message. */
 int host_write_file(const char *path, const void *bytes, size_t n, char *err, size_t errlen);
+/* Its first half, for files that go into place together: n bytes written
+ * whole and flushed to path's temporary (its name into temp, len bytes), not
+ * renamed; on failure none is left. 0, or -1 with a one-line message. */
+int host_write_beside(const char *path, const void *bytes, size_t n, char *temp, size_t len, char *err,
+                      size_t errlen);
 
 /* The signals that stop a run at the next step (the trainer's handler sets a
  * flag it polls): SIGINT, SIGTERM, SIGHUP (a closed terminal), and SIGUSR1

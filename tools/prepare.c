@@ -59,19 +59,16 @@ static size_t universal_newlines(unsigned char *text, size_t n) {
     return kept;
 }
 
-/* DIR/name's temporary beside it (name.tmp.PID, which a later run removes
- * if this one is cut short: safetensors_remove_stale_temps); TEMP_BYTES hold
- * any --out's. */
+/* Output i's path in --out, and its temporary's (name.tmp.PID, which a later
+ * run removes if this one is cut short: safetensors_remove_stale_temps). */
 enum { TEMP_BYTES = PATH_BYTES + 64 };
-static void temp_of(const char *dir, const char *name, char *path, size_t len) {
-    if (snprintf(path, len, "%s/%s.tmp.%ld", dir, name, (long)getpid()) >= (int)len) host_fatal("a temporary's path cut");
-}
+typedef struct { char path[PATH_BYTES], temp[TEMP_BYTES]; } Output;
 
-/* DIR/name's temporary written whole. 0, or 1 after a line. */
-static int write_temp(const char *dir, const char *name, const void *bytes, size_t n) {
-    char path[TEMP_BYTES], err[TEMP_BYTES + 256];
-    temp_of(dir, name, path, sizeof path);
-    if (host_write_file(path, bytes, n, err, sizeof err) == 0) return 0;
+/* Output i written whole beside its place (host_write_beside). 0, or 1 after a line. */
+static int write_beside(const char *dir, int i, const void *bytes, size_t n, Output *out) {
+    char err[TEMP_BYTES + 256];
+    snprintf(out->path, sizeof out->path, "%s/%s", dir, TOKEN_FOLDER_FILE[i]);
+    if (host_write_beside(out->path, bytes, n, out->temp, sizeof out->temp, err, sizeof err) == 0) return 0;
     fprintf(stderr, "prepare: %s\n", err);
     return 1;
 }
@@ -150,29 +147,26 @@ static int encode_splits(const TrainOptions *o, const Tokenizer *t, unsigned cha
  * a failed write (a full disk, a meta.json that is a folder) leaves the
  * folder as it was. 0, or 1 after a line. */
 static int write_splits(const TrainOptions *o, const TokenIds split[2], int vocab) {
-    int token_bytes = vocab <= 65536 ? 2 : 4, rc = make_out(o->out);
+    int token_bytes = vocab <= 65536 ? 2 : 4, rc = make_out(o->out), written = 0;  /* temporaries there */
+    Output out[N_OUTPUTS];
     for (int s = 0; s < 2 && rc == 0; s++) {
         void *ids = narrow(&split[s], token_bytes);
-        rc = write_temp(o->out, TOKEN_FOLDER_FILE[s], ids, split[s].n * (size_t)token_bytes);
+        rc = write_beside(o->out, s, ids, split[s].n * (size_t)token_bytes, &out[s]);
+        written += rc == 0;
         free(ids);
     }
     char meta[128];
     snprintf(meta, sizeof meta, "{\"vocab_size\": %d, \"dtype\": \"uint%d\"}\n", vocab, 8 * token_bytes);
-    if (rc == 0) rc = write_temp(o->out, TOKEN_FOLDER_FILE[2], meta, strlen(meta));
-    for (int i = 0; i < N_OUTPUTS && rc == 0; i++) {  /* a rename fails only into a folder, which check_paths refused */
-        char temp[TEMP_BYTES], path[PATH_BYTES];
-        temp_of(o->out, TOKEN_FOLDER_FILE[i], temp, sizeof temp);
-        snprintf(path, sizeof path, "%s/%s", o->out, TOKEN_FOLDER_FILE[i]);
-        if (rename(temp, path) != 0) {
-            fprintf(stderr, "prepare: cannot write '%s': %s\n", path, strerror(errno));
+    if (rc == 0) {
+        rc = write_beside(o->out, 2, meta, strlen(meta), &out[2]);
+        written += rc == 0;
+    }
+    for (int i = 0; i < N_OUTPUTS && rc == 0; i++)  /* a rename fails only into a folder, which check_paths refused */
+        if (rename(out[i].temp, out[i].path) != 0) {
+            fprintf(stderr, "prepare: cannot write '%s': %s\n", out[i].path, strerror(errno));
             rc = 1;
         }
-    }
-    for (int i = 0; i < N_OUTPUTS; i++) {  /* what a failure left of the temporaries */
-        char temp[TEMP_BYTES];
-        temp_of(o->out, TOKEN_FOLDER_FILE[i], temp, sizeof temp);
-        unlink(temp);
-    }
+    for (int i = 0; rc != 0 && i < written; i++) unlink(out[i].temp);  /* what a failure left of them */
     if (rc == 0)
         printf("prepare: %s: %zu train / %zu val ids (uint%d, vocabulary %d) in %s\n", o->data, split[0].n,
                split[1].n, 8 * token_bytes, vocab, o->out);
