@@ -166,14 +166,21 @@ static void capped(char *cmd, size_t len, const char *binary) {
 #endif
 }
 
+/* How many blocks 2048 wide (16 heads) hold `times` the machine's free
+ * memory in weights alone; the test skips past the 170 a model may have. */
+static int layers_past_the_machine(double times) {
+    double free_bytes = (double)host_memory_free(), per_layer = 12.0 * 2048 * 2048 * sizeof(float);
+    int layers = (int)ceil(times * free_bytes / per_layer);
+    if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
+    return layers;
+}
+
 /* A model whose weights alone pass the memory the machine has free (each
  * allocation under what the kernel would refuse by itself, so it would be
  * granted, touched and OOM-killed) stops at its first allocation past it:
  * one line naming the machine's free memory, exit 1, within seconds. */
 Test(memory, a_run_bigger_than_the_machine_stops_at_once_in_one_line, .timeout = 60) {
-    double free_bytes = (double)host_memory_free(), per_layer = 12.0 * 2048 * 2048 * sizeof(float);
-    int layers = (int)ceil(1.1 * free_bytes / per_layer);
-    if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
+    int layers = layers_past_the_machine(1.1);
     char cmd[1024], args[512], err[4096];
     capped(cmd, sizeof cmd, train_binary());
     snprintf(args, sizeof args, "%s --embd=2048 --heads=16 --layers=%d --batch=1 --device=cpu", TINY, layers);
@@ -191,9 +198,7 @@ Test(memory, a_run_bigger_than_the_machine_stops_at_once_in_one_line, .timeout =
  * allocator that did not check fails at the cap, with another line, and
  * never touches what the machine does not have. */
 Test(memory, the_allocator_holds_the_cpu_to_the_machines_free_memory, .timeout = 60) {
-    double free_bytes = (double)host_memory_free(), per_layer = 12.0 * 2048 * 2048 * sizeof(float);
-    int layers = (int)ceil(1.3 * free_bytes / per_layer);
-    if (layers > 170) test_skip("the machine has %.0f GB free, more than 170 layers 2048 wide hold", free_bytes / 1e9);
+    int layers = layers_past_the_machine(1.3);
     char cmd[1024], err[4096], args[256];
     capped(cmd, sizeof cmd, zero_memory_binary());
     snprintf(args, sizeof args, "--embd=2048 --heads=16 --layers=%d --batch=1 --block=16 --device=cpu", layers);
