@@ -5,14 +5,17 @@
  * The optimizer runs over a range of an arena in one launch (kernels.h's
  * adamw_arena): an element finds its tensor among the arena's spans (in
  * arena order), decays as that tensor does, and an element between tensors
- * (padding) is left alone. The functions compile for the host and, under
- * nvcc, for the GPU too.
+ * (padding) is left alone. Clipping by the global norm is folded into the
+ * same pass: each gradient is scaled as it is read (AdamWClip). The functions
+ * compile for the host and, under nvcc, for the GPU too.
  */
 #ifndef ZF_ADAMW_H
 #define ZF_ADAMW_H
 
 #include <math.h>
 #include <stddef.h>
+
+#include "../runtime/bf16.h"
 
 #ifdef __CUDACC__
 #define ADAMW_FN static inline __host__ __device__
@@ -41,6 +44,36 @@ static inline AdamWConstants adamw_constants(AdamWParams hp) {
     AdamWConstants k = { hp.beta1, hp.beta2, hp.eps, sqrtf(1.0f - powf(hp.beta2, (float)hp.step)),
                          hp.lr / bias_correction1, 1.0f - hp.lr * hp.weight_decay };
     return k;
+}
+
+/* Clipping by the global norm, as torch.nn.utils.clip_grad_norm_ before the
+ * step: the squared norm is the sum of sumsq[0, nparts) (the ranks' parts, in
+ * rank order), and every gradient is scaled by clip_coefficient where it is
+ * below 1. sumsq NULL: no clipping. sumsq is on the stream's device. */
+typedef struct {
+    const float *sumsq;
+    int nparts;
+    float max_norm;
+} AdamWClip;
+
+static const AdamWClip NO_CLIP = { NULL, 0, 0.0f };
+
+/* max_norm / (norm + 1e-6), the norm's square summed in double in part order;
+ * at least 1 means the gradient is left as it is. */
+ADAMW_FN float clip_coefficient(const float *sumsq, int nparts, float max_norm) {
+    double total = 0.0;
+    for (int p = 0; p < nparts; p++) total += sumsq[p];
+    return max_norm / ((float)sqrt(total) + 1e-6f);
+}
+
+/* A gradient as AdamW takes it: read as it is held, times coef where coef is
+ * below 1, and rounded back where it is held in bf16 (as a bf16 tensor's mul_
+ * rounds: the same bits as a clipped gradient written back, then read). */
+ADAMW_FN float clipped_gradient(const void *grad, Precision held, size_t i, float coef) {
+    float g = number_at(grad, held, i);
+    if (coef >= 1.0f) return g;
+    g = g * coef;
+    return held == PRECISION_BF16 ? bf16_rounded(g) : g;
 }
 
 /* The span of spans[0, n) that holds arena element i, or -1 (padding). */

@@ -37,7 +37,8 @@ typedef struct {
                                const float *qkv, const float *out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, Precision products);
     void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
-    void (*gelu_backward)(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
+    void (*gelu_backward)(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                          int tanh_form, Precision rounding, float *scratch);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n);
     void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
@@ -46,10 +47,8 @@ typedef struct {
                                           const int *targets, int N, int V, float dloss);
     void (*mean_forward)(Stream *s, float *mean, const float *x, int n);
     void (*adamw_arena)(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                        size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp);
+                        size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
     void (*sumsq_reduce)(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
-    void (*clip_scale)(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts,
-                       float max_norm);
     void (*fill_zero)(Stream *s, void *x, size_t bytes);
     void (*count_nonfinite)(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
     void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);

@@ -112,9 +112,10 @@ void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_fo
     op_end(s);
 }
 
-void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
+void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                   int tanh_form, Precision rounding, float *scratch) {
     op_begin(s, "gelu_backward");
-    backend(s)->gelu_backward(s, dinp, inp, dout, n, tanh_form);
+    backend(s)->gelu_backward(s, dinp, dbias, inp, dout, N, OC, tanh_form, rounding, scratch);
     op_end(s);
 }
 
@@ -169,9 +170,9 @@ void mean_forward(Stream *s, float *mean, const float *x, int n) {
 }
 
 void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
+                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     op_begin(s, "adamw_arena");
-    backend(s)->adamw_arena(s, param, copy, grad, grad_held, m, v, lo, n, spans, nspans, hp);
+    backend(s)->adamw_arena(s, param, copy, grad, grad_held, m, v, lo, n, spans, nspans, hp, clip);
     op_end(s);
 }
 
@@ -180,12 +181,6 @@ size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMS
 void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
     op_begin(s, "sumsq_reduce");
     backend(s)->sumsq_reduce(s, out, x, held, n, scratch);
-    op_end(s);
-}
-
-void clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
-    op_begin(s, "clip_scale");
-    backend(s)->clip_scale(s, x, held, n, sumsq, nparts, max_norm);
     op_end(s);
 }
 

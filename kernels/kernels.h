@@ -92,10 +92,17 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
 
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
- * x^3))) (transformers' gelu_new). The backward's dinp may be dout (in place:
- * the model's MLP keeps one hidden-sized gradient). */
+ * x^3))) (transformers' gelu_new). */
 void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
-void gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
+/* Its backward over N rows of width OC, fused with the bias gradient of the
+ * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
+ * rounding is PRECISION_BF16 (autocast's bf16 gradient, as round_to_bf16
+ * after it), and with dbias, dbias[OC] += the column sums of dinp as written,
+ * as bias_backward sums them (scratch: column_sums_scratch_floats(N, OC)), in
+ * the same pass on a GPU. dbias NULL: none (scratch unused). dinp may be dout
+ * (in place: the model's MLP keeps one hidden-sized gradient). */
+void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                   int tanh_form, Precision rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
@@ -130,9 +137,11 @@ void mean_forward(Stream *s, float *mean, const float *x, int n);
  * (padding) is left alone. grad holds its numbers as grad_held says: fp32, or
  * bf16 (mixed precision's gradients reduced in bf16), read as fp32. With
  * copy, each new weight is also stored there in bf16 (mixed precision's
- * compute copy), in the same pass. */
+ * compute copy), in the same pass. With clip.sumsq, each gradient is scaled
+ * by the clip's coefficient as it is read (adamw.h's clipped_gradient): the
+ * step a clipped gradient takes, without a pass that writes the gradient. */
 void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp);
+                 size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
 
 /* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
  * in index order, so the result does not depend on the number of threads.
@@ -141,9 +150,6 @@ void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precisio
 enum { SUMSQ_CHUNK = 16384 };
 size_t sumsq_scratch_doubles(size_t n);
 void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
-/* Gradient clipping: x *= min(1, max_norm / (sqrt(sum of sumsq[0..nparts-1]) + 1e-6)),
- * each product rounded where x is held in bf16 (as a bf16 tensor's mul_). */
-void clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
 void fill_zero(Stream *s, float *x, size_t n);
 void fill_zero_bf16(Stream *s, bf16 *x, size_t n);
 /* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,

@@ -321,14 +321,15 @@ static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hoo
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
  * dinp = dout @ weight (written, rounded under autocast), and the weight's
- * and bias's gradients added, each made in bf16 under autocast. */
+ * gradient added, and with with_bias the bias's, each made in bf16 under
+ * autocast (without, the op that made dout made the bias's too). */
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
-                            int OC) {
+                            int OC, int with_bias) {
     int t = block_tensor(m, l, i);
     product_backward(m, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     bf16_values(m, dinp, N * C);
     add_bf16_grad(m, t, (size_t)OC * C);
-    bias_grad(m, bias_after(m, t), dout, N, OC);
+    if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
@@ -590,12 +591,16 @@ void gpt_backward(GPT *m, float dloss) {
             bf16_values(m, b.fch_gelu, BT * 4 * C);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C);
+        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
-        gelu_backward(s, a->dfch, b.fch, a->dfch, BT * 4 * C, m->base.cfg.gelu_tanh);  /* in place: one hidden-sized gradient */
-        bf16_values(m, a->dfch, BT * 4 * C);
-        linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C);
+        /* GELU's gradient (in place: one hidden-sized gradient, rounded under
+         * autocast) and fc's bias's from it, in one op */
+        int fc_bias = bias_after(m, block_tensor(m, l, FC));
+        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C) : NULL, b.fch, a->dfch, (int)BT,
+                      4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
+        if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C);
+        linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
         norm_backward(m, block_tensor(m, l, LN2), b.resid2, weights_of(m, l, LN2), b.ln2_mean, b.ln2_rstd);
@@ -604,13 +609,13 @@ void gpt_backward(GPT *m, float dloss) {
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
         const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        linear_backward(m, a->datty, l, ATTPROJ, dattproj, b.atty, BT, C, C);
+        linear_backward(m, a->datty, l, ATTPROJ, dattproj, b.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision);
         bf16_values(m, a->dqkv, BT * 3 * C);
-        linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C);
+        linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
         norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);

@@ -90,7 +90,7 @@ static void mlp_backward(Model *base, float dloss) {
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
-        gelu_backward(s, m->dh, m->h + at, m->dx, (size_t)BT * C, 0);
+        gelu_backward(s, m->dh, NULL, m->h + at, m->dx, BT, C, 0, PRECISION_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
         layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,

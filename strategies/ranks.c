@@ -235,6 +235,7 @@ static void *injected_nan_target(Ranks *ranks, uint32_t step, Precision *held) {
 
 int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros) {
     Ranks *ranks = (Ranks *)s;
+    ranks->norm_parts_fresh = 0;
     int rc = ranks_run(ranks, x, y, step, micro, micros, 1);
     Precision held = PRECISION_FP32;
     void *target = micro == micros - 1 ? injected_nan_target(ranks, step, &held) : NULL;
@@ -247,27 +248,44 @@ int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t ste
 
 void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
 
-/* Clip by the global norm: each rank sums the squares of its gradient part;
- * with one part per rank of a group (its shard), the group's partials are
- * all-gathered and summed in order. */
+/* Where rank r's own squared-norm partial goes among its norm_parts: with
+ * one part per rank of a group (its shard), at its place in the group. */
+static float *own_norm_part(const Ranks *ranks, int r) {
+    return ranks->norm_parts[r] + (ranks->grad_parts_sharded ? ranks_shard_of(ranks, r) : 0);
+}
+
+/* Rank r's squared norm of its gradient part, into its own partial. */
+static void own_norm_reduce(Ranks *ranks, int r) {
+    sumsq_reduce(ranks->pg->compute[r], own_norm_part(ranks, r), ranks->grad_part[r], ranks->grads_held,
+                 ranks->grad_part_len, ranks->model[r]->sumsq_scratch);
+}
+
+/* Clip by the global norm: each rank sums the squares of its gradient part
+ * (unless the step's non-finite check has: norm_parts_fresh); sharded, the
+ * group's partials are all-gathered, to be summed in order. The scaling
+ * itself is the step's: AdamW scales each gradient as it reads it
+ * (ranks_step_clip), so no pass writes the gradient. */
 void ranks_clip_grads(Strategy *s, float max_norm) {
     Ranks *ranks = (Ranks *)s;
+    ranks->clip_max_norm = 0.0f;
     if (max_norm <= 0.0f) return;
-    int sharded = ranks->grad_parts_sharded;
     float *own_part[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
-        own_part[r] = ranks->norm_parts[r] + (sharded ? ranks_shard_of(ranks, r) : 0);
-        sumsq_reduce(ranks->pg->compute[r], own_part[r], ranks->grad_part[r], ranks->grads_held, ranks->grad_part_len,
-                     ranks->model[r]->sumsq_scratch);
+        own_part[r] = own_norm_part(ranks, r);
+        if (!ranks->norm_parts_fresh) own_norm_reduce(ranks, r);
     }
-    if (sharded) {
+    ranks->norm_parts_fresh = 0;
+    if (ranks->grad_parts_sharded) {
         pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->shards,
                       PRECISION_FP32, NULL);
     }
-    for (int r = 0; r < ranks->local; r++)
-        clip_scale(ranks->pg->compute[r], ranks->grad_part[r], ranks->grads_held, ranks->grad_part_len,
-                   ranks->norm_parts[r],
-                   sharded ? ranks->shards : 1, max_norm);
+    ranks->clip_max_norm = max_norm;
+}
+
+AdamWClip ranks_step_clip(const Ranks *ranks, int r) {
+    if (ranks->clip_max_norm <= 0.0f) return NO_CLIP;
+    AdamWClip clip = { ranks->norm_parts[r], ranks->grad_parts_sharded ? ranks->shards : 1, ranks->clip_max_norm };
+    return clip;
 }
 
 /* Mean over the world's ranks, in rank order, of each rank's mean loss. */
@@ -505,30 +523,20 @@ size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
 
 size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes(((Ranks *)s)->pg->device[rank]); }
 
-/* Each count goes through the first float of the rank's norm_parts, free
+/* This process's count of the state's non-finite values (weights, m and v).
+ * Each count goes through the first float of the rank's norm_parts, free
  * between clippings, and the model's sumsq scratch (any part of the arena
  * fits): no allocation per step. The counts follow each other on the rank's
  * compute stream. */
-size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
-    Ranks *ranks = (Ranks *)s;
-    enum { MAX_BUFFERS = 3 };
-    float counts[MAX_RANKS][MAX_BUFFERS] = { { 0 } };
+static size_t state_nonfinite(Ranks *ranks) {
+    enum { BUFFERS = 3 };
+    float counts[MAX_RANKS][BUFFERS];
     for (int r = 0; r < ranks->local; r++) {
-        const void *bufs[MAX_BUFFERS] = { ranks->grad_part[r] };
-        Precision helds[MAX_BUFFERS] = { ranks->grads_held, PRECISION_FP32, PRECISION_FP32 };
-        size_t lens[MAX_BUFFERS] = { ranks->grad_part_len };
-        int nbufs = 1;
-        if (what == NONFINITE_STATE) {
-            bufs[0] = ranks->weights[r];
-            helds[0] = PRECISION_FP32;
-            bufs[1] = ranks->m[r];
-            bufs[2] = ranks->v[r];
-            lens[0] = held_length(ranks, ranks->weights_held);
-            lens[1] = lens[2] = held_length(ranks, ranks->adam_held);
-            nbufs = 3;
-        }
-        for (int b = 0; b < nbufs; b++) {
-            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], helds[b], lens[b],
+        const void *bufs[BUFFERS] = { ranks->weights[r], ranks->m[r], ranks->v[r] };
+        size_t lens[BUFFERS] = { held_length(ranks, ranks->weights_held), held_length(ranks, ranks->adam_held),
+                                 held_length(ranks, ranks->adam_held) };
+        for (int b = 0; b < BUFFERS; b++) {
+            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], PRECISION_FP32, lens[b],
                             ranks->model[r]->sumsq_scratch);
             stream_copy(ranks->pg->compute[r], &counts[r][b], ranks->norm_parts[r], sizeof(float));
         }
@@ -536,8 +544,43 @@ size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
     size_t total = 0;
     for (int r = 0; r < ranks->local; r++) {
         stream_synchronize(ranks->pg->compute[r]);
-        for (int b = 0; b < MAX_BUFFERS; b++) total += (size_t)counts[r][b];
+        for (int b = 0; b < BUFFERS; b++) total += (size_t)counts[r][b];
     }
+    return total;
+}
+
+/* This process's count of the gradient's non-finite values, folded into the
+ * clip's pass: each rank sums its part's squares into its own partial, where
+ * clip_grads then finds it (norm_parts_fresh). Squares summed in double are
+ * finite exactly where every value is, and a finite sum stays finite as a
+ * float, so only a rank whose float is not finite (a non-finite value, or
+ * finite squares past the float's range) counts its values, in a second pass
+ * that leaves the partials to be made again. */
+static size_t grads_nonfinite(Ranks *ranks) {
+    float sums[MAX_RANKS], counts[MAX_RANKS] = { 0 };
+    for (int r = 0; r < ranks->local; r++) {
+        own_norm_reduce(ranks, r);
+        stream_copy(ranks->pg->compute[r], &sums[r], own_norm_part(ranks, r), sizeof(float));
+    }
+    ranks->norm_parts_fresh = 1;
+    for (int r = 0; r < ranks->local; r++) {
+        stream_synchronize(ranks->pg->compute[r]);
+        if (isfinite(sums[r])) continue;
+        ranks->norm_parts_fresh = 0;
+        count_nonfinite(ranks->pg->compute[r], own_norm_part(ranks, r), ranks->grad_part[r], ranks->grads_held,
+                        ranks->grad_part_len, ranks->model[r]->sumsq_scratch);
+        stream_copy(ranks->pg->compute[r], &counts[r], own_norm_part(ranks, r), sizeof(float));
+        stream_synchronize(ranks->pg->compute[r]);
+    }
+    size_t total = 0;
+    for (int r = 0; r < ranks->local; r++) total += (size_t)counts[r];
+    return total;
+}
+
+/* The counts of every process's ranks together. */
+size_t ranks_count_nonfinite(Strategy *s, NonfiniteOf what) {
+    Ranks *ranks = (Ranks *)s;
+    size_t total = what == NONFINITE_GRADS ? grads_nonfinite(ranks) : state_nonfinite(ranks);
     size_t totals[MAX_RANKS];
     world_all_gather(&total, totals, sizeof total, "the non-finite counts");
     for (int p = 0; p < world()->nprocs; p++)

@@ -73,6 +73,8 @@ struct Ranks {
     size_t grad_part_len;
     int grad_parts_sharded;
     float *norm_parts[MAX_RANKS];  /* [N] squared-norm partials, for clipping */
+    int norm_parts_fresh;          /* each rank's own partial is of the gradient as it is now */
+    float clip_max_norm;           /* the clip the next step applies (clip_grads); 0: none */
     const int *x, *y;              /* the global batch of the run in flight */
     uint32_t step;
     int micro, micros;             /* its micro-step, of how many */
@@ -131,6 +133,10 @@ size_t ranks_shard_arena_offset(const Ranks *ranks, int unit);
  * that holds a part (strategy.h's read_tensor, write_tensor). Waits. */
 void ranks_tensor_to_host(Ranks *ranks, float *const *bufs, Holding how, int t, float *host);
 void ranks_tensor_from_host(Ranks *ranks, float *const *bufs, Holding how, int t, const float *host);
+
+/* The clip that rank r's AdamW applies this step (ranks_clip_grads armed
+ * it), or none. */
+AdamWClip ranks_step_clip(const Ranks *ranks, int r);
 
 /* The ops every strategy shares. */
 void ranks_set_lr(Strategy *s, float lr);

@@ -205,8 +205,9 @@ static void publish(Ranks *ranks) {
     gather_owned(ranks);
 }
 
-/* AdamW on each rank's owned range in one launch, which in mixed precision
- * also rounds the new weights into the rank's copy; then gathered. */
+/* AdamW on each rank's owned range in one launch, which scales the gradient
+ * by the clip's coefficient as it reads it and in mixed precision also
+ * rounds the new weights into the rank's copy; then gathered. */
 static void step(Strategy *s) {
     Replicated *d = (Replicated *)s;
     Ranks *ranks = &d->ranks;
@@ -217,8 +218,10 @@ static void step(Strategy *s) {
         size_t lo, len;
         owned_range(d, r, &lo, &len);
         adamw_arena(m->stream, owned_weights(d, r), owned_copy(d, r), ranks->grad_part[r], ranks->grads_held,
-                    d->ranks.m[r], d->ranks.v[r], lo, len, m->adamw_spans, m->layout.ntensors, hp);
+                    d->ranks.m[r], d->ranks.v[r], lo, len, m->adamw_spans, m->layout.ntensors, hp,
+                    ranks_step_clip(ranks, r));
     }
+    ranks->clip_max_norm = 0.0f;
     gather_owned(ranks);
 }
 

@@ -319,7 +319,8 @@ static void publish_all(Ranks *ranks) {
     }
 }
 
-/* AdamW on every shard a rank owns, a launch a unit (which in mixed precision
+/* AdamW on every shard a rank owns, a launch a unit (which scales the
+ * gradient by the clip's coefficient as it reads it, and in mixed precision
  * also rounds the new weights into the rank's copy); with full weights, each
  * unit gathered once its shards are updated. */
 static void step(Strategy *s) {
@@ -336,10 +337,11 @@ static void step(Strategy *s) {
             adamw_arena(m->stream, weights_of_shard(d, u, r), copy_of_shard(d, u, r),
                         pg_number(ranks->grad_part[r], ranks->grads_held, at), ranks->grads_held, d->ranks.m[r] + at,
                         d->ranks.v[r] + at, lo, layout->units[u].size / ranks->shards, m->adamw_spans,
-                        layout->ntensors, hp);
+                        layout->ntensors, hp, ranks_step_clip(ranks, r));
         }
         if (!per_unit_gathers(d)) gather_weights(d, u);
     }
+    ranks->clip_max_norm = 0.0f;
 }
 
 /* The ops that read or write the full weights outside a forward: after the

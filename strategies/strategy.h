@@ -5,7 +5,7 @@
  *     s->ops->set_lr(s, lr);
  *     s->ops->forward_backward(s, x, y, step, 0, 1);  // each rank's rows of the global batch
  *     s->ops->clip_grads(s, max_norm);          // global norm over every rank's part
- *     s->ops->step(s);                          // AdamW on what each rank owns
+ *     s->ops->step(s);                          // AdamW on what each rank owns, clipping as it reads
  *
  * The global batch has nranks * batch rows; rank r takes rows [r * batch, (r+1) * batch).
  */
@@ -129,6 +129,9 @@ typedef struct {
      * reduce-scatter every micro-step into the shards, as FSDP does). 0, or -1
      * after printing the failing rank and why. */
     int (*forward_backward)(Strategy *s, const int *x, const int *y, uint32_t step, int micro, int micros);
+    /* The global norm of the gradient for the next step's clip (max_norm <= 0:
+     * none); the step scales each gradient as its AdamW reads it, and the
+     * gradient itself is left as it is. */
     void (*clip_grads)(Strategy *s, float max_norm);
     void (*step)(Strategy *s);
     /* Mean over ranks of the training loss of the last forward_backward (waits). */
@@ -152,7 +155,8 @@ typedef struct {
     size_t (*rank_peak_bytes)(Strategy *s, int rank);
     void (*destroy)(Strategy *s);
     /* How many values of `what` are NaN or infinite, over every rank's part:
-     * one reduction per buffer on each rank's device, then the counts (waits). */
+     * one reduction per buffer on each rank's device, then the counts (waits).
+     * The gradient's is its squared norm, which clip_grads then reuses. */
     size_t (*count_nonfinite)(Strategy *s, NonfiniteOf what);
     /* Wait until every rank's streams are idle: train_loss waits for the
      * compute alone, and collectives may still be running after a step (ZeRO-2's

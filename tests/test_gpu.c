@@ -424,6 +424,47 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     pair_free(dout); pair_free(dwte); pair_free(dwpe);
 }
 
+/* GELU's backward with fc's bias at GPT-2's shape (12 x 1024 rows and a
+ * short last part, 3072 wide), in bf16, in place: three runs of the GPU's
+ * fused op, each the bytes of the GPU's ops it stands for (the gradient
+ * alone, round_to_bf16, then bias_backward); and near the CPU's (GELU's
+ * transcendentals differ by ulps, so a rare element rounds to the next bf16). */
+Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 12 * 1024 + 77, OC = 3072;
+    size_t n = (size_t)N * OC;
+    Pair x = pair_random(n, -4, 4, 81), dy = pair_random(n, -1, 1, 82), dinp = pair_random(n, -1, 1, 82);
+    Pair apart = pair_random(n, -1, 1, 83), dbias = pair_random((size_t)OC, -1, 1, 84);
+    Pair dbias_apart = pair_random((size_t)OC, -1, 1, 84), scratch = pair_random(column_sums_scratch_floats(N, OC), -1, 1, 85);
+    float *bias_start = malloc(OC * sizeof(float)), *want = malloc(n * sizeof(float)), *want_bias = malloc(OC * sizeof(float));
+    memcpy(bias_start, dbias.cpu, OC * sizeof(float));
+    gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, 1, PRECISION_BF16, scratch.cpu);
+    gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, 1, PRECISION_FP32, NULL);
+    round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
+    bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
+    stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
+    stream_copy(gpu_stream, want_bias, dbias_apart.gpu, OC * sizeof(float));
+    for (int run = 0; run < 3; run++) {
+        stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
+        stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
+        gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, 1, PRECISION_BF16, scratch.gpu);
+        float *got = malloc(n * sizeof(float)), got_bias[3072];
+        stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
+        stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
+        stream_synchronize(gpu_stream);
+        cr_expect_eq(memcmp(got, want, n * sizeof(float)), 0, "run %d: the fused gradient, unfused ops' bytes", run);
+        cr_expect_eq(memcmp(got_bias, want_bias, OC * sizeof(float)), 0, "run %d: the fused bias sums, unfused ops' bytes",
+                     run);
+        free(got);
+    }
+    double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
+    cr_expect_lt(e, 1e-3, "the gradient: GPU against CPU, rms relative error %g", e);
+    cr_expect_lt(eb, 1e-3, "the bias sums: GPU against CPU, rms relative error %g", eb);
+    free(bias_start); free(want); free(want_bias);
+    pair_free(x); pair_free(dy); pair_free(dinp); pair_free(apart); pair_free(dbias); pair_free(dbias_apart);
+    pair_free(scratch);
+}
+
 Test(gpu, elementwise_ops) {
     need_gpu();
     size_t n = 100003;
@@ -433,8 +474,8 @@ Test(gpu, elementwise_ops) {
         gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form);
         gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
-        gelu_backward(test_stream, out.cpu, x.cpu, y.cpu, n, tanh_form);
-        gelu_backward(gpu_stream, out.gpu, x.gpu, y.gpu, n, tanh_form);
+        gelu_backward(test_stream, out.cpu, NULL, x.cpu, y.cpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
+        gelu_backward(gpu_stream, out.gpu, NULL, x.gpu, y.gpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
     residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n);
@@ -524,7 +565,8 @@ static Pair adamw_table(void) {
 
 /* AdamW over a range of the table's arena that starts inside its first
  * tensor, with the bf16 copy written, the GPU's the CPU's bytes; then the
- * norm and the clip. */
+ * norm, and AdamW again with the clip folded in, from the same two parts on
+ * both (the CPU's norm and half of it), the CPU's bytes. */
 Test(gpu, adamw_sumsq_and_clip) {
     need_gpu();
     size_t n = 70001, lo = 5000;
@@ -535,9 +577,9 @@ Test(gpu, adamw_sumsq_and_clip) {
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, lo, n,
-                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp);
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
     adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, lo, n,
-                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp);
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
     expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW weights differ from the CPU's");
     expect_same_bytes(m, n * sizeof(float), "the GPU's AdamW m differs from the CPU's");
     expect_same_bytes(v, n * sizeof(float), "the GPU's AdamW v differs from the CPU's");
@@ -545,16 +587,23 @@ Test(gpu, adamw_sumsq_and_clip) {
     sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
     sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");
-    clip_scale(test_stream, grad.cpu, PRECISION_FP32, n, sumsq.cpu, 2, 1.0f);
-    clip_scale(gpu_stream, grad.gpu, PRECISION_FP32, n, sumsq.gpu, 2, 1.0f);
-    expect_match(grad, ELEMENTWISE_TOL, "clipped gradient");
+    sumsq.cpu[1] = sumsq.cpu[0] / 2;
+    stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
+    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, lo, n,
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
+    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, lo, n,
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
+    expect_same_bytes(param, n * sizeof(float), "the GPU's clipped AdamW weights differ from the CPU's");
+    expect_same_bytes(m, n * sizeof(float), "the GPU's clipped AdamW m differs from the CPU's");
+    expect_same_bytes(v, n * sizeof(float), "the GPU's clipped AdamW v differs from the CPU's");
     pair_free(param); pair_free(grad); pair_free(m); pair_free(v); pair_free(sumsq); pair_free(scratch);
     pair_free(copy); pair_free(table);
 }
 
 /* Gradients held in bf16 (2 bytes each, in a Pair of half as many floats):
- * AdamW reading them, their norm, the clip rounding back and add_bf16, the
- * GPU's against the CPU's; the 16-bit results byte for byte. */
+ * AdamW reading them, their norm, AdamW clipping them (each product rounded
+ * to bf16) and add_bf16, the GPU's against the CPU's; the clipped step and
+ * the 16-bit sums byte for byte. */
 Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     need_gpu();
     size_t n = 70001, floats = (n + 1) / 2;
@@ -567,9 +616,9 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     Pair table = adamw_table();
     adamw_arena(test_stream, param.cpu, NULL, held.cpu, PRECISION_BF16, m.cpu, v.cpu, 0, n,
-                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp);
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
     adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, PRECISION_BF16, m.gpu, v.gpu, 0, n,
-                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp);
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
     expect_match(param, ELEMENTWISE_TOL, "adamw param, bf16 gradient");
     expect_match(v, ELEMENTWISE_TOL, "adamw v, bf16 gradient");
     sumsq_reduce(test_stream, sumsq.cpu, held.cpu, PRECISION_BF16, n, (double *)scratch.cpu);
@@ -577,11 +626,17 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     expect_match(sumsq, REDUCTION_TOL, "sumsq of a bf16 gradient");
     sumsq.cpu[1] = 0.0f;  /* one part: the same coefficient on both */
     stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
-    clip_scale(test_stream, held.cpu, PRECISION_BF16, n, sumsq.cpu, 2, 1.0f);
-    clip_scale(gpu_stream, held.gpu, PRECISION_BF16, n, sumsq.gpu, 2, 1.0f);
+    stream_copy(gpu_stream, param.gpu, param.cpu, n * sizeof(float));
+    stream_copy(gpu_stream, m.gpu, m.cpu, n * sizeof(float));
+    stream_copy(gpu_stream, v.gpu, v.cpu, n * sizeof(float));
+    adamw_arena(test_stream, param.cpu, NULL, held.cpu, PRECISION_BF16, m.cpu, v.cpu, 0, n,
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
+    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, PRECISION_BF16, m.gpu, v.gpu, 0, n,
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
+    expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW clipping a bf16 gradient differs from the CPU's");
     add_bf16(test_stream, (bf16 *)held.cpu, x.cpu, n);
     add_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, n);
-    expect_same_bytes(held, n * sizeof(bf16), "the GPU's clipped and added bf16 gradient differs from the CPU's");
+    expect_same_bytes(held, n * sizeof(bf16), "the GPU's added bf16 gradient differs from the CPU's");
     pair_free(param); pair_free(m); pair_free(v); pair_free(x); pair_free(sumsq); pair_free(held); pair_free(scratch);
     pair_free(table);
 }

@@ -564,7 +564,7 @@ static void check_gelu(int tanh_form) {
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
     gelu_forward(test_stream, out, x, n, tanh_form);
-    gelu_backward(test_stream, dx, x, g, n, tanh_form);
+    gelu_backward(test_stream, dx, NULL, x, g, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
     ref_gelu(c.out, c.inp, n, tanh_form);
@@ -573,13 +573,48 @@ static void check_gelu(int tanh_form) {
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward (tanh %d): %g", tanh_form, rel_error(dx, num, n));
     /* in place (dinp = dout, as the model runs it): the same bits */
-    gelu_backward(test_stream, g, x, g, n, tanh_form);
+    gelu_backward(test_stream, g, NULL, x, g, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
 }
 
 Test(kernels, gelu_forward_backward) { check_gelu(0); }
+
+/* GELU's backward with fc's bias (the fused op) against the ops it stands
+ * for, to the bytes: the gradient alone, round_to_bf16 under autocast, then
+ * bias_backward over what was written; in both forms, both roundings, in
+ * place, over rows that end in a short part (row_parts.h). Under bf16 the
+ * rounding shows (the test could fail). */
+Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_bias_sums) {
+    int N = 2 * PART_ROWS + 37, OC = 70;
+    size_t n = (size_t)N * OC;
+    float *x = alloc_floats(n), *dy = alloc_floats(n), *fused = alloc_floats(n), *apart = alloc_floats(n);
+    float *bias_start = alloc_floats(OC), *dbias_fused = alloc_floats(OC), *dbias_apart = alloc_floats(OC);
+    fill_uniform(x, n, -4, 4, 44);
+    fill_uniform(dy, n, -1, 1, 45);
+    fill_uniform(bias_start, OC, -1, 1, 46);
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++)
+        for (int p = 0; p < PRECISIONS; p++) {
+            memcpy(fused, dy, n * sizeof(float));
+            memcpy(dbias_fused, bias_start, OC * sizeof(float));
+            memcpy(dbias_apart, bias_start, OC * sizeof(float));
+            gelu_backward(test_stream, fused, dbias_fused, x, fused, N, OC, tanh_form, (Precision)p, NULL);
+            gelu_backward(test_stream, apart, NULL, x, dy, N, OC, tanh_form, PRECISION_FP32, NULL);
+            stream_synchronize(test_stream);
+            int rounded = 0;
+            for (size_t i = 0; i < n; i++) rounded += p == PRECISION_BF16 && bf16_rounded(apart[i]) != apart[i];
+            if (p == PRECISION_BF16) round_to_bf16(test_stream, apart, apart, n);
+            bias_backward(test_stream, dbias_apart, apart, N, OC, NULL);
+            stream_synchronize(test_stream);
+            cr_expect(p == PRECISION_FP32 || rounded > 0, "no gradient needed rounding: the test could not fail");
+            cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "tanh %d, %s: the gradient", tanh_form,
+                         p ? "bf16" : "fp32");
+            cr_expect_eq(memcmp(dbias_fused, dbias_apart, OC * sizeof(float)), 0, "tanh %d, %s: the bias's sums",
+                         tanh_form, p ? "bf16" : "fp32");
+        }
+    free(x); free(dy); free(fused); free(apart); free(bias_start); free(dbias_fused); free(dbias_apart);
+}
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
 Test(kernels, gelu_tanh_form_forward_backward) {
@@ -729,13 +764,18 @@ Test(kernels, softmax_exp_and_log_within_2_ulp) {
 
 /* ---- optimizer and reductions ---- */
 
-/* AdamW over n numbers of one tensor that decays (by hp.weight_decay). */
-static void adamw_tensor(float *param, const void *grad, Precision held, float *m, float *v, size_t n, AdamWParams hp) {
+/* AdamW over n numbers of one tensor that decays (by hp.weight_decay), with a clip or NO_CLIP. */
+static void adamw_clipped(float *param, const void *grad, Precision held, float *m, float *v, size_t n,
+                          AdamWParams hp, AdamWClip clip) {
     AdamWSpan *span = malloc(sizeof *span);  /* the stream's device memory: the host's, on the CPU */
     *span = (AdamWSpan){ 0, n, 1 };
-    adamw_arena(test_stream, param, NULL, grad, held, m, v, 0, n, span, 1, hp);
+    adamw_arena(test_stream, param, NULL, grad, held, m, v, 0, n, span, 1, hp, clip);
     stream_synchronize(test_stream);
     free(span);
+}
+
+static void adamw_tensor(float *param, const void *grad, Precision held, float *m, float *v, size_t n, AdamWParams hp) {
+    adamw_clipped(param, grad, held, m, v, n, hp, NO_CLIP);
 }
 
 Test(kernels, adamw_matches_hand_computation) {
@@ -809,7 +849,7 @@ Test(kernels, adamw_over_an_arena_range_decays_by_tensor_and_skips_padding) {
     memcpy(v0, v, n * sizeof(float));
     for (size_t j = 0; j < n; j++) copy[j] = 0x1234;
     AdamWParams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4 };
-    adamw_arena(test_stream, p, copy, g, PRECISION_FP32, m, v, lo, n, spans, 4, hp);
+    adamw_arena(test_stream, p, copy, g, PRECISION_FP32, m, v, lo, n, spans, 4, hp, NO_CLIP);
     stream_synchronize(test_stream);
 
     float bias_correction1 = 1.0f - powf(hp.beta1, 4.0f), bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, 4.0f));
@@ -840,27 +880,63 @@ Test(kernels, adamw_over_an_arena_range_decays_by_tensor_and_skips_padding) {
     free(p); free(m); free(v); free(g); free(p0); free(m0); free(v0); free(copy); free(spans);
 }
 
-Test(kernels, sumsq_and_clip) {
+/* The same AdamW step twice from the same state, over grad_a and grad_b:
+ * whether its weights, m and v come out the same bytes. Leaves the state. */
+static int same_steps(const float *p0, const float *m0, const float *v0, size_t n, const void *grad_a, AdamWClip clip_a,
+                      const void *grad_b, AdamWClip clip_b, Precision held) {
+    AdamWParams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
+    float *state[2][3];
+    for (int k = 0; k < 2; k++) {
+        state[k][0] = alloc_floats(n);
+        state[k][1] = alloc_floats(n);
+        state[k][2] = alloc_floats(n);
+        memcpy(state[k][0], p0, n * sizeof(float));
+        memcpy(state[k][1], m0, n * sizeof(float));
+        memcpy(state[k][2], v0, n * sizeof(float));
+    }
+    adamw_clipped(state[0][0], grad_a, held, state[0][1], state[0][2], n, hp, clip_a);
+    adamw_clipped(state[1][0], grad_b, held, state[1][1], state[1][2], n, hp, clip_b);
+    int same = 1;
+    for (int i = 0; i < 3; i++) same &= memcmp(state[0][i], state[1][i], n * sizeof(float)) == 0;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) free(state[k][i]);
+    return same;
+}
+
+/* The squared norm against a double's, and the clip folded into AdamW: the
+ * step over the gradient clipped by parts of its norm (three, summed in
+ * order) is the step over the gradient scaled by hand beforehand, to the
+ * bytes, and leaves the gradient as it was; under the limit, the unscaled
+ * gradient's step. */
+Test(kernels, sumsq_and_the_clip_in_adamw) {
     size_t n = 100001;
-    float *x = alloc_floats(n), sumsq;
+    float *x = alloc_floats(n), *scaled = alloc_floats(n), *before = alloc_floats(n), sumsq;
+    float *p0 = alloc_floats(n), *m0 = alloc_floats(n), *v0 = alloc_floats(n);
     double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
     fill_uniform(x, n, -1, 1, 71);
+    fill_uniform(p0, n, -1, 1, 77);
+    fill_uniform(m0, n, -0.1f, 0.1f, 78);
+    fill_uniform(v0, n, 0, 0.1f, 79);
+    memcpy(before, x, n * sizeof(float));
     double want = 0;
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
     sumsq_reduce(test_stream, &sumsq, x, PRECISION_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
-    /* clip to norm 1: afterwards the norm is 1 (to float precision) */
-    clip_scale(test_stream, x, PRECISION_FP32, n, &sumsq, 1, 1.0f);
-    sumsq_reduce(test_stream, &sumsq, x, PRECISION_FP32, n, scratch);
-    stream_synchronize(test_stream);
-    cr_expect_float_eq(sumsq, 1.0f, 1e-4f, "norm^2 after clipping: %g", sumsq);
-    /* a norm under the limit leaves x alone */
-    float before = x[123];
-    clip_scale(test_stream, x, PRECISION_FP32, n, &sumsq, 1, 10.0f);
-    stream_synchronize(test_stream);
-    cr_expect_eq(x[123], before);
-    free(x);
+
+    float parts[3] = { sumsq / 2, sumsq / 4, sumsq / 4 };
+    double total = (double)parts[0] + parts[1] + parts[2];
+    float coef = 1.0f / ((float)sqrt(total) + 1e-6f);
+    cr_assert_lt(coef, 0.1f, "the test must clip");
+    for (size_t i = 0; i < n; i++) scaled[i] = x[i] * coef;
+    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1.0f }, scaled, NO_CLIP, PRECISION_FP32),
+              "AdamW clipping to norm 1 is not AdamW over the gradient scaled by %.9g", coef);
+    cr_expect_eq(memcmp(x, before, n * sizeof(float)), 0, "the clip wrote the gradient");
+    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1000.0f }, x, NO_CLIP, PRECISION_FP32),
+              "a norm under the limit changed AdamW's step");
+    cr_expect(!same_steps(p0, m0, v0, n, x, NO_CLIP, scaled, NO_CLIP, PRECISION_FP32),
+              "the scaled gradient takes the same step: the test could not fail");
+    free(x); free(scaled); free(before); free(p0); free(m0); free(v0);
     free(scratch);
 }
 
@@ -889,8 +965,9 @@ Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
 
 /* Gradients held in bf16 (mixed precision reduced in bf16): AdamW, the norm
  * and the count read each as its value, the same bits as the fp32 buffer of
- * the same values; the clip's products are rounded back into 16 bits; and
- * add_bf16 is the plain loop's rounded sum. */
+ * the same values; the clip's products are rounded to bf16 before AdamW
+ * takes them (the step over the clipped gradient written back in 16 bits);
+ * and add_bf16 is the plain loop's rounded sum. */
 Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     size_t n = 40001;  /* several sumsq chunks, and a ragged end */
     float *values = alloc_floats(n), *x = alloc_floats(n), sumsq_fp32, sumsq_bf16;
@@ -922,16 +999,17 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     cr_expect(memcmp(&sumsq_fp32, &sumsq_bf16, sizeof(float)) == 0, "sumsq of bf16 %.9g, of its values %.9g",
               sumsq_bf16, sumsq_fp32);
 
-    clip_scale(test_stream, values, PRECISION_FP32, n, &sumsq_fp32, 1, 1.0f);
-    clip_scale(test_stream, held, PRECISION_BF16, n, &sumsq_bf16, 1, 1.0f);
-    stream_synchronize(test_stream);
+    float coef = 1.0f / ((float)sqrt((double)sumsq_bf16) + 1e-6f);
+    bf16 *clipped = malloc(n * sizeof(bf16));
     size_t unrounded = 0;
     for (size_t i = 0; i < n; i++) {
-        bf16 want = bf16_from_float(values[i]);
-        cr_assert_eq(held[i], want, "clipped bf16 element %zu is 0x%04x, the rounded product 0x%04x", i, held[i], want);
-        unrounded += float_from_bf16(want) != values[i];
+        clipped[i] = bf16_from_float(float_from_bf16(held[i]) * coef);
+        unrounded += float_from_bf16(clipped[i]) != float_from_bf16(held[i]) * coef;
     }
     cr_expect(unrounded > 0, "no clipped product needed rounding: the test could not fail");
+    cr_expect(same_steps(p[0], m[0], v[0], n, held, (AdamWClip){ &sumsq_bf16, 1, 1.0f }, clipped, NO_CLIP,
+                         PRECISION_BF16), "AdamW's clip of a bf16 gradient is not the rounded products' step");
+    free(clipped);
 
     float count = -1;
     held[5] = BF16_QUIET_NAN;

@@ -146,6 +146,11 @@ static void expect_profile_table(const char *args) {
         cr_expect(ms >= 0 && calls >= 1.0, "%s: %.3f ms, %.1f calls\n%s", ops[i], ms, calls, text);
         sum += ms;
     }
+    /* the gradient's squared norm made once a step, by the non-finite check,
+     * and reused by the clip, which AdamW applies as it reads (no clip_scale) */
+    cr_expect(row_ms(text, "sumsq_reduce", &calls) >= 0 && calls == 1.0, "sumsq_reduce: %.1f calls a step\n%s", calls,
+              text);
+    cr_expect(row_ms(text, "clip_scale", &calls) < 0, "a clip_scale op\n%s", text);
     double all = row_ms(text, "all ops", &calls);
     cr_expect(all >= sum - 0.01 && all <= step_ms(text), "all ops %.3f ms, the step %.3f ms\n%s", all,
               step_ms(text), text);

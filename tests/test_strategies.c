@@ -71,7 +71,7 @@ static float *train(int zero, StrategyConfig sc, float grad_clip, size_t *n) {
 Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 1, 4, 0.1f);
     int B = sc.batch, T = sc.model.block_size;
-    TrainConfig tc = quiet(1.0f);
+    TrainConfig tc = quiet(0.05f);  /* a low limit, so every step clips */
 
     /* the plain loop */
     GPT *g = (GPT *)test_model(&sc.model, B, T);
@@ -93,10 +93,9 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
         sumsq_reduce(test_stream, sumsq, g->base.grads, PRECISION_FP32, P, g->base.sumsq_scratch);
-        clip_scale(test_stream, g->base.grads, PRECISION_FP32, P, sumsq, 1, tc.grad_clip);
         AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
         adamw_arena(test_stream, g->base.params, NULL, g->base.grads, PRECISION_FP32, m, v, 0, P, g->base.adamw_spans,
-                    g->base.layout.ntensors, hp);
+                    g->base.layout.ntensors, hp, (AdamWClip){ sumsq, 1, tc.grad_clip });
         model_read_loss(&g->base);
     }
     stream_copy(test_stream, plain, g->base.params, P * sizeof(float));
@@ -233,8 +232,9 @@ static float host_sumsq(const float *x, size_t n) {
 
 /* Each rank's part of the gradient set by hand; after clip_grads every rank
  * holds every part's squared norm (its own first for DDP, where the part is
- * the whole arena), byte for byte the host's, and the gradient is scaled by
- * the coefficient of their sum taken in rank order. */
+ * the whole arena), byte for byte the host's, the gradient is as it was, and
+ * the clip its AdamW takes has the coefficient of their sum taken in rank
+ * order. */
 static void expect_pinned_clipping(int zero, int N) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
     Strategy *s = strategy_create(zero, &sc);
@@ -260,12 +260,18 @@ static void expect_pinned_clipping(int zero, int N) {
         stream_synchronize(ranks->pg->compute[r]);
         cr_expect(memcmp(norms, partial, (size_t)nparts * sizeof(float)) == 0,
                   "--zero=%d N=%d: rank %d's squared-norm partials differ from the host's", zero, N, r);
-        for (size_t i = 0; i < len; i++) {
-            float want = part[r][i] * coef;
-            cr_assert(memcmp(&got[i], &want, sizeof want) == 0, "--zero=%d N=%d rank %d element %zu: %.9g, want %.9g",
-                      zero, N, r, i, got[i], want);
-        }
+        cr_expect(memcmp(got, part[r], len * sizeof(float)) == 0, "--zero=%d N=%d: rank %d's gradient was written",
+                  zero, N, r);
+        AdamWClip clip = ranks_step_clip(ranks, r);
+        cr_expect(clip.sumsq == ranks->norm_parts[r] && clip.nparts == nparts && clip.max_norm == max_norm,
+                  "--zero=%d N=%d: rank %d's step takes another clip", zero, N, r);
+        float got_coef = clip_coefficient(norms, nparts, max_norm);
+        cr_expect(memcmp(&got_coef, &coef, sizeof coef) == 0, "--zero=%d N=%d rank %d: coefficient %.9g, want %.9g",
+                  zero, N, r, got_coef, coef);
     }
+    s->ops->clip_grads(s, 0.0f);
+    for (int r = 0; r < N; r++)
+        cr_expect_null(ranks_step_clip(ranks, r).sumsq, "--zero=%d N=%d: no clip, yet rank %d's step clips", zero, N, r);
     for (int r = 0; r < N; r++) free(part[r]);
     free(got);
     s->ops->destroy(s);
@@ -274,6 +280,47 @@ static void expect_pinned_clipping(int zero, int N) {
 Test(strategies, clipping_sums_the_squared_norms_in_rank_order) {
     for (int N = 1; N <= 8; N++)
         for (int k = 0; k < STRATEGY_KINDS; k++) expect_pinned_clipping(STRATEGIES[k].stage, N);
+}
+
+/* The step's non-finite check makes the gradient's squared norm, for the
+ * clip to reuse: after the check, each rank's own partial is its part's, byte
+ * for byte the host's. A step that does not clip leaves it there; after the
+ * next forward_backward (another batch, a new gradient) a clip with no check
+ * before it makes it again rather than take the last step's. */
+static void expect_clip_norm_of_this_gradient(int zero, int N) {
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
+    Strategy *s = strategy_create(zero, &sc);
+    Ranks *ranks = (Ranks *)s;
+    size_t len = ranks->grad_part_len, rows = (size_t)N * sc.batch * sc.model.block_size;
+    int *x = malloc(rows * sizeof(int)), *y = malloc(rows * sizeof(int));
+    float *part = malloc(len * sizeof(float));
+    for (int batch = 0; batch < 2; batch++) {
+        for (size_t i = 0; i < rows; i++) {
+            x[i] = (int)((i * (batch ? 7 : 3) + (size_t)batch) % (size_t)data.vocab);
+            y[i] = (int)((i * 5 + 1) % (size_t)data.vocab);
+        }
+        cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)batch, 0, 1), 0);
+        if (batch == 0) cr_assert_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0);
+        else s->ops->clip_grads(s, 1e-3f);
+        for (int r = 0; r < N; r++) {
+            float own;
+            int at = ranks->grad_parts_sharded ? ranks_shard_of(ranks, r) : 0;
+            stream_copy(ranks->pg->compute[r], part, ranks->grad_part[r], len * sizeof(float));
+            stream_copy(ranks->pg->compute[r], &own, ranks->norm_parts[r] + at, sizeof(float));
+            stream_synchronize(ranks->pg->compute[r]);
+            float want = host_sumsq(part, len);
+            cr_expect(memcmp(&own, &want, sizeof want) == 0, "--zero=%d N=%d rank %d, %s: partial %.9g, want %.9g",
+                      zero, N, r, batch ? "a new gradient after the last check" : "after the check", own, want);
+        }
+        if (batch == 0) s->ops->clip_grads(s, 0.0f);
+        s->ops->step(s);
+    }
+    free(x); free(y); free(part);
+    s->ops->destroy(s);
+}
+
+Test(strategies, the_clip_takes_the_norm_of_this_steps_gradient) {
+    for (int k = 0; k < STRATEGY_KINDS; k++) expect_clip_norm_of_this_gradient(STRATEGIES[k].stage, 2);
 }
 
 /* ---- gate 4: units that N does not divide are padded, and still match ---- */

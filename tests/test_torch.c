@@ -5,8 +5,8 @@
  * loop that calls the same AdamW, clipping and schedule code, so a bug there
  * would be invisible to them. Here PyTorch (tests/torch_gpt.py) is the oracle:
  * nanoGPT's get_lr against lr_at; torch.optim.AdamW with nanoGPT's parameter
- * groups after clip_grad_norm_ against adamw_arena after sumsq_reduce and
- * clip_scale, on the same weights and gradients; three training steps of
+ * groups after clip_grad_norm_ against sumsq_reduce and adamw_arena with its
+ * clip, on the same weights and gradients; three training steps of
  * nanoGPT's model against DDP on one rank through the trainer, the weights
  * after each; the checkpoint's optim.* tensors against torch's exp_avg and
  * exp_avg_sq; and PyTorch resuming from the checkpoint through
@@ -275,10 +275,10 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
         float sumsq;
         memcpy(g, grads + (size_t)k * P, P * sizeof(float));
         sumsq_reduce(test_stream, &sumsq, g, PRECISION_FP32, P, sumsq_scratch);
-        clip_scale(test_stream, g, PRECISION_FP32, P, &sumsq, 1, max_norm);
         hp.lr = lr_at(&sched, k);
         hp.step = k + 1;
-        adamw_arena(test_stream, w, NULL, g, PRECISION_FP32, m, v, 0, P, spans, layout.ntensors, hp);
+        adamw_arena(test_stream, w, NULL, g, PRECISION_FP32, m, v, 0, P, spans, layout.ntensors, hp,
+                    (AdamWClip){ &sumsq, 1, max_norm });
         stream_synchronize(test_stream);
 
         char name[64], what[64];

@@ -63,7 +63,11 @@ void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tan
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
-typedef struct { float *dinp; const float *inp, *dout; size_t n; int tanh_form; } GeluBackwardArgs;
+typedef struct {
+    float *dinp, *dbias;
+    const float *inp, *dout;
+    int N, OC, tanh_form, rounds;
+} GeluBackwardArgs;
 
 static void gelu_backward_chunk(const void *p, size_t first, size_t end) {
     const GeluBackwardArgs *a = p;
@@ -75,25 +79,38 @@ static void gelu_backward_chunk(const void *p, size_t first, size_t end) {
             float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
             a->dinp[i] = a->dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
         }
-        return;
+    } else {
+        const float inv_sqrt_2pi = 0.3989422804014327f;
+        #pragma omp simd
+        for (size_t i = first; i < end; i++) {
+            float x = a->inp[i];
+            float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+            float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+            a->dinp[i] = a->dout[i] * (cdf + x * pdf);
+        }
     }
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    #pragma omp simd
-    for (size_t i = first; i < end; i++) {
-        float x = a->inp[i];
-        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-        a->dinp[i] = a->dout[i] * (cdf + x * pdf);
-    }
+    if (!a->rounds) return;
+    for (size_t i = first; i < end; i++) a->dinp[i] = bf16_rounded(a->dinp[i]);  /* after: the vector loop stays one */
+}
+/* dbias's terms: dinp's row as written. */
+static void gelu_dbias_terms(const void *p, int n, int c0, int width, float *terms) {
+    const GeluBackwardArgs *a = p;
+    const float *row = a->dinp + (size_t)n * a->OC + c0;
+    for (int c = 0; c < width; c++) terms[c] = row[c];
 }
 
+/* The gradient in chunks, then the bias's column sums over it: the adds of
+ * bias_backward over the written gradient (the GPU makes both in one pass). */
 static void gelu_backward_task(void *p) {
     GeluBackwardArgs *a = p;
-    over_chunks(a->n, gelu_backward_chunk, a);
+    over_chunks((size_t)a->N * a->OC, gelu_backward_chunk, a);
+    if (a->dbias) column_sums(a->dbias, a->N, a->OC, gelu_dbias_terms, a);
 }
 
-void cpu_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
-    GeluBackwardArgs a = { dinp, inp, dout, n, tanh_form };
+void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                       int tanh_form, Precision rounding, float *scratch) {
+    (void)scratch;  /* the parts stay in registers (column_sums) */
+    GeluBackwardArgs a = { dinp, dbias, inp, dout, N, OC, tanh_form, rounding == PRECISION_BF16 };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
 

@@ -24,7 +24,6 @@ const KernelOps cpu_kernel_ops = {
     .mean_forward = cpu_mean_forward,
     .adamw_arena = cpu_adamw_arena,
     .sumsq_reduce = cpu_sumsq_reduce,
-    .clip_scale = cpu_clip_scale,
     .fill_zero = cpu_fill_zero,
     .count_nonfinite = cpu_count_nonfinite,
     .round_to_bf16 = cpu_round_to_bf16,

@@ -1,6 +1,7 @@
-/* optimizer.c: the AdamW update, the squared-norm reduction and the scale for
- * clipping, and the count of non-finite values that guards steps and saves.
- * A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's number_at). */
+/* optimizer.c: the AdamW update (with clipping's scale folded in), the
+ * squared-norm reduction, and the count of non-finite values that guards steps
+ * and saves. A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's
+ * number_at). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,13 +18,16 @@ typedef struct {
     const AdamWSpan *spans;
     int nspans;
     AdamWConstants k;
+    AdamWClip clip;
 } AdamWArgs;
 
 /* The range's part of each span in turn (the GPU finds each element's span:
- * the same arithmetic per element, adamw.h's). */
+ * the same arithmetic per element, adamw.h's); the clip's coefficient once,
+ * here, where the GPU's threads each work it out alike. */
 static void adamw_task(void *p) {
     AdamWArgs *a = p;
     size_t end = a->lo + a->n;
+    float coef = a->clip.sumsq ? clip_coefficient(a->clip.sumsq, a->clip.nparts, a->clip.max_norm) : 1.0f;
     for (int t = 0; t < a->nspans; t++) {
         const AdamWSpan *span = &a->spans[t];
         size_t first = span->begin > a->lo ? span->begin : a->lo, last = span->end < end ? span->end : end;
@@ -31,7 +35,7 @@ static void adamw_task(void *p) {
         int decays = span->decays;
         #pragma omp parallel for schedule(static)
         for (size_t j = first - a->lo; j < last - a->lo; j++) {
-            float g = number_at(a->grad, a->grad_held, j);
+            float g = clipped_gradient(a->grad, a->grad_held, j, coef);
             a->param[j] = adamw_element(a->k, decays, g, &a->m[j], &a->v[j], a->param[j]);
             if (a->copy) a->copy[j] = bf16_from_float(a->param[j]);
         }
@@ -39,8 +43,8 @@ static void adamw_task(void *p) {
 }
 
 void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
-    AdamWArgs a = { param, copy, grad, grad_held, m, v, lo, n, spans, nspans, adamw_constants(hp) };
+                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
+    AdamWArgs a = { param, copy, grad, grad_held, m, v, lo, n, spans, nspans, adamw_constants(hp), clip };
     stream_launch(s, adamw_task, &a, sizeof a);
 }
 
@@ -71,24 +75,6 @@ static void sumsq_task(void *p) {
 void cpu_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
     SumsqArgs a = { out, x, held, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
-}
-
-typedef struct { void *x; Precision held; size_t n; const float *sumsq; int nparts; float max_norm; } ClipArgs;
-
-static void clip_scale_task(void *p) {
-    ClipArgs *a = p;
-    double total = 0.0;
-    for (int i = 0; i < a->nparts; i++) total += a->sumsq[i];
-    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
-    float coef = a->max_norm / ((float)sqrt(total) + 1e-6f);
-    if (coef >= 1.0f) return;
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < a->n; i++) number_put(a->x, a->held, i, number_at(a->x, a->held, i) * coef);
-}
-
-void cpu_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
-    ClipArgs a = { x, held, n, sumsq, nparts, max_norm };
-    stream_launch(s, clip_scale_task, &a, sizeof a);
 }
 
 typedef struct { float *out; const void *x; Precision held; size_t n; } CountArgs;

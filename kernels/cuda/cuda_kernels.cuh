@@ -70,7 +70,8 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              Precision products);
 void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
-void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form);
+void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                        int tanh_form, Precision rounding, float *scratch);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
@@ -79,9 +80,8 @@ void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits
                                         const int *targets, int N, int V, float dloss);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp);
+                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
 void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
-void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm);
 void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, void *x, size_t bytes);
 /* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order. */

@@ -20,26 +20,60 @@ void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int ta
     CHECK_LAUNCH("gelu_forward_kernel");
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
-                                            int tanh_form) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = inp[i];
+/* dy * GELU'(x), rounded to bf16 where `rounds` (the CPU's arithmetic). */
+__device__ static float gelu_gradient(float x, float dy, int tanh_form, int rounds) {
+    float g;
     if (tanh_form) {
         float t = tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x));
         float du = GELU_TANH_SCALE * (1.0f + 3.0f * GELU_TANH_CUBIC * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-        return;
+        g = dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    } else {
+        const float inv_sqrt_2pi = 0.3989422804014327f;
+        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+        g = dy * (cdf + x * pdf);
     }
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-    float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-    dinp[i] = dout[i] * (cdf + x * pdf);
+    return rounds ? bf16_rounded(g) : g;
 }
 
-void cuda_gelu_backward(Stream *s, float *dinp, const float *inp, const float *dout, size_t n, int tanh_form) {
-    gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form);
-    CHECK_LAUNCH("gelu_backward_kernel");
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
+                                            int tanh_form, int rounds) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dinp[i] = gelu_gradient(inp[i], dout[i], tanh_form, rounds);
+}
+
+/* The gradient and the bias's parts in one pass: a thread a column of a
+ * part, its rows from 0 in order (as bias_part_kernel adds the written
+ * gradient), each element written as it is added. */
+__global__ static void gelu_bias_part_kernel(float *partial, float *dinp, const float *inp, const float *dout, int N,
+                                             int OC, int tanh_form, int rounds) {
+    int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float acc = 0.0f;
+    for (int n = part_first_row(part); n < part_end_row(part, N); n++) {
+        size_t i = (size_t)n * OC + c;
+        float g = gelu_gradient(inp[i], dout[i], tanh_form, rounds);
+        dinp[i] = g;
+        acc += g;
+    }
+    partial[(size_t)part * OC + c] = acc;
+}
+
+void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+                        int tanh_form, Precision rounding, float *scratch) {
+    int rounds = rounding == PRECISION_BF16;
+    if (!dbias) {
+        size_t n = (size_t)N * OC;
+        gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form, rounds);
+        CHECK_LAUNCH("gelu_backward_kernel");
+        return;
+    }
+    if (N == 0) return;
+    dim3 grid((unsigned)row_parts(N), blocks_for((size_t)OC));
+    gelu_bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dinp, inp, dout, N, OC, tanh_form, rounds);
+    CHECK_LAUNCH("gelu_bias_part_kernel");
+    cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
 __global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n) {

@@ -23,7 +23,6 @@ static const KernelOps cuda_ops = {
     .mean_forward = cuda_mean_forward,
     .adamw_arena = cuda_adamw_arena,
     .sumsq_reduce = cuda_sumsq_reduce,
-    .clip_scale = cuda_clip_scale,
     .fill_zero = cuda_fill_zero,
     .count_nonfinite = cuda_count_nonfinite,
     .round_to_bf16 = cuda_round_to_bf16,

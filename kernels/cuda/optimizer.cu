@@ -1,5 +1,6 @@
-/* optimizer.cu: AdamW, the squared-norm reduction and the scale for
- * clipping, and the count of non-finite values that guards steps and saves, on the GPU.
+/* optimizer.cu: AdamW (with clipping's scale folded in), the squared-norm
+ * reduction, and the count of non-finite values that guards steps and saves,
+ * on the GPU.
  * A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's number_at).
  *
  * The AdamW update over an arena range in one launch (adamw.h). The sums go
@@ -13,23 +14,27 @@
 
 /* torch.optim.AdamW's arithmetic, as the CPU's; the scalars come from the host. */
 /* A thread an element of the range: its span found in the table, padding
- * left alone; the bf16 copy written in the same pass where there is one. */
+ * left alone; the bf16 copy written in the same pass where there is one.
+ * Every thread works out the clip's coefficient itself (the parts are at
+ * most a rank count, summed in order): no launch before it. */
 __global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                                    size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k) {
+                                    size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k,
+                                    AdamWClip clip) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
     int t = adamw_span_at(spans, nspans, lo + j);
     if (t < 0) return;
-    float g = number_at(grad, grad_held, j);
+    float coef = clip.sumsq ? clip_coefficient(clip.sumsq, clip.nparts, clip.max_norm) : 1.0f;
+    float g = clipped_gradient(grad, grad_held, j, coef);
     param[j] = adamw_element(k, spans[t].decays, g, &m[j], &v[j], param[j]);
     if (copy) copy[j] = bf16_from_float(param[j]);
 }
 
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
-                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp) {
+                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     if (n == 0) return;
     adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, copy, grad, grad_held, m, v, lo, n, spans,
-                                                                nspans, adamw_constants(hp));
+                                                                nspans, adamw_constants(hp), clip);
     CHECK_LAUNCH("adamw_kernel");
 }
 
@@ -64,23 +69,6 @@ void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, siz
     CHECK_LAUNCH("sumsq_chunk_kernel");
     sum_chunks_kernel<<<1, THREADS, 0, stream>>>(out, partial, nchunks);
     CHECK_LAUNCH("sum_chunks_kernel");
-}
-
-/* Every thread sums the partials itself (at most 64, in order): no extra launch. */
-__global__ static void clip_scale_kernel(void *x, Precision held, size_t n, const float *sumsq, int nparts,
-                                         float max_norm) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double total = 0.0;
-    for (int p = 0; p < nparts; p++) total += sumsq[p];
-    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
-    float coef = max_norm / ((float)sqrt(total) + 1e-6f);
-    if (coef < 1.0f) number_put(x, held, i, number_at(x, held, i) * coef);
-}
-
-void cuda_clip_scale(Stream *s, void *x, Precision held, size_t n, const float *sumsq, int nparts, float max_norm) {
-    clip_scale_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(x, held, n, sumsq, nparts, max_norm);
-    CHECK_LAUNCH("clip_scale_kernel");
 }
 
 /* partial[chunk] = how many of the chunk's values are NaN or infinite */
