@@ -31,9 +31,9 @@ static void op_end(Stream *s) {
 }
 
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                       int B, int T, int C) {
+                       int B, int T, int C, Precision rounding) {
     op_begin(s, "embedding_forward");
-    backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
+    backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C, rounding);
     op_end(s);
 }
 
@@ -45,18 +45,19 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C) {
+                       const float *weight, int N, int C, Precision rounding) {
     op_begin(s, "layernorm_forward");
-    backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C);
+    backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C, rounding);
     op_end(s);
 }
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch) {
+                        const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch,
+                        Precision rounding) {
     op_begin(s, "layernorm_backward");
-    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch);
+    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch, rounding);
     op_end(s);
 }
 
@@ -92,23 +93,23 @@ AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH,
 }
 
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
-                       int T, int C, int NH, Dropout drop, Precision products) {
+                       int T, int C, int NH, Dropout drop, Precision products, Precision rounding) {
     op_begin(s, "attention_forward");
-    backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop, products);
+    backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop, products, rounding);
     op_end(s);
 }
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                         const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                        Precision products) {
+                        Precision products, Precision rounding) {
     op_begin(s, "attention_backward");
-    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop, products);
+    backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding);
     op_end(s);
 }
 
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
     op_begin(s, "gelu_forward");
-    backend(s)->gelu_forward(s, out, inp, n, tanh_form);
+    backend(s)->gelu_forward(s, out, inp, n, tanh_form, rounding);
     op_end(s);
 }
 
@@ -119,9 +120,9 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const
     op_end(s);
 }
 
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
     op_begin(s, "bias_forward");
-    backend(s)->bias_forward(s, out, bias, N, OC);
+    backend(s)->bias_forward(s, out, bias, N, OC, rounding);
     op_end(s);
 }
 
@@ -131,35 +132,35 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
     op_end(s);
 }
 
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
     op_begin(s, "residual_forward");
-    backend(s)->residual_forward(s, out, a, b, n);
+    backend(s)->residual_forward(s, out, a, b, n, rounding);
     op_end(s);
 }
 
 /* At p = 0 a copy, unless in place. */
-static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    if (drop.p > 0.0f) backend(s)->dropout_forward(s, out, inp, n, drop);
+static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
+    if (drop.p > 0.0f) backend(s)->dropout_forward(s, out, inp, n, drop, rounding);
     else if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
 }
 
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
     op_begin(s, "dropout_forward");
-    dropout_apply(s, out, inp, n, drop);
+    dropout_apply(s, out, inp, n, drop, rounding);
     op_end(s);
 }
 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop) {
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, Precision rounding) {
     op_begin(s, "dropout_backward");
-    dropout_apply(s, dinp, dout, n, drop);
+    dropout_apply(s, dinp, dout, n, drop, rounding);
     op_end(s);
 }
 
 void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                   const int *targets, int N, int V, float dloss) {
+                                   const int *targets, int N, int V, float dloss, Precision rounding) {
     op_begin(s, "crossentropy_forward_backward");
-    backend(s)->crossentropy_forward_backward(s, losses, dlogits, logits, targets, N, V, dloss);
+    backend(s)->crossentropy_forward_backward(s, losses, dlogits, logits, targets, N, V, dloss, rounding);
     op_end(s);
 }
 

@@ -7,6 +7,11 @@
  * layernorm_backward, which adds its input gradient: its input is the residual
  * stream, whose gradient collects both branches. Gradients of parameters are
  * always added (+=), so they accumulate over tied uses and micro-batches.
+ *
+ * An op that writes activations or their gradients takes a `rounding`: under
+ * autocast (PRECISION_BF16) it runs as a bf16 op runs, each number it writes
+ * rounded to a bf16 value (held in fp32) in the same pass, as round_to_bf16
+ * after it would; PRECISION_FP32 writes the numbers as computed.
  */
 #ifndef ZF_KERNELS_H
 #define ZF_KERNELS_H
@@ -32,12 +37,12 @@ typedef struct {
     uint32_t seed, rank, step, site;
 } Dropout;
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; the backward adds into dwte[V,C]
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], rounded as `rounding` says; the backward adds into dwte[V,C]
  * and dwpe[T,C]: each row of dwte takes its token's rows of dout (the batch's
  * buckets, on the stream's device: token_buckets.h) one by one in row order,
  * each row of dwpe its position's in batch order. */
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C);
+                       const float *wpe, int B, int T, int C, Precision rounding);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                         TokenBuckets buckets, int B, int T, int C);
 
@@ -49,12 +54,16 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
  * leaves scratch untouched. */
 size_t column_sums_scratch_floats(int N, int width);
 
-/* LayerNorm without bias, eps 1e-5; saves mean and 1/std per row for the backward. */
+/* LayerNorm without bias, eps 1e-5, out rounded as `rounding` says; saves
+ * mean and 1/std per row (fp32) for the backward. The backward adds the
+ * input's gradient into dinp (the residual stream's), under PRECISION_BF16
+ * as autocast's bf16 add of the stream's two uses: dinp = bf16(dinp +
+ * bf16(this gradient)). */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C);
+                       const float *weight, int N, int C, Precision rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch);
+                        const float *rstd, int N, int C, float *scratch, Precision rounding);
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -80,20 +89,21 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
  * In fp32 the GPU keeps the probabilities (B*NH*T*T) and uses two T x T
  * matrices of scratch (cuBLAS). products = PRECISION_BF16 (on bf16 values,
  * under autocast) rounds the dropped probabilities and the scores' gradient to
- * bf16 before their products, as FlashAttention does; every sum is fp32. The
- * backward reads the forward's out too. */
+ * bf16 before their products, as FlashAttention does; every sum is fp32.
+ * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
+ * op's. The backward reads the forward's out too. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, Precision products);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                       int B, int T, int C, int NH, Dropout drop, Precision products);
+                       int B, int T, int C, int NH, Dropout drop, Precision products, Precision rounding);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *saved, int B, int T,
-                        int C, int NH, Dropout drop, Precision products);
+                        int C, int NH, Dropout drop, Precision products, Precision rounding);
 
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))) (transformers' gelu_new). */
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding);
 /* Its backward over N rows of width OC, fused with the bias gradient of the
  * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
  * rounding is PRECISION_BF16 (autocast's bf16 gradient, as round_to_bf16
@@ -105,17 +115,19 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const
                    int tanh_form, Precision rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding);
 
 /* A Linear's or a LayerNorm's bias: out[N,OC] += bias[OC] on every row; and
  * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h
  * (scratch: column_sums_scratch_floats(N, OC) floats). */
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding);
 void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 
-/* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p). */
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop);
+/* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).
+ * At p = 0 each is the identity (a copy, unless in place), which rounds
+ * nothing: the model's inputs to dropout are already what rounding makes. */
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding);
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, Precision rounding);
 
 /* The classifier's softmax, cross-entropy and gradient fused, over
  * logits[N,V] and targets[N]: losses[i] = -log softmax(logits[i])[targets[i]];
@@ -123,9 +135,11 @@ void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropo
  * onehot(targets)), written; dlogits may be logits itself (in place). Each
  * row's max and sum of exponentials come from one sweep, online, in an order
  * and an arithmetic fixed by V (online_softmax.h): the same bits on the CPU
- * and the GPU. */
+ * and the GPU. Under PRECISION_BF16 (autocast's bf16 head) each logit is
+ * rounded to bf16 as it is read, and dlogits as it is written: the head's
+ * fp32 product needs no pass of its own. */
 void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                   const int *targets, int N, int V, float dloss);
+                                   const int *targets, int N, int V, float dloss, Precision rounding);
 /* *mean = the mean of x[0, n), summed in double in an order fixed by n: in
  * order on the CPU, a fixed tree on the GPU. */
 void mean_forward(Stream *s, float *mean, const float *x, int n);

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../runtime/bf16.h"
+
 #ifdef __CUDACC__
 #define SOFTMAX_FN static inline __host__ __device__
 #else
@@ -40,6 +42,12 @@ typedef struct {
 SOFTMAX_FN SoftmaxPartial softmax_partial_empty(void) {
     SoftmaxPartial none = { -FLT_MAX, 0.0f };
     return none;
+}
+
+/* Logit j as the op reads it: rounded to bf16 where `rounds` (autocast's bf16
+ * head, whose product is fp32), else as it is. */
+SOFTMAX_FN float softmax_logit(const float *logit, int j, int rounds) {
+    return rounds ? bf16_rounded(logit[j]) : logit[j];
 }
 
 /* A logit as a partial of its own. */

@@ -181,11 +181,16 @@ static void product_backward(GPT *m, float *dinp, float *dweight, const float *d
     else matmul_backward(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
 }
 
-/* Under autocast, x rounded to bf16 in place: the output of an op run in
- * bf16, or a gradient that flows into a bf16 tensor. */
+/* Under autocast, x rounded to bf16 in place: the output of a product run in
+ * bf16 (cuBLAS's and sgemm's are fp32), or a gradient that flows into a bf16
+ * tensor. Every other op rounds its own output (kernels.h's rounding). */
 static void bf16_values(GPT *m, float *x, size_t n) {
     if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
 }
+
+/* LayerNorm's own rounding: where a bias follows it, the bias's op rounds the
+ * sum, once. */
+static Precision norm_rounding(const GPT *m) { return m->base.cfg.bias ? PRECISION_FP32 : m->precision; }
 
 /* The copy of unit u's weights the model computes with under autocast. */
 static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
@@ -218,9 +223,10 @@ static float *grad_of(GPT *m, int t) { return model_tensor(&m->base, m->base.uni
 /* The bias after weight tensor t; -1 (none) without cfg.bias. */
 static int bias_after(const GPT *m, int t) { return m->base.cfg.bias ? t + 1 : -1; }
 
-/* out[N,OC] += part i's bias. Nothing without cfg.bias. */
+/* out[N,OC] += part i's bias, rounded under autocast. Nothing without cfg.bias. */
 static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
-    if (m->base.cfg.bias) bias_forward(m->base.stream, out, compute_tensor(m, block_tensor(m, l, i) + 1), (int)N, OC);
+    if (m->base.cfg.bias)
+        bias_forward(m->base.stream, out, compute_tensor(m, block_tensor(m, l, i) + 1), (int)N, OC, m->precision);
 }
 
 /* Where tensor t's gradient of n floats is made: added into itself, or
@@ -243,7 +249,7 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
         return;
     }
     float *grad = grad_of(m, t);
-    residual_forward(s, grad, grad, made, n);
+    residual_forward(s, grad, grad, made, n, PRECISION_FP32);
 }
 
 /* Under autocast, tensor t's gradient += the one made in dweight_bf16: the
@@ -306,17 +312,16 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
 }
 
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
- * its weights read through block_weights. Under autocast inp is rounded in
- * place first (the bf16 copy autocast keeps for the backward; where a bf16
- * op wrote it, attention or GELU, this is that op's rounding too), and out
- * once, after the bias: an fp32 product of bf16 values (product_forward: on
- * the CPU sgemm, each product of two bf16 exact in fp32), rounded. */
-static void linear_forward(GPT *m, float *out, float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
+ * its weights read through block_weights. Under autocast inp holds bf16
+ * values (the op that wrote it rounded them: LayerNorm's or its bias's,
+ * attention, GELU), and out is rounded once, after the bias: an fp32 product
+ * of bf16 values (product_forward: on the CPU sgemm, each product of two
+ * bf16 exact in fp32), rounded by the bias's op, or without one on its own. */
+static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
     const float *weight = block_weights(m, l, i, hooks);
-    bf16_values(m, inp, N * C);
     product_forward(m, out, inp, weight, (int)N, C, OC);
-    add_bias(m, out, l, i, N, OC);
-    bf16_values(m, out, N * OC);
+    if (m->base.cfg.bias) add_bias(m, out, l, i, N, OC);
+    else bf16_values(m, out, N * OC);
 }
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
@@ -333,26 +338,19 @@ static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
- * weight's (tensor t) and bias's gradients added, the input's added into dresid. Under
- * autocast each is made in bf16: the input's rounded (in dproj, which no op
- * reads by now), then added into the residual stream's gradient, which is
- * rounded again (the bf16 add of the stream's two uses). */
+ * weight's (tensor t) and bias's gradients added, the input's added into
+ * dresid. Under autocast each is made in bf16, and the input's joins the
+ * residual stream's gradient in the op as autocast's bf16 add of the
+ * stream's two uses: dresid = bf16(dresid + bf16(the input's)). */
 static void norm_backward(GPT *m, int t, const float *inp, const float *weight, const float *mean,
                           const float *rstd) {
-    Stream *s = m->base.stream;
     Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T;
     int C = m->base.cfg.embd;
     bias_grad(m, bias_after(m, t), a->dln, BT, C);
-    float *dinp = autocast(m) ? a->dproj : a->dresid;
-    if (autocast(m)) fill_zero(s, dinp, BT * C);
-    layernorm_backward(s, dinp, made_grad(m, t, (size_t)C), a->dln, inp, weight, mean, rstd, (int)BT, C,
-                       m->base.column_sums_scratch);
+    layernorm_backward(m->base.stream, a->dresid, made_grad(m, t, (size_t)C), a->dln, inp, weight, mean, rstd,
+                       (int)BT, C, m->base.column_sums_scratch, m->precision);
     add_bf16_grad(m, t, (size_t)C);
-    if (!autocast(m)) return;
-    bf16_values(m, dinp, BT * C);
-    residual_forward(s, a->dresid, a->dresid, dinp, BT * C);
-    bf16_values(m, a->dresid, BT * C);
 }
 
 /* A branch's gradient from the residual stream's (bf16 values under
@@ -361,8 +359,7 @@ static void norm_backward(GPT *m, int t, const float *inp, const float *weight, 
  * (it is the same numbers; a copy would cost a pass over them). */
 static const float *branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
     if (drop.p == 0.0f) return dresid;
-    dropout_backward(m->base.stream, dbranch, dresid, n, drop);
-    bf16_values(m, dbranch, n);
+    dropout_backward(m->base.stream, dbranch, dresid, n, drop, m->precision);
     return dbranch;
 }
 
@@ -448,27 +445,26 @@ static void block_forward(GPT *m, int l, int hooks) {
     size_t BT = (size_t)B * T;
     BlockActivations b = block_activations(m, l);
     uint32_t site = 1 + 3 * (uint32_t)l;
-    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C);
+    Precision rounding = m->precision;
+    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C,
+                      norm_rounding(m));
     add_bias(m, b.ln1, l, LN1, BT, C);
     linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
-                      m->precision);
+                      m->precision, rounding);
     linear_forward(m, b.attproj, b.atty, l, ATTPROJ, hooks, BT, C, C);
-    dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1));
-    bf16_values(m, b.attproj, BT * C);
-    residual_forward(s, b.resid2, b.x, b.attproj, BT * C);
-    bf16_values(m, b.resid2, BT * C);
-    layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C);
+    dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
+    residual_forward(s, b.resid2, b.x, b.attproj, BT * C, rounding);
+    layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C,
+                      norm_rounding(m));
     add_bias(m, b.ln2, l, LN2, BT, C);
     linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
-    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
+    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     if (keeps_bf16(compute_of(m))) keep_block(m, l, 0);
-    dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2));
-    bf16_values(m, b.fcproj, BT * C);
-    residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C);
-    bf16_values(m, b.resid3, BT * C);
+    dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
+    residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C, rounding);
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
@@ -476,22 +472,20 @@ static void block_forward(GPT *m, int l, int hooks) {
  * dln's rows and into dwte, at dloss a row: the logits computed once, the
  * loss and dlogits fused (crossentropy_forward_backward, dlogits over the
  * logits in place). Under autocast the head is a Linear as linear_forward's
- * (lnf's rows rounded in place, the logits rounded), the loss fp32, dlogits
- * rounded, and dwte the fp32 sum over every chunk, which the backward rounds
- * once the last is in. */
+ * (lnf's rows bf16 values, the logits rounded: by the loss's op as it reads
+ * them), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
+ * chunk, which the backward rounds once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
     int C = m->base.cfg.embd, V = m->base.cfg.vocab;
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
-    float *lnf = a->lnf + r0 * C;
+    const float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
-    bf16_values(m, lnf, (size_t)rows * C);
     product_forward(m, a->logits, lnf, wte, rows, C, V);
-    bf16_values(m, a->logits, (size_t)rows * V);
-    crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss);
+    crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss,
+                                  m->precision);
     if (!dwte) return;
-    bf16_values(m, a->logits, (size_t)rows * V);
     product_backward(m, a->dln + r0 * C, dwte, a->logits, lnf, wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
@@ -518,10 +512,8 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     RootTensors root = root_weights(m);
     trace_begin(s, "forward", 0);
     compute_weights(m, 0);
-    embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C);
-    bf16_values(m, a->encoded, BT * C);
-    dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0));
-    bf16_values(m, a->encoded, BT * C);
+    embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C, m->precision);
+    dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0), m->precision);
     trace_end(s);
 
     for (int l = 0; l < L; l++) {
@@ -531,8 +523,8 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     const float *x = a->resid3 + (size_t)(L - 1) * BT * C;  /* the last block's output */
 
     trace_begin(s, "forward", 0);
-    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C);
-    if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C);
+    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C, norm_rounding(m));
+    if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C, m->precision);
     const float *head = root.wte;
     if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
@@ -540,7 +532,6 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
-            bf16_values(m, last, C);
             product_forward(m, logits, last, head, 1, C, V);
             bf16_values(m, logits, V);
         }
@@ -586,9 +577,8 @@ void gpt_backward(GPT *m, float dloss) {
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);
-        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it, then linear_forward rounded it */
-            gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh);
-            bf16_values(m, b.fch_gelu, BT * 4 * C);
+        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it */
+            gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C, 1);
@@ -613,8 +603,7 @@ void gpt_backward(GPT *m, float dloss) {
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
-                           dropout_at(m, site), m->precision);
-        bf16_values(m, a->dqkv, BT * 3 * C);
+                           dropout_at(m, site), m->precision, m->precision);
         linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
@@ -637,8 +626,7 @@ void gpt_backward(GPT *m, float dloss) {
         fill_zero(s, made.wte, both);
         embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made.wte, made.wte, both);
-        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C);
-        round_to_bf16(s, made.wte, made.wte, (size_t)V * C);
+        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C, PRECISION_BF16);
         add_into_grad(m, WTE, made.wte, both);
     }
     trace_end(s);

@@ -69,6 +69,17 @@ double rms_rel_error(const float *got, const double *want, size_t n) {
     return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
+void expect_rounded(const float *got, float *want, size_t n, const char *what) {
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        float r = bf16_rounded(want[i]);
+        changed += memcmp(&r, &want[i], sizeof r) != 0;
+        want[i] = r;
+    }
+    cr_expect_gt(changed, 0, "%s: no value needed rounding: the test could not fail", what);
+    cr_expect_eq(memcmp(got, want, n * sizeof(float)), 0, "%s: not its fp32 output rounded to bf16", what);
+}
+
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,
                      size_t *n) {
     Strategy *s = strategy_create(zero, sc);

@@ -44,6 +44,10 @@ double rel_error(const float *got, const double *want, size_t n);
 double rms_rel_error(const float *got, const double *want, size_t n);
 /* max |a - b| / max |b| over two float arrays: how far a run is from another. */
 double max_rel_diff(const float *a, const float *b, size_t n);
+/* An op's output under autocast's rounding: got[0, n) is want[0, n) (the
+ * same op's fp32 output) rounded to bf16, byte for byte (want is rounded in
+ * place), and some value needed the rounding, or the test could not fail. */
+void expect_rounded(const float *got, float *want, size_t n, const char *what);
 /* Train a --zero stage through the trainer; returns the weights (malloc'd, the
  * unpadded layout of *n floats), or NULL when the strategy or the run failed. */
 float *train_weights(int zero, const StrategyConfig *sc, const TrainConfig *tc, const Dataset *data,

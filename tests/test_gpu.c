@@ -202,11 +202,11 @@ Test(gpu, layernorm_forward_backward) {
     Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
     Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
-    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C);
-    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C);
+    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C, PRECISION_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, PRECISION_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -240,7 +240,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -250,7 +250,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
         layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
-                           scratch.gpu);
+                           scratch.gpu, PRECISION_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -293,12 +293,12 @@ static void check_attention(float p, Precision products, AttentionShape sh) {
         pair_round_to_bf16(qkv);
         pair_round_to_bf16(dout);
     }
-    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products);
-    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products);
+    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products, PRECISION_FP32);
+    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products, PRECISION_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, att.cpu, B, T, C, NH, drop,
-                       products);
+                       products, PRECISION_FP32);
     attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, att.gpu, B, T, C, NH, drop,
-                       products);
+                       products, PRECISION_FP32);
     char what[96];
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: out", products ? "bf16" : "fp32", C / NH, T, p);
     if (products == PRECISION_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
@@ -307,6 +307,122 @@ static void check_attention(float p, Precision products, AttentionShape sh) {
     if (products == PRECISION_BF16) expect_near(dqkv, BF16_ATTENTION_TOL, what);
     else expect_match(dqkv, REDUCTION_TOL, what);
     pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
+}
+
+/* The GPU's bf16 output against its own fp32 output rounded to bf16
+ * (expect_rounded; a GPU buffer each). */
+static void expect_gpu_rounded(const float *bf, const float *fp, size_t n, const char *what) {
+    float *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    stream_copy(gpu_stream, got, bf, n * sizeof(float));
+    stream_copy(gpu_stream, want, fp, n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    expect_rounded(got, want, n, what);
+    free(got);
+    free(want);
+}
+
+/* Every op with a rounding, on the GPU: under PRECISION_BF16 the bytes of
+ * its PRECISION_FP32 output rounded (test_kernels holds the CPU to the same):
+ * the embeddings, LayerNorm, a bias, the residual add, dropout, GELU, the
+ * loss (its logits read rounded), LayerNorm's backward (bf16(dinp +
+ * bf16(its gradient))), and attention both ways on the tensor cores (a head
+ * of 64) and through cuBLAS (a head of 80). */
+Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
+    need_gpu();
+    enum { B = 2, T = 150, C = 128, V = 301 };
+    size_t BT = (size_t)B * T, n = BT * C;
+    Pair x = pair_random(n, -2, 2, 91), y = pair_random(n, -1, 1, 92), w = pair_random(C, 0.5f, 1.5f, 93);
+    Pair fp = pair_random(n, 0, 1, 94), bf = pair_random(n, 0, 1, 95), stats = pair_random(2 * BT, 0, 1, 96);
+    Pair wte = pair_random((size_t)V * C, -1, 1, 97), dw = pair_random(C, 0, 1, 98);
+    Pair scratch = pair_random(column_sums_scratch_floats((int)BT, C), 0, 1, 99);
+    IntPair tokens = tokens_random(BT, V, 3);
+    Dropout drop = { 0.25f, 9, 1, 4, 2 };
+    float *mean = stats.gpu, *rstd = stats.gpu + BT;
+    embedding_forward(gpu_stream, fp.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_FP32);
+    embedding_forward(gpu_stream, bf.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, bf.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
+    stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
+    stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
+    bias_forward(gpu_stream, fp.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
+    bias_forward(gpu_stream, bf.gpu, w.gpu, (int)BT, C, PRECISION_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
+    residual_forward(gpu_stream, fp.gpu, x.gpu, y.gpu, n, PRECISION_FP32);
+    residual_forward(gpu_stream, bf.gpu, x.gpu, y.gpu, n, PRECISION_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "residual_forward");
+    dropout_forward(gpu_stream, fp.gpu, x.gpu, n, drop, PRECISION_FP32);
+    dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, PRECISION_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "dropout_forward");
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        gelu_forward(gpu_stream, fp.gpu, x.gpu, n, tanh_form, PRECISION_FP32);
+        gelu_forward(gpu_stream, bf.gpu, x.gpu, n, tanh_form, PRECISION_BF16);
+        expect_gpu_rounded(bf.gpu, fp.gpu, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
+    }
+
+    /* LayerNorm's backward: the bf16 add against its gradient alone, added on the host */
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
+    fill_zero(gpu_stream, fp.gpu, n);
+    pair_round_to_bf16(y);
+    stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+                       PRECISION_FP32);
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+                       PRECISION_BF16);
+    float *g = malloc(n * sizeof(float));
+    stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
+    stream_synchronize(gpu_stream);
+    for (size_t i = 0; i < n; i++) g[i] = y.cpu[i] + bf16_rounded(g[i]);
+    stream_copy(gpu_stream, fp.gpu, g, n * sizeof(float));
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_backward's add");
+    free(g);
+
+    /* the loss: the logits read rounded (the fp32 op given them rounded), dlogits written rounded */
+    size_t nl = BT * V;
+    Pair logits = pair_random(nl, -4, 4, 100), rounded = pair_random(nl, -4, 4, 100);
+    Pair dfp = pair_random(nl, 0, 1, 101), dbf = pair_random(nl, 0, 1, 102), losses = pair_random(2 * BT, 0, 1, 103);
+    pair_round_to_bf16(rounded);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, dfp.gpu, rounded.gpu, tokens.gpu, (int)BT, V, 0.5f,
+                                  PRECISION_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, dbf.gpu, logits.gpu, tokens.gpu, (int)BT, V, 0.5f,
+                                  PRECISION_BF16);
+    expect_gpu_rounded(dbf.gpu, dfp.gpu, nl, "crossentropy's dlogits");
+    float *both = malloc(2 * BT * sizeof(float));
+    stream_copy(gpu_stream, both, losses.gpu, 2 * BT * sizeof(float));
+    stream_synchronize(gpu_stream);
+    cr_expect_eq(memcmp(both, both + BT, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
+    free(both);
+
+    /* attention, a head of 64 (tensor cores) and of 80 (cuBLAS) */
+    const AttentionShape shapes[2] = { { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
+    for (int k = 0; k < 2; k++) {
+        AttentionShape sh = shapes[k];
+        size_t nout = (size_t)sh.B * sh.T * sh.C, nqkv = 3 * nout;
+        AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, sh.B, sh.T, sh.C, sh.NH, PRECISION_BF16);
+        Pair qkv = pair_random(nqkv, -1.5f, 1.5f, 104), out_fp = pair_random(nout, 0, 1, 105);
+        Pair out_bf = pair_random(nout, 0, 1, 106), dout = pair_random(nout, -1, 1, 107);
+        Pair dq_fp = pair_random(nqkv, 0, 1, 108), dq_bf = pair_random(nqkv, 0, 1, 109);
+        Pair saved = pair_random(sizes.saved, 0, 1, 110), att_scratch = pair_random(sizes.scratch, 0, 1, 111);
+        pair_round_to_bf16(qkv);
+        pair_round_to_bf16(dout);
+        attention_forward(gpu_stream, out_fp.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
+                          PRECISION_BF16, PRECISION_FP32);
+        attention_forward(gpu_stream, out_bf.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
+                          PRECISION_BF16, PRECISION_BF16);
+        expect_gpu_rounded(out_bf.gpu, out_fp.gpu, nout, k ? "attention_forward, cuBLAS" : "attention_forward");
+        attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
+                           sh.T, sh.C, sh.NH, drop, PRECISION_BF16, PRECISION_FP32);
+        attention_backward(gpu_stream, dq_bf.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
+                           sh.T, sh.C, sh.NH, drop, PRECISION_BF16, PRECISION_BF16);
+        expect_gpu_rounded(dq_bf.gpu, dq_fp.gpu, nqkv, k ? "attention_backward, cuBLAS" : "attention_backward");
+        pair_free(qkv); pair_free(out_fp); pair_free(out_bf); pair_free(dout); pair_free(dq_fp); pair_free(dq_bf);
+        pair_free(saved); pair_free(att_scratch);
+    }
+    pair_free(x); pair_free(y); pair_free(w); pair_free(fp); pair_free(bf); pair_free(stats); pair_free(wte);
+    pair_free(dw); pair_free(scratch); pair_free(logits); pair_free(rounded); pair_free(dfp); pair_free(dbf);
+    pair_free(losses);
+    int_pair_free(tokens);
 }
 
 static const AttentionShape SMALL_ATTENTION = { 2, 37, 48, 4 };
@@ -342,14 +458,14 @@ Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     Pair dout = pair_random((size_t)B * T * C, -1, 1, 65), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 66);
     pair_round_to_bf16(qkv);
     pair_round_to_bf16(dout);
-    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, PRECISION_BF16);
+    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, B, T, C, NH, drop,
-                       PRECISION_BF16);
+                       PRECISION_BF16, PRECISION_FP32);
     stream_synchronize(test_stream);
     for (int run = 0; run < 3; run++) {
-        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, PRECISION_BF16);
+        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
         attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH, drop,
-                           PRECISION_BF16);
+                           PRECISION_BF16, PRECISION_FP32);
         if (run == 0) {
             expect_near(out, BF16_ATTENTION_TOL, "attention at GPT-2's shape: out");
             expect_near(lse, ELEMENTWISE_TOL, "attention at GPT-2's shape: log-sum-exp");
@@ -375,8 +491,8 @@ Test(gpu, embedding_forward_backward) {
     Pair wte = pair_random((size_t)V * C, -1, 1, 32), wpe = pair_random((size_t)T * C, -1, 1, 33);
     Pair out = pair_random((size_t)B * T * C, -1, 1, 34), dout = pair_random((size_t)B * T * C, -1, 1, 35);
     Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
-    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C);
-    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C);
+    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C, PRECISION_FP32);
+    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C, PRECISION_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
     embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
@@ -471,18 +587,18 @@ Test(gpu, elementwise_ops) {
     Dropout drop = { 0.3f, 5, 2, 7, 3 };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form);
-        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form);
+        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form, PRECISION_FP32);
+        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form, PRECISION_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
         gelu_backward(test_stream, out.cpu, NULL, x.cpu, y.cpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
         gelu_backward(gpu_stream, out.gpu, NULL, x.gpu, y.gpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
-    residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n);
-    residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n);
+    residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n, PRECISION_FP32);
+    residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n, PRECISION_FP32);
     expect_match(out, ELEMENTWISE_TOL, "residual");
-    dropout_forward(test_stream, out.cpu, x.cpu, n, drop);
-    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop);
+    dropout_forward(test_stream, out.cpu, x.cpu, n, drop, PRECISION_FP32);
+    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop, PRECISION_FP32);
     expect_match(out, ELEMENTWISE_TOL, "dropout (the same Philox mask)");
     fill_zero(test_stream, out.cpu, n);
     fill_zero(gpu_stream, out.gpu, n);
@@ -514,8 +630,8 @@ Test(gpu, crossentropy_forward_backward) {
     Pair losses = pair_random((size_t)N, 0, 1, 54), mean = pair_random(1, 0, 1, 55);
     logits.cpu[2 * (size_t)V - 1] = 20.0f;
     stream_copy(gpu_stream, logits.gpu + 2 * (size_t)V - 1, logits.cpu + 2 * (size_t)V - 1, sizeof(float));
-    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
     mean_forward(test_stream, mean.cpu, losses.cpu, N);
     mean_forward(gpu_stream, mean.gpu, losses.gpu, N);
     expect_match(losses, ELEMENTWISE_TOL, "losses");
@@ -528,17 +644,17 @@ Test(gpu, crossentropy_forward_backward) {
     stream_copy(gpu_stream, first, dlogits.gpu, n * sizeof(float));
     for (int run = 0; run < 3; run++) {
         fill_zero(gpu_stream, dlogits.gpu, n);
-        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
         stream_copy(gpu_stream, again, dlogits.gpu, n * sizeof(float));
         stream_synchronize(gpu_stream);
         cr_expect_eq(memcmp(first, again, n * sizeof(float)), 0, "run %d: other dlogits than the first run's", run + 2);
     }
 
-    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
     expect_same_bytes(losses, (size_t)N * sizeof(float), "the losses alone (no gradient): the GPU's differ");
-    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
     expect_same_bytes(logits, n * sizeof(float), "in place, the GPU's dlogits differ from the CPU's");
     expect_same_bytes(losses, (size_t)N * sizeof(float), "in place, the GPU's losses differ from the CPU's");
     cr_expect_eq(memcmp(logits.cpu, dlogits.cpu, n * sizeof(float)), 0, "in place gives other dlogits");

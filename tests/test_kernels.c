@@ -115,9 +115,9 @@ static void check_layernorm(int N, int C) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C);
+    layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C, PRECISION_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C, scratch);
+    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -163,8 +163,8 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
     r.scratch = alloc_floats(r.sizes.scratch);
     r.dqkv = alloc_floats(nqkv);
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
-    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products);
-    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products);
+    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products, PRECISION_FP32);
+    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products, PRECISION_FP32);
     stream_synchronize(stream);
     return r;
 }
@@ -404,7 +404,7 @@ static void check_embedding(int C) {
     fill_uniform(wte, V * C, -1, 1, 31);
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
-    embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C);
+    embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C, PRECISION_FP32);
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
     embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
     stream_synchronize(test_stream);
@@ -532,7 +532,7 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
             terms[i * C + c] = dout[i * C + c] * (inp[i * C + c] - mean[i]) * rstd[i];
     parted_sums(want_w, terms, N, C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, dout, inp, w, mean, rstd, N, C, scratch);
+    layernorm_backward(test_stream, dinp, dw, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
@@ -563,7 +563,7 @@ static void check_gelu(int tanh_form) {
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(test_stream, out, x, n, tanh_form);
+    gelu_forward(test_stream, out, x, n, tanh_form, PRECISION_FP32);
     gelu_backward(test_stream, dx, NULL, x, g, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
@@ -580,6 +580,109 @@ static void check_gelu(int tanh_form) {
 }
 
 Test(kernels, gelu_forward_backward) { check_gelu(0); }
+
+/* ---- rounding under autocast: each op's output as round_to_bf16 after it ---- */
+
+/* Every op with a rounding writes under PRECISION_BF16 the bytes of its
+ * PRECISION_FP32 output rounded to bf16 (the model's old separate pass):
+ * the embeddings, LayerNorm, a bias, the residual add, dropout both ways,
+ * GELU in both forms, attention both ways; LayerNorm's backward adds as
+ * bf16(dinp + bf16(its gradient)); the loss reads the logits rounded and
+ * rounds dlogits. */
+Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
+    enum { B = 2, T = 33, C = 48, NH = 2, V = 301 };
+    size_t BT = (size_t)B * T, n = BT * C;
+    float *x = alloc_floats(n), *y = alloc_floats(n), *w = alloc_floats(C), *fp = alloc_floats(n), *bf = alloc_floats(n);
+    float *mean = alloc_floats(BT), *rstd = alloc_floats(BT), *dw = alloc_floats(C), *wte = alloc_floats((size_t)V * C);
+    int *tokens = malloc(BT * sizeof(int));
+    fill_uniform(x, n, -2, 2, 51);
+    fill_uniform(y, n, -1, 1, 52);
+    fill_uniform(w, C, 0.5f, 1.5f, 53);
+    fill_uniform(wte, (size_t)V * C, -1, 1, 54);
+    for (size_t i = 0; i < BT; i++) tokens[i] = (int)(i * 37 % V);
+    Dropout drop = { 0.25f, 9, 1, 4, 2 };
+
+    embedding_forward(test_stream, fp, tokens, wte, y, B, T, C, PRECISION_FP32);
+    embedding_forward(test_stream, bf, tokens, wte, y, B, T, C, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "embedding_forward");
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(test_stream, bf, mean, rstd, x, w, (int)BT, C, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "layernorm_forward");
+    memcpy(fp, x, n * sizeof(float));
+    memcpy(bf, x, n * sizeof(float));
+    bias_forward(test_stream, fp, w, (int)BT, C, PRECISION_FP32);
+    bias_forward(test_stream, bf, w, (int)BT, C, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "bias_forward");
+    residual_forward(test_stream, fp, x, y, n, PRECISION_FP32);
+    residual_forward(test_stream, bf, x, y, n, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "residual_forward");
+    dropout_forward(test_stream, fp, x, n, drop, PRECISION_FP32);
+    dropout_forward(test_stream, bf, x, n, drop, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "dropout_forward");
+    dropout_backward(test_stream, fp, y, n, drop, PRECISION_FP32);
+    dropout_backward(test_stream, bf, y, n, drop, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "dropout_backward");
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        gelu_forward(test_stream, fp, x, n, tanh_form, PRECISION_FP32);
+        gelu_forward(test_stream, bf, x, n, tanh_form, PRECISION_BF16);
+        stream_synchronize(test_stream);
+        expect_rounded(bf, fp, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
+    }
+
+    /* LayerNorm's backward: its gradient alone (into zeros), then the bf16 add */
+    float *dinp = alloc_floats(n), *scratch = alloc_floats(column_sums_scratch_floats((int)BT, C));
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, (int)BT, C, PRECISION_FP32);
+    stream_synchronize(test_stream);
+    memset(fp, 0, n * sizeof(float));
+    fill_uniform(dinp, n, -1, 1, 55);
+    for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
+    memcpy(bf, dinp, n * sizeof(float));
+    layernorm_backward(test_stream, fp, dw, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, bf, dw, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
+    expect_rounded(bf, fp, n, "layernorm_backward's add");
+
+    /* the loss: its logits rounded as read, dlogits as written */
+    size_t nl = BT * V;
+    float *logits = alloc_floats(nl), *rounded = alloc_floats(nl), *dfp = alloc_floats(nl), *dbf = alloc_floats(nl);
+    float *loss_fp = alloc_floats(BT), *loss_bf = alloc_floats(BT);
+    fill_uniform(logits, nl, -4, 4, 56);
+    for (size_t i = 0; i < nl; i++) rounded[i] = bf16_rounded(logits[i]);
+    crossentropy_forward_backward(test_stream, loss_fp, dfp, rounded, tokens, (int)BT, V, 0.5f, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, loss_bf, dbf, logits, tokens, (int)BT, V, 0.5f, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
+    expect_rounded(dbf, dfp, nl, "crossentropy's dlogits");
+
+    /* attention: the output, then the backward from the rounded output */
+    size_t nqkv = BT * 3 * C;
+    float *qkv = alloc_floats(nqkv), *dq_fp = alloc_floats(nqkv), *dq_bf = alloc_floats(nqkv);
+    AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, PRECISION_BF16);
+    float *saved = alloc_floats(sizes.saved), *att_scratch = alloc_floats(sizes.scratch + 1);
+    fill_uniform(qkv, nqkv, -1.5f, 1.5f, 57);
+    for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_rounded(qkv[i]);
+    attention_forward(test_stream, fp, saved, att_scratch, qkv, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
+    attention_forward(test_stream, bf, saved, att_scratch, qkv, B, T, C, NH, drop, PRECISION_BF16, PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(bf, fp, n, "attention_forward");
+    attention_backward(test_stream, dq_fp, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, PRECISION_BF16,
+                       PRECISION_FP32);
+    attention_backward(test_stream, dq_bf, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, PRECISION_BF16,
+                       PRECISION_BF16);
+    stream_synchronize(test_stream);
+    expect_rounded(dq_bf, dq_fp, nqkv, "attention_backward");
+
+    free(x); free(y); free(w); free(fp); free(bf); free(mean); free(rstd); free(dw); free(wte); free(tokens);
+    free(dinp); free(scratch); free(logits); free(rounded); free(dfp); free(dbf); free(loss_fp); free(loss_bf);
+    free(qkv); free(dq_fp); free(dq_bf); free(saved); free(att_scratch);
+}
 
 /* GELU's backward with fc's bias (the fused op) against the ops it stands
  * for, to the bytes: the gradient alone, round_to_bf16 under autocast, then
@@ -620,8 +723,8 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
 Test(kernels, gelu_tanh_form_forward_backward) {
     check_gelu(1);
     float x = 2.7f, exact, approx;
-    gelu_forward(test_stream, &exact, &x, 1, 0);
-    gelu_forward(test_stream, &approx, &x, 1, 1);
+    gelu_forward(test_stream, &exact, &x, 1, 0, PRECISION_FP32);
+    gelu_forward(test_stream, &approx, &x, 1, 1, PRECISION_FP32);
     stream_synchronize(test_stream);
     cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }
@@ -634,8 +737,8 @@ Test(kernels, dropout_forward_backward) {
     fill_uniform(g, n, -1, 1, 52);
     fill_uniform(base, n, -1, 1, 53);
     memcpy(dx, base, sizeof(float) * n);
-    dropout_forward(test_stream, out, x, n, drop);
-    dropout_backward(test_stream, dx, g, n, drop);
+    dropout_forward(test_stream, out, x, n, drop, PRECISION_FP32);
+    dropout_backward(test_stream, dx, g, n, drop, PRECISION_FP32);
     stream_synchronize(test_stream);
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
@@ -667,7 +770,7 @@ Test(kernels, dropout_forward_backward) {
 
 Test(kernels, residual_forward) {
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
-    residual_forward(test_stream, out, a, b, 5);
+    residual_forward(test_stream, out, a, b, 5, PRECISION_FP32);
     stream_synchronize(test_stream);
     for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
 }
@@ -688,7 +791,7 @@ Test(kernels, crossentropy_forward_backward) {
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
     fill_uniform(dlogits, N * V, -1, 1, 62);  /* written, not added: this must vanish */
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N, PRECISION_FP32);
     mean_forward(test_stream, &mean, losses, N);
     stream_synchronize(test_stream);
     CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
@@ -719,9 +822,9 @@ Test(kernels, crossentropy_at_gpt2_vocabulary_against_double) {
     fill_uniform(logits + 3 * (size_t)V, V, -80, 80, 64);
     memcpy(in_place, logits, n * sizeof(float));
     float dloss = 1.0f / 3.0f;
-    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss);
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss);
-    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss);
+    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss, PRECISION_FP32);
     stream_synchronize(test_stream);
     double *row = malloc(V * sizeof(double)), *want = malloc(V * sizeof(double));
     for (int i = 0; i < N; i++) {

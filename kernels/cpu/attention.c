@@ -17,7 +17,8 @@
  * rounds where the GPU's tensor-core kernels (attention.cu), FlashAttention and
  * PyTorch's SDPA do: the dropped probabilities to bf16 before their products
  * with v (the output, dv), and the scores' gradient to bf16 before its
- * products with k and q (dq, dk); every sum stays fp32.
+ * products with k and q (dq, dk); every sum stays fp32. Its output (y; dq,
+ * dk and dv) is rounded where `rounding` says, as every op's (kernels.h).
  */
 #include <cblas.h>
 #include <math.h>
@@ -46,24 +47,29 @@ AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, Precision pr
  * of 3C, and whether its products round to bf16 (products = PRECISION_BF16). */
 typedef struct {
     const float *q, *k, *v;
-    int bh, T, C, hs, round_products;
+    int bh, T, C, hs, round_products, round_output;
     float scale;
     Dropout drop;
 } Head;
 
-static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop, Precision products) {
+static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop, Precision products,
+                    Precision rounding) {
     int b = bh / NH, h = bh % NH, hs = C / NH;
     const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
     Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .bh = bh, .T = T, .C = C, .hs = hs,
-                .round_products = products == PRECISION_BF16, .scale = 1.0f / sqrtf((float)hs), .drop = drop };
+                .round_products = products == PRECISION_BF16, .round_output = rounding == PRECISION_BF16,
+                .scale = 1.0f / sqrtf((float)hs), .drop = drop };
     return hd;
 }
 
-/* x[0 .. n) rounded to bf16 in place, where the head's products round. */
-static void product_values(const Head *hd, float *x, int n) {
-    if (!hd->round_products) return;
+/* x[0 .. n) rounded to bf16 in place, where `rounds`. */
+static void rounded_values(int rounds, float *x, int n) {
+    if (!rounds) return;
     for (int j = 0; j < n; j++) x[j] = bf16_rounded(x[j]);
 }
+
+/* The same where the head's products round. */
+static void product_values(const Head *hd, float *x, int n) { rounded_values(hd->round_products, x, n); }
 
 /* How many keys of the tile starting at key c0 (of `keys`) row t sees. */
 static int visible_keys(int t, int c0, int keys) { return min_int(keys, t - c0 + 1); }
@@ -126,6 +132,7 @@ static void forward_query_block(const Head *hd, int r0, int rows, float *y, floa
     for (int i = 0; i < rows; i++) {
         float inv = 1.0f / sum[i];
         for (int c = 0; c < hs; c++) y[(size_t)i * C + c] *= inv;
+        rounded_values(hd->round_output, y + (size_t)i * C, hs);
         lse[i] = max[i] + logf(sum[i]);
     }
 }
@@ -135,7 +142,7 @@ typedef struct {
     const float *qkv;
     int B, T, C, NH;
     Dropout drop;
-    Precision products;
+    Precision products, rounding;
 } AttentionArgs;
 
 static void attention_forward_task(void *p) {
@@ -143,7 +150,7 @@ static void attention_forward_task(void *p) {
     int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products);
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products, a->rounding);
         float *y = a->out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS)
             forward_query_block(&hd, r0, min_int(ATT_ROWS, T - r0), y + (size_t)r0 * C,
@@ -152,9 +159,9 @@ static void attention_forward_task(void *p) {
 }
 
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                           int B, int T, int C, int NH, Dropout drop, Precision products) {
+                           int B, int T, int C, int NH, Dropout drop, Precision products, Precision rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop, products };
+    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_forward_task, &a, sizeof a);
 }
 
@@ -255,12 +262,17 @@ static void zero_head_columns(float *x, int T, int C, int hs) {
         for (int c = 0; c < hs; c++) x[(size_t)t * 3 * C + c] = 0.0f;
 }
 
+/* The same rows rounded to bf16, where the head's output rounds. */
+static void round_head_columns(const Head *hd, float *x, int T, int C) {
+    for (int t = 0; t < T; t++) rounded_values(hd->round_output, x + (size_t)t * 3 * C, hd->hs);
+}
+
 typedef struct {
     float *dqkv;
     const float *dout, *qkv, *out, *lse;
     int B, T, C, NH;
     Dropout drop;
-    Precision products;
+    Precision products, rounding;
 } AttentionBackwardArgs;
 
 static void attention_backward_task(void *p) {
@@ -268,7 +280,7 @@ static void attention_backward_task(void *p) {
     int B = a->B, T = a->T, C = a->C, NH = a->NH;
     #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products);
+        Head hd = head_of(a->qkv, bh, T, C, NH, a->drop, a->products, a->rounding);
         float *dq = a->dqkv + (hd.q - a->qkv);
         size_t rows_at = (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * hd.hs;
         HeadGrads g = { dq, dq + C, dq + 2 * C, a->dout + rows_at, a->out + rows_at, a->lse + (size_t)bh * T };
@@ -277,13 +289,16 @@ static void attention_backward_task(void *p) {
         zero_head_columns(g.dk, T, C, hd.hs);
         zero_head_columns(g.dv, T, C, hd.hs);
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS) backward_query_block(&hd, &g, r0, min_int(ATT_ROWS, T - r0));
+        round_head_columns(&hd, g.dq, T, C);
+        round_head_columns(&hd, g.dk, T, C);
+        round_head_columns(&hd, g.dv, T, C);
     }
 }
 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
-                            int NH, Dropout drop, Precision products) {
+                            int NH, Dropout drop, Precision products, Precision rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop, products };
+    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_backward_task, &a, sizeof a);
 }

@@ -1,4 +1,5 @@
-/* elementwise.c: GELU, residual add, biases, dropout and zero fill. */
+/* elementwise.c: GELU, residual add, biases, dropout and zero fill; each
+ * output rounded under autocast (kernels.h). */
 #include <math.h>
 #include <string.h>
 
@@ -31,10 +32,16 @@ static void over_chunks(size_t n, ChunkFn chunk, const void *args) {
  * thread's last few numbers to the scalar erff and tanhf, which round
  * otherwise than libmvec's vector ones, and the bits would follow the thread
  * count. */
-typedef struct { float *out; const float *inp; size_t n; int tanh_form; } GeluArgs;
+typedef struct { float *out; const float *inp; size_t n; int tanh_form, rounds; } GeluArgs;
 
 /* sqrt(2 / pi) and the cubic's coefficient of the tanh form */
 static const float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
+
+/* out[first, end) rounded to bf16 in place, after a chunk's vector loop (so
+ * that loop stays one). */
+static void round_chunk(float *out, size_t first, size_t end) {
+    for (size_t i = first; i < end; i++) out[i] = bf16_rounded(out[i]);
+}
 
 static void gelu_forward_chunk(const void *p, size_t first, size_t end) {
     const GeluArgs *a = p;
@@ -44,13 +51,14 @@ static void gelu_forward_chunk(const void *p, size_t first, size_t end) {
             float x = a->inp[i];
             a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)));
         }
-        return;
+    } else {
+        #pragma omp simd
+        for (size_t i = first; i < end; i++) {
+            float x = a->inp[i];
+            a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+        }
     }
-    #pragma omp simd
-    for (size_t i = first; i < end; i++) {
-        float x = a->inp[i];
-        a->out[i] = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
-    }
+    if (a->rounds) round_chunk(a->out, first, end);
 }
 
 static void gelu_forward_task(void *p) {
@@ -58,8 +66,8 @@ static void gelu_forward_task(void *p) {
     over_chunks(a->n, gelu_forward_chunk, a);
 }
 
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
-    GeluArgs a = { out, inp, n, tanh_form };
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
+    GeluArgs a = { out, inp, n, tanh_form, rounding == PRECISION_BF16 };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
@@ -89,8 +97,7 @@ static void gelu_backward_chunk(const void *p, size_t first, size_t end) {
             a->dinp[i] = a->dout[i] * (cdf + x * pdf);
         }
     }
-    if (!a->rounds) return;
-    for (size_t i = first; i < end; i++) a->dinp[i] = bf16_rounded(a->dinp[i]);  /* after: the vector loop stays one */
+    if (a->rounds) round_chunk(a->dinp, first, end);
 }
 /* dbias's terms: dinp's row as written. */
 static void gelu_dbias_terms(const void *p, int n, int c0, int width, float *terms) {
@@ -114,20 +121,23 @@ void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, c
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
 
-typedef struct { float *out; const float *a, *b; size_t n; } ResidualArgs;
+typedef struct { float *out; const float *a, *b; size_t n; int rounds; } ResidualArgs;
 
 static void residual_forward_task(void *p) {
     ResidualArgs *a = p;
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < a->n; i++) a->out[i] = a->a[i] + a->b[i];
+    for (size_t i = 0; i < a->n; i++) {
+        float v = a->a[i] + a->b[i];
+        a->out[i] = a->rounds ? bf16_rounded(v) : v;
+    }
 }
 
-void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
-    ResidualArgs args = { out, a, b, n };
+void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
+    ResidualArgs args = { out, a, b, n, rounding == PRECISION_BF16 };
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
 
-typedef struct { float *out; const float *in; int N, OC; } BiasArgs;
+typedef struct { float *out; const float *in; int N, OC, rounds; } BiasArgs;
 
 static void bias_forward_task(void *p) {
     BiasArgs *a = p;
@@ -135,12 +145,15 @@ static void bias_forward_task(void *p) {
     for (int n = 0; n < a->N; n++) {
         float *row = a->out + (size_t)n * a->OC;
         #pragma omp simd
-        for (int c = 0; c < a->OC; c++) row[c] += a->in[c];
+        for (int c = 0; c < a->OC; c++) {
+            float v = row[c] + a->in[c];
+            row[c] = a->rounds ? bf16_rounded(v) : v;
+        }
     }
 }
 
-void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
-    BiasArgs a = { out, bias, N, OC };
+void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
+    BiasArgs a = { out, bias, N, OC, rounding == PRECISION_BF16 };
     stream_launch(s, bias_forward_task, &a, sizeof a);
 }
 
@@ -158,17 +171,20 @@ static void bias_backward_task(void *p) {
 
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    BiasArgs a = { dbias, dout, N, OC };
+    BiasArgs a = { dbias, dout, N, OC, 0 };
     stream_launch(s, bias_backward_task, &a, sizeof a);
 }
 
-typedef struct { float *out; const float *inp; size_t n; Dropout drop; } DropoutArgs;
+typedef struct { float *out; const float *inp; size_t n; Dropout drop; int rounds; } DropoutArgs;
 
 static void dropout_chunk(const void *p, size_t first, size_t end) {
     const DropoutArgs *a = p;
     float scale[CHUNK];
     dropout_scales(a->drop, first, end - first, scale);
-    for (size_t i = first; i < end; i++) a->out[i] = a->inp[i] * scale[i - first];
+    for (size_t i = first; i < end; i++) {
+        float v = a->inp[i] * scale[i - first];
+        a->out[i] = a->rounds ? bf16_rounded(v) : v;
+    }
 }
 
 static void dropout_task(void *p) {
@@ -176,8 +192,8 @@ static void dropout_task(void *p) {
     over_chunks(a->n, dropout_chunk, a);
 }
 
-void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    DropoutArgs a = { out, inp, n, drop };
+void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
+    DropoutArgs a = { out, inp, n, drop, rounding == PRECISION_BF16 };
     stream_launch(s, dropout_task, &a, sizeof a);
 }
 

@@ -3,7 +3,7 @@
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-typedef struct { float *out; const int *tokens; const float *wte, *wpe; int B, T, C; } EmbeddingArgs;
+typedef struct { float *out; const int *tokens; const float *wte, *wpe; int B, T, C, rounds; } EmbeddingArgs;
 
 static void embedding_forward_task(void *p) {
     EmbeddingArgs *a = p;
@@ -13,13 +13,16 @@ static void embedding_forward_task(void *p) {
         const float *tok = a->wte + (size_t)a->tokens[bt] * C;
         const float *pos = a->wpe + (size_t)(bt % T) * C;
         float *o = a->out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
+        for (int c = 0; c < C; c++) {
+            float v = tok[c] + pos[c];
+            o[c] = a->rounds ? bf16_rounded(v) : v;
+        }
     }
 }
 
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C) {
-    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C };
+                       const float *wpe, int B, int T, int C, Precision rounding) {
+    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C, rounding == PRECISION_BF16 };
     stream_launch(s, embedding_forward_task, &a, sizeof a);
 }
 

@@ -1,10 +1,12 @@
-/* layernorm.c: LayerNorm without bias (nanoGPT's bias=False), eps 1e-5. */
+/* layernorm.c: LayerNorm without bias (nanoGPT's bias=False), eps 1e-5; the
+ * output, and the gradient added into the residual stream's, rounded under
+ * autocast (kernels.h). */
 #include <math.h>
 
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C; } LayerNormArgs;
+typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C, rounds; } LayerNormArgs;
 
 static void layernorm_forward_task(void *p) {
     LayerNormArgs *a = p;
@@ -22,22 +24,25 @@ static void layernorm_forward_task(void *p) {
         var /= C;
         float r = 1.0f / sqrtf(var + 1e-5f);
         float *o = a->out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * a->weight[c];
+        for (int c = 0; c < C; c++) {
+            float v = (x[c] - m) * r * a->weight[c];
+            o[c] = a->rounds ? bf16_rounded(v) : v;
+        }
         a->mean[i] = m;
         a->rstd[i] = r;
     }
 }
 
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C) {
-    LayerNormArgs a = { out, mean, rstd, inp, weight, N, C };
+                       const float *weight, int N, int C, Precision rounding) {
+    LayerNormArgs a = { out, mean, rstd, inp, weight, N, C, rounding == PRECISION_BF16 };
     stream_launch(s, layernorm_forward_task, &a, sizeof a);
 }
 
 typedef struct {
     float *dinp, *dweight;
     const float *dout, *inp, *weight, *mean, *rstd;
-    int N, C;
+    int N, C, rounds;
 } LayerNormBackwardArgs;
 
 /* dweight's terms: dout * norm. */
@@ -69,7 +74,8 @@ static void layernorm_backward_task(void *p) {
         float *dx = a->dinp + (size_t)i * C;
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * r;
-            dx[c] += r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+            float g = r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+            dx[c] = a->rounds ? bf16_rounded(dx[c] + bf16_rounded(g)) : dx[c] + g;
         }
     }
     column_sums(a->dweight, N, C, dweight_terms, a);
@@ -77,8 +83,8 @@ static void layernorm_backward_task(void *p) {
 
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch) {
+                        const float *rstd, int N, int C, float *scratch, Precision rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C };
+    LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C, rounding == PRECISION_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

@@ -30,13 +30,14 @@ void cpu_mean_forward(Stream *s, float *mean, const float *x, int n) {
 
 /* A row's max and sum of exponentials: the GPU block's partials, a sweep of
  * CROSSENTROPY_THREADS logits at a time, then its tree. */
-static SoftmaxPartial row_softmax(const float *logit, int V) {
+static SoftmaxPartial row_softmax(const float *logit, int V, int rounds) {
     SoftmaxPartial part[CROSSENTROPY_THREADS];
     for (int t = 0; t < CROSSENTROPY_THREADS; t++) part[t] = softmax_partial_empty();
     for (int first = 0; first < V; first += CROSSENTROPY_THREADS) {
         int n = V - first < CROSSENTROPY_THREADS ? V - first : CROSSENTROPY_THREADS;
         #pragma omp simd
-        for (int t = 0; t < n; t++) part[t] = softmax_merge(part[t], softmax_partial_of(logit[first + t]));
+        for (int t = 0; t < n; t++)
+            part[t] = softmax_merge(part[t], softmax_partial_of(softmax_logit(logit, first + t, rounds)));
     }
     for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
         #pragma omp simd
@@ -51,19 +52,23 @@ typedef struct {
     const int *targets;
     int N, V;
     float dloss;
+    int rounds;
 } CrossEntropyArgs;
 
 /* Row i's loss, then its gradient (in place where dlogits is logits: the
  * target's logit is read first). */
 static void crossentropy_row(const CrossEntropyArgs *a, int i) {
-    int V = a->V, target = a->targets[i];
+    int V = a->V, target = a->targets[i], rounds = a->rounds;
     const float *logit = a->logits + (size_t)i * V;
-    SoftmaxPartial row = row_softmax(logit, V);
-    a->losses[i] = softmax_loss(logit[target], row);
+    SoftmaxPartial row = row_softmax(logit, V, rounds);
+    a->losses[i] = softmax_loss(softmax_logit(logit, target, rounds), row);
     if (!a->dlogits) return;
     float *d = a->dlogits + (size_t)i * V;
     #pragma omp simd
-    for (int j = 0; j < V; j++) d[j] = softmax_grad(logit[j], row, j == target, a->dloss);
+    for (int j = 0; j < V; j++) {
+        float g = softmax_grad(softmax_logit(logit, j, rounds), row, j == target, a->dloss);
+        d[j] = rounds ? bf16_rounded(g) : g;
+    }
 }
 
 static void crossentropy_task(void *p) {
@@ -73,7 +78,7 @@ static void crossentropy_task(void *p) {
 }
 
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                       const int *targets, int N, int V, float dloss) {
-    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss };
+                                       const int *targets, int N, int V, float dloss, Precision rounding) {
+    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss, rounding == PRECISION_BF16 };
     stream_launch(s, crossentropy_task, &a, sizeof a);
 }

@@ -199,11 +199,12 @@ __device__ static inline void add_product_times_tile(float acc[][4], const float
 }
 
 /* The 16 x HS product a warp holds, its rows row0.. (each times factor[r],
- * r the row's half of the fragment) into rows of `first`, `stride` floats
- * apart: rows past T and channels past hs left alone. */
+ * r the row's half of the fragment, rounded to bf16 where `rounds`: the op's
+ * rounding) into rows of `first`, `stride` floats apart: rows past T and
+ * channels past hs left alone. */
 template <int HS>
 __device__ static inline void store_rows(float *first, size_t stride, const float acc[][4], const float factor[2],
-                                         int row0, int T, int hs, int lane) {
+                                         int row0, int T, int hs, int lane, int rounds) {
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + lane / 4 + 8 * r;
@@ -214,7 +215,10 @@ __device__ static inline void store_rows(float *first, size_t stride, const floa
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int d = 8 * n + 2 * (lane % 4) + e;
-                if (d < hs) row[d] = acc[n][2 * r + e] * factor[r];
+                if (d < hs) {
+                    float v = acc[n][2 * r + e] * factor[r];
+                    row[d] = rounds ? bf16_rounded(v) : v;
+                }
             }
     }
 }
@@ -254,7 +258,8 @@ __device__ static FlashHead flash_head(const float *qkv, int bh, int T, int C, i
  * probabilities rounded to bf16 times v. Then out = o / sum, lse = max + log(sum). */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale, Dropout drop) {
+    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale, Dropout drop,
+                         int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], k_tile[FLASH_ROWS * ROW], vt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);
@@ -326,7 +331,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(o, s, vt_tile, lane);
     }
     float inv[2] = { 1.0f / sum[0], 1.0f / sum[1] };
-    store_rows<HS>(out + fh.out_at, C, o, inv, row0 + warp_row, T, fh.hs, lane);
+    store_rows<HS>(out + fh.out_at, C, o, inv, row0 + warp_row, T, fh.hs, lane, rounds);
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + warp_row + lane / 4 + 8 * r;
@@ -357,7 +362,7 @@ __global__ static void flash_delta_kernel(float *delta, const float *dout, const
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     flash_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
-                      int C, int NH, float scale, Dropout drop) {
+                      int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], qt_tile[HS * FLASH_COLUMN];
     __shared__ __align__(16) bf16 dy_tile[FLASH_ROWS * ROW], dyt_tile[HS * FLASH_COLUMN];
@@ -437,8 +442,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         }
     }
     float dk_factor[2] = { scale, scale }, dv_factor[2] = { 1.0f, 1.0f };
-    store_rows<HS>(dqkv + (fh.k - qkv), stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane);
-    store_rows<HS>(dqkv + (fh.v - qkv), stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane);
+    store_rows<HS>(dqkv + (fh.k - qkv), stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv + (fh.v - qkv), stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
 }
 
 /* The query blocks' pass (dq) of query block flash_query_block(blockIdx.y)
@@ -448,7 +453,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
-                    int C, int NH, float scale, Dropout drop) {
+                    int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 k_tile[FLASH_ROWS * ROW], v_tile[FLASH_ROWS * ROW], kt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);
@@ -508,24 +513,26 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(dq, ds_tile, kt_tile, lane);
     }
     float dq_factor[2] = { scale, scale };
-    store_rows<HS>(dqkv + (fh.q - qkv), stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane);
+    store_rows<HS>(dqkv + (fh.q - qkv), stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
 }
 
 template <int HS>
 static void flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                          float scale, Dropout drop) {
+                          float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
-    flash_forward_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale, drop);
+    flash_forward_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale, drop, rounds);
     CHECK_LAUNCH("flash_forward_kernel");
 }
 
 template <int HS>
 static void flash_backward(cudaStream_t stream, float *dqkv, const float *dout, const float *qkv, const float *lse,
-                           const float *delta, int B, int T, int C, int NH, float scale, Dropout drop) {
+                           const float *delta, int B, int T, int C, int NH, float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
-    flash_dkdv_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop);
+    flash_dkdv_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop,
+                                                              rounds);
     CHECK_LAUNCH("flash_dkdv_kernel");
-    flash_dq_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop);
+    flash_dq_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop,
+                                                            rounds);
     CHECK_LAUNCH("flash_dq_kernel");
 }
 
@@ -547,16 +554,16 @@ AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision p
 }
 
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
-                            int C, int NH, Dropout drop, Precision products) {
+                            int C, int NH, Dropout drop, Precision products, Precision rounding) {
     cudaStream_t stream = cuda_stream(s);
-    int hs = C / NH;
+    int hs = C / NH, rounds = rounding == PRECISION_BF16;
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
         switch (flash_head_width(hs)) {
-        case 16: flash_forward<16>(stream, out, saved, qkv, B, T, C, NH, scale, drop); break;
-        case 32: flash_forward<32>(stream, out, saved, qkv, B, T, C, NH, scale, drop); break;
-        default: flash_forward<64>(stream, out, saved, qkv, B, T, C, NH, scale, drop); break;
+        case 16: flash_forward<16>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
+        case 32: flash_forward<32>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
+        default: flash_forward<64>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
         }
         return;
     }
@@ -591,13 +598,14 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
         gemm_batched(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, 3 * C, qkv_stride,
                      weights + (size_t)h * T * T, T, att_stride, 0.0f, out + (size_t)h * hs, C, out_stride, B);
     }
+    if (rounds) cuda_round_to_bf16(s, out, out, (size_t)B * T * C);
 }
 
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                             Precision products) {
+                             Precision products, Precision rounding) {
     cudaStream_t stream = cuda_stream(s);
-    int hs = C / NH, round_products = products == PRECISION_BF16;
+    int hs = C / NH, round_products = products == PRECISION_BF16, rounds = rounding == PRECISION_BF16;
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
@@ -605,9 +613,9 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
         flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout, out, B, T, C, NH);
         CHECK_LAUNCH("flash_delta_kernel");
         switch (flash_head_width(hs)) {
-        case 16: flash_backward<16>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop); break;
-        case 32: flash_backward<32>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop); break;
-        default: flash_backward<64>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop); break;
+        case 16: flash_backward<16>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
+        case 32: flash_backward<32>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
+        default: flash_backward<64>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
         }
         return;
     }
@@ -653,4 +661,5 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
         gemm_batched(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, 3 * C, qkv_stride, dpre, T, att_stride,
                      0.0f, dk, 3 * C, qkv_stride, B);
     }
+    if (rounds) cuda_round_to_bf16(s, dqkv, dqkv, (size_t)B * T * 3 * C);
 }

@@ -49,14 +49,14 @@ __device__ static inline double block_sum(double x) {
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C);
+                            int B, int T, int C, Precision rounding);
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, int N, int C);
+                            const float *weight, int N, int C, Precision rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
-                             float *scratch);
+                             float *scratch, Precision rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
@@ -65,19 +65,19 @@ void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const flo
                                const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision products);
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
-                            int C, int NH, Dropout drop, Precision products);
+                            int C, int NH, Dropout drop, Precision products, Precision rounding);
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                             Precision products);
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form);
+                             Precision products, Precision rounding);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
                         int tanh_form, Precision rounding, float *scratch);
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n);
-void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC);
+void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding);
+void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop);
+void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                        const int *targets, int N, int V, float dloss);
+                                        const int *targets, int N, int V, float dloss, Precision rounding);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
                       size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);

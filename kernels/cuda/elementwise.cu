@@ -1,4 +1,5 @@
-/* elementwise.cu: GELU, residual add, biases, dropout and zero fill on the GPU. */
+/* elementwise.cu: GELU, residual add, biases, dropout and zero fill on the GPU;
+ * each output rounded under autocast, as the CPU's (kernels.h). */
 #include <math.h>
 
 #include "../dropout.h"
@@ -7,16 +8,21 @@
 /* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
 static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n, int tanh_form) {
+/* v, or v rounded to bf16 where `rounds` */
+__device__ static float rounded_if(float v, int rounds) { return rounds ? bf16_rounded(v) : v; }
+
+__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n, int tanh_form, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
-    out[i] = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
-                       : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+    float y = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
+                        : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+    out[i] = rounded_if(y, rounds);
 }
 
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form) {
-    gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
+    gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form,
+                                                                       rounding == PRECISION_BF16);
     CHECK_LAUNCH("gelu_forward_kernel");
 }
 
@@ -33,7 +39,7 @@ __device__ static float gelu_gradient(float x, float dy, int tanh_form, int roun
         float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
         g = dy * (cdf + x * pdf);
     }
-    return rounds ? bf16_rounded(g) : g;
+    return rounded_if(g, rounds);
 }
 
 __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
@@ -76,23 +82,24 @@ void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, 
     cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
-__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + b[i];
+    if (i < n) out[i] = rounded_if(a[i] + b[i], rounds);
 }
 
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n) {
-    residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n);
+void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
+    residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == PRECISION_BF16);
     CHECK_LAUNCH("residual_kernel");
 }
 
-__global__ static void bias_forward_kernel(float *out, const float *bias, int N, int OC) {
+__global__ static void bias_forward_kernel(float *out, const float *bias, int N, int OC, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)N * OC) out[i] += bias[i % OC];
+    if (i < (size_t)N * OC) out[i] = rounded_if(out[i] + bias[i % OC], rounds);
 }
 
-void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC) {
-    bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, bias, N, OC);
+void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
+    bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, bias, N, OC,
+                                                                                   rounding == PRECISION_BF16);
     CHECK_LAUNCH("bias_forward_kernel");
 }
 
@@ -116,13 +123,13 @@ void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int O
 }
 
 /* The same Philox mask as the CPU's, one element per thread. */
-__global__ static void dropout_kernel(float *out, const float *inp, size_t n, Dropout drop) {
+__global__ static void dropout_kernel(float *out, const float *inp, size_t n, Dropout drop, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = inp[i] * dropout_scale_at(drop, i);
+    if (i < n) out[i] = rounded_if(inp[i] * dropout_scale_at(drop, i), rounds);
 }
 
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop) {
-    dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop);
+void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
+    dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == PRECISION_BF16);
     CHECK_LAUNCH("dropout_kernel");
 }
 

@@ -5,17 +5,18 @@
 #include "cuda_kernels.cuh"
 
 __global__ static void embedding_forward_kernel(float *out, const int *tokens, const float *wte, const float *wpe,
-                                                int BT, int T, int C) {
+                                                int BT, int T, int C, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C) return;
     int bt = (int)(i / C), c = (int)(i % C);
-    out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+    float v = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+    out[i] = rounds ? bf16_rounded(v) : v;
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C) {
-    embedding_forward_kernel<<<blocks_for((size_t)B * T * C), THREADS, 0, cuda_stream(s)>>>(out, tokens, wte, wpe,
-                                                                                           B * T, T, C);
+                            int B, int T, int C, Precision rounding) {
+    embedding_forward_kernel<<<blocks_for((size_t)B * T * C), THREADS, 0, cuda_stream(s)>>>(
+        out, tokens, wte, wpe, B * T, T, C, rounding == PRECISION_BF16);
     CHECK_LAUNCH("embedding_forward_kernel");
 }
 

@@ -1,4 +1,4 @@
-/* layernorm.cu: LayerNorm (no bias, eps 1e-5) on the GPU.
+/* layernorm.cu: LayerNorm (no bias, eps 1e-5) on the GPU, rounding as the CPU's.
  *
  * A warp per row for the per-row work. The weight gradient sums over rows
  * without atomics, in the parts of row_parts.h (column_sums.cu): the CPU's
@@ -8,7 +8,7 @@
 
 /* A warp per row: mean, then variance about it (two passes, as the CPU). */
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *weight, int N, int C) {
+                                                const float *weight, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)N) return;
@@ -20,7 +20,10 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     for (int c = lane; c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
     float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) o[c] = (x[c] - m) * r * weight[c];
+    for (int c = lane; c < C; c += WARP) {
+        float v = (x[c] - m) * r * weight[c];
+        o[c] = rounds ? bf16_rounded(v) : v;
+    }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -28,15 +31,16 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
 }
 
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, int N, int C) {
-    layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(out, mean, rstd, inp,
-                                                                                          weight, N, C);
+                            const float *weight, int N, int C, Precision rounding) {
+    layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
+        out, mean, rstd, inp, weight, N, C, rounding == PRECISION_BF16);
     CHECK_LAUNCH("layernorm_forward_kernel");
 }
 
-/* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
+/* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
+ * rounding as the CPU's: dinp = bf16(dinp + bf16(the gradient)) */
 __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
-                                             const float *mean, const float *rstd, int N, int C) {
+                                             const float *mean, const float *rstd, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)N) return;
@@ -53,7 +57,8 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
     float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
         float norm = (x[c] - m) * r;
-        dx[c] += r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+        float g = r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+        dx[c] = rounds ? bf16_rounded(dx[c] + bf16_rounded(g)) : dx[c] + g;
     }
 }
 
@@ -71,11 +76,11 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, const float
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
-                             float *scratch) {
+                             float *scratch, Precision rounding) {
     if (N == 0) return;
     cudaStream_t stream = cuda_stream(s);
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                              rstd, N, C);
+                                                                              rstd, N, C, rounding == PRECISION_BF16);
     CHECK_LAUNCH("layernorm_dinp_kernel");
     float *partial = scratch;  /* column_sums_scratch_floats(N, C): parts x C */
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)C));

@@ -13,11 +13,12 @@
 /* The row's max and sum: thread t's partial over logits t, t + THREADS, ...,
  * then the tree (partial t takes t + stride, stride halving); every thread
  * gets the row's. */
-__device__ static SoftmaxPartial row_softmax(const float *logit, int V) {
+__device__ static SoftmaxPartial row_softmax(const float *logit, int V, int rounds) {
     __shared__ SoftmaxPartial part[CROSSENTROPY_THREADS];
     int t = threadIdx.x;
     SoftmaxPartial mine = softmax_partial_empty();
-    for (int j = t; j < V; j += CROSSENTROPY_THREADS) mine = softmax_merge(mine, softmax_partial_of(logit[j]));
+    for (int j = t; j < V; j += CROSSENTROPY_THREADS)
+        mine = softmax_merge(mine, softmax_partial_of(softmax_logit(logit, j, rounds)));
     part[t] = mine;
     __syncthreads();
     for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
@@ -30,22 +31,26 @@ __device__ static SoftmaxPartial row_softmax(const float *logit, int V) {
 /* Row blockIdx.x's loss and, with dlogits, its gradient. In place
  * (dlogits == logits) the target's logit is read before any is written. */
 __global__ static void crossentropy_kernel(float *losses, float *dlogits, const float *logits, const int *targets,
-                                           int V, float dloss) {
+                                           int V, float dloss, int rounds) {
     size_t row = blockIdx.x;
     const float *logit = logits + row * V;
     int target = targets[row];
-    SoftmaxPartial total = row_softmax(logit, V);
-    if (threadIdx.x == 0) losses[row] = softmax_loss(logit[target], total);
+    SoftmaxPartial total = row_softmax(logit, V, rounds);
+    if (threadIdx.x == 0) losses[row] = softmax_loss(softmax_logit(logit, target, rounds), total);
     if (!dlogits) return;
     __syncthreads();
     float *d = dlogits + row * V;
-    for (int j = threadIdx.x; j < V; j += CROSSENTROPY_THREADS) d[j] = softmax_grad(logit[j], total, j == target, dloss);
+    for (int j = threadIdx.x; j < V; j += CROSSENTROPY_THREADS) {
+        float g = softmax_grad(softmax_logit(logit, j, rounds), total, j == target, dloss);
+        d[j] = rounds ? bf16_rounded(g) : g;
+    }
 }
 
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                        const int *targets, int N, int V, float dloss) {
+                                        const int *targets, int N, int V, float dloss, Precision rounding) {
     if (N == 0) return;
-    crossentropy_kernel<<<N, CROSSENTROPY_THREADS, 0, cuda_stream(s)>>>(losses, dlogits, logits, targets, V, dloss);
+    crossentropy_kernel<<<N, CROSSENTROPY_THREADS, 0, cuda_stream(s)>>>(losses, dlogits, logits, targets, V, dloss,
+                                                                        rounding == PRECISION_BF16);
     CHECK_LAUNCH("crossentropy_kernel");
 }
 
