@@ -45,19 +45,27 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C, Precision rounding) {
+                       const float *weight, const float *bias, int N, int C, Precision rounding) {
     op_begin(s, "layernorm_forward");
-    backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, N, C, rounding);
+    backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, bias, N, C, rounding);
+    op_end(s);
+}
+
+void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+                                const float *b, const float *weight, const float *bias, int N, int C,
+                                Precision rounding) {
+    op_begin(s, "residual_layernorm_forward");
+    backend(s)->residual_layernorm_forward(s, resid, out, mean, rstd, a, b, weight, bias, N, C, rounding);
     op_end(s);
 }
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
-void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         Precision rounding) {
     op_begin(s, "layernorm_backward");
-    backend(s)->layernorm_backward(s, dinp, dweight, dout, inp, weight, mean, rstd, N, C, scratch, rounding);
+    backend(s)->layernorm_backward(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, rounding);
     op_end(s);
 }
 

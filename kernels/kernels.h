@@ -54,14 +54,25 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
  * leaves scratch untouched. */
 size_t column_sums_scratch_floats(int N, int width);
 
-/* LayerNorm without bias, eps 1e-5, out rounded as `rounding` says; saves
- * mean and 1/std per row (fp32) for the backward. The backward adds the
+/* LayerNorm, eps 1e-5, and with bias (else NULL) the bias after it: out =
+ * (inp - mean) * rstd * weight (+ bias), rounded once as `rounding` says
+ * (the bytes of bias_forward after it); saves mean and 1/std per row (fp32)
+ * for the backward. The backward adds the
  * input's gradient into dinp (the residual stream's), under PRECISION_BF16
  * as autocast's bf16 add of the stream's two uses: dinp = bf16(dinp +
- * bf16(this gradient)). */
+ * bf16(this gradient)); and the weight's into dweight, and with dbias (else
+ * NULL) the gradient of a bias after the LayerNorm into dbias, as
+ * bias_backward over dout adds it, both in the parts of row_parts.h, in one
+ * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C, Precision rounding);
-void layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+                       const float *weight, const float *bias, int N, int C, Precision rounding);
+/* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
+ * a + b, then layernorm_forward of resid into out, each rounded as
+ * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
+void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+                                const float *b, const float *weight, const float *bias, int N, int C,
+                                Precision rounding);
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, Precision rounding);
 

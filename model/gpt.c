@@ -188,9 +188,6 @@ static void bf16_values(GPT *m, float *x, size_t n) {
     if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
 }
 
-/* LayerNorm's own rounding: where a bias follows it, the bias's op rounds the
- * sum, once. */
-static Precision norm_rounding(const GPT *m) { return m->base.cfg.bias ? PRECISION_FP32 : m->precision; }
 
 /* The copy of unit u's weights the model computes with under autocast. */
 static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
@@ -223,18 +220,18 @@ static float *grad_of(GPT *m, int t) { return model_tensor(&m->base, m->base.uni
 /* The bias after weight tensor t; -1 (none) without cfg.bias. */
 static int bias_after(const GPT *m, int t) { return m->base.cfg.bias ? t + 1 : -1; }
 
-/* out[N,OC] += part i's bias, rounded under autocast. Nothing without cfg.bias. */
-static void add_bias(GPT *m, float *out, int l, int i, size_t N, int OC) {
-    if (m->base.cfg.bias)
-        bias_forward(m->base.stream, out, compute_tensor(m, block_tensor(m, l, i) + 1), (int)N, OC, m->precision);
+/* Part i of block l's bias as the model computes with it; NULL without cfg.bias. */
+static const float *part_bias(GPT *m, int l, int i) {
+    return m->base.cfg.bias ? compute_tensor(m, block_tensor(m, l, i) + 1) : NULL;
 }
 
 /* Where tensor t's gradient of n floats is made: added into itself, or
- * under autocast into dweight_bf16, zeroed, for add_bf16_grad. */
-static float *made_grad(GPT *m, int t, size_t n) {
+ * under autocast into dweight_bf16 from float `at` (0, or past a gradient
+ * made beside it by the same op), zeroed, for add_bf16_grad. */
+static float *made_grad(GPT *m, int t, size_t n, size_t at) {
     if (!autocast(m)) return grad_of(m, t);
-    fill_zero(m->base.stream, m->acts.dweight_bf16, n);
-    return m->acts.dweight_bf16;
+    fill_zero(m->base.stream, m->acts.dweight_bf16 + at, n);
+    return m->acts.dweight_bf16 + at;
 }
 
 /* Under autocast, n bf16 values made for tensor t onwards (its first number
@@ -252,20 +249,22 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
     residual_forward(s, grad, grad, made, n, PRECISION_FP32);
 }
 
-/* Under autocast, tensor t's gradient += the one made in dweight_bf16: the
- * fp32 sum of its rows' parts rounded to bf16 (the bf16 parameter's gradient). */
-static void add_bf16_grad(GPT *m, int t, size_t n) {
+/* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
+ * float `at`: the fp32 sum of its rows' parts rounded to bf16 (the bf16
+ * parameter's gradient). */
+static void add_bf16_grad(GPT *m, int t, size_t n, size_t at) {
     if (!autocast(m)) return;
-    round_to_bf16(m->base.stream, m->acts.dweight_bf16, m->acts.dweight_bf16, n);
-    add_into_grad(m, t, m->acts.dweight_bf16, n);
+    float *made = m->acts.dweight_bf16 + at;
+    round_to_bf16(m->base.stream, made, made, n);
+    add_into_grad(m, t, made, n);
 }
 
 /* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums, made
  * in bf16 under autocast. */
 static void bias_grad(GPT *m, int t, const float *dout, size_t N, int OC) {
     if (t < 0) return;
-    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC), dout, (int)N, OC, m->base.column_sums_scratch);
-    add_bf16_grad(m, t, (size_t)OC);
+    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC, 0), dout, (int)N, OC, m->base.column_sums_scratch);
+    add_bf16_grad(m, t, (size_t)OC, 0);
 }
 
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
@@ -320,7 +319,7 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
 static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
     const float *weight = block_weights(m, l, i, hooks);
     product_forward(m, out, inp, weight, (int)N, C, OC);
-    if (m->base.cfg.bias) add_bias(m, out, l, i, N, OC);
+    if (m->base.cfg.bias) bias_forward(m->base.stream, out, part_bias(m, l, i), (int)N, OC, m->precision);
     else bf16_values(m, out, N * OC);
 }
 
@@ -331,26 +330,28 @@ static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, i
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
                             int OC, int with_bias) {
     int t = block_tensor(m, l, i);
-    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i), (int)N, C, OC);
+    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     bf16_values(m, dinp, N * C);
-    add_bf16_grad(m, t, (size_t)OC * C);
+    add_bf16_grad(m, t, (size_t)OC * C, 0);
     if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
- * weight's (tensor t) and bias's gradients added, the input's added into
- * dresid. Under autocast each is made in bf16, and the input's joins the
- * residual stream's gradient in the op as autocast's bf16 add of the
- * stream's two uses: dresid = bf16(dresid + bf16(the input's)). */
+ * weight's (tensor t) and bias's gradients added, in one op, and the
+ * input's added into dresid. Under autocast the two are made in bf16 side by
+ * side (the bias's after the weight's C), and the input's joins the residual
+ * stream's gradient in the op as autocast's bf16 add of the stream's two
+ * uses: dresid = bf16(dresid + bf16(the input's)). */
 static void norm_backward(GPT *m, int t, const float *inp, const float *weight, const float *mean,
                           const float *rstd) {
     Activations *a = &m->acts;
-    size_t BT = (size_t)m->B * m->T;
-    int C = m->base.cfg.embd;
-    bias_grad(m, bias_after(m, t), a->dln, BT, C);
-    layernorm_backward(m->base.stream, a->dresid, made_grad(m, t, (size_t)C), a->dln, inp, weight, mean, rstd,
-                       (int)BT, C, m->base.column_sums_scratch, m->precision);
-    add_bf16_grad(m, t, (size_t)C);
+    size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
+    int bias = bias_after(m, t);
+    float *dweight = made_grad(m, t, C, 0), *dbias = bias >= 0 ? made_grad(m, bias, C, C) : NULL;
+    layernorm_backward(m->base.stream, a->dresid, dweight, dbias, a->dln, inp, weight, mean, rstd, (int)BT, (int)C,
+                       m->base.column_sums_scratch, m->precision);
+    if (bias >= 0) add_bf16_grad(m, bias, C, C);
+    add_bf16_grad(m, t, C, 0);
 }
 
 /* A branch's gradient from the residual stream's (bf16 values under
@@ -446,18 +447,16 @@ static void block_forward(GPT *m, int l, int hooks) {
     BlockActivations b = block_activations(m, l);
     uint32_t site = 1 + 3 * (uint32_t)l;
     Precision rounding = m->precision;
-    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_weights(m, l, LN1, hooks), BT, C,
-                      norm_rounding(m));
-    add_bias(m, b.ln1, l, LN1, BT, C);
+    const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
+    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
     linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
     linear_forward(m, b.attproj, b.atty, l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
-    residual_forward(s, b.resid2, b.x, b.attproj, BT * C, rounding);
-    layernorm_forward(s, b.ln2, b.ln2_mean, b.ln2_rstd, b.resid2, block_weights(m, l, LN2, hooks), BT, C,
-                      norm_rounding(m));
-    add_bias(m, b.ln2, l, LN2, BT, C);
+    const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
+    residual_layernorm_forward(s, b.resid2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
+                               part_bias(m, l, LN2), BT, C, rounding);
     linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
     gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
@@ -523,8 +522,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     const float *x = a->resid3 + (size_t)(L - 1) * BT * C;  /* the last block's output */
 
     trace_begin(s, "forward", 0);
-    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, BT, C, norm_rounding(m));
-    if (root.lnf_b) bias_forward(s, a->lnf, root.lnf_b, (int)BT, C, m->precision);
+    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
     const float *head = root.wte;
     if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
@@ -587,9 +585,9 @@ void gpt_backward(GPT *m, float dloss) {
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
-        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C) : NULL, b.fch, a->dfch, (int)BT,
+        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, b.fch, a->dfch, (int)BT,
                       4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
-        if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C);
+        if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C, 0);
         linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);

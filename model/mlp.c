@@ -54,7 +54,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
-        layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, BT, C, PRECISION_FP32);
+        layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, NULL, BT, C, PRECISION_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
         gelu_forward(s, h_gelu, h, BT * C, 0, PRECISION_FP32);
         residual_forward(s, x_next, x, h_gelu, BT * C, PRECISION_FP32);
@@ -94,7 +94,7 @@ static void mlp_backward(Model *base, float dloss) {
         gelu_backward(s, m->dh, NULL, m->h + at, m->dx, BT, C, 0, PRECISION_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
-        layernorm_backward(s, m->dx, dln_w, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
+        layernorm_backward(s, m->dx, dln_w, NULL, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
                            m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, PRECISION_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);

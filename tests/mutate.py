@@ -886,6 +886,23 @@ MUTANTS = [
      "model/gpt.c",
      "    else bf16_values(m, out, N * OC);\n",
      ""),
+    ("layernorm-bias-from-its-input", "LayerNorm's backward making its bias's gradient: the input's rows summed, "
+     "not dout's",
+     "test_kernels/bias_and_layernorm*",
+     "kernels/cpu/layernorm.c",
+     "    const float *dy = a->dout + (size_t)i * a->C + c0;\n    for (int c = 0; c < width; c++) terms[c] = dy[c];",
+     "    const float *dy = a->inp + (size_t)i * a->C + c0;\n    for (int c = 0; c < width; c++) terms[c] = dy[c];"),
+    ("layernorm-bias-unrounded-once", "LayerNorm with the bias after it: the bias added after the rounding, "
+     "not before",
+     "test_kernels/layernorm_with_its_bias*",
+     "kernels/cpu/layernorm.c",
+     "            if (a->bias) v = v + a->bias[c];\n            o[c] = a->rounds ? bf16_rounded(v) : v;",
+     "            v = a->rounds ? bf16_rounded(v) : v;\n            o[c] = a->bias ? v + a->bias[c] : v;"),
+    ("residual-layernorm-of-the-branch", "the residual add fused with its LayerNorm: the branch normalised, not the sum",
+     "test_kernels/layernorm_with_its_bias*",
+     "kernels/cpu/layernorm.c",
+     "    cpu_layernorm_forward(s, out, mean, rstd, resid, weight, bias, N, C, rounding);",
+     "    cpu_layernorm_forward(s, out, mean, rstd, b, weight, bias, N, C, rounding);"),
 ]
 
 

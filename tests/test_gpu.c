@@ -202,11 +202,11 @@ Test(gpu, layernorm_forward_backward) {
     Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
     Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
-    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, N, C, PRECISION_FP32);
-    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, N, C, PRECISION_FP32);
+    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, PRECISION_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, PRECISION_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -222,12 +222,50 @@ static void pair_reset(Pair p, const float *start) {
     stream_synchronize(gpu_stream);
 }
 
+/* LayerNorm with its bias, and the residual add fused before it, at GPT-2's
+ * shape in bf16: on each of three runs the bytes of the GPU's unfused ops
+ * (residual_forward, then layernorm_forward without a bias, then
+ * bias_forward): sum, output, mean and rstd. */
+Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 12 * 1024 + 77, C = 768;
+    size_t n = (size_t)N * C;
+    Pair a = pair_random(n, -2, 2, 121), b = pair_random(n, -1, 1, 122), w = pair_random(C, 0.5f, 1.5f, 123);
+    Pair bias = pair_random(C, -0.5f, 0.5f, 124), sum = pair_random(n, 0, 1, 125), out = pair_random(n, 0, 1, 126);
+    Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
+    residual_forward(gpu_stream, sum.gpu, a.gpu, b.gpu, n, PRECISION_BF16);
+    layernorm_forward(gpu_stream, out.gpu, stats.gpu, stats.gpu + N, sum.gpu, w.gpu, NULL, N, C, PRECISION_FP32);
+    bias_forward(gpu_stream, out.gpu, bias.gpu, N, C, PRECISION_BF16);
+    float *want_sum = malloc(n * sizeof(float)), *want_out = malloc(n * sizeof(float));
+    float *want_stats = malloc(2 * (size_t)N * sizeof(float));
+    stream_copy(gpu_stream, want_sum, sum.gpu, n * sizeof(float));
+    stream_copy(gpu_stream, want_out, out.gpu, n * sizeof(float));
+    stream_copy(gpu_stream, want_stats, stats.gpu, 2 * (size_t)N * sizeof(float));
+    stream_synchronize(gpu_stream);
+    memcpy(sum.cpu, want_sum, n * sizeof(float));
+    memcpy(out.cpu, want_out, n * sizeof(float));
+    memcpy(stats.cpu, want_stats, 2 * (size_t)N * sizeof(float));
+    for (int run = 0; run < 3; run++) {
+        fill_zero(gpu_stream, sum.gpu, n);
+        fill_zero(gpu_stream, out.gpu, n);
+        residual_layernorm_forward(gpu_stream, sum.gpu, out.gpu, stats.gpu, stats.gpu + N, a.gpu, b.gpu, w.gpu,
+                                   bias.gpu, N, C, PRECISION_BF16);
+        expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");
+        expect_same_bytes(out, n * sizeof(float), "the LayerNorm with its bias after the add: its output");
+        expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after the add: mean and rstd");
+    }
+    free(want_sum); free(want_out); free(want_stats);
+    pair_free(a); pair_free(b); pair_free(w); pair_free(bias); pair_free(sum); pair_free(out); pair_free(stats);
+}
+
 /* A bias's and LayerNorm's weight gradients at GPT-2's shapes (12 x 1024 rows
  * and 77 more, so the last part of 128 is short; the fc bias 3072 wide, the
  * norms 768), in the parts of row_parts.h: the
  * CPU's bytes, and the same bytes on each of three runs. LayerNorm's mean and
  * rstd are given, the same on both sides (their forward's sums are not the
- * CPU's order), so that the weight gradient's adds alone are compared. */
+ * CPU's order), so that the weight gradient's adds alone are compared. Then
+ * LayerNorm's backward making a bias's gradient beside the weight's, in one
+ * pass: the CPU's bias_backward bytes for it, and the weight's as before. */
 Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int N = 12 * 1024 + 77, OC = 3072, C = 768;
@@ -240,7 +278,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -249,13 +287,23 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
                            scratch.gpu, PRECISION_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
         expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient: GPU against CPU");
     }
+    Pair ln_bias = pair_random((size_t)C, -1, 1, 70);  /* the same start on both sides */
+    bias_backward(test_stream, ln_bias.cpu, dout.cpu, N, C, scratch.cpu);  /* ln_bias.cpu: what the GPU's must be */
+    stream_synchronize(test_stream);
+    pair_reset(dw, w_start);
+    memcpy(dw.cpu, want_w, C * sizeof(float));
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
+                       scratch.gpu, PRECISION_FP32);
+    expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
+    expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
+    pair_free(ln_bias);
     free(bias_start); free(w_start); free(want_bias); free(want_w);
     pair_free(dout); pair_free(dbias); pair_free(inp); pair_free(mean); pair_free(rstd); pair_free(w);
     pair_free(dinp); pair_free(dw); pair_free(scratch);
@@ -341,8 +389,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     embedding_forward(gpu_stream, fp.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_FP32);
     embedding_forward(gpu_stream, bf.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
-    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
-    layernorm_forward(gpu_stream, bf.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_BF16);
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, bf.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
     stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
     stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
@@ -362,13 +410,13 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     }
 
     /* LayerNorm's backward: the bf16 add against its gradient alone, added on the host */
-    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_FP32);
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
                        PRECISION_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
                        PRECISION_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));

@@ -115,9 +115,9 @@ static void check_layernorm(int N, int C) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(test_stream, out, mean, rstd, inp, w, N, C, PRECISION_FP32);
+    layernorm_forward(test_stream, out, mean, rstd, inp, w, NULL, N, C, PRECISION_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, g, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, g, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -508,9 +508,44 @@ Test(kernels, row_parts_cover_the_rows_once) {
     }
 }
 
+/* LayerNorm with the bias after it is LayerNorm, then bias_forward, to the
+ * bytes, in fp32 and rounded; and the residual add fused before it is
+ * residual_forward, then layernorm_forward, to the bytes (sum and output,
+ * mean and rstd). */
+Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_they_stand_for) {
+    enum { N = 37, C = 96 };
+    size_t n = (size_t)N * C;
+    float *a = alloc_floats(n), *b = alloc_floats(n), *w = alloc_floats(C), *bias = alloc_floats(C);
+    float *fused = alloc_floats(n), *apart = alloc_floats(n), *sum_fused = alloc_floats(n), *sum_apart = alloc_floats(n);
+    float *stats_fused = alloc_floats(2 * N), *stats_apart = alloc_floats(2 * N);
+    fill_uniform(a, n, -2, 2, 61);
+    fill_uniform(b, n, -1, 1, 62);
+    fill_uniform(w, C, 0.5f, 1.5f, 63);
+    fill_uniform(bias, C, -0.5f, 0.5f, 64);
+    for (int p = 0; p < PRECISIONS; p++) {
+        const char *what = p == PRECISION_BF16 ? "bf16" : "fp32";
+        layernorm_forward(test_stream, fused, stats_fused, stats_fused + N, a, w, bias, N, C, (Precision)p);
+        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, a, w, NULL, N, C, PRECISION_FP32);
+        bias_forward(test_stream, apart, bias, N, C, (Precision)p);
+        stream_synchronize(test_stream);
+        cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
+        residual_layernorm_forward(test_stream, sum_fused, fused, stats_fused, stats_fused + N, a, b, w, bias, N, C,
+                                   (Precision)p);
+        residual_forward(test_stream, sum_apart, a, b, n, (Precision)p);
+        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, sum_apart, w, bias, N, C, (Precision)p);
+        stream_synchronize(test_stream);
+        cr_expect_eq(memcmp(sum_fused, sum_apart, n * sizeof(float)), 0, "%s: the residual add fused", what);
+        cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: the LayerNorm after the add", what);
+        cr_expect_eq(memcmp(stats_fused, stats_apart, 2 * N * sizeof(float)), 0, "%s: mean and rstd", what);
+    }
+    free(a); free(b); free(w); free(bias); free(fused); free(apart); free(sum_fused); free(sum_apart);
+    free(stats_fused); free(stats_apart);
+}
+
 /* A bias's and LayerNorm's weight gradients are the parted sums' bits (which
  * the GPU makes too): over three parts and a ragged fourth, onto what the
- * gradient held. */
+ * gradient held; and LayerNorm's backward making the bias's too (the bias
+ * after a LayerNorm) gives both the same bits, and its input's the same. */
 Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     enum { N = 3 * PART_ROWS + 41, C = 70 };
     float *dout = alloc_floats(N * C), *inp = alloc_floats(N * C), *mean = alloc_floats(N), *rstd = alloc_floats(N);
@@ -531,13 +566,23 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
         for (int c = 0; c < C; c++)
             terms[i * C + c] = dout[i * C + c] * (inp[i * C + c] - mean[i]) * rstd[i];
     parted_sums(want_w, terms, N, C);
+    float *start_bias = alloc_floats(C), *start_w = alloc_floats(C), *fused_dinp = alloc_floats(N * C);
+    memcpy(start_bias, dbias, sizeof(float) * C);
+    memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
+    memcpy(dbias, start_bias, sizeof(float) * C);
+    memcpy(dw, start_w, sizeof(float) * C);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
+    cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
+    cr_expect(memcmp(fused_dinp, dinp, sizeof(float) * N * C) == 0, "dinp beside dbias: other bits");
     free(dout); free(inp); free(mean); free(rstd); free(w); free(dinp); free(dbias); free(dw);
-    free(want_bias); free(want_w); free(terms); free(scratch);
+    free(want_bias); free(want_w); free(terms); free(scratch); free(start_bias); free(start_w); free(fused_dinp);
 }
 
 /* ---- gelu, dropout, residual ---- */
@@ -606,8 +651,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     embedding_forward(test_stream, bf, tokens, wte, y, B, T, C, PRECISION_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "embedding_forward");
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, (int)BT, C, PRECISION_FP32);
-    layernorm_forward(test_stream, bf, mean, rstd, x, w, (int)BT, C, PRECISION_BF16);
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(test_stream, bf, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "layernorm_forward");
     memcpy(fp, x, n * sizeof(float));
@@ -637,14 +682,14 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
 
     /* LayerNorm's backward: its gradient alone (into zeros), then the bf16 add */
     float *dinp = alloc_floats(n), *scratch = alloc_floats(column_sums_scratch_floats((int)BT, C));
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_FP32);
     stream_synchronize(test_stream);
     memset(fp, 0, n * sizeof(float));
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_FP32);
-    layernorm_backward(test_stream, bf, dw, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_BF16);
+    layernorm_backward(test_stream, fp, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, bf, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");

@@ -1,12 +1,12 @@
-/* layernorm.c: LayerNorm without bias (nanoGPT's bias=False), eps 1e-5; the
- * output, and the gradient added into the residual stream's, rounded under
- * autocast (kernels.h). */
+/* layernorm.c: LayerNorm (eps 1e-5) and the bias after it, with the
+ * residual add before it, and its backward; the output, and the gradient
+ * added into the residual stream's, rounded under autocast (kernels.h). */
 #include <math.h>
 
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-typedef struct { float *out, *mean, *rstd; const float *inp, *weight; int N, C, rounds; } LayerNormArgs;
+typedef struct { float *out, *mean, *rstd; const float *inp, *weight, *bias; int N, C, rounds; } LayerNormArgs;
 
 static void layernorm_forward_task(void *p) {
     LayerNormArgs *a = p;
@@ -26,6 +26,7 @@ static void layernorm_forward_task(void *p) {
         float *o = a->out + (size_t)i * C;
         for (int c = 0; c < C; c++) {
             float v = (x[c] - m) * r * a->weight[c];
+            if (a->bias) v = v + a->bias[c];
             o[c] = a->rounds ? bf16_rounded(v) : v;
         }
         a->mean[i] = m;
@@ -34,13 +35,22 @@ static void layernorm_forward_task(void *p) {
 }
 
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, int N, int C, Precision rounding) {
-    LayerNormArgs a = { out, mean, rstd, inp, weight, N, C, rounding == PRECISION_BF16 };
+                       const float *weight, const float *bias, int N, int C, Precision rounding) {
+    LayerNormArgs a = { out, mean, rstd, inp, weight, bias, N, C, rounding == PRECISION_BF16 };
     stream_launch(s, layernorm_forward_task, &a, sizeof a);
 }
 
+/* The two ops one after the other: on the CPU a pass saved is not worth a
+ * second copy of their loops, and their bits are the GPU's fused kernel's. */
+void cpu_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+                                    const float *b, const float *weight, const float *bias, int N, int C,
+                                    Precision rounding) {
+    cpu_residual_forward(s, resid, a, b, (size_t)N * C, rounding);
+    cpu_layernorm_forward(s, out, mean, rstd, resid, weight, bias, N, C, rounding);
+}
+
 typedef struct {
-    float *dinp, *dweight;
+    float *dinp, *dweight, *dbias;
     const float *dout, *inp, *weight, *mean, *rstd;
     int N, C, rounds;
 } LayerNormBackwardArgs;
@@ -52,6 +62,13 @@ static void dweight_terms(const void *p, int i, int c0, int width, float *terms)
     float m = a->mean[i], r = a->rstd[i];
     #pragma omp simd
     for (int c = 0; c < width; c++) terms[c] = dy[c] * (x[c] - m) * r;
+}
+
+/* dbias's terms: dout's row itself, as bias_backward's. */
+static void dbias_terms(const void *p, int i, int c0, int width, float *terms) {
+    const LayerNormBackwardArgs *a = p;
+    const float *dy = a->dout + (size_t)i * a->C + c0;
+    for (int c = 0; c < width; c++) terms[c] = dy[c];
 }
 
 static void layernorm_backward_task(void *p) {
@@ -79,12 +96,13 @@ static void layernorm_backward_task(void *p) {
         }
     }
     column_sums(a->dweight, N, C, dweight_terms, a);
+    if (a->dbias) column_sums(a->dbias, N, C, dbias_terms, a);
 }
 
-void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout,
+void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, Precision rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    LayerNormBackwardArgs a = { dinp, dweight, dout, inp, weight, mean, rstd, N, C, rounding == PRECISION_BF16 };
+    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, rounding == PRECISION_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

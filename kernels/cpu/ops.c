@@ -6,6 +6,7 @@ const KernelOps cpu_kernel_ops = {
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .layernorm_forward = cpu_layernorm_forward,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,

@@ -53,8 +53,11 @@ void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const floa
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, int N, int C, Precision rounding);
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, const float *bias, int N, int C, Precision rounding);
+void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *weight, const float *bias, int N, int C,
+                                     Precision rounding);
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, Precision rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);

@@ -1,4 +1,6 @@
-/* layernorm.cu: LayerNorm (no bias, eps 1e-5) on the GPU, rounding as the CPU's.
+/* layernorm.cu: LayerNorm (eps 1e-5) and the bias after it, with the
+ * residual add before it in one kernel, and its backward, on the GPU,
+ * rounding as the CPU's.
  *
  * A warp per row for the per-row work. The weight gradient sums over rows
  * without atomics, in the parts of row_parts.h (column_sums.cu): the CPU's
@@ -6,22 +8,22 @@
  */
 #include "cuda_kernels.cuh"
 
-/* A warp per row: mean, then variance about it (two passes, as the CPU). */
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *weight, int N, int C, int rounds) {
-    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-    int lane = threadIdx.x % WARP;
-    if (row >= (size_t)N) return;
-    const float *x = inp + (size_t)row * C;
+/* Row `row` by its warp: mean, then variance about it (two passes, as the
+ * CPU), then out = the normalised row times the weight, plus the bias where
+ * there is one, rounded where `rounds`. Lane l takes channels l, l + WARP, ... */
+__device__ static void layernorm_row(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                     const float *bias, size_t row, int C, int lane, int rounds) {
+    const float *x = inp + row * C;
     float sum = 0.0f;
     for (int c = lane; c < C; c += WARP) sum += x[c];
     float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane; c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
     float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
+    float *o = out + row * C;
     for (int c = lane; c < C; c += WARP) {
         float v = (x[c] - m) * r * weight[c];
+        if (bias) v = v + bias[c];
         o[c] = rounds ? bf16_rounded(v) : v;
     }
     if (lane == 0) {
@@ -30,11 +32,42 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     }
 }
 
+__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                                const float *weight, const float *bias, int N, int C, int rounds) {
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    if (row < (size_t)N) layernorm_row(out, mean, rstd, inp, weight, bias, row, C, threadIdx.x % WARP, rounds);
+}
+
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, int N, int C, Precision rounding) {
+                            const float *weight, const float *bias, int N, int C, Precision rounding) {
     layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
-        out, mean, rstd, inp, weight, N, C, rounding == PRECISION_BF16);
+        out, mean, rstd, inp, weight, bias, N, C, rounding == PRECISION_BF16);
     CHECK_LAUNCH("layernorm_forward_kernel");
+}
+
+/* The residual add, then the LayerNorm of the sum, a warp a row: each lane
+ * reads back only the channels it wrote (layernorm_row's), so the row needs
+ * no barrier, and the sum is read from cache rather than a kernel later. */
+__global__ static void residual_layernorm_kernel(float *resid, float *out, float *mean, float *rstd, const float *a,
+                                                 const float *b, const float *weight, const float *bias, int N,
+                                                 int C, int rounds) {
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)N) return;
+    for (int c = lane; c < C; c += WARP) {
+        size_t i = row * C + c;
+        float v = a[i] + b[i];
+        resid[i] = rounds ? bf16_rounded(v) : v;
+    }
+    layernorm_row(out, mean, rstd, resid, weight, bias, row, C, lane, rounds);
+}
+
+void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *weight, const float *bias, int N, int C,
+                                     Precision rounding) {
+    residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
+        resid, out, mean, rstd, a, b, weight, bias, N, C, rounding == PRECISION_BF16);
+    CHECK_LAUNCH("residual_layernorm_kernel");
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
@@ -62,19 +95,26 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
     }
 }
 
-/* partial[part, c] = sum from 0, in row order, of the part's dout * norm */
-__global__ static void layernorm_dweight_part_kernel(float *partial, const float *dout, const float *inp,
-                                                     const float *mean, const float *rstd, int N, int C) {
+/* partial[part, c] = sum from 0, in row order, of the part's dout * norm;
+ * with bias_partial, also bias_partial[part, c] = the part's sum of dout (a
+ * bias after the LayerNorm: bias_part_kernel's adds), from the same reads */
+__global__ static void layernorm_dweight_part_kernel(float *partial, float *bias_partial, const float *dout,
+                                                     const float *inp, const float *mean, const float *rstd, int N,
+                                                     int C) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float acc = 0.0f;
-    for (int i = part_first_row(part); i < part_end_row(part, N); i++)
-        acc += dout[(size_t)i * C + c] * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+    float acc = 0.0f, bias_acc = 0.0f;
+    for (int i = part_first_row(part); i < part_end_row(part, N); i++) {
+        float dy = dout[(size_t)i * C + c];
+        acc += dy * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+        bias_acc += dy;
+    }
     partial[(size_t)part * C + c] = acc;
+    if (bias_partial) bias_partial[(size_t)part * C + c] = bias_acc;
 }
 
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, Precision rounding) {
     if (N == 0) return;
@@ -82,9 +122,11 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, const float
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                               rstd, N, C, rounding == PRECISION_BF16);
     CHECK_LAUNCH("layernorm_dinp_kernel");
-    float *partial = scratch;  /* column_sums_scratch_floats(N, C): parts x C */
+    /* column_sums_scratch_floats(N, 2C): parts x C for the weight, then parts x C for the bias */
+    float *partial = scratch, *bias_partial = dbias ? scratch + (size_t)row_parts(N) * C : NULL;
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)C));
-    layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
+    layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, bias_partial, dout, inp, mean, rstd, N, C);
     CHECK_LAUNCH("layernorm_dweight_part_kernel");
     cuda_add_column_parts(s, dweight, partial, N, C);
+    if (dbias) cuda_add_column_parts(s, dbias, bias_partial, N, C);
 }

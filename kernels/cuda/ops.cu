@@ -5,6 +5,7 @@ static const KernelOps cuda_ops = {
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
     .layernorm_forward = cuda_layernorm_forward,
+    .residual_layernorm_forward = cuda_residual_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
