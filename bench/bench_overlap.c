@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
         link.latency_us = 20;
         ArenaLayout layout;
         model_layout(&model, 4, &layout);
-        double transfer_s = ring_seconds((LinkModel){ 1.0, 0 }, 4, 1, layout.total, PRECISION_FP32);  /* at 1 GB/s, no latency */
+        double transfer_s = ring_seconds((LinkModel){ 1.0, 0 }, 4, 1, layout.total, DTYPE_FP32);  /* at 1 GB/s, no latency */
         link.gbps = transfer_s / (backward_s - 3 * link.latency_us * 1e-6);
         static char why[200];
         snprintf(why, sizeof why, "chosen so that DDP's all-reduce at N = 4 takes as long as its backward, %.1f ms "

@@ -69,11 +69,11 @@ ADAMW_FN float clip_coefficient(const float *sumsq, int nparts, float max_norm) 
 /* A gradient as AdamW takes it: read as it is held, times coef where coef is
  * below 1, and rounded back where it is held in bf16 (as a bf16 tensor's mul_
  * rounds: the same bits as a clipped gradient written back, then read). */
-ADAMW_FN float clipped_gradient(const void *grad, Precision held, size_t i, float coef) {
+ADAMW_FN float clipped_gradient(const void *grad, DType held, size_t i, float coef) {
     float g = number_at(grad, held, i);
     if (coef >= 1.0f) return g;
     g = g * coef;
-    return held == PRECISION_BF16 ? bf16_rounded(g) : g;
+    return held == DTYPE_BF16 ? bf16_rounded(g) : g;
 }
 
 /* The span of spans[0, n) that holds arena element i, or -1 (padding). */

@@ -1,5 +1,5 @@
 /* attention_tiles.h: the tiles of causal attention in bf16 (kernels.h's
- * attention ops at PRECISION_BF16), one arithmetic for the GPU's tensor-core
+ * attention ops at DTYPE_BF16), one arithmetic for the GPU's tensor-core
  * kernels and the tests that check it on the CPU.
  *
  * Queries and keys go in blocks of FLASH_ROWS; a block of FLASH_WARPS warps

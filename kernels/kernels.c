@@ -31,7 +31,7 @@ static void op_end(Stream *s) {
 }
 
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                       int B, int T, int C, Precision rounding) {
+                       int B, int T, int C, DType rounding) {
     op_begin(s, "embedding_forward");
     backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C, rounding);
     op_end(s);
@@ -45,7 +45,7 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
 }
 
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, const float *bias, int N, int C, Precision rounding) {
+                       const float *weight, const float *bias, int N, int C, DType rounding) {
     op_begin(s, "layernorm_forward");
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, bias, N, C, rounding);
     op_end(s);
@@ -53,7 +53,7 @@ void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const fl
 
 void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
-                                Precision rounding) {
+                                DType rounding) {
     op_begin(s, "residual_layernorm_forward");
     backend(s)->residual_layernorm_forward(s, resid, out, mean, rstd, a, b, weight, bias, N, C, rounding);
     op_end(s);
@@ -63,7 +63,7 @@ size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch,
-                        Precision rounding) {
+                        DType rounding) {
     op_begin(s, "layernorm_backward");
     backend(s)->layernorm_backward(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, rounding);
     op_end(s);
@@ -96,12 +96,12 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
     op_end(s);
 }
 
-AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, Precision products) {
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products) {
     return backend_of_kind(kind)->attention_buffers(B, T, C, NH, products);
 }
 
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
-                       int T, int C, int NH, Dropout drop, Precision products, Precision rounding) {
+                       int T, int C, int NH, Dropout drop, DType products, DType rounding) {
     op_begin(s, "attention_forward");
     backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop, products, rounding);
     op_end(s);
@@ -109,26 +109,26 @@ void attention_forward(Stream *s, float *out, float *saved, float *scratch, cons
 
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                         const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                        Precision products, Precision rounding) {
+                        DType products, DType rounding) {
     op_begin(s, "attention_backward");
     backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding);
     op_end(s);
 }
 
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
     op_begin(s, "gelu_forward");
     backend(s)->gelu_forward(s, out, inp, n, tanh_form, rounding);
     op_end(s);
 }
 
 void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                   int tanh_form, Precision rounding, float *scratch) {
+                   int tanh_form, DType rounding, float *scratch) {
     op_begin(s, "gelu_backward");
     backend(s)->gelu_backward(s, dinp, dbias, inp, dout, N, OC, tanh_form, rounding, scratch);
     op_end(s);
 }
 
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding) {
     op_begin(s, "bias_forward");
     backend(s)->bias_forward(s, out, bias, N, OC, rounding);
     op_end(s);
@@ -140,33 +140,33 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
     op_end(s);
 }
 
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
     op_begin(s, "residual_forward");
     backend(s)->residual_forward(s, out, a, b, n, rounding);
     op_end(s);
 }
 
 /* At p = 0 a copy, unless in place. */
-static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
+static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
     if (drop.p > 0.0f) backend(s)->dropout_forward(s, out, inp, n, drop, rounding);
     else if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
 }
 
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
     op_begin(s, "dropout_forward");
     dropout_apply(s, out, inp, n, drop, rounding);
     op_end(s);
 }
 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, Precision rounding) {
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding) {
     op_begin(s, "dropout_backward");
     dropout_apply(s, dinp, dout, n, drop, rounding);
     op_end(s);
 }
 
 void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                   const int *targets, int N, int V, float dloss, Precision rounding) {
+                                   const int *targets, int N, int V, float dloss, DType rounding) {
     op_begin(s, "crossentropy_forward_backward");
     backend(s)->crossentropy_forward_backward(s, losses, dlogits, logits, targets, N, V, dloss, rounding);
     op_end(s);
@@ -178,7 +178,7 @@ void mean_forward(Stream *s, float *mean, const float *x, int n) {
     op_end(s);
 }
 
-void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                  size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     op_begin(s, "adamw_arena");
     backend(s)->adamw_arena(s, param, copy, grad, grad_held, m, v, lo, n, spans, nspans, hp, clip);
@@ -187,7 +187,7 @@ void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precisio
 
 size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
 
-void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     op_begin(s, "sumsq_reduce");
     backend(s)->sumsq_reduce(s, out, x, held, n, scratch);
     op_end(s);
@@ -205,7 +205,7 @@ void fill_zero_bf16(Stream *s, bf16 *x, size_t n) {
     op_end(s);
 }
 
-void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     backend(s)->count_nonfinite(s, out, x, held, n, scratch);
 }
 

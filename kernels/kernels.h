@@ -9,9 +9,9 @@
  * always added (+=), so they accumulate over tied uses and micro-batches.
  *
  * An op that writes activations or their gradients takes a `rounding`: under
- * autocast (PRECISION_BF16) it runs as a bf16 op runs, each number it writes
+ * autocast (DTYPE_BF16) it runs as a bf16 op runs, each number it writes
  * rounded to a bf16 value (held in fp32) in the same pass, as round_to_bf16
- * after it would; PRECISION_FP32 writes the numbers as computed.
+ * after it would; DTYPE_FP32 writes the numbers as computed.
  */
 #ifndef ZF_KERNELS_H
 #define ZF_KERNELS_H
@@ -42,7 +42,7 @@ typedef struct {
  * buckets, on the stream's device: token_buckets.h) one by one in row order,
  * each row of dwpe its position's in batch order. */
 void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C, Precision rounding);
+                       const float *wpe, int B, int T, int C, DType rounding);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                         TokenBuckets buckets, int B, int T, int C);
 
@@ -58,23 +58,23 @@ size_t column_sums_scratch_floats(int N, int width);
  * (inp - mean) * rstd * weight (+ bias), rounded once as `rounding` says
  * (the bytes of bias_forward after it); saves mean and 1/std per row (fp32)
  * for the backward. The backward adds the
- * input's gradient into dinp (the residual stream's), under PRECISION_BF16
+ * input's gradient into dinp (the residual stream's), under DTYPE_BF16
  * as autocast's bf16 add of the stream's two uses: dinp = bf16(dinp +
  * bf16(this gradient)); and the weight's into dweight, and with dbias (else
  * NULL) the gradient of a bias after the LayerNorm into dbias, as
  * bias_backward over dout adds it, both in the parts of row_parts.h, in one
  * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
 void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, const float *bias, int N, int C, Precision rounding);
+                       const float *weight, const float *bias, int N, int C, DType rounding);
 /* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
  * a + b, then layernorm_forward of resid into out, each rounded as
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
-                                Precision rounding);
+                                DType rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch, Precision rounding);
+                        const float *rstd, int N, int C, float *scratch, DType rounding);
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -98,47 +98,47 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
  * always, the GPU in bf16, on its tensor cores (heads of at most
  * FLASH_MAX_HEAD channels; attention_tiles.h), with B*NH*T floats of scratch.
  * In fp32 the GPU keeps the probabilities (B*NH*T*T) and uses two T x T
- * matrices of scratch (cuBLAS). products = PRECISION_BF16 (on bf16 values,
+ * matrices of scratch (cuBLAS). products = DTYPE_BF16 (on bf16 values,
  * under autocast) rounds the dropped probabilities and the scores' gradient to
  * bf16 before their products, as FlashAttention does; every sum is fp32.
  * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
  * op's. The backward reads the forward's out too. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
-AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, Precision products);
+AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                       int B, int T, int C, int NH, Dropout drop, Precision products, Precision rounding);
+                       int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *saved, int B, int T,
-                        int C, int NH, Dropout drop, Precision products, Precision rounding);
+                        int C, int NH, Dropout drop, DType products, DType rounding);
 
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))) (transformers' gelu_new). */
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding);
+void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
 /* Its backward over N rows of width OC, fused with the bias gradient of the
  * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
- * rounding is PRECISION_BF16 (autocast's bf16 gradient, as round_to_bf16
+ * rounding is DTYPE_BF16 (autocast's bf16 gradient, as round_to_bf16
  * after it), and with dbias, dbias[OC] += the column sums of dinp as written,
  * as bias_backward sums them (scratch: column_sums_scratch_floats(N, OC)), in
  * the same pass on a GPU. dbias NULL: none (scratch unused). dinp may be dout
  * (in place: the model's MLP keeps one hidden-sized gradient). */
 void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                   int tanh_form, Precision rounding, float *scratch);
+                   int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding);
+void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
 
 /* A Linear's or a LayerNorm's bias: out[N,OC] += bias[OC] on every row; and
  * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h
  * (scratch: column_sums_scratch_floats(N, OC) floats). */
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding);
+void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
 void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).
  * At p = 0 each is the identity (a copy, unless in place), which rounds
  * nothing: the model's inputs to dropout are already what rounding makes. */
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding);
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, Precision rounding);
+void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
+void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding);
 
 /* The classifier's softmax, cross-entropy and gradient fused, over
  * logits[N,V] and targets[N]: losses[i] = -log softmax(logits[i])[targets[i]];
@@ -146,11 +146,11 @@ void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropo
  * onehot(targets)), written; dlogits may be logits itself (in place). Each
  * row's max and sum of exponentials come from one sweep, online, in an order
  * and an arithmetic fixed by V (online_softmax.h): the same bits on the CPU
- * and the GPU. Under PRECISION_BF16 (autocast's bf16 head) each logit is
+ * and the GPU. Under DTYPE_BF16 (autocast's bf16 head) each logit is
  * rounded to bf16 as it is read, and dlogits as it is written: the head's
  * fp32 product needs no pass of its own. */
 void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                   const int *targets, int N, int V, float dloss, Precision rounding);
+                                   const int *targets, int N, int V, float dloss, DType rounding);
 /* *mean = the mean of x[0, n), summed in double in an order fixed by n: in
  * order on the CPU, a fixed tree on the GPU. */
 void mean_forward(Stream *s, float *mean, const float *x, int n);
@@ -165,7 +165,7 @@ void mean_forward(Stream *s, float *mean, const float *x, int n);
  * compute copy), in the same pass. With clip.sumsq, each gradient is scaled
  * by the clip's coefficient as it is read (adamw.h's clipped_gradient): the
  * step a clipped gradient takes, without a pass that writes the gradient. */
-void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                  size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
 
 /* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
@@ -174,15 +174,15 @@ void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precisio
  * chunks' sums, allocated once by the caller. */
 enum { SUMSQ_CHUNK = 16384 };
 size_t sumsq_scratch_doubles(size_t n);
-void sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 void fill_zero(Stream *s, float *x, size_t n);
 void fill_zero_bf16(Stream *s, bf16 *x, size_t n);
 /* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,
  * and never 0 when one is): the finiteness check before a save or a step.
  * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
-void count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 
-/* Precision (runtime/bf16.h): out = in rounded to the nearest bf16 as
+/* DType (runtime/bf16.h): out = in rounded to the nearest bf16 as
  * PyTorch's .to(torch.bfloat16) rounds (bit for bit, but for which NaN a NaN
  * becomes), kept in fp32 (out may be in): what autocast's bf16 tensors hold,
  * in the fp32 buffers of the ops. */

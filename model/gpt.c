@@ -42,7 +42,7 @@ static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, GELU_WIDTH }
 
 /* Whether a model computing so keeps its blocks' internals in bf16: under
  * autocast, unless it recomputes them. */
-static int keeps_bf16(ComputePolicy compute) { return compute.precision == PRECISION_BF16 && !compute.recompute; }
+static int keeps_bf16(ComputePolicy compute) { return compute.precision == DTYPE_BF16 && !compute.recompute; }
 
 /* How many of the kept tensors, and their width a position in C. */
 static int kept_tensors(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_TENSORS - 1 : KEPT_TENSORS; }
@@ -64,7 +64,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t Lg = compute.recompute_gelu ? 1 : Lk;
     size_t kept = keeps_bf16(compute) ? (L * kept_width(compute) * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
-    if (compute.precision == PRECISION_BF16) {
+    if (compute.precision == DTYPE_BF16) {
         unit_floats(cfg, &root, &block);
         largest_block_tensor = 4 * C * C;
         wte = V * C;
@@ -114,7 +114,7 @@ static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
 }
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
-    if (kind != DEVICE_CUDA || compute.precision != PRECISION_BF16) return 0;
+    if (kind != DEVICE_CUDA || compute.precision != DTYPE_BF16) return 0;
     return largest_product_numbers(cfg, B, T) * sizeof(bf16);
 }
 
@@ -161,7 +161,7 @@ static int part_last(const GPT *m, int l, int i) { return block_tensor(m, l, i) 
 
 /* ---- mixed precision: where torch.autocast(bfloat16) rounds (gpt.h) ---- */
 
-static int autocast(const GPT *m) { return m->precision == PRECISION_BF16; }
+static int autocast(const GPT *m) { return m->precision == DTYPE_BF16; }
 
 /* The model's ComputePolicy, as gpt_create was given it. */
 static ComputePolicy compute_of(const GPT *m) {
@@ -246,7 +246,7 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
         return;
     }
     float *grad = grad_of(m, t);
-    residual_forward(s, grad, grad, made, n, PRECISION_FP32);
+    residual_forward(s, grad, grad, made, n, DTYPE_FP32);
 }
 
 /* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
@@ -446,7 +446,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     size_t BT = (size_t)B * T;
     BlockActivations b = block_activations(m, l);
     uint32_t site = 1 + 3 * (uint32_t)l;
-    Precision rounding = m->precision;
+    DType rounding = m->precision;
     const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
     linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
@@ -624,7 +624,7 @@ void gpt_backward(GPT *m, float dloss) {
         fill_zero(s, made.wte, both);
         embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made.wte, made.wte, both);
-        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C, PRECISION_BF16);
+        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
         add_into_grad(m, WTE, made.wte, both);
     }
     trace_end(s);

@@ -68,7 +68,7 @@ typedef struct {
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     int recompute_gelu;            /* 1: fch_gelu one block's, GELU run again before the MLP's backward */
-    Precision precision;           /* PRECISION_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
+    DType precision;           /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */
@@ -90,7 +90,7 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
  * after its before_backward hook: the same bits, less memory. In precision
- * PRECISION_BF16 it computes as a bf16 copy of nanoGPT's model under
+ * DTYPE_BF16 it computes as a bf16 copy of nanoGPT's model under
  * torch.autocast(device_type, dtype=torch.bfloat16), FSDP's
  * MixedPrecision(param_dtype=bfloat16): it reads every weight through a copy
  * rounded to bf16 as it enters the weight's unit; each Linear (the

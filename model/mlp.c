@@ -46,7 +46,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
     trace_begin(s, "forward", 0);
-    embedding_forward(s, m->x, base->tokens, wte, wpe, B, T, C, PRECISION_FP32);
+    embedding_forward(s, m->x, base->tokens, wte, wpe, B, T, C, DTYPE_FP32);
     trace_end(s);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
@@ -54,16 +54,16 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
-        layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, NULL, BT, C, PRECISION_FP32);
+        layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, NULL, BT, C, DTYPE_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
-        gelu_forward(s, h_gelu, h, BT * C, 0, PRECISION_FP32);
-        residual_forward(s, x_next, x, h_gelu, BT * C, PRECISION_FP32);
+        gelu_forward(s, h_gelu, h, BT * C, 0, DTYPE_FP32);
+        residual_forward(s, x_next, x, h_gelu, BT * C, DTYPE_FP32);
         trace_end(s);
     }
     trace_begin(s, "forward", 0);
     matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
     if (targets) {
-        crossentropy_forward_backward(s, m->losses, NULL, m->logits, base->targets, (int)BT, V, 0.0f, PRECISION_FP32);
+        crossentropy_forward_backward(s, m->losses, NULL, m->logits, base->targets, (int)BT, V, 0.0f, DTYPE_FP32);
         mean_forward(s, m->loss, m->losses, (int)BT);
     }
     trace_end(s);
@@ -80,7 +80,7 @@ static void mlp_backward(Model *base, float dloss) {
     trace_begin(s, "backward", 0);
     /* the losses again, the same bits, with their gradient */
     crossentropy_forward_backward(s, m->losses, m->dlogits, m->logits, base->targets, BT, V, dloss / (float)BT,
-                                  PRECISION_FP32);
+                                  DTYPE_FP32);
     matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
     trace_end(s);
 
@@ -91,11 +91,11 @@ static void mlp_backward(Model *base, float dloss) {
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
-        gelu_backward(s, m->dh, NULL, m->h + at, m->dx, BT, C, 0, PRECISION_FP32, NULL);
+        gelu_backward(s, m->dh, NULL, m->h + at, m->dx, BT, C, 0, DTYPE_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
         layernorm_backward(s, m->dx, dln_w, NULL, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
-                           m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, PRECISION_FP32);
+                           m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, DTYPE_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);

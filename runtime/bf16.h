@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dtype.h"
+
 #ifdef __CUDACC__
 #define BF16_FN static inline __host__ __device__
 #else
@@ -24,12 +26,6 @@
 #endif
 
 typedef uint16_t bf16;
-
-/* How numbers are held: fp32, or bf16: mixed precision's compute (--dtype),
- * a bf16 copy of the weights under torch.autocast(bfloat16) (model/gpt.h);
- * the gradients' reductions (--reduce-dtype, runtime/process_group.h); and
- * the state the ZeRO paper counts in 16 bits (its fp16). */
-typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISIONS } Precision;
 
 enum { BF16_QUIET_NAN = 0x7FC0 };
 
@@ -52,17 +48,14 @@ BF16_FN float float_from_bf16(bf16 h) {
 BF16_FN float bf16_rounded(float x) { return float_from_bf16(bf16_from_float(x)); }
 
 /* Element i of numbers held as `held` says (a gradient's buffer in either
- * precision), read as an fp32; and written, rounded where it is bf16. */
-BF16_FN float number_at(const void *x, Precision held, size_t i) {
-    return held == PRECISION_BF16 ? float_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
+ * dtype), read as an fp32; and written, rounded where it is bf16. */
+BF16_FN float number_at(const void *x, DType held, size_t i) {
+    return held == DTYPE_BF16 ? float_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
 }
 
-BF16_FN void number_put(void *x, Precision held, size_t i, float value) {
-    if (held == PRECISION_BF16) ((bf16 *)x)[i] = bf16_from_float(value);
+BF16_FN void number_put(void *x, DType held, size_t i, float value) {
+    if (held == DTYPE_BF16) ((bf16 *)x)[i] = bf16_from_float(value);
     else ((float *)x)[i] = value;
 }
-
-/* The bytes of one number held in that precision. */
-BF16_FN size_t number_bytes(Precision held) { return held == PRECISION_BF16 ? sizeof(bf16) : sizeof(float); }
 
 #endif

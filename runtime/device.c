@@ -131,8 +131,8 @@ void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg) {
     s->dev->ops->host_task(s, fn, arg);
 }
 
-void stream_sum_held(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
-                     Precision dtype) {
+void stream_sum_held(Stream *s, void *out, const void *const *in, DType held, int n, size_t len, float scale,
+                     DType dtype) {
     if (n < 1 || n > STREAM_SUM_MAX) {
         fprintf(stderr, "fatal: a sum of %d buffers (1..%d)\n", n, STREAM_SUM_MAX);
         abort();
@@ -140,10 +140,10 @@ void stream_sum_held(Stream *s, void *out, const void *const *in, Precision held
     if (len) s->dev->ops->sum(s, out, in, held, n, len, scale, dtype);
 }
 
-void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype) {
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, DType dtype) {
     const void *inputs[STREAM_SUM_MAX];
     for (int q = 0; q < n && q < STREAM_SUM_MAX; q++) inputs[q] = in[q];
-    stream_sum_held(s, out, inputs, PRECISION_FP32, n, len, scale, dtype);
+    stream_sum_held(s, out, inputs, DTYPE_FP32, n, len, scale, dtype);
 }
 
 void stream_timer_start(Stream *s, Stamp *started) {

@@ -106,17 +106,17 @@ void stream_copy(Stream *s, void *dst, const void *src, size_t bytes);
 void stream_host_task(Stream *s, void (*fn)(void *arg), void *arg);
 /* out[i] = scale * (in[0][i] + in[1][i] + ... + in[n-1][i]) for i < len, summed
  * in that order, then scaled: the simulator's reduction. out may be one of in;
- * 1 <= n <= STREAM_SUM_MAX. In PRECISION_BF16 every number is a bf16, as a
+ * 1 <= n <= STREAM_SUM_MAX. In DTYPE_BF16 every number is a bf16, as a
  * bf16 reduction (NCCL's, FSDP's reduce_dtype) makes it: each input rounded
  * to bf16, each partial sum rounded as it is made, the scaled sum rounded,
  * the result bf16 values in fp32. */
 enum { STREAM_SUM_MAX = 64 };
-void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, Precision dtype);
+void stream_sum(Stream *s, float *out, float *const *in, int n, size_t len, float scale, DType dtype);
 /* The same of numbers held as `held` says, out too: fp32 (stream_sum), or
- * bf16, 2 bytes each (mixed precision's gradients), summed in PRECISION_BF16
+ * bf16, 2 bytes each (mixed precision's gradients), summed in DTYPE_BF16
  * only: the bits of stream_sum's bf16 sum of the same values. */
-void stream_sum_held(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
-                     Precision dtype);
+void stream_sum_held(Stream *s, void *out, const void *const *in, DType held, int n, size_t len, float scale,
+                     DType dtype);
 /* The modeled link's time, with no processor busy. The link's clock starts
  * at stream_timer_start as a link would: at the latest of when the host
  * enqueued it, when this stream's last hold ended (the link free again) and

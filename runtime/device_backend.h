@@ -24,8 +24,8 @@ typedef struct {
     void (*stream_destroy)(Stream *s);
     void (*copy)(Stream *s, void *dst, const void *src, size_t bytes);
     /* stream_sum_held's */
-    void (*sum)(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
-                Precision dtype);
+    void (*sum)(Stream *s, void *out, const void *const *in, DType held, int n, size_t len, float scale,
+                DType dtype);
     void (*timer_start)(Stream *s, Stamp *started);
     void (*hold)(Stream *s, double seconds);
     void (*synchronize)(Stream *s);

@@ -307,11 +307,11 @@ enum { SUM_CHUNK = 1024 };
 typedef struct {
     void *out;
     const void *in[STREAM_SUM_MAX];
-    Precision held;  /* of in and out: fp32, or bf16 (stream_sum_held) */
+    DType held;  /* of in and out: fp32, or bf16 (stream_sum_held) */
     int n;
     size_t len;
     float scale;
-    Precision dtype;
+    DType dtype;
 } SumArgs;
 
 /* A chunk of the sum in fp32 (of fp32 numbers): acc = in[0] + in[1] + ...,
@@ -344,15 +344,15 @@ static void sum_task(void *p) {
     float acc[SUM_CHUNK];
     for (size_t c0 = 0; c0 < a->len; c0 += SUM_CHUNK) {
         size_t m = a->len - c0 < SUM_CHUNK ? a->len - c0 : SUM_CHUNK;
-        if (a->dtype == PRECISION_BF16)
+        if (a->dtype == DTYPE_BF16)
             sum_chunk_bf16(a, c0, m, acc);
         else
             sum_chunk_fp32(a, c0, m, acc);
     }
 }
 
-static void cpu_sum(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
-                    Precision dtype) {
+static void cpu_sum(Stream *s, void *out, const void *const *in, DType held, int n, size_t len, float scale,
+                    DType dtype) {
     SumArgs a = { .out = out, .held = held, .n = n, .len = len, .scale = scale, .dtype = dtype };
     memcpy(a.in, in, sizeof(void *) * n);
     stream_launch(s, sum_task, &a, sizeof a);

@@ -224,7 +224,7 @@ __global__ static void sum_kernel(float *out, SumInputs in, int n, size_t len, f
 
 /* The same in bf16: every input, partial sum and result rounded (device.h);
  * in and out held as `held` says. */
-__global__ static void sum_bf16_kernel(void *out, SumInputs in, Precision held, int n, size_t len, float scale) {
+__global__ static void sum_bf16_kernel(void *out, SumInputs in, DType held, int n, size_t len, float scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     float acc = bf16_rounded(number_at(in.in[0], held, i));
@@ -232,12 +232,12 @@ __global__ static void sum_bf16_kernel(void *out, SumInputs in, Precision held, 
     number_put(out, held, i, bf16_rounded(__fmul_rn(acc, scale)));
 }
 
-static void cuda_sum(Stream *s, void *out, const void *const *in, Precision held, int n, size_t len, float scale,
-                     Precision dtype) {
+static void cuda_sum(Stream *s, void *out, const void *const *in, DType held, int n, size_t len, float scale,
+                     DType dtype) {
     SumInputs inputs;
     for (int q = 0; q < n; q++) inputs.in[q] = in[q];
     unsigned blocks = (unsigned)((len + 255) / 256);
-    if (dtype == PRECISION_BF16) {
+    if (dtype == DTYPE_BF16) {
         sum_bf16_kernel<<<blocks, 256, 0, cuda_stream(s)>>>(out, inputs, held, n, len, scale);
         cuda_check_launch("sum_bf16_kernel", __FILE__, __LINE__);
         return;

@@ -1,7 +1,7 @@
 /* link_model.c: a collective's cost on the modeled link (link_model.h). */
 #include "link_model.h"
 
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype) {
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, DType dtype) {
     if (link.gbps <= 0 || nranks == 1) return 0.0;
     double N = nranks, bytes = (double)n * (double)number_bytes(dtype);
     double volume = (all_reduce ? 2.0 : 1.0) * (N - 1) / N * bytes;
@@ -21,7 +21,7 @@ static LinkModel tier(const LinkShape *l, int span) { return spans_nodes(l, span
 
 /* A ring over `span` consecutive ranks, on its tier; between nodes, one hop
  * a node it spans (the ring closes), each carrying f (M-1)/M of the bytes. */
-static LinkCost ring(const LinkShape *l, int span, int all_reduce, size_t n, Precision dtype) {
+static LinkCost ring(const LinkShape *l, int span, int all_reduce, size_t n, DType dtype) {
     LinkCost c = { ring_seconds(tier(l, span), span, all_reduce, n, dtype), 0.0 };
     if (spans_nodes(l, span)) {
         double M = span, crossings = (double)span / l->node_ranks;
@@ -33,7 +33,7 @@ static LinkCost ring(const LinkShape *l, int span, int all_reduce, size_t n, Pre
 /* The ordered chain between the G groups (link_model.h): two legs, each
  * (G-1) latency + a rank's shard / bandwidth; each leg crosses every node
  * boundary on its way once, a group's ranks sending n numbers there. */
-static LinkCost chain(const LinkShape *l, size_t n, Precision dtype) {
+static LinkCost chain(const LinkShape *l, size_t n, DType dtype) {
     int G = l->world / l->shards;
     LinkModel t = tier(l, l->world);
     if (G == 1 || t.gbps <= 0) return (LinkCost){ 0.0, 0.0 };
@@ -47,7 +47,7 @@ static LinkCost chain(const LinkShape *l, size_t n, Precision dtype) {
     return c;
 }
 
-LinkCost link_cost(const LinkShape *l, LinkCollective what, size_t n, Precision dtype) {
+LinkCost link_cost(const LinkShape *l, LinkCollective what, size_t n, DType dtype) {
     if (l->intra.gbps <= 0 || l->world == 1) return (LinkCost){ 0.0, 0.0 };
     LinkCost gather = ring(l, l->shards, 0, n, dtype);
     LinkCost scatter = link_cost_add(ring(l, l->shards, 0, n, dtype), chain(l, n, dtype));

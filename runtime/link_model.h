@@ -53,9 +53,9 @@ typedef struct {
 } LinkCost;
 
 /* A ring over nranks ranks on one link, for n numbers of that precision. */
-double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, Precision dtype);
+double ring_seconds(LinkModel link, int nranks, int all_reduce, size_t n, DType dtype);
 /* A collective of n numbers of that precision on the shape's link. */
-LinkCost link_cost(const LinkShape *shape, LinkCollective what, size_t n, Precision dtype);
+LinkCost link_cost(const LinkShape *shape, LinkCollective what, size_t n, DType dtype);
 /* a + b, a cost of two collectives after each other. */
 LinkCost link_cost_add(LinkCost a, LinkCost b);
 

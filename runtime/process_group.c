@@ -25,8 +25,8 @@ void pg_add_rank(ProcessGroup *pg, int rank, Device *dev) {
     pg->part_done[rank] = event_create(dev);
 }
 
-void pg_deliver(Stream *s, void *dst, const void *src, Precision held, size_t len, Precision dtype) {
-    if (dtype == PRECISION_FP32 || held == PRECISION_BF16) {
+void pg_deliver(Stream *s, void *dst, const void *src, DType held, size_t len, DType dtype) {
+    if (dtype == DTYPE_FP32 || held == DTYPE_BF16) {
         if (dst != src && len) stream_copy(s, dst, src, len * number_bytes(held));
         return;
     }
@@ -34,7 +34,7 @@ void pg_deliver(Stream *s, void *dst, const void *src, Precision held, size_t le
     stream_sum_held(s, dst, one, held, 1, len, 1.0f, dtype);
 }
 
-void *pg_number(void *buf, Precision held, size_t i) { return (unsigned char *)buf + i * number_bytes(held); }
+void *pg_number(void *buf, DType held, size_t i) { return (unsigned char *)buf + i * number_bytes(held); }
 
 int pg_global_rank(const ProcessGroup *pg, int rank) { return pg->first_rank + rank; }
 

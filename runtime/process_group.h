@@ -71,10 +71,10 @@ typedef enum { SUMS_ORDERED, SUMS_NCCL } SumOrder;
  * bf16 of floats delivers each shard rounded to bf16 (pg_deliver), which a
  * backend may send in 16 bits. */
 typedef struct {
-    void (*reduce_scatter)(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                           float scale, Precision dtype, const char *label);
-    void (*all_gather)(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                       Precision dtype, const char *label);
+    void (*reduce_scatter)(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                           float scale, DType dtype, const char *label);
+    void (*all_gather)(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                       DType dtype, const char *label);
     void (*destroy)(ProcessGroup *pg);   /* the backend's own state */
 } Collectives;
 
@@ -163,11 +163,11 @@ void pg_destroy(ProcessGroup *pg);
 /* Shared by the backends: each rank's device handle and streams, and its events. */
 void pg_add_rank(ProcessGroup *pg, int rank, Device *dev);
 /* An all-gather's shard of len numbers landing at dst on stream s: copied;
- * or floats in PRECISION_BF16 rounded to bf16 (stream_sum of the one shard;
+ * or floats in DTYPE_BF16 rounded to bf16 (stream_sum of the one shard;
  * dst may be src). */
-void pg_deliver(Stream *s, void *dst, const void *src, Precision held, size_t len, Precision dtype);
+void pg_deliver(Stream *s, void *dst, const void *src, DType held, size_t len, DType dtype);
 /* Number i of a buffer holding numbers as `held` says. */
-void *pg_number(void *buf, Precision held, size_t i);
+void *pg_number(void *buf, DType held, size_t i);
 
 /* The global rank of local rank r. */
 int pg_global_rank(const ProcessGroup *pg, int rank);
@@ -197,7 +197,7 @@ void pg_set_sums(ProcessGroup *pg, SumOrder sums);
 /* The group's ranks and modeled link, as the link model takes them; and what
  * a collective of n numbers costs on it (0 seconds without a link). */
 LinkShape pg_link_shape(const ProcessGroup *pg);
-LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype);
+LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, DType dtype);
 
 /* Trace every rank's streams: process "LABEL rank r" (or "rank r" for an empty
  * label; r the global rank), threads "compute" and "comm". Each collective is then one span on
@@ -213,35 +213,35 @@ void pg_wait_parts(const ProcessGroup *pg, int rank, Stream *waiter, Event *cons
  * the world's ranks q = 0..N-1, rank r's shard being its global rank's. Each
  * is named by `name`, for its span and the lines that may name it. A
  * reduction's dtype is the precision it sums and sends in (FSDP's
- * reduce_dtype): PRECISION_FP32; or PRECISION_BF16, stream_sum's bf16 sum, in
+ * reduce_dtype): DTYPE_FP32; or DTYPE_BF16, stream_sum's bf16 sum, in
  * the same rank order (so any split P x L still gives the same bits), at half
  * the bytes on a link, its result bf16 values in the fp32 buffers; on one rank
  * too, where it only rounds. */
 /* bufs[r] = scale * sum over ranks q (in order) of bufs[q], on every rank. */
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
-                   Precision dtype, Event *const *done);
+                   DType dtype, Event *const *done);
 /* REDUCE_WRITE: recv[r][0, shard) = scale * sum over q of send[q][r's shard].
  * recv[r] may be send[r] + r * shard (in place). REDUCE_ADD: the reduction
  * lands in send[r]'s own shard (in place, overwriting it), then recv[r] =
  * recv[r] + that in fp32, on the communication stream, within the collective
  * (its done events mark the sum). */
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                       float scale, Precision dtype, ReduceInto into, Event *const *done);
+                       float scale, DType dtype, ReduceInto into, Event *const *done);
 /* The reductions of numbers held in bf16, 2 bytes each in memory, on a link
  * and on every wire: mixed precision's gradients reduced in bf16, with the
- * bits of the fp32-held ones in PRECISION_BF16 (REDUCE_ADD's add in bf16,
+ * bits of the fp32-held ones in DTYPE_BF16 (REDUCE_ADD's add in bf16,
  * the sum rounded). */
 void pg_reduce_scatter_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
                             float scale, ReduceInto into, Event *const *done);
 void pg_all_reduce_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *bufs, size_t n, float scale,
                         Event *const *done);
 /* recv[r][q's shard] = send[q][0, shard) for every q. send[q] may be
- * recv[q] + q * shard (in place). In dtype PRECISION_BF16 each shard arrives
+ * recv[q] + q * shard (in place). In dtype DTYPE_BF16 each shard arrives
  * rounded to bf16 (the second half of an all-reduce in bf16), at 2 bytes a
  * number on a link and between processes on the CPU (NCCL's wire stays fp32,
  * the shards rounded where they land: the same bits). */
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                   Precision dtype, Event *const *done);
+                   DType dtype, Event *const *done);
 /* The same gather of numbers held in bf16, 2 bytes each in memory, on a link
  * and on every wire (NCCL's ncclBfloat16): the compute copy of the weights
  * in mixed precision (strategies/strategy.h), moved bit for bit. */

@@ -35,8 +35,8 @@ typedef struct {
     const void *send[MAX_RANKS];  /* floats, or bf16 where `held` says */
     size_t n, shard;
     int gather;            /* 0: a reduce-scatter's shards; 1: an all-gather's */
-    Precision dtype;       /* bf16: 16 bits a number on the wire */
-    Precision held;        /* how send and the staging hold numbers: fp32, or bf16 (sent as they are) */
+    DType dtype;       /* bf16: 16 bits a number on the wire */
+    DType held;        /* how send and the staging hold numbers: fp32, or bf16 (sent as they are) */
     char what[2 * RENDEZVOUS_NAME_MAX];
 } Exchange;
 
@@ -98,8 +98,8 @@ static void pack_held_bf16(bf16 *dst, const bf16 *src, size_t from, size_t len, 
 /* len numbers of src from `from`, clipped to n, at element `at` of out (floats,
  * or bf16 in bytes). */
 static void pack_in(const Exchange *x, void *out, size_t at, const void *src, size_t from, size_t len, size_t n) {
-    if (x->held == PRECISION_BF16) pack_held_bf16((bf16 *)out + at, src, from, len, n);
-    else if (x->dtype == PRECISION_BF16) pack_bf16((unsigned char *)out + at * sizeof(bf16), src, from, len, n);
+    if (x->held == DTYPE_BF16) pack_held_bf16((bf16 *)out + at, src, from, len, n);
+    else if (x->dtype == DTYPE_BF16) pack_bf16((unsigned char *)out + at * sizeof(bf16), src, from, len, n);
     else pack((float *)out + at, src, from, len, n);
 }
 
@@ -124,7 +124,7 @@ static void exchange_task(void *arg) {
     ProcessGroup *pg = x->pg;
     int L = pg->nranks, P = pg->world_size / L, me = pg->first_rank / L;
     size_t stride = exchange_stride(pg, x->shard, x->gather), block = (size_t)L * stride;
-    int in_bf16 = x->dtype == PRECISION_BF16, widen = in_bf16 && x->held == PRECISION_FP32;
+    int in_bf16 = x->dtype == DTYPE_BF16, widen = in_bf16 && x->held == DTYPE_FP32;
     size_t wire_bytes = block * number_bytes(x->dtype);
     size_t block_bytes = block * number_bytes(x->held);
     WorldChunk to[STREAM_SUM_MAX] = { { 0 } }, from[STREAM_SUM_MAX] = { { 0 } };  /* P <= N <= STREAM_SUM_MAX */
@@ -153,7 +153,7 @@ static void start(ProcessGroup *pg, Exchange *x, const char *label) {
     for (int r = 1; r < pg->nranks; r++) stream_wait_event(pg->comm[r], pg->staged);
 }
 
-void exchange_start(ProcessGroup *pg, void *const *send, Precision held, size_t n, int gather, Precision dtype,
+void exchange_start(ProcessGroup *pg, void *const *send, DType held, size_t n, int gather, DType dtype,
                     const char *label) {
     Exchange *x = host_calloc(1, sizeof *x);
     *x = (Exchange){ .pg = pg, .n = n, .shard = pg_shard_size(n, pg_shards(pg)), .gather = gather, .dtype = dtype,
@@ -171,7 +171,7 @@ int exchange_is_local(const ProcessGroup *pg, int g) {
 }
 
 /* Process g / L's staging, then g's stride in it. */
-void *exchange_received(const ProcessGroup *pg, Precision held, int g, size_t stride, size_t offset) {
+void *exchange_received(const ProcessGroup *pg, DType held, int g, size_t stride, size_t offset) {
     int L = pg->nranks;
     return pg_number(pg->stage_recv, held, (size_t)(g / L) * L * stride + (size_t)(g % L) * stride + offset);
 }

@@ -28,7 +28,7 @@ void exchange_destroy(ProcessGroup *pg);
  * precision (numbers held in bf16 go as they are), named `label` in a
  * timeout's line, and make every local rank's communication stream wait for
  * it. */
-void exchange_start(ProcessGroup *pg, void *const *send, Precision held, size_t n, int gather, Precision dtype,
+void exchange_start(ProcessGroup *pg, void *const *send, DType held, size_t n, int gather, DType dtype,
                     const char *label);
 /* After every local rank's last read of the staging, for the next exchange. */
 void exchange_end(ProcessGroup *pg);
@@ -40,6 +40,6 @@ int exchange_is_local(const ProcessGroup *pg, int g);
 size_t exchange_stride(const ProcessGroup *pg, size_t shard, int gather);
 /* What global rank g (of another process) sent, `offset` numbers (held as
  * the exchange held them) into its stride of the staging received. */
-void *exchange_received(const ProcessGroup *pg, Precision held, int g, size_t stride, size_t offset);
+void *exchange_received(const ProcessGroup *pg, DType held, int g, size_t stride, size_t offset);
 
 #endif

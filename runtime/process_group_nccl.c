@@ -176,12 +176,12 @@ static void recv_numbers(void *buf, size_t count, ncclDataType_t type, int peer,
 }
 
 /* NCCL's type of numbers held as `held` says. */
-static ncclDataType_t nccl_type(Precision held) { return held == PRECISION_BF16 ? ncclBfloat16 : ncclFloat; }
+static ncclDataType_t nccl_type(DType held) { return held == DTYPE_BF16 ? ncclBfloat16 : ncclFloat; }
 
 /* The all-to-all of the shards (each peer the shard it holds), then each
  * rank's ordered sum of its shard. */
-static void ordered_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                                   float scale, Precision dtype) {
+static void ordered_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                                   float scale, DType dtype) {
     NcclState *st = state_of(pg);
     int N = pg->world_size, S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
@@ -210,10 +210,10 @@ static void ordered_reduce_scatter(ProcessGroup *pg, void *const *send, void *co
     }
 }
 
-static void nccl_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                                float scale, Precision dtype, const char *label) {
+static void nccl_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                                float scale, DType dtype, const char *label) {
     enqueuing(pg, label);
-    if (pg->sums == SUMS_ORDERED || !divides(pg, n) || dtype == PRECISION_BF16) {
+    if (pg->sums == SUMS_ORDERED || !divides(pg, n) || dtype == DTYPE_BF16) {
         ordered_reduce_scatter(pg, send, recv, held, n, scale, dtype);
         watch(pg, label);
         return;
@@ -229,7 +229,7 @@ static void nccl_reduce_scatter(ProcessGroup *pg, void *const *send, void *const
     if (scale != 1.0f)
         for (int r = 0; r < pg->nranks; r++) {
             const void *one[1] = { recv[r] };
-            stream_sum_held(pg->comm[r], recv[r], one, PRECISION_FP32, 1, shard, scale, PRECISION_FP32);
+            stream_sum_held(pg->comm[r], recv[r], one, DTYPE_FP32, 1, shard, scale, DTYPE_FP32);
         }
     watch(pg, label);
 }
@@ -281,8 +281,8 @@ static void gather_numbers(ProcessGroup *pg, void *const *send, void *const *rec
 /* Numbers go as they are held (fp32, or bf16 as ncclBfloat16); floats in
  * bf16 are then rounded in each rank's recv in place, every shard as the
  * simulator delivers it. */
-static void nccl_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                            Precision dtype, const char *label) {
+static void nccl_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                            DType dtype, const char *label) {
     enqueuing(pg, label);
     gather_numbers(pg, send, recv, n, nccl_type(held), number_bytes(held));
     for (int r = 0; r < pg->nranks; r++) pg_deliver(pg->comm[r], recv[r], recv[r], held, n, dtype);

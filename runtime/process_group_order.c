@@ -53,7 +53,7 @@ static void begin(ProcessGroup *pg, const char *collective, CollectiveName name,
 /* The collective's end: the modeled link's time is up (the data moved
  * meanwhile), its span ends, then the compute streams wait for it, or done[r]
  * marks it. */
-static void end(ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype, Event *const *done) {
+static void end(ProcessGroup *pg, LinkCollective what, size_t n, DType dtype, Event *const *done) {
     double seconds = pg_link_cost(pg, what, n, dtype).seconds;
     for (int r = 0; r < pg->nranks; r++) {
         stream_hold(pg->comm[r], seconds);
@@ -70,9 +70,9 @@ static void end(ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype
  * skip it, and its stream hand-offs, so DDP on one rank costs what the plain
  * loop does. (One in bf16 of fp32 numbers still rounds; numbers held in bf16
  * are bf16 already.) */
-static int nothing_to_do(const ProcessGroup *pg, void *const *send, void *const *recv, Precision held, float scale,
-                         Precision dtype) {
-    int rounds = dtype == PRECISION_BF16 && held == PRECISION_FP32;
+static int nothing_to_do(const ProcessGroup *pg, void *const *send, void *const *recv, DType held, float scale,
+                         DType dtype) {
+    int rounds = dtype == DTYPE_BF16 && held == DTYPE_FP32;
     return pg->world_size == 1 && scale == 1.0f && !rounds && send[0] == recv[0];
 }
 
@@ -87,7 +87,7 @@ static void skip(ProcessGroup *pg, Event *const *done) {
 
 /* Each local rank's own shard of its buffer of n numbers, in place (an empty
  * shard is never touched). */
-static void own_shards(const ProcessGroup *pg, void *const *bufs, Precision held, size_t n, void **shards) {
+static void own_shards(const ProcessGroup *pg, void *const *bufs, DType held, size_t n, void **shards) {
     size_t shard = pg_shard_size(n, pg_shards(pg));
     for (int r = 0; r < pg->nranks; r++) {
         size_t at = (size_t)pg_shard_of(pg, pg_global_rank(pg, r)) * shard;
@@ -97,7 +97,7 @@ static void own_shards(const ProcessGroup *pg, void *const *bufs, Precision held
 
 /* REDUCE_ADD's add, recv[r] = recv[r] + reduced[r] over rank r's shard, on
  * streams[r]: in fp32, or for numbers held in bf16 in bf16 (the sum rounded). */
-static void add_into(ProcessGroup *pg, Stream **streams, void *const *recv, void *const *reduced, Precision held,
+static void add_into(ProcessGroup *pg, Stream **streams, void *const *recv, void *const *reduced, DType held,
                      size_t n) {
     for (int r = 0; r < pg->nranks; r++) {
         const void *terms[2] = { recv[r], reduced[r] };
@@ -109,7 +109,7 @@ static void add_into(ProcessGroup *pg, Stream **streams, void *const *recv, void
 /* REDUCE_ADD with nothing to reduce is the add alone: on the compute streams,
  * in the callers' order; or, with done events, as skip's, on the
  * communication streams after the producers, the done events marking it. */
-static void add_alone(ProcessGroup *pg, void *const *recv, void *const *reduced, Precision held, size_t n,
+static void add_alone(ProcessGroup *pg, void *const *recv, void *const *reduced, DType held, size_t n,
                       Event *const *done) {
     if (!done) {
         add_into(pg, pg->compute, recv, reduced, held, n);
@@ -123,7 +123,7 @@ static void add_alone(ProcessGroup *pg, void *const *recv, void *const *reduced,
 /* The collectives of numbers held either way (send, recv and bufs: float *
  * or bf16 * arrays, as void *). */
 static void reduce_scatter(ProcessGroup *pg, CollectiveName name, void *const *send, void *const *recv,
-                           Precision held, size_t n, float scale, Precision dtype, ReduceInto into,
+                           DType held, size_t n, float scale, DType dtype, ReduceInto into,
                            Event *const *done) {
     void *own[MAX_RANKS];
     own_shards(pg, send, held, n, own);
@@ -140,8 +140,8 @@ static void reduce_scatter(ProcessGroup *pg, CollectiveName name, void *const *s
     end(pg, LINK_REDUCE_SCATTER, n, dtype, done);
 }
 
-static void all_gather(ProcessGroup *pg, CollectiveName name, void *const *send, void *const *recv, Precision held,
-                       size_t n, Precision dtype, Event *const *done) {
+static void all_gather(ProcessGroup *pg, CollectiveName name, void *const *send, void *const *recv, DType held,
+                       size_t n, DType dtype, Event *const *done) {
     if (nothing_to_do(pg, send, recv, held, 1.0f, dtype)) {
         skip(pg, done);
         return;
@@ -152,8 +152,8 @@ static void all_gather(ProcessGroup *pg, CollectiveName name, void *const *send,
     end(pg, LINK_ALL_GATHER, n, dtype, done);
 }
 
-static void all_reduce(ProcessGroup *pg, CollectiveName name, void *const *bufs, Precision held, size_t n,
-                       float scale, Precision dtype, Event *const *done) {
+static void all_reduce(ProcessGroup *pg, CollectiveName name, void *const *bufs, DType held, size_t n,
+                       float scale, DType dtype, Event *const *done) {
     if (nothing_to_do(pg, bufs, bufs, held, scale, dtype)) {
         skip(pg, done);
         return;
@@ -178,11 +178,11 @@ static void bf16_as_numbers(const ProcessGroup *pg, bf16 *const *bufs, void **nu
 }
 
 void pg_reduce_scatter(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                       float scale, Precision dtype, ReduceInto into, Event *const *done) {
+                       float scale, DType dtype, ReduceInto into, Event *const *done) {
     void *sends[MAX_RANKS], *recvs[MAX_RANKS];
     floats_as_numbers(pg, send, sends);
     floats_as_numbers(pg, recv, recvs);
-    reduce_scatter(pg, name, sends, recvs, PRECISION_FP32, n, scale, dtype, into, done);
+    reduce_scatter(pg, name, sends, recvs, DTYPE_FP32, n, scale, dtype, into, done);
 }
 
 void pg_reduce_scatter_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
@@ -190,15 +190,15 @@ void pg_reduce_scatter_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *
     void *sends[MAX_RANKS], *recvs[MAX_RANKS];
     bf16_as_numbers(pg, send, sends);
     bf16_as_numbers(pg, recv, recvs);
-    reduce_scatter(pg, name, sends, recvs, PRECISION_BF16, n, scale, PRECISION_BF16, into, done);
+    reduce_scatter(pg, name, sends, recvs, DTYPE_BF16, n, scale, DTYPE_BF16, into, done);
 }
 
 void pg_all_gather(ProcessGroup *pg, CollectiveName name, float *const *send, float *const *recv, size_t n,
-                   Precision dtype, Event *const *done) {
+                   DType dtype, Event *const *done) {
     void *sends[MAX_RANKS], *recvs[MAX_RANKS];
     floats_as_numbers(pg, send, sends);
     floats_as_numbers(pg, recv, recvs);
-    all_gather(pg, name, sends, recvs, PRECISION_FP32, n, dtype, done);
+    all_gather(pg, name, sends, recvs, DTYPE_FP32, n, dtype, done);
 }
 
 void pg_all_gather_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send, bf16 *const *recv, size_t n,
@@ -206,19 +206,19 @@ void pg_all_gather_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *send
     void *sends[MAX_RANKS], *recvs[MAX_RANKS];
     bf16_as_numbers(pg, send, sends);
     bf16_as_numbers(pg, recv, recvs);
-    all_gather(pg, name, sends, recvs, PRECISION_BF16, n, PRECISION_BF16, done);
+    all_gather(pg, name, sends, recvs, DTYPE_BF16, n, DTYPE_BF16, done);
 }
 
 void pg_all_reduce(ProcessGroup *pg, CollectiveName name, float *const *bufs, size_t n, float scale,
-                   Precision dtype, Event *const *done) {
+                   DType dtype, Event *const *done) {
     void *numbers[MAX_RANKS];
     floats_as_numbers(pg, bufs, numbers);
-    all_reduce(pg, name, numbers, PRECISION_FP32, n, scale, dtype, done);
+    all_reduce(pg, name, numbers, DTYPE_FP32, n, scale, dtype, done);
 }
 
 void pg_all_reduce_bf16(ProcessGroup *pg, CollectiveName name, bf16 *const *bufs, size_t n, float scale,
                         Event *const *done) {
     void *numbers[MAX_RANKS];
     bf16_as_numbers(pg, bufs, numbers);
-    all_reduce(pg, name, numbers, PRECISION_BF16, n, scale, PRECISION_BF16, done);
+    all_reduce(pg, name, numbers, DTYPE_BF16, n, scale, DTYPE_BF16, done);
 }

@@ -31,8 +31,8 @@ static int shard_lead(const ProcessGroup *pg, int r) {
  * process holds some). A shard's replicas (hybrid sharding) read what each
  * other's in-place result overwrites, so the lead replica sums and the others
  * copy its result once it is made: the same bits. */
-static void simulator_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, Precision held,
-                                     size_t n, float scale, Precision dtype, const char *label) {
+static void simulator_reduce_scatter(ProcessGroup *pg, void *const *send, void *const *recv, DType held,
+                                     size_t n, float scale, DType dtype, const char *label) {
     size_t shard = pg_shard_size(n, pg_shards(pg)), stride = exchange_stride(pg, shard, 0);
     int multiprocess = pg->world_size > pg->nranks;
     if (multiprocess) exchange_start(pg, send, held, n, 0, dtype, label);
@@ -65,8 +65,8 @@ static int gather_exchanged(const ProcessGroup *pg) {
 /* Rank r's part of an all-gather: the shard of every rank of its group
  * delivered into its recv (pg_deliver: copied, or rounded to bf16). Past one
  * process only where a group spans them. */
-static void simulator_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, Precision held, size_t n,
-                                 Precision dtype, const char *label) {
+static void simulator_all_gather(ProcessGroup *pg, void *const *send, void *const *recv, DType held, size_t n,
+                                 DType dtype, const char *label) {
     int S = pg_shards(pg);
     size_t shard = pg_shard_size(n, S);
     int exchanged = gather_exchanged(pg);
@@ -154,7 +154,7 @@ LinkShape pg_link_shape(const ProcessGroup *pg) {
     return (LinkShape){ pg->link, pg->link_inter, pg->world_size, pg_shards(pg), pg->node_ranks };
 }
 
-LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, Precision dtype) {
+LinkCost pg_link_cost(const ProcessGroup *pg, LinkCollective what, size_t n, DType dtype) {
     LinkShape shape = pg_link_shape(pg);
     return link_cost(&shape, what, n, dtype);
 }

@@ -225,9 +225,9 @@ int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's
  * loss, its gradient part (held as the gradients are) or its weights (in
  * process 0). */
-static void *injected_nan_target(Ranks *ranks, uint32_t step, Precision *held) {
+static void *injected_nan_target(Ranks *ranks, uint32_t step, DType *held) {
     NanTarget what = ranks->first == 0 ? nan_injected_at(step) : NAN_NONE;
-    *held = what == NAN_GRAD ? ranks->grads_held : PRECISION_FP32;
+    *held = what == NAN_GRAD ? ranks->grads_held : DTYPE_FP32;
     if (what == NAN_LOSS) return ranks->model[0]->mean_loss;
     if (what == NAN_GRAD) return ranks->grad_part[0];
     return what == NAN_WEIGHT ? ranks->weights[0] : NULL;
@@ -237,11 +237,11 @@ int ranks_forward_backward(Strategy *s, const int *x, const int *y, uint32_t ste
     Ranks *ranks = (Ranks *)s;
     ranks->norm_parts_fresh = 0;
     int rc = ranks_run(ranks, x, y, step, micro, micros, 1);
-    Precision held = PRECISION_FP32;
+    DType held = DTYPE_FP32;
     void *target = micro == micros - 1 ? injected_nan_target(ranks, step, &held) : NULL;
     static const float nan_fp32 = NAN;
     static const bf16 nan_bf16 = BF16_QUIET_NAN;
-    const void *nan_value = held == PRECISION_BF16 ? (const void *)&nan_bf16 : (const void *)&nan_fp32;
+    const void *nan_value = held == DTYPE_BF16 ? (const void *)&nan_bf16 : (const void *)&nan_fp32;
     if (rc == 0 && target) stream_copy(ranks->pg->compute[0], target, nan_value, number_bytes(held));
     return rc;
 }
@@ -277,7 +277,7 @@ void ranks_clip_grads(Strategy *s, float max_norm) {
     ranks->norm_parts_fresh = 0;
     if (ranks->grad_parts_sharded) {
         pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->shards,
-                      PRECISION_FP32, NULL);
+                      DTYPE_FP32, NULL);
     }
     ranks->clip_max_norm = max_norm;
 }
@@ -536,7 +536,7 @@ static size_t state_nonfinite(Ranks *ranks) {
         size_t lens[BUFFERS] = { held_length(ranks, ranks->weights_held), held_length(ranks, ranks->adam_held),
                                  held_length(ranks, ranks->adam_held) };
         for (int b = 0; b < BUFFERS; b++) {
-            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], PRECISION_FP32, lens[b],
+            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], DTYPE_FP32, lens[b],
                             ranks->model[r]->sumsq_scratch);
             stream_copy(ranks->pg->compute[r], &counts[r][b], ranks->norm_parts[r], sizeof(float));
         }

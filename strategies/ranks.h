@@ -68,7 +68,7 @@ struct Ranks {
     int copy_stale;
     float *m[MAX_RANKS], *v[MAX_RANKS];  /* Adam's state, held as adam_held */
     Holding adam_held;
-    Precision grads_held;          /* strategy_grads_held: fp32, or bf16 */
+    DType grads_held;          /* strategy_grads_held: fp32, or bf16 */
     void *grad_part[MAX_RANKS];
     size_t grad_part_len;
     int grad_parts_sharded;

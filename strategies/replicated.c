@@ -92,7 +92,7 @@ static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
     Bucket *b = &d->bucket[name.index];
     float scale = 1.0f / (float)ranks->nranks;
     Event *const *done = ranks->base.cfg.overlap.enabled ? b->done : NULL;
-    if (ranks->grads_held == PRECISION_BF16) {
+    if (ranks->grads_held == DTYPE_BF16) {
         bf16 *grads[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) grads[r] = ranks->model[r]->grads_bf16 + b->offset;
         pg_all_reduce_bf16(ranks->pg, name, grads, b->length, scale, done);
@@ -107,7 +107,7 @@ static void all_reduce_bucket(Ranks *ranks, CollectiveName name) {
 static void reduce_scatter_arena(Ranks *ranks, CollectiveName name) {
     Replicated *d = (Replicated *)ranks;
     float scale = 1.0f / (float)ranks->nranks;
-    if (ranks->grads_held == PRECISION_BF16) {
+    if (ranks->grads_held == DTYPE_BF16) {
         bf16 *grads[MAX_RANKS], *parts[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) {
             grads[r] = ranks->model[r]->grads_bf16;
@@ -189,7 +189,7 @@ static void gather_owned(Ranks *ranks) {
             full[r] = ranks->model[r]->params;
             parts[r] = full[r] + (size_t)ranks_shard_of(ranks, r) * d->part;
         }
-        pg_all_gather(ranks->pg, name, parts, full, d->total, PRECISION_FP32, NULL);
+        pg_all_gather(ranks->pg, name, parts, full, d->total, DTYPE_FP32, NULL);
     }
 }
 
@@ -258,14 +258,14 @@ Strategy *replicated_create(const StrategyKind *kind, const StrategyConfig *cfg)
         return NULL;
     }
     d->shards_adam = sharded;
-    d->copy_bf16 = cfg->precision == PRECISION_BF16;
+    d->copy_bf16 = cfg->precision == DTYPE_BF16;
     d->total = ranks->layout->total;
     d->part = d->total / (size_t)ranks->shards;
     for (int r = 0; r < ranks->local; r++) {
         Model *m = ranks->model[r];
         if (d->copy_bf16) model_own_weights_bf16(m);
         else model_own_weights(m);
-        if (ranks->grads_held == PRECISION_BF16) model_own_grads_bf16(m);
+        if (ranks->grads_held == DTYPE_BF16) model_own_grads_bf16(m);
         else model_own_grads(m);
         m->hooks.before_backward = zero_grads;
         m->hooks.after_backward = after_backward;

@@ -146,7 +146,7 @@ static void ensure_gathered(Sharded *d, CollectiveName name) {
     } else {
         float *shards[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) shards[r] = d->weight_shard[r] + at;
-        pg_all_gather(ranks->pg, name, shards, b->rank_buf, size, PRECISION_FP32, done_events(d, b));
+        pg_all_gather(ranks->pg, name, shards, b->rank_buf, size, DTYPE_FP32, done_events(d, b));
     }
     set_gathered(d, b, unit);
 }
@@ -186,7 +186,7 @@ static void reduce_scatter_unit(Ranks *ranks, CollectiveName name) {
     size_t size = ranks->layout->units[unit].size, at = ranks_shard_arena_offset(ranks, unit);
     ReduceInto into = ranks->micro > 0 ? REDUCE_ADD : REDUCE_WRITE;
     float scale = 1.0f / (float)ranks->nranks;
-    if (ranks->grads_held == PRECISION_BF16) {
+    if (ranks->grads_held == DTYPE_BF16) {
         bf16 *shards[MAX_RANKS];
         for (int r = 0; r < ranks->local; r++) shards[r] = d->grad_shard_bf16[r] + at;
         pg_reduce_scatter_bf16(ranks->pg, name, slot->rank_bf16, shards, size, scale, into, done_events(d, slot));
@@ -286,7 +286,7 @@ static void gather_weights(Sharded *d, int u) {
             full[r] = ranks->model[r]->unit_weights[u];
             shards[r] = ranks->model[r]->params + ranks_shard_offset(ranks, u, r);
         }
-        pg_all_gather(ranks->pg, name, shards, full, size, PRECISION_FP32, done);
+        pg_all_gather(ranks->pg, name, shards, full, size, DTYPE_FP32, done);
     }
     d->weights_in_flight |= overlap;
 }
@@ -370,7 +370,7 @@ static size_t buffer_bytes(const Buffer *b) { return b->count * (b->fp32 ? sizeo
 
 static int rank_buffers(Sharded *d, int r, Buffer out[MAX_BUFFERS]) {
     int n = 0;
-    if (d->ranks.grads_held == PRECISION_BF16) {
+    if (d->ranks.grads_held == DTYPE_BF16) {
         out[n++] = (Buffer){ NULL, &d->grad_shard_bf16[r], MEM_GRADS, d->part };
         for (int i = 0; i <= d->pool; i++)
             out[n++] = (Buffer){ NULL, &d->slot[i].rank_bf16[r], MEM_WORKING, d->slot[i].floats };
@@ -433,7 +433,7 @@ Strategy *sharded_create(const StrategyKind *kind, const StrategyConfig *cfg) {
     }
     const ArenaLayout *layout = ranks->layout;
     d->weights = kind->shards_weights ? WEIGHTS_GATHERED_PER_UNIT : WEIGHTS_GATHERED_AFTER_STEP;
-    d->copy_bf16 = cfg->precision == PRECISION_BF16;
+    d->copy_bf16 = cfg->precision == DTYPE_BF16;
     d->pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     d->part = layout->total / (size_t)ranks->shards;
     size_t unit_size = 0;  /* the largest unit's, but the root's */

@@ -14,7 +14,7 @@ LinkShape strategy_link_shape(const StrategyConfig *cfg) {
 
 /* A gather of n numbers in dtype on cfg's modeled link: the weights' (fp32,
  * or the compute copy in cfg's compute precision), or the norms'. */
-static LinkCost gather(const StrategyConfig *cfg, size_t n, Precision dtype) {
+static LinkCost gather(const StrategyConfig *cfg, size_t n, DType dtype) {
     LinkShape shape = strategy_link_shape(cfg);
     return link_cost(&shape, LINK_ALL_GATHER, n, dtype);
 }
@@ -32,7 +32,7 @@ static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
 /* Clipping's global norm: the partials (one float a shard) all-gathered,
  * where the gradient is sharded. */
 static LinkCost norm_gather(const StrategyConfig *cfg, int clips) {
-    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg), PRECISION_FP32) : (LinkCost){ 0.0, 0.0 };
+    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg), DTYPE_FP32) : (LinkCost){ 0.0, 0.0 };
 }
 
 /* DDP: one all-reduce of every gradient (in buckets: the same bytes). */
@@ -91,9 +91,9 @@ const StrategyKind STRATEGIES[STRATEGY_KINDS] = {
       .unit_buffers = 2, .link_cost = zero3_link },
 };
 
-double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
+double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, DType compute, DType reduce,
                                       double *whole, double *sharded) {
-    int mixed = compute == PRECISION_BF16;
+    int mixed = compute == DTYPE_BF16;
     double weights = (double)number_bytes(compute);
     double grads = (double)number_bytes(mixed ? reduce : compute);
     double optimizer = mixed ? 12.0 : 8.0;  /* m and v; and the fp32 master weights */
@@ -111,9 +111,9 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     ArenaLayout layout;
     model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), &layout);
     double N = cfg->nranks, whole = (double)layout.total * sizeof(float), part = whole / strategy_shard_ranks(cfg);
-    int copy = cfg->precision == PRECISION_BF16;
+    int copy = cfg->precision == DTYPE_BF16;
     double weights = copy ? 0.5 : 1.0;  /* of fp32's bytes: the bf16 copy's, or fp32 weights */
-    double grads = strategy_grads_held(cfg) == PRECISION_BF16 ? 0.5 : 1.0;
+    double grads = strategy_grads_held(cfg) == DTYPE_BF16 ? 0.5 : 1.0;
     for (int k = 0; k < MEM_KINDS; k++) bytes[k] = 0;
     bytes[MEM_WEIGHTS] = weights * (kind->shards_weights ? part : whole);
     bytes[MEM_GRADS] = grads * (kind->shards_grads ? part : whole);
@@ -171,9 +171,9 @@ static int link_inter_error(const StrategyConfig *cfg, char *err, size_t len) {
     return -1;
 }
 
-Precision strategy_grads_held(const StrategyConfig *cfg) {
-    int both = cfg->precision == PRECISION_BF16 && cfg->reduce_precision == PRECISION_BF16;
-    return both ? PRECISION_BF16 : PRECISION_FP32;
+DType strategy_grads_held(const StrategyConfig *cfg) {
+    int both = cfg->precision == DTYPE_BF16 && cfg->reduce_precision == DTYPE_BF16;
+    return both ? DTYPE_BF16 : DTYPE_FP32;
 }
 
 int strategy_live_units(const StrategyConfig *cfg) {
@@ -205,7 +205,7 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
     else if (cfg->units.recompute && cfg->units.cut != UNIT_BLOCK)
         snprintf(err, len, "--recompute=1 recomputes whole blocks: it needs --unit=block, not %s",
                  unit_policy_name(cfg->units.cut));
-    else if (cfg->precision == PRECISION_BF16 && cfg->model.kind != MODEL_GPT)
+    else if (cfg->precision == DTYPE_BF16 && cfg->model.kind != MODEL_GPT)
         snprintf(err, len, "--dtype=bf16 computes as autocast runs the GPT; the gates' MLP is fp32 only");
     else if (shard_ranks_error(zero, cfg, err, len) == 0)
         return link_inter_error(cfg, err, len);

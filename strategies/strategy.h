@@ -79,12 +79,12 @@ typedef struct {
     float dropout;
     uint32_t seed;
     float beta1, beta2, eps, weight_decay;
-    Precision precision;    /* the compute's (--dtype): fp32, or a bf16 copy under torch.autocast (model/gpt.h) */
+    DType precision;    /* the compute's (--dtype): fp32, or a bf16 copy under torch.autocast (model/gpt.h) */
     /* The gradients' reductions (--reduce-dtype, FSDP's reduce_dtype): fp32,
      * or bf16, summed in bf16 in rank order at half the bytes
      * (runtime/process_group.h); the mean gradient bf16 values, held in bf16
      * when the compute is bf16 too (strategy_grads_held), else in fp32. */
-    Precision reduce_precision;
+    DType reduce_precision;
     OverlapPolicy overlap;
     UnitsPolicy units;
     LinkModel link;         /* a modeled link for simulated ranks (runtime/link_model.h) */
@@ -108,7 +108,7 @@ ComputePolicy strategy_compute(const StrategyConfig *cfg);
  * the ZeRO paper's) when the compute and the reductions are both bf16,
  * which makes them and sums them in bf16; else in fp32, as FSDP keeps a
  * gradient it reduces in fp32. */
-Precision strategy_grads_held(const StrategyConfig *cfg);
+DType strategy_grads_held(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 typedef struct StrategyKind StrategyKind;
@@ -229,7 +229,7 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
  * weights, the gradients in the reduce precision (bf16: the paper's 2), and
  * K = 12 of fp32 master weights, m and v. `whole` and `sharded` get the two
  * terms (bytes = whole + sharded / N); either may be NULL. */
-double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, Precision compute, Precision reduce,
+double strategy_state_bytes_per_param(const StrategyKind *kind, int nranks, DType compute, DType reduce,
                                       double *whole, double *sharded);
 
 /* The entry of a --zero stage; NULL for none. */

@@ -35,7 +35,7 @@ bf16 bf16_pattern(unsigned seed, size_t k);
  * ordered_sum, or bf16, where every input, partial sum and the scaled sum is
  * rounded to bf16 (a reduction in bf16, --reduce-dtype). */
 float ordered_sum(float *const *host, int N, size_t i, float scale);
-float ordered_sum_in(Precision dtype, float *const *host, int N, size_t i, float scale);
+float ordered_sum_in(DType dtype, float *const *host, int N, size_t i, float scale);
 double *to_double(const float *x, size_t n);
 /* max |got - want| / max |want|: the relative error of a whole tensor. */
 double rel_error(const float *got, const double *want, size_t n);

@@ -43,8 +43,8 @@ float ordered_sum(float *const *host, int N, size_t i, float scale) {
 /* A bf16 value, as an fp32. */
 static float rounded(float x) { return float_from_bf16(bf16_from_float(x)); }
 
-float ordered_sum_in(Precision dtype, float *const *host, int N, size_t i, float scale) {
-    if (dtype == PRECISION_FP32) return ordered_sum(host, N, i, scale);
+float ordered_sum_in(DType dtype, float *const *host, int N, size_t i, float scale) {
+    if (dtype == DTYPE_FP32) return ordered_sum(host, N, i, scale);
     float acc = rounded(host[0][i]);
     for (int q = 1; q < N; q++) {
         float term = rounded(host[q][i]);

@@ -77,19 +77,19 @@ static size_t valid_length(size_t n, size_t shard, int g) {
 /* got[0, len) against the ordered sums of elements lo.. (want == NULL), or
  * against want's bytes. At the first element that differs: one line, and the
  * end of every process (the others would wait for the next collective). */
-static void expect_bytes(const Setup *s, const char *what, Precision dtype, int r, const float *got,
+static void expect_bytes(const Setup *s, const char *what, DType dtype, int r, const float *got,
                          const float *want, size_t lo, size_t len, float scale) {
     for (size_t k = 0; k < len; k++) {
         float expected = want ? want[k] : ordered_sum_in(dtype, s->host, s->world_size, lo + k, scale);
         if (memcmp(&got[k], &expected, sizeof expected) == 0) continue;
         printf("mismatch: %s in %s, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is %.9g, want %.9g\n", what,
-               dtype == PRECISION_BF16 ? "bf16" : "fp32", s->world_size, s->pg->nranks, s->n, (double)scale,
+               dtype == DTYPE_BF16 ? "bf16" : "fp32", s->world_size, s->pg->nranks, s->n, (double)scale,
                pg_global_rank(s->pg, r), lo + k, (double)got[k], (double)expected);
         world_abort(1);
     }
 }
 
-static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, Precision dtype, unsigned seed) {
+static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, DType dtype, unsigned seed) {
     Setup s = setup(pg, n, seed);
     pg_all_reduce(pg, TEST, s.buf, n, scale, dtype, NULL);
     for (int r = 0; r < pg->nranks; r++) {
@@ -102,7 +102,7 @@ static void check_all_reduce(ProcessGroup *pg, size_t n, float scale, Precision 
 
 /* Into shard buffers of their own, or in place (rank g's shard of its send;
  * an empty shard points at the buffer's start, never read). */
-static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, Precision dtype, int in_place,
+static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, DType dtype, int in_place,
                                  unsigned seed) {
     Setup s = setup(pg, n, seed);
     float *recv[MAX_RANKS];
@@ -127,7 +127,7 @@ static void check_reduce_scatter(ProcessGroup *pg, size_t n, float scale, Precis
 /* Every rank ends up with every rank's shard: not in place, rank q sends the
  * first shard-length of its input; in place, its own shard of its buffer; in
  * bf16, each shard rounded (16 bits on the wire between the processes). */
-static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, Precision dtype, unsigned seed) {
+static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, DType dtype, unsigned seed) {
     Setup s = setup(pg, n, seed);
     size_t gathered = (size_t)s.world_size * s.shard;
     float *send[MAX_RANKS], *recv[MAX_RANKS];
@@ -143,7 +143,7 @@ static void check_all_gather(ProcessGroup *pg, size_t n, int in_place, Precision
         for (int q = 0; q < s.world_size; q++) {
             size_t at = (size_t)q * s.shard, len = valid_length(n, s.shard, q);
             const float *sent = s.host[q] + (in_place ? at : 0);
-            for (size_t k = 0; k < len; k++) want[k] = dtype == PRECISION_BF16 ? bf16_rounded(sent[k]) : sent[k];
+            for (size_t k = 0; k < len; k++) want[k] = dtype == DTYPE_BF16 ? bf16_rounded(sent[k]) : sent[k];
             expect_bytes(&s, in_place ? "all-gather in place" : "all-gather", dtype, r, got + at, want, at, len, 1.0f);
         }
         free(got);
@@ -219,7 +219,7 @@ static void expect_bf16_sums(const Setup *s, const char *what, int r, const bf16
     stream_copy(s->pg->compute[r], got, dev, len * sizeof(bf16));
     stream_synchronize(s->pg->compute[r]);
     for (size_t k = 0; k < len; k++) {
-        bf16 want = bf16_from_float(ordered_sum_in(PRECISION_BF16, s->host, s->world_size, lo + k, scale));
+        bf16 want = bf16_from_float(ordered_sum_in(DTYPE_BF16, s->host, s->world_size, lo + k, scale));
         if (got[k] == want) continue;
         printf("mismatch: %s of numbers held in bf16, W=%d (L=%d) n=%zu scale %g: rank %d's element %zu is 0x%04x, "
                "want 0x%04x\n", what, s->world_size, s->pg->nranks, s->n, (double)scale, pg_global_rank(s->pg, r),
@@ -268,11 +268,11 @@ static void check_world(int local_ranks) {
         for (int k = 0; k < 2; k++) {
             size_t n = LENGTHS[li];
             unsigned seed = (unsigned)(world_size * 31 + li * 3 + k);
-            for (int p = 0; p < PRECISIONS; p++) check_all_reduce(pg, n, SCALES[k], (Precision)p, seed);
+            for (int p = 0; p < DTYPES; p++) check_all_reduce(pg, n, SCALES[k], (DType)p, seed);
             for (int in_place = 0; in_place <= 1; in_place++) {
-                for (int p = 0; p < PRECISIONS; p++)
-                    check_reduce_scatter(pg, n, SCALES[k], (Precision)p, in_place, seed + 1);
-                for (int p = 0; p < PRECISIONS; p++) check_all_gather(pg, n, in_place, (Precision)p, seed + 2);
+                for (int p = 0; p < DTYPES; p++)
+                    check_reduce_scatter(pg, n, SCALES[k], (DType)p, in_place, seed + 1);
+                for (int p = 0; p < DTYPES; p++) check_all_gather(pg, n, in_place, (DType)p, seed + 2);
                 check_all_gather_bf16(pg, n, in_place, seed + 3);
                 check_reductions_held_in_bf16(pg, n, SCALES[k], in_place, seed + 4);
             }

@@ -18,7 +18,7 @@ void ref_matmul(double *out, const double *inp, const double *weight, int N, int
 /* Causal attention over qkv[B,T,3C]; drop.p > 0 applies the kernels' mask. */
 /* lse, where not NULL, gets each row's log-sum-exp of scores [B,NH,T]. */
 void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int C, int NH, Dropout drop);
-/* The same attention as the ops run it in bf16 (PRECISION_BF16), forward and
+/* The same attention as the ops run it in bf16 (DTYPE_BF16), forward and
  * backward, written out in double: the weights (each key's exp(score - max)
  * by its dropout mask, the max the row's running one over the key blocks of
  * FLASH_ROWS seen so far) rounded to bf16 before their product with v; in the

@@ -103,10 +103,10 @@ static Strategy *resumed(int zero, const StrategyConfig *sc, const char *file, C
 
 /* In fp32 and in bf16. */
 Test(checkpoint, a_resumed_run_equals_an_uninterrupted_one_for_every_strategy) {
-    for (int run_of = 0; run_of < PRECISIONS * STRATEGY_KINDS; run_of++) {
+    for (int run_of = 0; run_of < DTYPES * STRATEGY_KINDS; run_of++) {
         int zero = STRATEGIES[run_of % STRATEGY_KINDS].stage;
         StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.1f);
-        sc.precision = (Precision)(run_of / STRATEGY_KINDS);
+        sc.precision = (DType)(run_of / STRATEGY_KINDS);
         Strategy *straight = strategy_create(zero, &sc);
         run(straight, steps(0, 8, NULL));
         State want = state_of(straight);
@@ -150,7 +150,7 @@ static void check_reshard_cfg(int zero_from, const StrategyConfig *from_cfg, int
 }
 
 /* By rank count and precision (a bf16 run's master weights, m and v are fp32 as fp32's are). */
-static void check_reshard_in(int zero_from, int n_from, Precision p_from, int zero_to, int n_to, Precision p_to) {
+static void check_reshard_in(int zero_from, int n_from, DType p_from, int zero_to, int n_to, DType p_to) {
     StrategyConfig from_cfg = small_gpt(data.vocab, GATE_GPT, n_from, 2, 0.0f), to_cfg = small_gpt(data.vocab, GATE_GPT, n_to, 2, 0.0f);
     from_cfg.precision = p_from;
     to_cfg.precision = p_to;
@@ -158,7 +158,7 @@ static void check_reshard_in(int zero_from, int n_from, Precision p_from, int ze
 }
 
 static void check_reshard(int zero_from, int n_from, int zero_to, int n_to) {
-    check_reshard_in(zero_from, n_from, PRECISION_FP32, zero_to, n_to, PRECISION_FP32);
+    check_reshard_in(zero_from, n_from, DTYPE_FP32, zero_to, n_to, DTYPE_FP32);
 }
 
 Test(checkpoint, zero3_on_four_ranks_resumes_as_ddp_on_two_and_back) {
@@ -168,8 +168,8 @@ Test(checkpoint, zero3_on_four_ranks_resumes_as_ddp_on_two_and_back) {
 }
 
 Test(checkpoint, saved_in_bf16_resumes_in_fp32_and_back_to_the_same_state) {
-    check_reshard_in(3, 2, PRECISION_BF16, 1, 3, PRECISION_FP32);
-    check_reshard_in(0, 3, PRECISION_FP32, 2, 2, PRECISION_BF16);
+    check_reshard_in(3, 2, DTYPE_BF16, 1, 3, DTYPE_FP32);
+    check_reshard_in(0, 3, DTYPE_FP32, 2, 2, DTYPE_BF16);
 }
 
 /* Hybrid sharding (--shard-ranks): full DDP's checkpoint resumed as ZeRO-3

@@ -72,7 +72,7 @@ Test(collectives, all_reduce_matches_the_reference) {
             size_t n = LENGTHS[li];
             Setup s = setup(N, n, (unsigned)(N * 10 + li));
             float scale = 1.0f / N;
-            pg_all_reduce(s.pg, TEST, s.buf, n, scale, PRECISION_FP32, NULL);
+            pg_all_reduce(s.pg, TEST, s.buf, n, scale, DTYPE_FP32, NULL);
             float *rank0 = read_back(&s, 0, s.buf[0], n);
             for (size_t i = 0; i < n; i++) {
                 double abs_sum, want = reference_sum(&s, i, &abs_sum) * scale;
@@ -99,7 +99,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 shard[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                 gathered[r] = device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
             }
-            pg_reduce_scatter(s.pg, TEST, s.buf, shard, n, 2.0f, PRECISION_FP32, REDUCE_WRITE, NULL);
+            pg_reduce_scatter(s.pg, TEST, s.buf, shard, n, 2.0f, DTYPE_FP32, REDUCE_WRITE, NULL);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, shard[r], s.shard);
                 for (size_t k = 0; k < s.shard && r * s.shard + k < n; k++) {
@@ -109,7 +109,7 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
                 free(got);
             }
             /* gathering the reduced shards gives every rank the whole scaled sum */
-            pg_all_gather(s.pg, TEST, shard, gathered, n, PRECISION_FP32, NULL);
+            pg_all_gather(s.pg, TEST, shard, gathered, n, DTYPE_FP32, NULL);
             float *rank0 = read_back(&s, 0, gathered[0], n);
             for (int r = 0; r < N; r++) {
                 float *got = read_back(&s, r, gathered[r], n);
@@ -132,8 +132,8 @@ Test(collectives, reduce_scatter_and_all_gather_match_the_reference) {
 Test(collectives, all_reduce_sums_in_rank_order_every_time) {
     /* the same inputs twice give the same bytes: the order of the sum is fixed */
     Setup a = setup(5, 4097, 77), b = setup(5, 4097, 77);
-    pg_all_reduce(a.pg, TEST, a.buf, 4097, 0.2f, PRECISION_FP32, NULL);
-    pg_all_reduce(b.pg, TEST, b.buf, 4097, 0.2f, PRECISION_FP32, NULL);
+    pg_all_reduce(a.pg, TEST, a.buf, 4097, 0.2f, DTYPE_FP32, NULL);
+    pg_all_reduce(b.pg, TEST, b.buf, 4097, 0.2f, DTYPE_FP32, NULL);
     float *x = read_back(&a, 3, a.buf[3], 4097), *y = read_back(&b, 3, b.buf[3], 4097);
     cr_expect(memcmp(x, y, 4097 * sizeof(float)) == 0);
     free(x);
@@ -193,7 +193,7 @@ Test(pinned_order, all_reduce_is_the_ordered_host_sum) {
             for (int k = 0; k < 2; k++) {
                 size_t n = ODD_LENGTHS[li];
                 Setup s = setup_wide(N, n, (unsigned)(N * 31 + li * 3 + k));
-                pg_all_reduce(s.pg, TEST, s.buf, n, scales[k], PRECISION_FP32, NULL);
+                pg_all_reduce(s.pg, TEST, s.buf, n, scales[k], DTYPE_FP32, NULL);
                 for (int r = 0; r < N; r++) {
                     float *got = read_back(&s, r, s.buf[r], n);
                     expect_sum_bytes(got, s.host, N, 0, n, scales[k], "all-reduce");
@@ -219,7 +219,7 @@ Test(pinned_order, reduce_scatter_is_the_ordered_host_sum) {
                     /* an empty shard of an in-place call points at the buffer's start, never read */
                     for (int r = 0; r < N; r++)
                         if (in_place && (size_t)r * s.shard >= n) recv[r] = s.buf[r];
-                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], PRECISION_FP32, REDUCE_WRITE, NULL);
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], DTYPE_FP32, REDUCE_WRITE, NULL);
                     for (int r = 0; r < N; r++) {
                         size_t len = valid_length(n, s.shard, r);
                         float *got = read_back(&s, r, recv[r], len);
@@ -254,7 +254,7 @@ Test(pinned_order, reduce_scatter_adds_the_ordered_host_sum_into_its_output) {
                         stream_copy(s.pg->compute[r], recv[r], before[r], s.shard * sizeof(float));
                         done[r] = event_create(s.pg->device[r]);
                     }
-                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], PRECISION_FP32, REDUCE_ADD, with_done ? done : NULL);
+                    pg_reduce_scatter(s.pg, TEST, s.buf, recv, n, scales[k], DTYPE_FP32, REDUCE_ADD, with_done ? done : NULL);
                     for (int r = 0; r < N; r++) {
                         if (with_done) pg_wait_parts(s.pg, r, s.pg->compute[r], done);
                         size_t len = valid_length(n, s.shard, r);
@@ -297,12 +297,12 @@ Test(pinned_order, reductions_in_bf16_are_the_ordered_bf16_sum) {
                     added[r] = device_alloc(s.pg->device[r], MEM_WORKING, s.shard * sizeof(float));
                     stream_copy(s.pg->compute[r], added[r], before, s.shard * sizeof(float));
                 }
-                pg_reduce_scatter(s.pg, TEST, s.buf, added, n, scales[k], PRECISION_BF16, REDUCE_ADD, NULL);
+                pg_reduce_scatter(s.pg, TEST, s.buf, added, n, scales[k], DTYPE_BF16, REDUCE_ADD, NULL);
                 for (int r = 0; r < N; r++) {
                     size_t len = valid_length(n, s.shard, r);
                     float *got = read_back(&s, r, added[r], len);
                     for (size_t i = 0; i < len; i++) {
-                        float want = before[i] + ordered_sum_in(PRECISION_BF16, s.host, N, (size_t)r * s.shard + i,
+                        float want = before[i] + ordered_sum_in(DTYPE_BF16, s.host, N, (size_t)r * s.shard + i,
                                                                 scales[k]);
                         cr_assert(memcmp(&got[i], &want, sizeof want) == 0, "reduce-scatter adding in bf16, N=%d "
                                   "n=%zu: rank %d's element %zu is %.9g, not %.9g", N, n, r, i, got[i], want);
@@ -310,11 +310,11 @@ Test(pinned_order, reductions_in_bf16_are_the_ordered_bf16_sum) {
                     free(got);
                 }
                 Setup a = setup_wide(N, n, seed);
-                pg_all_reduce(a.pg, TEST, a.buf, n, scales[k], PRECISION_BF16, NULL);
+                pg_all_reduce(a.pg, TEST, a.buf, n, scales[k], DTYPE_BF16, NULL);
                 for (int r = 0; r < N; r++) {
                     float *got = read_back(&a, r, a.buf[r], n);
                     for (size_t i = 0; i < n; i++) {
-                        float want = ordered_sum_in(PRECISION_BF16, a.host, N, i, scales[k]);
+                        float want = ordered_sum_in(DTYPE_BF16, a.host, N, i, scales[k]);
                         cr_assert(memcmp(&got[i], &want, sizeof want) == 0 && got[i] == float_from_bf16(
                                   bf16_from_float(got[i])), "all-reduce in bf16, N=%d n=%zu: rank %d's element %zu is "
                                   "%.9g, not %.9g", N, n, r, i, got[i], want);
@@ -377,7 +377,7 @@ Test(pinned_order, reductions_of_numbers_held_in_bf16_are_the_ordered_bf16_sum) 
                     stream_copy(s.pg->compute[r], held, buf[r], n * sizeof(bf16));
                     stream_synchronize(s.pg->compute[r]);
                     for (size_t i = 0; i < valid_length(n, s.shard, r); i++) {
-                        float sum = ordered_sum_in(PRECISION_BF16, s.host, N, (size_t)r * s.shard + i, scales[k]);
+                        float sum = ordered_sum_in(DTYPE_BF16, s.host, N, (size_t)r * s.shard + i, scales[k]);
                         bf16 want = bf16_from_float(sum);
                         bf16 want_added = bf16_from_float(float_from_bf16(before[i]) + sum);
                         cr_assert_eq(got_written[i], want, "bf16-held reduce-scatter, N=%d n=%zu: rank %d's element "
@@ -386,7 +386,7 @@ Test(pinned_order, reductions_of_numbers_held_in_bf16_are_the_ordered_bf16_sum) 
                                      "element %zu is 0x%04x, not 0x%04x", N, n, r, i, got_added[i], want_added);
                     }
                     for (size_t i = 0; i < n; i++) {
-                        bf16 want = bf16_from_float(ordered_sum_in(PRECISION_BF16, s.host, N, i, scales[k]));
+                        bf16 want = bf16_from_float(ordered_sum_in(DTYPE_BF16, s.host, N, i, scales[k]));
                         cr_assert_eq(held[i], want, "bf16-held all-reduce, N=%d n=%zu: rank %d's element %zu is "
                                      "0x%04x, not 0x%04x", N, n, r, i, held[i], want);
                     }
@@ -411,7 +411,7 @@ Test(pinned_order, reductions_of_numbers_held_in_bf16_are_the_ordered_bf16_sum) 
  * inputs that are not bf16 values. */
 Test(pinned_order, all_gather_copies_every_shard_exactly) {
     size_t rounded = 0;
-    for (int p = 0; p < PRECISIONS; p++)
+    for (int p = 0; p < DTYPES; p++)
         for (int N = 1; N <= 8; N++)
             for (size_t li = 0; li < sizeof ODD_LENGTHS / sizeof ODD_LENGTHS[0]; li++)
                 for (int in_place = 0; in_place <= 1; in_place++) {
@@ -425,14 +425,14 @@ Test(pinned_order, all_gather_copies_every_shard_exactly) {
                                            : device_alloc(s.pg->device[r], MEM_WORKING, N * s.shard * sizeof(float));
                     }
                     /* not in place, rank q sends the first shard-length of its input */
-                    pg_all_gather(s.pg, TEST, send, recv, n, (Precision)p, NULL);
+                    pg_all_gather(s.pg, TEST, send, recv, n, (DType)p, NULL);
                     for (int r = 0; r < N; r++) {
                         float *got = read_back(&s, r, recv[r], n);
                         for (int q = 0; q < N; q++) {
                             size_t len = valid_length(n, s.shard, q), at = (size_t)q * s.shard;
                             const float *sent = s.host[q] + (in_place ? at : 0);
                             for (size_t k = 0; k < len; k++) {
-                                float want = p == PRECISION_BF16 ? bf16_rounded(sent[k]) : sent[k];
+                                float want = p == DTYPE_BF16 ? bf16_rounded(sent[k]) : sent[k];
                                 cr_assert(memcmp(&got[at + k], &want, sizeof want) == 0,
                                           "all-gather%s in %s, N=%d n=%zu: rank %d's copy of rank %d's shard "
                                           "differs at %zu", in_place ? " in place" : "", p ? "bf16" : "fp32", N, n,

@@ -160,12 +160,12 @@ static void pair_round_to_bf16(Pair p) {
 
 /* A Linear's products, fp32's (sgemm on both sides), or of bf16 values
  * (the GPU's bf16 tensor cores through cublasGemmEx, against the CPU's sgemm). */
-static void check_matmul(Precision p) {
+static void check_matmul(DType p) {
     int N = 74, C = 48, OC = 80;
     Pair inp = pair_random((size_t)N * C, -1, 1, 1), w = pair_random((size_t)OC * C, -1, 1, 2);
     Pair out = pair_random((size_t)N * OC, -1, 1, 3), dout = pair_random((size_t)N * OC, -1, 1, 4);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 5), dw = pair_random((size_t)OC * C, -1, 1, 6);
-    if (p == PRECISION_BF16) {
+    if (p == DTYPE_BF16) {
         pair_round_to_bf16(inp);
         pair_round_to_bf16(w);
         pair_round_to_bf16(dout);
@@ -187,12 +187,12 @@ static void check_matmul(Precision p) {
 
 Test(gpu, matmul_forward_backward) {
     need_gpu();
-    check_matmul(PRECISION_FP32);
+    check_matmul(DTYPE_FP32);
 }
 
 Test(gpu, matmul_of_bf16_values_on_the_tensor_cores) {
     need_gpu();
-    check_matmul(PRECISION_BF16);
+    check_matmul(DTYPE_BF16);
 }
 
 Test(gpu, layernorm_forward_backward) {
@@ -202,11 +202,11 @@ Test(gpu, layernorm_forward_backward) {
     Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
     Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
-    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, PRECISION_FP32);
-    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, PRECISION_FP32);
+    layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, DTYPE_FP32);
+    layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -233,9 +233,9 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     Pair a = pair_random(n, -2, 2, 121), b = pair_random(n, -1, 1, 122), w = pair_random(C, 0.5f, 1.5f, 123);
     Pair bias = pair_random(C, -0.5f, 0.5f, 124), sum = pair_random(n, 0, 1, 125), out = pair_random(n, 0, 1, 126);
     Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
-    residual_forward(gpu_stream, sum.gpu, a.gpu, b.gpu, n, PRECISION_BF16);
-    layernorm_forward(gpu_stream, out.gpu, stats.gpu, stats.gpu + N, sum.gpu, w.gpu, NULL, N, C, PRECISION_FP32);
-    bias_forward(gpu_stream, out.gpu, bias.gpu, N, C, PRECISION_BF16);
+    residual_forward(gpu_stream, sum.gpu, a.gpu, b.gpu, n, DTYPE_BF16);
+    layernorm_forward(gpu_stream, out.gpu, stats.gpu, stats.gpu + N, sum.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
+    bias_forward(gpu_stream, out.gpu, bias.gpu, N, C, DTYPE_BF16);
     float *want_sum = malloc(n * sizeof(float)), *want_out = malloc(n * sizeof(float));
     float *want_stats = malloc(2 * (size_t)N * sizeof(float));
     stream_copy(gpu_stream, want_sum, sum.gpu, n * sizeof(float));
@@ -249,7 +249,7 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, sum.gpu, n);
         fill_zero(gpu_stream, out.gpu, n);
         residual_layernorm_forward(gpu_stream, sum.gpu, out.gpu, stats.gpu, stats.gpu + N, a.gpu, b.gpu, w.gpu,
-                                   bias.gpu, N, C, PRECISION_BF16);
+                                   bias.gpu, N, C, DTYPE_BF16);
         expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");
         expect_same_bytes(out, n * sizeof(float), "the LayerNorm with its bias after the add: its output");
         expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after the add: mean and rstd");
@@ -278,7 +278,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -288,7 +288,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
         layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
-                           scratch.gpu, PRECISION_FP32);
+                           scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -300,7 +300,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
     layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
-                       scratch.gpu, PRECISION_FP32);
+                       scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
     pair_free(ln_bias);
@@ -326,7 +326,7 @@ typedef struct { int B, T, C, NH; } AttentionShape;
 /* One attention forward and backward on the CPU and the GPU, on bf16 values
  * in bf16: out and dqkv compared (what each keeps for the backward is its own
  * in fp32: buffers as large as the larger). */
-static void check_attention(float p, Precision products, AttentionShape sh) {
+static void check_attention(float p, DType products, AttentionShape sh) {
     need_gpu();
     int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
     Dropout drop = { p, 9, 1, 4, 2 };
@@ -337,22 +337,22 @@ static void check_attention(float p, Precision products, AttentionShape sh) {
     Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 21), out = pair_random((size_t)B * T * C, -1, 1, 22);
     Pair att = pair_random(saved_n, -1, 1, 23), scratch = pair_random(scratch_n ? scratch_n : 1, -1, 1, 24);
     Pair dout = pair_random((size_t)B * T * C, -1, 1, 25), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 26);
-    if (products == PRECISION_BF16) {
+    if (products == DTYPE_BF16) {
         pair_round_to_bf16(qkv);
         pair_round_to_bf16(dout);
     }
-    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products, PRECISION_FP32);
-    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products, PRECISION_FP32);
+    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, att.cpu, B, T, C, NH, drop,
-                       products, PRECISION_FP32);
+                       products, DTYPE_FP32);
     attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, att.gpu, B, T, C, NH, drop,
-                       products, PRECISION_FP32);
+                       products, DTYPE_FP32);
     char what[96];
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: out", products ? "bf16" : "fp32", C / NH, T, p);
-    if (products == PRECISION_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
+    if (products == DTYPE_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
     else expect_match(out, REDUCTION_TOL, what);
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: dqkv", products ? "bf16" : "fp32", C / NH, T, p);
-    if (products == PRECISION_BF16) expect_near(dqkv, BF16_ATTENTION_TOL, what);
+    if (products == DTYPE_BF16) expect_near(dqkv, BF16_ATTENTION_TOL, what);
     else expect_match(dqkv, REDUCTION_TOL, what);
     pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
 }
@@ -369,8 +369,8 @@ static void expect_gpu_rounded(const float *bf, const float *fp, size_t n, const
     free(want);
 }
 
-/* Every op with a rounding, on the GPU: under PRECISION_BF16 the bytes of
- * its PRECISION_FP32 output rounded (test_kernels holds the CPU to the same):
+/* Every op with a rounding, on the GPU: under DTYPE_BF16 the bytes of
+ * its DTYPE_FP32 output rounded (test_kernels holds the CPU to the same):
  * the embeddings, LayerNorm, a bias, the residual add, dropout, GELU, the
  * loss (its logits read rounded), LayerNorm's backward (bf16(dinp +
  * bf16(its gradient))), and attention both ways on the tensor cores (a head
@@ -386,38 +386,38 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     IntPair tokens = tokens_random(BT, V, 3);
     Dropout drop = { 0.25f, 9, 1, 4, 2 };
     float *mean = stats.gpu, *rstd = stats.gpu + BT;
-    embedding_forward(gpu_stream, fp.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_FP32);
-    embedding_forward(gpu_stream, bf.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, PRECISION_BF16);
+    embedding_forward(gpu_stream, fp.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_FP32);
+    embedding_forward(gpu_stream, bf.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
-    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_FP32);
-    layernorm_forward(gpu_stream, bf.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_BF16);
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(gpu_stream, bf.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
     stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
     stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
-    bias_forward(gpu_stream, fp.gpu, w.gpu, (int)BT, C, PRECISION_FP32);
-    bias_forward(gpu_stream, bf.gpu, w.gpu, (int)BT, C, PRECISION_BF16);
+    bias_forward(gpu_stream, fp.gpu, w.gpu, (int)BT, C, DTYPE_FP32);
+    bias_forward(gpu_stream, bf.gpu, w.gpu, (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
-    residual_forward(gpu_stream, fp.gpu, x.gpu, y.gpu, n, PRECISION_FP32);
-    residual_forward(gpu_stream, bf.gpu, x.gpu, y.gpu, n, PRECISION_BF16);
+    residual_forward(gpu_stream, fp.gpu, x.gpu, y.gpu, n, DTYPE_FP32);
+    residual_forward(gpu_stream, bf.gpu, x.gpu, y.gpu, n, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "residual_forward");
-    dropout_forward(gpu_stream, fp.gpu, x.gpu, n, drop, PRECISION_FP32);
-    dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, PRECISION_BF16);
+    dropout_forward(gpu_stream, fp.gpu, x.gpu, n, drop, DTYPE_FP32);
+    dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "dropout_forward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(gpu_stream, fp.gpu, x.gpu, n, tanh_form, PRECISION_FP32);
-        gelu_forward(gpu_stream, bf.gpu, x.gpu, n, tanh_form, PRECISION_BF16);
+        gelu_forward(gpu_stream, fp.gpu, x.gpu, n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, bf.gpu, x.gpu, n, tanh_form, DTYPE_BF16);
         expect_gpu_rounded(bf.gpu, fp.gpu, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
 
     /* LayerNorm's backward: the bf16 add against its gradient alone, added on the host */
-    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(gpu_stream, fp.gpu, mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_FP32);
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
     layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
-                       PRECISION_FP32);
+                       DTYPE_FP32);
     layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
-                       PRECISION_BF16);
+                       DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
@@ -432,9 +432,9 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     Pair dfp = pair_random(nl, 0, 1, 101), dbf = pair_random(nl, 0, 1, 102), losses = pair_random(2 * BT, 0, 1, 103);
     pair_round_to_bf16(rounded);
     crossentropy_forward_backward(gpu_stream, losses.gpu, dfp.gpu, rounded.gpu, tokens.gpu, (int)BT, V, 0.5f,
-                                  PRECISION_FP32);
+                                  DTYPE_FP32);
     crossentropy_forward_backward(gpu_stream, losses.gpu + BT, dbf.gpu, logits.gpu, tokens.gpu, (int)BT, V, 0.5f,
-                                  PRECISION_BF16);
+                                  DTYPE_BF16);
     expect_gpu_rounded(dbf.gpu, dfp.gpu, nl, "crossentropy's dlogits");
     float *both = malloc(2 * BT * sizeof(float));
     stream_copy(gpu_stream, both, losses.gpu, 2 * BT * sizeof(float));
@@ -447,7 +447,7 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     for (int k = 0; k < 2; k++) {
         AttentionShape sh = shapes[k];
         size_t nout = (size_t)sh.B * sh.T * sh.C, nqkv = 3 * nout;
-        AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, sh.B, sh.T, sh.C, sh.NH, PRECISION_BF16);
+        AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, sh.B, sh.T, sh.C, sh.NH, DTYPE_BF16);
         Pair qkv = pair_random(nqkv, -1.5f, 1.5f, 104), out_fp = pair_random(nout, 0, 1, 105);
         Pair out_bf = pair_random(nout, 0, 1, 106), dout = pair_random(nout, -1, 1, 107);
         Pair dq_fp = pair_random(nqkv, 0, 1, 108), dq_bf = pair_random(nqkv, 0, 1, 109);
@@ -455,14 +455,14 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
         pair_round_to_bf16(qkv);
         pair_round_to_bf16(dout);
         attention_forward(gpu_stream, out_fp.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
-                          PRECISION_BF16, PRECISION_FP32);
+                          DTYPE_BF16, DTYPE_FP32);
         attention_forward(gpu_stream, out_bf.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
-                          PRECISION_BF16, PRECISION_BF16);
+                          DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(out_bf.gpu, out_fp.gpu, nout, k ? "attention_forward, cuBLAS" : "attention_forward");
         attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
-                           sh.T, sh.C, sh.NH, drop, PRECISION_BF16, PRECISION_FP32);
+                           sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
         attention_backward(gpu_stream, dq_bf.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
-                           sh.T, sh.C, sh.NH, drop, PRECISION_BF16, PRECISION_BF16);
+                           sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(dq_bf.gpu, dq_fp.gpu, nqkv, k ? "attention_backward, cuBLAS" : "attention_backward");
         pair_free(qkv); pair_free(out_fp); pair_free(out_bf); pair_free(dout); pair_free(dq_fp); pair_free(dq_bf);
         pair_free(saved); pair_free(att_scratch);
@@ -475,8 +475,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
 
 static const AttentionShape SMALL_ATTENTION = { 2, 37, 48, 4 };
 
-Test(gpu, attention_forward_backward) { check_attention(0.0f, PRECISION_FP32, SMALL_ATTENTION); }
-Test(gpu, attention_with_dropout) { check_attention(0.2f, PRECISION_FP32, SMALL_ATTENTION); }
+Test(gpu, attention_forward_backward) { check_attention(0.0f, DTYPE_FP32, SMALL_ATTENTION); }
+Test(gpu, attention_with_dropout) { check_attention(0.2f, DTYPE_FP32, SMALL_ATTENTION); }
 
 /* On the tensor cores: heads of 8, 12, 24, 32, 48 and 64 channels (padded
  * to 16, 16, 32, 32, 64, 64), T past two blocks of 64 with a ragged last,
@@ -487,8 +487,8 @@ Test(gpu, attention_in_bf16_on_the_tensor_cores) {
     const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 48, 2 }, { 1, 150, 64, 2 },
                                       { 1, 150, 96, 2 }, { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        check_attention(0.0f, PRECISION_BF16, shapes[i]);
-        check_attention(0.2f, PRECISION_BF16, shapes[i]);
+        check_attention(0.0f, DTYPE_BF16, shapes[i]);
+        check_attention(0.2f, DTYPE_BF16, shapes[i]);
     }
 }
 
@@ -499,21 +499,21 @@ Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     need_gpu();
     int B = 2, T = 1024, C = 768, NH = 12;
     Dropout drop = { 0.0f, 9, 1, 4, 2 };
-    AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, PRECISION_BF16);
+    AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, DTYPE_BF16);
     cr_assert_eq(sizes.saved, (size_t)B * NH * T, "the GPU keeps one log-sum-exp a row, no T x T matrix");
     Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 61), out = pair_random((size_t)B * T * C, -1, 1, 62);
     Pair lse = pair_random(sizes.saved, -1, 1, 63), scratch = pair_random(sizes.scratch, -1, 1, 64);
     Pair dout = pair_random((size_t)B * T * C, -1, 1, 65), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 66);
     pair_round_to_bf16(qkv);
     pair_round_to_bf16(dout);
-    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
+    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, B, T, C, NH, drop,
-                       PRECISION_BF16, PRECISION_FP32);
+                       DTYPE_BF16, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int run = 0; run < 3; run++) {
-        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
+        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
         attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH, drop,
-                           PRECISION_BF16, PRECISION_FP32);
+                           DTYPE_BF16, DTYPE_FP32);
         if (run == 0) {
             expect_near(out, BF16_ATTENTION_TOL, "attention at GPT-2's shape: out");
             expect_near(lse, ELEMENTWISE_TOL, "attention at GPT-2's shape: log-sum-exp");
@@ -539,8 +539,8 @@ Test(gpu, embedding_forward_backward) {
     Pair wte = pair_random((size_t)V * C, -1, 1, 32), wpe = pair_random((size_t)T * C, -1, 1, 33);
     Pair out = pair_random((size_t)B * T * C, -1, 1, 34), dout = pair_random((size_t)B * T * C, -1, 1, 35);
     Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
-    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C, PRECISION_FP32);
-    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C, PRECISION_FP32);
+    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C, DTYPE_FP32);
+    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C, DTYPE_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
     embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
@@ -602,8 +602,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     Pair dbias_apart = pair_random((size_t)OC, -1, 1, 84), scratch = pair_random(column_sums_scratch_floats(N, OC), -1, 1, 85);
     float *bias_start = malloc(OC * sizeof(float)), *want = malloc(n * sizeof(float)), *want_bias = malloc(OC * sizeof(float));
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
-    gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, 1, PRECISION_BF16, scratch.cpu);
-    gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, 1, PRECISION_FP32, NULL);
+    gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, 1, DTYPE_BF16, scratch.cpu);
+    gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, 1, DTYPE_FP32, NULL);
     round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
     bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
     stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
@@ -611,7 +611,7 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     for (int run = 0; run < 3; run++) {
         stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
         stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-        gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, 1, PRECISION_BF16, scratch.gpu);
+        gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, 1, DTYPE_BF16, scratch.gpu);
         float *got = malloc(n * sizeof(float)), got_bias[3072];
         stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
         stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
@@ -635,18 +635,18 @@ Test(gpu, elementwise_ops) {
     Dropout drop = { 0.3f, 5, 2, 7, 3 };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form, PRECISION_FP32);
-        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form, PRECISION_FP32);
+        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form, DTYPE_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
-        gelu_backward(test_stream, out.cpu, NULL, x.cpu, y.cpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
-        gelu_backward(gpu_stream, out.gpu, NULL, x.gpu, y.gpu, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
+        gelu_backward(test_stream, out.cpu, NULL, x.cpu, y.cpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(gpu_stream, out.gpu, NULL, x.gpu, y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
-    residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n, PRECISION_FP32);
-    residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n, PRECISION_FP32);
+    residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n, DTYPE_FP32);
+    residual_forward(gpu_stream, out.gpu, x.gpu, y.gpu, n, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "residual");
-    dropout_forward(test_stream, out.cpu, x.cpu, n, drop, PRECISION_FP32);
-    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop, PRECISION_FP32);
+    dropout_forward(test_stream, out.cpu, x.cpu, n, drop, DTYPE_FP32);
+    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "dropout (the same Philox mask)");
     fill_zero(test_stream, out.cpu, n);
     fill_zero(gpu_stream, out.gpu, n);
@@ -678,8 +678,8 @@ Test(gpu, crossentropy_forward_backward) {
     Pair losses = pair_random((size_t)N, 0, 1, 54), mean = pair_random(1, 0, 1, 55);
     logits.cpu[2 * (size_t)V - 1] = 20.0f;
     stream_copy(gpu_stream, logits.gpu + 2 * (size_t)V - 1, logits.cpu + 2 * (size_t)V - 1, sizeof(float));
-    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
     mean_forward(test_stream, mean.cpu, losses.cpu, N);
     mean_forward(gpu_stream, mean.gpu, losses.gpu, N);
     expect_match(losses, ELEMENTWISE_TOL, "losses");
@@ -692,17 +692,17 @@ Test(gpu, crossentropy_forward_backward) {
     stream_copy(gpu_stream, first, dlogits.gpu, n * sizeof(float));
     for (int run = 0; run < 3; run++) {
         fill_zero(gpu_stream, dlogits.gpu, n);
-        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
+        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
         stream_copy(gpu_stream, again, dlogits.gpu, n * sizeof(float));
         stream_synchronize(gpu_stream);
         cr_expect_eq(memcmp(first, again, n * sizeof(float)), 0, "run %d: other dlogits than the first run's", run + 2);
     }
 
-    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
     expect_same_bytes(losses, (size_t)N * sizeof(float), "the losses alone (no gradient): the GPU's differ");
-    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss, PRECISION_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
     expect_same_bytes(logits, n * sizeof(float), "in place, the GPU's dlogits differ from the CPU's");
     expect_same_bytes(losses, (size_t)N * sizeof(float), "in place, the GPU's losses differ from the CPU's");
     cr_expect_eq(memcmp(logits.cpu, dlogits.cpu, n * sizeof(float)), 0, "in place gives other dlogits");
@@ -740,22 +740,22 @@ Test(gpu, adamw_sumsq_and_clip) {
     /* doubles, as floats: two per double */
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, lo, n,
+    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, DTYPE_FP32, m.cpu, v.cpu, lo, n,
                 (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
-    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, lo, n,
+    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, DTYPE_FP32, m.gpu, v.gpu, lo, n,
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
     expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW weights differ from the CPU's");
     expect_same_bytes(m, n * sizeof(float), "the GPU's AdamW m differs from the CPU's");
     expect_same_bytes(v, n * sizeof(float), "the GPU's AdamW v differs from the CPU's");
     expect_same_bytes(copy, n * sizeof(bf16), "the GPU's bf16 copy of AdamW's weights differs from the CPU's");
-    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");
     sumsq.cpu[1] = sumsq.cpu[0] / 2;
     stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
-    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, PRECISION_FP32, m.cpu, v.cpu, lo, n,
+    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, DTYPE_FP32, m.cpu, v.cpu, lo, n,
                 (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
-    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, PRECISION_FP32, m.gpu, v.gpu, lo, n,
+    adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, DTYPE_FP32, m.gpu, v.gpu, lo, n,
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
     expect_same_bytes(param, n * sizeof(float), "the GPU's clipped AdamW weights differ from the CPU's");
     expect_same_bytes(m, n * sizeof(float), "the GPU's clipped AdamW m differs from the CPU's");
@@ -779,23 +779,23 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     stream_copy(gpu_stream, held.gpu, held.cpu, floats * sizeof(float));
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     Pair table = adamw_table();
-    adamw_arena(test_stream, param.cpu, NULL, held.cpu, PRECISION_BF16, m.cpu, v.cpu, 0, n,
+    adamw_arena(test_stream, param.cpu, NULL, held.cpu, DTYPE_BF16, m.cpu, v.cpu, 0, n,
                 (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
-    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, PRECISION_BF16, m.gpu, v.gpu, 0, n,
+    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, DTYPE_BF16, m.gpu, v.gpu, 0, n,
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
     expect_match(param, ELEMENTWISE_TOL, "adamw param, bf16 gradient");
     expect_match(v, ELEMENTWISE_TOL, "adamw v, bf16 gradient");
-    sumsq_reduce(test_stream, sumsq.cpu, held.cpu, PRECISION_BF16, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, sumsq.gpu, held.gpu, PRECISION_BF16, n, (double *)scratch.gpu);
+    sumsq_reduce(test_stream, sumsq.cpu, held.cpu, DTYPE_BF16, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, sumsq.gpu, held.gpu, DTYPE_BF16, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq of a bf16 gradient");
     sumsq.cpu[1] = 0.0f;  /* one part: the same coefficient on both */
     stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
     stream_copy(gpu_stream, param.gpu, param.cpu, n * sizeof(float));
     stream_copy(gpu_stream, m.gpu, m.cpu, n * sizeof(float));
     stream_copy(gpu_stream, v.gpu, v.cpu, n * sizeof(float));
-    adamw_arena(test_stream, param.cpu, NULL, held.cpu, PRECISION_BF16, m.cpu, v.cpu, 0, n,
+    adamw_arena(test_stream, param.cpu, NULL, held.cpu, DTYPE_BF16, m.cpu, v.cpu, 0, n,
                 (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
-    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, PRECISION_BF16, m.gpu, v.gpu, 0, n,
+    adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, DTYPE_BF16, m.gpu, v.gpu, 0, n,
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
     expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW clipping a bf16 gradient differs from the CPU's");
     add_bf16(test_stream, (bf16 *)held.cpu, x.cpu, n);
@@ -817,8 +817,8 @@ Test(gpu, count_nonfinite) {
     }
     float on_gpu = -1;
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 68);  /* doubles, as floats: two per double */
-    count_nonfinite(test_stream, count.cpu, x.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
-    count_nonfinite(gpu_stream, count.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    count_nonfinite(test_stream, count.cpu, x.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
+    count_nonfinite(gpu_stream, count.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     stream_copy(gpu_stream, &on_gpu, count.gpu, sizeof on_gpu);
     stream_synchronize(gpu_stream);
     stream_synchronize(test_stream);
@@ -836,15 +836,15 @@ Test(gpu, the_norm_over_many_chunks_repeats_and_counts) {
     Pair x = pair_random(n, -1, 1, 57), out = pair_random(1, 0, 1, 58);
     Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 56);  /* doubles, as floats: two per double */
     float first = -1, again = -2, count = -1;
-    sumsq_reduce(test_stream, out.cpu, x.cpu, PRECISION_FP32, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    sumsq_reduce(test_stream, out.cpu, x.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
+    sumsq_reduce(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     expect_match(out, REDUCTION_TOL, "sumsq over 301 chunks");
     stream_copy(gpu_stream, &first, out.gpu, sizeof first);
-    sumsq_reduce(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    sumsq_reduce(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     stream_copy(gpu_stream, &again, out.gpu, sizeof again);
     static const float nan_value = NAN;
     stream_copy(gpu_stream, x.gpu + n - 1, &nan_value, sizeof nan_value);
-    count_nonfinite(gpu_stream, out.gpu, x.gpu, PRECISION_FP32, n, (double *)scratch.gpu);
+    count_nonfinite(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     stream_copy(gpu_stream, &count, out.gpu, sizeof count);
     stream_synchronize(gpu_stream);
     cr_expect_eq(memcmp(&first, &again, sizeof first), 0, "sumsq %.9g, then %.9g", first, again);
@@ -966,7 +966,7 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     load_data();
     TrainConfig tc = short_run(0.0f, 1);
     StrategyConfig base = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
-    base.precision = PRECISION_BF16;
+    base.precision = DTYPE_BF16;
     base.model.bias = 1;
     base.overlap.enabled = 1;
     size_t n;
@@ -1003,10 +1003,10 @@ Test(gpu, hybrid_sharding_is_bit_identical_to_ddp_on_the_gpu_simulator) {
     need_gpu();
     load_data();
     TrainConfig tc = short_run(0.0f, 1);
-    for (int p = 0; p < PRECISIONS; p++) {
+    for (int p = 0; p < DTYPES; p++) {
         StrategyConfig sc = placed_gpt(4, PLACE_CUDA_SIMULATOR, 0.1f);
         sc.overlap.enabled = 1;
-        sc.reduce_precision = (Precision)p;
+        sc.reduce_precision = (DType)p;
         size_t n;
         float *ddp = weights_of(0, &sc, &tc, &n);
         sc.shard_ranks = 2;
@@ -1090,7 +1090,7 @@ Test(gpu, two_identical_runs_give_the_same_bits) {
  * the reductions in dtype, each rank's buffer n floats of its own random
  * values (the last shard short where N does not divide n); returns every
  * rank's bytes. */
-static float *collectives_on(ProcessGroup *pg, size_t n, Precision dtype) {
+static float *collectives_on(ProcessGroup *pg, size_t n, DType dtype) {
     int N = pg->nranks;
     float *host = malloc((size_t)N * n * sizeof(float)), *buf[MAX_RANKS];
     fill_uniform(host, (size_t)N * n, -1, 1, 71);
@@ -1102,7 +1102,7 @@ static float *collectives_on(ProcessGroup *pg, size_t n, Precision dtype) {
     float *shards[MAX_RANKS];
     for (int r = 0; r < N; r++) shards[r] = buf[r] + (size_t)r * shard;
     pg_reduce_scatter(pg, TEST, buf, shards, n, 0.3f, dtype, REDUCE_WRITE, NULL);
-    pg_all_gather(pg, TEST, shards, buf, n, PRECISION_FP32, NULL);
+    pg_all_gather(pg, TEST, shards, buf, n, DTYPE_FP32, NULL);
     pg_all_reduce(pg, TEST, buf, n, 0.7f, dtype, NULL);
     for (int r = 0; r < N; r++) {
         stream_copy(pg->compute[r], host + (size_t)r * n, buf[r], n * sizeof(float));
@@ -1120,8 +1120,8 @@ static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
     cr_assert_not_null(nccl);
     cr_assert_not_null(sim);
     pg_set_sums(nccl, sums);
-    for (int p = 0; p < PRECISIONS; p++) {
-        float *a = collectives_on(nccl, n, (Precision)p), *b = collectives_on(sim, n, (Precision)p);
+    for (int p = 0; p < DTYPES; p++) {
+        float *a = collectives_on(nccl, n, (DType)p), *b = collectives_on(sim, n, (DType)p);
         cr_expect(memcmp(a, b, (size_t)N * n * sizeof(float)) == 0, "N=%d, %s sums, n=%zu, reduced in %s: NCCL and "
                   "the simulator differ", N, sums == SUMS_ORDERED ? "ordered" : "NCCL's own", n, p ? "bf16" : "fp32");
         free(a);
@@ -1136,11 +1136,11 @@ static void expect_nccl_matches_the_simulator(int N, SumOrder sums, size_t n) {
 Test(gpu, the_gpus_reductions_are_the_cpus_in_either_precision) {
     need_gpu();
     for (int N = 1; N <= 5; N += 2)
-        for (int p = 0; p < PRECISIONS; p++) {
+        for (int p = 0; p < DTYPES; p++) {
             ProcessGroup *gpu = pg_create_simulator(N, DEVICE_CUDA, 0), *cpu = pg_create_simulator(N, DEVICE_CPU, 0);
             cr_assert_not_null(gpu);
             cr_assert_not_null(cpu);
-            float *a = collectives_on(gpu, 4097, (Precision)p), *b = collectives_on(cpu, 4097, (Precision)p);
+            float *a = collectives_on(gpu, 4097, (DType)p), *b = collectives_on(cpu, 4097, (DType)p);
             cr_expect(memcmp(a, b, (size_t)N * 4097 * sizeof(float)) == 0, "N=%d, reduced in %s: the GPU's bytes "
                       "differ from the CPU's", N, p ? "bf16" : "fp32");
             free(a);
@@ -1278,11 +1278,11 @@ static void hold_an_all_reduce_past_the_timeout(int child) {
     world_set_timeout(1.0);
     size_t n = 4096;
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float));
-    pg_all_reduce(pg, TEST, &buf, n, 0.5f, PRECISION_FP32, NULL);
+    pg_all_reduce(pg, TEST, &buf, n, 0.5f, DTYPE_FP32, NULL);
     stream_synchronize(pg->compute[0]);
     stream_timer_start(pg->comm[0], NULL);
     stream_hold(pg->comm[0], 4.0);
-    pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, PRECISION_FP32, NULL);
+    pg_all_reduce(pg, (CollectiveName){ "unit", 7, 7 }, &buf, n, 0.5f, DTYPE_FP32, NULL);
     stream_synchronize(pg->compute[0]);
     world_finalize();  /* as bin/train ends: where the watchdog fired, this waits for its end */
     _exit(0);
@@ -1342,8 +1342,8 @@ static void rank_of_two_processes(int child) {
     fill_uniform(other, n, -1, 1, 71 + (unsigned)(1 - child));
     float *buf = device_alloc(pg->device[0], MEM_WORKING, n * sizeof(float)), *own = buf + (size_t)child * shard;
     stream_copy(pg->compute[0], buf, mine, n * sizeof(float));
-    pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, PRECISION_FP32, REDUCE_WRITE, NULL);
-    pg_all_gather(pg, TEST, &own, &buf, n, PRECISION_FP32, NULL);
+    pg_reduce_scatter(pg, TEST, &buf, &own, n, 0.3f, DTYPE_FP32, REDUCE_WRITE, NULL);
+    pg_all_gather(pg, TEST, &own, &buf, n, DTYPE_FP32, NULL);
     stream_copy(pg->compute[0], got, buf, n * sizeof(float));
     stream_synchronize(pg->compute[0]);
     const float *rank0 = child == 0 ? mine : other, *rank1 = child == 0 ? other : mine;

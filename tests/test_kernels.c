@@ -115,9 +115,9 @@ static void check_layernorm(int N, int C) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(test_stream, out, mean, rstd, inp, w, NULL, N, C, PRECISION_FP32);
+    layernorm_forward(test_stream, out, mean, rstd, inp, w, NULL, N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, NULL, g, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, g, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -155,7 +155,7 @@ static double attention_objective(void *p) {
 typedef struct { float *out, *saved, *scratch, *dqkv; AttentionBuffers sizes; } AttentionRun;
 
 static AttentionRun run_attention(Stream *stream, const float *qkv, const float *g, const float *base, int B,
-                                  int T, int C, int NH, Dropout drop, Precision products) {
+                                  int T, int C, int NH, Dropout drop, DType products) {
     size_t nqkv = (size_t)B * T * 3 * C;
     AttentionRun r = { .sizes = attention_buffers(device_kind(stream_device(stream)), B, T, C, NH, products) };
     r.out = alloc_floats((size_t)B * T * C);
@@ -163,8 +163,8 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
     r.scratch = alloc_floats(r.sizes.scratch);
     r.dqkv = alloc_floats(nqkv);
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
-    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products, PRECISION_FP32);
-    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products, PRECISION_FP32);
+    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products, DTYPE_FP32);
     stream_synchronize(stream);
     return r;
 }
@@ -198,7 +198,7 @@ static void check_attention_of(float p, int B, int T, Scores scores) {
     if (scores == RISING_SCORES) rising_scores(qkv, B, T, C, NH);
     fill_uniform(g, nout, -1, 1, 22);
     fill_uniform(base, nqkv, -1, 1, 23);
-    AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_FP32);
+    AttentionRun r = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, DTYPE_FP32);
     /* the CPU keeps one float a row of scores and no T x T scratch */
     cr_expect_eq(r.sizes.saved, rows);
     cr_expect_eq(r.sizes.scratch, (size_t)0);
@@ -263,8 +263,8 @@ static void check_attention_bf16(float p) {
     fill_uniform(base, nqkv, -1, 1, 43);
     for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_rounded(qkv[i]);
     for (size_t i = 0; i < nout; i++) g[i] = bf16_rounded(g[i]);
-    AttentionRun rounded = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_BF16);
-    AttentionRun exact = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, PRECISION_FP32);
+    AttentionRun rounded = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, DTYPE_BF16);
+    AttentionRun exact = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, DTYPE_FP32);
     double *qkv64 = to_double(qkv, nqkv), *g64 = to_double(g, nout);
     double *out = malloc(sizeof(double) * nout), *dqkv = malloc(sizeof(double) * nqkv);
     ref_attention_bf16(out, dqkv, qkv64, g64, B, T, C, NH, drop);
@@ -366,7 +366,7 @@ Test(kernels, attention_same_bits_at_any_thread_count) {
     fill_uniform(g, nout, -1, 1, 32);
     Device *one_thread = device_create_cpu(1024, -1);
     Stream *one_thread_stream = stream_create(one_thread);
-    for (Precision products = PRECISION_FP32; products < PRECISIONS; products++) {
+    for (DType products = DTYPE_FP32; products < DTYPES; products++) {
         AttentionRun every_core = run_attention(test_stream, qkv, g, base, B, T, C, NH, drop, products);
         AttentionRun single = run_attention(one_thread_stream, qkv, g, base, B, T, C, NH, drop, products);
         cr_expect_eq(memcmp(every_core.out, single.out, sizeof(float) * nout), 0, "attention out (%d)", products);
@@ -404,7 +404,7 @@ static void check_embedding(int C) {
     fill_uniform(wte, V * C, -1, 1, 31);
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
-    embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C, PRECISION_FP32);
+    embedding_forward(test_stream, out, tokens, wte, wpe, B, T, C, DTYPE_FP32);
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
     embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
     stream_synchronize(test_stream);
@@ -522,17 +522,17 @@ Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_the
     fill_uniform(b, n, -1, 1, 62);
     fill_uniform(w, C, 0.5f, 1.5f, 63);
     fill_uniform(bias, C, -0.5f, 0.5f, 64);
-    for (int p = 0; p < PRECISIONS; p++) {
-        const char *what = p == PRECISION_BF16 ? "bf16" : "fp32";
-        layernorm_forward(test_stream, fused, stats_fused, stats_fused + N, a, w, bias, N, C, (Precision)p);
-        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, a, w, NULL, N, C, PRECISION_FP32);
-        bias_forward(test_stream, apart, bias, N, C, (Precision)p);
+    for (int p = 0; p < DTYPES; p++) {
+        const char *what = p == DTYPE_BF16 ? "bf16" : "fp32";
+        layernorm_forward(test_stream, fused, stats_fused, stats_fused + N, a, w, bias, N, C, (DType)p);
+        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, a, w, NULL, N, C, DTYPE_FP32);
+        bias_forward(test_stream, apart, bias, N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
         residual_layernorm_forward(test_stream, sum_fused, fused, stats_fused, stats_fused + N, a, b, w, bias, N, C,
-                                   (Precision)p);
-        residual_forward(test_stream, sum_apart, a, b, n, (Precision)p);
-        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, sum_apart, w, bias, N, C, (Precision)p);
+                                   (DType)p);
+        residual_forward(test_stream, sum_apart, a, b, n, (DType)p);
+        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, sum_apart, w, bias, N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(sum_fused, sum_apart, n * sizeof(float)), 0, "%s: the residual add fused", what);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: the LayerNorm after the add", what);
@@ -570,13 +570,13 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, NULL, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, dout, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, inp, w, mean, rstd, N, C, scratch, PRECISION_FP32);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -608,8 +608,8 @@ static void check_gelu(int tanh_form) {
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(test_stream, out, x, n, tanh_form, PRECISION_FP32);
-    gelu_backward(test_stream, dx, NULL, x, g, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
+    gelu_forward(test_stream, out, x, n, tanh_form, DTYPE_FP32);
+    gelu_backward(test_stream, dx, NULL, x, g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
     ref_gelu(c.out, c.inp, n, tanh_form);
@@ -618,7 +618,7 @@ static void check_gelu(int tanh_form) {
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward (tanh %d): %g", tanh_form, rel_error(dx, num, n));
     /* in place (dinp = dout, as the model runs it): the same bits */
-    gelu_backward(test_stream, g, NULL, x, g, 1, (int)n, tanh_form, PRECISION_FP32, NULL);
+    gelu_backward(test_stream, g, NULL, x, g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
@@ -628,8 +628,8 @@ Test(kernels, gelu_forward_backward) { check_gelu(0); }
 
 /* ---- rounding under autocast: each op's output as round_to_bf16 after it ---- */
 
-/* Every op with a rounding writes under PRECISION_BF16 the bytes of its
- * PRECISION_FP32 output rounded to bf16 (the model's old separate pass):
+/* Every op with a rounding writes under DTYPE_BF16 the bytes of its
+ * DTYPE_FP32 output rounded to bf16 (the model's old separate pass):
  * the embeddings, LayerNorm, a bias, the residual add, dropout both ways,
  * GELU in both forms, attention both ways; LayerNorm's backward adds as
  * bf16(dinp + bf16(its gradient)); the loss reads the logits rounded and
@@ -647,49 +647,49 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     for (size_t i = 0; i < BT; i++) tokens[i] = (int)(i * 37 % V);
     Dropout drop = { 0.25f, 9, 1, 4, 2 };
 
-    embedding_forward(test_stream, fp, tokens, wte, y, B, T, C, PRECISION_FP32);
-    embedding_forward(test_stream, bf, tokens, wte, y, B, T, C, PRECISION_BF16);
+    embedding_forward(test_stream, fp, tokens, wte, y, B, T, C, DTYPE_FP32);
+    embedding_forward(test_stream, bf, tokens, wte, y, B, T, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "embedding_forward");
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_FP32);
-    layernorm_forward(test_stream, bf, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_BF16);
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(test_stream, bf, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "layernorm_forward");
     memcpy(fp, x, n * sizeof(float));
     memcpy(bf, x, n * sizeof(float));
-    bias_forward(test_stream, fp, w, (int)BT, C, PRECISION_FP32);
-    bias_forward(test_stream, bf, w, (int)BT, C, PRECISION_BF16);
+    bias_forward(test_stream, fp, w, (int)BT, C, DTYPE_FP32);
+    bias_forward(test_stream, bf, w, (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "bias_forward");
-    residual_forward(test_stream, fp, x, y, n, PRECISION_FP32);
-    residual_forward(test_stream, bf, x, y, n, PRECISION_BF16);
+    residual_forward(test_stream, fp, x, y, n, DTYPE_FP32);
+    residual_forward(test_stream, bf, x, y, n, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "residual_forward");
-    dropout_forward(test_stream, fp, x, n, drop, PRECISION_FP32);
-    dropout_forward(test_stream, bf, x, n, drop, PRECISION_BF16);
+    dropout_forward(test_stream, fp, x, n, drop, DTYPE_FP32);
+    dropout_forward(test_stream, bf, x, n, drop, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_forward");
-    dropout_backward(test_stream, fp, y, n, drop, PRECISION_FP32);
-    dropout_backward(test_stream, bf, y, n, drop, PRECISION_BF16);
+    dropout_backward(test_stream, fp, y, n, drop, DTYPE_FP32);
+    dropout_backward(test_stream, bf, y, n, drop, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_backward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, fp, x, n, tanh_form, PRECISION_FP32);
-        gelu_forward(test_stream, bf, x, n, tanh_form, PRECISION_BF16);
+        gelu_forward(test_stream, fp, x, n, tanh_form, DTYPE_FP32);
+        gelu_forward(test_stream, bf, x, n, tanh_form, DTYPE_BF16);
         stream_synchronize(test_stream);
         expect_rounded(bf, fp, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
 
     /* LayerNorm's backward: its gradient alone (into zeros), then the bf16 add */
     float *dinp = alloc_floats(n), *scratch = alloc_floats(column_sums_scratch_floats((int)BT, C));
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, PRECISION_FP32);
+    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     memset(fp, 0, n * sizeof(float));
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_FP32);
-    layernorm_backward(test_stream, bf, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, PRECISION_BF16);
+    layernorm_backward(test_stream, fp, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, bf, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");
@@ -700,8 +700,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     float *loss_fp = alloc_floats(BT), *loss_bf = alloc_floats(BT);
     fill_uniform(logits, nl, -4, 4, 56);
     for (size_t i = 0; i < nl; i++) rounded[i] = bf16_rounded(logits[i]);
-    crossentropy_forward_backward(test_stream, loss_fp, dfp, rounded, tokens, (int)BT, V, 0.5f, PRECISION_FP32);
-    crossentropy_forward_backward(test_stream, loss_bf, dbf, logits, tokens, (int)BT, V, 0.5f, PRECISION_BF16);
+    crossentropy_forward_backward(test_stream, loss_fp, dfp, rounded, tokens, (int)BT, V, 0.5f, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, loss_bf, dbf, logits, tokens, (int)BT, V, 0.5f, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
     expect_rounded(dbf, dfp, nl, "crossentropy's dlogits");
@@ -709,18 +709,18 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     /* attention: the output, then the backward from the rounded output */
     size_t nqkv = BT * 3 * C;
     float *qkv = alloc_floats(nqkv), *dq_fp = alloc_floats(nqkv), *dq_bf = alloc_floats(nqkv);
-    AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, PRECISION_BF16);
+    AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, DTYPE_BF16);
     float *saved = alloc_floats(sizes.saved), *att_scratch = alloc_floats(sizes.scratch + 1);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 57);
     for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_rounded(qkv[i]);
-    attention_forward(test_stream, fp, saved, att_scratch, qkv, B, T, C, NH, drop, PRECISION_BF16, PRECISION_FP32);
-    attention_forward(test_stream, bf, saved, att_scratch, qkv, B, T, C, NH, drop, PRECISION_BF16, PRECISION_BF16);
+    attention_forward(test_stream, fp, saved, att_scratch, qkv, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+    attention_forward(test_stream, bf, saved, att_scratch, qkv, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "attention_forward");
-    attention_backward(test_stream, dq_fp, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, PRECISION_BF16,
-                       PRECISION_FP32);
-    attention_backward(test_stream, dq_bf, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, PRECISION_BF16,
-                       PRECISION_BF16);
+    attention_backward(test_stream, dq_fp, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, DTYPE_BF16,
+                       DTYPE_FP32);
+    attention_backward(test_stream, dq_bf, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, DTYPE_BF16,
+                       DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(dq_bf, dq_fp, nqkv, "attention_backward");
 
@@ -743,19 +743,19 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
     fill_uniform(dy, n, -1, 1, 45);
     fill_uniform(bias_start, OC, -1, 1, 46);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++)
-        for (int p = 0; p < PRECISIONS; p++) {
+        for (int p = 0; p < DTYPES; p++) {
             memcpy(fused, dy, n * sizeof(float));
             memcpy(dbias_fused, bias_start, OC * sizeof(float));
             memcpy(dbias_apart, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, fused, dbias_fused, x, fused, N, OC, tanh_form, (Precision)p, NULL);
-            gelu_backward(test_stream, apart, NULL, x, dy, N, OC, tanh_form, PRECISION_FP32, NULL);
+            gelu_backward(test_stream, fused, dbias_fused, x, fused, N, OC, tanh_form, (DType)p, NULL);
+            gelu_backward(test_stream, apart, NULL, x, dy, N, OC, tanh_form, DTYPE_FP32, NULL);
             stream_synchronize(test_stream);
             int rounded = 0;
-            for (size_t i = 0; i < n; i++) rounded += p == PRECISION_BF16 && bf16_rounded(apart[i]) != apart[i];
-            if (p == PRECISION_BF16) round_to_bf16(test_stream, apart, apart, n);
+            for (size_t i = 0; i < n; i++) rounded += p == DTYPE_BF16 && bf16_rounded(apart[i]) != apart[i];
+            if (p == DTYPE_BF16) round_to_bf16(test_stream, apart, apart, n);
             bias_backward(test_stream, dbias_apart, apart, N, OC, NULL);
             stream_synchronize(test_stream);
-            cr_expect(p == PRECISION_FP32 || rounded > 0, "no gradient needed rounding: the test could not fail");
+            cr_expect(p == DTYPE_FP32 || rounded > 0, "no gradient needed rounding: the test could not fail");
             cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "tanh %d, %s: the gradient", tanh_form,
                          p ? "bf16" : "fp32");
             cr_expect_eq(memcmp(dbias_fused, dbias_apart, OC * sizeof(float)), 0, "tanh %d, %s: the bias's sums",
@@ -768,8 +768,8 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
 Test(kernels, gelu_tanh_form_forward_backward) {
     check_gelu(1);
     float x = 2.7f, exact, approx;
-    gelu_forward(test_stream, &exact, &x, 1, 0, PRECISION_FP32);
-    gelu_forward(test_stream, &approx, &x, 1, 1, PRECISION_FP32);
+    gelu_forward(test_stream, &exact, &x, 1, 0, DTYPE_FP32);
+    gelu_forward(test_stream, &approx, &x, 1, 1, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }
@@ -782,8 +782,8 @@ Test(kernels, dropout_forward_backward) {
     fill_uniform(g, n, -1, 1, 52);
     fill_uniform(base, n, -1, 1, 53);
     memcpy(dx, base, sizeof(float) * n);
-    dropout_forward(test_stream, out, x, n, drop, PRECISION_FP32);
-    dropout_backward(test_stream, dx, g, n, drop, PRECISION_FP32);
+    dropout_forward(test_stream, out, x, n, drop, DTYPE_FP32);
+    dropout_backward(test_stream, dx, g, n, drop, DTYPE_FP32);
     stream_synchronize(test_stream);
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
@@ -815,7 +815,7 @@ Test(kernels, dropout_forward_backward) {
 
 Test(kernels, residual_forward) {
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
-    residual_forward(test_stream, out, a, b, 5, PRECISION_FP32);
+    residual_forward(test_stream, out, a, b, 5, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
 }
@@ -836,7 +836,7 @@ Test(kernels, crossentropy_forward_backward) {
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
     fill_uniform(dlogits, N * V, -1, 1, 62);  /* written, not added: this must vanish */
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N, DTYPE_FP32);
     mean_forward(test_stream, &mean, losses, N);
     stream_synchronize(test_stream);
     CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
@@ -867,9 +867,9 @@ Test(kernels, crossentropy_at_gpt2_vocabulary_against_double) {
     fill_uniform(logits + 3 * (size_t)V, V, -80, 80, 64);
     memcpy(in_place, logits, n * sizeof(float));
     float dloss = 1.0f / 3.0f;
-    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss, PRECISION_FP32);
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss, PRECISION_FP32);
-    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss, PRECISION_FP32);
+    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss, DTYPE_FP32);
     stream_synchronize(test_stream);
     double *row = malloc(V * sizeof(double)), *want = malloc(V * sizeof(double));
     for (int i = 0; i < N; i++) {
@@ -913,7 +913,7 @@ Test(kernels, softmax_exp_and_log_within_2_ulp) {
 /* ---- optimizer and reductions ---- */
 
 /* AdamW over n numbers of one tensor that decays (by hp.weight_decay), with a clip or NO_CLIP. */
-static void adamw_clipped(float *param, const void *grad, Precision held, float *m, float *v, size_t n,
+static void adamw_clipped(float *param, const void *grad, DType held, float *m, float *v, size_t n,
                           AdamWParams hp, AdamWClip clip) {
     AdamWSpan *span = malloc(sizeof *span);  /* the stream's device memory: the host's, on the CPU */
     *span = (AdamWSpan){ 0, n, 1 };
@@ -922,7 +922,7 @@ static void adamw_clipped(float *param, const void *grad, Precision held, float 
     free(span);
 }
 
-static void adamw_tensor(float *param, const void *grad, Precision held, float *m, float *v, size_t n, AdamWParams hp) {
+static void adamw_tensor(float *param, const void *grad, DType held, float *m, float *v, size_t n, AdamWParams hp) {
     adamw_clipped(param, grad, held, m, v, n, hp, NO_CLIP);
 }
 
@@ -937,20 +937,20 @@ Test(kernels, adamw_matches_hand_computation) {
      *         p = 0.8811 - 0.526315789 * 0.02 / 0.3946900384 = 0.8811 - 0.0266696924 = 0.8544303076 */
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     AdamWParams hp = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1 };
-    adamw_tensor(&p, &g, PRECISION_FP32, &m, &v, 1, hp);
+    adamw_tensor(&p, &g, DTYPE_FP32, &m, &v, 1, hp);
     cr_expect_float_eq(p, 0.89f, 1e-6f, "step 1: p = %.9g", p);
     cr_expect_float_eq(m, 0.05f, 1e-7f);
     cr_expect_float_eq(v, 0.0025f, 1e-8f);
     g = -0.25f;
     hp.step = 2;
-    adamw_tensor(&p, &g, PRECISION_FP32, &m, &v, 1, hp);
+    adamw_tensor(&p, &g, DTYPE_FP32, &m, &v, 1, hp);
     cr_expect_float_eq(p, 0.8544303076f, 1e-6f, "step 2: p = %.9g", p);
     cr_expect_float_eq(m, 0.02f, 1e-7f);
     cr_expect_float_eq(v, 0.0031f, 1e-8f);
     /* no weight decay: step 1 is p - lr * sign(g) exactly as Adam's first step */
     float q = 1.0f, gq = 0.5f, mq = 0.0f, vq = 0.0f;
     AdamWParams nodecay = { 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1 };
-    adamw_tensor(&q, &gq, PRECISION_FP32, &mq, &vq, 1, nodecay);
+    adamw_tensor(&q, &gq, DTYPE_FP32, &mq, &vq, 1, nodecay);
     cr_expect_float_eq(q, 0.9f, 1e-6f, "no decay: q = %.9g", q);
 }
 
@@ -997,7 +997,7 @@ Test(kernels, adamw_over_an_arena_range_decays_by_tensor_and_skips_padding) {
     memcpy(v0, v, n * sizeof(float));
     for (size_t j = 0; j < n; j++) copy[j] = 0x1234;
     AdamWParams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4 };
-    adamw_arena(test_stream, p, copy, g, PRECISION_FP32, m, v, lo, n, spans, 4, hp, NO_CLIP);
+    adamw_arena(test_stream, p, copy, g, DTYPE_FP32, m, v, lo, n, spans, 4, hp, NO_CLIP);
     stream_synchronize(test_stream);
 
     float bias_correction1 = 1.0f - powf(hp.beta1, 4.0f), bias_correction2_sqrt = sqrtf(1.0f - powf(hp.beta2, 4.0f));
@@ -1031,7 +1031,7 @@ Test(kernels, adamw_over_an_arena_range_decays_by_tensor_and_skips_padding) {
 /* The same AdamW step twice from the same state, over grad_a and grad_b:
  * whether its weights, m and v come out the same bytes. Leaves the state. */
 static int same_steps(const float *p0, const float *m0, const float *v0, size_t n, const void *grad_a, AdamWClip clip_a,
-                      const void *grad_b, AdamWClip clip_b, Precision held) {
+                      const void *grad_b, AdamWClip clip_b, DType held) {
     AdamWParams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     float *state[2][3];
     for (int k = 0; k < 2; k++) {
@@ -1068,7 +1068,7 @@ Test(kernels, sumsq_and_the_clip_in_adamw) {
     memcpy(before, x, n * sizeof(float));
     double want = 0;
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-    sumsq_reduce(test_stream, &sumsq, x, PRECISION_FP32, n, scratch);
+    sumsq_reduce(test_stream, &sumsq, x, DTYPE_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
 
@@ -1077,12 +1077,12 @@ Test(kernels, sumsq_and_the_clip_in_adamw) {
     float coef = 1.0f / ((float)sqrt(total) + 1e-6f);
     cr_assert_lt(coef, 0.1f, "the test must clip");
     for (size_t i = 0; i < n; i++) scaled[i] = x[i] * coef;
-    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1.0f }, scaled, NO_CLIP, PRECISION_FP32),
+    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1.0f }, scaled, NO_CLIP, DTYPE_FP32),
               "AdamW clipping to norm 1 is not AdamW over the gradient scaled by %.9g", coef);
     cr_expect_eq(memcmp(x, before, n * sizeof(float)), 0, "the clip wrote the gradient");
-    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1000.0f }, x, NO_CLIP, PRECISION_FP32),
+    cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1000.0f }, x, NO_CLIP, DTYPE_FP32),
               "a norm under the limit changed AdamW's step");
-    cr_expect(!same_steps(p0, m0, v0, n, x, NO_CLIP, scaled, NO_CLIP, PRECISION_FP32),
+    cr_expect(!same_steps(p0, m0, v0, n, x, NO_CLIP, scaled, NO_CLIP, DTYPE_FP32),
               "the scaled gradient takes the same step: the test could not fail");
     free(x); free(scaled); free(before); free(p0); free(m0); free(v0);
     free(scratch);
@@ -1095,16 +1095,16 @@ Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
     fill_uniform(x, n, -1, 1, 72);
     x[17] = 3.0e38f;    /* finite however large: its square would overflow a float sumsq */
     x[50000] = -3.0e38f;
-    count_nonfinite(test_stream, &count, x, PRECISION_FP32, n, scratch);
+    count_nonfinite(test_stream, &count, x, DTYPE_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "all finite: %g", count);
     x[0] = NAN;
     x[40000] = INFINITY;
     x[n - 1] = -INFINITY;
-    count_nonfinite(test_stream, &count, x, PRECISION_FP32, n, scratch);
+    count_nonfinite(test_stream, &count, x, DTYPE_FP32, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 3.0f, "one NaN, two infinities: %g", count);
-    count_nonfinite(test_stream, &count, x, PRECISION_FP32, 0, scratch);
+    count_nonfinite(test_stream, &count, x, DTYPE_FP32, 0, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 0.0f, "nothing to count: %g", count);
     free(x);
@@ -1137,10 +1137,10 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
         fill_uniform(v[k], n, 0, 0.1f, 95);
     }
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
-    adamw_tensor(p[0], values, PRECISION_FP32, m[0], v[0], n, hp);
-    adamw_tensor(p[1], held, PRECISION_BF16, m[1], v[1], n, hp);
-    sumsq_reduce(test_stream, &sumsq_fp32, values, PRECISION_FP32, n, scratch);
-    sumsq_reduce(test_stream, &sumsq_bf16, held, PRECISION_BF16, n, scratch);
+    adamw_tensor(p[0], values, DTYPE_FP32, m[0], v[0], n, hp);
+    adamw_tensor(p[1], held, DTYPE_BF16, m[1], v[1], n, hp);
+    sumsq_reduce(test_stream, &sumsq_fp32, values, DTYPE_FP32, n, scratch);
+    sumsq_reduce(test_stream, &sumsq_bf16, held, DTYPE_BF16, n, scratch);
     stream_synchronize(test_stream);
     cr_expect(memcmp(p[0], p[1], n * sizeof(float)) == 0 && memcmp(m[0], m[1], n * sizeof(float)) == 0 &&
               memcmp(v[0], v[1], n * sizeof(float)) == 0, "AdamW reads a bf16 gradient as other values");
@@ -1156,7 +1156,7 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     }
     cr_expect(unrounded > 0, "no clipped product needed rounding: the test could not fail");
     cr_expect(same_steps(p[0], m[0], v[0], n, held, (AdamWClip){ &sumsq_bf16, 1, 1.0f }, clipped, NO_CLIP,
-                         PRECISION_BF16), "AdamW's clip of a bf16 gradient is not the rounded products' step");
+                         DTYPE_BF16), "AdamW's clip of a bf16 gradient is not the rounded products' step");
     free(clipped);
 
     float count = -1;
@@ -1164,7 +1164,7 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     held[20000] = 0x7F80;   /* +inf */
     held[n - 1] = 0xFF80;   /* -inf */
     held[7] = 0x7F7F;       /* the largest finite bf16 */
-    count_nonfinite(test_stream, &count, held, PRECISION_BF16, n, scratch);
+    count_nonfinite(test_stream, &count, held, DTYPE_BF16, n, scratch);
     stream_synchronize(test_stream);
     cr_expect_eq(count, 3.0f, "one NaN, two infinities held in bf16: %g", count);
 

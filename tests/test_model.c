@@ -99,7 +99,7 @@ Test(model, a_training_steps_loss_is_an_evaluations_bits) {
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         ArenaLayout layout;
         model_layout(&cfg, 1, &layout);
-        ComputePolicy compute = { .precision = bf16 ? PRECISION_BF16 : PRECISION_FP32 };
+        ComputePolicy compute = { .precision = bf16 ? DTYPE_BF16 : DTYPE_FP32 };
         Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, cfg.block_size);
         model_own_weights(m);
         model_own_grads(m);
@@ -351,17 +351,17 @@ static size_t activation_floats(const ModelConfig *cfg, int recompute, int B, in
 Test(model, bf16_keeps_each_block_in_under_half_the_bytes) {
     ModelConfig cfg = { 65, 64, 2, 4, 64, MODEL_GPT, 0, 0 }, more = cfg;
     more.layers = 3;
-    size_t block[2][PRECISIONS];
+    size_t block[2][DTYPES];
     for (int recompute = 0; recompute <= 1; recompute++)
-        for (int p = 0; p < PRECISIONS; p++) {
-            ComputePolicy compute = { .recompute = recompute, .precision = (Precision)p };
+        for (int p = 0; p < DTYPES; p++) {
+            ComputePolicy compute = { .recompute = recompute, .precision = (DType)p };
             block[recompute][p] = gpt_activation_floats(&more, DEVICE_CPU, compute, 4, 64) -
                                   gpt_activation_floats(&cfg, DEVICE_CPU, compute, 4, 64);
         }
-    cr_expect_lt(2 * block[0][PRECISION_BF16], block[0][PRECISION_FP32], "a block keeps %zu floats in bf16, %zu in fp32",
-                 block[0][PRECISION_BF16], block[0][PRECISION_FP32]);
-    cr_expect_eq(block[1][PRECISION_BF16], block[1][PRECISION_FP32], "with recompute: %zu in bf16, %zu in fp32",
-                 block[1][PRECISION_BF16], block[1][PRECISION_FP32]);
+    cr_expect_lt(2 * block[0][DTYPE_BF16], block[0][DTYPE_FP32], "a block keeps %zu floats in bf16, %zu in fp32",
+                 block[0][DTYPE_BF16], block[0][DTYPE_FP32]);
+    cr_expect_eq(block[1][DTYPE_BF16], block[1][DTYPE_FP32], "with recompute: %zu in bf16, %zu in fp32",
+                 block[1][DTYPE_BF16], block[1][DTYPE_FP32]);
 }
 
 Test(model, activations_hold_no_t_by_t_buffer) {
@@ -393,7 +393,7 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * there, and without either, where the Linears' products round on their own
  * and dropout's identity rounds nothing. (In bf16 the block internals are
  * one block's, the first, loaded back from what is kept of it in bf16.) */
-static void expect_bf16_tensors_hold_bf16_values(int with_bias, Precision p) {
+static void expect_bf16_tensors_hold_bf16_values(int with_bias, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];
     for (int i = 0; i < B * T; i++) {
@@ -410,7 +410,7 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, Precision p) {
     float *params = malloc(layout.total * sizeof(float));
     random_params(&layout, params, 5);
     model_loss_and_grads(&m->base, params, x, y, B, T, 3);
-    size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd, Lk = p == PRECISION_BF16 ? 1 : L;
+    size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd, Lk = p == DTYPE_BF16 ? 1 : L;
     const Activations *a = &m->acts;
     struct { const char *name; const float *at; size_t n; } held[] = {
         { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, Lk * BT * C }, { "qkv", a->qkv, Lk * BT * 3 * C },
@@ -422,7 +422,7 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, Precision p) {
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
         size_t off = not_bf16(held[i].at, held[i].n);
-        if (p == PRECISION_BF16)
+        if (p == DTYPE_BF16)
             cr_expect_eq(off, 0, "bf16, bias %d: %zu of %s's %zu floats are not bf16 values", with_bias, off,
                          held[i].name, held[i].n);
         else
@@ -435,7 +435,7 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, Precision p) {
 
 Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
     for (int with_bias = 0; with_bias < 2; with_bias++)
-        for (int p = 0; p < PRECISIONS; p++) expect_bf16_tensors_hold_bf16_values(with_bias, (Precision)p);
+        for (int p = 0; p < DTYPES; p++) expect_bf16_tensors_hold_bf16_values(with_bias, (DType)p);
 }
 
 /* GPT-2's vocabulary: the classifier's rows all at once where their logits
@@ -449,7 +449,7 @@ Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     cr_expect_eq(m->classifier_rows, B * T);
     m->classifier_rows = 150;
     /* past the budget (8000 rows of logits), rows add what the blocks keep of them, no logits */
-    ComputePolicy fp32 = { .precision = PRECISION_FP32 };
+    ComputePolicy fp32 = { .precision = DTYPE_FP32 };
     size_t one = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 20, T);
     size_t two = gpt_activation_floats(&cfg, DEVICE_CPU, fp32, 40, T);
     cr_expect_gt((size_t)20 * T * cfg.vocab, (size_t)CLASSIFIER_CHUNK_FLOATS / 2);

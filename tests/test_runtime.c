@@ -572,25 +572,25 @@ Test(runtime, the_link_model_is_its_formulas) {
     const double bytes = 4.0 * n, eps = 1e-12;
     LinkShape hybrid = { { 100, 2 }, { 10, 20 }, 8, 4, 4 }, full = hybrid;
     full.shards = 8;
-    LinkCost gather = link_cost(&hybrid, LINK_ALL_GATHER, n, PRECISION_FP32);
+    LinkCost gather = link_cost(&hybrid, LINK_ALL_GATHER, n, DTYPE_FP32);
     double ring4 = 3 * 2e-6 + 0.75 * bytes / 100e9;
     cr_expect_float_eq(gather.seconds, ring4, eps, "%.9g", gather.seconds);
     cr_expect_float_eq(gather.inter_bytes, 0.0, eps);
-    LinkCost scatter = link_cost(&hybrid, LINK_REDUCE_SCATTER, n, PRECISION_FP32);
+    LinkCost scatter = link_cost(&hybrid, LINK_REDUCE_SCATTER, n, DTYPE_FP32);
     double leg = 1 * 20e-6 + bytes / 4 / 10e9;
     cr_expect_float_eq(scatter.seconds, ring4 + 2 * leg, eps, "%.9g", scatter.seconds);
     cr_expect_float_eq(scatter.inter_bytes, 2 * bytes, 1e-3, "%.9g", scatter.inter_bytes);
-    LinkCost full_scatter = link_cost(&full, LINK_REDUCE_SCATTER, n, PRECISION_FP32);
+    LinkCost full_scatter = link_cost(&full, LINK_REDUCE_SCATTER, n, DTYPE_FP32);
     cr_expect_float_eq(full_scatter.seconds, 7 * 20e-6 + 0.875 * bytes / 10e9, eps, "%.9g", full_scatter.seconds);
     cr_expect_float_eq(full_scatter.inter_bytes, 2 * 0.875 * bytes, 1e-3, "%.9g", full_scatter.inter_bytes);
-    LinkCost in_bf16 = link_cost(&hybrid, LINK_REDUCE_SCATTER, n, PRECISION_BF16);
+    LinkCost in_bf16 = link_cost(&hybrid, LINK_REDUCE_SCATTER, n, DTYPE_BF16);
     double ring4_bf16 = 3 * 2e-6 + 0.75 * bytes / 2 / 100e9, leg_bf16 = 20e-6 + bytes / 8 / 10e9;
     cr_expect_float_eq(in_bf16.seconds, ring4_bf16 + 2 * leg_bf16, eps, "%.9g", in_bf16.seconds);
     LinkShape one_tier = { { 100, 2 }, { 0, 0 }, 8, 8, 8 };
-    LinkCost ddp = link_cost(&one_tier, LINK_ALL_REDUCE, n, PRECISION_FP32);
+    LinkCost ddp = link_cost(&one_tier, LINK_ALL_REDUCE, n, DTYPE_FP32);
     cr_expect_float_eq(ddp.seconds, 7 * 2e-6 + 2 * 0.875 * bytes / 100e9, eps, "%.9g", ddp.seconds);
     cr_expect_float_eq(ddp.inter_bytes, 0.0, eps);
-    cr_expect_float_eq(ring_seconds(one_tier.intra, 8, 1, n, PRECISION_FP32), ddp.seconds, eps);
+    cr_expect_float_eq(ring_seconds(one_tier.intra, 8, 1, n, DTYPE_FP32), ddp.seconds, eps);
 }
 
 static void sleep_300_ms(void *arg) {

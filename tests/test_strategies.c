@@ -92,9 +92,9 @@ Test(strategies, ddp_on_one_rank_is_the_plain_loop) {
         fill_zero(test_stream, g->base.grads, P);
         gpt_forward(g, x, y, B, T, (uint32_t)it, 1);
         gpt_backward(g, 1.0f);
-        sumsq_reduce(test_stream, sumsq, g->base.grads, PRECISION_FP32, P, g->base.sumsq_scratch);
+        sumsq_reduce(test_stream, sumsq, g->base.grads, DTYPE_FP32, P, g->base.sumsq_scratch);
         AdamWParams hp = { plain_lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, it + 1 };
-        adamw_arena(test_stream, g->base.params, NULL, g->base.grads, PRECISION_FP32, m, v, 0, P, g->base.adamw_spans,
+        adamw_arena(test_stream, g->base.params, NULL, g->base.grads, DTYPE_FP32, m, v, 0, P, g->base.adamw_spans,
                     g->base.layout.ntensors, hp, (AdamWClip){ sumsq, 1, tc.grad_clip });
         model_read_loss(&g->base);
     }
@@ -142,19 +142,19 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_the_mlp) {
 }
 
 /* The gates' GPT computing in a precision (--dtype). */
-static StrategyConfig gpt_in(Precision precision, int nranks, float dropout) {
+static StrategyConfig gpt_in(DType precision, int nranks, float dropout) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, nranks, 2, dropout);
     sc.precision = precision;
     return sc;
 }
 
-static const char *const PRECISION_NAMES[PRECISIONS] = { "fp32 GPT", "bf16 GPT" };
+static const char *const PRECISION_NAMES[DTYPES] = { "fp32 GPT", "bf16 GPT" };
 
 /* N = 2 pads no unit, the others every unit (gate 4); in fp32 and in bf16. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     int counts[5] = { 2, 3, 5, 6, 7 };
-    for (int p = 0; p < PRECISIONS; p++)
-        for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((Precision)p, counts[i], 0.1f), PRECISION_NAMES[p]);
+    for (int p = 0; p < DTYPES; p++)
+        for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((DType)p, counts[i], 0.1f), PRECISION_NAMES[p]);
 }
 
 /* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
@@ -165,14 +165,14 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
  * gradient is made in bf16 already: rounding it again changes no bit. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_with_gradients_reduced_in_bf16, .timeout = 300) {
     int counts[4] = { 1, 2, 3, 5 };
-    for (int p = 0; p < PRECISIONS; p++)
+    for (int p = 0; p < DTYPES; p++)
         for (int i = 0; i < 4; i++) {
             size_t n;
-            StrategyConfig sc = gpt_in((Precision)p, counts[i], 0.1f);
+            StrategyConfig sc = gpt_in((DType)p, counts[i], 0.1f);
             float *fp32 = train(0, sc, 0.0f, &n);
-            sc.reduce_precision = PRECISION_BF16;
+            sc.reduce_precision = DTYPE_BF16;
             float *ddp = train(0, sc, 0.0f, &n);
-            int made_in_bf16 = p == PRECISION_BF16 && sc.nranks == 1;
+            int made_in_bf16 = p == DTYPE_BF16 && sc.nranks == 1;
             cr_expect((memcmp(fp32, ddp, n * sizeof(float)) == 0) == made_in_bf16, "%s, N=%d: DDP's weights %s "
                       "fp32's with the gradients reduced in bf16", PRECISION_NAMES[p], sc.nranks,
                       made_in_bf16 ? "differ from" : "are");
@@ -403,9 +403,9 @@ Test(strategies, every_stage_evaluates_and_generates_as_ddp_does) {
  * and bf16 (where the write lands in the master and the bf16 copy is made
  * anew from it). */
 Test(strategies, weights_written_mid_run_are_what_the_next_forward_reads) {
-    for (int p = 0; p < PRECISIONS; p++) {
+    for (int p = 0; p < DTYPES; p++) {
         StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.0f);
-        sc.precision = (Precision)p;
+        sc.precision = (DType)p;
         TrainConfig tc = quiet(0.0f);
         int rows = sc.nranks * sc.batch, T = sc.model.block_size;
         int *x = malloc(sizeof(int) * rows * T), *y = malloc(sizeof(int) * rows * T);
@@ -437,7 +437,7 @@ Test(strategies, weights_written_mid_run_are_what_the_next_forward_reads) {
 
 /* The same run with overlap off and on: small buckets, so DDP has several; a
  * slow link, so the collectives really run under the backward. */
-static void expect_overlap_changes_nothing(int zero, int N, int grad_accum, Precision precision) {
+static void expect_overlap_changes_nothing(int zero, int N, int grad_accum, DType precision) {
     size_t n;
     StrategyConfig sc = gpt_in(precision, N, 0.1f);
     TrainConfig tc = quiet(1.0f);
@@ -456,19 +456,19 @@ static void expect_overlap_changes_nothing(int zero, int N, int grad_accum, Prec
 }
 
 Test(strategies, overlap_on_and_off_give_the_same_bits, .timeout = 300) {
-    for (int p = 0; p < PRECISIONS; p++)
+    for (int p = 0; p < DTYPES; p++)
         for (int N = 2; N <= 3; N++)
             for (int k = 0; k < STRATEGY_KINDS; k++)
-                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 1, (Precision)p);
+                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 1, (DType)p);
 }
 
 /* With gradient accumulation too, and on one rank, where the reduce-scatter
  * into the slot itself has nothing to move but must still wait for the backward. */
 Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeout = 300) {
     for (int N = 1; N <= 2; N++)
-        for (int p = 0; p < PRECISIONS; p++)
+        for (int p = 0; p < DTYPES; p++)
             for (int k = 0; k < STRATEGY_KINDS; k++)
-                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 3, (Precision)p);
+                expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 3, (DType)p);
 }
 
 /* ---- memory: what each stage holds, from the allocations ---- */
@@ -520,7 +520,7 @@ Test(strategies, hybrid_sharding_is_bit_identical_to_ddp, .timeout = 300) {
     for (int i = 0; i < HYBRIDS; i++)
         for (int overlap = 0; overlap <= 1; overlap++) {
             size_t n;
-            StrategyConfig sc = gpt_in(PRECISION_FP32, HYBRID[i][0], 0.1f);
+            StrategyConfig sc = gpt_in(DTYPE_FP32, HYBRID[i][0], 0.1f);
             sc.overlap.enabled = overlap;
             sc.overlap.bucket_bytes = 8 << 10;
             float *ddp = train(0, sc, 0.0f, &n);
@@ -545,7 +545,7 @@ Test(strategies, hybrid_sharding_accumulates_and_clips_as_full_sharding, .timeou
             for (int k = 0; k < STRATEGY_KINDS; k++) {
                 if (!STRATEGIES[k].shards_adam) continue;
                 size_t n;
-                StrategyConfig sc = gpt_in(PRECISION_FP32, HYBRID[i][0], 0.1f);
+                StrategyConfig sc = gpt_in(DTYPE_FP32, HYBRID[i][0], 0.1f);
                 TrainConfig tc = quiet(clip ? 0.05f : 0.0f);
                 tc.grad_accum = 2;
                 float *full = train_weights(STRATEGIES[k].stage, &sc, &tc, &data, &n);
@@ -601,13 +601,13 @@ Test(strategies, hybrid_sharding_holds_the_share_of_its_group) {
  * parameter. */
 Test(strategies, mixed_precision_holds_the_papers_state) {
     MemKind kinds[3] = { MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER };
-    for (int reduce = 0; reduce < PRECISIONS; reduce++)
+    for (int reduce = 0; reduce < DTYPES; reduce++)
         for (int N = 1; N <= 4; N *= 2)
             for (int k = 0; k < STRATEGY_KINDS; k++) {
                 const StrategyKind *kind = &STRATEGIES[k];
                 StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
-                sc.precision = PRECISION_BF16;
-                sc.reduce_precision = (Precision)reduce;
+                sc.precision = DTYPE_BF16;
+                sc.reduce_precision = (DType)reduce;
                 ArenaLayout padded;
                 model_layout_units(&sc.model, sc.units.cut, N, &padded);
                 size_t numbers = padded.total, part = numbers / (size_t)N, grad_bytes = reduce ? 2 : 4;
@@ -619,7 +619,7 @@ Test(strategies, mixed_precision_holds_the_papers_state) {
                 double estimate[MEM_KINDS];
                 strategy_estimate(kind, &sc, DEVICE_CPU, estimate);
                 double whole, sharded;
-                strategy_state_bytes_per_param(kind, N, PRECISION_BF16, (Precision)reduce, &whole, &sharded);
+                strategy_state_bytes_per_param(kind, N, DTYPE_BF16, (DType)reduce, &whole, &sharded);
                 cr_expect_eq((size_t)(whole * numbers + sharded * part), want[0] + want[1] + want[2],
                              "%s at N=%d, reduced in %s: the formula says %g + %g/N bytes a parameter", kind->name, N,
                              reduce ? "bf16" : "fp32", whole, sharded);
@@ -744,7 +744,7 @@ static void expect_units_of(UnitPolicy unit, int zero, const StrategyConfig *sc,
 /* In fp32 at N = 1..4, in bf16 at N = 2 and 3. */
 Test(strategies, every_unit_policy_gives_the_same_bits, .timeout = 300) {
     for (int run = 0; run < 6; run++) {
-        Precision precision = run < 4 ? PRECISION_FP32 : PRECISION_BF16;
+        DType precision = run < 4 ? DTYPE_FP32 : DTYPE_BF16;
         int N = run < 4 ? run + 1 : run - 2;
         size_t n;
         float *ddp = train(0, gpt_in(precision, N, 0.1f), 0.0f, &n);
@@ -794,19 +794,19 @@ Test(strategies, every_unit_policy_gives_the_same_bits_with_biases, .timeout = 3
  * (the classifier in chunks of 333 rows, the last of a sequence's 512
  * ragged), a block of 512 (half GPT-2's, which keeps the sanitizer's run
  * short), 2 layers; over 3 ranks: uneven shards, padded units. */
-static void expect_stages_match_ddp_on_a_reduced_gpt2(Precision precision) {
+static void expect_stages_match_ddp_on_a_reduced_gpt2(DType precision) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 3, 1, 0.1f);
     sc.model = (ModelConfig){ 50304, 512, 2, 2, 32, MODEL_GPT, 1, 1 };
     sc.precision = precision;
-    expect_stages_match_ddp(sc, precision == PRECISION_BF16 ? "reduced GPT-2 in bf16" : "reduced GPT-2");
+    expect_stages_match_ddp(sc, precision == DTYPE_BF16 ? "reduced GPT-2 in bf16" : "reduced GPT-2");
 }
 
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2, .timeout = 300) {
-    expect_stages_match_ddp_on_a_reduced_gpt2(PRECISION_FP32);
+    expect_stages_match_ddp_on_a_reduced_gpt2(DTYPE_FP32);
 }
 
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_reduced_gpt2_in_bf16, .timeout = 300) {
-    expect_stages_match_ddp_on_a_reduced_gpt2(PRECISION_BF16);
+    expect_stages_match_ddp_on_a_reduced_gpt2(DTYPE_BF16);
 }
 
 /* K = 1, 2, 3 units live at once (ZeRO-3 prefetching 0, 1, 2 ahead), on the
@@ -863,7 +863,7 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
             int zero = STRATEGIES[k].stage;
             for (int variant = 0; variant < 4; variant++) {  /* overlap off and on, in fp32 and in bf16 */
                 int overlap = variant % 2;
-                StrategyConfig sc = gpt_in(variant < 2 ? PRECISION_FP32 : PRECISION_BF16, N, 0.1f);
+                StrategyConfig sc = gpt_in(variant < 2 ? DTYPE_FP32 : DTYPE_BF16, N, 0.1f);
                 sc.overlap.enabled = overlap;
                 float kept_loss[ITERS], again_loss[ITERS];
                 size_t kept_bytes, again_bytes;
@@ -895,8 +895,8 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
 Test(strategies, recompute_gelu_gives_the_same_losses_and_weights, .timeout = 300) {
     int zeros[2] = { 0, 3 };
     for (int z = 0; z < 2; z++)
-        for (int p = 0; p < PRECISIONS; p++) {
-            StrategyConfig sc = gpt_in((Precision)p, 2, 0.1f);
+        for (int p = 0; p < DTYPES; p++) {
+            StrategyConfig sc = gpt_in((DType)p, 2, 0.1f);
             sc.model.bias = 1;
             float kept_loss[ITERS], again_loss[ITERS];
             size_t kept_bytes, again_bytes;
@@ -910,7 +910,7 @@ Test(strategies, recompute_gelu_gives_the_same_losses_and_weights, .timeout = 30
             cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
                       "--zero=%d %s: recompute-gelu changed the weights", zeros[z], PRECISION_NAMES[p]);
             size_t gelu = (size_t)sc.batch * sc.model.block_size * 4 * sc.model.embd, L = (size_t)sc.model.layers;
-            size_t saved = p == PRECISION_BF16 ? L * gelu * sizeof(bf16) : (L - 1) * gelu * sizeof(float);
+            size_t saved = p == DTYPE_BF16 ? L * gelu * sizeof(bf16) : (L - 1) * gelu * sizeof(float);
             cr_expect_eq(kept_bytes - again_bytes, saved, "--zero=%d %s: %zu activation bytes fewer, want %zu", zeros[z],
                          PRECISION_NAMES[p], kept_bytes - again_bytes, saved);
             free(kept);

@@ -274,10 +274,10 @@ Test(torch, adamw_and_clipping_match_torch_optim_adamw) {
     for (int k = 0; k < ADAMW_STEPS; k++) {
         float sumsq;
         memcpy(g, grads + (size_t)k * P, P * sizeof(float));
-        sumsq_reduce(test_stream, &sumsq, g, PRECISION_FP32, P, sumsq_scratch);
+        sumsq_reduce(test_stream, &sumsq, g, DTYPE_FP32, P, sumsq_scratch);
         hp.lr = lr_at(&sched, k);
         hp.step = k + 1;
-        adamw_arena(test_stream, w, NULL, g, PRECISION_FP32, m, v, 0, P, spans, layout.ntensors, hp,
+        adamw_arena(test_stream, w, NULL, g, DTYPE_FP32, m, v, 0, P, spans, layout.ntensors, hp,
                     (AdamWClip){ &sumsq, 1, max_norm });
         stream_synchronize(test_stream);
 
@@ -450,7 +450,7 @@ enum { AUTOCAST_STEPS = 50 };
 
 /* nanoGPT's char-small shape (4 layers, 4 heads, 128 wide, block 64, 12 rows)
  * on one rank without dropout, computing in `precision`. */
-static StrategyConfig char_small(Precision precision) {
+static StrategyConfig char_small(DType precision) {
     StrategyConfig sc = {
         .model = { data.vocab, 64, 4, 4, 128, MODEL_GPT, 0, 0 }, .nranks = 1, .batch = 12, .seed = 3,
         .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .precision = precision,
@@ -468,7 +468,7 @@ static TrainConfig autocast_steps(int first, int n) {
 }
 
 /* Our loss at each of the steps, from the init (saved to wpath when given). */
-static void our_losses(Precision precision, const char *wpath, float loss[AUTOCAST_STEPS]) {
+static void our_losses(DType precision, const char *wpath, float loss[AUTOCAST_STEPS]) {
     StrategyConfig sc = char_small(precision);
     Strategy *s = strategy_create(0, &sc);
     cr_assert_not_null(s);
@@ -491,7 +491,7 @@ static void our_losses(Precision precision, const char *wpath, float loss[AUTOCA
 /* PyTorch 2.x's (the venv's) losses from those weights over the same batches,
  * in mixed precision (tests/torch_gpt.py train --autocast) or in fp32. */
 static void torch_losses(const char *wpath, int autocast, float loss[AUTOCAST_STEPS]) {
-    StrategyConfig sc = char_small(PRECISION_FP32);
+    StrategyConfig sc = char_small(DTYPE_FP32);
     char bpath[300], opath[300], lrs[1024], cmd[4096], err[512];
     file_in_dir(bpath, sizeof bpath, "batches.safetensors");
     file_in_dir(opath, sizeof opath, autocast ? "autocast.safetensors" : "fp32.safetensors");
@@ -564,7 +564,7 @@ static const double AUTOCAST_CLOSER = 0.9, AUTOCAST_SAME = 0.2;
 
 /* As nanoGPT's model (no biases) and as GPT-2's (biases). */
 static void expect_autocasts_gradient(int bias) {
-    StrategyConfig sc = char_small(PRECISION_BF16);
+    StrategyConfig sc = char_small(DTYPE_BF16);
     sc.model.bias = bias;
     int B = sc.batch, T = sc.model.block_size;
     ArenaLayout layout;
@@ -625,8 +625,8 @@ Test(torch, bf16_trains_as_nanogpt_under_torch_autocast, .timeout = 300) {
     char wpath[300];
     file_in_dir(wpath, sizeof wpath, "init.safetensors");
     float ours[2][AUTOCAST_STEPS], theirs[2][AUTOCAST_STEPS];
-    our_losses(PRECISION_FP32, wpath, ours[0]);
-    our_losses(PRECISION_BF16, NULL, ours[1]);
+    our_losses(DTYPE_FP32, wpath, ours[0]);
+    our_losses(DTYPE_BF16, NULL, ours[1]);
     torch_losses(wpath, 0, theirs[0]);
     torch_losses(wpath, 1, theirs[1]);
     int moved = 0;

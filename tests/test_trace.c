@@ -49,7 +49,7 @@ static const double EPS_US = 5e-4;  /* half a nanosecond: the file's ts and dur 
  * slow, so that a collective's hold is long beside a thread's late wake-up on a
  * busy machine (at 0.05 GB/s the link-model checks read x1.3 to x1.7 of the
  * model on an idle but noisy one). */
-static StrategyConfig traced_config(int overlap, Precision reduce) {
+static StrategyConfig traced_config(int overlap, DType reduce) {
     return (StrategyConfig){
         .model = { data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, .nranks = RANKS, .batch = 8, .seed = 1,
         .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .reduce_precision = reduce,
@@ -78,7 +78,7 @@ static TraceSpan *trace_of(int zero, StrategyConfig sc, int *n) {
     return spans;
 }
 
-static TraceSpan *trace_steps(int zero, int overlap, Precision reduce, int *n) {
+static TraceSpan *trace_steps(int zero, int overlap, DType reduce, int *n) {
     return trace_of(zero, traced_config(overlap, reduce), n);
 }
 
@@ -189,7 +189,7 @@ static int distinct_names(const TraceSpan *spans, int n, const char *prefix) {
 
 Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
     int n;
-    TraceSpan *spans = trace_steps(0, 1, PRECISION_FP32, &n);
+    TraceSpan *spans = trace_steps(0, 1, DTYPE_FP32, &n);
     cr_expect_gt(distinct_names(spans, n, "all-reduce bucket"), 1, "DDP all-reduced a single bucket");
     cr_expect_gt(ranks_where(starts_inside_a_backward, spans, n, "all-reduce bucket"), 0,
                  "on no rank did a bucket's all-reduce start before its backward was over");
@@ -203,7 +203,7 @@ Test(trace, ddp_all_reduces_buckets_under_the_backward, .timeout = 300) {
  * PyTorch's rule), more than units could make. */
 Test(trace, ddp_buckets_are_made_of_tensors, .timeout = 300) {
     int n;
-    TraceSpan *spans = trace_steps(0, 1, PRECISION_FP32, &n);
+    TraceSpan *spans = trace_steps(0, 1, DTYPE_FP32, &n);
     ArenaLayout layout;
     gpt_layout(&(ModelConfig){ data.vocab, 64, 4, 2, 64, MODEL_GPT, 0, 0 }, RANKS, &layout);
     BucketSpan plan[ARENA_MAX_TENSORS];
@@ -222,8 +222,8 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
         if (!STRATEGIES[k].shards_grads) continue;
         int zero = STRATEGIES[k].stage;
         for (int held = 0; held < 2; held++) {
-            StrategyConfig sc = traced_config(1, held ? PRECISION_BF16 : PRECISION_FP32);
-            if (held) sc.precision = PRECISION_BF16;
+            StrategyConfig sc = traced_config(1, held ? DTYPE_BF16 : DTYPE_FP32);
+            if (held) sc.precision = DTYPE_BF16;
             int n;
             TraceSpan *spans = trace_of(zero, sc, &n);
             cr_expect_gt(ranks_where(collective_under_compute, spans, n, "reduce-scatter unit"), 0,
@@ -236,7 +236,7 @@ Test(trace, zero2_and_zero3_reduce_scatter_under_the_compute, .timeout = 300) {
 
 Test(trace, zero3_prefetches_gathers_under_the_compute, .timeout = 300) {
     int n;
-    TraceSpan *spans = trace_steps(3, 1, PRECISION_FP32, &n);
+    TraceSpan *spans = trace_steps(3, 1, DTYPE_FP32, &n);
     cr_expect_gt(ranks_where(collective_under_compute, spans, n, "all-gather prefetch unit"), 0,
                  "on no rank did a prefetched gather run under the compute");
     free(spans);
@@ -248,7 +248,7 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
     static const struct { int zero, overlap; } runs[] = { { 0, 0 }, { 1, 0 }, { 1, 1 }, { 2, 0 }, { 3, 0 } };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         int n;
-        TraceSpan *spans = trace_steps(runs[k].zero, runs[k].overlap, PRECISION_FP32, &n);
+        TraceSpan *spans = trace_steps(runs[k].zero, runs[k].overlap, DTYPE_FP32, &n);
         int collectives = 0;
         for (int i = 0; i < n; i++) collectives += spans[i].tid == COMM;
         cr_expect_gt(collectives, 0, "--zero=%d: no collective traced", runs[k].zero);
@@ -267,21 +267,21 @@ Test(trace, without_overlap_no_collective_runs_under_the_compute, .timeout = 300
  * twice, is off by a third or more. With the gradients reduced in bf16 too,
  * where DDP's all-reduce holds the link about half as long as in fp32. */
 Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .timeout = 300) {
-    double ddp_held_us[PRECISIONS] = { 0 };
-    for (int p = 0; p < PRECISIONS; p++)
+    double ddp_held_us[DTYPES] = { 0 };
+    for (int p = 0; p < DTYPES; p++)
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             const StrategyKind *kind = &STRATEGIES[k];
             int n;
-            TraceSpan *spans = trace_steps(kind->stage, 0, (Precision)p, &n);
+            TraceSpan *spans = trace_steps(kind->stage, 0, (DType)p, &n);
             double held_us = held_us_a_step(spans, n);
-            StrategyConfig sc = traced_config(0, (Precision)p);
+            StrategyConfig sc = traced_config(0, (DType)p);
             double model_us = 1e6 * kind->link_cost(&sc, 1).seconds, ratio = held_us / model_us;
             cr_expect(ratio > 0.99 && ratio < 1.3, "%s, reduced in %s: the link held %.0f us a step, the model says "
                       "%.0f us (x%.3f)", kind->name, p ? "bf16" : "fp32", held_us, model_us, ratio);
             if (kind->stage == 0) ddp_held_us[p] = held_us;
             free(spans);
         }
-    double half = ddp_held_us[PRECISION_BF16] / ddp_held_us[PRECISION_FP32];
+    double half = ddp_held_us[DTYPE_BF16] / ddp_held_us[DTYPE_FP32];
     cr_expect(half > 0.4 && half < 0.6, "DDP's all-reduce in bf16 held the link x%.3f of fp32's time, not half", half);
 }
 
@@ -293,9 +293,9 @@ Test(trace, each_strategys_link_model_is_what_its_collectives_hold_the_link, .ti
 Test(trace, bf16_copies_take_the_gathers_link_cost_down) {
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
-        StrategyConfig sc = traced_config(0, PRECISION_FP32);
+        StrategyConfig sc = traced_config(0, DTYPE_FP32);
         double fp32 = kind->link_cost(&sc, 1).seconds;
-        sc.precision = PRECISION_BF16;
+        sc.precision = DTYPE_BF16;
         double ratio = kind->link_cost(&sc, 1).seconds / fp32;
         /* an fp32 reduce-scatter beside gathers at half the bytes: ZeRO-3's two a unit, ZeRO-1/2's one; DDP none */
         double want = kind->shards_weights ? 2.0 / 3.0 : kind->shards_adam ? 3.0 / 4.0 : 1.0;
@@ -312,7 +312,7 @@ Test(trace, the_link_model_holds_under_hybrid_sharding_on_two_tiers, .timeout = 
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         if (!kind->shards_adam) continue;
-        StrategyConfig sc = traced_config(0, PRECISION_FP32);
+        StrategyConfig sc = traced_config(0, DTYPE_FP32);
         sc.nranks = 4;
         sc.shard_ranks = 2;
         sc.link_inter = (LinkModel){ 0.004, 40 };

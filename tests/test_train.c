@@ -136,12 +136,12 @@ Test(train, count_nonfinite_finds_a_poisoned_gradient_under_every_strategy, .tim
     int x[16 * 32] = { 0 };
     /* read once, at the first step: it poisons step 1 only */
     setenv("ZF_INJECT_NAN", "grad:1", 1);
-    for (int p = 0; p < PRECISIONS; p++)
+    for (int p = 0; p < DTYPES; p++)
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
             sc.nranks = 2;
             sc.batch = 4;
-            sc.precision = sc.reduce_precision = (Precision)p;
+            sc.precision = sc.reduce_precision = (DType)p;
             const char *held = p ? "gradients held in bf16" : "fp32";
             Strategy *s = strategy_create(zero, &sc);
             cr_assert_eq(s->ops->forward_backward(s, x, x, 0, 0, 1), 0);
@@ -226,11 +226,11 @@ Test(train, the_gpt2_presets_are_nanogpts_configs_and_recipe) {
  * (--dtype for the compute, --reduce-dtype for the gradients' sums), each
  * apart from the other. */
 Test(train, the_precision_flags_reach_the_config) {
-    static const struct { const char *flags; Precision compute, reduce; } runs[] = {
-        { "", PRECISION_FP32, PRECISION_FP32 },
-        { "--dtype=bf16", PRECISION_BF16, PRECISION_FP32 },
-        { "--reduce-dtype=bf16", PRECISION_FP32, PRECISION_BF16 },
-        { "--dtype=bf16 --reduce-dtype=bf16", PRECISION_BF16, PRECISION_BF16 },
+    static const struct { const char *flags; DType compute, reduce; } runs[] = {
+        { "", DTYPE_FP32, DTYPE_FP32 },
+        { "--dtype=bf16", DTYPE_BF16, DTYPE_FP32 },
+        { "--reduce-dtype=bf16", DTYPE_FP32, DTYPE_BF16 },
+        { "--dtype=bf16 --reduce-dtype=bf16", DTYPE_BF16, DTYPE_BF16 },
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         TrainOptions o = options_of(runs[i].flags, "char-small");

@@ -290,13 +290,6 @@ static int set_flag(const Flag *f, const char *prog, const char *text, char *err
 }
 
 /* "GBPS" or "GBPS,LATENCY_US", positive and finite, into link. */
-/* "fp32" or "bf16" (--dtype, --reduce-dtype); -1 for another name. */
-static int precision_parse(const char *name) {
-    if (strcmp(name, "fp32") == 0) return PRECISION_FP32;
-    if (strcmp(name, "bf16") == 0) return PRECISION_BF16;
-    return -1;
-}
-
 static int link_parse(const char *text, LinkModel *link) {
     char *end;
     link->gbps = strtod(text, &end);
@@ -364,9 +357,9 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
-    else if (precision_parse(o->dtype) < 0)
+    else if (dtype_named(o->dtype) < 0)
         snprintf(bad, sizeof bad, "--dtype=%s must be fp32 or bf16", o->dtype);
-    else if (precision_parse(o->reduce_dtype) < 0)
+    else if (dtype_named(o->reduce_dtype) < 0)
         snprintf(bad, sizeof bad, "--reduce-dtype=%s must be fp32 or bf16", o->reduce_dtype);
     else if (unit_policy_parse(o->unit) < 0)
         snprintf(bad, sizeof bad, "--unit=%s must be block, half or tensor", o->unit);
@@ -642,8 +635,8 @@ Placement options_placement(const TrainOptions *o) {
     return PLACE_AUTO;
 }
 
-Precision options_precision(const TrainOptions *o) { return (Precision)precision_parse(o->dtype); }
-Precision options_reduce_precision(const TrainOptions *o) { return (Precision)precision_parse(o->reduce_dtype); }
+DType options_precision(const TrainOptions *o) { return (DType)dtype_named(o->dtype); }
+DType options_reduce_precision(const TrainOptions *o) { return (DType)dtype_named(o->reduce_dtype); }
 
 SumOrder options_sums(const TrainOptions *o) {
     return strcmp(o->collectives, "nccl") == 0 ? SUMS_NCCL : SUMS_ORDERED;

@@ -105,8 +105,8 @@ UnitsPolicy options_units(const TrainOptions *o);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
 /* The compute's precision --dtype asks; the reductions' --reduce-dtype asks. */
-Precision options_precision(const TrainOptions *o);
-Precision options_reduce_precision(const TrainOptions *o);
+DType options_precision(const TrainOptions *o);
+DType options_reduce_precision(const TrainOptions *o);
 /* How --collectives asks NCCL's ranks to sum. */
 SumOrder options_sums(const TrainOptions *o);
 /* Join the processes of --nodes through --rendezvous (nothing for one): 0, or

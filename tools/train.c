@@ -531,12 +531,12 @@ static int print_header(const Run *run, const CpuSetup *cpu) {
            "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, hybrid, o->iters,
            o->batch, sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
            o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : o->recompute_gelu ? ", GELU recomputed" : "",
-           sc->precision != PRECISION_BF16                  ? "fp32"
-           : strategy_grads_held(sc) == PRECISION_BF16 ? "bf16 compute copy under autocast (fp32 master weights and "
+           sc->precision != DTYPE_BF16                  ? "fp32"
+           : strategy_grads_held(sc) == DTYPE_BF16 ? "bf16 compute copy under autocast (fp32 master weights and "
                                                          "AdamW, bf16 gradients)"
                                                        : "bf16 compute copy under autocast (fp32 master weights, "
                                                          "gradients, AdamW)",
-           sc->reduce_precision == PRECISION_BF16 ? ", gradients reduced in bf16" : "");
+           sc->reduce_precision == DTYPE_BF16 ? ", gradients reduced in bf16" : "");
     printf("memory of rank 0: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, "
            "working %.1f MB, activations %.1f MB%s\n", s->ops->rank_bytes(s, 0, MEM_WEIGHTS) / 1e6,
            s->ops->rank_bytes(s, 0, MEM_GRADS) / 1e6, s->ops->rank_bytes(s, 0, MEM_OPTIMIZER) / 1e6,

@@ -108,8 +108,8 @@ static void print_precisions(void) {
            "the paper's Psi = 7.5B parameters and N_d = 64, beside its Figure 1 (GB = 10^9 bytes):\n\n");
     printf("| strategy | fp32 | bf16 | bf16, reduced in fp32 | Psi = 7.5B, N_d = 64 | the paper's Figure 1 |\n");
     printf("|---|---|---|---|---|---|\n");
-    static const Precision compute[3] = { PRECISION_FP32, PRECISION_BF16, PRECISION_BF16 };
-    static const Precision reduce[3] = { PRECISION_FP32, PRECISION_BF16, PRECISION_FP32 };
+    static const DType compute[3] = { DTYPE_FP32, DTYPE_BF16, DTYPE_BF16 };
+    static const DType reduce[3] = { DTYPE_FP32, DTYPE_BF16, DTYPE_FP32 };
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         const StrategyKind *kind = &STRATEGIES[k];
         char text[3][32];
@@ -118,7 +118,7 @@ static void print_precisions(void) {
             strategy_state_bytes_per_param(kind, PAPER_N, compute[i], reduce[i], &whole, &sharded);
             formula_text(whole, sharded, text[i], sizeof text[i]);
         }
-        double paper = strategy_state_bytes_per_param(kind, PAPER_N, PRECISION_BF16, PRECISION_BF16, NULL, NULL);
+        double paper = strategy_state_bytes_per_param(kind, PAPER_N, DTYPE_BF16, DTYPE_BF16, NULL, NULL);
         printf("| %s | %s | %s | %s | %.1f GB | %g GB |\n", kind->name, text[0], text[1], text[2],
                paper * PAPER_PSI / 1e9, PAPER_FIGURE_1_GB[k]);
     }
@@ -200,9 +200,9 @@ int main(int argc, char **argv) {
     double P = (double)layout.numel;
     printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %.0f parameters\n",
            o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, P);
-    Precision compute = options_precision(&o), reduce = options_reduce_precision(&o);
-    const char *held = compute == PRECISION_FP32 ? "fp32 everywhere"
-                     : reduce == PRECISION_BF16 ? "computing in bf16: a bf16 copy of the weights beside fp32 master "
+    DType compute = options_precision(&o), reduce = options_reduce_precision(&o);
+    const char *held = compute == DTYPE_FP32 ? "fp32 everywhere"
+                     : reduce == DTYPE_BF16 ? "computing in bf16: a bf16 copy of the weights beside fp32 master "
                                                   "weights; gradients bf16, reduced in bf16"
                                                 : "computing in bf16: a bf16 copy of the weights beside fp32 master "
                                                   "weights; gradients fp32, reduced in fp32";

@@ -13,7 +13,7 @@
  * shapes, so the bits do not depend on the thread count; inside a parallel
  * region an OpenMP OpenBLAS runs each sgemm on the calling thread.
  *
- * In bf16 (products = PRECISION_BF16, on bf16 values under autocast) the op
+ * In bf16 (products = DTYPE_BF16, on bf16 values under autocast) the op
  * rounds where the GPU's tensor-core kernels (attention.cu), FlashAttention and
  * PyTorch's SDPA do: the dropped probabilities to bf16 before their products
  * with v (the output, dv), and the scores' gradient to bf16 before its
@@ -37,14 +37,14 @@ enum { ATT_ROWS = 32, ATT_KEYS = FLASH_ROWS, ATT_TILE = ATT_ROWS * ATT_KEYS };
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, Precision products) {
+AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products) {
     (void)C, (void)products;  /* the same tiles either way */
     AttentionBuffers sizes = { .saved = (size_t)B * NH * T, .scratch = 0 };
     return sizes;
 }
 
 /* One (batch row, head) bh: its q, k and v, columns of qkv with a row stride
- * of 3C, and whether its products round to bf16 (products = PRECISION_BF16). */
+ * of 3C, and whether its products round to bf16 (products = DTYPE_BF16). */
 typedef struct {
     const float *q, *k, *v;
     int bh, T, C, hs, round_products, round_output;
@@ -52,12 +52,12 @@ typedef struct {
     Dropout drop;
 } Head;
 
-static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop, Precision products,
-                    Precision rounding) {
+static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop, DType products,
+                    DType rounding) {
     int b = bh / NH, h = bh % NH, hs = C / NH;
     const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
     Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .bh = bh, .T = T, .C = C, .hs = hs,
-                .round_products = products == PRECISION_BF16, .round_output = rounding == PRECISION_BF16,
+                .round_products = products == DTYPE_BF16, .round_output = rounding == DTYPE_BF16,
                 .scale = 1.0f / sqrtf((float)hs), .drop = drop };
     return hd;
 }
@@ -142,7 +142,7 @@ typedef struct {
     const float *qkv;
     int B, T, C, NH;
     Dropout drop;
-    Precision products, rounding;
+    DType products, rounding;
 } AttentionArgs;
 
 static void attention_forward_task(void *p) {
@@ -159,7 +159,7 @@ static void attention_forward_task(void *p) {
 }
 
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                           int B, int T, int C, int NH, Dropout drop, Precision products, Precision rounding) {
+                           int B, int T, int C, int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
     AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_forward_task, &a, sizeof a);
@@ -272,7 +272,7 @@ typedef struct {
     const float *dout, *qkv, *out, *lse;
     int B, T, C, NH;
     Dropout drop;
-    Precision products, rounding;
+    DType products, rounding;
 } AttentionBackwardArgs;
 
 static void attention_backward_task(void *p) {
@@ -297,7 +297,7 @@ static void attention_backward_task(void *p) {
 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
-                            int NH, Dropout drop, Precision products, Precision rounding) {
+                            int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
     AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_backward_task, &a, sizeof a);

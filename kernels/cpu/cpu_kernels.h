@@ -20,42 +20,42 @@ typedef void (*RowTerms)(const void *ctx, int row, int c0, int width, float *ter
 void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
 
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
-                           const float *wpe, int B, int T, int C, Precision rounding);
+                           const float *wpe, int B, int T, int C, DType rounding);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                             TokenBuckets buckets, int B, int T, int C);
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, int N, int C, Precision rounding);
+                           const float *weight, const float *bias, int N, int C, DType rounding);
 void cpu_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                     const float *b, const float *weight, const float *bias, int N, int C,
-                                    Precision rounding);
+                                    DType rounding);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C, float *scratch, Precision rounding);
+                            const float *rstd, int N, int C, float *scratch, DType rounding);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
-AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, Precision products);
+AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
-                           int B, int T, int C, int NH, Dropout drop, Precision products, Precision rounding);
+                           int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
-                            int NH, Dropout drop, Precision products, Precision rounding);
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding);
+                            int NH, Dropout drop, DType products, DType rounding);
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                       int tanh_form, Precision rounding, float *scratch);
-void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding);
-void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding);
+                       int tanh_form, DType rounding, float *scratch);
+void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
+void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding);
+void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                       const int *targets, int N, int V, float dloss, Precision rounding);
+                                       const int *targets, int N, int V, float dloss, DType rounding);
 void cpu_mean_forward(Stream *s, float *mean, const float *x, int n);
-void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
-void cpu_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cpu_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 void cpu_fill_zero(Stream *s, void *x, size_t bytes);
-void cpu_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 /* precision.c */
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);

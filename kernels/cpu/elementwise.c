@@ -66,8 +66,8 @@ static void gelu_forward_task(void *p) {
     over_chunks(a->n, gelu_forward_chunk, a);
 }
 
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
-    GeluArgs a = { out, inp, n, tanh_form, rounding == PRECISION_BF16 };
+void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
+    GeluArgs a = { out, inp, n, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
@@ -115,9 +115,9 @@ static void gelu_backward_task(void *p) {
 }
 
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                       int tanh_form, Precision rounding, float *scratch) {
+                       int tanh_form, DType rounding, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    GeluBackwardArgs a = { dinp, dbias, inp, dout, N, OC, tanh_form, rounding == PRECISION_BF16 };
+    GeluBackwardArgs a = { dinp, dbias, inp, dout, N, OC, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
 
@@ -132,8 +132,8 @@ static void residual_forward_task(void *p) {
     }
 }
 
-void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
-    ResidualArgs args = { out, a, b, n, rounding == PRECISION_BF16 };
+void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
+    ResidualArgs args = { out, a, b, n, rounding == DTYPE_BF16 };
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
 
@@ -152,8 +152,8 @@ static void bias_forward_task(void *p) {
     }
 }
 
-void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
-    BiasArgs a = { out, bias, N, OC, rounding == PRECISION_BF16 };
+void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding) {
+    BiasArgs a = { out, bias, N, OC, rounding == DTYPE_BF16 };
     stream_launch(s, bias_forward_task, &a, sizeof a);
 }
 
@@ -192,8 +192,8 @@ static void dropout_task(void *p) {
     over_chunks(a->n, dropout_chunk, a);
 }
 
-void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
-    DropoutArgs a = { out, inp, n, drop, rounding == PRECISION_BF16 };
+void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
+    DropoutArgs a = { out, inp, n, drop, rounding == DTYPE_BF16 };
     stream_launch(s, dropout_task, &a, sizeof a);
 }
 

@@ -21,8 +21,8 @@ static void embedding_forward_task(void *p) {
 }
 
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C, Precision rounding) {
-    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C, rounding == PRECISION_BF16 };
+                       const float *wpe, int B, int T, int C, DType rounding) {
+    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C, rounding == DTYPE_BF16 };
     stream_launch(s, embedding_forward_task, &a, sizeof a);
 }
 

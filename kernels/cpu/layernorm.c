@@ -35,8 +35,8 @@ static void layernorm_forward_task(void *p) {
 }
 
 void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, const float *bias, int N, int C, Precision rounding) {
-    LayerNormArgs a = { out, mean, rstd, inp, weight, bias, N, C, rounding == PRECISION_BF16 };
+                       const float *weight, const float *bias, int N, int C, DType rounding) {
+    LayerNormArgs a = { out, mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_forward_task, &a, sizeof a);
 }
 
@@ -44,7 +44,7 @@ void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, cons
  * second copy of their loops, and their bits are the GPU's fused kernel's. */
 void cpu_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                     const float *b, const float *weight, const float *bias, int N, int C,
-                                    Precision rounding) {
+                                    DType rounding) {
     cpu_residual_forward(s, resid, a, b, (size_t)N * C, rounding);
     cpu_layernorm_forward(s, out, mean, rstd, resid, weight, bias, N, C, rounding);
 }
@@ -101,8 +101,8 @@ static void layernorm_backward_task(void *p) {
 
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch, Precision rounding) {
+                        const float *rstd, int N, int C, float *scratch, DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, rounding == PRECISION_BF16 };
+    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

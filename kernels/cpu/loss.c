@@ -78,7 +78,7 @@ static void crossentropy_task(void *p) {
 }
 
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                       const int *targets, int N, int V, float dloss, Precision rounding) {
-    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss, rounding == PRECISION_BF16 };
+                                       const int *targets, int N, int V, float dloss, DType rounding) {
+    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss, rounding == DTYPE_BF16 };
     stream_launch(s, crossentropy_task, &a, sizeof a);
 }

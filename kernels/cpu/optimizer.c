@@ -12,7 +12,7 @@ typedef struct {
     float *param;
     bf16 *copy;
     const void *grad;
-    Precision grad_held;
+    DType grad_held;
     float *m, *v;
     size_t lo, n;
     const AdamWSpan *spans;
@@ -42,7 +42,7 @@ static void adamw_task(void *p) {
     }
 }
 
-void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     AdamWArgs a = { param, copy, grad, grad_held, m, v, lo, n, spans, nspans, adamw_constants(hp), clip };
     stream_launch(s, adamw_task, &a, sizeof a);
@@ -50,7 +50,7 @@ void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Prec
 
 /* Fixed chunks (SUMSQ_CHUNK), each summed by the same vector code, then the
  * chunks in index order: the same bits whatever the thread count. */
-typedef struct { float *out; const void *x; Precision held; size_t n; double *partial; } SumsqArgs;
+typedef struct { float *out; const void *x; DType held; size_t n; double *partial; } SumsqArgs;
 
 static void sumsq_task(void *p) {
     SumsqArgs *a = p;
@@ -72,12 +72,12 @@ static void sumsq_task(void *p) {
     *a->out = (float)total;
 }
 
-void cpu_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void cpu_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     SumsqArgs a = { out, x, held, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
 }
 
-typedef struct { float *out; const void *x; Precision held; size_t n; } CountArgs;
+typedef struct { float *out; const void *x; DType held; size_t n; } CountArgs;
 
 static void count_nonfinite_task(void *p) {
     CountArgs *a = p;
@@ -88,7 +88,7 @@ static void count_nonfinite_task(void *p) {
 }
 
 /* An OpenMP reduction of integers needs no scratch: the count is exact in any order. */
-void cpu_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     (void)scratch;
     CountArgs a = { out, x, held, n };
     stream_launch(s, count_nonfinite_task, &a, sizeof a);

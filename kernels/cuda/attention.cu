@@ -1,6 +1,6 @@
 /* attention.cu: causal multi-head self-attention on the GPU.
  *
- * In bf16 (products = PRECISION_BF16, heads of at most FLASH_MAX_HEAD
+ * In bf16 (products = DTYPE_BF16, heads of at most FLASH_MAX_HEAD
  * channels), as FlashAttention-2 does it, on the tensor cores (mma.sync
  * m16n8k16, bf16 in, fp32 sums): a block takes 64 query rows of one (batch
  * row, head), walks the key blocks they see with an online softmax, and keeps
@@ -539,24 +539,24 @@ static void flash_backward(cudaStream_t stream, float *dqkv, const float *dout, 
 /* ---- the ops ----------------------------------------------------------------- */
 
 /* Whether the op runs on the tensor cores: in bf16, heads of at most FLASH_MAX_HEAD. */
-static int flash_runs(int C, int NH, Precision products) {
-    return products == PRECISION_BF16 && flash_head_width(C / NH) != 0;
+static int flash_runs(int C, int NH, DType products) {
+    return products == DTYPE_BF16 && flash_head_width(C / NH) != 0;
 }
 
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
  * (batch row, head), and in bf16 each row's delta after them. */
-AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision products) {
+AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
     size_t rows = (size_t)B * NH * T, probs = rows * T;
-    AttentionBuffers flash = { rows, rows }, blas = { probs, 2 * probs + (products == PRECISION_BF16 ? rows : 0) };
+    AttentionBuffers flash = { rows, rows }, blas = { probs, 2 * probs + (products == DTYPE_BF16 ? rows : 0) };
     return flash_runs(C, NH, products) ? flash : blas;
 }
 
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
-                            int C, int NH, Dropout drop, Precision products, Precision rounding) {
+                            int C, int NH, Dropout drop, DType products, DType rounding) {
     cudaStream_t stream = cuda_stream(s);
-    int hs = C / NH, rounds = rounding == PRECISION_BF16;
+    int hs = C / NH, rounds = rounding == DTYPE_BF16;
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
@@ -578,7 +578,7 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
     }
     int rows = B * NH * T;
     const float *weights = att;
-    if (products == PRECISION_BF16) {
+    if (products == DTYPE_BF16) {
         causal_softmax_bf16_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(att, scratch, rows, T, drop);
         CHECK_LAUNCH("causal_softmax_bf16_kernel");
         weights = scratch;
@@ -603,9 +603,9 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
 
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                             Precision products, Precision rounding) {
+                             DType products, DType rounding) {
     cudaStream_t stream = cuda_stream(s);
-    int hs = C / NH, round_products = products == PRECISION_BF16, rounds = rounding == PRECISION_BF16;
+    int hs = C / NH, round_products = products == DTYPE_BF16, rounds = rounding == DTYPE_BF16;
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {

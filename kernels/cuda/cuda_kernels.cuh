@@ -49,43 +49,43 @@ __device__ static inline double block_sum(double x) {
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C, Precision rounding);
+                            int B, int T, int C, DType rounding);
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, const float *bias, int N, int C, Precision rounding);
+                            const float *weight, const float *bias, int N, int C, DType rounding);
 void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
-                                     Precision rounding);
+                                     DType rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
-                             float *scratch, Precision rounding);
+                             float *scratch, DType rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
 void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                                const float *weight, int N, int C, int OC);
-AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, Precision products);
+AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
-                            int C, int NH, Dropout drop, Precision products, Precision rounding);
+                            int C, int NH, Dropout drop, DType products, DType rounding);
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
-                             Precision products, Precision rounding);
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding);
+                             DType products, DType rounding);
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                        int tanh_form, Precision rounding, float *scratch);
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding);
-void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding);
+                        int tanh_form, DType rounding, float *scratch);
+void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
+void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding);
+void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                        const int *targets, int N, int V, float dloss, Precision rounding);
+                                        const int *targets, int N, int V, float dloss, DType rounding);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
-void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                       size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
-void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
-void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch);
+void cuda_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, void *x, size_t bytes);
 /* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order. */
 void cuda_add_column_parts(Stream *s, float *out, const float *partial, int N, int width);

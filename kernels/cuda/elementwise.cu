@@ -20,9 +20,9 @@ __global__ static void gelu_forward_kernel(float *out, const float *inp, size_t 
     out[i] = rounded_if(y, rounds);
 }
 
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, Precision rounding) {
+void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
     gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form,
-                                                                       rounding == PRECISION_BF16);
+                                                                       rounding == DTYPE_BF16);
     CHECK_LAUNCH("gelu_forward_kernel");
 }
 
@@ -67,8 +67,8 @@ __global__ static void gelu_bias_part_kernel(float *partial, float *dinp, const 
 }
 
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
-                        int tanh_form, Precision rounding, float *scratch) {
-    int rounds = rounding == PRECISION_BF16;
+                        int tanh_form, DType rounding, float *scratch) {
+    int rounds = rounding == DTYPE_BF16;
     if (!dbias) {
         size_t n = (size_t)N * OC;
         gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form, rounds);
@@ -87,8 +87,8 @@ __global__ static void residual_kernel(float *out, const float *a, const float *
     if (i < n) out[i] = rounded_if(a[i] + b[i], rounds);
 }
 
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, Precision rounding) {
-    residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == PRECISION_BF16);
+void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
+    residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16);
     CHECK_LAUNCH("residual_kernel");
 }
 
@@ -97,9 +97,9 @@ __global__ static void bias_forward_kernel(float *out, const float *bias, int N,
     if (i < (size_t)N * OC) out[i] = rounded_if(out[i] + bias[i % OC], rounds);
 }
 
-void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, Precision rounding) {
+void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding) {
     bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, bias, N, OC,
-                                                                                   rounding == PRECISION_BF16);
+                                                                                   rounding == DTYPE_BF16);
     CHECK_LAUNCH("bias_forward_kernel");
 }
 
@@ -128,8 +128,8 @@ __global__ static void dropout_kernel(float *out, const float *inp, size_t n, Dr
     if (i < n) out[i] = rounded_if(inp[i] * dropout_scale_at(drop, i), rounds);
 }
 
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, Precision rounding) {
-    dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == PRECISION_BF16);
+void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
+    dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == DTYPE_BF16);
     CHECK_LAUNCH("dropout_kernel");
 }
 

@@ -14,9 +14,9 @@ __global__ static void embedding_forward_kernel(float *out, const int *tokens, c
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C, Precision rounding) {
+                            int B, int T, int C, DType rounding) {
     embedding_forward_kernel<<<blocks_for((size_t)B * T * C), THREADS, 0, cuda_stream(s)>>>(
-        out, tokens, wte, wpe, B * T, T, C, rounding == PRECISION_BF16);
+        out, tokens, wte, wpe, B * T, T, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("embedding_forward_kernel");
 }
 

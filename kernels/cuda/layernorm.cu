@@ -39,9 +39,9 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
 }
 
 void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, const float *bias, int N, int C, Precision rounding) {
+                            const float *weight, const float *bias, int N, int C, DType rounding) {
     layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
-        out, mean, rstd, inp, weight, bias, N, C, rounding == PRECISION_BF16);
+        out, mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("layernorm_forward_kernel");
 }
 
@@ -64,9 +64,9 @@ __global__ static void residual_layernorm_kernel(float *resid, float *out, float
 
 void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
-                                     Precision rounding) {
+                                     DType rounding) {
     residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
-        resid, out, mean, rstd, a, b, weight, bias, N, C, rounding == PRECISION_BF16);
+        resid, out, mean, rstd, a, b, weight, bias, N, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("residual_layernorm_kernel");
 }
 
@@ -116,11 +116,11 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
-                             float *scratch, Precision rounding) {
+                             float *scratch, DType rounding) {
     if (N == 0) return;
     cudaStream_t stream = cuda_stream(s);
     layernorm_dinp_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                              rstd, N, C, rounding == PRECISION_BF16);
+                                                                              rstd, N, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("layernorm_dinp_kernel");
     /* column_sums_scratch_floats(N, 2C): parts x C for the weight, then parts x C for the bias */
     float *partial = scratch, *bias_partial = dbias ? scratch + (size_t)row_parts(N) * C : NULL;

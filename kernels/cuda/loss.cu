@@ -47,10 +47,10 @@ __global__ static void crossentropy_kernel(float *losses, float *dlogits, const 
 }
 
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
-                                        const int *targets, int N, int V, float dloss, Precision rounding) {
+                                        const int *targets, int N, int V, float dloss, DType rounding) {
     if (N == 0) return;
     crossentropy_kernel<<<N, CROSSENTROPY_THREADS, 0, cuda_stream(s)>>>(losses, dlogits, logits, targets, V, dloss,
-                                                                        rounding == PRECISION_BF16);
+                                                                        rounding == DTYPE_BF16);
     CHECK_LAUNCH("crossentropy_kernel");
 }
 

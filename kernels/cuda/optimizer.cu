@@ -17,7 +17,7 @@
  * left alone; the bf16 copy written in the same pass where there is one.
  * Every thread works out the clip's coefficient itself (the parts are at
  * most a rank count, summed in order): no launch before it. */
-__global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+__global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k,
                                     AdamWClip clip) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -30,7 +30,7 @@ __global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, 
     if (copy) copy[j] = bf16_from_float(param[j]);
 }
 
-void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Precision grad_held, float *m, float *v,
+void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                       size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     if (n == 0) return;
     adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, copy, grad, grad_held, m, v, lo, n, spans,
@@ -39,7 +39,7 @@ void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, Pre
 }
 
 /* partial[chunk] = the chunk's sum of squares, in double */
-__global__ static void sumsq_chunk_kernel(double *partial, const void *x, Precision held, size_t n) {
+__global__ static void sumsq_chunk_kernel(double *partial, const void *x, DType held, size_t n) {
     size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
     size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
     double acc = 0.0;
@@ -61,7 +61,7 @@ __global__ static void sum_chunks_kernel(float *out, const double *partial, size
     if (threadIdx.x == 0) *out = (float)total;
 }
 
-void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void cuda_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
     size_t nchunks = sumsq_scratch_doubles(n);
     double *partial = scratch;
@@ -72,7 +72,7 @@ void cuda_sumsq_reduce(Stream *s, float *out, const void *x, Precision held, siz
 }
 
 /* partial[chunk] = how many of the chunk's values are NaN or infinite */
-__global__ static void nonfinite_chunk_kernel(double *partial, const void *x, Precision held, size_t n) {
+__global__ static void nonfinite_chunk_kernel(double *partial, const void *x, DType held, size_t n) {
     size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
     size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
     double count = 0.0;
@@ -81,7 +81,7 @@ __global__ static void nonfinite_chunk_kernel(double *partial, const void *x, Pr
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-void cuda_count_nonfinite(Stream *s, float *out, const void *x, Precision held, size_t n, double *scratch) {
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
     cudaStream_t stream = cuda_stream(s);
     size_t nchunks = sumsq_scratch_doubles(n);
     nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, held, n);
