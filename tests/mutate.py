@@ -419,7 +419,7 @@ MUTANTS = [
      ""),
     ("bf16-residual-unrounded", "mixed precision: the residual stream kept in fp32 after attention's add, not bf16 "
      "(and the LayerNorm after it)",
-     "test_model/bf16_holds*",
+     "test_strategies/recompute_*",
      "model/gpt.c",
      "part_bias(m, l, LN2), BT, C, rounding);",
      "part_bias(m, l, LN2), BT, C, DTYPE_FP32);"),

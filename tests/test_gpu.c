@@ -440,7 +440,17 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     stream_copy(gpu_stream, both, losses.gpu, 2 * BT * sizeof(float));
     stream_synchronize(gpu_stream);
     cr_expect_eq(memcmp(both, both + BT, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
-    free(both);
+    /* in place, as the model runs it: the same gradient and losses */
+    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, logits.gpu, logits.gpu, tokens.gpu, (int)BT, V, 0.5f,
+                                  DTYPE_BF16);
+    float *in_place = malloc(nl * sizeof(float)), *apart = malloc(nl * sizeof(float));
+    stream_copy(gpu_stream, in_place, logits.gpu, nl * sizeof(float));
+    stream_copy(gpu_stream, apart, dbf.gpu, nl * sizeof(float));
+    stream_copy(gpu_stream, both, losses.gpu, 2 * BT * sizeof(float));
+    stream_synchronize(gpu_stream);
+    cr_expect_eq(memcmp(in_place, apart, nl * sizeof(float)), 0, "crossentropy in place in bf16: other dlogits");
+    cr_expect_eq(memcmp(both, both + BT, BT * sizeof(float)), 0, "crossentropy in place in bf16: other losses");
+    free(both); free(in_place); free(apart);
 
     /* attention, a head of 64 (tensor cores) and of 80 (cuBLAS) */
     const AttentionShape shapes[2] = { { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
@@ -589,42 +599,53 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
 }
 
 /* GELU's backward with fc's bias at GPT-2's shape (12 x 1024 rows and a
- * short last part, 3072 wide), in bf16, in place: three runs of the GPU's
- * fused op, each the bytes of the GPU's ops it stands for (the gradient
- * alone, round_to_bf16, then bias_backward); and near the CPU's (GELU's
- * transcendentals differ by ulps, so a rare element rounds to the next bf16). */
+ * short last part, 3072 wide), in place, in both forms, in fp32 and in
+ * bf16: three runs of the GPU's fused op, each the bytes of the GPU's ops it
+ * stands for (the gradient alone, round_to_bf16 in bf16, then
+ * bias_backward); and near the CPU's (GELU's transcendentals differ by ulps,
+ * so a rare element rounds to the next bf16). */
 Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int N = 12 * 1024 + 77, OC = 3072;
     size_t n = (size_t)N * OC;
     Pair x = pair_random(n, -4, 4, 81), dy = pair_random(n, -1, 1, 82), dinp = pair_random(n, -1, 1, 82);
     Pair apart = pair_random(n, -1, 1, 83), dbias = pair_random((size_t)OC, -1, 1, 84);
-    Pair dbias_apart = pair_random((size_t)OC, -1, 1, 84), scratch = pair_random(column_sums_scratch_floats(N, OC), -1, 1, 85);
-    float *bias_start = malloc(OC * sizeof(float)), *want = malloc(n * sizeof(float)), *want_bias = malloc(OC * sizeof(float));
+    Pair dbias_apart = pair_random((size_t)OC, -1, 1, 84);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, OC), -1, 1, 85);
+    float *bias_start = malloc(OC * sizeof(float)), *want = malloc(n * sizeof(float));
+    float *want_bias = malloc(OC * sizeof(float)), *got = malloc(n * sizeof(float)), *got_bias = malloc(OC * sizeof(float));
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
-    gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, 1, DTYPE_BF16, scratch.cpu);
-    gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, 1, DTYPE_FP32, NULL);
-    round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
-    bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
-    stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
-    stream_copy(gpu_stream, want_bias, dbias_apart.gpu, OC * sizeof(float));
-    for (int run = 0; run < 3; run++) {
-        stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
-        stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-        gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, 1, DTYPE_BF16, scratch.gpu);
-        float *got = malloc(n * sizeof(float)), got_bias[3072];
-        stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
-        stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
-        stream_synchronize(gpu_stream);
-        cr_expect_eq(memcmp(got, want, n * sizeof(float)), 0, "run %d: the fused gradient, unfused ops' bytes", run);
-        cr_expect_eq(memcmp(got_bias, want_bias, OC * sizeof(float)), 0, "run %d: the fused bias sums, unfused ops' bytes",
-                     run);
-        free(got);
-    }
-    double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
-    cr_expect_lt(e, 1e-3, "the gradient: GPU against CPU, rms relative error %g", e);
-    cr_expect_lt(eb, 1e-3, "the bias sums: GPU against CPU, rms relative error %g", eb);
-    free(bias_start); free(want); free(want_bias);
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++)
+        for (int p = 0; p < DTYPES; p++) {
+            DType rounding = (DType)p;
+            const char *form = tanh_form ? "tanh" : "erf", *dtype = DTYPE_TRAITS[p].name;
+            gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, tanh_form, DTYPE_FP32, NULL);
+            if (rounding == DTYPE_BF16) round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
+            stream_copy(gpu_stream, dbias_apart.gpu, bias_start, OC * sizeof(float));
+            bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
+            stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
+            stream_copy(gpu_stream, want_bias, dbias_apart.gpu, OC * sizeof(float));
+            for (int run = 0; run < 3; run++) {
+                stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
+                stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
+                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, tanh_form, rounding,
+                              scratch.gpu);
+                stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
+                stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
+                stream_synchronize(gpu_stream);
+                cr_expect_eq(memcmp(got, want, n * sizeof(float)), 0, "%s, %s, run %d: the fused gradient", form,
+                             dtype, run);
+                cr_expect_eq(memcmp(got_bias, want_bias, OC * sizeof(float)), 0, "%s, %s, run %d: the fused bias sums",
+                             form, dtype, run);
+            }
+            memcpy(dinp.cpu, dy.cpu, n * sizeof(float));
+            memcpy(dbias.cpu, bias_start, OC * sizeof(float));
+            gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, tanh_form, rounding, scratch.cpu);
+            double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
+            cr_expect_lt(e, 1e-3, "%s, %s: the gradient, GPU against CPU, rms relative error %g", form, dtype, e);
+            cr_expect_lt(eb, 1e-3, "%s, %s: the bias sums, GPU against CPU, rms relative error %g", form, dtype, eb);
+        }
+    free(bias_start); free(want); free(want_bias); free(got); free(got_bias);
     pair_free(x); pair_free(dy); pair_free(dinp); pair_free(apart); pair_free(dbias); pair_free(dbias_apart);
     pair_free(scratch);
 }

@@ -704,6 +704,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     crossentropy_forward_backward(test_stream, loss_bf, dbf, logits, tokens, (int)BT, V, 0.5f, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
+    crossentropy_forward_backward(test_stream, loss_fp, logits, logits, tokens, (int)BT, V, 0.5f, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_expect_eq(memcmp(logits, dbf, nl * sizeof(float)), 0, "crossentropy in place in bf16: other dlogits");
+    cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy in place in bf16: other losses");
     expect_rounded(dbf, dfp, nl, "crossentropy's dlogits");
 
     /* attention: the output, then the backward from the rounded output */
