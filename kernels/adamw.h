@@ -73,7 +73,7 @@ ADAMW_FN float clipped_gradient(const void *grad, DType held, size_t i, float co
     float g = number_at(grad, held, i);
     if (coef >= 1.0f) return g;
     g = g * coef;
-    return held == DTYPE_BF16 ? bf16_rounded(g) : g;
+    return rounded_if(g, held == DTYPE_BF16);
 }
 
 /* The span of spans[0, n) that holds arena element i, or -1 (padding). */

@@ -47,7 +47,7 @@ SOFTMAX_FN SoftmaxPartial softmax_partial_empty(void) {
 /* Logit j as the op reads it: rounded to bf16 where `rounds` (autocast's bf16
  * head, whose product is fp32), else as it is. */
 SOFTMAX_FN float softmax_logit(const float *logit, int j, int rounds) {
-    return rounds ? bf16_rounded(logit[j]) : logit[j];
+    return rounded_if(logit[j], rounds);
 }
 
 /* A logit as a partial of its own. */

@@ -188,7 +188,6 @@ static void bf16_values(GPT *m, float *x, size_t n) {
     if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
 }
 
-
 /* The copy of unit u's weights the model computes with under autocast. */
 static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
 

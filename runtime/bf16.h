@@ -47,6 +47,9 @@ BF16_FN float float_from_bf16(bf16 h) {
 /* x rounded to the nearest bf16, as an fp32. */
 BF16_FN float bf16_rounded(float x) { return float_from_bf16(bf16_from_float(x)); }
 
+/* x rounded so where `rounds` (an op's rounding under autocast), else x. */
+BF16_FN float rounded_if(float x, int rounds) { return rounds ? bf16_rounded(x) : x; }
+
 /* Element i of numbers held as `held` says (a gradient's buffer in either
  * dtype), read as an fp32; and written, rounded where it is bf16. */
 BF16_FN float number_at(const void *x, DType held, size_t i) {

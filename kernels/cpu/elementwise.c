@@ -128,7 +128,7 @@ static void residual_forward_task(void *p) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < a->n; i++) {
         float v = a->a[i] + a->b[i];
-        a->out[i] = a->rounds ? bf16_rounded(v) : v;
+        a->out[i] = rounded_if(v, a->rounds);
     }
 }
 
@@ -147,7 +147,7 @@ static void bias_forward_task(void *p) {
         #pragma omp simd
         for (int c = 0; c < a->OC; c++) {
             float v = row[c] + a->in[c];
-            row[c] = a->rounds ? bf16_rounded(v) : v;
+            row[c] = rounded_if(v, a->rounds);
         }
     }
 }
@@ -183,7 +183,7 @@ static void dropout_chunk(const void *p, size_t first, size_t end) {
     dropout_scales(a->drop, first, end - first, scale);
     for (size_t i = first; i < end; i++) {
         float v = a->inp[i] * scale[i - first];
-        a->out[i] = a->rounds ? bf16_rounded(v) : v;
+        a->out[i] = rounded_if(v, a->rounds);
     }
 }
 

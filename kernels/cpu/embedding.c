@@ -15,7 +15,7 @@ static void embedding_forward_task(void *p) {
         float *o = a->out + (size_t)bt * C;
         for (int c = 0; c < C; c++) {
             float v = tok[c] + pos[c];
-            o[c] = a->rounds ? bf16_rounded(v) : v;
+            o[c] = rounded_if(v, a->rounds);
         }
     }
 }

@@ -27,7 +27,7 @@ static void layernorm_forward_task(void *p) {
         for (int c = 0; c < C; c++) {
             float v = (x[c] - m) * r * a->weight[c];
             if (a->bias) v = v + a->bias[c];
-            o[c] = a->rounds ? bf16_rounded(v) : v;
+            o[c] = rounded_if(v, a->rounds);
         }
         a->mean[i] = m;
         a->rstd[i] = r;
@@ -92,7 +92,7 @@ static void layernorm_backward_task(void *p) {
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * r;
             float g = r * (dy[c] * a->weight[c] - dnorm_mean - norm * dnorm_norm_mean);
-            dx[c] = a->rounds ? bf16_rounded(dx[c] + bf16_rounded(g)) : dx[c] + g;
+            dx[c] = rounded_if(dx[c] + rounded_if(g, a->rounds), a->rounds);
         }
     }
     column_sums(a->dweight, N, C, dweight_terms, a);

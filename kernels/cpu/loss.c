@@ -67,7 +67,7 @@ static void crossentropy_row(const CrossEntropyArgs *a, int i) {
     #pragma omp simd
     for (int j = 0; j < V; j++) {
         float g = softmax_grad(softmax_logit(logit, j, rounds), row, j == target, a->dloss);
-        d[j] = rounds ? bf16_rounded(g) : g;
+        d[j] = rounded_if(g, rounds);
     }
 }
 

@@ -92,7 +92,7 @@ __global__ static void attention_dropout_kernel(float *weights, float *datt, con
     if (i >= n) return;
     float scale = drop.p > 0.0f ? dropout_scale_at(drop, i) : 1.0f;
     float w = att[i] * scale;
-    weights[i] = round_weights ? bf16_rounded(w) : w;
+    weights[i] = rounded_if(w, round_weights);
     if (datt) datt[i] *= scale;
 }
 
@@ -217,7 +217,7 @@ __device__ static inline void store_rows(float *first, size_t stride, const floa
                 int d = 8 * n + 2 * (lane % 4) + e;
                 if (d < hs) {
                     float v = acc[n][2 * r + e] * factor[r];
-                    row[d] = rounds ? bf16_rounded(v) : v;
+                    row[d] = rounded_if(v, rounds);
                 }
             }
     }

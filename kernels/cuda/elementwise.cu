@@ -8,9 +8,6 @@
 /* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
 static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-/* v, or v rounded to bf16 where `rounds` */
-__device__ static float rounded_if(float v, int rounds) { return rounds ? bf16_rounded(v) : v; }
-
 __global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n, int tanh_form, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -10,7 +10,7 @@ __global__ static void embedding_forward_kernel(float *out, const int *tokens, c
     if (i >= (size_t)BT * C) return;
     int bt = (int)(i / C), c = (int)(i % C);
     float v = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
-    out[i] = rounds ? bf16_rounded(v) : v;
+    out[i] = rounded_if(v, rounds);
 }
 
 void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,

@@ -24,7 +24,7 @@ __device__ static void layernorm_row(float *out, float *mean, float *rstd, const
     for (int c = lane; c < C; c += WARP) {
         float v = (x[c] - m) * r * weight[c];
         if (bias) v = v + bias[c];
-        o[c] = rounds ? bf16_rounded(v) : v;
+        o[c] = rounded_if(v, rounds);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -57,7 +57,7 @@ __global__ static void residual_layernorm_kernel(float *resid, float *out, float
     for (int c = lane; c < C; c += WARP) {
         size_t i = row * C + c;
         float v = a[i] + b[i];
-        resid[i] = rounds ? bf16_rounded(v) : v;
+        resid[i] = rounded_if(v, rounds);
     }
     layernorm_row(out, mean, rstd, resid, weight, bias, row, C, lane, rounds);
 }
@@ -91,7 +91,7 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
     for (int c = lane; c < C; c += WARP) {
         float norm = (x[c] - m) * r;
         float g = r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
-        dx[c] = rounds ? bf16_rounded(dx[c] + bf16_rounded(g)) : dx[c] + g;
+        dx[c] = rounded_if(dx[c] + rounded_if(g, rounds), rounds);
     }
 }
 

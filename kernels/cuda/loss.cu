@@ -42,7 +42,7 @@ __global__ static void crossentropy_kernel(float *losses, float *dlogits, const 
     float *d = dlogits + row * V;
     for (int j = threadIdx.x; j < V; j += CROSSENTROPY_THREADS) {
         float g = softmax_grad(softmax_logit(logit, j, rounds), total, j == target, dloss);
-        d[j] = rounds ? bf16_rounded(g) : g;
+        d[j] = rounded_if(g, rounds);
     }
 }
 
