@@ -128,7 +128,7 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
 
-/* A Linear's or a LayerNorm's bias: out[N,OC] += bias[OC] on every row; and
+/* A Linear's bias (a LayerNorm's is layernorm_forward's): out[N,OC] += bias[OC] on every row; and
  * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h
  * (scratch: column_sums_scratch_floats(N, OC) floats). */
 void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);

@@ -311,8 +311,8 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
 
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
  * its weights read through block_weights. Under autocast inp holds bf16
- * values (the op that wrote it rounded them: LayerNorm's or its bias's,
- * attention, GELU), and out is rounded once, after the bias: an fp32 product
+ * values (the op that wrote it rounded them: LayerNorm, attention, GELU),
+ * and out is rounded once, after the bias: an fp32 product
  * of bf16 values (product_forward: on the CPU sgemm, each product of two
  * bf16 exact in fp32), rounded by the bias's op, or without one on its own. */
 static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, int hooks, size_t N, int C, int OC) {

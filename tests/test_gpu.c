@@ -248,6 +248,7 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     for (int run = 0; run < 3; run++) {
         fill_zero(gpu_stream, sum.gpu, n);
         fill_zero(gpu_stream, out.gpu, n);
+        fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
         residual_layernorm_forward(gpu_stream, sum.gpu, out.gpu, stats.gpu, stats.gpu + N, a.gpu, b.gpu, w.gpu,
                                    bias.gpu, N, C, DTYPE_BF16);
         expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");

@@ -148,13 +148,13 @@ static StrategyConfig gpt_in(DType precision, int nranks, float dropout) {
     return sc;
 }
 
-static const char *const PRECISION_NAMES[DTYPES] = { "fp32 GPT", "bf16 GPT" };
+static const char *const DTYPE_GPT_NAMES[DTYPES] = { "fp32 GPT", "bf16 GPT" };
 
 /* N = 2 pads no unit, the others every unit (gate 4); in fp32 and in bf16. */
 Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
     int counts[5] = { 2, 3, 5, 6, 7 };
     for (int p = 0; p < DTYPES; p++)
-        for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((DType)p, counts[i], 0.1f), PRECISION_NAMES[p]);
+        for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((DType)p, counts[i], 0.1f), DTYPE_GPT_NAMES[p]);
 }
 
 /* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
@@ -174,7 +174,7 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_with_gradients_reduced_in_b
             float *ddp = train(0, sc, 0.0f, &n);
             int made_in_bf16 = p == DTYPE_BF16 && sc.nranks == 1;
             cr_expect((memcmp(fp32, ddp, n * sizeof(float)) == 0) == made_in_bf16, "%s, N=%d: DDP's weights %s "
-                      "fp32's with the gradients reduced in bf16", PRECISION_NAMES[p], sc.nranks,
+                      "fp32's with the gradients reduced in bf16", DTYPE_GPT_NAMES[p], sc.nranks,
                       made_in_bf16 ? "differ from" : "are");
             for (int overlap = 0; overlap <= 1; overlap++) {
                 sc.overlap.enabled = overlap;
@@ -182,7 +182,7 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_with_gradients_reduced_in_b
                 if (overlap) {
                     float *buckets = train(0, sc, 0.0f, &n);
                     cr_expect(memcmp(ddp, buckets, n * sizeof(float)) == 0, "%s, N=%d, reduced in bf16: DDP's "
-                              "buckets differ from its one all-reduce", PRECISION_NAMES[p], sc.nranks);
+                              "buckets differ from its one all-reduce", DTYPE_GPT_NAMES[p], sc.nranks);
                     free(buckets);
                 }
                 expect_stages_match_ddp(sc, p ? "bf16 GPT reduced in bf16" : "fp32 GPT reduced in bf16");
@@ -450,7 +450,7 @@ static void expect_overlap_changes_nothing(int zero, int N, int grad_accum, DTyp
     float *on = train_weights(zero, &sc, &tc, &data, &n);
     cr_assert(off && on, "--zero=%d on %d ranks failed", zero, N);
     cr_expect(memcmp(off, on, n * sizeof(float)) == 0, "--zero=%d N=%d, %d micro-step(s), %s: overlap changed the weights",
-              zero, N, grad_accum, PRECISION_NAMES[precision]);
+              zero, N, grad_accum, DTYPE_GPT_NAMES[precision]);
     free(off);
     free(on);
 }
@@ -874,10 +874,10 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
                 model_layout(&sc.model, 1, &plain);
                 cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0,
                           "--zero=%d N=%d overlap %d %s: recompute changed a loss", zero, N, overlap,
-                          PRECISION_NAMES[sc.precision]);
+                          DTYPE_GPT_NAMES[sc.precision]);
                 cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
                           "--zero=%d N=%d overlap %d %s: recompute changed the weights", zero, N, overlap,
-                          PRECISION_NAMES[sc.precision]);
+                          DTYPE_GPT_NAMES[sc.precision]);
                 cr_expect_lt(again_bytes, kept_bytes, "--zero=%d: activations %zu bytes with recompute, %zu without",
                              zero, again_bytes, kept_bytes);
                 free(kept);
@@ -906,13 +906,13 @@ Test(strategies, recompute_gelu_gives_the_same_losses_and_weights, .timeout = 30
             ArenaLayout plain;
             model_layout(&sc.model, 1, &plain);
             cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0, "--zero=%d %s: recompute-gelu changed a loss",
-                      zeros[z], PRECISION_NAMES[p]);
+                      zeros[z], DTYPE_GPT_NAMES[p]);
             cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
-                      "--zero=%d %s: recompute-gelu changed the weights", zeros[z], PRECISION_NAMES[p]);
+                      "--zero=%d %s: recompute-gelu changed the weights", zeros[z], DTYPE_GPT_NAMES[p]);
             size_t gelu = (size_t)sc.batch * sc.model.block_size * 4 * sc.model.embd, L = (size_t)sc.model.layers;
             size_t saved = p == DTYPE_BF16 ? L * gelu * sizeof(bf16) : (L - 1) * gelu * sizeof(float);
             cr_expect_eq(kept_bytes - again_bytes, saved, "--zero=%d %s: %zu activation bytes fewer, want %zu", zeros[z],
-                         PRECISION_NAMES[p], kept_bytes - again_bytes, saved);
+                         DTYPE_GPT_NAMES[p], kept_bytes - again_bytes, saved);
             free(kept);
             free(again);
         }

@@ -41,7 +41,8 @@ void cpu_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, cons
 }
 
 /* The two ops one after the other: on the CPU a pass saved is not worth a
- * second copy of their loops, and their bits are the GPU's fused kernel's. */
+ * second copy of their loops (the GPU's fused kernel gives its own two ops'
+ * bits, as this does). */
 void cpu_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                     const float *b, const float *weight, const float *bias, int N, int C,
                                     DType rounding) {
