@@ -24,14 +24,14 @@ typedef struct {
                                        const float *b, const float *weight, const float *bias, int N, int C,
                                        DType rounding);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
+                               ConstBuf inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C, float *scratch, DType rounding);
     void (*matmul_forward)(Stream *s, float *out, const float *inp, const float *weight, int N,
                            int C, int OC);
     void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
     void (*matmul_forward_bf16)(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
-    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                  const float *weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
     void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
@@ -39,8 +39,8 @@ typedef struct {
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, DType products, DType rounding);
-    void (*gelu_forward)(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
-    void (*gelu_backward)(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+    void (*gelu_forward)(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+    void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
     void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);

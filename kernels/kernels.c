@@ -61,7 +61,7 @@ void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
                         const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding) {
     op_begin(s, "layernorm_backward");
@@ -89,7 +89,7 @@ void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *w
     op_end(s);
 }
 
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                           const float *weight, int N, int C, int OC) {
     op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
@@ -115,13 +115,13 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
     op_end(s);
 }
 
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
+void gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
     op_begin(s, "gelu_forward");
     backend(s)->gelu_forward(s, out, inp, n, tanh_form, rounding);
     op_end(s);
 }
 
-void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch) {
     op_begin(s, "gelu_backward");
     backend(s)->gelu_backward(s, dinp, dbias, inp, dout, N, OC, tanh_form, rounding, scratch);

@@ -12,6 +12,11 @@
  * autocast (DTYPE_BF16) it runs as a bf16 op runs, each number it writes
  * rounded to a bf16 value (held in fp32) in the same pass, as round_to_bf16
  * after it would; DTYPE_FP32 writes the numbers as computed.
+ *
+ * An input an op reads in either dtype is a ConstBuf: its numbers and how
+ * they are held (the block internals a model keeps in bf16, read in place by
+ * the backward). A bf16 input is widened (exact) as it is read, so the op
+ * gives the bytes it gives the same values held in fp32.
  */
 #ifndef ZF_KERNELS_H
 #define ZF_KERNELS_H
@@ -28,6 +33,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Numbers an op reads, held as dtype says (runtime/bf16.h's number_at). */
+typedef struct {
+    const void *data;
+    DType dtype;
+} ConstBuf;
+
+static inline ConstBuf fp32_numbers(const float *x) {
+    ConstBuf b = { x, DTYPE_FP32 };
+    return b;
+}
+
+static inline ConstBuf bf16_numbers(const bf16 *x) {
+    ConstBuf b = { x, DTYPE_BF16 };
+    return b;
+}
 
 /* A dropout site: the mask element i is Philox(key = (seed, rank),
  * counter = (i / 4, i / 2^34, site, step)) word i % 4, kept when its uniform
@@ -73,8 +94,18 @@ void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean
                                 const float *b, const float *weight, const float *bias, int N, int C,
                                 DType rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *mean,
+                        ConstBuf inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, DType rounding);
+
+/* Where a bf16 operand of a product is held, by the GPU's staging or in
+ * place (what a model keeps), it starts on a 256-byte boundary (buffers
+ * themselves begin on one), so that cuBLAS, which picks its kernel by the
+ * operands' alignment too, runs the same kernel, and adds in the same order,
+ * whichever buffer holds it: n numbers take operand_numbers(n) of room. */
+enum { OPERAND_ALIGN_NUMBERS = 128 };
+static inline size_t operand_numbers(size_t n) {
+    return (n + OPERAND_ALIGN_NUMBERS - 1) / OPERAND_ALIGN_NUMBERS * OPERAND_ALIGN_NUMBERS;
+}
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -84,10 +115,11 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
 /* The same products of bf16 values held in fp32 (autocast's Linear: every
  * input a bf16 value), accumulated in fp32: on the CPU through sgemm, each
  * product of two bf16 exact in fp32; on the GPU on its bf16 tensor cores,
- * each input stored in 16 bits (exact) and cublasGemmEx with CUDA_R_16BF
- * inputs, fp32 outputs and CUBLAS_COMPUTE_32F. */
+ * each input stored in 16 bits (exact; the backward's inp read as it is
+ * where it is held in bf16) and cublasGemmEx with CUDA_R_16BF inputs, fp32
+ * outputs and CUBLAS_COMPUTE_32F. */
 void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                           const float *weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
@@ -114,7 +146,7 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))) (transformers' gelu_new). */
-void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
+void gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 /* Its backward over N rows of width OC, fused with the bias gradient of the
  * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
  * rounding is DTYPE_BF16 (autocast's bf16 gradient, as round_to_bf16
@@ -122,7 +154,7 @@ void gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_fo
  * as bias_backward sums them (scratch: column_sums_scratch_floats(N, OC)), in
  * the same pass on a GPU. dbias NULL: none (scratch unused). dinp may be dout
  * (in place: the model's MLP keeps one hidden-sized gradient). */
-void gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */

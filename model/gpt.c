@@ -37,16 +37,30 @@ static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
  * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
  * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position; the first
  * six, 11 C, with recompute_gelu. */
-enum { KEPT_TENSORS = 7, KEPT_WIDTH = 15, GELU_WIDTH = 4 };
-static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, GELU_WIDTH };  /* in C, summing to KEPT_WIDTH */
+enum { KEPT_LN1, KEPT_QKV, KEPT_ATTY, KEPT_RESID2, KEPT_LN2, KEPT_FCH, KEPT_FCH_GELU, KEPT_TENSORS };
+static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in C */
 
 /* Whether a model computing so keeps its blocks' internals in bf16: under
  * autocast, unless it recomputes them. */
 static int keeps_bf16(ComputePolicy compute) { return compute.precision == DTYPE_BF16 && !compute.recompute; }
 
-/* How many of the kept tensors, and their width a position in C. */
+/* How many of the kept tensors. */
 static int kept_tensors(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_TENSORS - 1 : KEPT_TENSORS; }
-static size_t kept_width(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_WIDTH - GELU_WIDTH : KEPT_WIDTH; }
+
+/* The bf16 numbers a block keeps at BT x C positions x channels, each kept
+ * tensor on its boundary (operand_numbers: the backward's products read them
+ * in place); and where in a block's its tensor i begins. */
+static size_t kept_block_numbers(ComputePolicy compute, size_t BTC) {
+    size_t n = 0;
+    for (int i = 0; i < kept_tensors(compute); i++) n += operand_numbers(KEPT_WIDTHS[i] * BTC);
+    return n;
+}
+
+static size_t kept_offset(int i, size_t BTC) {
+    size_t at = 0;
+    for (int j = 0; j < i; j++) at += operand_numbers(KEPT_WIDTHS[j] * BTC);
+    return at;
+}
 
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
@@ -62,7 +76,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
     size_t Lg = compute.recompute_gelu ? 1 : Lk;
-    size_t kept = keeps_bf16(compute) ? (L * kept_width(compute) * BT * C + 1) / 2 : 0;  /* bf16 numbers, two to a float */
+    size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == DTYPE_BF16) {
         unit_floats(cfg, &root, &block);
@@ -94,28 +108,30 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
     Activations unused;
     ActivationSlot table[ACTIVATION_TENSORS];
     activation_table(&unused, cfg, kind, compute, B, T, table);
-    size_t floats = 0;
-    for (int i = 0; i < ACTIVATION_TENSORS; i++) floats += table[i].floats;
-    return floats;
+    return model_activation_floats(table, ACTIVATION_TENSORS);
 }
 
 /* The largest of one product's numbers, weight + input + output gradient,
- * over the Linears and the head (a chunk of its rows): what a GPU's matmul in
- * bf16 restages them into (cuda_bf16_staging). */
+ * each on its boundary (operand_numbers), over the Linears and the head (a
+ * chunk of its rows): what a GPU's matmul in bf16 restages them into
+ * (cuda_bf16_staging). */
 static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
     size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
     size_t out_widths[4] = { 3 * C, C, 4 * C, C }, in_widths[4] = { C, C, C, 4 * C };
-    size_t most = V * C + R * C + R * V;
+    size_t most = operand_numbers(V * C) + operand_numbers(R * C) + R * V;
     for (int i = 0; i < 4; i++) {
-        size_t n = out_widths[i] * in_widths[i] + BT * in_widths[i] + BT * out_widths[i];
+        size_t n = operand_numbers(out_widths[i] * in_widths[i]) + operand_numbers(BT * in_widths[i]) +
+                   BT * out_widths[i];
         if (n > most) most = n;
     }
     return most;
 }
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
-    if (kind != DEVICE_CUDA || compute.precision != DTYPE_BF16) return 0;
-    return largest_product_numbers(cfg, B, T) * sizeof(bf16);
+    if (compute.precision != DTYPE_BF16) return 0;
+    if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
+    /* the widest input the backward reads in bf16: GELU's, fc's output (block_reads) */
+    return keeps_bf16(compute) ? (size_t)B * T * 4 * cfg->embd * sizeof(float) : 0;
 }
 
 static void gpt_destroy(Model *base) { free(base); }
@@ -175,10 +191,10 @@ static void product_forward(GPT *m, float *out, const float *inp, const float *w
     else matmul_forward(m->base.stream, out, inp, weight, N, C, OC);
 }
 
-static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, const float *inp,
+static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                              const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
+    else matmul_backward(m->base.stream, dinp, dweight, dout, inp.data, weight, N, C, OC);  /* fp32 without autocast */
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -326,7 +342,7 @@ static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, i
  * dinp = dout @ weight (written, rounded under autocast), and the weight's
  * gradient added, and with with_bias the bias's, each made in bf16 under
  * autocast (without, the op that made dout made the bias's too). */
-static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, const float *inp, size_t N, int C,
+static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, ConstBuf inp, size_t N, int C,
                             int OC, int with_bias) {
     int t = block_tensor(m, l, i);
     product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
@@ -341,7 +357,7 @@ static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout
  * side (the bias's after the weight's C), and the input's joins the residual
  * stream's gradient in the op as autocast's bf16 add of the stream's two
  * uses: dresid = bf16(dresid + bf16(the input's)). */
-static void norm_backward(GPT *m, int t, const float *inp, const float *weight, const float *mean,
+static void norm_backward(GPT *m, int t, ConstBuf inp, const float *weight, const float *mean,
                           const float *rstd) {
     Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
@@ -419,21 +435,46 @@ static Dropout dropout_at(const GPT *m, uint32_t site) {
 }
 
 /* Block l's internals that its backward reads, kept in bf16 (keeps_bf16):
- * stored from the block's fp32 buffers once its forward is done, or loaded
- * back into them before its backward. Exact both ways: autocast made every
- * one of them bf16 values (each a Linear's input or output, rounded). */
-static void keep_block(GPT *m, int l, int load) {
-    Stream *s = m->base.stream;
+ * where kept tensor i begins. */
+static bf16 *kept_at(const GPT *m, int l, int i) {
+    size_t BTC = (size_t)m->B * m->T * m->base.cfg.embd;
+    size_t at = (size_t)l * kept_block_numbers(compute_of(m), BTC) + kept_offset(i, BTC);
+    return (bf16 *)m->acts.kept_storage + at;
+}
+
+/* Block l's kept tensors, stored from the block's fp32 buffers once its
+ * forward is done. Exact: autocast made every one of them bf16 values (each
+ * a Linear's input or output, rounded). */
+static void keep_block(GPT *m, int l) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
     float *tensors[KEPT_TENSORS] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch, b.fch_gelu };
-    bf16 *kept = (bf16 *)m->acts.kept_storage + (size_t)l * kept_width(compute_of(m)) * BT * C;
-    for (int i = 0; i < kept_tensors(compute_of(m)); i++) {
-        size_t n = KEPT_WIDTHS[i] * BT * C;
-        if (load) load_bf16(s, tensors[i], kept, n);
-        else store_bf16(s, kept, tensors[i], n);
-        kept += n;
-    }
+    for (int i = 0; i < kept_tensors(compute_of(m)); i++)
+        store_bf16(m->base.stream, kept_at(m, l, i), tensors[i], KEPT_WIDTHS[i] * BT * C);
+}
+
+/* What block l's backward reads of its internals, as they are held: under
+ * keeps_bf16, in place where the block kept them in bf16, but for attention's
+ * (q, k, v and its output), widened back into the block's buffers, since the
+ * attention op reads fp32; else the block's fp32 buffers. GELU's output
+ * recomputed (recompute_gelu) is in its fp32 buffer. */
+typedef struct { ConstBuf ln1, atty, resid2, ln2, fch, fch_gelu; } BlockReads;
+
+static BlockReads block_reads(GPT *m, int l) {
+    BlockActivations b = block_activations(m, l);
+    BlockReads r = { fp32_numbers(b.ln1), fp32_numbers(b.atty), fp32_numbers(b.resid2), fp32_numbers(b.ln2),
+                     fp32_numbers(b.fch), fp32_numbers(b.fch_gelu) };
+    if (!keeps_bf16(compute_of(m))) return r;
+    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
+    load_bf16(m->base.stream, b.qkv, kept_at(m, l, KEPT_QKV), 3 * BT * C);
+    load_bf16(m->base.stream, b.atty, kept_at(m, l, KEPT_ATTY), BT * C);
+    r.ln1 = bf16_numbers(kept_at(m, l, KEPT_LN1));
+    r.atty = bf16_numbers(kept_at(m, l, KEPT_ATTY));
+    r.resid2 = bf16_numbers(kept_at(m, l, KEPT_RESID2));
+    r.ln2 = bf16_numbers(kept_at(m, l, KEPT_LN2));
+    r.fch = bf16_numbers(kept_at(m, l, KEPT_FCH));
+    if (!m->recompute_gelu) r.fch_gelu = bf16_numbers(kept_at(m, l, KEPT_FCH_GELU));
+    return r;
 }
 
 /* Block l's forward from its input, with this forward's dropout masks (pure
@@ -457,10 +498,10 @@ static void block_forward(GPT *m, int l, int hooks) {
     residual_layernorm_forward(s, b.resid2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
     linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
-    gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
+    gelu_forward(s, b.fch_gelu, fp32_numbers(b.fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
-    if (keeps_bf16(compute_of(m))) keep_block(m, l, 0);
+    if (keeps_bf16(compute_of(m))) keep_block(m, l);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
     residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C, rounding);
 }
@@ -484,7 +525,7 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, a->dln + r0 * C, dwte, a->logits, lnf, wte, rows, C, V);
+    product_backward(m, a->dln + r0 * C, dwte, a->logits, fp32_numbers(lnf), wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 
@@ -563,7 +604,7 @@ void gpt_backward(GPT *m, float dloss) {
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
     bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
-    norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
+    norm_backward(m, LNF_W, fp32_numbers(x_last), root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -573,38 +614,38 @@ void gpt_backward(GPT *m, float dloss) {
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
-        if (keeps_bf16(compute_of(m))) keep_block(m, l, 1);
-        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it */
-            gelu_forward(s, b.fch_gelu, b.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
+        BlockReads r = block_reads(m, l);
+        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it, from fch as it is held */
+            gelu_forward(s, b.fch_gelu, r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, b.fch_gelu, BT, 4 * C, C, 1);
+        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
-        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, b.fch, a->dfch, (int)BT,
+        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, a->dfch, (int)BT,
                       4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
         if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C, 0);
-        linear_backward(m, a->dln, l, FC, a->dfch, b.ln2, BT, C, 4 * C, 0);
+        linear_backward(m, a->dln, l, FC, a->dfch, r.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
-        norm_backward(m, block_tensor(m, l, LN2), b.resid2, weights_of(m, l, LN2), b.ln2_mean, b.ln2_rstd);
+        norm_backward(m, block_tensor(m, l, LN2), r.resid2, weights_of(m, l, LN2), b.ln2_mean, b.ln2_rstd);
         leave_backward(m, l, LN2);
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
         const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        linear_backward(m, a->datty, l, ATTPROJ, dattproj, b.atty, BT, C, C, 1);
+        linear_backward(m, a->datty, l, ATTPROJ, dattproj, r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision, m->precision);
-        linear_backward(m, a->dln, l, QKV, a->dqkv, b.ln1, BT, C, 3 * C, 1);
+        linear_backward(m, a->dln, l, QKV, a->dqkv, r.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
-        norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
+        norm_backward(m, block_tensor(m, l, LN1), fp32_numbers(b.x), weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
         leave_backward(m, l, LN1);
     }
 

@@ -116,8 +116,10 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
 /* The floats of gpt_create's activations for max_B x max_T on a device of
  * that kind (its one MEM_ACTIVATIONS allocation), without allocating them. */
 size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
-/* The bytes a GPU's compute stream restages a bf16 model's products into, at
- * most (MEM_WORKING, made at the first product; 0 elsewhere). */
+/* The bytes a bf16 model's compute stream holds for its ops' operands, at
+ * most (MEM_WORKING, made at first use; 0 in fp32): on a GPU the staging its
+ * products restage into, on the CPU the room where it widens what the
+ * backward reads in bf16 (cpu_stream_room). */
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */

@@ -56,7 +56,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
         layernorm_forward(s, ln, m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, NULL, BT, C, DTYPE_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
-        gelu_forward(s, h_gelu, h, BT * C, 0, DTYPE_FP32);
+        gelu_forward(s, h_gelu, fp32_numbers(h), BT * C, 0, DTYPE_FP32);
         residual_forward(s, x_next, x, h_gelu, BT * C, DTYPE_FP32);
         trace_end(s);
     }
@@ -91,10 +91,10 @@ static void mlp_backward(Model *base, float dloss) {
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
-        gelu_backward(s, m->dh, NULL, m->h + at, m->dx, BT, C, 0, DTYPE_FP32, NULL);
+        gelu_backward(s, m->dh, NULL, fp32_numbers(m->h + at), m->dx, BT, C, 0, DTYPE_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
-        layernorm_backward(s, m->dx, dln_w, NULL, m->dln, m->x + at, ln_w, m->ln_mean + (size_t)l * BT,
+        layernorm_backward(s, m->dx, dln_w, NULL, m->dln, fp32_numbers(m->x + at), ln_w, m->ln_mean + (size_t)l * BT,
                            m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, DTYPE_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);

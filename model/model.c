@@ -87,14 +87,24 @@ static float *own_arena(Model *m, MemKind kind, float **units) {
     return arena;
 }
 
+/* A buffer's floats up to the next 256-byte boundary: so that a bf16 operand
+ * a model keeps there starts where the GPU's staging of one does
+ * (kernels.h's operand_numbers), and cuBLAS picks the same kernel for both. */
+static size_t slot_floats(size_t floats) { return (floats + 63) / 64 * 64; }
+
+size_t model_activation_floats(const ActivationSlot *table, int n) {
+    size_t floats = 0;
+    for (int i = 0; i < n; i++) floats += slot_floats(table[i].floats);
+    return floats;
+}
+
 void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions) {
-    m->acts_floats = 0;
-    for (int i = 0; i < n; i++) m->acts_floats += table[i].floats;
+    m->acts_floats = model_activation_floats(table, n);
     m->acts_memory = device_alloc(m->dev, MEM_ACTIVATIONS, m->acts_floats * sizeof(float));
     float *next = m->acts_memory;
     for (int i = 0; i < n; i++) {
         *table[i].ptr = next;
-        next += table[i].floats;
+        next += slot_floats(table[i].floats);
     }
     m->positions = positions;
     m->tokens = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));

@@ -170,9 +170,13 @@ enum { COLUMN_SUMS_WIDEST = 4 };
 /* The batch's device ints for `positions` (tokens, targets, their buckets). */
 size_t model_batch_ints(size_t positions);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
- * table of a model's create), the batch's token buffers for `positions` and
- * their staging, the reductions' scratch and AdamW's table of the arena. */
+ * table of a model's create), each starting on a 256-byte boundary, the
+ * batch's token buffers for `positions` and their staging, the reductions'
+ * scratch and AdamW's table of the arena. */
 void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_t positions);
+/* The floats that allocation holds for the table's n buffers, the boundaries'
+ * padding included. */
+size_t model_activation_floats(const ActivationSlot *table, int n);
 /* Enqueue the copy of a batch's BT tokens (and targets, if any, with the
  * tokens' buckets) to the device through the staging buffer; the host arrays
  * may change once it returns. */

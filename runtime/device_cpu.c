@@ -83,6 +83,8 @@ typedef struct {
      * and the latest time a marker this stream waited on was reached, since
      * the clock last started (its inputs ready); in ns of CLOCK_MONOTONIC. */
     int64_t link_start_ns, link_free_ns, inputs_ready_ns;
+    float *room;                 /* cpu_stream_room's, NULL until an op first widens bf16 */
+    size_t room_floats;
 } CpuStream;
 
 static int64_t now_ns(void) {
@@ -250,11 +252,22 @@ static void cpu_stream_destroy(Stream *stream) {
     pthread_cond_signal(&s->has_work);
     pthread_mutex_unlock(&s->mu);
     check_pthread(pthread_join(s->worker, NULL), "pthread_join");
+    device_free(stream->dev, MEM_WORKING, s->room, s->room_floats * sizeof(float));
     pthread_cond_destroy(&s->has_work);
     pthread_cond_destroy(&s->has_space);
     pthread_cond_destroy(&s->drained);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+float *cpu_stream_room(Stream *stream, size_t floats) {
+    CpuStream *s = (CpuStream *)stream;
+    if (floats <= s->room_floats) return s->room;
+    stream_synchronize(stream);  /* the old room's readers are done */
+    device_free(stream->dev, MEM_WORKING, s->room, s->room_floats * sizeof(float));
+    s->room = device_alloc(stream->dev, MEM_WORKING, floats * sizeof(float));
+    s->room_floats = floats;
+    return s->room;
 }
 
 void stream_launch(Stream *stream, TaskFn fn, const void *args, size_t args_size) {

@@ -15,6 +15,12 @@ enum { TASK_ARGS_MAX = 640 };  /* room for one pointer per rank, 64 ranks */
  * TASK_ARGS_MAX. */
 void stream_launch(Stream *s, TaskFn fn, const void *args, size_t args_size);
 
+/* A stream's room of at least `floats` fp32 numbers (the device's working
+ * memory), where its ops widen an input held in bf16 (kernels/cpu's
+ * cpu_fp32_of); it grows, after the stream's tasks so far, where a call
+ * asks for more than it holds. */
+float *cpu_stream_room(Stream *s, size_t floats);
+
 /* The OpenMP team a stream's worker runs its tasks on: `full` threads on free
  * cores (TEAM_FULL); one while a load leaves a core free (TEAM_ONE); `full`
  * again while the load takes every core (TEAM_CROWDED), where more threads get

@@ -171,8 +171,8 @@ static void check_matmul(DType p) {
         pair_round_to_bf16(dout);
         matmul_forward_bf16(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
         matmul_forward_bf16(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
-        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
-        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, dout.cpu, fp32_numbers(inp.cpu), w.cpu, N, C, OC);
+        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, N, C, OC);
     } else {
         matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
         matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
@@ -205,8 +205,8 @@ Test(gpu, layernorm_forward_backward) {
     layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, DTYPE_FP32);
     layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -279,7 +279,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -288,7 +288,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C,
                            scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
@@ -300,7 +300,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C,
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C,
                        scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
@@ -405,8 +405,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "dropout_forward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(gpu_stream, fp.gpu, x.gpu, n, tanh_form, DTYPE_FP32);
-        gelu_forward(gpu_stream, bf.gpu, x.gpu, n, tanh_form, DTYPE_BF16);
+        gelu_forward(gpu_stream, fp.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, bf.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_BF16);
         expect_gpu_rounded(bf.gpu, fp.gpu, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
 
@@ -415,9 +415,9 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
                        DTYPE_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, x.gpu, w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
                        DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
@@ -620,7 +620,7 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
         for (int p = 0; p < DTYPES; p++) {
             DType rounding = (DType)p;
             const char *form = tanh_form ? "tanh" : "erf", *dtype = DTYPE_TRAITS[p].name;
-            gelu_backward(gpu_stream, apart.gpu, NULL, x.gpu, dy.gpu, N, OC, tanh_form, DTYPE_FP32, NULL);
+            gelu_backward(gpu_stream, apart.gpu, NULL, fp32_numbers(x.gpu), dy.gpu, N, OC, tanh_form, DTYPE_FP32, NULL);
             if (rounding == DTYPE_BF16) round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
             stream_copy(gpu_stream, dbias_apart.gpu, bias_start, OC * sizeof(float));
             bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
@@ -629,7 +629,7 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             for (int run = 0; run < 3; run++) {
                 stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, x.gpu, dinp.gpu, N, OC, tanh_form, rounding,
+                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, fp32_numbers(x.gpu), dinp.gpu, N, OC, tanh_form, rounding,
                               scratch.gpu);
                 stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
@@ -641,7 +641,7 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             }
             memcpy(dinp.cpu, dy.cpu, n * sizeof(float));
             memcpy(dbias.cpu, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, dinp.cpu, dbias.cpu, x.cpu, dinp.cpu, N, OC, tanh_form, rounding, scratch.cpu);
+            gelu_backward(test_stream, dinp.cpu, dbias.cpu, fp32_numbers(x.cpu), dinp.cpu, N, OC, tanh_form, rounding, scratch.cpu);
             double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
             cr_expect_lt(e, 1e-3, "%s, %s: the gradient, GPU against CPU, rms relative error %g", form, dtype, e);
             cr_expect_lt(eb, 1e-3, "%s, %s: the bias sums, GPU against CPU, rms relative error %g", form, dtype, eb);
@@ -651,17 +651,91 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     pair_free(scratch);
 }
 
+/* The GPU's copy of p into its CPU side: what later runs must give, byte for
+ * byte (expect_same_bytes). */
+static void pair_take_gpu(Pair p) {
+    stream_copy(gpu_stream, p.cpu, p.gpu, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+}
+
+/* The ops that read an input held in bf16 (what the model keeps of a block,
+ * read in place by the backward), at GPT-2's shape (12 x 1024 rows, 768 and
+ * 3072 wide): three runs each from bf16, each the bytes of the same op's run
+ * from the same values held in fp32. */
+Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 12 * 1024, C = 768, OC = 3072;
+    size_t nx = (size_t)N * OC, nc = (size_t)N * C;
+    Pair x = pair_random(nx, -2, 2, 91), dy = pair_random(nx, -1, 1, 92), w = pair_random((size_t)OC * C, -1, 1, 93);
+    Pair lw = pair_random((size_t)C, 0.5f, 1.5f, 94), mean = pair_random((size_t)N, -1, 1, 95);
+    Pair rstd = pair_random((size_t)N, 0.5f, 2, 96), held = pair_random((nx + 1) / 2, 0, 1, 97);  /* two bf16 a float */
+    Pair out = pair_random(nx, -1, 1, 98), dw = pair_random((size_t)OC * C, -1, 1, 99);
+    Pair db = pair_random((size_t)OC, -1, 1, 100), scratch = pair_random(column_sums_scratch_floats(N, 2 * OC), 0, 1, 101);
+    pair_round_to_bf16(x);
+    store_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, nx);
+    ConstBuf in[2] = { fp32_numbers(x.gpu), bf16_numbers((const bf16 *)held.gpu) };
+    for (int run = 0; run < 4; run++) {  /* run 0 from fp32, the rest from bf16 */
+        fill_zero(gpu_stream, out.gpu, nc);
+        fill_zero(gpu_stream, dw.gpu, (size_t)C);
+        fill_zero(gpu_stream, db.gpu, (size_t)C);
+        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, dy.gpu, in[run > 0], lw.gpu, mean.gpu, rstd.gpu, N, C,
+                           scratch.gpu, DTYPE_BF16);
+        if (run == 0) {
+            pair_take_gpu(out);
+            pair_take_gpu(dw);
+            pair_take_gpu(db);
+            continue;
+        }
+        expect_same_bytes(out, nc * sizeof(float), "layernorm_backward's dinp from bf16");
+        expect_same_bytes(dw, C * sizeof(float), "layernorm_backward's weight gradient from bf16");
+        expect_same_bytes(db, C * sizeof(float), "layernorm_backward's bias gradient from bf16");
+    }
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++)
+        for (int run = 0; run < 4; run++) {
+            gelu_forward(gpu_stream, out.gpu, in[run > 0], nx, tanh_form, DTYPE_BF16);
+            if (run == 0) pair_take_gpu(out);
+            else expect_same_bytes(out, nx * sizeof(float), tanh_form ? "gelu_forward, tanh form, from bf16"
+                                                                      : "gelu_forward from bf16");
+        }
+    for (int run = 0; run < 4; run++) {
+        fill_zero(gpu_stream, db.gpu, (size_t)OC);
+        gelu_backward(gpu_stream, out.gpu, db.gpu, in[run > 0], dy.gpu, N, OC, 1, DTYPE_BF16, scratch.gpu);
+        if (run == 0) {
+            pair_take_gpu(out);
+            pair_take_gpu(db);
+            continue;
+        }
+        expect_same_bytes(out, nx * sizeof(float), "gelu_backward from bf16");
+        expect_same_bytes(db, OC * sizeof(float), "gelu_backward's bias sums from bf16");
+    }
+    pair_round_to_bf16(w);
+    pair_round_to_bf16(dy);
+    for (int run = 0; run < 4; run++) {  /* the product's input: x's first N x C */
+        fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
+        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, dy.gpu, in[run > 0], w.gpu, N, C, OC);
+        if (run == 0) {
+            pair_take_gpu(out);
+            pair_take_gpu(dw);
+            continue;
+        }
+        expect_same_bytes(out, nc * sizeof(float), "matmul_backward_bf16's dinp from bf16");
+        expect_same_bytes(dw, (size_t)OC * C * sizeof(float), "matmul_backward_bf16's weight gradient from bf16");
+    }
+    pair_free(x); pair_free(dy); pair_free(w); pair_free(lw); pair_free(mean); pair_free(rstd); pair_free(held);
+    pair_free(out); pair_free(dw); pair_free(db); pair_free(scratch);
+}
+
 Test(gpu, elementwise_ops) {
     need_gpu();
     size_t n = 100003;
     Dropout drop = { 0.3f, 5, 2, 7, 3 };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, out.cpu, x.cpu, n, tanh_form, DTYPE_FP32);
-        gelu_forward(gpu_stream, out.gpu, x.gpu, n, tanh_form, DTYPE_FP32);
+        gelu_forward(test_stream, out.cpu, fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, out.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
-        gelu_backward(test_stream, out.cpu, NULL, x.cpu, y.cpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
-        gelu_backward(gpu_stream, out.gpu, NULL, x.gpu, y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(test_stream, out.cpu, NULL, fp32_numbers(x.cpu), y.cpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(gpu_stream, out.gpu, NULL, fp32_numbers(x.gpu), y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
     residual_forward(test_stream, out.cpu, x.cpu, y.cpu, n, DTYPE_FP32);

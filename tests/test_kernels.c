@@ -117,7 +117,7 @@ static void check_layernorm(int N, int C) {
     memcpy(dw, basew, sizeof(float) * C);
     layernorm_forward(test_stream, out, mean, rstd, inp, w, NULL, N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, NULL, g, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, g, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -570,13 +570,13 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, NULL, dout, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, inp, w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -608,8 +608,8 @@ static void check_gelu(int tanh_form) {
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(test_stream, out, x, n, tanh_form, DTYPE_FP32);
-    gelu_backward(test_stream, dx, NULL, x, g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+    gelu_forward(test_stream, out, fp32_numbers(x), n, tanh_form, DTYPE_FP32);
+    gelu_backward(test_stream, dx, NULL, fp32_numbers(x), g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
     ref_gelu(c.out, c.inp, n, tanh_form);
@@ -618,7 +618,7 @@ static void check_gelu(int tanh_form) {
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward (tanh %d): %g", tanh_form, rel_error(dx, num, n));
     /* in place (dinp = dout, as the model runs it): the same bits */
-    gelu_backward(test_stream, g, NULL, x, g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+    gelu_backward(test_stream, g, NULL, fp32_numbers(x), g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
@@ -674,8 +674,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_backward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, fp, x, n, tanh_form, DTYPE_FP32);
-        gelu_forward(test_stream, bf, x, n, tanh_form, DTYPE_BF16);
+        gelu_forward(test_stream, fp, fp32_numbers(x), n, tanh_form, DTYPE_FP32);
+        gelu_forward(test_stream, bf, fp32_numbers(x), n, tanh_form, DTYPE_BF16);
         stream_synchronize(test_stream);
         expect_rounded(bf, fp, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
@@ -688,8 +688,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, DTYPE_FP32);
-    layernorm_backward(test_stream, bf, dw, NULL, y, x, w, mean, rstd, (int)BT, C, scratch, DTYPE_BF16);
+    layernorm_backward(test_stream, fp, dw, NULL, y, fp32_numbers(x), w, mean, rstd, (int)BT, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, bf, dw, NULL, y, fp32_numbers(x), w, mean, rstd, (int)BT, C, scratch, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");
@@ -751,8 +751,8 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
             memcpy(fused, dy, n * sizeof(float));
             memcpy(dbias_fused, bias_start, OC * sizeof(float));
             memcpy(dbias_apart, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, fused, dbias_fused, x, fused, N, OC, tanh_form, (DType)p, NULL);
-            gelu_backward(test_stream, apart, NULL, x, dy, N, OC, tanh_form, DTYPE_FP32, NULL);
+            gelu_backward(test_stream, fused, dbias_fused, fp32_numbers(x), fused, N, OC, tanh_form, (DType)p, NULL);
+            gelu_backward(test_stream, apart, NULL, fp32_numbers(x), dy, N, OC, tanh_form, DTYPE_FP32, NULL);
             stream_synchronize(test_stream);
             int rounded = 0;
             for (size_t i = 0; i < n; i++) rounded += p == DTYPE_BF16 && bf16_rounded(apart[i]) != apart[i];
@@ -769,11 +769,81 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
 }
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
+/* The ops that read an input held in bf16 (what a model keeps of a block,
+ * read in place by its backward) give, byte for byte, what they give the
+ * same values held in fp32: each input widened as it is read. The room the
+ * CPU widens into is used twice over, smaller then larger (it grows). */
+Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
+    enum { N = 37, C = 24, OC = 40 };
+    size_t nx = (size_t)N * OC;  /* the widest input: GELU's, and the product's of width OC */
+    float *x = alloc_floats(nx), *dy = alloc_floats(nx), *w = alloc_floats((size_t)OC * C), *lw = alloc_floats(C);
+    bf16 *x16 = malloc(nx * sizeof(bf16));
+    fill_uniform(x, nx, -2, 2, 61);
+    fill_uniform(dy, nx, -1, 1, 62);
+    fill_uniform(w, (size_t)OC * C, -1, 1, 63);
+    fill_uniform(lw, C, 0.5f, 1.5f, 64);
+    for (size_t i = 0; i < nx; i++) {
+        x16[i] = bf16_from_float(x[i]);
+        x[i] = float_from_bf16(x16[i]);
+    }
+    float *got[2], *dw[2], *db[2], *mean = alloc_floats(N), *rstd = alloc_floats(N);
+    float *scratch = alloc_floats(column_sums_scratch_floats(N, 2 * OC));
+    for (int k = 0; k < 2; k++) {
+        got[k] = alloc_floats(nx);
+        dw[k] = alloc_floats((size_t)OC * C);
+        db[k] = alloc_floats(OC);
+    }
+    ConstBuf held[2] = { fp32_numbers(x), bf16_numbers(x16) };
+    layernorm_forward(test_stream, got[0], mean, rstd, x, lw, NULL, N, C, DTYPE_FP32);  /* the statistics */
+    stream_synchronize(test_stream);
+    for (int k = 0; k < 2; k++) {
+        memset(got[k], 0, nx * sizeof(float));
+        layernorm_backward(test_stream, got[k], dw[k], db[k], dy, held[k], lw, mean, rstd, N, C, scratch, DTYPE_BF16);
+    }
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "layernorm_backward's dinp");
+    cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
+              "layernorm_backward's weight and bias gradients");
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        for (int k = 0; k < 2; k++) gelu_forward(test_stream, got[k], held[k], nx, tanh_form, DTYPE_BF16);
+        stream_synchronize(test_stream);
+        cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0, "gelu_forward, tanh form %d", tanh_form);
+        for (int k = 0; k < 2; k++) {
+            memset(db[k], 0, OC * sizeof(float));
+            gelu_backward(test_stream, got[k], db[k], held[k], dy, N, OC, tanh_form, DTYPE_BF16, scratch);
+        }
+        stream_synchronize(test_stream);
+        cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0 && memcmp(db[0], db[1], OC * sizeof(float)) == 0,
+                  "gelu_backward and its bias, tanh form %d", tanh_form);
+    }
+    /* the product's input, [N, C] of x, and dout [N, OC] */
+    for (int k = 0; k < 2; k++) {
+        memset(dw[k], 0, (size_t)OC * C * sizeof(float));
+        matmul_backward_bf16(test_stream, got[k], dw[k], dy, held[k], w, N, C, OC);
+    }
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
+    cr_assert(memcmp(dw[0], dw[1], (size_t)OC * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight");
+    for (int k = 0; k < 2; k++) {
+        free(got[k]);
+        free(dw[k]);
+        free(db[k]);
+    }
+    free(x);
+    free(dy);
+    free(w);
+    free(lw);
+    free(x16);
+    free(mean);
+    free(rstd);
+    free(scratch);
+}
+
 Test(kernels, gelu_tanh_form_forward_backward) {
     check_gelu(1);
     float x = 2.7f, exact, approx;
-    gelu_forward(test_stream, &exact, &x, 1, 0, DTYPE_FP32);
-    gelu_forward(test_stream, &approx, &x, 1, 1, DTYPE_FP32);
+    gelu_forward(test_stream, &exact, fp32_numbers(&x), 1, 0, DTYPE_FP32);
+    gelu_forward(test_stream, &approx, fp32_numbers(&x), 1, 1, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }

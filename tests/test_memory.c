@@ -333,8 +333,8 @@ Test(memory, zero_memory_estimate_agrees_with_the_allocator_and_allocates_nothin
                      v[3], per_param[i] * P / 1e6);
     }
     static const char *settings[] = { "--gpus=3 --unit=half --max-live-units=3", "--overlap=0 --recompute=1",
-                                      "--unit=tensor --bias=1 --gelu=tanh --gpus=2" };
-    for (int i = 0; i < 3; i++) run_zero_memory(settings[i], out, sizeof out);
+                                      "--unit=tensor --bias=1 --gelu=tanh --gpus=2", "--dtype=bf16 --bias=1 --gpus=2" };
+    for (int i = 0; i < 4; i++) run_zero_memory(settings[i], out, sizeof out);
 }
 
 /* A model shaped as GPT-2 (biases, GELU's tanh form; 16 blocks: its blocks,

@@ -364,6 +364,27 @@ Test(model, bf16_keeps_each_block_in_under_half_the_bytes) {
                  block[1][DTYPE_BF16], block[1][DTYPE_FP32]);
 }
 
+/* Every activation buffer starts on a 256-byte boundary of the allocation,
+ * at shapes whose sizes are not multiples of 64 floats: what a bf16 model
+ * keeps (on its own operand boundaries within, kernels.h's operand_numbers)
+ * begins where the GPU's staging of a product's operand does, so cuBLAS
+ * reads either with the same kernel. */
+Test(model, activations_start_on_256_byte_boundaries) {
+    ModelConfig cfg = { 65, 24, 2, 3, 33, MODEL_GPT, 1, 0 };
+    ArenaLayout layout;
+    model_layout(&cfg, 1, &layout);
+    for (int p = 0; p < DTYPES; p++) {
+        GPT *m = (GPT *)model_create(&cfg, &layout, (ComputePolicy){ .precision = (DType)p }, test_device,
+                                     test_stream, 3, 31);
+        float *const *slots = (float *const *)&m->acts;
+        for (size_t i = 0; i < sizeof m->acts / sizeof(float *); i++) {
+            size_t at = (size_t)(slots[i] - m->base.acts_memory) * sizeof(float);
+            cr_expect_eq(at % 256, 0, "%s: activation buffer %zu at byte %zu", DTYPE_TRAITS[p].name, i, at);
+        }
+        model_destroy(&m->base);
+    }
+}
+
 Test(model, activations_hold_no_t_by_t_buffer) {
     ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {
@@ -391,8 +412,9 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * micro-step: each made in bf16, added into zero); and fp32 holds none of
  * these as bf16 values only. With biases and dropout, so that every op is
  * there, and without either, where the Linears' products round on their own
- * and dropout's identity rounds nothing. (In bf16 the block internals are
- * one block's, the first, loaded back from what is kept of it in bf16.) */
+ * and dropout's identity rounds nothing. (In bf16 the fp32 block internals
+ * are one block's: the forward's last block, and attention's q, k, v and
+ * output of the first, widened back from what it kept.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];

@@ -19,6 +19,12 @@ typedef void (*RowTerms)(const void *ctx, int row, int c0, int width, float *ter
  * inside a task: it runs on the stream's OpenMP team. */
 void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
 
+/* An input's n numbers as fp32 for an op about to be enqueued: its own, or
+ * where it is held in bf16 widened (exact) into the stream's room by a task
+ * before the op's (precision.c). So an op reading bf16 runs its fp32 loops on
+ * the same values, and gives their bytes; one input an op at a time. */
+const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n);
+
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C, DType rounding);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
@@ -29,20 +35,22 @@ void cpu_residual_layernorm_forward(Stream *s, float *resid, float *out, float *
                                     const float *b, const float *weight, const float *bias, int N, int C,
                                     DType rounding);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
+                            ConstBuf inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C, float *scratch, DType rounding);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
+void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+                              const float *weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding);
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
-void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
 void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);

@@ -66,8 +66,8 @@ static void gelu_forward_task(void *p) {
     over_chunks(a->n, gelu_forward_chunk, a);
 }
 
-void cpu_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
-    GeluArgs a = { out, inp, n, tanh_form, rounding == DTYPE_BF16 };
+void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
+    GeluArgs a = { out, cpu_fp32_of(s, inp, n), n, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
@@ -114,10 +114,11 @@ static void gelu_backward_task(void *p) {
     if (a->dbias) column_sums(a->dbias, a->N, a->OC, gelu_dbias_terms, a);
 }
 
-void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    GeluBackwardArgs a = { dinp, dbias, inp, dout, N, OC, tanh_form, rounding == DTYPE_BF16 };
+    GeluBackwardArgs a = { dinp, dbias, cpu_fp32_of(s, inp, (size_t)N * OC), dout, N, OC, tanh_form,
+                           rounding == DTYPE_BF16 };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }
 

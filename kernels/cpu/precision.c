@@ -55,3 +55,10 @@ void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
     AddArgs a = { acc, x, n };
     stream_launch(s, add_bf16_task, &a, sizeof a);
 }
+
+const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n) {
+    if (x.dtype == DTYPE_FP32) return x.data;
+    float *room = cpu_stream_room(s, n);
+    cpu_load_bf16(s, room, x.data, n);
+    return room;
+}

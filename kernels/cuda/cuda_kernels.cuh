@@ -57,14 +57,14 @@ void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, con
 void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
                                      DType rounding);
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
 void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
@@ -72,8 +72,8 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding);
-void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void cuda_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);

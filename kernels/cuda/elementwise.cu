@@ -1,5 +1,6 @@
 /* elementwise.cu: GELU, residual add, biases, dropout and zero fill on the GPU;
- * each output rounded under autocast, as the CPU's (kernels.h). */
+ * each output rounded under autocast, as the CPU's (kernels.h); GELU's input
+ * read as it is held, fp32 or bf16. */
 #include <math.h>
 
 #include "../dropout.h"
@@ -8,16 +9,16 @@
 /* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
 static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n, int tanh_form, int rounds) {
+__global__ static void gelu_forward_kernel(float *out, ConstBuf inp, size_t n, int tanh_form, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
+    float x = number_at(inp.data, inp.dtype, i);
     float y = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
                         : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
     out[i] = rounded_if(y, rounds);
 }
 
-void cuda_gelu_forward(Stream *s, float *out, const float *inp, size_t n, int tanh_form, DType rounding) {
+void cuda_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
     gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form,
                                                                        rounding == DTYPE_BF16);
     CHECK_LAUNCH("gelu_forward_kernel");
@@ -39,16 +40,16 @@ __device__ static float gelu_gradient(float x, float dy, int tanh_form, int roun
     return rounded_if(g, rounds);
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
+__global__ static void gelu_backward_kernel(float *dinp, ConstBuf inp, const float *dout, size_t n,
                                             int tanh_form, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dinp[i] = gelu_gradient(inp[i], dout[i], tanh_form, rounds);
+    if (i < n) dinp[i] = gelu_gradient(number_at(inp.data, inp.dtype, i), dout[i], tanh_form, rounds);
 }
 
 /* The gradient and the bias's parts in one pass: a thread a column of a
  * part, its rows from 0 in order (as bias_part_kernel adds the written
  * gradient), each element written as it is added. */
-__global__ static void gelu_bias_part_kernel(float *partial, float *dinp, const float *inp, const float *dout, int N,
+__global__ static void gelu_bias_part_kernel(float *partial, float *dinp, ConstBuf inp, const float *dout, int N,
                                              int OC, int tanh_form, int rounds) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -56,14 +57,14 @@ __global__ static void gelu_bias_part_kernel(float *partial, float *dinp, const 
     float acc = 0.0f;
     for (int n = part_first_row(part); n < part_end_row(part, N); n++) {
         size_t i = (size_t)n * OC + c;
-        float g = gelu_gradient(inp[i], dout[i], tanh_form, rounds);
+        float g = gelu_gradient(number_at(inp.data, inp.dtype, i), dout[i], tanh_form, rounds);
         dinp[i] = g;
         acc += g;
     }
     partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, const float *inp, const float *dout, int N, int OC,
+void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch) {
     int rounds = rounding == DTYPE_BF16;
     if (!dbias) {

@@ -1,6 +1,7 @@
 /* layernorm.cu: LayerNorm (eps 1e-5) and the bias after it, with the
  * residual add before it in one kernel, and its backward, on the GPU,
- * rounding as the CPU's.
+ * rounding as the CPU's; the backward reads the input as it is held, fp32 or
+ * bf16.
  *
  * A warp per row for the per-row work. The weight gradient sums over rows
  * without atomics, in the parts of row_parts.h (column_sums.cu): the CPU's
@@ -72,24 +73,25 @@ void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float 
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
  * rounding as the CPU's: dinp = bf16(dinp + bf16(the gradient)) */
-__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, ConstBuf inp, const float *weight,
                                              const float *mean, const float *rstd, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    size_t x0 = (size_t)row * C;  /* the row's first number in inp */
+    const float *dy = dout + (size_t)row * C;
     float m = mean[row], r = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     for (int c = lane; c < C; c += WARP) {
         float dnorm = dy[c] * weight[c];
         dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * (x[c] - m) * r;
+        dnorm_norm_mean += dnorm * (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
     }
     dnorm_mean = warp_sum(dnorm_mean) / C;
     dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
     float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
-        float norm = (x[c] - m) * r;
+        float norm = (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
         float g = r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
         dx[c] = rounded_if(dx[c] + rounded_if(g, rounds), rounds);
     }
@@ -99,7 +101,7 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, con
  * with bias_partial, also bias_partial[part, c] = the part's sum of dout (a
  * bias after the LayerNorm: bias_part_kernel's adds), from the same reads */
 __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias_partial, const float *dout,
-                                                     const float *inp, const float *mean, const float *rstd, int N,
+                                                     ConstBuf inp, const float *mean, const float *rstd, int N,
                                                      int C) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -107,14 +109,14 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
     float acc = 0.0f, bias_acc = 0.0f;
     for (int i = part_first_row(part); i < part_end_row(part, N); i++) {
         float dy = dout[(size_t)i * C + c];
-        acc += dy * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+        acc += dy * (number_at(inp.data, inp.dtype, (size_t)i * C + c) - mean[i]) * rstd[i];
         bias_acc += dy;
     }
     partial[(size_t)part * C + c] = acc;
     if (bias_partial) bias_partial[(size_t)part * C + c] = bias_acc;
 }
 
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding) {
     if (N == 0) return;

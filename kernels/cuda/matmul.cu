@@ -35,21 +35,26 @@ static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation
 }
 
 /* The same products of bf16 values (kernels.h): the inputs stored in the
- * stream's bf16 staging (exact: they are bf16 values), then gemm_bf16. */
+ * stream's bf16 staging (exact: they are bf16 values), but the backward's
+ * input where it is held in bf16, then gemm_bf16. */
 void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
-    size_t w = (size_t)OC * C, x = (size_t)N * C;
+    size_t w = operand_numbers((size_t)OC * C), x = (size_t)N * C;  /* each operand on its boundary */
     bf16 *w16 = cuda_bf16_staging(s, w + x), *x16 = w16 + w;
-    cuda_store_bf16(s, w16, weight, w);
+    cuda_store_bf16(s, w16, weight, (size_t)OC * C);
     cuda_store_bf16(s, x16, inp, x);
     gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out, OC, 0);
 }
 
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC) {
-    size_t w = (size_t)OC * C, x = (size_t)N * C, d = (size_t)N * OC;
-    bf16 *w16 = cuda_bf16_staging(s, w + x + d), *x16 = w16 + w, *d16 = x16 + x;
-    cuda_store_bf16(s, w16, weight, w);
-    cuda_store_bf16(s, x16, inp, x);
+    size_t w = operand_numbers((size_t)OC * C), x = operand_numbers((size_t)N * C), d = (size_t)N * OC;
+    bf16 *w16 = cuda_bf16_staging(s, w + x + d), *d16 = w16 + w + x;
+    const bf16 *x16 = (const bf16 *)inp.data;  /* an input held in bf16 is read where it is */
+    if (inp.dtype == DTYPE_FP32) {
+        cuda_store_bf16(s, w16 + w, (const float *)inp.data, (size_t)N * C);
+        x16 = w16 + w;
+    }
+    cuda_store_bf16(s, w16, weight, (size_t)OC * C);
     cuda_store_bf16(s, d16, dout, d);
     cublasHandle_t blas = cuda_blas(s);
     gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, C, 0);       /* dinp = dout @ weight */
