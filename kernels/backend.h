@@ -37,7 +37,7 @@ typedef struct {
     void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                               int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *out, const float *saved, int B,
+                               ConstBuf qkv, ConstBuf out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*gelu_forward)(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
     void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,

@@ -107,8 +107,8 @@ void attention_forward(Stream *s, float *out, float *saved, float *scratch, cons
     op_end(s);
 }
 
-void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
+void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
+                        ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                         DType products, DType rounding) {
     op_begin(s, "attention_backward");
     backend(s)->attention_backward(s, dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding);

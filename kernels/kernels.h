@@ -134,13 +134,16 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
  * under autocast) rounds the dropped probabilities and the scores' gradient to
  * bf16 before their products, as FlashAttention does; every sum is fp32.
  * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
- * op's. The backward reads the forward's out too. */
+ * op's. The backward reads the forward's out too, and reads qkv and out as
+ * they are held: in bf16 only where products = DTYPE_BF16 (what a bf16
+ * model keeps); the GPU's cuBLAS path widens qkv into its scratch, which
+ * in bf16 holds 3 B*T*C floats more for it. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                        int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
-                        const float *qkv, const float *out, const float *saved, int B, int T,
+                        ConstBuf qkv, ConstBuf out, const float *saved, int B, int T,
                         int C, int NH, Dropout drop, DType products, DType rounding);
 
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with

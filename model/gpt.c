@@ -454,21 +454,18 @@ static void keep_block(GPT *m, int l) {
 }
 
 /* What block l's backward reads of its internals, as they are held: under
- * keeps_bf16, in place where the block kept them in bf16, but for attention's
- * (q, k, v and its output), widened back into the block's buffers, since the
- * attention op reads fp32; else the block's fp32 buffers. GELU's output
- * recomputed (recompute_gelu) is in its fp32 buffer. */
-typedef struct { ConstBuf ln1, atty, resid2, ln2, fch, fch_gelu; } BlockReads;
+ * keeps_bf16, in place where the block kept them in bf16; else the block's
+ * fp32 buffers. GELU's output recomputed (recompute_gelu) is in its fp32
+ * buffer. */
+typedef struct { ConstBuf ln1, qkv, atty, resid2, ln2, fch, fch_gelu; } BlockReads;
 
 static BlockReads block_reads(GPT *m, int l) {
     BlockActivations b = block_activations(m, l);
-    BlockReads r = { fp32_numbers(b.ln1), fp32_numbers(b.atty), fp32_numbers(b.resid2), fp32_numbers(b.ln2),
-                     fp32_numbers(b.fch), fp32_numbers(b.fch_gelu) };
+    BlockReads r = { fp32_numbers(b.ln1), fp32_numbers(b.qkv), fp32_numbers(b.atty), fp32_numbers(b.resid2),
+                     fp32_numbers(b.ln2), fp32_numbers(b.fch), fp32_numbers(b.fch_gelu) };
     if (!keeps_bf16(compute_of(m))) return r;
-    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
-    load_bf16(m->base.stream, b.qkv, kept_at(m, l, KEPT_QKV), 3 * BT * C);
-    load_bf16(m->base.stream, b.atty, kept_at(m, l, KEPT_ATTY), BT * C);
     r.ln1 = bf16_numbers(kept_at(m, l, KEPT_LN1));
+    r.qkv = bf16_numbers(kept_at(m, l, KEPT_QKV));
     r.atty = bf16_numbers(kept_at(m, l, KEPT_ATTY));
     r.resid2 = bf16_numbers(kept_at(m, l, KEPT_RESID2));
     r.ln2 = bf16_numbers(kept_at(m, l, KEPT_LN2));
@@ -625,8 +622,8 @@ void gpt_backward(GPT *m, float dloss) {
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
-        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, a->dfch, (int)BT,
-                      4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
+        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, a->dfch,
+                      (int)BT, 4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
         if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C, 0);
         linear_backward(m, a->dln, l, FC, a->dfch, r.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
@@ -640,7 +637,7 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->datty, l, ATTPROJ, dattproj, r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
-        attention_backward(s, a->dqkv, a->att_scratch, a->datty, b.qkv, b.atty, b.att_saved, B, T, C, NH,
+        attention_backward(s, a->dqkv, a->att_scratch, a->datty, r.qkv, r.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision, m->precision);
         linear_backward(m, a->dln, l, QKV, a->dqkv, r.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);

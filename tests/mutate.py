@@ -605,11 +605,17 @@ MUTANTS = [
      "model/gpt.c",
      "    r.resid2 = bf16_numbers(kept_at(m, l, KEPT_RESID2));",
      ""),
-    ("kept-attention-not-widened", "bf16 activations: attention's backward reads the last block's q, k, v, its own "
-     "not widened back",
+    ("kept-qkv-not-read", "bf16 activations: attention's backward reads the block's fp32 q, k, v (the last "
+     "block's), not the ones it kept",
      "test_strategies/recompute_*",
      "model/gpt.c",
-     "    load_bf16(m->base.stream, b.qkv, kept_at(m, l, KEPT_QKV), 3 * BT * C);",
+     "    r.qkv = bf16_numbers(kept_at(m, l, KEPT_QKV));",
+     ""),
+    ("cpu-attention-room-moves", "the CPU's attention widens q, k, v into a room that widening its output then "
+     "moves",
+     "test_kernels/inputs_held_in_bf16*",
+     "kernels/cpu/attention.c",
+     "    if (qkv.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 4 * n);  /* both, before either */",
      ""),
     ("activation-slots-unaligned", "activation buffers packed end to end, not each on a 256-byte boundary",
      "test_model/activations_start_on_256*",

@@ -151,6 +151,13 @@ static void expect_same_bytes(Pair p, size_t bytes, const char *what) {
     free(got);
 }
 
+/* The GPU's copy of p into its CPU side: what later runs must give, byte for
+ * byte (expect_same_bytes). */
+static void pair_take_gpu(Pair p) {
+    stream_copy(gpu_stream, p.cpu, p.gpu, p.n * sizeof(float));
+    stream_synchronize(gpu_stream);
+}
+
 /* p's values rounded to bf16, on both sides. */
 static void pair_round_to_bf16(Pair p) {
     for (size_t i = 0; i < p.n; i++) p.cpu[i] = bf16_rounded(p.cpu[i]);
@@ -205,8 +212,10 @@ Test(gpu, layernorm_forward_backward) {
     layernorm_forward(test_stream, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, DTYPE_FP32);
     layernorm_forward(gpu_stream, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu,
+                       N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu,
+                       N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -279,7 +288,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu,
+                       N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -288,8 +298,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C,
-                           scratch.gpu, DTYPE_FP32);
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu,
+                           rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -300,8 +310,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu, N, C,
-                       scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu,
+                       rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
     pair_free(ln_bias);
@@ -344,10 +354,10 @@ static void check_attention(float p, DType products, AttentionShape sh) {
     }
     attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
     attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
-    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, att.cpu, B, T, C, NH, drop,
-                       products, DTYPE_FP32);
-    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, att.gpu, B, T, C, NH, drop,
-                       products, DTYPE_FP32);
+    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
+                       att.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
+                       att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
     char what[96];
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: out", products ? "bf16" : "fp32", C / NH, T, p);
     if (products == DTYPE_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
@@ -355,6 +365,22 @@ static void check_attention(float p, DType products, AttentionShape sh) {
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: dqkv", products ? "bf16" : "fp32", C / NH, T, p);
     if (products == DTYPE_BF16) expect_near(dqkv, BF16_ATTENTION_TOL, what);
     else expect_match(dqkv, REDUCTION_TOL, what);
+    if (products == DTYPE_BF16) {  /* q, k, v and out held in bf16: the backward's bytes from the same values in fp32 */
+        size_t n = (size_t)B * T * C;
+        Pair held = pair_random(2 * n, 0, 1, 27);  /* qkv's 3n bf16, then out's n */
+        bf16 *qkv16 = (bf16 *)held.gpu, *out16 = qkv16 + 3 * n;
+        round_to_bf16(gpu_stream, out.gpu, out.gpu, n);
+        store_bf16(gpu_stream, qkv16, qkv.gpu, 3 * n);
+        store_bf16(gpu_stream, out16, out.gpu, n);
+        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
+                           att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+        pair_take_gpu(dqkv);
+        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, bf16_numbers(qkv16), bf16_numbers(out16),
+                           att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+        snprintf(what, sizeof what, "attention, head %d, T %d, p %g: dqkv from bf16", C / NH, T, p);
+        expect_same_bytes(dqkv, dqkv.n * sizeof(float), what);
+        pair_free(held);
+    }
     pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
 }
 
@@ -415,10 +441,10 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
-                       DTYPE_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C, scratch.gpu,
-                       DTYPE_BF16);
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C,
+                       scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C,
+                       scratch.gpu, DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
@@ -470,10 +496,10 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
         attention_forward(gpu_stream, out_bf.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
                           DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(out_bf.gpu, out_fp.gpu, nout, k ? "attention_forward, cuBLAS" : "attention_forward");
-        attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
-                           sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
-        attention_backward(gpu_stream, dq_bf.gpu, att_scratch.gpu, dout.gpu, qkv.gpu, out_bf.gpu, saved.gpu, sh.B,
-                           sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
+        attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu),
+                           fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
+        attention_backward(gpu_stream, dq_bf.gpu, att_scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu),
+                           fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(dq_bf.gpu, dq_fp.gpu, nqkv, k ? "attention_backward, cuBLAS" : "attention_backward");
         pair_free(qkv); pair_free(out_fp); pair_free(out_bf); pair_free(dout); pair_free(dq_fp); pair_free(dq_bf);
         pair_free(saved); pair_free(att_scratch);
@@ -493,7 +519,8 @@ Test(gpu, attention_with_dropout) { check_attention(0.2f, DTYPE_FP32, SMALL_ATTE
  * to 16, 16, 32, 32, 64, 64), T past two blocks of 64 with a ragged last,
  * with and without dropout; and a head of 80, past the tensor cores' 64,
  * through cuBLAS with the same roundings (each probability relative to the
- * running max of its block of 64 keys, dS from dy . y). */
+ * running max of its block of 64 keys, dS from dy . y); each backward also
+ * from q, k, v and out held in bf16, to its bytes from fp32. */
 Test(gpu, attention_in_bf16_on_the_tensor_cores) {
     const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 48, 2 }, { 1, 150, 64, 2 },
                                       { 1, 150, 96, 2 }, { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
@@ -518,13 +545,13 @@ Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     pair_round_to_bf16(qkv);
     pair_round_to_bf16(dout);
     attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
-    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, B, T, C, NH, drop,
-                       DTYPE_BF16, DTYPE_FP32);
+    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
+                       lse.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int run = 0; run < 3; run++) {
         attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
-        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH, drop,
-                           DTYPE_BF16, DTYPE_FP32);
+        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
+                           lse.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
         if (run == 0) {
             expect_near(out, BF16_ATTENTION_TOL, "attention at GPT-2's shape: out");
             expect_near(lse, ELEMENTWISE_TOL, "attention at GPT-2's shape: log-sum-exp");
@@ -629,8 +656,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             for (int run = 0; run < 3; run++) {
                 stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, fp32_numbers(x.gpu), dinp.gpu, N, OC, tanh_form, rounding,
-                              scratch.gpu);
+                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, fp32_numbers(x.gpu), dinp.gpu, N, OC, tanh_form,
+                              rounding, scratch.gpu);
                 stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
                 stream_synchronize(gpu_stream);
@@ -641,7 +668,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             }
             memcpy(dinp.cpu, dy.cpu, n * sizeof(float));
             memcpy(dbias.cpu, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, dinp.cpu, dbias.cpu, fp32_numbers(x.cpu), dinp.cpu, N, OC, tanh_form, rounding, scratch.cpu);
+            gelu_backward(test_stream, dinp.cpu, dbias.cpu, fp32_numbers(x.cpu), dinp.cpu, N, OC, tanh_form, rounding,
+                          scratch.cpu);
             double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
             cr_expect_lt(e, 1e-3, "%s, %s: the gradient, GPU against CPU, rms relative error %g", form, dtype, e);
             cr_expect_lt(eb, 1e-3, "%s, %s: the bias sums, GPU against CPU, rms relative error %g", form, dtype, eb);
@@ -649,13 +677,6 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     free(bias_start); free(want); free(want_bias); free(got); free(got_bias);
     pair_free(x); pair_free(dy); pair_free(dinp); pair_free(apart); pair_free(dbias); pair_free(dbias_apart);
     pair_free(scratch);
-}
-
-/* The GPU's copy of p into its CPU side: what later runs must give, byte for
- * byte (expect_same_bytes). */
-static void pair_take_gpu(Pair p) {
-    stream_copy(gpu_stream, p.cpu, p.gpu, p.n * sizeof(float));
-    stream_synchronize(gpu_stream);
 }
 
 /* The ops that read an input held in bf16 (what the model keeps of a block,
@@ -670,7 +691,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     Pair lw = pair_random((size_t)C, 0.5f, 1.5f, 94), mean = pair_random((size_t)N, -1, 1, 95);
     Pair rstd = pair_random((size_t)N, 0.5f, 2, 96), held = pair_random((nx + 1) / 2, 0, 1, 97);  /* two bf16 a float */
     Pair out = pair_random(nx, -1, 1, 98), dw = pair_random((size_t)OC * C, -1, 1, 99);
-    Pair db = pair_random((size_t)OC, -1, 1, 100), scratch = pair_random(column_sums_scratch_floats(N, 2 * OC), 0, 1, 101);
+    Pair db = pair_random((size_t)OC, -1, 1, 100);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, 2 * OC), 0, 1, 101);
     pair_round_to_bf16(x);
     store_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, nx);
     ConstBuf in[2] = { fp32_numbers(x.gpu), bf16_numbers((const bf16 *)held.gpu) };

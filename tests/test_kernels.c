@@ -164,7 +164,8 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
     r.dqkv = alloc_floats(nqkv);
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
     attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products, DTYPE_FP32);
-    attention_backward(stream, r.dqkv, r.scratch, g, qkv, r.out, r.saved, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_backward(stream, r.dqkv, r.scratch, g, fp32_numbers(qkv), fp32_numbers(r.out), r.saved, B, T, C, NH, drop,
+                       products, DTYPE_FP32);
     stream_synchronize(stream);
     return r;
 }
@@ -576,7 +577,8 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch,
+                       DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -721,10 +723,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     attention_forward(test_stream, bf, saved, att_scratch, qkv, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "attention_forward");
-    attention_backward(test_stream, dq_fp, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, DTYPE_BF16,
-                       DTYPE_FP32);
-    attention_backward(test_stream, dq_bf, att_scratch, y, qkv, bf, saved, B, T, C, NH, drop, DTYPE_BF16,
-                       DTYPE_BF16);
+    attention_backward(test_stream, dq_fp, att_scratch, y, fp32_numbers(qkv), fp32_numbers(bf), saved, B, T, C, NH,
+                       drop, DTYPE_BF16, DTYPE_FP32);
+    attention_backward(test_stream, dq_bf, att_scratch, y, fp32_numbers(qkv), fp32_numbers(bf), saved, B, T, C, NH,
+                       drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(dq_bf, dq_fp, nqkv, "attention_backward");
 
@@ -768,13 +770,12 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
     free(x); free(dy); free(fused); free(apart); free(bias_start); free(dbias_fused); free(dbias_apart);
 }
 
-/* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
 /* The ops that read an input held in bf16 (what a model keeps of a block,
  * read in place by its backward) give, byte for byte, what they give the
  * same values held in fp32: each input widened as it is read. The room the
  * CPU widens into is used twice over, smaller then larger (it grows). */
 Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
-    enum { N = 37, C = 24, OC = 40 };
+    enum { N = 37, C = 24, OC = 72 };  /* OC = 3C: x holds attention's qkv too */
     size_t nx = (size_t)N * OC;  /* the widest input: GELU's, and the product's of width OC */
     float *x = alloc_floats(nx), *dy = alloc_floats(nx), *w = alloc_floats((size_t)OC * C), *lw = alloc_floats(C);
     bf16 *x16 = malloc(nx * sizeof(bf16));
@@ -824,6 +825,27 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
     cr_assert(memcmp(dw[0], dw[1], (size_t)OC * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight");
+    /* attention's backward, its q, k, v and output (two inputs at once), with dropout: rows of x's numbers */
+    enum { B = 1, NH = 2 };
+    int T = N;
+    size_t n = (size_t)B * T * C;
+    AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, DTYPE_BF16);
+    float *saved = alloc_floats(sizes.saved), *att_out = alloc_floats(n);
+    bf16 *out16 = malloc(n * sizeof(bf16));
+    Dropout drop = { 0.2f, 9, 1, 4, 2 };
+    attention_forward(test_stream, att_out, saved, NULL, x, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    for (size_t i = 0; i < n; i++) out16[i] = bf16_from_float(att_out[i]);
+    ConstBuf att_held[2][2] = { { fp32_numbers(x), fp32_numbers(att_out) },
+                                               { bf16_numbers(x16), bf16_numbers(out16) } };
+    for (int k = 0; k < 2; k++)
+        attention_backward(test_stream, got[k], NULL, dy, att_held[k][0], att_held[k][1], saved, B, T, C, NH, drop,
+                           DTYPE_BF16, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[0], got[1], 3 * n * sizeof(float)) == 0, "attention_backward's dqkv");
+    free(saved);
+    free(att_out);
+    free(out16);
     for (int k = 0; k < 2; k++) {
         free(got[k]);
         free(dw[k]);
@@ -839,6 +861,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(scratch);
 }
 
+/* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
 Test(kernels, gelu_tanh_form_forward_backward) {
     check_gelu(1);
     float x = 2.7f, exact, approx;

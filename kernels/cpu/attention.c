@@ -296,9 +296,12 @@ static void attention_backward_task(void *p) {
 }
 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *out, const float *saved, int B, int T, int C,
+                            ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionBackwardArgs a = { dqkv, dout, qkv, out, saved, B, T, C, NH, drop, products, rounding };
+    size_t n = (size_t)B * T * C;  /* out's numbers; qkv's are 3n, widened first */
+    if (qkv.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 4 * n);  /* both, before either */
+    AttentionBackwardArgs a = { dqkv, dout, cpu_fp32_of(s, qkv, 3 * n, 0), cpu_fp32_of(s, out, n, 3 * n), saved,
+                                B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_backward_task, &a, sizeof a);
 }

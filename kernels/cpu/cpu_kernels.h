@@ -20,10 +20,12 @@ typedef void (*RowTerms)(const void *ctx, int row, int c0, int width, float *ter
 void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
 
 /* An input's n numbers as fp32 for an op about to be enqueued: its own, or
- * where it is held in bf16 widened (exact) into the stream's room by a task
- * before the op's (precision.c). So an op reading bf16 runs its fp32 loops on
- * the same values, and gives their bytes; one input an op at a time. */
-const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n);
+ * where it is held in bf16 widened (exact) into the stream's room, from its
+ * float `at` on, by a task before the op's (precision.c). So an op reading
+ * bf16 runs its fp32 loops on the same values, and gives their bytes. A room
+ * that grows moves, so an op with two inputs widens them at two places of a
+ * room it has grown for both first. */
+const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at);
 
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C, DType rounding);
@@ -47,7 +49,7 @@ AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType produc
 void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *out, const float *saved, int B, int T, int C,
+                            ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding);
 void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,

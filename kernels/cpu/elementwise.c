@@ -67,7 +67,7 @@ static void gelu_forward_task(void *p) {
 }
 
 void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
-    GeluArgs a = { out, cpu_fp32_of(s, inp, n), n, tanh_form, rounding == DTYPE_BF16 };
+    GeluArgs a = { out, cpu_fp32_of(s, inp, n, 0), n, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
 }
 
@@ -117,7 +117,7 @@ static void gelu_backward_task(void *p) {
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    GeluBackwardArgs a = { dinp, dbias, cpu_fp32_of(s, inp, (size_t)N * OC), dout, N, OC, tanh_form,
+    GeluBackwardArgs a = { dinp, dbias, cpu_fp32_of(s, inp, (size_t)N * OC, 0), dout, N, OC, tanh_form,
                            rounding == DTYPE_BF16 };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
 }

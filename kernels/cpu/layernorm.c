@@ -104,7 +104,7 @@ void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias
                         ConstBuf inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, cpu_fp32_of(s, inp, (size_t)N * C), weight, mean, rstd,
+    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, mean, rstd,
                                 N, C, rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

@@ -74,5 +74,5 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
  * bf16 widened first (the same values, so the same bits). */
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                               const float *weight, int N, int C, int OC) {
-    cpu_matmul_backward(s, dinp, dweight, dout, cpu_fp32_of(s, inp, (size_t)N * C), weight, N, C, OC);
+    cpu_matmul_backward(s, dinp, dweight, dout, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);
 }

@@ -56,9 +56,9 @@ void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
     stream_launch(s, add_bf16_task, &a, sizeof a);
 }
 
-const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n) {
+const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at) {
     if (x.dtype == DTYPE_FP32) return x.data;
-    float *room = cpu_stream_room(s, n);
+    float *room = cpu_stream_room(s, at + n) + at;
     cpu_load_bf16(s, room, x.data, n);
     return room;
 }

@@ -23,6 +23,8 @@
  * keys, and dS from the delta dy . y.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "../../runtime/gpu_libraries.h"
 #include "../attention_tiles.h"
@@ -223,31 +225,32 @@ __device__ static inline void store_rows(float *first, size_t stride, const floa
     }
 }
 
-/* Rows row0.. of x (rows of `stride` floats, a head's hs channels at each)
- * into a tile as bf16 (exact: they are bf16 values), zero past T rows and hs
- * channels; row-major (HS + FLASH_PAD a row) or transposed (FLASH_COLUMN). */
+/* Rows row0.. of x from its number `first` (rows of `stride` numbers, a
+ * head's hs channels at each, held as x says) into a tile as bf16 (exact:
+ * they are bf16 values), zero past T rows and hs channels; row-major (HS +
+ * FLASH_PAD a row) or transposed (FLASH_COLUMN). */
 template <int HS>
-__device__ static void load_tile(bf16 *tile, const float *x, size_t stride, int row0, int T, int hs, int transposed) {
+__device__ static void load_tile(bf16 *tile, ConstBuf x, size_t first, size_t stride, int row0, int T, int hs,
+                                 int transposed) {
     for (int i = threadIdx.x; i < FLASH_ROWS * HS; i += FLASH_THREADS) {
         int r = i / HS, d = i % HS, t = row0 + r;
-        bf16 v = bf16_from_float(t < T && d < hs ? x[(size_t)t * stride + d] : 0.0f);
+        bf16 v = bf16_from_float(t < T && d < hs ? number_at(x.data, x.dtype, first + (size_t)t * stride + d) : 0.0f);
         if (transposed) tile[d * FLASH_COLUMN + r] = v;
         else tile[r * (HS + FLASH_PAD) + d] = v;
     }
 }
 
-/* Where a (batch row, head) bh's rows are: q, k and v in qkv (rows of 3C),
- * and the output and its gradient (rows of C). */
+/* Where a (batch row, head) bh's rows begin: q, k and v, numbers of qkv
+ * (rows of 3C), and the output and its gradient (rows of C). */
 typedef struct {
-    const float *q, *k, *v;
-    size_t out_at;
+    size_t q, k, v, out_at;
     int hs;
 } FlashHead;
 
-__device__ static FlashHead flash_head(const float *qkv, int bh, int T, int C, int NH) {
+__device__ static FlashHead flash_head(int bh, int T, int C, int NH) {
     int b = bh / NH, h = bh % NH, hs = C / NH;
-    const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-    FlashHead fh = { q, q + C, q + 2 * C, (size_t)b * T * C + (size_t)h * hs, hs };
+    size_t q = (size_t)b * T * 3 * C + (size_t)h * hs;
+    FlashHead fh = { q, q + C, q + 2 * (size_t)C, (size_t)b * T * C + (size_t)h * hs, hs };
     return fh;
 }
 
@@ -258,15 +261,15 @@ __device__ static FlashHead flash_head(const float *qkv, int bh, int T, int C, i
  * probabilities rounded to bf16 times v. Then out = o / sum, lse = max + log(sum). */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale, Dropout drop,
+    flash_forward_kernel(float *out, float *lse, ConstBuf qkv, int T, int C, int NH, float scale, Dropout drop,
                          int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], k_tile[FLASH_ROWS * ROW], vt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);
     int lane = threadIdx.x % WARP, warp_row = threadIdx.x / WARP * FLASH_WARP_ROWS, row0 = qb * FLASH_ROWS;
-    FlashHead fh = flash_head(qkv, bh, T, C, NH);
+    FlashHead fh = flash_head(bh, T, C, NH);
     size_t stride = 3 * (size_t)C;
-    load_tile<HS>(q_tile, fh.q, stride, row0, T, fh.hs, 0);
+    load_tile<HS>(q_tile, qkv, fh.q, stride, row0, T, fh.hs, 0);
     __syncthreads();
     uint32_t qf[HS / 16][4];
     #pragma unroll
@@ -277,8 +280,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     for (int kb = 0; kb < flash_key_blocks(qb); kb++) {
         int key0 = kb * FLASH_ROWS;
         __syncthreads();  /* every warp is done with the last key block's tiles */
-        load_tile<HS>(k_tile, fh.k, stride, key0, T, fh.hs, 0);
-        load_tile<HS>(vt_tile, fh.v, stride, key0, T, fh.hs, 1);
+        load_tile<HS>(k_tile, qkv, fh.k, stride, key0, T, fh.hs, 0);
+        load_tile<HS>(vt_tile, qkv, fh.v, stride, key0, T, fh.hs, 1);
         __syncthreads();
         float s[FLASH_ROWS / 8][4] = {};
         #pragma unroll
@@ -341,7 +344,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
 
 /* delta[bh * T + t] = dy[t] . y[t] over the head's channels, the sum of each
  * row's probabilities times their gradients: a warp a row. */
-__global__ static void flash_delta_kernel(float *delta, const float *dout, const float *out, int B, int T, int C,
+__global__ static void flash_delta_kernel(float *delta, const float *dout, ConstBuf out, int B, int T, int C,
                                           int NH) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
@@ -349,7 +352,7 @@ __global__ static void flash_delta_kernel(float *delta, const float *dout, const
     int bh = (int)(row / T), t = (int)(row % T), b = bh / NH, h = bh % NH, hs = C / NH;
     size_t at = ((size_t)b * T + t) * C + (size_t)h * hs;
     float d = 0.0f;
-    for (int c = lane; c < hs; c += WARP) d += dout[at + c] * out[at + c];
+    for (int c = lane; c < hs; c += WARP) d += dout[at + c] * number_at(out.data, out.dtype, at + c);
     d = warp_sum(d);
     if (lane == 0) delta[row] = d;
 }
@@ -361,19 +364,20 @@ __global__ static void flash_delta_kernel(float *delta, const float *dout, const
  * probabilities^T @ dy and dk += dscores^T @ q, each rounded to bf16 first. */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
+    flash_dkdv_kernel(float *dqkv, const float *dout, ConstBuf qkv, const float *lse, const float *delta, int T,
                       int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], qt_tile[HS * FLASH_COLUMN];
     __shared__ __align__(16) bf16 dy_tile[FLASH_ROWS * ROW], dyt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, kb = blockIdx.y;
     int lane = threadIdx.x % WARP, warp_key = threadIdx.x / WARP * FLASH_WARP_ROWS, key0 = kb * FLASH_ROWS;
-    FlashHead fh = flash_head(qkv, bh, T, C, NH);
+    FlashHead fh = flash_head(bh, T, C, NH);
     size_t stride = 3 * (size_t)C;
-    const float *dy = dout + fh.out_at, *row_lse = lse + (size_t)bh * T, *row_delta = delta + (size_t)bh * T;
+    ConstBuf dy = { dout, DTYPE_FP32 };
+    const float *row_lse = lse + (size_t)bh * T, *row_delta = delta + (size_t)bh * T;
     /* the warp's k and v rows, staged through the query tiles */
-    load_tile<HS>(q_tile, fh.k, stride, key0, T, fh.hs, 0);
-    load_tile<HS>(dy_tile, fh.v, stride, key0, T, fh.hs, 0);
+    load_tile<HS>(q_tile, qkv, fh.k, stride, key0, T, fh.hs, 0);
+    load_tile<HS>(dy_tile, qkv, fh.v, stride, key0, T, fh.hs, 0);
     __syncthreads();
     uint32_t kf[HS / 16][4], vf[HS / 16][4];
     #pragma unroll
@@ -385,10 +389,10 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     for (int qb = flash_first_query_block(kb); qb < flash_blocks(T); qb++) {
         int row0 = qb * FLASH_ROWS;
         __syncthreads();  /* every warp is done with the last tiles (the first time: with k's and v's) */
-        load_tile<HS>(q_tile, fh.q, stride, row0, T, fh.hs, 0);
-        load_tile<HS>(qt_tile, fh.q, stride, row0, T, fh.hs, 1);
-        load_tile<HS>(dy_tile, dy, C, row0, T, fh.hs, 0);
-        load_tile<HS>(dyt_tile, dy, C, row0, T, fh.hs, 1);
+        load_tile<HS>(q_tile, qkv, fh.q, stride, row0, T, fh.hs, 0);
+        load_tile<HS>(qt_tile, qkv, fh.q, stride, row0, T, fh.hs, 1);
+        load_tile<HS>(dy_tile, dy, fh.out_at, C, row0, T, fh.hs, 0);
+        load_tile<HS>(dyt_tile, dy, fh.out_at, C, row0, T, fh.hs, 1);
         __syncthreads();
         /* the query block in halves of 32: both products of a half fit in registers beside dk and dv */
         for (int query0 = 0; query0 < FLASH_ROWS; query0 += 32) {
@@ -442,8 +446,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         }
     }
     float dk_factor[2] = { scale, scale }, dv_factor[2] = { 1.0f, 1.0f };
-    store_rows<HS>(dqkv + (fh.k - qkv), stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
-    store_rows<HS>(dqkv + (fh.v - qkv), stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv + fh.k, stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv + fh.v, stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
 }
 
 /* The query blocks' pass (dq) of query block flash_query_block(blockIdx.y)
@@ -452,17 +456,18 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
  * rounded to bf16 first, as the key blocks' pass rounds them. */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
+    flash_dq_kernel(float *dqkv, const float *dout, ConstBuf qkv, const float *lse, const float *delta, int T,
                     int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 k_tile[FLASH_ROWS * ROW], v_tile[FLASH_ROWS * ROW], kt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);
     int lane = threadIdx.x % WARP, warp_row = threadIdx.x / WARP * FLASH_WARP_ROWS, row0 = qb * FLASH_ROWS;
-    FlashHead fh = flash_head(qkv, bh, T, C, NH);
+    FlashHead fh = flash_head(bh, T, C, NH);
     size_t stride = 3 * (size_t)C;
     /* the warp's q and dy rows, staged through the key tiles */
-    load_tile<HS>(k_tile, fh.q, stride, row0, T, fh.hs, 0);
-    load_tile<HS>(v_tile, dout + fh.out_at, C, row0, T, fh.hs, 0);
+    load_tile<HS>(k_tile, qkv, fh.q, stride, row0, T, fh.hs, 0);
+    ConstBuf dy = { dout, DTYPE_FP32 };
+    load_tile<HS>(v_tile, dy, fh.out_at, C, row0, T, fh.hs, 0);
     __syncthreads();
     uint32_t qf[HS / 16][4], dyf[HS / 16][4];
     #pragma unroll
@@ -480,9 +485,9 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     for (int kb = 0; kb < flash_key_blocks(qb); kb++) {
         int key0 = kb * FLASH_ROWS;
         __syncthreads();  /* every warp is done with the last tiles (the first time: with q's and dy's) */
-        load_tile<HS>(k_tile, fh.k, stride, key0, T, fh.hs, 0);
-        load_tile<HS>(kt_tile, fh.k, stride, key0, T, fh.hs, 1);
-        load_tile<HS>(v_tile, fh.v, stride, key0, T, fh.hs, 0);
+        load_tile<HS>(k_tile, qkv, fh.k, stride, key0, T, fh.hs, 0);
+        load_tile<HS>(kt_tile, qkv, fh.k, stride, key0, T, fh.hs, 1);
+        load_tile<HS>(v_tile, qkv, fh.v, stride, key0, T, fh.hs, 0);
         __syncthreads();
         float ds_tile[FLASH_ROWS / 8][4] = {}, dp[FLASH_ROWS / 8][4] = {};
         #pragma unroll
@@ -513,11 +518,11 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(dq, ds_tile, kt_tile, lane);
     }
     float dq_factor[2] = { scale, scale };
-    store_rows<HS>(dqkv + (fh.q - qkv), stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv + fh.q, stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
 }
 
 template <int HS>
-static void flash_forward(cudaStream_t stream, float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+static void flash_forward(cudaStream_t stream, float *out, float *lse, ConstBuf qkv, int B, int T, int C, int NH,
                           float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
     flash_forward_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale, drop, rounds);
@@ -525,7 +530,7 @@ static void flash_forward(cudaStream_t stream, float *out, float *lse, const flo
 }
 
 template <int HS>
-static void flash_backward(cudaStream_t stream, float *dqkv, const float *dout, const float *qkv, const float *lse,
+static void flash_backward(cudaStream_t stream, float *dqkv, const float *dout, ConstBuf qkv, const float *lse,
                            const float *delta, int B, int T, int C, int NH, float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
     flash_dkdv_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop,
@@ -546,11 +551,21 @@ static int flash_runs(int C, int NH, DType products) {
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
- * (batch row, head), and in bf16 each row's delta after them. */
+ * (batch row, head), and in bf16 each row's delta after them, then room for
+ * the backward's qkv widened from bf16 (blas_widened). */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
-    size_t rows = (size_t)B * NH * T, probs = rows * T;
-    AttentionBuffers flash = { rows, rows }, blas = { probs, 2 * probs + (products == DTYPE_BF16 ? rows : 0) };
+    size_t rows = (size_t)B * NH * T, probs = rows * T, widened = 3 * (size_t)B * T * C;
+    AttentionBuffers flash = { rows, rows };
+    AttentionBuffers blas = { probs, 2 * probs + (products == DTYPE_BF16 ? rows + widened : 0) };
     return flash_runs(C, NH, products) ? flash : blas;
+}
+
+/* The cuBLAS path's input as fp32: its own numbers, or held in bf16 (in bf16
+ * products only: cuda_attention_buffers' room) widened into `room`. */
+static const float *blas_widened(Stream *s, ConstBuf x, size_t n, float *room) {
+    if (x.dtype == DTYPE_FP32) return (const float *)x.data;
+    cuda_load_bf16(s, room, (const bf16 *)x.data, n);
+    return room;
 }
 
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
@@ -560,10 +575,11 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
+        ConstBuf held = { qkv, DTYPE_FP32 };
         switch (flash_head_width(hs)) {
-        case 16: flash_forward<16>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
-        case 32: flash_forward<32>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
-        default: flash_forward<64>(stream, out, saved, qkv, B, T, C, NH, scale, drop, rounds); break;
+        case 16: flash_forward<16>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
+        case 32: flash_forward<32>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
+        default: flash_forward<64>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
         }
         return;
     }
@@ -601,8 +617,8 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
     if (rounds) cuda_round_to_bf16(s, out, out, (size_t)B * T * C);
 }
 
-void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
+void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv_held,
+                             ConstBuf out_held, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding) {
     cudaStream_t stream = cuda_stream(s);
     int hs = C / NH, round_products = products == DTYPE_BF16, rounds = rounding == DTYPE_BF16;
@@ -610,20 +626,29 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
         size_t rows = (size_t)B * NH * T;
-        flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout, out, B, T, C, NH);
+        flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout, out_held, B, T, C, NH);
         CHECK_LAUNCH("flash_delta_kernel");
         switch (flash_head_width(hs)) {
-        case 16: flash_backward<16>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
-        case 32: flash_backward<32>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
-        default: flash_backward<64>(stream, dqkv, dout, qkv, saved, scratch, B, T, C, NH, scale, drop, rounds); break;
+        case 16: flash_backward<16>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+            break;
+        case 32: flash_backward<32>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+            break;
+        default: flash_backward<64>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+            break;
         }
         return;
     }
     cublasHandle_t blas = cuda_blas(s);
     const float *att = saved;
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
-    size_t n = (size_t)B * NH * T * T;
+    size_t n = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
     float *datt = scratch, *mask = scratch + n, *delta = round_products ? scratch + 2 * n : NULL;
+    float *room = scratch + 2 * n + (size_t)B * NH * T;  /* in bf16 products: qkv's 3 btc */
+    if (!round_products && (qkv_held.dtype != DTYPE_FP32 || out_held.dtype != DTYPE_FP32)) {
+        fprintf(stderr, "fatal: attention_backward given bf16 inputs with fp32 products\n");
+        abort();
+    }
+    const float *qkv = blas_widened(s, qkv_held, 3 * btc, room);  /* out is read as held (flash_delta_kernel) */
     /* dweights = dy @ v^T */
     for (int h = 0; h < NH; h++) {
         const float *v = qkv + 2 * C + (size_t)h * hs;
@@ -645,7 +670,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     }
     int rows = B * NH * T;
     if (delta) {  /* dy . y, as the CPU's op takes it in bf16 (y made of the rounded weights) */
-        flash_delta_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(delta, dout, out, B, T, C, NH);
+        flash_delta_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(delta, dout, out_held, B, T, C, NH);
         CHECK_LAUNCH("flash_delta_kernel");
     }
     softmax_backward_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(datt, att, delta, rows, T);

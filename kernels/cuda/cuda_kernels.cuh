@@ -69,8 +69,8 @@ void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const flo
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
                             int C, int NH, Dropout drop, DType products, DType rounding);
-void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *saved, int B, int T, int C, int NH, Dropout drop,
+void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
+                             ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
 void cuda_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
