@@ -135,9 +135,9 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
  * bf16 before their products, as FlashAttention does; every sum is fp32.
  * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
  * op's. The backward reads the forward's out too, and reads qkv and out as
- * they are held: in bf16 only where products = DTYPE_BF16 (what a bf16
- * model keeps); the GPU's cuBLAS path widens qkv into its scratch, which
- * in bf16 holds 3 B*T*C floats more for it. */
+ * they are held (bf16: what a bf16 model keeps); the GPU's cuBLAS path takes
+ * bf16 only with products = DTYPE_BF16, widening qkv into its scratch, which
+ * then holds 3 B*T*C floats more for it, on a 256-byte boundary. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products);
 void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,

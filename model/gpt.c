@@ -194,7 +194,11 @@ static void product_forward(GPT *m, float *out, const float *inp, const float *w
 static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                              const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, dinp, dweight, dout, inp.data, weight, N, C, OC);  /* fp32 without autocast */
+    else if (inp.dtype == DTYPE_FP32) matmul_backward(m->base.stream, dinp, dweight, dout, inp.data, weight, N, C, OC);
+    else {
+        fprintf(stderr, "fatal: an fp32 product given a bf16 input\n");  /* a model keeps bf16 only under autocast */
+        abort();
+    }
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in

@@ -48,10 +48,11 @@ typedef struct {
      * joins it ([V, C]). */
     float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
     /* bf16 without recompute: what each block's backward reads of its
-     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C];
-     * 11C with recompute_gelu, which makes fch_gelu again), kept in bf16,
-     * two numbers to a float of the allocation; the internals above are then
-     * one block's, where the forward and the backward work. */
+     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],
+     * each tensor padded to operand_numbers; 11C with recompute_gelu, which
+     * makes fch_gelu again), kept in bf16, two numbers to a float of the
+     * allocation, and read there by the backward; the internals above are
+     * then one block's, where the forward works (and GELU is made again). */
     float *kept_storage;
 } Activations;
 

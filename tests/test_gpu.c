@@ -517,13 +517,14 @@ Test(gpu, attention_with_dropout) { check_attention(0.2f, DTYPE_FP32, SMALL_ATTE
 
 /* On the tensor cores: heads of 8, 12, 24, 32, 48 and 64 channels (padded
  * to 16, 16, 32, 32, 64, 64), T past two blocks of 64 with a ragged last,
- * with and without dropout; and a head of 80, past the tensor cores' 64,
- * through cuBLAS with the same roundings (each probability relative to the
- * running max of its block of 64 keys, dS from dy . y); each backward also
- * from q, k, v and out held in bf16, to its bytes from fp32. */
+ * with and without dropout; and heads of 80 and 160, past the tensor cores'
+ * 64, through cuBLAS with the same roundings (each probability relative to
+ * the running max of its block of 64 keys, dS from dy . y); each backward
+ * also from q, k, v and out held in bf16, to its bytes from fp32 (at 160,
+ * 71 rows of deltas before the room it widens them into). */
 Test(gpu, attention_in_bf16_on_the_tensor_cores) {
     const AttentionShape shapes[] = { { 2, 150, 16, 2 }, { 2, 37, 48, 4 }, { 1, 150, 48, 2 }, { 1, 150, 64, 2 },
-                                      { 1, 150, 96, 2 }, { 1, 150, 128, 2 }, { 1, 70, 160, 2 } };
+                                      { 1, 150, 96, 2 }, { 1, 150, 128, 2 }, { 1, 70, 160, 2 }, { 1, 71, 160, 1 } };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         check_attention(0.0f, DTYPE_BF16, shapes[i]);
         check_attention(0.2f, DTYPE_BF16, shapes[i]);

@@ -413,8 +413,7 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * these as bf16 values only. With biases and dropout, so that every op is
  * there, and without either, where the Linears' products round on their own
  * and dropout's identity rounds nothing. (In bf16 the fp32 block internals
- * are one block's: the forward's last block, and attention's q, k, v and
- * output of the first, widened back from what it kept.) */
+ * are one block's: the forward's last block.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];

@@ -548,24 +548,22 @@ static int flash_runs(int C, int NH, DType products) {
     return products == DTYPE_BF16 && flash_head_width(C / NH) != 0;
 }
 
+/* Where the cuBLAS path's widened q, k, v begin in its scratch: past the two
+ * T x T matrices and the deltas, on a 256-byte boundary, where a model's
+ * fp32 qkv begins (model.c's slot_floats), so cuBLAS runs the same kernels
+ * on either. */
+static size_t blas_room_at(size_t probs, size_t rows) { return (2 * probs + rows + 63) / 64 * 64; }
+
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
  * (batch row, head), and in bf16 each row's delta after them, then room for
- * the backward's qkv widened from bf16 (blas_widened). */
+ * the backward's qkv widened from bf16 (blas_room_at). */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
     size_t rows = (size_t)B * NH * T, probs = rows * T, widened = 3 * (size_t)B * T * C;
     AttentionBuffers flash = { rows, rows };
-    AttentionBuffers blas = { probs, 2 * probs + (products == DTYPE_BF16 ? rows + widened : 0) };
+    AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_room_at(probs, rows) + widened : 2 * probs };
     return flash_runs(C, NH, products) ? flash : blas;
-}
-
-/* The cuBLAS path's input as fp32: its own numbers, or held in bf16 (in bf16
- * products only: cuda_attention_buffers' room) widened into `room`. */
-static const float *blas_widened(Stream *s, ConstBuf x, size_t n, float *room) {
-    if (x.dtype == DTYPE_FP32) return (const float *)x.data;
-    cuda_load_bf16(s, room, (const bf16 *)x.data, n);
-    return room;
 }
 
 void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
@@ -643,12 +641,16 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
     size_t n = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
     float *datt = scratch, *mask = scratch + n, *delta = round_products ? scratch + 2 * n : NULL;
-    float *room = scratch + 2 * n + (size_t)B * NH * T;  /* in bf16 products: qkv's 3 btc */
     if (!round_products && (qkv_held.dtype != DTYPE_FP32 || out_held.dtype != DTYPE_FP32)) {
         fprintf(stderr, "fatal: attention_backward given bf16 inputs with fp32 products\n");
         abort();
     }
-    const float *qkv = blas_widened(s, qkv_held, 3 * btc, room);  /* out is read as held (flash_delta_kernel) */
+    const float *qkv = (const float *)qkv_held.data;  /* out is read as held (flash_delta_kernel) */
+    if (qkv_held.dtype == DTYPE_BF16) {  /* widened into the scratch's room (bf16 products only) */
+        float *room = scratch + blas_room_at(n, (size_t)B * NH * T);
+        cuda_load_bf16(s, room, (const bf16 *)qkv_held.data, 3 * btc);
+        qkv = room;
+    }
     /* dweights = dy @ v^T */
     for (int h = 0; h < NH; h++) {
         const float *v = qkv + 2 * C + (size_t)h * hs;
