@@ -34,18 +34,19 @@
 extern "C" {
 #endif
 
-/* Numbers an op reads, held as dtype says (runtime/bf16.h's number_at). */
+/* Numbers an op reads, held as dtype says (runtime/bf16.h's number_at);
+ * made on the host or, by the GPU's kernels, on the device. */
 typedef struct {
     const void *data;
     DType dtype;
 } ConstBuf;
 
-static inline ConstBuf fp32_numbers(const float *x) {
+BF16_FN ConstBuf fp32_numbers(const float *x) {
     ConstBuf b = { x, DTYPE_FP32 };
     return b;
 }
 
-static inline ConstBuf bf16_numbers(const bf16 *x) {
+BF16_FN ConstBuf bf16_numbers(const bf16 *x) {
     ConstBuf b = { x, DTYPE_BF16 };
     return b;
 }
@@ -97,15 +98,19 @@ void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, co
                         ConstBuf inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, DType rounding);
 
-/* Where a bf16 operand of a product is held, by the GPU's staging or in
- * place (what a model keeps), it starts on a 256-byte boundary (buffers
- * themselves begin on one), so that cuBLAS, which picks its kernel by the
- * operands' alignment too, runs the same kernel, and adds in the same order,
- * whichever buffer holds it: n numbers take operand_numbers(n) of room. */
-enum { OPERAND_ALIGN_NUMBERS = 128 };
-static inline size_t operand_numbers(size_t n) {
-    return (n + OPERAND_ALIGN_NUMBERS - 1) / OPERAND_ALIGN_NUMBERS * OPERAND_ALIGN_NUMBERS;
+/* Where an operand of a product is held, by the GPU's staging or in place
+ * (what a model keeps, a model's activations, attention's scratch), it
+ * starts on a 256-byte boundary (buffers themselves begin on one), so that
+ * cuBLAS, which picks its kernel by the operands' alignment too, runs the
+ * same kernel, and adds in the same order, whichever buffer holds it: n
+ * numbers of `bytes` each take aligned_numbers(n, bytes) of room, a bf16
+ * operand's n operand_numbers(n). */
+enum { OPERAND_ALIGN_BYTES = 256 };
+static inline size_t aligned_numbers(size_t n, size_t bytes) {
+    size_t per = OPERAND_ALIGN_BYTES / bytes;
+    return (n + per - 1) / per * per;
 }
+static inline size_t operand_numbers(size_t n) { return aligned_numbers(n, sizeof(bf16)); }
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,

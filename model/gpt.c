@@ -130,7 +130,7 @@ static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
     if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
-    /* the widest input the backward reads in bf16: GELU's, fc's output (block_reads) */
+    /* the widest the backward reads in bf16 (block_reads), 4C a position: GELU's input, or attention's four */
     return keeps_bf16(compute) ? (size_t)B * T * 4 * cfg->embd * sizeof(float) : 0;
 }
 

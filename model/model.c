@@ -87,10 +87,10 @@ static float *own_arena(Model *m, MemKind kind, float **units) {
     return arena;
 }
 
-/* A buffer's floats up to the next 256-byte boundary: so that a bf16 operand
- * a model keeps there starts where the GPU's staging of one does
- * (kernels.h's operand_numbers), and cuBLAS picks the same kernel for both. */
-static size_t slot_floats(size_t floats) { return (floats + 63) / 64 * 64; }
+/* A buffer's floats up to the next 256-byte boundary: so that an operand a
+ * model keeps there starts where the GPU's staging of one does (kernels.h's
+ * aligned_numbers), and cuBLAS picks the same kernel for both. */
+static size_t slot_floats(size_t floats) { return aligned_numbers(floats, sizeof(float)); }
 
 size_t model_activation_floats(const ActivationSlot *table, int n) {
     size_t floats = 0;

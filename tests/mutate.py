@@ -620,7 +620,7 @@ MUTANTS = [
     ("activation-slots-unaligned", "activation buffers packed end to end, not each on a 256-byte boundary",
      "test_model/activations_start_on_256*",
      "model/model.c",
-     "static size_t slot_floats(size_t floats) { return (floats + 63) / 64 * 64; }",
+     "static size_t slot_floats(size_t floats) { return aligned_numbers(floats, sizeof(float)); }",
      "static size_t slot_floats(size_t floats) { return floats; }"),
     ("cpu-widening-short", "the CPU widens an input held in bf16 but for its last number",
      "test_kernels/inputs_held_in_bf16*",

@@ -373,7 +373,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     int lane = threadIdx.x % WARP, warp_key = threadIdx.x / WARP * FLASH_WARP_ROWS, key0 = kb * FLASH_ROWS;
     FlashHead fh = flash_head(bh, T, C, NH);
     size_t stride = 3 * (size_t)C;
-    ConstBuf dy = { dout, DTYPE_FP32 };
+    ConstBuf dy = fp32_numbers(dout);
     const float *row_lse = lse + (size_t)bh * T, *row_delta = delta + (size_t)bh * T;
     /* the warp's k and v rows, staged through the query tiles */
     load_tile<HS>(q_tile, qkv, fh.k, stride, key0, T, fh.hs, 0);
@@ -466,7 +466,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     size_t stride = 3 * (size_t)C;
     /* the warp's q and dy rows, staged through the key tiles */
     load_tile<HS>(k_tile, qkv, fh.q, stride, row0, T, fh.hs, 0);
-    ConstBuf dy = { dout, DTYPE_FP32 };
+    ConstBuf dy = fp32_numbers(dout);
     load_tile<HS>(v_tile, dy, fh.out_at, C, row0, T, fh.hs, 0);
     __syncthreads();
     uint32_t qf[HS / 16][4], dyf[HS / 16][4];
@@ -549,10 +549,9 @@ static int flash_runs(int C, int NH, DType products) {
 }
 
 /* Where the cuBLAS path's widened q, k, v begin in its scratch: past the two
- * T x T matrices and the deltas, on a 256-byte boundary, where a model's
- * fp32 qkv begins (model.c's slot_floats), so cuBLAS runs the same kernels
- * on either. */
-static size_t blas_room_at(size_t probs, size_t rows) { return (2 * probs + rows + 63) / 64 * 64; }
+ * T x T matrices and the deltas, on a 256-byte boundary (aligned_numbers),
+ * as a model's fp32 qkv begins, so cuBLAS runs the same kernels on either. */
+static size_t blas_room_at(size_t probs, size_t rows) { return aligned_numbers(2 * probs + rows, sizeof(float)); }
 
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
@@ -573,7 +572,7 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
-        ConstBuf held = { qkv, DTYPE_FP32 };
+        ConstBuf held = fp32_numbers(qkv);
         switch (flash_head_width(hs)) {
         case 16: flash_forward<16>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
         case 32: flash_forward<32>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
