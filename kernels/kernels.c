@@ -83,7 +83,7 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     op_end(s);
 }
 
-void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+void matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     op_begin(s, "matmul_forward");
     backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
     op_end(s);
@@ -115,7 +115,7 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
     op_end(s);
 }
 
-void gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
+void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
     op_begin(s, "gelu_forward");
     backend(s)->gelu_forward(s, out, inp, n, tanh_form, rounding);
     op_end(s);

@@ -16,7 +16,10 @@
  * An input an op reads in either dtype is a ConstBuf: its numbers and how
  * they are held (the block internals a model keeps in bf16, read in place by
  * the backward). A bf16 input is widened (exact) as it is read, so the op
- * gives the bytes it gives the same values held in fp32.
+ * gives the bytes it gives the same values held in fp32. An output it
+ * writes in either dtype is a Buf (the block internals the forward writes
+ * where they are kept), stored as it is written: in bf16 the bytes of the
+ * fp32 output stored by store_bf16.
  */
 #ifndef ZF_KERNELS_H
 #define ZF_KERNELS_H
@@ -48,6 +51,30 @@ BF16_FN ConstBuf fp32_numbers(const float *x) {
 
 BF16_FN ConstBuf bf16_numbers(const bf16 *x) {
     ConstBuf b = { x, DTYPE_BF16 };
+    return b;
+}
+
+/* Numbers an op writes, held as dtype says: it computes each in fp32 and
+ * stores it as number_put does (into bf16, rounded once: exact where the
+ * op's rounding made it a bf16 value already). What it wrote is read as
+ * the ConstBuf of the same numbers. */
+typedef struct {
+    void *data;
+    DType dtype;
+} Buf;
+
+BF16_FN Buf fp32_buf(float *x) {
+    Buf b = { x, DTYPE_FP32 };
+    return b;
+}
+
+BF16_FN Buf bf16_buf(bf16 *x) {
+    Buf b = { x, DTYPE_BF16 };
+    return b;
+}
+
+BF16_FN ConstBuf const_buf(Buf x) {
+    ConstBuf b = { x.data, x.dtype };
     return b;
 }
 
@@ -120,10 +147,10 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
 /* The same products of bf16 values held in fp32 (autocast's Linear: every
  * input a bf16 value), accumulated in fp32: on the CPU through sgemm, each
  * product of two bf16 exact in fp32; on the GPU on its bf16 tensor cores,
- * each input stored in 16 bits (exact; the backward's inp read as it is
- * where it is held in bf16) and cublasGemmEx with CUDA_R_16BF inputs, fp32
+ * each input stored in 16 bits (exact; inp read as it is where it is held
+ * in bf16) and cublasGemmEx with CUDA_R_16BF inputs, fp32
  * outputs and CUBLAS_COMPUTE_32F. */
-void matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+void matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
 void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                           const float *weight, int N, int C, int OC);
 
@@ -154,7 +181,7 @@ void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dou
 /* GELU: exact, x * Phi(x) with Phi through erf (nanoGPT's nn.GELU()), or with
  * tanh_form GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))) (transformers' gelu_new). */
-void gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 /* Its backward over N rows of width OC, fused with the bias gradient of the
  * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
  * rounding is DTYPE_BF16 (autocast's bf16 gradient, as round_to_bf16

@@ -68,14 +68,17 @@ static size_t kept_offset(int i, size_t BTC) {
  * without recompute the internals the backward reads are kept for all L in
  * bf16, and the fp32 internals are one block's too (Lk = 1) but for the
  * statistics (LayerNorm's, attention's), kept for all L (Ls). With
- * recompute_gelu GELU's output is one block's (Lg = 1) and not kept. What
+ * recompute_gelu GELU's output is one block's and not kept. GELU's output
+ * in bf16 is written as it is kept (gelu_output): fch_gelu is then no
+ * buffer, or with recompute_gelu one block's in bf16. What
  * attention keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
-    size_t Lg = compute.recompute_gelu ? 1 : Lk;
+    size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
+    if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? (operand_numbers(BT * 4 * C) + 1) / 2 : 0;
     size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == DTYPE_BF16) {
@@ -91,7 +94,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->att_saved, Ls * att.saved },
         { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
         { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
-        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, Lg * BT * 4 * C },
+        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
@@ -130,7 +133,8 @@ static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
     if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
-    /* the widest the backward reads in bf16 (block_reads), 4C a position: GELU's input, or attention's four */
+    /* the widest an op reads or writes in bf16 (block_reads, gelu_output), 4C a position: GELU's input and
+     * output (in place), or attention's q, k, v and output */
     return keeps_bf16(compute) ? (size_t)B * T * 4 * cfg->embd * sizeof(float) : 0;
 }
 
@@ -184,21 +188,24 @@ static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
 }
 
+/* An fp32 product's input: a model holds bf16 only under autocast. */
+static const float *fp32_input(ConstBuf inp) {
+    if (inp.dtype == DTYPE_FP32) return inp.data;
+    fprintf(stderr, "fatal: an fp32 product given a bf16 input\n");
+    abort();
+}
+
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
-static void product_forward(GPT *m, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+static void product_forward(GPT *m, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, N, C, OC);
-    else matmul_forward(m->base.stream, out, inp, weight, N, C, OC);
+    else matmul_forward(m->base.stream, out, fp32_input(inp), weight, N, C, OC);
 }
 
 static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                              const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else if (inp.dtype == DTYPE_FP32) matmul_backward(m->base.stream, dinp, dweight, dout, inp.data, weight, N, C, OC);
-    else {
-        fprintf(stderr, "fatal: an fp32 product given a bf16 input\n");  /* a model keeps bf16 only under autocast */
-        abort();
-    }
+    else matmul_backward(m->base.stream, dinp, dweight, dout, fp32_input(inp), weight, N, C, OC);
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -335,7 +342,7 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
  * and out is rounded once, after the bias: an fp32 product
  * of bf16 values (product_forward: on the CPU sgemm, each product of two
  * bf16 exact in fp32), rounded by the bias's op, or without one on its own. */
-static void linear_forward(GPT *m, float *out, const float *inp, int l, int i, int hooks, size_t N, int C, int OC) {
+static void linear_forward(GPT *m, float *out, ConstBuf inp, int l, int i, int hooks, size_t N, int C, int OC) {
     const float *weight = block_weights(m, l, i, hooks);
     product_forward(m, out, inp, weight, (int)N, C, OC);
     if (m->base.cfg.bias) bias_forward(m->base.stream, out, part_bias(m, l, i), (int)N, OC, m->precision);
@@ -446,27 +453,38 @@ static bf16 *kept_at(const GPT *m, int l, int i) {
     return (bf16 *)m->acts.kept_storage + at;
 }
 
-/* Block l's kept tensors, stored from the block's fp32 buffers once its
- * forward is done. Exact: autocast made every one of them bf16 values (each
- * a Linear's input or output, rounded). */
+/* Where block l's GELU output is written, and read: under keeps_bf16 in
+ * bf16 by GELU's op itself, where the block keeps it, or with
+ * recompute_gelu in the one block's buffer where it is made again; else in
+ * the block's fp32 buffer. */
+static Buf gelu_output(const GPT *m, int l) {
+    BlockActivations b = block_activations(m, l);
+    if (!keeps_bf16(compute_of(m))) return fp32_buf(b.fch_gelu);
+    if (m->recompute_gelu) return bf16_buf((bf16 *)b.fch_gelu);
+    return bf16_buf(kept_at(m, l, KEPT_FCH_GELU));
+}
+
+/* Block l's kept tensors but GELU's output, stored from the block's fp32
+ * buffers once its forward is done. Exact: autocast made every one of them
+ * bf16 values (each a Linear's input or output, rounded). */
 static void keep_block(GPT *m, int l) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
-    float *tensors[KEPT_TENSORS] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch, b.fch_gelu };
-    for (int i = 0; i < kept_tensors(compute_of(m)); i++)
+    float *tensors[KEPT_FCH_GELU] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch };
+    for (int i = 0; i < KEPT_FCH_GELU; i++)
         store_bf16(m->base.stream, kept_at(m, l, i), tensors[i], KEPT_WIDTHS[i] * BT * C);
 }
 
 /* What block l's backward reads of its internals, as they are held: under
  * keeps_bf16, in place where the block kept them in bf16; else the block's
- * fp32 buffers. GELU's output recomputed (recompute_gelu) is in its fp32
- * buffer. */
+ * fp32 buffers. GELU's output is where gelu_output says, made again there
+ * with recompute_gelu. */
 typedef struct { ConstBuf ln1, qkv, atty, resid2, ln2, fch, fch_gelu; } BlockReads;
 
 static BlockReads block_reads(GPT *m, int l) {
     BlockActivations b = block_activations(m, l);
     BlockReads r = { fp32_numbers(b.ln1), fp32_numbers(b.qkv), fp32_numbers(b.atty), fp32_numbers(b.resid2),
-                     fp32_numbers(b.ln2), fp32_numbers(b.fch), fp32_numbers(b.fch_gelu) };
+                     fp32_numbers(b.ln2), fp32_numbers(b.fch), const_buf(gelu_output(m, l)) };
     if (!keeps_bf16(compute_of(m))) return r;
     r.ln1 = bf16_numbers(kept_at(m, l, KEPT_LN1));
     r.qkv = bf16_numbers(kept_at(m, l, KEPT_QKV));
@@ -474,7 +492,6 @@ static BlockReads block_reads(GPT *m, int l) {
     r.resid2 = bf16_numbers(kept_at(m, l, KEPT_RESID2));
     r.ln2 = bf16_numbers(kept_at(m, l, KEPT_LN2));
     r.fch = bf16_numbers(kept_at(m, l, KEPT_FCH));
-    if (!m->recompute_gelu) r.fch_gelu = bf16_numbers(kept_at(m, l, KEPT_FCH_GELU));
     return r;
 }
 
@@ -490,17 +507,18 @@ static void block_forward(GPT *m, int l, int hooks) {
     DType rounding = m->precision;
     const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
-    linear_forward(m, b.qkv, b.ln1, l, QKV, hooks, BT, C, 3 * C);
+    linear_forward(m, b.qkv, fp32_numbers(b.ln1), l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
-    linear_forward(m, b.attproj, b.atty, l, ATTPROJ, hooks, BT, C, C);
+    linear_forward(m, b.attproj, fp32_numbers(b.atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
     const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     residual_layernorm_forward(s, b.resid2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
-    linear_forward(m, b.fch, b.ln2, l, FC, hooks, BT, C, 4 * C);
-    gelu_forward(s, b.fch_gelu, fp32_numbers(b.fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
-    linear_forward(m, b.fcproj, b.fch_gelu, l, FCPROJ, hooks, BT, 4 * C, C);
+    linear_forward(m, b.fch, fp32_numbers(b.ln2), l, FC, hooks, BT, C, 4 * C);
+    Buf fch_gelu = gelu_output(m, l);
+    gelu_forward(s, fch_gelu, fp32_numbers(b.fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
+    linear_forward(m, b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     if (keeps_bf16(compute_of(m))) keep_block(m, l);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
@@ -522,7 +540,7 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
     const float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
-    product_forward(m, a->logits, lnf, wte, rows, C, V);
+    product_forward(m, a->logits, fp32_numbers(lnf), wte, rows, C, V);
     crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
@@ -571,7 +589,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
-            product_forward(m, logits, last, head, 1, C, V);
+            product_forward(m, logits, fp32_numbers(last), head, 1, C, V);
             bf16_values(m, logits, V);
         }
     }
@@ -617,7 +635,7 @@ void gpt_backward(GPT *m, float dloss) {
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
         BlockReads r = block_reads(m, l);
         if (m->recompute_gelu && !m->recompute) {  /* as the forward made it, from fch as it is held */
-            gelu_forward(s, b.fch_gelu, r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
+            gelu_forward(s, gelu_output(m, l), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         linear_backward(m, a->dfch, l, FCPROJ, dfcproj, r.fch_gelu, BT, 4 * C, C, 1);

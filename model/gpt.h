@@ -52,7 +52,8 @@ typedef struct {
      * each tensor padded to operand_numbers; 11C with recompute_gelu, which
      * makes fch_gelu again), kept in bf16, two numbers to a float of the
      * allocation, and read there by the backward; the internals above are
-     * then one block's, where the forward works (and GELU is made again). */
+     * then one block's, where the forward works (and GELU is made again),
+     * but for fch_gelu, which GELU writes where it is kept (none). */
     float *kept_storage;
 } Activations;
 

@@ -176,8 +176,8 @@ static void check_matmul(DType p) {
         pair_round_to_bf16(inp);
         pair_round_to_bf16(w);
         pair_round_to_bf16(dout);
-        matmul_forward_bf16(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
-        matmul_forward_bf16(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
+        matmul_forward_bf16(test_stream, out.cpu, fp32_numbers(inp.cpu), w.cpu, N, C, OC);
+        matmul_forward_bf16(gpu_stream, out.gpu, fp32_numbers(inp.gpu), w.gpu, N, C, OC);
         matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, dout.cpu, fp32_numbers(inp.cpu), w.cpu, N, C, OC);
         matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, N, C, OC);
     } else {
@@ -431,8 +431,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "dropout_forward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(gpu_stream, fp.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
-        gelu_forward(gpu_stream, bf.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_BF16);
+        gelu_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_BF16);
         expect_gpu_rounded(bf.gpu, fp.gpu, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
 
@@ -683,7 +683,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
 /* The ops that read an input held in bf16 (what the model keeps of a block,
  * read in place by the backward), at GPT-2's shape (12 x 1024 rows, 768 and
  * 3072 wide): three runs each from bf16, each the bytes of the same op's run
- * from the same values held in fp32. */
+ * from the same values held in fp32; and GELU writing bf16, the bytes of its
+ * fp32 output stored. */
 Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int N = 12 * 1024, C = 768, OC = 3072;
@@ -692,7 +693,7 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     Pair lw = pair_random((size_t)C, 0.5f, 1.5f, 94), mean = pair_random((size_t)N, -1, 1, 95);
     Pair rstd = pair_random((size_t)N, 0.5f, 2, 96), held = pair_random((nx + 1) / 2, 0, 1, 97);  /* two bf16 a float */
     Pair out = pair_random(nx, -1, 1, 98), dw = pair_random((size_t)OC * C, -1, 1, 99);
-    Pair db = pair_random((size_t)OC, -1, 1, 100);
+    Pair db = pair_random((size_t)OC, -1, 1, 100), gelu16 = pair_random((nx + 1) / 2, 0, 1, 102);
     Pair scratch = pair_random(column_sums_scratch_floats(N, 2 * OC), 0, 1, 101);
     pair_round_to_bf16(x);
     store_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, nx);
@@ -715,11 +716,25 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     }
     for (int tanh_form = 0; tanh_form < 2; tanh_form++)
         for (int run = 0; run < 4; run++) {
-            gelu_forward(gpu_stream, out.gpu, in[run > 0], nx, tanh_form, DTYPE_BF16);
+            gelu_forward(gpu_stream, fp32_buf(out.gpu), in[run > 0], nx, tanh_form, DTYPE_BF16);
             if (run == 0) pair_take_gpu(out);
             else expect_same_bytes(out, nx * sizeof(float), tanh_form ? "gelu_forward, tanh form, from bf16"
                                                                       : "gelu_forward from bf16");
         }
+    /* GELU written into bf16 (where the model keeps it), from either: the
+     * bytes of its fp32 output (out, the last run's) stored */
+    bf16 *want16 = malloc(nx * sizeof(bf16)), *got16 = malloc(nx * sizeof(bf16));
+    for (size_t i = 0; i < nx; i++) want16[i] = bf16_from_float(out.cpu[i]);
+    for (int run = 0; run < 4; run++) {
+        fill_zero(gpu_stream, gelu16.gpu, gelu16.n);
+        gelu_forward(gpu_stream, bf16_buf((bf16 *)gelu16.gpu), in[run > 0], nx, 1, DTYPE_BF16);
+        stream_copy(gpu_stream, got16, gelu16.gpu, nx * sizeof(bf16));
+        stream_synchronize(gpu_stream);
+        cr_expect_eq(memcmp(got16, want16, nx * sizeof(bf16)), 0, "gelu_forward into bf16, from %s",
+                     run ? "bf16" : "fp32");
+    }
+    free(want16);
+    free(got16);
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, db.gpu, (size_t)OC);
         gelu_backward(gpu_stream, out.gpu, db.gpu, in[run > 0], dy.gpu, N, OC, 1, DTYPE_BF16, scratch.gpu);
@@ -734,6 +749,11 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     pair_round_to_bf16(w);
     pair_round_to_bf16(dy);
     for (int run = 0; run < 4; run++) {  /* the product's input: x's first N x C */
+        matmul_forward_bf16(gpu_stream, out.gpu, in[run > 0], w.gpu, N, C, OC);
+        if (run == 0) pair_take_gpu(out);
+        else expect_same_bytes(out, nx * sizeof(float), "matmul_forward_bf16 from bf16");
+    }
+    for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
         matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, dy.gpu, in[run > 0], w.gpu, N, C, OC);
         if (run == 0) {
@@ -745,7 +765,7 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
         expect_same_bytes(dw, (size_t)OC * C * sizeof(float), "matmul_backward_bf16's weight gradient from bf16");
     }
     pair_free(x); pair_free(dy); pair_free(w); pair_free(lw); pair_free(mean); pair_free(rstd); pair_free(held);
-    pair_free(out); pair_free(dw); pair_free(db); pair_free(scratch);
+    pair_free(out); pair_free(dw); pair_free(db); pair_free(scratch); pair_free(gelu16);
 }
 
 Test(gpu, elementwise_ops) {
@@ -754,8 +774,8 @@ Test(gpu, elementwise_ops) {
     Dropout drop = { 0.3f, 5, 2, 7, 3 };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, out.cpu, fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
-        gelu_forward(gpu_stream, out.gpu, fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
+        gelu_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
+        gelu_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
         gelu_backward(test_stream, out.cpu, NULL, fp32_numbers(x.cpu), y.cpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
         gelu_backward(gpu_stream, out.gpu, NULL, fp32_numbers(x.gpu), y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);

@@ -610,7 +610,7 @@ static void check_gelu(int tanh_form) {
     fill_uniform(g, n, -1, 1, 42);
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
-    gelu_forward(test_stream, out, fp32_numbers(x), n, tanh_form, DTYPE_FP32);
+    gelu_forward(test_stream, fp32_buf(out), fp32_numbers(x), n, tanh_form, DTYPE_FP32);
     gelu_backward(test_stream, dx, NULL, fp32_numbers(x), g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
@@ -676,8 +676,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_backward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        gelu_forward(test_stream, fp, fp32_numbers(x), n, tanh_form, DTYPE_FP32);
-        gelu_forward(test_stream, bf, fp32_numbers(x), n, tanh_form, DTYPE_BF16);
+        gelu_forward(test_stream, fp32_buf(fp), fp32_numbers(x), n, tanh_form, DTYPE_FP32);
+        gelu_forward(test_stream, fp32_buf(bf), fp32_numbers(x), n, tanh_form, DTYPE_BF16);
         stream_synchronize(test_stream);
         expect_rounded(bf, fp, n, tanh_form ? "gelu_forward, tanh form" : "gelu_forward");
     }
@@ -772,13 +772,15 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
 
 /* The ops that read an input held in bf16 (what a model keeps of a block,
  * read in place by its backward) give, byte for byte, what they give the
- * same values held in fp32: each input widened as it is read. The room the
- * CPU widens into is used twice over, smaller then larger (it grows). */
+ * same values held in fp32: each input widened as it is read; and an op
+ * that writes bf16 (where a model keeps it) the bytes of its fp32 output
+ * stored. The room the CPU widens into is used twice over, smaller then
+ * larger (it grows). */
 Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     enum { N = 37, C = 24, OC = 72 };  /* OC = 3C: x holds attention's qkv too */
     size_t nx = (size_t)N * OC;  /* the widest input: GELU's, and the product's of width OC */
     float *x = alloc_floats(nx), *dy = alloc_floats(nx), *w = alloc_floats((size_t)OC * C), *lw = alloc_floats(C);
-    bf16 *x16 = malloc(nx * sizeof(bf16));
+    bf16 *x16 = malloc(nx * sizeof(bf16)), *stored = malloc(nx * sizeof(bf16)), *out16 = malloc(nx * sizeof(bf16));
     fill_uniform(x, nx, -2, 2, 61);
     fill_uniform(dy, nx, -1, 1, 62);
     fill_uniform(w, (size_t)OC * C, -1, 1, 63);
@@ -806,9 +808,18 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
               "layernorm_backward's weight and bias gradients");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
-        for (int k = 0; k < 2; k++) gelu_forward(test_stream, got[k], held[k], nx, tanh_form, DTYPE_BF16);
+        for (int k = 0; k < 2; k++) gelu_forward(test_stream, fp32_buf(got[k]), held[k], nx, tanh_form, DTYPE_BF16);
         stream_synchronize(test_stream);
         cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0, "gelu_forward, tanh form %d", tanh_form);
+        /* written in bf16 from either: the bytes of the fp32 output stored */
+        for (size_t i = 0; i < nx; i++) stored[i] = bf16_from_float(got[0][i]);
+        for (int k = 0; k < 2; k++) {
+            memset(out16, 0xFF, nx * sizeof(bf16));
+            gelu_forward(test_stream, bf16_buf(out16), held[k], nx, tanh_form, DTYPE_BF16);
+            stream_synchronize(test_stream);
+            cr_assert(memcmp(out16, stored, nx * sizeof(bf16)) == 0, "gelu_forward into bf16, from %s, tanh form %d",
+                      k ? "bf16" : "fp32", tanh_form);
+        }
         for (int k = 0; k < 2; k++) {
             memset(db[k], 0, OC * sizeof(float));
             gelu_backward(test_stream, got[k], db[k], held[k], dy, N, OC, tanh_form, DTYPE_BF16, scratch);
@@ -817,7 +828,25 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
         cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0 && memcmp(db[0], db[1], OC * sizeof(float)) == 0,
                   "gelu_backward and its bias, tanh form %d", tanh_form);
     }
+    /* GELU from bf16 into bf16, large enough (1 MB of room) that a room
+     * grown under the widened input would be unmapped, not left readable */
+    size_t nbig = (size_t)1 << 17;
+    bf16 *big16 = malloc(nbig * sizeof(bf16)), *big_out16 = malloc(nbig * sizeof(bf16));
+    float *big = alloc_floats(nbig);
+    for (size_t i = 0; i < nbig; i++) big16[i] = x16[i % nx];
+    load_bf16(test_stream, big, big16, nbig);
+    gelu_forward(test_stream, fp32_buf(big), fp32_numbers(big), nbig, 0, DTYPE_BF16);
+    gelu_forward(test_stream, bf16_buf(big_out16), bf16_numbers(big16), nbig, 0, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    for (size_t i = 0; i < nbig; i++) big16[i] = bf16_from_float(big[i]);
+    cr_assert(memcmp(big_out16, big16, nbig * sizeof(bf16)) == 0, "gelu_forward from bf16 into bf16, 2^17 numbers");
+    free(big16);
+    free(big_out16);
+    free(big);
     /* the product's input, [N, C] of x, and dout [N, OC] */
+    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, got[k], held[k], w, N, C, OC);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
         memset(dw[k], 0, (size_t)OC * C * sizeof(float));
         matmul_backward_bf16(test_stream, got[k], dw[k], dy, held[k], w, N, C, OC);
@@ -831,7 +860,6 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     size_t n = (size_t)B * T * C;
     AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, DTYPE_BF16);
     float *saved = alloc_floats(sizes.saved), *att_out = alloc_floats(n);
-    bf16 *out16 = malloc(n * sizeof(bf16));
     Dropout drop = { 0.2f, 9, 1, 4, 2 };
     attention_forward(test_stream, att_out, saved, NULL, x, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
@@ -845,7 +873,6 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     cr_assert(memcmp(got[0], got[1], 3 * n * sizeof(float)) == 0, "attention_backward's dqkv");
     free(saved);
     free(att_out);
-    free(out16);
     for (int k = 0; k < 2; k++) {
         free(got[k]);
         free(dw[k]);
@@ -856,6 +883,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(w);
     free(lw);
     free(x16);
+    free(stored);
+    free(out16);
     free(mean);
     free(rstd);
     free(scratch);
@@ -865,8 +894,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
 Test(kernels, gelu_tanh_form_forward_backward) {
     check_gelu(1);
     float x = 2.7f, exact, approx;
-    gelu_forward(test_stream, &exact, fp32_numbers(&x), 1, 0, DTYPE_FP32);
-    gelu_forward(test_stream, &approx, fp32_numbers(&x), 1, 1, DTYPE_FP32);
+    gelu_forward(test_stream, fp32_buf(&exact), fp32_numbers(&x), 1, 0, DTYPE_FP32);
+    gelu_forward(test_stream, fp32_buf(&approx), fp32_numbers(&x), 1, 1, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }

@@ -26,6 +26,12 @@ void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
  * that grows moves, so an op with two inputs widens them at two places of a
  * room it has grown for both first. */
 const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at);
+/* Where an op about to be enqueued writes an output's n numbers in fp32: the
+ * output itself, or where it is held in bf16 the stream's room from float
+ * `at` on; and once the op is enqueued, cpu_store_output stores them there
+ * into the bf16 output (rounded once: exact where the op rounded them). */
+float *cpu_fp32_for(Stream *s, Buf out, size_t n, size_t at);
+void cpu_store_output(Stream *s, Buf out, const float *written, size_t n);
 
 void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C, DType rounding);
@@ -43,6 +49,7 @@ void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *we
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
+void cpu_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                               const float *weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
@@ -51,7 +58,7 @@ void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, 
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding);
-void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);

@@ -66,9 +66,13 @@ static void gelu_forward_task(void *p) {
     over_chunks(a->n, gelu_forward_chunk, a);
 }
 
-void cpu_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
-    GeluArgs a = { out, cpu_fp32_of(s, inp, n, 0), n, tanh_form, rounding == DTYPE_BF16 };
+/* A bf16 input widened into the room, and a bf16 output written there, in
+ * place (each number from its own): GELU from bf16 into bf16 needs n. */
+void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
+    const float *x = cpu_fp32_of(s, inp, n, 0);
+    GeluArgs a = { cpu_fp32_for(s, out, n, 0), x, n, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_forward_task, &a, sizeof a);
+    cpu_store_output(s, out, a.out, n);
 }
 
 typedef struct {

@@ -70,8 +70,12 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
     stream_launch(s, matmul_backward_task, &a, sizeof a);
 }
 
-/* The bf16 products' backward (kernels.h): sgemm's, with an input held in
- * bf16 widened first (the same values, so the same bits). */
+/* The bf16 products (kernels.h): sgemm's, with an input held in bf16
+ * widened first (the same values, so the same bits). */
+void cpu_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+    cpu_matmul_forward(s, out, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);
+}
+
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                               const float *weight, int N, int C, int OC) {
     cpu_matmul_backward(s, dinp, dweight, dout, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);

@@ -62,3 +62,11 @@ const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at) {
     cpu_load_bf16(s, room, x.data, n);
     return room;
 }
+
+float *cpu_fp32_for(Stream *s, Buf out, size_t n, size_t at) {
+    return out.dtype == DTYPE_FP32 ? out.data : cpu_stream_room(s, at + n) + at;
+}
+
+void cpu_store_output(Stream *s, Buf out, const float *written, size_t n) {
+    if (out.dtype == DTYPE_BF16) cpu_store_bf16(s, out.data, written, n);
+}

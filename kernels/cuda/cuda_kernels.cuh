@@ -63,7 +63,7 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbia
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
-void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
+void cuda_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
@@ -72,7 +72,7 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
                              ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
-void cuda_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
+void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);

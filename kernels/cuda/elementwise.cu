@@ -9,16 +9,16 @@
 /* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
 static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-__global__ static void gelu_forward_kernel(float *out, ConstBuf inp, size_t n, int tanh_form, int rounds) {
+__global__ static void gelu_forward_kernel(Buf out, ConstBuf inp, size_t n, int tanh_form, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = number_at(inp.data, inp.dtype, i);
     float y = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
                         : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
-    out[i] = rounded_if(y, rounds);
+    number_put(out.data, out.dtype, i, rounded_if(y, rounds));
 }
 
-void cuda_gelu_forward(Stream *s, float *out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
+void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
     gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form,
                                                                        rounding == DTYPE_BF16);
     CHECK_LAUNCH("gelu_forward_kernel");

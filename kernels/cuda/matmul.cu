@@ -34,14 +34,22 @@ static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation
                                        CUBLAS_GEMM_DEFAULT));
 }
 
-/* The same products of bf16 values (kernels.h): the inputs stored in the
- * stream's bf16 staging (exact: they are bf16 values), but the backward's
- * input where it is held in bf16, then gemm_bf16. */
-void cuda_matmul_forward_bf16(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC) {
+/* The input [N,C] of a bf16 product as 16 bits: where it is held in bf16,
+ * read where it is; else stored (exact: bf16 values) into `room`. */
+static const bf16 *bf16_operand(Stream *s, ConstBuf inp, bf16 *room, size_t n) {
+    if (inp.dtype == DTYPE_BF16) return (const bf16 *)inp.data;
+    cuda_store_bf16(s, room, (const float *)inp.data, n);
+    return room;
+}
+
+/* The same products of bf16 values (kernels.h): the weight and the output
+ * gradient stored in the stream's bf16 staging (exact: they are bf16
+ * values), the input too where it is held in fp32, then gemm_bf16. */
+void cuda_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     size_t w = operand_numbers((size_t)OC * C), x = (size_t)N * C;  /* each operand on its boundary */
-    bf16 *w16 = cuda_bf16_staging(s, w + x), *x16 = w16 + w;
+    bf16 *w16 = cuda_bf16_staging(s, w + x);
+    const bf16 *x16 = bf16_operand(s, inp, w16 + w, x);
     cuda_store_bf16(s, w16, weight, (size_t)OC * C);
-    cuda_store_bf16(s, x16, inp, x);
     gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out, OC, 0);
 }
 
@@ -49,11 +57,7 @@ void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const flo
                                const float *weight, int N, int C, int OC) {
     size_t w = operand_numbers((size_t)OC * C), x = operand_numbers((size_t)N * C), d = (size_t)N * OC;
     bf16 *w16 = cuda_bf16_staging(s, w + x + d), *d16 = w16 + w + x;
-    const bf16 *x16 = (const bf16 *)inp.data;  /* an input held in bf16 is read where it is */
-    if (inp.dtype == DTYPE_FP32) {
-        cuda_store_bf16(s, w16 + w, (const float *)inp.data, (size_t)N * C);
-        x16 = w16 + w;
-    }
+    const bf16 *x16 = bf16_operand(s, inp, w16 + w, (size_t)N * C);
     cuda_store_bf16(s, w16, weight, (size_t)OC * C);
     cuda_store_bf16(s, d16, dout, d);
     cublasHandle_t blas = cuda_blas(s);
