@@ -18,9 +18,9 @@ typedef struct {
                               const float *wpe, int B, int T, int C, DType rounding);
     void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, const float *dout,
                                TokenBuckets buckets, int B, int T, int C);
-    void (*layernorm_forward)(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, DType rounding);
-    void (*residual_layernorm_forward)(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+    void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                        const float *b, const float *weight, const float *bias, int N, int C,
                                        DType rounding);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -42,7 +42,7 @@ typedef struct {
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
     void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
-    void (*residual_forward)(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
+    void (*residual_forward)(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);

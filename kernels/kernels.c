@@ -44,14 +44,14 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
     op_end(s);
 }
 
-void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C, DType rounding) {
     op_begin(s, "layernorm_forward");
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, bias, N, C, rounding);
     op_end(s);
 }
 
-void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
                                 DType rounding) {
     op_begin(s, "residual_layernorm_forward");
@@ -140,7 +140,7 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
     op_end(s);
 }
 
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
+void residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
     op_begin(s, "residual_forward");
     backend(s)->residual_forward(s, out, a, b, n, rounding);
     op_end(s);

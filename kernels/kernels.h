@@ -113,12 +113,12 @@ size_t column_sums_scratch_floats(int N, int width);
  * NULL) the gradient of a bias after the LayerNorm into dbias, as
  * bias_backward over dout adds it, both in the parts of row_parts.h, in one
  * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
-void layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C, DType rounding);
 /* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
  * a + b, then layernorm_forward of resid into out, each rounded as
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
-void residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
                                 DType rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -193,7 +193,7 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
-void residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
+void residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
 
 /* A Linear's bias (a LayerNorm's is layernorm_forward's): out[N,OC] += bias[OC] on every row; and
  * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h

@@ -67,16 +67,19 @@ static size_t kept_offset(int i, size_t BTC) {
  * only each block's output (resid3, the next one's input) for all L. In bf16
  * without recompute the internals the backward reads are kept for all L in
  * bf16, and the fp32 internals are one block's too (Lk = 1) but for the
- * statistics (LayerNorm's, attention's), kept for all L (Ls). With
- * recompute_gelu GELU's output is one block's and not kept. GELU's output
- * in bf16 is written as it is kept (gelu_output): fch_gelu is then no
- * buffer, or with recompute_gelu one block's in bf16. What
- * attention keeps and its scratch are the device's backend's to size. */
+ * statistics (LayerNorm's, attention's), kept for all L (Ls); the kept
+ * tensors whose ops write them in bf16 where they are kept (kept_tensor:
+ * the LayerNorms' outputs and resid2) have no fp32 buffer (Lw = 0), nor
+ * has GELU's output, or with recompute_gelu one block's in bf16
+ * (gelu_output). With recompute_gelu GELU's output is one block's and not
+ * kept. What attention keeps and its scratch are the device's backend's to
+ * size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
+    size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors their ops write in bf16 (kept_tensor) */
     size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
     if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? (operand_numbers(BT * 4 * C) + 1) / 2 : 0;
     size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
@@ -89,11 +92,11 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
-        { &a->ln1, Lk * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
+        { &a->ln1, Lw * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
         { &a->qkv, Lk * BT * 3 * C },
         { &a->att_saved, Ls * att.saved },
-        { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lk * BT * C },
-        { &a->ln2, Lk * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
+        { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
+        { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
@@ -272,7 +275,7 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
         return;
     }
     float *grad = grad_of(m, t);
-    residual_forward(s, grad, grad, made, n, DTYPE_FP32);
+    residual_forward(s, grad, fp32_numbers(grad), made, n, DTYPE_FP32);
 }
 
 /* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
@@ -453,26 +456,32 @@ static bf16 *kept_at(const GPT *m, int l, int i) {
     return (bf16 *)m->acts.kept_storage + at;
 }
 
-/* Where block l's GELU output is written, and read: under keeps_bf16 in
- * bf16 by GELU's op itself, where the block keeps it, or with
- * recompute_gelu in the one block's buffer where it is made again; else in
- * the block's fp32 buffer. */
-static Buf gelu_output(const GPT *m, int l) {
-    BlockActivations b = block_activations(m, l);
-    if (!keeps_bf16(compute_of(m))) return fp32_buf(b.fch_gelu);
-    if (m->recompute_gelu) return bf16_buf((bf16 *)b.fch_gelu);
-    return bf16_buf(kept_at(m, l, KEPT_FCH_GELU));
+/* Where block l's kept tensor i is, its fp32 buffer `fp32` without
+ * keeps_bf16: the forward writes it there (its op's output a Buf, in bf16
+ * where it is kept) and the backward reads it there. */
+static Buf kept_tensor(const GPT *m, int l, int i, float *fp32) {
+    return keeps_bf16(compute_of(m)) ? bf16_buf(kept_at(m, l, i)) : fp32_buf(fp32);
 }
 
-/* Block l's kept tensors but GELU's output, stored from the block's fp32
- * buffers once its forward is done. Exact: autocast made every one of them
- * bf16 values (each a Linear's input or output, rounded). */
+/* Where block l's GELU output is written, and read: as kept_tensor says, but
+ * with recompute_gelu under keeps_bf16 in the one block's buffer, in bf16,
+ * where it is made again. */
+static Buf gelu_output(const GPT *m, int l) {
+    BlockActivations b = block_activations(m, l);
+    if (keeps_bf16(compute_of(m)) && m->recompute_gelu) return bf16_buf((bf16 *)b.fch_gelu);
+    return kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu);
+}
+
+/* Block l's kept tensors that its forward makes in fp32 (its products'
+ * outputs, attention's), stored from the block's fp32 buffers once its
+ * forward is done. Exact: autocast made every one of them bf16 values. */
 static void keep_block(GPT *m, int l) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
-    float *tensors[KEPT_FCH_GELU] = { b.ln1, b.qkv, b.atty, b.resid2, b.ln2, b.fch };
-    for (int i = 0; i < KEPT_FCH_GELU; i++)
-        store_bf16(m->base.stream, kept_at(m, l, i), tensors[i], KEPT_WIDTHS[i] * BT * C);
+    const int stored[3] = { KEPT_QKV, KEPT_ATTY, KEPT_FCH };
+    float *from[3] = { b.qkv, b.atty, b.fch };
+    for (int k = 0; k < 3; k++)
+        store_bf16(m->base.stream, kept_at(m, l, stored[k]), from[k], KEPT_WIDTHS[stored[k]] * BT * C);
 }
 
 /* What block l's backward reads of its internals, as they are held: under
@@ -483,15 +492,12 @@ typedef struct { ConstBuf ln1, qkv, atty, resid2, ln2, fch, fch_gelu; } BlockRea
 
 static BlockReads block_reads(GPT *m, int l) {
     BlockActivations b = block_activations(m, l);
-    BlockReads r = { fp32_numbers(b.ln1), fp32_numbers(b.qkv), fp32_numbers(b.atty), fp32_numbers(b.resid2),
-                     fp32_numbers(b.ln2), fp32_numbers(b.fch), const_buf(gelu_output(m, l)) };
-    if (!keeps_bf16(compute_of(m))) return r;
-    r.ln1 = bf16_numbers(kept_at(m, l, KEPT_LN1));
-    r.qkv = bf16_numbers(kept_at(m, l, KEPT_QKV));
-    r.atty = bf16_numbers(kept_at(m, l, KEPT_ATTY));
-    r.resid2 = bf16_numbers(kept_at(m, l, KEPT_RESID2));
-    r.ln2 = bf16_numbers(kept_at(m, l, KEPT_LN2));
-    r.fch = bf16_numbers(kept_at(m, l, KEPT_FCH));
+    BlockReads r = {
+        const_buf(kept_tensor(m, l, KEPT_LN1, b.ln1)), const_buf(kept_tensor(m, l, KEPT_QKV, b.qkv)),
+        const_buf(kept_tensor(m, l, KEPT_ATTY, b.atty)), const_buf(kept_tensor(m, l, KEPT_RESID2, b.resid2)),
+        const_buf(kept_tensor(m, l, KEPT_LN2, b.ln2)), const_buf(kept_tensor(m, l, KEPT_FCH, b.fch)),
+        const_buf(gelu_output(m, l)),
+    };
     return r;
 }
 
@@ -506,23 +512,25 @@ static void block_forward(GPT *m, int l, int hooks) {
     uint32_t site = 1 + 3 * (uint32_t)l;
     DType rounding = m->precision;
     const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
-    layernorm_forward(s, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
-    linear_forward(m, b.qkv, fp32_numbers(b.ln1), l, QKV, hooks, BT, C, 3 * C);
+    Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);
+    layernorm_forward(s, ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
+    linear_forward(m, b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
     linear_forward(m, b.attproj, fp32_numbers(b.atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
     const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
-    residual_layernorm_forward(s, b.resid2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
+    Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
+    residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
-    linear_forward(m, b.fch, fp32_numbers(b.ln2), l, FC, hooks, BT, C, 4 * C);
+    linear_forward(m, b.fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
     Buf fch_gelu = gelu_output(m, l);
     gelu_forward(s, fch_gelu, fp32_numbers(b.fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     if (keeps_bf16(compute_of(m))) keep_block(m, l);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
-    residual_forward(s, b.resid3, b.resid2, b.fcproj, BT * C, rounding);
+    residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
@@ -581,7 +589,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     const float *x = a->resid3 + (size_t)(L - 1) * BT * C;  /* the last block's output */
 
     trace_begin(s, "forward", 0);
-    layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
+    layernorm_forward(s, fp32_buf(a->lnf), a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
     const float *head = root.wte;
     if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
@@ -683,7 +691,7 @@ void gpt_backward(GPT *m, float dloss) {
         fill_zero(s, made.wte, both);
         embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made.wte, made.wte, both);
-        residual_forward(s, made.wte, made.wte, a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
+        residual_forward(s, made.wte, fp32_numbers(made.wte), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
         add_into_grad(m, WTE, made.wte, both);
     }
     trace_end(s);

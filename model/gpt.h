@@ -53,7 +53,8 @@ typedef struct {
      * makes fch_gelu again), kept in bf16, two numbers to a float of the
      * allocation, and read there by the backward; the internals above are
      * then one block's, where the forward works (and GELU is made again),
-     * but for fch_gelu, which GELU writes where it is kept (none). */
+     * but for those their ops write where they are kept (none): ln1, resid2,
+     * ln2 and fch_gelu. */
     float *kept_storage;
 } Activations;
 

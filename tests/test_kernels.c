@@ -115,7 +115,7 @@ static void check_layernorm(int N, int C) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(test_stream, out, mean, rstd, inp, w, NULL, N, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(out), mean, rstd, inp, w, NULL, N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
     layernorm_backward(test_stream, dinp, dw, NULL, g, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
@@ -525,15 +525,16 @@ Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_the
     fill_uniform(bias, C, -0.5f, 0.5f, 64);
     for (int p = 0; p < DTYPES; p++) {
         const char *what = p == DTYPE_BF16 ? "bf16" : "fp32";
-        layernorm_forward(test_stream, fused, stats_fused, stats_fused + N, a, w, bias, N, C, (DType)p);
-        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, a, w, NULL, N, C, DTYPE_FP32);
+        layernorm_forward(test_stream, fp32_buf(fused), stats_fused, stats_fused + N, a, w, bias, N, C, (DType)p);
+        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, a, w, NULL, N, C, DTYPE_FP32);
         bias_forward(test_stream, apart, bias, N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
-        residual_layernorm_forward(test_stream, sum_fused, fused, stats_fused, stats_fused + N, a, b, w, bias, N, C,
-                                   (DType)p);
-        residual_forward(test_stream, sum_apart, a, b, n, (DType)p);
-        layernorm_forward(test_stream, apart, stats_apart, stats_apart + N, sum_apart, w, bias, N, C, (DType)p);
+        residual_layernorm_forward(test_stream, fp32_buf(sum_fused), fp32_buf(fused), stats_fused, stats_fused + N, a,
+                                   b, w, bias, N, C, (DType)p);
+        residual_forward(test_stream, sum_apart, fp32_numbers(a), b, n, (DType)p);
+        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, sum_apart, w, bias, N, C,
+                          (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(sum_fused, sum_apart, n * sizeof(float)), 0, "%s: the residual add fused", what);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: the LayerNorm after the add", what);
@@ -653,8 +654,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     embedding_forward(test_stream, bf, tokens, wte, y, B, T, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "embedding_forward");
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
-    layernorm_forward(test_stream, bf, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_BF16);
+    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(bf), mean, rstd, x, w, NULL, (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "layernorm_forward");
     memcpy(fp, x, n * sizeof(float));
@@ -663,8 +664,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     bias_forward(test_stream, bf, w, (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "bias_forward");
-    residual_forward(test_stream, fp, x, y, n, DTYPE_FP32);
-    residual_forward(test_stream, bf, x, y, n, DTYPE_BF16);
+    residual_forward(test_stream, fp, fp32_numbers(x), y, n, DTYPE_FP32);
+    residual_forward(test_stream, bf, fp32_numbers(x), y, n, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "residual_forward");
     dropout_forward(test_stream, fp, x, n, drop, DTYPE_FP32);
@@ -684,7 +685,7 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
 
     /* LayerNorm's backward: its gradient alone (into zeros), then the bf16 add */
     float *dinp = alloc_floats(n), *scratch = alloc_floats(column_sums_scratch_floats((int)BT, C));
-    layernorm_forward(test_stream, fp, mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, x, w, NULL, (int)BT, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     memset(fp, 0, n * sizeof(float));
     fill_uniform(dinp, n, -1, 1, 55);
@@ -770,6 +771,76 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
     free(x); free(dy); free(fused); free(apart); free(bias_start); free(dbias_fused); free(dbias_apart);
 }
 
+/* n numbers stored in bf16 equal, byte for byte, fp32 ones stored. */
+static int same_as_stored(const bf16 *got, const float *fp32, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != bf16_from_float(fp32[i])) return 0;
+    return 1;
+}
+
+/* The LayerNorms and the residual add as the forward writes what a bf16
+ * block keeps: a LayerNorm's output, and the fused add's sum and
+ * LayerNorm, written in bf16 (each, or both, in the room at once), are the
+ * bytes of the same op's fp32 outputs stored, its statistics the same; the
+ * residual add reads a bf16 input as its fp32 values. Rows enough (512 KB
+ * a tensor) that a room grown under a sum it holds would be unmapped. */
+Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
+    enum { N = 2048, C = 64 };
+    size_t n = (size_t)N * C;
+    float *a = alloc_floats(n), *b = alloc_floats(n), *w = alloc_floats(C), *bias = alloc_floats(C);
+    float *sum = alloc_floats(n), *out = alloc_floats(n), *stats = alloc_floats(2 * N), *stats16 = alloc_floats(2 * N);
+    bf16 *sum16 = malloc(n * sizeof(bf16)), *out16 = malloc(n * sizeof(bf16)), *a16 = malloc(n * sizeof(bf16));
+    fill_uniform(a, n, -2, 2, 71);
+    fill_uniform(b, n, -1, 1, 72);
+    fill_uniform(w, C, 0.5f, 1.5f, 73);
+    fill_uniform(bias, C, -0.5f, 0.5f, 74);
+    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, a, w, bias, N, C, DTYPE_BF16);
+    layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, a, w, bias, N, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(out16, out, n), "layernorm_forward into bf16");
+    cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "layernorm_forward's statistics");
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, a, b, w, bias, N, C,
+                               DTYPE_BF16);
+    stream_synchronize(test_stream);
+    for (int held = 1; held < 4; held++) {  /* bit 0: the sum in bf16, bit 1: the LayerNorm's output */
+        memset(sum16, 0xFF, n * sizeof(bf16));
+        memset(out16, 0xFF, n * sizeof(bf16));
+        float *sum32 = alloc_floats(n), *out32 = alloc_floats(n);
+        Buf sum_buf = held & 1 ? bf16_buf(sum16) : fp32_buf(sum32);
+        Buf out_buf = held & 2 ? bf16_buf(out16) : fp32_buf(out32);
+        residual_layernorm_forward(test_stream, sum_buf, out_buf, stats16, stats16 + N, a, b, w, bias, N, C,
+                                   DTYPE_BF16);
+        stream_synchronize(test_stream);
+        cr_assert(held & 1 ? same_as_stored(sum16, sum, n) : memcmp(sum32, sum, n * sizeof(float)) == 0,
+                  "residual_layernorm_forward's sum, held %d", held);
+        cr_assert(held & 2 ? same_as_stored(out16, out, n) : memcmp(out32, out, n * sizeof(float)) == 0,
+                  "residual_layernorm_forward's output, held %d", held);
+        cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "its statistics, held %d", held);
+        free(sum32);
+        free(out32);
+    }
+    /* a sum held in bf16 under fp32's rounding is normalised as it is held, rounded (as the GPU reads it back) */
+    float *normed = alloc_floats(n);
+    residual_forward(test_stream, sum, fp32_numbers(a), b, n, DTYPE_BF16);
+    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, sum, w, bias, N, C, DTYPE_FP32);
+    residual_layernorm_forward(test_stream, bf16_buf(sum16), fp32_buf(normed), stats16, stats16 + N, a, b, w, bias, N,
+                               C, DTYPE_FP32);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(sum16, sum, n), "residual_layernorm_forward's bf16 sum under fp32's rounding");
+    cr_assert(memcmp(normed, out, n * sizeof(float)) == 0, "the LayerNorm of a bf16 sum under fp32's rounding");
+    free(normed);
+    for (size_t i = 0; i < n; i++) {
+        a16[i] = bf16_from_float(a[i]);
+        a[i] = float_from_bf16(a16[i]);
+    }
+    residual_forward(test_stream, sum, fp32_numbers(a), b, n, DTYPE_BF16);
+    residual_forward(test_stream, out, bf16_numbers(a16), b, n, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(sum, out, n * sizeof(float)) == 0, "residual_forward from bf16");
+    free(a); free(b); free(w); free(bias); free(sum); free(out); free(stats); free(stats16);
+    free(sum16); free(out16); free(a16);
+}
+
 /* The ops that read an input held in bf16 (what a model keeps of a block,
  * read in place by its backward) give, byte for byte, what they give the
  * same values held in fp32: each input widened as it is read; and an op
@@ -797,7 +868,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
         db[k] = alloc_floats(OC);
     }
     ConstBuf held[2] = { fp32_numbers(x), bf16_numbers(x16) };
-    layernorm_forward(test_stream, got[0], mean, rstd, x, lw, NULL, N, C, DTYPE_FP32);  /* the statistics */
+    layernorm_forward(test_stream, fp32_buf(got[0]), mean, rstd, x, lw, NULL, N, C, DTYPE_FP32);  /* the statistics */
     stream_synchronize(test_stream);
     for (int k = 0; k < 2; k++) {
         memset(got[k], 0, nx * sizeof(float));
@@ -941,7 +1012,7 @@ Test(kernels, dropout_forward_backward) {
 
 Test(kernels, residual_forward) {
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
-    residual_forward(test_stream, out, a, b, 5, DTYPE_FP32);
+    residual_forward(test_stream, out, fp32_numbers(a), b, 5, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
 }

@@ -137,8 +137,8 @@ static void residual_forward_task(void *p) {
     }
 }
 
-void cpu_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
-    ResidualArgs args = { out, a, b, n, rounding == DTYPE_BF16 };
+void cpu_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
+    ResidualArgs args = { out, cpu_fp32_of(s, a, n, 0), b, n, rounding == DTYPE_BF16 };
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
 

@@ -52,9 +52,9 @@ void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const floa
                             int B, int T, int C, DType rounding);
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
-void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int N, int C, DType rounding);
-void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
                                      DType rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
@@ -75,7 +75,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding);
+void cuda_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);

@@ -80,12 +80,12 @@ void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, cons
     cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
-__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n, int rounds) {
+__global__ static void residual_kernel(float *out, ConstBuf a, const float *b, size_t n, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rounded_if(a[i] + b[i], rounds);
+    if (i < n) out[i] = rounded_if(number_at(a.data, a.dtype, i) + b[i], rounds);
 }
 
-void cuda_residual_forward(Stream *s, float *out, const float *a, const float *b, size_t n, DType rounding) {
+void cuda_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
     residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16);
     CHECK_LAUNCH("residual_kernel");
 }

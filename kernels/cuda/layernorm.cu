@@ -11,21 +11,24 @@
 
 /* Row `row` by its warp: mean, then variance about it (two passes, as the
  * CPU), then out = the normalised row times the weight, plus the bias where
- * there is one, rounded where `rounds`. Lane l takes channels l, l + WARP, ... */
-__device__ static void layernorm_row(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+ * there is one, rounded where `rounds`, each held as its buffer says. Lane
+ * l takes channels l, l + WARP, ... */
+__device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf inp, const float *weight,
                                      const float *bias, size_t row, int C, int lane, int rounds) {
-    const float *x = inp + row * C;
+    size_t first = row * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += WARP) sum += x[c];
+    for (int c = lane; c < C; c += WARP) sum += number_at(inp.data, inp.dtype, first + c);
     float m = warp_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
-    float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
-    float *o = out + row * C;
     for (int c = lane; c < C; c += WARP) {
-        float v = (x[c] - m) * r * weight[c];
+        float d = number_at(inp.data, inp.dtype, first + c) - m;
+        var += d * d;
+    }
+    float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
+    for (int c = lane; c < C; c += WARP) {
+        float v = (number_at(inp.data, inp.dtype, first + c) - m) * r * weight[c];
         if (bias) v = v + bias[c];
-        o[c] = rounded_if(v, rounds);
+        number_put(out.data, out.dtype, first + c, rounded_if(v, rounds));
     }
     if (lane == 0) {
         mean[row] = m;
@@ -33,13 +36,14 @@ __device__ static void layernorm_row(float *out, float *mean, float *rstd, const
     }
 }
 
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+__global__ static void layernorm_forward_kernel(Buf out, float *mean, float *rstd, const float *inp,
                                                 const float *weight, const float *bias, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-    if (row < (size_t)N) layernorm_row(out, mean, rstd, inp, weight, bias, row, C, threadIdx.x % WARP, rounds);
+    if (row < (size_t)N)
+        layernorm_row(out, mean, rstd, fp32_numbers(inp), weight, bias, row, C, threadIdx.x % WARP, rounds);
 }
 
-void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, const float *inp,
+void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int N, int C, DType rounding) {
     layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
         out, mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16);
@@ -49,7 +53,7 @@ void cuda_layernorm_forward(Stream *s, float *out, float *mean, float *rstd, con
 /* The residual add, then the LayerNorm of the sum, a warp a row: each lane
  * reads back only the channels it wrote (layernorm_row's), so the row needs
  * no barrier, and the sum is read from cache rather than a kernel later. */
-__global__ static void residual_layernorm_kernel(float *resid, float *out, float *mean, float *rstd, const float *a,
+__global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                                  const float *b, const float *weight, const float *bias, int N,
                                                  int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
@@ -58,12 +62,12 @@ __global__ static void residual_layernorm_kernel(float *resid, float *out, float
     for (int c = lane; c < C; c += WARP) {
         size_t i = row * C + c;
         float v = a[i] + b[i];
-        resid[i] = rounded_if(v, rounds);
+        number_put(resid.data, resid.dtype, i, rounded_if(v, rounds));
     }
-    layernorm_row(out, mean, rstd, resid, weight, bias, row, C, lane, rounds);
+    layernorm_row(out, mean, rstd, const_buf(resid), weight, bias, row, C, lane, rounds);
 }
 
-void cuda_residual_layernorm_forward(Stream *s, float *resid, float *out, float *mean, float *rstd, const float *a,
+void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
                                      DType rounding) {
     residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
