@@ -43,7 +43,7 @@ typedef struct {
     void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
     void (*residual_forward)(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
-    void (*bias_forward)(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
+    void (*bias_forward)(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
     void (*crossentropy_forward_backward)(Stream *s, float *losses, float *dlogits, const float *logits,

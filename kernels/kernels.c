@@ -128,9 +128,9 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
     op_end(s);
 }
 
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding) {
+void bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding) {
     op_begin(s, "bias_forward");
-    backend(s)->bias_forward(s, out, bias, N, OC, rounding);
+    backend(s)->bias_forward(s, out, inp, bias, N, OC, rounding);
     op_end(s);
 }
 

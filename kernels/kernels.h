@@ -195,10 +195,13 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
 /* out = a + b (the residual add; its backward passes the gradient to both). */
 void residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
 
-/* A Linear's bias (a LayerNorm's is layernorm_forward's): out[N,OC] += bias[OC] on every row; and
- * dbias[OC] += the column sums of dout[N,OC], in the parts of row_parts.h
- * (scratch: column_sums_scratch_floats(N, OC) floats). */
-void bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
+/* A Linear's bias (a LayerNorm's is layernorm_forward's) after its product:
+ * out[N,OC] = inp + bias[OC] on every row (bias NULL: none, out = inp, the
+ * product's output rounded and stored as out is held), rounded as rounding
+ * says; out may be inp (in place). And dbias[OC] += the column sums of
+ * dout[N,OC], in the parts of row_parts.h (scratch:
+ * column_sums_scratch_floats(N, OC) floats). */
+void bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).

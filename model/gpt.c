@@ -340,16 +340,19 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
 }
 
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
- * its weights read through block_weights. Under autocast inp holds bf16
- * values (the op that wrote it rounded them: LayerNorm, attention, GELU),
- * and out is rounded once, after the bias: an fp32 product
- * of bf16 values (product_forward: on the CPU sgemm, each product of two
- * bf16 exact in fp32), rounded by the bias's op, or without one on its own. */
-static void linear_forward(GPT *m, float *out, ConstBuf inp, int l, int i, int hooks, size_t N, int C, int OC) {
-    const float *weight = block_weights(m, l, i, hooks);
-    product_forward(m, out, inp, weight, (int)N, C, OC);
-    if (m->base.cfg.bias) bias_forward(m->base.stream, out, part_bias(m, l, i), (int)N, OC, m->precision);
-    else bf16_values(m, out, N * OC);
+ * its weights read through block_weights, the product made in `product`
+ * (fp32; it may be out's own buffer). Under autocast inp holds bf16 values
+ * (the op that wrote it rounded them: LayerNorm, attention, GELU), and out
+ * is rounded once, after the bias: an fp32 product of bf16 values
+ * (product_forward: on the CPU sgemm, each product of two bf16 exact in
+ * fp32), rounded by the bias's op as it writes out, in place without a bias
+ * where out is the product's buffer. */
+static void linear_forward(GPT *m, Buf out, float *product, ConstBuf inp, int l, int i, int hooks, size_t N, int C,
+                           int OC) {
+    const float *weight = block_weights(m, l, i, hooks), *bias = part_bias(m, l, i);
+    product_forward(m, product, inp, weight, (int)N, C, OC);
+    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
+    else bf16_values(m, product, N * OC);
 }
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
@@ -472,15 +475,16 @@ static Buf gelu_output(const GPT *m, int l) {
     return kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu);
 }
 
-/* Block l's kept tensors that its forward makes in fp32 (its products'
- * outputs, attention's), stored from the block's fp32 buffers once its
- * forward is done. Exact: autocast made every one of them bf16 values. */
+/* Block l's kept tensors that its forward makes in fp32 (qkv, which
+ * attention's forward reads so, and attention's output), stored from the
+ * block's fp32 buffers once its forward is done. Exact: autocast made both
+ * bf16 values. */
 static void keep_block(GPT *m, int l) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     BlockActivations b = block_activations(m, l);
-    const int stored[3] = { KEPT_QKV, KEPT_ATTY, KEPT_FCH };
-    float *from[3] = { b.qkv, b.atty, b.fch };
-    for (int k = 0; k < 3; k++)
+    const int stored[2] = { KEPT_QKV, KEPT_ATTY };
+    float *from[2] = { b.qkv, b.atty };
+    for (int k = 0; k < 2; k++)
         store_bf16(m->base.stream, kept_at(m, l, stored[k]), from[k], KEPT_WIDTHS[stored[k]] * BT * C);
 }
 
@@ -514,19 +518,20 @@ static void block_forward(GPT *m, int l, int hooks) {
     const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);
     layernorm_forward(s, ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
-    linear_forward(m, b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
+    linear_forward(m, fp32_buf(b.qkv), b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
     attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
-    linear_forward(m, b.attproj, fp32_numbers(b.atty), l, ATTPROJ, hooks, BT, C, C);
+    linear_forward(m, fp32_buf(b.attproj), b.attproj, fp32_numbers(b.atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
     const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
     residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
-    linear_forward(m, b.fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
+    Buf fch = kept_tensor(m, l, KEPT_FCH, b.fch);  /* the product in b.fch, and where it is kept */
+    linear_forward(m, fch, b.fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
     Buf fch_gelu = gelu_output(m, l);
-    gelu_forward(s, fch_gelu, fp32_numbers(b.fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
-    linear_forward(m, b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
+    gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
+    linear_forward(m, fp32_buf(b.fcproj), b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     if (keeps_bf16(compute_of(m))) keep_block(m, l);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);

@@ -25,7 +25,7 @@ typedef struct {
     float *attproj;                          /* [L,B,T,C] after dropout */
     float *resid2;                           /* [L,B,T,C] */
     float *ln2, *ln2_mean, *ln2_rstd;        /* [L,B,T,C], [L,B,T] */
-    float *fch, *fch_gelu;                   /* [L,B,T,4C] */
+    float *fch, *fch_gelu;                   /* [L,B,T,4C]; in bf16 fch holds fc's product before its bias */
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C] */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
@@ -54,7 +54,7 @@ typedef struct {
      * allocation, and read there by the backward; the internals above are
      * then one block's, where the forward works (and GELU is made again),
      * but for those their ops write where they are kept (none): ln1, resid2,
-     * ln2 and fch_gelu. */
+     * ln2, fch (its product's fp32 buffer only) and fch_gelu. */
     float *kept_storage;
 } Activations;
 

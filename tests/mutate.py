@@ -669,6 +669,18 @@ MUTANTS = [
      "model/gpt.c",
      "    Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);",
      "    Buf ln1 = fp32_buf(b.ln1);"),
+    ("cpu-bias-output-in-place", "the CPU's bias adds into a bf16 output's room, not to the product it is given",
+     "test_kernels/outputs_held_in_bf16*",
+     "kernels/cpu/elementwise.c",
+     "        const float *x = a->inp + (size_t)n * a->OC;",
+     "        const float *x = row;"),
+    ("linear-outputs-unrounded", "under autocast a Linear's output not rounded by its bias's op (those held in "
+     "fp32 keep fp32's numbers)",
+     "test_model/bf16_holds*",
+     "model/gpt.c",
+     "    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);",
+     "    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, "
+     "DTYPE_FP32);"),
     ("activation-slots-unaligned", "activation buffers packed end to end, not each on a 256-byte boundary",
      "test_model/activations_start_on_256*",
      "model/model.c",

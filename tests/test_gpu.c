@@ -246,8 +246,9 @@ static void expect_stored_bytes(const void *gpu16, const float *want, size_t n, 
  * shape in bf16: on each of three runs the bytes of the GPU's unfused ops
  * (residual_forward, then layernorm_forward without a bias, then
  * bias_forward): sum, output, mean and rstd; and written in bf16 (where a
- * model keeps them), the bytes of those outputs stored, from a bf16 input
- * the residual add's bytes from its fp32 values. */
+ * model keeps them), the bytes of those outputs stored, and so a Linear's
+ * bias after its product; from a bf16 input the residual add's bytes from
+ * its fp32 values. */
 Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int N = 12 * 1024 + 77, C = 768;
@@ -257,7 +258,7 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
     residual_forward(gpu_stream, sum.gpu, fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
     layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, sum.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
-    bias_forward(gpu_stream, out.gpu, bias.gpu, N, C, DTYPE_BF16);
+    bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, bias.gpu, N, C, DTYPE_BF16);
     float *want_sum = malloc(n * sizeof(float)), *want_out = malloc(n * sizeof(float));
     float *want_stats = malloc(2 * (size_t)N * sizeof(float));
     stream_copy(gpu_stream, want_sum, sum.gpu, n * sizeof(float));
@@ -293,6 +294,14 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     pair_take_gpu(out);
     layernorm_forward(gpu_stream, bf16_buf(out16), stats.gpu, stats.gpu + N, a.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
     expect_stored_bytes(out16, out.cpu, n, "layernorm_forward written in bf16");
+    for (int with_bias = 0; with_bias < 2; with_bias++)  /* a Linear's bias after its product, or none */
+        for (int run = 0; run < 3; run++) {
+            stream_copy(gpu_stream, out.gpu, a.gpu, n * sizeof(float));
+            bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, with_bias ? bias.gpu : NULL, N, C, DTYPE_BF16);
+            pair_take_gpu(out);
+            bias_forward(gpu_stream, bf16_buf(out16), a.gpu, with_bias ? bias.gpu : NULL, N, C, DTYPE_BF16);
+            expect_stored_bytes(out16, out.cpu, n, with_bias ? "bias_forward into bf16" : "no bias into bf16");
+        }
     store_bf16(gpu_stream, sum16, a.gpu, n);  /* a's numbers in bf16, and as fp32 values */
     load_bf16(gpu_stream, a.gpu, sum16, n);
     residual_forward(gpu_stream, out.gpu, fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
@@ -457,8 +466,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
     stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
     stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
-    bias_forward(gpu_stream, fp.gpu, w.gpu, (int)BT, C, DTYPE_FP32);
-    bias_forward(gpu_stream, bf.gpu, w.gpu, (int)BT, C, DTYPE_BF16);
+    bias_forward(gpu_stream, fp32_buf(fp.gpu), fp.gpu, w.gpu, (int)BT, C, DTYPE_FP32);
+    bias_forward(gpu_stream, fp32_buf(bf.gpu), bf.gpu, w.gpu, (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
     residual_forward(gpu_stream, fp.gpu, fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
     residual_forward(gpu_stream, bf.gpu, fp32_numbers(x.gpu), y.gpu, n, DTYPE_BF16);

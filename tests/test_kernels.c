@@ -527,7 +527,7 @@ Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_the
         const char *what = p == DTYPE_BF16 ? "bf16" : "fp32";
         layernorm_forward(test_stream, fp32_buf(fused), stats_fused, stats_fused + N, a, w, bias, N, C, (DType)p);
         layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, a, w, NULL, N, C, DTYPE_FP32);
-        bias_forward(test_stream, apart, bias, N, C, (DType)p);
+        bias_forward(test_stream, fp32_buf(apart), apart, bias, N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
         residual_layernorm_forward(test_stream, fp32_buf(sum_fused), fp32_buf(fused), stats_fused, stats_fused + N, a,
@@ -660,8 +660,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     expect_rounded(bf, fp, n, "layernorm_forward");
     memcpy(fp, x, n * sizeof(float));
     memcpy(bf, x, n * sizeof(float));
-    bias_forward(test_stream, fp, w, (int)BT, C, DTYPE_FP32);
-    bias_forward(test_stream, bf, w, (int)BT, C, DTYPE_BF16);
+    bias_forward(test_stream, fp32_buf(fp), fp, w, (int)BT, C, DTYPE_FP32);
+    bias_forward(test_stream, fp32_buf(bf), bf, w, (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "bias_forward");
     residual_forward(test_stream, fp, fp32_numbers(x), y, n, DTYPE_FP32);
@@ -781,8 +781,9 @@ static int same_as_stored(const bf16 *got, const float *fp32, size_t n) {
 /* The LayerNorms and the residual add as the forward writes what a bf16
  * block keeps: a LayerNorm's output, and the fused add's sum and
  * LayerNorm, written in bf16 (each, or both, in the room at once), are the
- * bytes of the same op's fp32 outputs stored, its statistics the same; the
- * residual add reads a bf16 input as its fp32 values. Rows enough (512 KB
+ * bytes of the same op's fp32 outputs stored, its statistics the same, and
+ * so a Linear's bias after its product; the residual add reads a bf16 input
+ * as its fp32 values. Rows enough (512 KB
  * a tensor) that a room grown under a sum it holds would be unmapped. */
 Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     enum { N = 2048, C = 64 };
@@ -829,6 +830,17 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     cr_assert(same_as_stored(sum16, sum, n), "residual_layernorm_forward's bf16 sum under fp32's rounding");
     cr_assert(memcmp(normed, out, n * sizeof(float)) == 0, "the LayerNorm of a bf16 sum under fp32's rounding");
     free(normed);
+    /* a Linear's bias after its product (or none): in place in fp32, or out of place into bf16 */
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        memcpy(out, a, n * sizeof(float));
+        bias_forward(test_stream, fp32_buf(out), out, with_bias ? bias : NULL, N, C, DTYPE_BF16);
+        bias_forward(test_stream, bf16_buf(out16), a, with_bias ? bias : NULL, N, C, DTYPE_BF16);
+        stream_synchronize(test_stream);
+        size_t rounded = 0;
+        for (size_t i = 0; i < n; i++) rounded += out[i] != a[i];
+        cr_assert(rounded > 0, "bias_forward changed nothing: the test could not fail");
+        cr_assert(same_as_stored(out16, out, n), "bias_forward into bf16, bias %d", with_bias);
+    }
     for (size_t i = 0; i < n; i++) {
         a16[i] = bf16_from_float(a[i]);
         a[i] = float_from_bf16(a16[i]);

@@ -62,7 +62,7 @@ void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form,
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
-void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
+void cpu_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,

@@ -142,41 +142,51 @@ void cpu_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, siz
     stream_launch(s, residual_forward_task, &args, sizeof args);
 }
 
-typedef struct { float *out; const float *in; int N, OC, rounds; } BiasArgs;
+typedef struct { float *out; const float *inp, *bias; int N, OC, rounds; } BiasArgs;
 
 static void bias_forward_task(void *p) {
     BiasArgs *a = p;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < a->N; n++) {
         float *row = a->out + (size_t)n * a->OC;
+        const float *x = a->inp + (size_t)n * a->OC;
+        if (!a->bias) {
+            for (int c = 0; c < a->OC; c++) row[c] = rounded_if(x[c], a->rounds);
+            continue;
+        }
         #pragma omp simd
         for (int c = 0; c < a->OC; c++) {
-            float v = row[c] + a->in[c];
+            float v = x[c] + a->bias[c];
             row[c] = rounded_if(v, a->rounds);
         }
     }
 }
 
-void cpu_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding) {
-    BiasArgs a = { out, bias, N, OC, rounding == DTYPE_BF16 };
+/* A bf16 output made in the room and stored. */
+void cpu_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding) {
+    size_t n = (size_t)N * OC;
+    BiasArgs a = { cpu_fp32_for(s, out, n, 0), inp, bias, N, OC, rounding == DTYPE_BF16 };
     stream_launch(s, bias_forward_task, &a, sizeof a);
+    cpu_store_output(s, out, a.out, n);
 }
+
+typedef struct { float *dbias; const float *dout; int N, OC; } BiasBackwardArgs;
 
 /* dbias's terms: dout's row itself. */
 static void dbias_terms(const void *p, int n, int c0, int width, float *terms) {
-    const BiasArgs *a = p;
-    const float *row = a->in + (size_t)n * a->OC + c0;
+    const BiasBackwardArgs *a = p;
+    const float *row = a->dout + (size_t)n * a->OC + c0;
     for (int c = 0; c < width; c++) terms[c] = row[c];
 }
 
 static void bias_backward_task(void *p) {
-    BiasArgs *a = p;
-    column_sums(a->out, a->N, a->OC, dbias_terms, a);
+    BiasBackwardArgs *a = p;
+    column_sums(a->dbias, a->N, a->OC, dbias_terms, a);
 }
 
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    BiasArgs a = { dbias, dout, N, OC, 0 };
+    BiasBackwardArgs a = { dbias, dout, N, OC };
     stream_launch(s, bias_backward_task, &a, sizeof a);
 }
 

@@ -76,7 +76,7 @@ void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
-void cuda_bias_forward(Stream *s, float *out, const float *bias, int N, int OC, DType rounding);
+void cuda_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
