@@ -34,7 +34,7 @@ typedef struct {
     void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                  const float *weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
-    void (*attention_forward)(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
+    void (*attention_forward)(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                               int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
                                ConstBuf qkv, ConstBuf out, const float *saved, int B,

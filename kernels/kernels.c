@@ -100,7 +100,7 @@ AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH,
     return backend_of_kind(kind)->attention_buffers(B, T, C, NH, products);
 }
 
-void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B,
+void attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B,
                        int T, int C, int NH, Dropout drop, DType products, DType rounding) {
     op_begin(s, "attention_forward");
     backend(s)->attention_forward(s, out, saved, scratch, qkv, B, T, C, NH, drop, products, rounding);

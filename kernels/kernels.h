@@ -166,13 +166,15 @@ void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *d
  * under autocast) rounds the dropped probabilities and the scores' gradient to
  * bf16 before their products, as FlashAttention does; every sum is fp32.
  * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
- * op's. The backward reads the forward's out too, and reads qkv and out as
- * they are held (bf16: what a bf16 model keeps); the GPU's cuBLAS path takes
- * bf16 only with products = DTYPE_BF16, widening qkv into its scratch, which
- * then holds 3 B*T*C floats more for it, on a 256-byte boundary. */
+ * op's. The forward reads qkv and writes out as they are held, and the
+ * backward reads the forward's out too, and qkv and out as they are held
+ * (bf16: what a bf16 model keeps); the GPU's cuBLAS path takes bf16 only
+ * with products = DTYPE_BF16, widening qkv into its scratch, which then
+ * holds 4 B*T*C floats more for it and for a bf16 output made in fp32, each
+ * on a 256-byte boundary. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products);
-void attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
+void attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                        int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                         ConstBuf qkv, ConstBuf out, const float *saved, int B, int T,

@@ -66,20 +66,19 @@ static size_t kept_offset(int i, size_t BTC) {
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
  * without recompute the internals the backward reads are kept for all L in
- * bf16, and the fp32 internals are one block's too (Lk = 1) but for the
- * statistics (LayerNorm's, attention's), kept for all L (Ls); the kept
- * tensors whose ops write them in bf16 where they are kept (kept_tensor:
- * the LayerNorms' outputs and resid2) have no fp32 buffer (Lw = 0), nor
- * has GELU's output, or with recompute_gelu one block's in bf16
- * (gelu_output). With recompute_gelu GELU's output is one block's and not
- * kept. What attention keeps and its scratch are the device's backend's to
- * size. */
+ * bf16, written there by their ops (kept_tensor), and have no fp32 buffer
+ * (Lw = 0) but fc's, one block's, where the block's two products before a
+ * bias are made (qkv's and fc's); the other fp32 internals are one block's
+ * too (Lk = 1) but for the statistics (LayerNorm's, attention's), kept for
+ * all L (Ls). With recompute_gelu GELU's output is one block's and not kept
+ * (in bf16 in bf16: gelu_output). What attention keeps and its scratch are
+ * the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
-    size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors their ops write in bf16 (kept_tensor) */
+    size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
     size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
     if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? (operand_numbers(BT * 4 * C) + 1) / 2 : 0;
     size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
@@ -93,9 +92,9 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, BT * C },
         { &a->ln1, Lw * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
-        { &a->qkv, Lk * BT * 3 * C },
+        { &a->qkv, Lw * BT * 3 * C },
         { &a->att_saved, Ls * att.saved },
-        { &a->atty, Lk * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
+        { &a->atty, Lw * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
         { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
@@ -475,19 +474,6 @@ static Buf gelu_output(const GPT *m, int l) {
     return kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu);
 }
 
-/* Block l's kept tensors that its forward makes in fp32 (qkv, which
- * attention's forward reads so, and attention's output), stored from the
- * block's fp32 buffers once its forward is done. Exact: autocast made both
- * bf16 values. */
-static void keep_block(GPT *m, int l) {
-    size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
-    BlockActivations b = block_activations(m, l);
-    const int stored[2] = { KEPT_QKV, KEPT_ATTY };
-    float *from[2] = { b.qkv, b.atty };
-    for (int k = 0; k < 2; k++)
-        store_bf16(m->base.stream, kept_at(m, l, stored[k]), from[k], KEPT_WIDTHS[stored[k]] * BT * C);
-}
-
 /* What block l's backward reads of its internals, as they are held: under
  * keeps_bf16, in place where the block kept them in bf16; else the block's
  * fp32 buffers. GELU's output is where gelu_output says, made again there
@@ -518,10 +504,12 @@ static void block_forward(GPT *m, int l, int hooks) {
     const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);
     layernorm_forward(s, ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
-    linear_forward(m, fp32_buf(b.qkv), b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
-    attention_forward(s, b.atty, b.att_saved, m->acts.att_scratch, b.qkv, B, T, C, NH, dropout_at(m, site),
+    Buf qkv = kept_tensor(m, l, KEPT_QKV, b.qkv);  /* kept in bf16: its product in fc's fp32 buffer */
+    linear_forward(m, qkv, qkv.dtype == DTYPE_BF16 ? b.fch : b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
+    Buf atty = kept_tensor(m, l, KEPT_ATTY, b.atty);
+    attention_forward(s, atty, b.att_saved, m->acts.att_scratch, const_buf(qkv), B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
-    linear_forward(m, fp32_buf(b.attproj), b.attproj, fp32_numbers(b.atty), l, ATTPROJ, hooks, BT, C, C);
+    linear_forward(m, fp32_buf(b.attproj), b.attproj, const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
     const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
@@ -533,7 +521,6 @@ static void block_forward(GPT *m, int l, int hooks) {
     gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, fp32_buf(b.fcproj), b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
-    if (keeps_bf16(compute_of(m))) keep_block(m, l);
     dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
     residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);
 }

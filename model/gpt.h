@@ -25,7 +25,8 @@ typedef struct {
     float *attproj;                          /* [L,B,T,C] after dropout */
     float *resid2;                           /* [L,B,T,C] */
     float *ln2, *ln2_mean, *ln2_rstd;        /* [L,B,T,C], [L,B,T] */
-    float *fch, *fch_gelu;                   /* [L,B,T,4C]; in bf16 fch holds fc's product before its bias */
+    float *fch, *fch_gelu;                   /* [L,B,T,4C]; in bf16 fch holds qkv's and fc's products before
+                                                their bias */
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C] */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
@@ -53,8 +54,9 @@ typedef struct {
      * makes fch_gelu again), kept in bf16, two numbers to a float of the
      * allocation, and read there by the backward; the internals above are
      * then one block's, where the forward works (and GELU is made again),
-     * but for those their ops write where they are kept (none): ln1, resid2,
-     * ln2, fch (its product's fp32 buffer only) and fch_gelu. */
+     * but for those their ops write where they are kept (none): ln1, qkv,
+     * atty, resid2, ln2, fch (the products' fp32 buffer only: qkv's and
+     * fc's before their bias) and fch_gelu. */
     float *kept_storage;
 } Activations;
 
@@ -105,7 +107,8 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * bf16 before it adds into its fp32 gradient (or its bf16 one, where the
  * strategy holds the gradients in bf16). What the backward reads of each
  * block's internals is kept in bf16 (half the bytes, as autocast saves bf16
- * tensors), the ops working in fp32 buffers of bf16 values.
+ * tensors), written there by the forward's ops and read there by the
+ * backward's; the other ops work in fp32 buffers of bf16 values.
  * The classifier (logits, softmax, loss) runs classifier_rows rows at a
  * time, one chunk of logits ever held. In training it runs once, in the
  * backward: each chunk's logits, loss and gradient at once (the backward

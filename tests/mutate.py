@@ -613,10 +613,10 @@ MUTANTS = [
      "fp32_numbers(b.qkv),"),
     ("cpu-attention-room-moves", "the CPU's attention widens q, k, v into a room that widening its output then "
      "moves",
-     "test_kernels/inputs_held_in_bf16*",
+     "test_kernels/outputs_held_in_bf16*",
      "kernels/cpu/attention.c",
-     "    if (qkv.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 4 * n);  /* both, before either */",
-     ""),
+     "    if (qkv_held == DTYPE_BF16 || out_held == DTYPE_BF16) cpu_stream_room(s, 4 * n);",
+     "    (void)s, (void)qkv_held, (void)out_held, (void)n;"),
     ("cpu-gelu-room-moves", "the CPU's GELU widens its bf16 input into a room that its bf16 output, written "
      "past it, then moves",
      "test_kernels/inputs_held_in_bf16*",
@@ -681,6 +681,17 @@ MUTANTS = [
      "    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);",
      "    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, "
      "DTYPE_FP32);"),
+    ("cpu-attention-output-over-its-input", "the CPU's attention makes a bf16 output where it widened q, k, v",
+     "test_kernels/inputs_held_in_bf16*",
+     "kernels/cpu/attention.c",
+     "    AttentionArgs a = { cpu_fp32_for(s, out, n, 3 * n), saved,",
+     "    AttentionArgs a = { cpu_fp32_for(s, out, n, 0), saved,"),
+    ("qkv-product-in-its-own-buffer", "bf16 activations: qkv's product made in the block's fp32 qkv buffer (none: "
+     "the next one's), not in fc's",
+     "test_strategies/recompute_*",
+     "model/gpt.c",
+     "qkv.dtype == DTYPE_BF16 ? b.fch : b.qkv,",
+     "b.qkv,"),
     ("activation-slots-unaligned", "activation buffers packed end to end, not each on a 256-byte boundary",
      "test_model/activations_start_on_256*",
      "model/model.c",

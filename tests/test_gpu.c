@@ -397,8 +397,10 @@ static void check_attention(float p, DType products, AttentionShape sh) {
         pair_round_to_bf16(qkv);
         pair_round_to_bf16(dout);
     }
-    attention_forward(test_stream, out.cpu, att.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
-    attention_forward(gpu_stream, out.gpu, att.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_forward(test_stream, fp32_buf(out.cpu), att.cpu, scratch.cpu, fp32_numbers(qkv.cpu), B, T, C, NH, drop,
+                      products, DTYPE_FP32);
+    attention_forward(gpu_stream, fp32_buf(out.gpu), att.gpu, scratch.gpu, fp32_numbers(qkv.gpu), B, T, C, NH, drop,
+                      products, DTYPE_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
                        att.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
     attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
@@ -414,8 +416,13 @@ static void check_attention(float p, DType products, AttentionShape sh) {
         size_t n = (size_t)B * T * C;
         Pair held = pair_random(2 * n, 0, 1, 27);  /* qkv's 3n bf16, then out's n */
         bf16 *qkv16 = (bf16 *)held.gpu, *out16 = qkv16 + 3 * n;
-        round_to_bf16(gpu_stream, out.gpu, out.gpu, n);
         store_bf16(gpu_stream, qkv16, qkv.gpu, 3 * n);
+        pair_take_gpu(out);  /* the forward from bf16 into bf16: its fp32 output's bytes stored */
+        attention_forward(gpu_stream, bf16_buf(out16), att.gpu, scratch.gpu, bf16_numbers(qkv16), B, T, C, NH, drop,
+                          products, DTYPE_FP32);
+        snprintf(what, sizeof what, "attention, head %d, T %d, p %g: out from bf16 into bf16", C / NH, T, p);
+        expect_stored_bytes(out16, out.cpu, n, what);
+        round_to_bf16(gpu_stream, out.gpu, out.gpu, n);
         store_bf16(gpu_stream, out16, out.gpu, n);
         attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
                            att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
@@ -536,10 +543,10 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
         Pair saved = pair_random(sizes.saved, 0, 1, 110), att_scratch = pair_random(sizes.scratch, 0, 1, 111);
         pair_round_to_bf16(qkv);
         pair_round_to_bf16(dout);
-        attention_forward(gpu_stream, out_fp.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
-                          DTYPE_BF16, DTYPE_FP32);
-        attention_forward(gpu_stream, out_bf.gpu, saved.gpu, att_scratch.gpu, qkv.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
-                          DTYPE_BF16, DTYPE_BF16);
+        attention_forward(gpu_stream, fp32_buf(out_fp.gpu), saved.gpu, att_scratch.gpu, fp32_numbers(qkv.gpu), sh.B,
+                          sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
+        attention_forward(gpu_stream, fp32_buf(out_bf.gpu), saved.gpu, att_scratch.gpu, fp32_numbers(qkv.gpu), sh.B,
+                          sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(out_bf.gpu, out_fp.gpu, nout, k ? "attention_forward, cuBLAS" : "attention_forward");
         attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu),
                            fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
@@ -590,12 +597,14 @@ Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     Pair dout = pair_random((size_t)B * T * C, -1, 1, 65), dqkv = pair_random((size_t)B * T * 3 * C, -1, 1, 66);
     pair_round_to_bf16(qkv);
     pair_round_to_bf16(dout);
-    attention_forward(test_stream, out.cpu, lse.cpu, scratch.cpu, qkv.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+    attention_forward(test_stream, fp32_buf(out.cpu), lse.cpu, scratch.cpu, fp32_numbers(qkv.cpu), B, T, C, NH,
+                      drop, DTYPE_BF16, DTYPE_FP32);
     attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
                        lse.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int run = 0; run < 3; run++) {
-        attention_forward(gpu_stream, out.gpu, lse.gpu, scratch.gpu, qkv.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+        attention_forward(gpu_stream, fp32_buf(out.gpu), lse.gpu, scratch.gpu, fp32_numbers(qkv.gpu), B, T, C, NH,
+                          drop, DTYPE_BF16, DTYPE_FP32);
         attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
                            lse.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
         if (run == 0) {

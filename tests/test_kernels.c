@@ -163,7 +163,8 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
     r.scratch = alloc_floats(r.sizes.scratch);
     r.dqkv = alloc_floats(nqkv);
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
-    attention_forward(stream, r.out, r.saved, r.scratch, qkv, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_forward(stream, fp32_buf(r.out), r.saved, r.scratch, fp32_numbers(qkv), B, T, C, NH,
+                      drop, products, DTYPE_FP32);
     attention_backward(stream, r.dqkv, r.scratch, g, fp32_numbers(qkv), fp32_numbers(r.out), r.saved, B, T, C, NH, drop,
                        products, DTYPE_FP32);
     stream_synchronize(stream);
@@ -720,8 +721,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     float *saved = alloc_floats(sizes.saved), *att_scratch = alloc_floats(sizes.scratch + 1);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 57);
     for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_rounded(qkv[i]);
-    attention_forward(test_stream, fp, saved, att_scratch, qkv, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
-    attention_forward(test_stream, bf, saved, att_scratch, qkv, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
+    attention_forward(test_stream, fp32_buf(fp), saved, att_scratch, fp32_numbers(qkv), B, T, C, NH,
+                      drop, DTYPE_BF16, DTYPE_FP32);
+    attention_forward(test_stream, fp32_buf(bf), saved, att_scratch, fp32_numbers(qkv), B, T, C, NH,
+                      drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "attention_forward");
     attention_backward(test_stream, dq_fp, att_scratch, y, fp32_numbers(qkv), fp32_numbers(bf), saved, B, T, C, NH,
@@ -849,6 +852,30 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     residual_forward(test_stream, out, bf16_numbers(a16), b, n, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(sum, out, n * sizeof(float)) == 0, "residual_forward from bf16");
+    /* attention from q, k, v held in bf16 into a bf16 output, and its backward from both: 4n of room (6 MB),
+     * grown past the 2n above at once, before either is placed (a room grown under q, k, v would be unmapped) */
+    enum { NH = 2 };
+    Dropout drop = { 0.1f, 3, 0, 2, 1 };
+    float *qkv = alloc_floats(3 * n), *saved = alloc_floats(attention_buffers(DEVICE_CPU, 1, N, C, NH, DTYPE_BF16).saved);
+    float *dqkv = alloc_floats(3 * n), *dqkv16 = alloc_floats(3 * n);
+    bf16 *qkv16 = malloc(3 * n * sizeof(bf16));
+    fill_uniform(qkv, 3 * n, -2, 2, 75);
+    for (size_t i = 0; i < 3 * n; i++) {
+        qkv16[i] = bf16_from_float(qkv[i]);
+        qkv[i] = float_from_bf16(qkv16[i]);
+    }
+    attention_forward(test_stream, fp32_buf(out), saved, NULL, fp32_numbers(qkv), 1, N, C, NH, drop, DTYPE_BF16,
+                      DTYPE_BF16);
+    attention_forward(test_stream, bf16_buf(out16), saved, NULL, bf16_numbers(qkv16), 1, N, C, NH, drop, DTYPE_BF16,
+                      DTYPE_BF16);
+    attention_backward(test_stream, dqkv, NULL, b, fp32_numbers(qkv), fp32_numbers(out), saved, 1, N, C, NH, drop,
+                       DTYPE_BF16, DTYPE_BF16);
+    attention_backward(test_stream, dqkv16, NULL, b, bf16_numbers(qkv16), bf16_numbers(out16), saved, 1, N, C, NH,
+                       drop, DTYPE_BF16, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(out16, out, n), "attention_forward from bf16 into bf16");
+    cr_assert(memcmp(dqkv, dqkv16, 3 * n * sizeof(float)) == 0, "attention_backward from bf16");
+    free(qkv); free(saved); free(dqkv); free(dqkv16); free(qkv16);
     free(a); free(b); free(w); free(bias); free(sum); free(out); free(stats); free(stats16);
     free(sum16); free(out16); free(a16);
 }
@@ -944,9 +971,16 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, DTYPE_BF16);
     float *saved = alloc_floats(sizes.saved), *att_out = alloc_floats(n);
     Dropout drop = { 0.2f, 9, 1, 4, 2 };
-    attention_forward(test_stream, att_out, saved, NULL, x, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
+    attention_forward(test_stream, fp32_buf(att_out), saved, NULL, fp32_numbers(x), B, T, C, NH, drop, DTYPE_BF16,
+                      DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) out16[i] = bf16_from_float(att_out[i]);
+    /* its forward from q, k, v held in bf16 into a bf16 output: the fp32 output's bytes stored */
+    memset(stored, 0xFF, n * sizeof(bf16));
+    attention_forward(test_stream, bf16_buf(stored), saved, NULL, bf16_numbers(x16), B, T, C, NH, drop, DTYPE_BF16,
+                      DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(stored, out16, n * sizeof(bf16)) == 0, "attention_forward from bf16 into bf16");
     ConstBuf att_held[2][2] = { { fp32_numbers(x), fp32_numbers(att_out) },
                                                { bf16_numbers(x16), bf16_numbers(out16) } };
     for (int k = 0; k < 2; k++)

@@ -414,8 +414,8 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * there, and without either, where the Linears' products round on their own
  * and dropout's identity rounds nothing. (In bf16 the fp32 block internals
  * are one block's: the forward's last block; those its ops write in bf16
- * where the block keeps them, the LayerNorms' outputs, resid2, fc's and
- * GELU's outputs, have none: fc's holds its product before the bias.) */
+ * where the block keeps them have none, but for fc's, which holds its
+ * products before their bias.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];
@@ -437,8 +437,8 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, DType p) {
     size_t Lw = p == DTYPE_BF16 ? 0 : L;  /* written in bf16 where kept: no fp32 buffer */
     const Activations *a = &m->acts;
     struct { const char *name; const float *at; size_t n; } held[] = {
-        { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, Lw * BT * C }, { "qkv", a->qkv, Lk * BT * 3 * C },
-        { "atty", a->atty, Lk * BT * C }, { "attproj", a->attproj, Lk * BT * C },
+        { "encoded", a->encoded, BT * C }, { "ln1", a->ln1, Lw * BT * C }, { "qkv", a->qkv, Lw * BT * 3 * C },
+        { "atty", a->atty, Lw * BT * C }, { "attproj", a->attproj, Lk * BT * C },
         { "resid2", a->resid2, Lw * BT * C }, { "ln2", a->ln2, Lw * BT * C }, { "fch", a->fch, Lw * BT * 4 * C },
         { "fch_gelu", a->fch_gelu, Lw * BT * 4 * C }, { "fcproj", a->fcproj, Lk * BT * C },
         { "resid3", a->resid3, L * BT * C }, { "lnf", a->lnf, BT * C },

@@ -158,11 +158,22 @@ static void attention_forward_task(void *p) {
     }
 }
 
-void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
+/* Where q, k, v (3n numbers) or the output (n) are held in bf16, the room
+ * for both, grown before either is placed in it: a room that grows moves.
+ * q, k, v are widened at its start, the output made or widened past them. */
+static void attention_room(Stream *s, DType qkv_held, DType out_held, size_t n) {
+    if (qkv_held == DTYPE_BF16 || out_held == DTYPE_BF16) cpu_stream_room(s, 4 * n);
+}
+
+void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
-    AttentionArgs a = { out, saved, qkv, B, T, C, NH, drop, products, rounding };
+    size_t n = (size_t)B * T * C;  /* out's numbers; qkv's are 3n */
+    attention_room(s, qkv.dtype, out.dtype, n);
+    const float *x = cpu_fp32_of(s, qkv, 3 * n, 0);
+    AttentionArgs a = { cpu_fp32_for(s, out, n, 3 * n), saved, x, B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_forward_task, &a, sizeof a);
+    cpu_store_output(s, out, a.out, n);
 }
 
 /* One head's gradient rows, q's, k's and v's (stride 3C), and the output's
@@ -300,7 +311,7 @@ void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float 
                             int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
     size_t n = (size_t)B * T * C;  /* out's numbers; qkv's are 3n, widened first */
-    if (qkv.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 4 * n);  /* both, before either */
+    attention_room(s, qkv.dtype, out.dtype, n);
     AttentionBackwardArgs a = { dqkv, dout, cpu_fp32_of(s, qkv, 3 * n, 0), cpu_fp32_of(s, out, n, 3 * n), saved,
                                 B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_backward_task, &a, sizeof a);

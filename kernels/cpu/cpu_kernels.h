@@ -53,7 +53,7 @@ void cpu_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *w
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                               const float *weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
-void cpu_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv,
+void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
 void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
                             ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,

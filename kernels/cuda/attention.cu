@@ -202,16 +202,16 @@ __device__ static inline void add_product_times_tile(float acc[][4], const float
 
 /* The 16 x HS product a warp holds, its rows row0.. (each times factor[r],
  * r the row's half of the fragment, rounded to bf16 where `rounds`: the op's
- * rounding) into rows of `first`, `stride` floats apart: rows past T and
- * channels past hs left alone. */
+ * rounding) into rows of x from its number `first`, `stride` numbers apart,
+ * held as x says: rows past T and channels past hs left alone. */
 template <int HS>
-__device__ static inline void store_rows(float *first, size_t stride, const float acc[][4], const float factor[2],
-                                         int row0, int T, int hs, int lane, int rounds) {
+__device__ static inline void store_rows(Buf x, size_t first, size_t stride, const float acc[][4],
+                                         const float factor[2], int row0, int T, int hs, int lane, int rounds) {
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + lane / 4 + 8 * r;
         if (t >= T) continue;
-        float *row = first + (size_t)t * stride;
+        size_t row = first + (size_t)t * stride;
         #pragma unroll
         for (int n = 0; n < HS / 8; n++)
             #pragma unroll
@@ -219,7 +219,7 @@ __device__ static inline void store_rows(float *first, size_t stride, const floa
                 int d = 8 * n + 2 * (lane % 4) + e;
                 if (d < hs) {
                     float v = acc[n][2 * r + e] * factor[r];
-                    row[d] = rounded_if(v, rounds);
+                    number_put(x.data, x.dtype, row + d, rounded_if(v, rounds));
                 }
             }
     }
@@ -261,7 +261,7 @@ __device__ static FlashHead flash_head(int bh, int T, int C, int NH) {
  * probabilities rounded to bf16 times v. Then out = o / sum, lse = max + log(sum). */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_forward_kernel(float *out, float *lse, ConstBuf qkv, int T, int C, int NH, float scale, Dropout drop,
+    flash_forward_kernel(Buf out, float *lse, ConstBuf qkv, int T, int C, int NH, float scale, Dropout drop,
                          int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], k_tile[FLASH_ROWS * ROW], vt_tile[HS * FLASH_COLUMN];
@@ -334,7 +334,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(o, s, vt_tile, lane);
     }
     float inv[2] = { 1.0f / sum[0], 1.0f / sum[1] };
-    store_rows<HS>(out + fh.out_at, C, o, inv, row0 + warp_row, T, fh.hs, lane, rounds);
+    store_rows<HS>(out, fh.out_at, C, o, inv, row0 + warp_row, T, fh.hs, lane, rounds);
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + warp_row + lane / 4 + 8 * r;
@@ -446,8 +446,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         }
     }
     float dk_factor[2] = { scale, scale }, dv_factor[2] = { 1.0f, 1.0f };
-    store_rows<HS>(dqkv + fh.k, stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
-    store_rows<HS>(dqkv + fh.v, stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(fp32_buf(dqkv), fh.k, stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(fp32_buf(dqkv), fh.v, stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
 }
 
 /* The query blocks' pass (dq) of query block flash_query_block(blockIdx.y)
@@ -518,11 +518,11 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(dq, ds_tile, kt_tile, lane);
     }
     float dq_factor[2] = { scale, scale };
-    store_rows<HS>(dqkv + fh.q, stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
+    store_rows<HS>(fp32_buf(dqkv), fh.q, stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
 }
 
 template <int HS>
-static void flash_forward(cudaStream_t stream, float *out, float *lse, ConstBuf qkv, int B, int T, int C, int NH,
+static void flash_forward(cudaStream_t stream, Buf out, float *lse, ConstBuf qkv, int B, int T, int C, int NH,
                           float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
     flash_forward_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale, drop, rounds);
@@ -550,36 +550,55 @@ static int flash_runs(int C, int NH, DType products) {
 
 /* Where the cuBLAS path's widened q, k, v begin in its scratch: past the two
  * T x T matrices and the deltas, on a 256-byte boundary (aligned_numbers),
- * as a model's fp32 qkv begins, so cuBLAS runs the same kernels on either. */
+ * as a model's fp32 qkv begins, so cuBLAS runs the same kernels on either;
+ * and where a bf16 output is made in fp32 (the forward's), past them, on
+ * its boundary as a model's fp32 output. */
 static size_t blas_room_at(size_t probs, size_t rows) { return aligned_numbers(2 * probs + rows, sizeof(float)); }
+static size_t blas_output_at(size_t probs, size_t rows, size_t btc) {
+    return blas_room_at(probs, rows) + aligned_numbers(3 * btc, sizeof(float));
+}
 
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
  * (batch row, head), and in bf16 each row's delta after them, then room for
- * the backward's qkv widened from bf16 (blas_room_at). */
+ * qkv widened from bf16 (blas_room_at) and a bf16 output (blas_output_at). */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
-    size_t rows = (size_t)B * NH * T, probs = rows * T, widened = 3 * (size_t)B * T * C;
+    size_t rows = (size_t)B * NH * T, probs = rows * T, btc = (size_t)B * T * C;
+    size_t widened = blas_output_at(probs, rows, btc) + btc - blas_room_at(probs, rows);
     AttentionBuffers flash = { rows, rows };
     AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_room_at(probs, rows) + widened : 2 * probs };
     return flash_runs(C, NH, products) ? flash : blas;
 }
 
-void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
+void cuda_attention_forward(Stream *s, Buf out_held, float *saved, float *scratch, ConstBuf qkv_held, int B, int T,
                             int C, int NH, Dropout drop, DType products, DType rounding) {
     cudaStream_t stream = cuda_stream(s);
     int hs = C / NH, rounds = rounding == DTYPE_BF16;
     float scale = 1.0f / sqrtf((float)hs);
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
-        ConstBuf held = fp32_numbers(qkv);
         switch (flash_head_width(hs)) {
-        case 16: flash_forward<16>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
-        case 32: flash_forward<32>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
-        default: flash_forward<64>(stream, out, saved, held, B, T, C, NH, scale, drop, rounds); break;
+        case 16: flash_forward<16>(stream, out_held, saved, qkv_held, B, T, C, NH, scale, drop, rounds); break;
+        case 32: flash_forward<32>(stream, out_held, saved, qkv_held, B, T, C, NH, scale, drop, rounds); break;
+        default: flash_forward<64>(stream, out_held, saved, qkv_held, B, T, C, NH, scale, drop, rounds); break;
         }
         return;
     }
+    size_t probs = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
+    if (products != DTYPE_BF16 && (qkv_held.dtype != DTYPE_FP32 || out_held.dtype != DTYPE_FP32)) {
+        fprintf(stderr, "fatal: attention_forward given bf16 buffers with fp32 products\n");
+        abort();
+    }
+    /* bf16 q, k, v widened, and a bf16 output made in fp32, in the scratch's room (bf16 products only) */
+    const float *qkv = (const float *)qkv_held.data;
+    if (qkv_held.dtype == DTYPE_BF16) {
+        float *room = scratch + blas_room_at(probs, (size_t)B * NH * T);
+        cuda_load_bf16(s, room, (const bf16 *)qkv_held.data, 3 * btc);
+        qkv = room;
+    }
+    float *out = out_held.dtype == DTYPE_BF16 ? scratch + blas_output_at(probs, (size_t)B * NH * T, btc)
+                                              : (float *)out_held.data;
     cublasHandle_t blas = cuda_blas(s);
     float *att = saved;
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
@@ -611,7 +630,8 @@ void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch,
         gemm_batched(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, 3 * C, qkv_stride,
                      weights + (size_t)h * T * T, T, att_stride, 0.0f, out + (size_t)h * hs, C, out_stride, B);
     }
-    if (rounds) cuda_round_to_bf16(s, out, out, (size_t)B * T * C);
+    if (out_held.dtype == DTYPE_BF16) cuda_store_bf16(s, (bf16 *)out_held.data, out, btc);  /* rounds as it stores */
+    else if (rounds) cuda_round_to_bf16(s, out, out, btc);
 }
 
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv_held,

@@ -67,7 +67,7 @@ void cuda_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
-void cuda_attention_forward(Stream *s, float *out, float *saved, float *scratch, const float *qkv, int B, int T,
+void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
                             int C, int NH, Dropout drop, DType products, DType rounding);
 void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
                              ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
