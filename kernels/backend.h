@@ -14,13 +14,13 @@ extern "C" {
 #endif
 
 typedef struct {
-    void (*embedding_forward)(Stream *s, float *out, const int *tokens, const float *wte,
+    void (*embedding_forward)(Stream *s, Buf out, const int *tokens, const float *wte,
                               const float *wpe, int B, int T, int C, DType rounding);
     void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, const float *dout,
                                TokenBuckets buckets, int B, int T, int C);
-    void (*layernorm_forward)(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                               const float *weight, const float *bias, int N, int C, DType rounding);
-    void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+    void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                        const float *b, const float *weight, const float *bias, int N, int C,
                                        DType rounding);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -42,10 +42,10 @@ typedef struct {
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
     void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
-    void (*residual_forward)(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
+    void (*residual_forward)(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-    void (*dropout_forward)(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
+    void (*dropout_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
     void (*crossentropy_forward_backward)(Stream *s, float *losses, float *dlogits, const float *logits,
                                           const int *targets, int N, int V, float dloss, DType rounding);
     void (*mean_forward)(Stream *s, float *mean, const float *x, int n);

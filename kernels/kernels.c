@@ -30,7 +30,7 @@ static void op_end(Stream *s) {
     trace_end(s);
 }
 
-void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
+void embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C, DType rounding) {
     op_begin(s, "embedding_forward");
     backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C, rounding);
@@ -44,14 +44,14 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
     op_end(s);
 }
 
-void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                        const float *weight, const float *bias, int N, int C, DType rounding) {
     op_begin(s, "layernorm_forward");
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, bias, N, C, rounding);
     op_end(s);
 }
 
-void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
                                 DType rounding) {
     op_begin(s, "residual_layernorm_forward");
@@ -140,19 +140,19 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
     op_end(s);
 }
 
-void residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
+void residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
     op_begin(s, "residual_forward");
     backend(s)->residual_forward(s, out, a, b, n, rounding);
     op_end(s);
 }
 
-/* At p = 0 a copy, unless in place. */
-static void dropout_apply(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
-    if (drop.p > 0.0f) backend(s)->dropout_forward(s, out, inp, n, drop, rounding);
-    else if (out != inp) stream_copy(s, out, inp, n * sizeof(float));
+/* At p = 0 a copy, unless in place (or from one dtype to the other). */
+static void dropout_apply(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding) {
+    if (drop.p > 0.0f || out.dtype != inp.dtype) backend(s)->dropout_forward(s, out, inp, n, drop, rounding);
+    else if (out.data != inp.data) stream_copy(s, out.data, inp.data, n * number_bytes(out.dtype));
 }
 
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
+void dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding) {
     op_begin(s, "dropout_forward");
     dropout_apply(s, out, inp, n, drop, rounding);
     op_end(s);
@@ -161,7 +161,7 @@ void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding) {
     op_begin(s, "dropout_backward");
-    dropout_apply(s, dinp, dout, n, drop, rounding);
+    dropout_apply(s, fp32_buf(dinp), fp32_numbers(dout), n, drop, rounding);
     op_end(s);
 }
 

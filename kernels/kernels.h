@@ -57,7 +57,9 @@ BF16_FN ConstBuf bf16_numbers(const bf16 *x) {
 /* Numbers an op writes, held as dtype says: it computes each in fp32 and
  * stores it as number_put does (into bf16, rounded once: exact where the
  * op's rounding made it a bf16 value already). What it wrote is read as
- * the ConstBuf of the same numbers. */
+ * the ConstBuf of the same numbers. An output may be an input of its op
+ * (in place) only where both are held alike: a bf16 output over an fp32
+ * input would write numbers other threads have yet to read. */
 typedef struct {
     void *data;
     DType dtype;
@@ -90,7 +92,7 @@ typedef struct {
  * and dwpe[T,C]: each row of dwte takes its token's rows of dout (the batch's
  * buckets, on the stream's device: token_buckets.h) one by one in row order,
  * each row of dwpe its position's in batch order. */
-void embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+void embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C, DType rounding);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                         TokenBuckets buckets, int B, int T, int C);
@@ -113,12 +115,12 @@ size_t column_sums_scratch_floats(int N, int width);
  * NULL) the gradient of a bias after the LayerNorm into dbias, as
  * bias_backward over dout adds it, both in the parts of row_parts.h, in one
  * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
-void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                        const float *weight, const float *bias, int N, int C, DType rounding);
 /* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
  * a + b, then layernorm_forward of resid into out, each rounded as
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
-void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                 const float *b, const float *weight, const float *bias, int N, int C,
                                 DType rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -195,7 +197,7 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
-void residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
+void residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
 
 /* A Linear's bias (a LayerNorm's is layernorm_forward's) after its product:
  * out[N,OC] = inp + bias[OC] on every row (bias NULL: none, out = inp, the
@@ -209,7 +211,7 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).
  * At p = 0 each is the identity (a copy, unless in place), which rounds
  * nothing: the model's inputs to dropout are already what rounding makes. */
-void dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
+void dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding);
 
 /* The classifier's softmax, cross-entropy and gradient fused, over

@@ -79,6 +79,8 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
+    /* a block's residual stream (stream_after): in bf16 under autocast, two numbers a float */
+    size_t stream = compute.precision == DTYPE_BF16 ? operand_numbers(BT * C) / 2 : BT * C;
     size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
     if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? (operand_numbers(BT * 4 * C) + 1) / 2 : 0;
     size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
@@ -90,14 +92,14 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
-        { &a->encoded, BT * C },
-        { &a->ln1, Lw * BT * C }, { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
+        { &a->encoded, stream }, { &a->ln1, Lw * BT * C },
+        { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
         { &a->qkv, Lw * BT * 3 * C },
         { &a->att_saved, Ls * att.saved },
         { &a->atty, Lw * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
         { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
-        { &a->fcproj, Lk * BT * C }, { &a->resid3, L * BT * C },
+        { &a->fcproj, Lk * BT * C }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
@@ -135,9 +137,9 @@ static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
     if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
-    /* the widest an op reads or writes in bf16 (block_reads, gelu_output), 4C a position: GELU's input and
-     * output (in place), or attention's q, k, v and output */
-    return keeps_bf16(compute) ? (size_t)B * T * 4 * cfg->embd * sizeof(float) : 0;
+    /* the widest an op reads or writes in bf16, 4C a position: GELU's input and output (in place), or attention's
+     * q, k, v and output; with recompute 3C, the fused add and LayerNorm from the bf16 residual stream */
+    return (size_t)B * T * (keeps_bf16(compute) ? 4 : 3) * cfg->embd * sizeof(float);
 }
 
 static void gpt_destroy(Model *base) { free(base); }
@@ -274,7 +276,7 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
         return;
     }
     float *grad = grad_of(m, t);
-    residual_forward(s, grad, fp32_numbers(grad), made, n, DTYPE_FP32);
+    residual_forward(s, fp32_buf(grad), fp32_numbers(grad), made, n, DTYPE_FP32);
 }
 
 /* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
@@ -395,14 +397,26 @@ static const float *branch_backward(GPT *m, float *dbranch, const float *dresid,
     return dbranch;
 }
 
+/* The residual stream after block l for this forward's B x T (l = -1: the
+ * embeddings', block 0's input): in bf16 under autocast, as autocast keeps
+ * it, each block's on its boundary (operand_numbers); else fp32. */
+static Buf stream_after(const GPT *m, int l) {
+    size_t BTC = (size_t)m->B * m->T * m->base.cfg.embd, at = l < 0 ? 0 : (size_t)l;
+    float *held = l < 0 ? m->acts.encoded : m->acts.resid3;
+    if (m->precision == DTYPE_BF16) return bf16_buf((bf16 *)held + at * operand_numbers(BTC));
+    return fp32_buf(held + at * BTC);
+}
+
 /* Block l's activations for this forward's B x T: its input x, its output
- * resid3, and its internals, which with recompute every block writes over
- * the one block's buffers that there are; in bf16 without recompute too,
- * but for the statistics (LayerNorm's mean and 1/std, attention's saved). */
+ * resid3 (stream_after), and its internals, which with recompute every
+ * block writes over the one block's buffers that there are; in bf16 without
+ * recompute too, but for the statistics (LayerNorm's mean and 1/std,
+ * attention's saved). */
 typedef struct {
-    const float *x;
+    ConstBuf x;
+    Buf resid3;
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att_saved, *atty, *attproj, *resid2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *resid3;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj;
 } BlockActivations;
 
 static BlockActivations block_activations(const GPT *m, int l) {
@@ -414,13 +428,13 @@ static BlockActivations block_activations(const GPT *m, int l) {
     size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
     size_t kg = m->recompute_gelu ? 0 : k;                       /* GELU's output's block */
     BlockActivations b = {
-        .x = l > 0 ? a->resid3 + (size_t)(l - 1) * BT * C : a->encoded,
+        .x = const_buf(stream_after(m, l - 1)), .resid3 = stream_after(m, l),
         .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + ks * BT, .ln1_rstd = a->ln1_rstd + ks * BT,
         .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + ks * att,
         .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
         .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + ks * BT, .ln2_rstd = a->ln2_rstd + ks * BT,
         .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + kg * BT * 4 * C,
-        .fcproj = a->fcproj + k * BT * C, .resid3 = a->resid3 + (size_t)l * BT * C,
+        .fcproj = a->fcproj + k * BT * C,
     };
     return b;
 }
@@ -510,7 +524,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     attention_forward(s, atty, b.att_saved, m->acts.att_scratch, const_buf(qkv), B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
     linear_forward(m, fp32_buf(b.attproj), b.attproj, const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
-    dropout_forward(s, b.attproj, b.attproj, BT * C, dropout_at(m, site + 1), rounding);
+    dropout_forward(s, fp32_buf(b.attproj), fp32_numbers(b.attproj), BT * C, dropout_at(m, site + 1), rounding);
     const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
     residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
@@ -521,7 +535,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     linear_forward(m, fp32_buf(b.fcproj), b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
-    dropout_forward(s, b.fcproj, b.fcproj, BT * C, dropout_at(m, site + 2), rounding);
+    dropout_forward(s, fp32_buf(b.fcproj), fp32_numbers(b.fcproj), BT * C, dropout_at(m, site + 2), rounding);
     residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);
 }
 
@@ -570,15 +584,16 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     RootTensors root = root_weights(m);
     trace_begin(s, "forward", 0);
     compute_weights(m, 0);
-    embedding_forward(s, a->encoded, m->base.tokens, root.wte, root.wpe, B, T, C, m->precision);
-    dropout_forward(s, a->encoded, a->encoded, BT * C, dropout_at(m, 0), m->precision);
+    Buf encoded = stream_after(m, -1);
+    embedding_forward(s, encoded, m->base.tokens, root.wte, root.wpe, B, T, C, m->precision);
+    dropout_forward(s, encoded, const_buf(encoded), BT * C, dropout_at(m, 0), m->precision);
     trace_end(s);
 
     for (int l = 0; l < L; l++) {
         block_forward(m, l, 1);
         trace_end(s);
     }
-    const float *x = a->resid3 + (size_t)(L - 1) * BT * C;  /* the last block's output */
+    ConstBuf x = const_buf(stream_after(m, L - 1));  /* the last block's output */
 
     trace_begin(s, "forward", 0);
     layernorm_forward(s, fp32_buf(a->lnf), a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
@@ -605,7 +620,7 @@ void gpt_backward(GPT *m, float dloss) {
 
     model_before_backward(&m->base, 0);
     RootTensors root = root_weights(m);
-    const float *x_last = a->resid3 + (size_t)(L - 1) * BT * C;
+    ConstBuf x_last = const_buf(stream_after(m, L - 1));
 
     /* The head, a chunk at a time: logits, loss and dlogits at once (a
      * training forward left it here, where dloss is known and the root's
@@ -623,7 +638,7 @@ void gpt_backward(GPT *m, float dloss) {
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
     bf16_values(m, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
-    norm_backward(m, LNF_W, fp32_numbers(x_last), root.lnf_w, a->lnf_mean, a->lnf_rstd);
+    norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -664,7 +679,7 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, a->dln, l, QKV, a->dqkv, r.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
-        norm_backward(m, block_tensor(m, l, LN1), fp32_numbers(b.x), weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
+        norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
         leave_backward(m, l, LN1);
     }
 
@@ -683,7 +698,7 @@ void gpt_backward(GPT *m, float dloss) {
         fill_zero(s, made.wte, both);
         embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made.wte, made.wte, both);
-        residual_forward(s, made.wte, fp32_numbers(made.wte), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
+        residual_forward(s, fp32_buf(made.wte), fp32_numbers(made.wte), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
         add_into_grad(m, WTE, made.wte, both);
     }
     trace_end(s);

@@ -17,7 +17,8 @@
 /* Forward activations (kept for the backward) and the backward's workspace,
  * reused by every block. One allocation; see gpt.c for the size table. */
 typedef struct {
-    float *encoded;                          /* [B,T,C] embeddings after dropout */
+    float *encoded;                          /* [B,T,C] embeddings after dropout (the residual stream: in bf16
+                                                under autocast, two numbers a float; gpt.c's stream_after) */
     float *ln1, *ln1_mean, *ln1_rstd;        /* [L,B,T,C], [L,B,T] */
     float *qkv;                              /* [L,B,T,3C] */
     float *att_saved;                        /* [L, attention_buffers().saved]: the CPU's log-sum-exp [B,NH,T], the GPU's probabilities [B,NH,T,T] */
@@ -25,10 +26,10 @@ typedef struct {
     float *attproj;                          /* [L,B,T,C] after dropout */
     float *resid2;                           /* [L,B,T,C] */
     float *ln2, *ln2_mean, *ln2_rstd;        /* [L,B,T,C], [L,B,T] */
-    float *fch, *fch_gelu;                   /* [L,B,T,4C]; in bf16 fch holds qkv's and fc's products before
-                                                their bias */
+    float *fch, *fch_gelu;                   /* [L,B,T,4C]; where a bf16 block keeps its internals (gpt.c's
+                                                keeps_bf16), fch holds qkv's and fc's products before their bias */
     float *fcproj;                           /* [L,B,T,C] after dropout */
-    float *resid3;                           /* [L,B,T,C] */
+    float *resid3;                           /* [L,B,T,C], held as encoded is */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
     float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows, its dlogits
                                                 in place in the backward; or each row's last position
@@ -124,8 +125,8 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
 size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 /* The bytes a bf16 model's compute stream holds for its ops' operands, at
  * most (MEM_WORKING, made at first use; 0 in fp32): on a GPU the staging its
- * products restage into, on the CPU the room where it widens what the
- * backward reads in bf16 (cpu_stream_room). */
+ * products restage into, on the CPU the room where its ops widen what they
+ * read in bf16 and make what they write in bf16 (cpu_stream_room). */
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */

@@ -46,7 +46,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
     trace_begin(s, "forward", 0);
-    embedding_forward(s, m->x, base->tokens, wte, wpe, B, T, C, DTYPE_FP32);
+    embedding_forward(s, fp32_buf(m->x), base->tokens, wte, wpe, B, T, C, DTYPE_FP32);
     trace_end(s);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
@@ -54,10 +54,11 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
-        layernorm_forward(s, fp32_buf(ln), m->ln_mean + l * BT, m->ln_rstd + l * BT, x, ln_w, NULL, BT, C, DTYPE_FP32);
+        layernorm_forward(s, fp32_buf(ln), m->ln_mean + l * BT, m->ln_rstd + l * BT, fp32_numbers(x), ln_w, NULL, BT,
+                          C, DTYPE_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
         gelu_forward(s, fp32_buf(h_gelu), fp32_numbers(h), BT * C, 0, DTYPE_FP32);
-        residual_forward(s, x_next, fp32_numbers(x), h_gelu, BT * C, DTYPE_FP32);
+        residual_forward(s, fp32_buf(x_next), fp32_numbers(x), h_gelu, BT * C, DTYPE_FP32);
         trace_end(s);
     }
     trace_begin(s, "forward", 0);

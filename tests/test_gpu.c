@@ -209,8 +209,10 @@ Test(gpu, layernorm_forward_backward) {
     Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
     Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
-    layernorm_forward(test_stream, fp32_buf(out.cpu), mean.cpu, rstd.cpu, inp.cpu, w.cpu, NULL, N, C, DTYPE_FP32);
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, inp.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(out.cpu), mean.cpu, rstd.cpu, fp32_numbers(inp.cpu), w.cpu, NULL, N, C,
+                      DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), w.gpu, NULL, N, C,
+                      DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
     layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu,
                        N, C, scratch.cpu, DTYPE_FP32);
@@ -247,8 +249,9 @@ static void expect_stored_bytes(const void *gpu16, const float *want, size_t n, 
  * (residual_forward, then layernorm_forward without a bias, then
  * bias_forward): sum, output, mean and rstd; and written in bf16 (where a
  * model keeps them), the bytes of those outputs stored, and so a Linear's
- * bias after its product; from a bf16 input the residual add's bytes from
- * its fp32 values. */
+ * bias after its product, dropout's and the embeddings'; from a bf16 input
+ * (the residual stream, as a bf16 model holds it) the residual add's,
+ * LayerNorm's and the fused add's bytes from its fp32 values. */
 Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int N = 12 * 1024 + 77, C = 768;
@@ -256,8 +259,9 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     Pair a = pair_random(n, -2, 2, 121), b = pair_random(n, -1, 1, 122), w = pair_random(C, 0.5f, 1.5f, 123);
     Pair bias = pair_random(C, -0.5f, 0.5f, 124), sum = pair_random(n, 0, 1, 125), out = pair_random(n, 0, 1, 126);
     Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
-    residual_forward(gpu_stream, sum.gpu, fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, sum.gpu, w.gpu, NULL, N, C, DTYPE_FP32);
+    residual_forward(gpu_stream, fp32_buf(sum.gpu), fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(sum.gpu), w.gpu, NULL, N, C,
+                      DTYPE_FP32);
     bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, bias.gpu, N, C, DTYPE_BF16);
     float *want_sum = malloc(n * sizeof(float)), *want_out = malloc(n * sizeof(float));
     float *want_stats = malloc(2 * (size_t)N * sizeof(float));
@@ -272,8 +276,8 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, sum.gpu, n);
         fill_zero(gpu_stream, out.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
-        residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N, a.gpu,
-                                   b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+        residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
+                                   fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
         expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");
         expect_same_bytes(out, n * sizeof(float), "the LayerNorm with its bias after the add: its output");
         expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after the add: mean and rstd");
@@ -283,16 +287,17 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     for (int run = 0; run < 3; run++) {
         fill_zero(gpu_stream, held.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
-        residual_layernorm_forward(gpu_stream, bf16_buf(sum16), bf16_buf(out16), stats.gpu, stats.gpu + N, a.gpu,
-                                   b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+        residual_layernorm_forward(gpu_stream, bf16_buf(sum16), bf16_buf(out16), stats.gpu, stats.gpu + N,
+                                   fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
         expect_stored_bytes(sum16, want_sum, n, "the fused add's sum written in bf16");
         expect_stored_bytes(out16, want_out, n, "the LayerNorm after the add written in bf16");
         expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after a bf16 sum: mean and rstd");
     }
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, a.gpu, w.gpu, bias.gpu, N, C,
-                      DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu, N,
+                      C, DTYPE_BF16);
     pair_take_gpu(out);
-    layernorm_forward(gpu_stream, bf16_buf(out16), stats.gpu, stats.gpu + N, a.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, bf16_buf(out16), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu, N, C,
+                      DTYPE_BF16);
     expect_stored_bytes(out16, out.cpu, n, "layernorm_forward written in bf16");
     for (int with_bias = 0; with_bias < 2; with_bias++)  /* a Linear's bias after its product, or none */
         for (int run = 0; run < 3; run++) {
@@ -304,10 +309,37 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         }
     store_bf16(gpu_stream, sum16, a.gpu, n);  /* a's numbers in bf16, and as fp32 values */
     load_bf16(gpu_stream, a.gpu, sum16, n);
-    residual_forward(gpu_stream, out.gpu, fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
     pair_take_gpu(out);
-    residual_forward(gpu_stream, out.gpu, bf16_numbers(sum16), b.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), bf16_numbers(sum16), b.gpu, n, DTYPE_BF16);
     expect_same_bytes(out, n * sizeof(float), "residual_forward from bf16");
+    /* from a residual stream held in bf16 (a's numbers now, in sum16): LayerNorm, the fused add, dropout into
+     * bf16 in place; and the embeddings into bf16 (wte a's first 50 rows, wpe b's) */
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu,
+                      N, C, DTYPE_BF16);
+    pair_take_gpu(out);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, bf16_numbers(sum16), w.gpu, bias.gpu,
+                      N, C, DTYPE_BF16);
+    expect_same_bytes(out, n * sizeof(float), "layernorm_forward from bf16");
+    residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
+                               fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+    pair_take_gpu(sum);
+    pair_take_gpu(out);
+    residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
+                               bf16_numbers(sum16), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+    expect_same_bytes(sum, n * sizeof(float), "the fused add from bf16: its sum");
+    expect_same_bytes(out, n * sizeof(float), "the fused add from bf16: its LayerNorm");
+    Dropout mask = { 0.3f, 7, 1, 5, 0 };
+    dropout_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(a.gpu), n, mask, DTYPE_BF16);
+    pair_take_gpu(out);
+    dropout_forward(gpu_stream, bf16_buf(sum16), bf16_numbers(sum16), n, mask, DTYPE_BF16);
+    expect_stored_bytes(sum16, out.cpu, n, "dropout_forward in bf16, in place");
+    IntPair tokens = tokens_random((size_t)N, 50, 3);
+    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, a.gpu, b.gpu, 1, N, C, DTYPE_BF16);
+    pair_take_gpu(out);
+    embedding_forward(gpu_stream, bf16_buf(out16), tokens.gpu, a.gpu, b.gpu, 1, N, C, DTYPE_BF16);
+    expect_stored_bytes(out16, out.cpu, n, "embedding_forward into bf16");
+    int_pair_free(tokens);
     free(want_sum); free(want_out); free(want_stats);
     pair_free(a); pair_free(b); pair_free(w); pair_free(bias); pair_free(sum); pair_free(out); pair_free(stats);
     pair_free(held);
@@ -465,22 +497,24 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     IntPair tokens = tokens_random(BT, V, 3);
     Dropout drop = { 0.25f, 9, 1, 4, 2 };
     float *mean = stats.gpu, *rstd = stats.gpu + BT;
-    embedding_forward(gpu_stream, fp.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_FP32);
-    embedding_forward(gpu_stream, bf.gpu, tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_BF16);
+    embedding_forward(gpu_stream, fp32_buf(fp.gpu), tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_FP32);
+    embedding_forward(gpu_stream, fp32_buf(bf.gpu), tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
-    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_FP32);
-    layernorm_forward(gpu_stream, fp32_buf(bf.gpu), mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
+                      DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(bf.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
+                      DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
     stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
     stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
     bias_forward(gpu_stream, fp32_buf(fp.gpu), fp.gpu, w.gpu, (int)BT, C, DTYPE_FP32);
     bias_forward(gpu_stream, fp32_buf(bf.gpu), bf.gpu, w.gpu, (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
-    residual_forward(gpu_stream, fp.gpu, fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
-    residual_forward(gpu_stream, bf.gpu, fp32_numbers(x.gpu), y.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
+    residual_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "residual_forward");
-    dropout_forward(gpu_stream, fp.gpu, x.gpu, n, drop, DTYPE_FP32);
-    dropout_forward(gpu_stream, bf.gpu, x.gpu, n, drop, DTYPE_BF16);
+    dropout_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_FP32);
+    dropout_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "dropout_forward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
         gelu_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
@@ -489,7 +523,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     }
 
     /* LayerNorm's backward: the bf16 add against its gradient alone, added on the host */
-    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, x.gpu, w.gpu, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
+                      DTYPE_FP32);
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
@@ -632,8 +667,8 @@ Test(gpu, embedding_forward_backward) {
     Pair wte = pair_random((size_t)V * C, -1, 1, 32), wpe = pair_random((size_t)T * C, -1, 1, 33);
     Pair out = pair_random((size_t)B * T * C, -1, 1, 34), dout = pair_random((size_t)B * T * C, -1, 1, 35);
     Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
-    embedding_forward(test_stream, out.cpu, tokens.cpu, wte.cpu, wpe.cpu, B, T, C, DTYPE_FP32);
-    embedding_forward(gpu_stream, out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C, DTYPE_FP32);
+    embedding_forward(test_stream, fp32_buf(out.cpu), tokens.cpu, wte.cpu, wpe.cpu, B, T, C, DTYPE_FP32);
+    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, wte.gpu, wpe.gpu, B, T, C, DTYPE_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
     embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
@@ -835,11 +870,11 @@ Test(gpu, elementwise_ops) {
         gelu_backward(gpu_stream, out.gpu, NULL, fp32_numbers(x.gpu), y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
-    residual_forward(test_stream, out.cpu, fp32_numbers(x.cpu), y.cpu, n, DTYPE_FP32);
-    residual_forward(gpu_stream, out.gpu, fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
+    residual_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), y.cpu, n, DTYPE_FP32);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "residual");
-    dropout_forward(test_stream, out.cpu, x.cpu, n, drop, DTYPE_FP32);
-    dropout_forward(gpu_stream, out.gpu, x.gpu, n, drop, DTYPE_FP32);
+    dropout_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, drop, DTYPE_FP32);
+    dropout_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "dropout (the same Philox mask)");
     fill_zero(test_stream, out.cpu, n);
     fill_zero(gpu_stream, out.gpu, n);

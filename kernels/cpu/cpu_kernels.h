@@ -33,13 +33,13 @@ const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at);
 float *cpu_fp32_for(Stream *s, Buf out, size_t n, size_t at);
 void cpu_store_output(Stream *s, Buf out, const float *written, size_t n);
 
-void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C, DType rounding);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                             TokenBuckets buckets, int B, int T, int C);
-void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                            const float *weight, const float *bias, int N, int C, DType rounding);
-void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                     const float *b, const float *weight, const float *bias, int N, int C,
                                     DType rounding);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -61,10 +61,10 @@ void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float 
 void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
-void cpu_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
+void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
 void cpu_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
+void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
                                        const int *targets, int N, int V, float dloss, DType rounding);
 void cpu_mean_forward(Stream *s, float *mean, const float *x, int n);

@@ -137,9 +137,12 @@ static void residual_forward_task(void *p) {
     }
 }
 
-void cpu_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
-    ResidualArgs args = { out, cpu_fp32_of(s, a, n, 0), b, n, rounding == DTYPE_BF16 };
+/* bf16 in and out in the room, in place (each number from its own). */
+void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
+    const float *x = cpu_fp32_of(s, a, n, 0);
+    ResidualArgs args = { cpu_fp32_for(s, out, n, 0), x, b, n, rounding == DTYPE_BF16 };
     stream_launch(s, residual_forward_task, &args, sizeof args);
+    cpu_store_output(s, out, args.out, n);
 }
 
 typedef struct { float *out; const float *inp, *bias; int N, OC, rounds; } BiasArgs;
@@ -207,9 +210,12 @@ static void dropout_task(void *p) {
     over_chunks(a->n, dropout_chunk, a);
 }
 
-void cpu_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
-    DropoutArgs a = { out, inp, n, drop, rounding == DTYPE_BF16 };
+/* bf16 in and out in the room, in place (each number from its own). */
+void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding) {
+    const float *x = cpu_fp32_of(s, inp, n, 0);
+    DropoutArgs a = { cpu_fp32_for(s, out, n, 0), x, n, drop, rounding == DTYPE_BF16 };
     stream_launch(s, dropout_task, &a, sizeof a);
+    cpu_store_output(s, out, a.out, n);
 }
 
 typedef struct { void *x; size_t bytes; } FillArgs;

@@ -20,10 +20,12 @@ static void embedding_forward_task(void *p) {
     }
 }
 
-void cpu_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte,
+void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C, DType rounding) {
-    EmbeddingArgs a = { out, tokens, wte, wpe, B, T, C, rounding == DTYPE_BF16 };
+    size_t n = (size_t)B * T * C;
+    EmbeddingArgs a = { cpu_fp32_for(s, out, n, 0), tokens, wte, wpe, B, T, C, rounding == DTYPE_BF16 };
     stream_launch(s, embedding_forward_task, &a, sizeof a);
+    cpu_store_output(s, out, a.out, n);
 }
 
 typedef struct { float *dwte, *dwpe; const float *dout; TokenBuckets buckets; int B, T, C; } EmbeddingBackwardArgs;

@@ -34,27 +34,32 @@ static void layernorm_forward_task(void *p) {
     }
 }
 
-void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+/* A bf16 input widened at the room's start, a bf16 output made past it. */
+void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                        const float *weight, const float *bias, int N, int C, DType rounding) {
     size_t n = (size_t)N * C;
-    LayerNormArgs a = { cpu_fp32_for(s, out, n, 0), mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16 };
+    if (inp.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 2 * n);  /* both, before either */
+    const float *x = cpu_fp32_of(s, inp, n, 0);
+    LayerNormArgs a = { cpu_fp32_for(s, out, n, n), mean, rstd, x, weight, bias, N, C, rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_forward_task, &a, sizeof a);
     cpu_store_output(s, out, a.out, n);
 }
 
 /* The two ops one after the other: on the CPU a pass saved is not worth a
  * second copy of their loops (the GPU's fused kernel gives its own two ops'
- * bits, as this does). Outputs in bf16 are made in the room, the sum at its
- * start and the LayerNorm's after it; a sum held in bf16 is normalised as it
- * is held, rounded (the GPU's reads it back). */
-void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+ * bits, as this does). In the room where held in bf16: a widened at its
+ * start, the sum after it, the LayerNorm's output after that; a sum held in
+ * bf16 is normalised as it is held, rounded (the GPU's reads it back). */
+void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                     const float *b, const float *weight, const float *bias, int N, int C,
                                     DType rounding) {
-    size_t n = (size_t)N * C, out_at = resid.dtype == DTYPE_BF16 ? n : 0;
-    if (out.dtype == DTYPE_BF16) cpu_stream_room(s, out_at + n);  /* both, before either: a room that grows moves */
-    float *sum = cpu_fp32_for(s, resid, n, 0), *normed = cpu_fp32_for(s, out, n, out_at);
-    cpu_residual_forward(s, sum, fp32_numbers(a), b, n, resid.dtype == DTYPE_BF16 ? DTYPE_BF16 : rounding);
-    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, sum, weight, bias, N, C, rounding);
+    size_t n = (size_t)N * C;
+    if (a.dtype == DTYPE_BF16 || resid.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16)
+        cpu_stream_room(s, 3 * n);  /* all, before any: a room that grows moves */
+    const float *x = cpu_fp32_of(s, a, n, 0);
+    float *sum = cpu_fp32_for(s, resid, n, n), *normed = cpu_fp32_for(s, out, n, 2 * n);
+    cpu_residual_forward(s, fp32_buf(sum), fp32_numbers(x), b, n, resid.dtype == DTYPE_BF16 ? DTYPE_BF16 : rounding);
+    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(sum), weight, bias, N, C, rounding);
     cpu_store_output(s, resid, sum, n);
     cpu_store_output(s, out, normed, n);
 }

@@ -48,13 +48,13 @@ __device__ static inline double block_sum(double x) {
     return total;
 }
 
-void cuda_embedding_forward(Stream *s, float *out, const int *tokens, const float *wte, const float *wpe,
+void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte, const float *wpe,
                             int B, int T, int C, DType rounding);
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
-void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                             const float *weight, const float *bias, int N, int C, DType rounding);
-void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
                                      DType rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
@@ -75,10 +75,10 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
-void cuda_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding);
+void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding);
+void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
                                         const int *targets, int N, int V, float dloss, DType rounding);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);

@@ -80,12 +80,12 @@ void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, cons
     cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
-__global__ static void residual_kernel(float *out, ConstBuf a, const float *b, size_t n, int rounds) {
+__global__ static void residual_kernel(Buf out, ConstBuf a, const float *b, size_t n, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rounded_if(number_at(a.data, a.dtype, i) + b[i], rounds);
+    if (i < n) number_put(out.data, out.dtype, i, rounded_if(number_at(a.data, a.dtype, i) + b[i], rounds));
 }
 
-void cuda_residual_forward(Stream *s, float *out, ConstBuf a, const float *b, size_t n, DType rounding) {
+void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
     residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16);
     CHECK_LAUNCH("residual_kernel");
 }
@@ -125,12 +125,14 @@ void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int O
 }
 
 /* The same Philox mask as the CPU's, one element per thread. */
-__global__ static void dropout_kernel(float *out, const float *inp, size_t n, Dropout drop, int rounds) {
+__global__ static void dropout_kernel(Buf out, ConstBuf inp, size_t n, Dropout drop, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rounded_if(inp[i] * dropout_scale_at(drop, i), rounds);
+    if (i >= n) return;
+    float v = number_at(inp.data, inp.dtype, i) * dropout_scale_at(drop, i);
+    number_put(out.data, out.dtype, i, rounded_if(v, rounds));
 }
 
-void cuda_dropout_forward(Stream *s, float *out, const float *inp, size_t n, Dropout drop, DType rounding) {
+void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding) {
     dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == DTYPE_BF16);
     CHECK_LAUNCH("dropout_kernel");
 }

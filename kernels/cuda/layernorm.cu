@@ -36,14 +36,13 @@ __device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf
     }
 }
 
-__global__ static void layernorm_forward_kernel(Buf out, float *mean, float *rstd, const float *inp,
+__global__ static void layernorm_forward_kernel(Buf out, float *mean, float *rstd, ConstBuf inp,
                                                 const float *weight, const float *bias, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-    if (row < (size_t)N)
-        layernorm_row(out, mean, rstd, fp32_numbers(inp), weight, bias, row, C, threadIdx.x % WARP, rounds);
+    if (row < (size_t)N) layernorm_row(out, mean, rstd, inp, weight, bias, row, C, threadIdx.x % WARP, rounds);
 }
 
-void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const float *inp,
+void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                             const float *weight, const float *bias, int N, int C, DType rounding) {
     layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
         out, mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16);
@@ -53,7 +52,7 @@ void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, const 
 /* The residual add, then the LayerNorm of the sum, a warp a row: each lane
  * reads back only the channels it wrote (layernorm_row's), so the row needs
  * no barrier, and the sum is read from cache rather than a kernel later. */
-__global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean, float *rstd, const float *a,
+__global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                                  const float *b, const float *weight, const float *bias, int N,
                                                  int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
@@ -61,13 +60,13 @@ __global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean
     if (row >= (size_t)N) return;
     for (int c = lane; c < C; c += WARP) {
         size_t i = row * C + c;
-        float v = a[i] + b[i];
+        float v = number_at(a.data, a.dtype, i) + b[i];
         number_put(resid.data, resid.dtype, i, rounded_if(v, rounds));
     }
     layernorm_row(out, mean, rstd, const_buf(resid), weight, bias, row, C, lane, rounds);
 }
 
-void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, const float *a,
+void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                      const float *b, const float *weight, const float *bias, int N, int C,
                                      DType rounding) {
     residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
