@@ -1188,7 +1188,10 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
 /* In bf16 (the tensor cores' attention, heads of 16, with dropout, biases as
  * GPT-2's), overlap on: every ZeRO stage, whole-block recompute, GELU
  * recomputed, units of a tensor with one and three live, each gives DDP's
- * bits on the GPU simulator at N = 2. */
+ * bits on the GPU simulator at N = 2; and every ZeRO stage, and GELU
+ * recomputed, at a ragged shape (3 rows of 25 by 40 channels a rank, heads
+ * of 20: no tensor a multiple of 128 numbers, so each one a bf16 block keeps
+ * and each block's residual stream is padded to its 256-byte boundary). */
 Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     need_gpu();
     load_data();
@@ -1218,6 +1221,22 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
         }
         float *w = weights_of(3, &sc, &tc, &n);
         cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "bf16: --zero=3 %s differs from DDP on the GPU", what);
+        free(w);
+    }
+    free(ddp);
+    StrategyConfig ragged = base;
+    ragged.model.block_size = 25;
+    ragged.model.embd = 40;
+    ragged.batch = 3;
+    ddp = weights_of(0, &ragged, &tc, &n);
+    for (int k = 0; k <= STRATEGY_KINDS; k++) {
+        if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;
+        StrategyConfig sc = ragged;
+        sc.units.recompute_gelu = k == STRATEGY_KINDS;  /* last: ZeRO-3 with GELU recomputed */
+        int zero = k < STRATEGY_KINDS ? STRATEGIES[k].stage : 3;
+        float *w = weights_of(zero, &sc, &tc, &n);
+        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "bf16, a ragged shape: --zero=%d%s differs from DDP on the "
+                  "GPU", zero, sc.units.recompute_gelu ? " --recompute-gelu=1" : "");
         free(w);
     }
     free(ddp);
