@@ -633,12 +633,12 @@ MUTANTS = [
      "kernels/cpu/matmul.c",
      "    cpu_matmul_forward(s, out, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);",
      "    cpu_matmul_forward(s, out, inp.data, weight, N, C, OC);"),
-    ("keep-block-stores-over-gelu", "the model's GELU output, written where it is kept, stored over with fc's "
-     "output",
+    ("gelu-kept-in-one-buffer", "bf16 activations: every block's GELU output written to the one block's buffer "
+     "that --recompute-gelu makes it again in (none without it)",
      "test_strategies/recompute_*",
      "model/gpt.c",
-     "    const int stored[3] = { KEPT_QKV, KEPT_ATTY, KEPT_FCH };",
-     "    const int stored[3] = { KEPT_QKV, KEPT_ATTY, KEPT_FCH_GELU };"),
+     "    if (keeps_bf16(compute_of(m)) && m->recompute_gelu) return",
+     "    if (keeps_bf16(compute_of(m))) return"),
     ("gelu-recomputed-in-fp32", "--recompute-gelu in bf16: GELU made again as fp32 in the one block's buffer "
      "the backward reads as bf16",
      "test_strategies/recompute_gelu*",
@@ -660,8 +660,8 @@ MUTANTS = [
     ("cpu-residual-reads-bf16-as-fp32", "the CPU's residual add reads a bf16 input as fp32 numbers",
      "test_kernels/outputs_held_in_bf16*",
      "kernels/cpu/elementwise.c",
-     "    ResidualArgs args = { out, cpu_fp32_of(s, a, n, 0), b, n, rounding == DTYPE_BF16 };",
-     "    ResidualArgs args = { out, a.data, b, n, rounding == DTYPE_BF16 };"),
+     "    const float *x = cpu_fp32_of(s, a, n, 0);",
+     "    const float *x = a.data;"),
     ("kept-ln1-in-fp32", "bf16 activations: LN1 writes the block's fp32 buffer (none: the next one's), not where "
      "its output is kept",
      "test_strategies/recompute_*",
@@ -727,7 +727,7 @@ MUTANTS = [
     ("cpu-room-uncounted", "the memory estimate leaves out the CPU's room for widening bf16 inputs",
      "test_memory/zero_memory_estimate_agrees*",
      "model/gpt.c",
-     "    return keeps_bf16(compute) ? (size_t)B * T * 4 * cfg->embd * sizeof(float) : 0;",
+     "    return (size_t)B * T * (keeps_bf16(compute) ? 4 : 3) * cfg->embd * sizeof(float);",
      "    return 0;"),
     ("link-clock-at-the-worker", "the modeled link's clock starts when the stream's worker gets there, late or not",
      "test_runtime",
@@ -1009,7 +1009,7 @@ MUTANTS = [
     ("linear-unrounded-without-bias", "a Linear without a bias under autocast: its fp32 product left unrounded",
      "test_model/bf16_holds*",
      "model/gpt.c",
-     "    else bf16_values(m, out, N * OC);\n",
+     "    else bf16_values(m, product, N * OC);\n",
      ""),
     ("layernorm-bias-from-its-input", "LayerNorm's backward making its bias's gradient: the input's rows summed, "
      "not dout's",
@@ -1026,8 +1026,8 @@ MUTANTS = [
     ("residual-layernorm-of-the-branch", "the residual add fused with its LayerNorm: the branch normalised, not the sum",
      "test_kernels/layernorm_with_its_bias*",
      "kernels/cpu/layernorm.c",
-     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, sum, weight, bias, N, C, rounding);",
-     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, b, weight, bias, N, C, rounding);"),
+     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(sum), weight, bias, N, C, rounding);",
+     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(b), weight, bias, N, C, rounding);"),
 ]
 
 
