@@ -71,8 +71,8 @@ static size_t kept_offset(int i, size_t BTC) {
  * bias are made (qkv's and fc's); the other fp32 internals are one block's
  * too (Lk = 1) but for the statistics (LayerNorm's, attention's), kept for
  * all L (Ls). With recompute_gelu GELU's output is one block's and not kept
- * (in bf16 in bf16: gelu_output). What attention keeps and its scratch are
- * the device's backend's to size. */
+ * (in bf16 where the rest is kept in bf16: gelu_output). What attention
+ * keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
