@@ -935,7 +935,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     enum { N = 37, C = 24, OC = 72 };  /* OC = 3C: x holds attention's qkv too */
     size_t nx = (size_t)N * OC;  /* the widest input: GELU's, and the product's of width OC */
     float *x = alloc_floats(nx), *dy = alloc_floats(nx), *w = alloc_floats((size_t)OC * C), *lw = alloc_floats(C);
-    bf16 *x16 = malloc(nx * sizeof(bf16)), *stored = malloc(nx * sizeof(bf16)), *out16 = malloc(nx * sizeof(bf16));
+    bf16 *x16 = malloc(nx * sizeof(bf16)), *out16 = malloc(nx * sizeof(bf16));
     fill_uniform(x, nx, -2, 2, 61);
     fill_uniform(dy, nx, -1, 1, 62);
     fill_uniform(w, (size_t)OC * C, -1, 1, 63);
@@ -968,12 +968,11 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
         stream_synchronize(test_stream);
         cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0, "gelu_forward, tanh form %d", tanh_form);
         /* written in bf16 from either: the bytes of the fp32 output stored */
-        for (size_t i = 0; i < nx; i++) stored[i] = bf16_from_float(got[0][i]);
         for (int k = 0; k < 2; k++) {
             memset(out16, 0xFF, nx * sizeof(bf16));
             gelu_forward(test_stream, bf16_buf(out16), held[k], nx, tanh_form, DTYPE_BF16);
             stream_synchronize(test_stream);
-            cr_assert(memcmp(out16, stored, nx * sizeof(bf16)) == 0, "gelu_forward into bf16, from %s, tanh form %d",
+            cr_assert(same_as_stored(out16, got[0], nx), "gelu_forward into bf16, from %s, tanh form %d",
                       k ? "bf16" : "fp32", tanh_form);
         }
         for (int k = 0; k < 2; k++) {
@@ -994,8 +993,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     gelu_forward(test_stream, fp32_buf(big), fp32_numbers(big), nbig, 0, DTYPE_BF16);
     gelu_forward(test_stream, bf16_buf(big_out16), bf16_numbers(big16), nbig, 0, DTYPE_BF16);
     stream_synchronize(test_stream);
-    for (size_t i = 0; i < nbig; i++) big16[i] = bf16_from_float(big[i]);
-    cr_assert(memcmp(big_out16, big16, nbig * sizeof(bf16)) == 0, "gelu_forward from bf16 into bf16, 2^17 numbers");
+    cr_assert(same_as_stored(big_out16, big, nbig), "gelu_forward from bf16 into bf16, 2^17 numbers");
     free(big16);
     free(big_out16);
     free(big);
@@ -1019,14 +1017,13 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     Dropout drop = { 0.2f, 9, 1, 4, 2 };
     attention_forward(test_stream, fp32_buf(att_out), saved, NULL, fp32_numbers(x), B, T, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
-    stream_synchronize(test_stream);
-    for (size_t i = 0; i < n; i++) out16[i] = bf16_from_float(att_out[i]);
-    /* its forward from q, k, v held in bf16 into a bf16 output: the fp32 output's bytes stored */
-    memset(stored, 0xFF, n * sizeof(bf16));
-    attention_forward(test_stream, bf16_buf(stored), saved, NULL, bf16_numbers(x16), B, T, C, NH, drop, DTYPE_BF16,
+    /* its forward from q, k, v held in bf16 into a bf16 output: the fp32 output's bytes stored, which the
+     * backward then reads */
+    memset(out16, 0xFF, n * sizeof(bf16));
+    attention_forward(test_stream, bf16_buf(out16), saved, NULL, bf16_numbers(x16), B, T, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
     stream_synchronize(test_stream);
-    cr_assert(memcmp(stored, out16, n * sizeof(bf16)) == 0, "attention_forward from bf16 into bf16");
+    cr_assert(same_as_stored(out16, att_out, n), "attention_forward from bf16 into bf16");
     ConstBuf att_held[2][2] = { { fp32_numbers(x), fp32_numbers(att_out) },
                                                { bf16_numbers(x16), bf16_numbers(out16) } };
     for (int k = 0; k < 2; k++)
@@ -1046,7 +1043,6 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(w);
     free(lw);
     free(x16);
-    free(stored);
     free(out16);
     free(mean);
     free(rstd);

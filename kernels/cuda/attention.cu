@@ -565,10 +565,25 @@ static size_t blas_output_at(size_t probs, size_t rows, size_t btc) {
  * qkv widened from bf16 (blas_room_at) and a bf16 output (blas_output_at). */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
     size_t rows = (size_t)B * NH * T, probs = rows * T, btc = (size_t)B * T * C;
-    size_t widened = blas_output_at(probs, rows, btc) + btc - blas_room_at(probs, rows);
     AttentionBuffers flash = { rows, rows };
-    AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_room_at(probs, rows) + widened : 2 * probs };
+    AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_output_at(probs, rows, btc) + btc : 2 * probs };
     return flash_runs(C, NH, products) ? flash : blas;
+}
+
+/* The cuBLAS path's q, k, v as fp32: as held, or held in bf16 widened into
+ * the scratch's room (blas_room_at), which only bf16 products have; bf16
+ * buffers with fp32 products are refused, naming the op. */
+static const float *blas_qkv(Stream *s, const char *op, ConstBuf qkv, DType out_held, DType products, float *scratch,
+                             int B, int T, int C, int NH) {
+    if (products != DTYPE_BF16 && (qkv.dtype != DTYPE_FP32 || out_held != DTYPE_FP32)) {
+        fprintf(stderr, "fatal: %s given bf16 buffers with fp32 products\n", op);
+        abort();
+    }
+    if (qkv.dtype == DTYPE_FP32) return (const float *)qkv.data;
+    size_t rows = (size_t)B * NH * T;
+    float *room = scratch + blas_room_at(rows * T, rows);
+    cuda_load_bf16(s, room, (const bf16 *)qkv.data, 3 * (size_t)B * T * C);
+    return room;
 }
 
 void cuda_attention_forward(Stream *s, Buf out_held, float *saved, float *scratch, ConstBuf qkv_held, int B, int T,
@@ -586,17 +601,8 @@ void cuda_attention_forward(Stream *s, Buf out_held, float *saved, float *scratc
         return;
     }
     size_t probs = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
-    if (products != DTYPE_BF16 && (qkv_held.dtype != DTYPE_FP32 || out_held.dtype != DTYPE_FP32)) {
-        fprintf(stderr, "fatal: attention_forward given bf16 buffers with fp32 products\n");
-        abort();
-    }
-    /* bf16 q, k, v widened, and a bf16 output made in fp32, in the scratch's room (bf16 products only) */
-    const float *qkv = (const float *)qkv_held.data;
-    if (qkv_held.dtype == DTYPE_BF16) {
-        float *room = scratch + blas_room_at(probs, (size_t)B * NH * T);
-        cuda_load_bf16(s, room, (const bf16 *)qkv_held.data, 3 * btc);
-        qkv = room;
-    }
+    const float *qkv = blas_qkv(s, "attention_forward", qkv_held, out_held.dtype, products, scratch, B, T, C, NH);
+    /* a bf16 output made in fp32 in the scratch's room past q, k, v's (bf16 products only) */
     float *out = out_held.dtype == DTYPE_BF16 ? scratch + blas_output_at(probs, (size_t)B * NH * T, btc)
                                               : (float *)out_held.data;
     cublasHandle_t blas = cuda_blas(s);
@@ -658,18 +664,10 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     cublasHandle_t blas = cuda_blas(s);
     const float *att = saved;
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
-    size_t n = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
+    size_t n = (size_t)B * NH * T * T;
     float *datt = scratch, *mask = scratch + n, *delta = round_products ? scratch + 2 * n : NULL;
-    if (!round_products && (qkv_held.dtype != DTYPE_FP32 || out_held.dtype != DTYPE_FP32)) {
-        fprintf(stderr, "fatal: attention_backward given bf16 inputs with fp32 products\n");
-        abort();
-    }
-    const float *qkv = (const float *)qkv_held.data;  /* out is read as held (flash_delta_kernel) */
-    if (qkv_held.dtype == DTYPE_BF16) {  /* widened into the scratch's room (bf16 products only) */
-        float *room = scratch + blas_room_at(n, (size_t)B * NH * T);
-        cuda_load_bf16(s, room, (const bf16 *)qkv_held.data, 3 * btc);
-        qkv = room;
-    }
+    /* out is read as held (flash_delta_kernel) */
+    const float *qkv = blas_qkv(s, "attention_backward", qkv_held, out_held.dtype, products, scratch, B, T, C, NH);
     /* dweights = dy @ v^T */
     for (int h = 0; h < NH; h++) {
         const float *v = qkv + 2 * C + (size_t)h * hs;
