@@ -30,8 +30,8 @@ typedef struct {
                            int C, int OC);
     void (*matmul_backward)(Stream *s, float *dinp, float *dweight, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
-    void (*matmul_forward_bf16)(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
-    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+    void (*matmul_forward_bf16)(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                  const float *weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
     void (*attention_forward)(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
@@ -46,7 +46,7 @@ typedef struct {
     void (*bias_forward)(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
-    void (*crossentropy_forward_backward)(Stream *s, float *losses, float *dlogits, const float *logits,
+    void (*crossentropy_forward_backward)(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                           const int *targets, int N, int V, float dloss, DType rounding);
     void (*mean_forward)(Stream *s, float *mean, const float *x, int n);
     void (*adamw_arena)(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,

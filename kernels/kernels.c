@@ -83,13 +83,13 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     op_end(s);
 }
 
-void matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     op_begin(s, "matmul_forward");
     backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
     op_end(s);
 }
 
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                           const float *weight, int N, int C, int OC) {
     op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
@@ -165,7 +165,7 @@ void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropo
     op_end(s);
 }
 
-void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+void crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                    const int *targets, int N, int V, float dloss, DType rounding) {
     op_begin(s, "crossentropy_forward_backward");
     backend(s)->crossentropy_forward_backward(s, losses, dlogits, logits, targets, N, V, dloss, rounding);

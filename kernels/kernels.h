@@ -146,14 +146,15 @@ void matmul_forward(Stream *s, float *out, const float *inp, const float *weight
                     int N, int C, int OC);
 void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC);
-/* The same products of bf16 values held in fp32 (autocast's Linear: every
- * input a bf16 value), accumulated in fp32: on the CPU through sgemm, each
- * product of two bf16 exact in fp32; on the GPU on its bf16 tensor cores,
- * each input stored in 16 bits (exact; inp read as it is where it is held
- * in bf16) and cublasGemmEx with CUDA_R_16BF inputs, fp32
- * outputs and CUBLAS_COMPUTE_32F. */
-void matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+/* The same products of bf16 values (autocast's Linear: every input a bf16
+ * value), accumulated in fp32: on the CPU through sgemm, each product of two
+ * bf16 exact in fp32; on the GPU on its bf16 tensor cores, each input in 16
+ * bits (read where it is held in bf16: inp, dout; else stored, exact) and
+ * cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward's
+ * output is fp32, or in bf16 (the head's logits) each number rounded once
+ * from its fp32 sum; the backward's are fp32. */
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                           const float *weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
@@ -216,14 +217,14 @@ void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropo
 
 /* The classifier's softmax, cross-entropy and gradient fused, over
  * logits[N,V] and targets[N]: losses[i] = -log softmax(logits[i])[targets[i]];
- * with dlogits (else NULL), also dlogits = dloss * (softmax(logits) -
- * onehot(targets)), written; dlogits may be logits itself (in place). Each
- * row's max and sum of exponentials come from one sweep, online, in an order
- * and an arithmetic fixed by V (online_softmax.h): the same bits on the CPU
- * and the GPU. Under DTYPE_BF16 (autocast's bf16 head) each logit is
- * rounded to bf16 as it is read, and dlogits as it is written: the head's
- * fp32 product needs no pass of its own. */
-void crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+ * with dlogits (its data NULL: none), also dlogits = dloss * (softmax(logits) -
+ * onehot(targets)), written; dlogits may be logits itself (in place, held
+ * alike). Each row's max and sum of exponentials come from one sweep, online,
+ * in an order and an arithmetic fixed by V (online_softmax.h): the same bits
+ * on the CPU and the GPU. Under DTYPE_BF16 (autocast's bf16 head) each logit
+ * is rounded to bf16 as it is read (exact where they are held in bf16), and
+ * dlogits as it is written. */
+void crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                    const int *targets, int N, int V, float dloss, DType rounding);
 /* *mean = the mean of x[0, n), summed in double in an order fixed by n: in
  * order on the CPU, a fixed tree on the GPU. */

@@ -44,10 +44,11 @@ SOFTMAX_FN SoftmaxPartial softmax_partial_empty(void) {
     return none;
 }
 
-/* Logit j as the op reads it: rounded to bf16 where `rounds` (autocast's bf16
- * head, whose product is fp32), else as it is. */
-SOFTMAX_FN float softmax_logit(const float *logit, int j, int rounds) {
-    return rounded_if(logit[j], rounds);
+/* Logit i of logits held as `held` says, as the op reads it: rounded to bf16
+ * where `rounds` (autocast's bf16 head: exact where the logits are held in
+ * bf16), else as it is. */
+SOFTMAX_FN float softmax_logit(const void *logits, DType held, size_t i, int rounds) {
+    return rounded_if(number_at(logits, held, i), rounds);
 }
 
 /* A logit as a partial of its own. */

@@ -76,7 +76,9 @@ static size_t kept_offset(int i, size_t BTC) {
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
-    size_t R = classifier_rows(cfg, B, T), logit_rows = R > (size_t)B ? R : (size_t)B;
+    /* a chunk's logits (in bf16 under autocast, two numbers a float), or each row's last position's (fp32) */
+    size_t R = classifier_rows(cfg, B, T), chunk = compute.precision == DTYPE_BF16 ? (R * V + 1) / 2 : R * V;
+    size_t logits = chunk > (size_t)B * V ? chunk : (size_t)B * V;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
     /* a block's residual stream (stream_after): in bf16 under autocast, two numbers a float */
@@ -101,7 +103,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
-        { &a->logits, logit_rows * V }, { &a->losses, BT }, { &a->mean_loss, 1 },
+        { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
         { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
         { &a->att_scratch, att.scratch },
@@ -120,12 +122,12 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
 
 /* The largest of one product's numbers, weight + input + output gradient,
  * each on its boundary (operand_numbers), over the Linears and the head (a
- * chunk of its rows): what a GPU's matmul in bf16 restages them into
- * (cuda_bf16_staging). */
+ * chunk of its rows, whose output gradient, dlogits in bf16, is read in
+ * place): what a GPU's matmul in bf16 restages them into (cuda_bf16_staging). */
 static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
     size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
     size_t out_widths[4] = { 3 * C, C, 4 * C, C }, in_widths[4] = { C, C, C, 4 * C };
-    size_t most = operand_numbers(V * C) + operand_numbers(R * C) + R * V;
+    size_t most = operand_numbers(V * C) + operand_numbers(R * C);  /* the head's dlogits are read in place */
     for (int i = 0; i < 4; i++) {
         size_t n = operand_numbers(out_widths[i] * in_widths[i]) + operand_numbers(BT * in_widths[i]) +
                    BT * out_widths[i];
@@ -138,8 +140,12 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     if (compute.precision != DTYPE_BF16) return 0;
     if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
     /* the widest an op reads or writes in bf16, 4C a position: GELU's input and output (in place), or attention's
-     * q, k, v and output; with recompute 3C, the fused add and LayerNorm from the bf16 residual stream */
-    return (size_t)B * T * (keeps_bf16(compute) ? 4 : 3) * cfg->embd * sizeof(float);
+     * q, k, v and output; with recompute 3C, the fused add and LayerNorm from the bf16 residual stream; or a
+     * chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its backward
+     * reads (its input, the final LayerNorm's output, is fp32) */
+    size_t head = classifier_rows(cfg, B, T) * (size_t)cfg->vocab;
+    size_t widest = (size_t)B * T * (keeps_bf16(compute) ? 4 : 3) * cfg->embd;
+    return (head > widest ? head : widest) * sizeof(float);
 }
 
 static void gpt_destroy(Model *base) { free(base); }
@@ -192,24 +198,26 @@ static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
 }
 
-/* An fp32 product's input: a model holds bf16 only under autocast. */
+/* An fp32 product's input and output: a model holds bf16 only under autocast. */
 static const float *fp32_input(ConstBuf inp) {
     if (inp.dtype == DTYPE_FP32) return inp.data;
     fprintf(stderr, "fatal: an fp32 product given a bf16 input\n");
     abort();
 }
 
+static float *fp32_output(Buf out) { return (float *)fp32_input(const_buf(out)); }
+
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
-static void product_forward(GPT *m, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+static void product_forward(GPT *m, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, N, C, OC);
-    else matmul_forward(m->base.stream, out, fp32_input(inp), weight, N, C, OC);
+    else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), weight, N, C, OC);
 }
 
-static void product_backward(GPT *m, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+static void product_backward(GPT *m, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                              const float *weight, int N, int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, dinp, dweight, dout, fp32_input(inp), weight, N, C, OC);
+    else matmul_backward(m->base.stream, dinp, dweight, fp32_input(dout), fp32_input(inp), weight, N, C, OC);
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -351,7 +359,7 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
 static void linear_forward(GPT *m, Buf out, float *product, ConstBuf inp, int l, int i, int hooks, size_t N, int C,
                            int OC) {
     const float *weight = block_weights(m, l, i, hooks), *bias = part_bias(m, l, i);
-    product_forward(m, product, inp, weight, (int)N, C, OC);
+    product_forward(m, fp32_buf(product), inp, weight, (int)N, C, OC);
     if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
     else bf16_values(m, product, N * OC);
 }
@@ -363,7 +371,8 @@ static void linear_forward(GPT *m, Buf out, float *product, ConstBuf inp, int l,
 static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, ConstBuf inp, size_t N, int C,
                             int OC, int with_bias) {
     int t = block_tensor(m, l, i);
-    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
+    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), fp32_numbers(dout), inp, weights_of(m, l, i),
+                     (int)N, C, OC);
     bf16_values(m, dinp, N * C);
     add_bf16_grad(m, t, (size_t)OC * C, 0);
     if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
@@ -539,13 +548,20 @@ static void block_forward(GPT *m, int l, int hooks) {
     residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);
 }
 
+/* A chunk's logits, and in the backward its dlogits over them: in bf16
+ * under autocast (the head's product writes them so, the loss and the
+ * head's backward read them in place), else fp32. */
+static Buf chunk_logits(const GPT *m) {
+    return autocast(m) ? bf16_buf((bf16 *)m->acts.logits) : fp32_buf(m->acts.logits);
+}
+
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
  * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
  * dln's rows and into dwte, at dloss a row: the logits computed once, the
  * loss and dlogits fused (crossentropy_forward_backward, dlogits over the
  * logits in place). Under autocast the head is a Linear as linear_forward's
- * (lnf's rows bf16 values, the logits rounded: by the loss's op as it reads
- * them), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
+ * (lnf's rows bf16 values, the logits rounded once from the product's fp32
+ * sums), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
  * chunk, which the backward rounds once the last is in. */
 static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
@@ -554,11 +570,12 @@ static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, flo
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
     const float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
-    product_forward(m, a->logits, fp32_numbers(lnf), wte, rows, C, V);
-    crossentropy_forward_backward(s, a->losses + r0, dwte ? a->logits : NULL, a->logits, targets, rows, V, dloss,
+    Buf logits = chunk_logits(m), none = { NULL, logits.dtype };
+    product_forward(m, logits, fp32_numbers(lnf), wte, rows, C, V);
+    crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, a->dln + r0 * C, dwte, a->logits, fp32_numbers(lnf), wte, rows, C, V);
+    product_backward(m, a->dln + r0 * C, dwte, const_buf(logits), fp32_numbers(lnf), wte, rows, C, V);
     bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
 }
 
@@ -604,7 +621,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
             float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
-            product_forward(m, logits, fp32_numbers(last), head, 1, C, V);
+            product_forward(m, fp32_buf(logits), fp32_numbers(last), head, 1, C, V);
             bf16_values(m, logits, V);
         }
     }

@@ -31,9 +31,10 @@ typedef struct {
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C], held as encoded is */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
-    float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows, its dlogits
+    float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows (bf16 under
+                                                autocast, two numbers a float; gpt.c's chunk_logits), its dlogits
                                                 in place in the backward; or each row's last position
-                                                (generation) */
+                                                (generation, fp32) */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
@@ -62,11 +63,11 @@ typedef struct {
 } Activations;
 
 enum { ACTIVATION_TENSORS = 34 };
-/* The classifier's logits at once, at most (512 MiB): past it, rows in equal
- * chunks, so that a vocabulary of 50304 costs a chunk, not B x T x V floats
- * (GPT-2's 12 x 1024 rows: five chunks of 2458, 494 MB; a GPU in bf16 stages
- * a chunk's product in 328 MB more), and each chunk is thousands of rows, a
- * launch that fills the GPU. */
+/* The classifier's logits at once, at most 2^27 (512 MiB in fp32): past it,
+ * rows in equal chunks, so that a vocabulary of 50304 costs a chunk, not B x
+ * T x V numbers (GPT-2's 12 x 1024 rows: five chunks of 2458, 494 MB in fp32,
+ * 247 MB in bf16), and each chunk is thousands of rows, a launch that fills
+ * the GPU. */
 enum { CLASSIFIER_CHUNK_FLOATS = 1 << 27 };
 
 typedef struct {

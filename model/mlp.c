@@ -64,7 +64,8 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     trace_begin(s, "forward", 0);
     matmul_forward(s, m->logits, m->x + L * BT * C, wte, BT, C, V);
     if (targets) {
-        crossentropy_forward_backward(s, m->losses, NULL, m->logits, base->targets, (int)BT, V, 0.0f, DTYPE_FP32);
+        crossentropy_forward_backward(s, m->losses, fp32_buf(NULL), fp32_numbers(m->logits), base->targets, (int)BT,
+                                      V, 0.0f, DTYPE_FP32);
         mean_forward(s, m->loss, m->losses, (int)BT);
     }
     trace_end(s);
@@ -80,8 +81,8 @@ static void mlp_backward(Model *base, float dloss) {
     float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
     trace_begin(s, "backward", 0);
     /* the losses again, the same bits, with their gradient */
-    crossentropy_forward_backward(s, m->losses, m->dlogits, m->logits, base->targets, BT, V, dloss / (float)BT,
-                                  DTYPE_FP32);
+    crossentropy_forward_backward(s, m->losses, fp32_buf(m->dlogits), fp32_numbers(m->logits), base->targets, BT, V,
+                                  dloss / (float)BT, DTYPE_FP32);
     matmul_backward(s, m->dx, dwte, m->dlogits, m->x + (size_t)L * BT * C, wte, BT, C, V);
     trace_end(s);
 

@@ -176,10 +176,12 @@ static void check_matmul(DType p) {
         pair_round_to_bf16(inp);
         pair_round_to_bf16(w);
         pair_round_to_bf16(dout);
-        matmul_forward_bf16(test_stream, out.cpu, fp32_numbers(inp.cpu), w.cpu, N, C, OC);
-        matmul_forward_bf16(gpu_stream, out.gpu, fp32_numbers(inp.gpu), w.gpu, N, C, OC);
-        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, dout.cpu, fp32_numbers(inp.cpu), w.cpu, N, C, OC);
-        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, N, C, OC);
+        matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(inp.cpu), w.cpu, N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), w.gpu, N, C, OC);
+        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu), w.cpu, N,
+                             C, OC);
+        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu), w.gpu, N, C,
+                             OC);
     } else {
         matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
         matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
@@ -545,18 +547,18 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     Pair logits = pair_random(nl, -4, 4, 100), rounded = pair_random(nl, -4, 4, 100);
     Pair dfp = pair_random(nl, 0, 1, 101), dbf = pair_random(nl, 0, 1, 102), losses = pair_random(2 * BT, 0, 1, 103);
     pair_round_to_bf16(rounded);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, dfp.gpu, rounded.gpu, tokens.gpu, (int)BT, V, 0.5f,
-                                  DTYPE_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, dbf.gpu, logits.gpu, tokens.gpu, (int)BT, V, 0.5f,
-                                  DTYPE_BF16);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, fp32_buf(dfp.gpu), fp32_numbers(rounded.gpu), tokens.gpu,
+                                  (int)BT, V, 0.5f, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, fp32_buf(dbf.gpu), fp32_numbers(logits.gpu),
+                                  tokens.gpu, (int)BT, V, 0.5f, DTYPE_BF16);
     expect_gpu_rounded(dbf.gpu, dfp.gpu, nl, "crossentropy's dlogits");
     float *both = malloc(2 * BT * sizeof(float));
     stream_copy(gpu_stream, both, losses.gpu, 2 * BT * sizeof(float));
     stream_synchronize(gpu_stream);
     cr_expect_eq(memcmp(both, both + BT, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
     /* in place, as the model runs it: the same gradient and losses */
-    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, logits.gpu, logits.gpu, tokens.gpu, (int)BT, V, 0.5f,
-                                  DTYPE_BF16);
+    crossentropy_forward_backward(gpu_stream, losses.gpu + BT, fp32_buf(logits.gpu), fp32_numbers(logits.gpu),
+                                  tokens.gpu, (int)BT, V, 0.5f, DTYPE_BF16);
     float *in_place = malloc(nl * sizeof(float)), *apart = malloc(nl * sizeof(float));
     stream_copy(gpu_stream, in_place, logits.gpu, nl * sizeof(float));
     stream_copy(gpu_stream, apart, dbf.gpu, nl * sizeof(float));
@@ -838,13 +840,13 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     pair_round_to_bf16(w);
     pair_round_to_bf16(dy);
     for (int run = 0; run < 4; run++) {  /* the product's input: x's first N x C */
-        matmul_forward_bf16(gpu_stream, out.gpu, in[run > 0], w.gpu, N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), in[run > 0], w.gpu, N, C, OC);
         if (run == 0) pair_take_gpu(out);
         else expect_same_bytes(out, nx * sizeof(float), "matmul_forward_bf16 from bf16");
     }
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
-        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, dy.gpu, in[run > 0], w.gpu, N, C, OC);
+        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, fp32_numbers(dy.gpu), in[run > 0], w.gpu, N, C, OC);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -906,8 +908,10 @@ Test(gpu, crossentropy_forward_backward) {
     Pair losses = pair_random((size_t)N, 0, 1, 54), mean = pair_random(1, 0, 1, 55);
     logits.cpu[2 * (size_t)V - 1] = 20.0f;
     stream_copy(gpu_stream, logits.gpu + 2 * (size_t)V - 1, logits.cpu + 2 * (size_t)V - 1, sizeof(float));
-    crossentropy_forward_backward(test_stream, losses.cpu, dlogits.cpu, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, fp32_buf(dlogits.cpu), fp32_numbers(logits.cpu),
+                                  targets.cpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, fp32_buf(dlogits.gpu), fp32_numbers(logits.gpu),
+                                  targets.gpu, N, V, dloss, DTYPE_FP32);
     mean_forward(test_stream, mean.cpu, losses.cpu, N);
     mean_forward(gpu_stream, mean.gpu, losses.gpu, N);
     expect_match(losses, ELEMENTWISE_TOL, "losses");
@@ -920,23 +924,85 @@ Test(gpu, crossentropy_forward_backward) {
     stream_copy(gpu_stream, first, dlogits.gpu, n * sizeof(float));
     for (int run = 0; run < 3; run++) {
         fill_zero(gpu_stream, dlogits.gpu, n);
-        crossentropy_forward_backward(gpu_stream, losses.gpu, dlogits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
+        crossentropy_forward_backward(gpu_stream, losses.gpu, fp32_buf(dlogits.gpu), fp32_numbers(logits.gpu),
+                                      targets.gpu, N, V, dloss, DTYPE_FP32);
         stream_copy(gpu_stream, again, dlogits.gpu, n * sizeof(float));
         stream_synchronize(gpu_stream);
         cr_expect_eq(memcmp(first, again, n * sizeof(float)), 0, "run %d: other dlogits than the first run's", run + 2);
     }
 
-    crossentropy_forward_backward(test_stream, losses.cpu, NULL, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, NULL, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, fp32_buf(NULL), fp32_numbers(logits.cpu), targets.cpu, N,
+                                  V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, fp32_buf(NULL), fp32_numbers(logits.gpu), targets.gpu, N, V,
+                                  dloss, DTYPE_FP32);
     expect_same_bytes(losses, (size_t)N * sizeof(float), "the losses alone (no gradient): the GPU's differ");
-    crossentropy_forward_backward(test_stream, losses.cpu, logits.cpu, logits.cpu, targets.cpu, N, V, dloss, DTYPE_FP32);
-    crossentropy_forward_backward(gpu_stream, losses.gpu, logits.gpu, logits.gpu, targets.gpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses.cpu, fp32_buf(logits.cpu), fp32_numbers(logits.cpu),
+                                  targets.cpu, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, fp32_buf(logits.gpu), fp32_numbers(logits.gpu), targets.gpu,
+                                  N, V, dloss, DTYPE_FP32);
     expect_same_bytes(logits, n * sizeof(float), "in place, the GPU's dlogits differ from the CPU's");
     expect_same_bytes(losses, (size_t)N * sizeof(float), "in place, the GPU's losses differ from the CPU's");
     cr_expect_eq(memcmp(logits.cpu, dlogits.cpu, n * sizeof(float)), 0, "in place gives other dlogits");
     free(first); free(again);
     int_pair_free(targets);
     pair_free(logits); pair_free(losses); pair_free(mean); pair_free(dlogits);
+}
+
+/* The head in bf16 at GPT-2's shape (a chunk of 1024 rows, C = 768, V =
+ * 50304): the product writes the logits in bf16, each within one bf16 step
+ * of its fp32 output (cuBLAS may pick another kernel for a bf16 output, so
+ * another order of the fp32 sum), and the same bytes on each of three runs;
+ * the loss over them in place gives the CPU op's losses and dlogits, bytes
+ * (the same arithmetic: online_softmax.h); the product's backward from those
+ * dlogits read in place gives the bytes of the same values staged from fp32. */
+Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 1024, C = 768, V = 50304;
+    size_t nl = (size_t)N * V, nx = (size_t)N * C, nw = (size_t)V * C;
+    float dloss = 1.0f / 3.0f;
+    IntPair targets = tokens_random((size_t)N, V, 121);
+    Pair x = pair_random(nx, -2, 2, 122), w = pair_random(nw, -0.2f, 0.2f, 123), out = pair_random(nl, 0, 1, 124);
+    Pair logits16 = pair_random((nl + 1) / 2, 0, 1, 125), losses = pair_random((size_t)N, 0, 1, 126);
+    Pair dx = pair_random(nx, 0, 1, 127), dw = pair_random(nw, 0, 1, 128);
+    pair_round_to_bf16(x);
+    pair_round_to_bf16(w);
+    bf16 *first = malloc(nl * sizeof(bf16)), *again = malloc(nl * sizeof(bf16));
+    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+    pair_take_gpu(out);
+    for (int run = 0; run < 3; run++) {
+        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)logits16.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+        stream_copy(gpu_stream, run ? again : first, logits16.gpu, nl * sizeof(bf16));
+        stream_synchronize(gpu_stream);
+        if (run) cr_expect_eq(memcmp(first, again, nl * sizeof(bf16)), 0, "run %d: other bf16 logits", run + 1);
+    }
+    size_t apart = 0;  /* further from the fp32 output than a bf16 step at its size (2^-7 of it, at least) */
+    for (size_t i = 0; i < nl; i++)
+        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
+    cr_expect_eq(apart, 0, "matmul_forward_bf16 into bf16: %zu of %zu logits past one step of fp32's", apart, nl);
+    /* the loss in place over the bf16 logits, on both devices from the same bytes */
+    bf16 *cpu16 = (bf16 *)logits16.cpu;
+    memcpy(cpu16, first, nl * sizeof(bf16));
+    crossentropy_forward_backward(test_stream, losses.cpu, bf16_buf(cpu16), bf16_numbers(cpu16), targets.cpu, N, V,
+                                  dloss, DTYPE_BF16);
+    crossentropy_forward_backward(gpu_stream, losses.gpu, bf16_buf((bf16 *)logits16.gpu),
+                                  bf16_numbers((const bf16 *)logits16.gpu), targets.gpu, N, V, dloss, DTYPE_BF16);
+    expect_same_bytes(losses, (size_t)N * sizeof(float), "the losses of bf16 logits: the GPU's differ from the CPU's");
+    expect_same_bytes(logits16, nl * sizeof(bf16), "dlogits in bf16 in place: the GPU's differ from the CPU's");
+    /* the backward from those dlogits in place, and from their values in fp32 (staged) */
+    for (size_t i = 0; i < nl; i++) out.cpu[i] = float_from_bf16(cpu16[i]);
+    stream_copy(gpu_stream, out.gpu, out.cpu, nl * sizeof(float));
+    fill_zero(gpu_stream, dw.gpu, nw);
+    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+    pair_take_gpu(dx);
+    pair_take_gpu(dw);
+    fill_zero(gpu_stream, dw.gpu, nw);
+    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, bf16_numbers((const bf16 *)logits16.gpu), fp32_numbers(x.gpu),
+                         w.gpu, N, C, V);
+    expect_same_bytes(dx, nx * sizeof(float), "matmul_backward_bf16's dinp from bf16 dlogits");
+    expect_same_bytes(dw, nw * sizeof(float), "matmul_backward_bf16's weight gradient from bf16 dlogits");
+    free(first); free(again);
+    int_pair_free(targets);
+    pair_free(x); pair_free(w); pair_free(out); pair_free(logits16); pair_free(losses); pair_free(dx); pair_free(dw);
 }
 
 /* AdamW's table of an arena on both devices: tensors of 30000 numbers that

@@ -706,11 +706,14 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     float *loss_fp = alloc_floats(BT), *loss_bf = alloc_floats(BT);
     fill_uniform(logits, nl, -4, 4, 56);
     for (size_t i = 0; i < nl; i++) rounded[i] = bf16_rounded(logits[i]);
-    crossentropy_forward_backward(test_stream, loss_fp, dfp, rounded, tokens, (int)BT, V, 0.5f, DTYPE_FP32);
-    crossentropy_forward_backward(test_stream, loss_bf, dbf, logits, tokens, (int)BT, V, 0.5f, DTYPE_BF16);
+    crossentropy_forward_backward(test_stream, loss_fp, fp32_buf(dfp), fp32_numbers(rounded), tokens, (int)BT, V,
+                                  0.5f, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, loss_bf, fp32_buf(dbf), fp32_numbers(logits), tokens, (int)BT, V, 0.5f,
+                                  DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy: the losses of the rounded logits");
-    crossentropy_forward_backward(test_stream, loss_fp, logits, logits, tokens, (int)BT, V, 0.5f, DTYPE_BF16);
+    crossentropy_forward_backward(test_stream, loss_fp, fp32_buf(logits), fp32_numbers(logits), tokens, (int)BT, V,
+                                  0.5f, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(logits, dbf, nl * sizeof(float)), 0, "crossentropy in place in bf16: other dlogits");
     cr_expect_eq(memcmp(loss_fp, loss_bf, BT * sizeof(float)), 0, "crossentropy in place in bf16: other losses");
@@ -998,12 +1001,12 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(big_out16);
     free(big);
     /* the product's input, [N, C] of x, and dout [N, OC] */
-    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, got[k], held[k], w, N, C, OC);
+    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], w, N, C, OC);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
         memset(dw[k], 0, (size_t)OC * C * sizeof(float));
-        matmul_backward_bf16(test_stream, got[k], dw[k], dy, held[k], w, N, C, OC);
+        matmul_backward_bf16(test_stream, got[k], dw[k], fp32_numbers(dy), held[k], w, N, C, OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
@@ -1047,6 +1050,65 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(mean);
     free(rstd);
     free(scratch);
+}
+
+/* The head as autocast runs it in bf16: its product writes the logits in
+ * bf16, the loss reads them there and writes dlogits over them (in place),
+ * and the product's backward reads dlogits there. Each is, byte for byte,
+ * the same op's fp32 output stored, or from the same values held in fp32:
+ * the forward into bf16; the loss from bf16 logits in place, apart, and
+ * from fp32 logits into bf16; the backward from a bf16 dout and a bf16
+ * input at once. A vocabulary of 4099 (ragged) and rows enough that the
+ * room (over 1 MB) is unmapped when it moves. */
+Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_stored) {
+    enum { N = 64, C = 32, V = 4099 };
+    size_t nl = (size_t)N * V, nx = (size_t)N * C;
+    float *x = alloc_floats(nx), *w = alloc_floats((size_t)V * C), *logits = alloc_floats(nl);
+    float *dlogits = alloc_floats(nl), *losses = alloc_floats(N), *losses16 = alloc_floats(N);
+    bf16 *x16 = malloc(nx * sizeof(bf16)), *logits16 = malloc(nl * sizeof(bf16)), *d16 = malloc(nl * sizeof(bf16));
+    int *targets = malloc(N * sizeof(int));
+    fill_uniform(x, nx, -2, 2, 81);
+    fill_uniform(w, (size_t)V * C, -1, 1, 82);
+    for (size_t i = 0; i < nx; i++) {
+        x16[i] = bf16_from_float(x[i]);
+        x[i] = float_from_bf16(x16[i]);
+    }
+    for (size_t i = 0; i < (size_t)V * C; i++) w[i] = bf16_rounded(w[i]);
+    for (int i = 0; i < N; i++) targets[i] = (i * 131) % V;
+    /* the forward into fp32 and into bf16, from a bf16 input (both in the room: grown once, before either) */
+    matmul_forward_bf16(test_stream, fp32_buf(logits), fp32_numbers(x), w, N, C, V);
+    matmul_forward_bf16(test_stream, bf16_buf(logits16), bf16_numbers(x16), w, N, C, V);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(logits16, logits, nl), "matmul_forward_bf16 into bf16");
+    /* the loss: fp32's over the logits (read rounded), then bf16's in place over logits16 */
+    crossentropy_forward_backward(test_stream, losses, fp32_buf(dlogits), fp32_numbers(logits), targets, N, V, 0.25f,
+                                  DTYPE_BF16);
+    crossentropy_forward_backward(test_stream, losses16, bf16_buf(d16), fp32_numbers(logits), targets, N, V, 0.25f,
+                                  DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(d16, dlogits, nl), "crossentropy from fp32 logits into bf16 dlogits");
+    cr_assert(memcmp(losses, losses16, N * sizeof(float)) == 0, "its losses");
+    crossentropy_forward_backward(test_stream, losses16, bf16_buf(d16), bf16_numbers(logits16), targets, N, V, 0.25f,
+                                  DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(d16, dlogits, nl), "crossentropy from bf16 logits into bf16 dlogits, apart");
+    cr_assert(memcmp(losses, losses16, N * sizeof(float)) == 0, "its losses");
+    crossentropy_forward_backward(test_stream, losses16, bf16_buf(logits16), bf16_numbers(logits16), targets, N, V,
+                                  0.25f, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(logits16, dlogits, nl), "crossentropy in place in bf16");
+    cr_assert(memcmp(losses, losses16, N * sizeof(float)) == 0, "its losses in place");
+    /* the backward from dlogits and the input both in bf16 (in the room at once) and from their fp32 values */
+    for (size_t i = 0; i < nl; i++) dlogits[i] = float_from_bf16(logits16[i]);
+    float *dx = alloc_floats(nx), *dx16 = alloc_floats(nx), *dw = alloc_floats((size_t)V * C);
+    float *dw16 = alloc_floats((size_t)V * C);
+    matmul_backward_bf16(test_stream, dx, dw, fp32_numbers(dlogits), fp32_numbers(x), w, N, C, V);
+    matmul_backward_bf16(test_stream, dx16, dw16, bf16_numbers(logits16), bf16_numbers(x16), w, N, C, V);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(dx, dx16, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp from bf16 dout");
+    cr_assert(memcmp(dw, dw16, (size_t)V * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight from bf16 dout");
+    free(x); free(w); free(logits); free(dlogits); free(losses); free(losses16);
+    free(x16); free(logits16); free(d16); free(targets); free(dx); free(dx16); free(dw); free(dw16);
 }
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */
@@ -1121,7 +1183,8 @@ Test(kernels, crossentropy_forward_backward) {
     float *dlogits = alloc_floats(N * V), mean;
     fill_uniform(logits, N * V, -4, 4, 61);
     fill_uniform(dlogits, N * V, -1, 1, 62);  /* written, not added: this must vanish */
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, 1.0f / N, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses, fp32_buf(dlogits), fp32_numbers(logits), targets, N, V,
+                                  1.0f / N, DTYPE_FP32);
     mean_forward(test_stream, &mean, losses, N);
     stream_synchronize(test_stream);
     CrossEntropyCtx c = { to_double(logits, N * V), targets, N, V };
@@ -1152,9 +1215,12 @@ Test(kernels, crossentropy_at_gpt2_vocabulary_against_double) {
     fill_uniform(logits + 3 * (size_t)V, V, -80, 80, 64);
     memcpy(in_place, logits, n * sizeof(float));
     float dloss = 1.0f / 3.0f;
-    crossentropy_forward_backward(test_stream, losses_alone, NULL, logits, targets, N, V, dloss, DTYPE_FP32);
-    crossentropy_forward_backward(test_stream, losses, dlogits, logits, targets, N, V, dloss, DTYPE_FP32);
-    crossentropy_forward_backward(test_stream, losses_in_place, in_place, in_place, targets, N, V, dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses_alone, fp32_buf(NULL), fp32_numbers(logits), targets, N, V,
+                                  dloss, DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses, fp32_buf(dlogits), fp32_numbers(logits), targets, N, V, dloss,
+                                  DTYPE_FP32);
+    crossentropy_forward_backward(test_stream, losses_in_place, fp32_buf(in_place), fp32_numbers(in_place), targets,
+                                  N, V, dloss, DTYPE_FP32);
     stream_synchronize(test_stream);
     double *row = malloc(V * sizeof(double)), *want = malloc(V * sizeof(double));
     for (int i = 0; i < N; i++) {

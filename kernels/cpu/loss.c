@@ -37,7 +37,7 @@ static SoftmaxPartial row_softmax(const float *logit, int V, int rounds) {
         int n = V - first < CROSSENTROPY_THREADS ? V - first : CROSSENTROPY_THREADS;
         #pragma omp simd
         for (int t = 0; t < n; t++)
-            part[t] = softmax_merge(part[t], softmax_partial_of(softmax_logit(logit, first + t, rounds)));
+            part[t] = softmax_merge(part[t], softmax_partial_of(softmax_logit(logit, DTYPE_FP32, first + t, rounds)));
     }
     for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
         #pragma omp simd
@@ -61,12 +61,12 @@ static void crossentropy_row(const CrossEntropyArgs *a, int i) {
     int V = a->V, target = a->targets[i], rounds = a->rounds;
     const float *logit = a->logits + (size_t)i * V;
     SoftmaxPartial row = row_softmax(logit, V, rounds);
-    a->losses[i] = softmax_loss(softmax_logit(logit, target, rounds), row);
+    a->losses[i] = softmax_loss(softmax_logit(logit, DTYPE_FP32, target, rounds), row);
     if (!a->dlogits) return;
     float *d = a->dlogits + (size_t)i * V;
     #pragma omp simd
     for (int j = 0; j < V; j++) {
-        float g = softmax_grad(softmax_logit(logit, j, rounds), row, j == target, a->dloss);
+        float g = softmax_grad(softmax_logit(logit, DTYPE_FP32, j, rounds), row, j == target, a->dloss);
         d[j] = rounded_if(g, rounds);
     }
 }
@@ -77,8 +77,14 @@ static void crossentropy_task(void *p) {
     for (int i = 0; i < a->N; i++) crossentropy_row(a, i);
 }
 
-void cpu_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+/* Logits held in bf16 are widened into the stream's room, and dlogits held in
+ * bf16 made there (over the widened logits, in place) and stored. */
+void cpu_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                        const int *targets, int N, int V, float dloss, DType rounding) {
-    CrossEntropyArgs a = { losses, dlogits, logits, targets, N, V, dloss, rounding == DTYPE_BF16 };
+    size_t n = (size_t)N * V;
+    const float *x = cpu_fp32_of(s, logits, n, 0);
+    float *d = dlogits.data ? cpu_fp32_for(s, dlogits, n, 0) : NULL;
+    CrossEntropyArgs a = { losses, d, x, targets, N, V, dloss, rounding == DTYPE_BF16 };
     stream_launch(s, crossentropy_task, &a, sizeof a);
+    if (d) cpu_store_output(s, dlogits, d, n);
 }

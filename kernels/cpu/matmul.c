@@ -70,13 +70,24 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
     stream_launch(s, matmul_backward_task, &a, sizeof a);
 }
 
-/* The bf16 products (kernels.h): sgemm's, with an input held in bf16
- * widened first (the same values, so the same bits). */
-void cpu_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
-    cpu_matmul_forward(s, out, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);
+/* The bf16 products (kernels.h): sgemm's, with inputs held in bf16 widened
+ * into the stream's room first (the same values, so the same bits) and an
+ * output held in bf16 made there and stored: what is held in bf16 of the
+ * input and then the output (or the output gradient) side by side from 0,
+ * the room grown for both before either is placed. */
+void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+    size_t x = inp.dtype == DTYPE_BF16 ? (size_t)N * C : 0, y = (size_t)N * OC;
+    if (out.dtype == DTYPE_BF16) cpu_stream_room(s, x + y);
+    const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0);
+    float *written = cpu_fp32_for(s, out, y, x);
+    cpu_matmul_forward(s, written, in, weight, N, C, OC);
+    cpu_store_output(s, out, written, y);
 }
 
-void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                               const float *weight, int N, int C, int OC) {
-    cpu_matmul_backward(s, dinp, dweight, dout, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, N, C, OC);
+    size_t x = inp.dtype == DTYPE_BF16 ? (size_t)N * C : 0, y = (size_t)N * OC;
+    if (dout.dtype == DTYPE_BF16) cpu_stream_room(s, x + y);
+    const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0);
+    cpu_matmul_backward(s, dinp, dweight, cpu_fp32_of(s, dout, y, x), in, weight, N, C, OC);
 }

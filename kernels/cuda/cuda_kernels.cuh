@@ -63,8 +63,8 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbia
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
-void cuda_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC);
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
@@ -79,7 +79,7 @@ void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
-void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                         const int *targets, int N, int V, float dloss, DType rounding);
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,

@@ -12,13 +12,13 @@
 
 /* The row's max and sum: thread t's partial over logits t, t + THREADS, ...,
  * then the tree (partial t takes t + stride, stride halving); every thread
- * gets the row's. */
-__device__ static SoftmaxPartial row_softmax(const float *logit, int V, int rounds) {
+ * gets the row's. The row's logits are held as `held` says. */
+__device__ static SoftmaxPartial row_softmax(const void *logits, DType held, size_t first, int V, int rounds) {
     __shared__ SoftmaxPartial part[CROSSENTROPY_THREADS];
     int t = threadIdx.x;
     SoftmaxPartial mine = softmax_partial_empty();
     for (int j = t; j < V; j += CROSSENTROPY_THREADS)
-        mine = softmax_merge(mine, softmax_partial_of(softmax_logit(logit, j, rounds)));
+        mine = softmax_merge(mine, softmax_partial_of(softmax_logit(logits, held, first + j, rounds)));
     part[t] = mine;
     __syncthreads();
     for (int stride = CROSSENTROPY_THREADS / 2; stride > 0; stride /= 2) {
@@ -29,24 +29,23 @@ __device__ static SoftmaxPartial row_softmax(const float *logit, int V, int roun
 }
 
 /* Row blockIdx.x's loss and, with dlogits, its gradient. In place
- * (dlogits == logits) the target's logit is read before any is written. */
-__global__ static void crossentropy_kernel(float *losses, float *dlogits, const float *logits, const int *targets,
-                                           int V, float dloss, int rounds) {
-    size_t row = blockIdx.x;
-    const float *logit = logits + row * V;
+ * (dlogits over logits) the target's logit is read before any is written. */
+__global__ static void crossentropy_kernel(float *losses, Buf dlogits, ConstBuf logits, const int *targets, int V,
+                                           float dloss, int rounds) {
+    size_t row = blockIdx.x, first = row * V;
     int target = targets[row];
-    SoftmaxPartial total = row_softmax(logit, V, rounds);
-    if (threadIdx.x == 0) losses[row] = softmax_loss(softmax_logit(logit, target, rounds), total);
-    if (!dlogits) return;
+    SoftmaxPartial total = row_softmax(logits.data, logits.dtype, first, V, rounds);
+    if (threadIdx.x == 0)
+        losses[row] = softmax_loss(softmax_logit(logits.data, logits.dtype, first + target, rounds), total);
+    if (!dlogits.data) return;
     __syncthreads();
-    float *d = dlogits + row * V;
     for (int j = threadIdx.x; j < V; j += CROSSENTROPY_THREADS) {
-        float g = softmax_grad(softmax_logit(logit, j, rounds), total, j == target, dloss);
-        d[j] = rounded_if(g, rounds);
+        float g = softmax_grad(softmax_logit(logits.data, logits.dtype, first + j, rounds), total, j == target, dloss);
+        number_put(dlogits.data, dlogits.dtype, first + j, rounded_if(g, rounds));
     }
 }
 
-void cuda_crossentropy_forward_backward(Stream *s, float *losses, float *dlogits, const float *logits,
+void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                         const int *targets, int N, int V, float dloss, DType rounding) {
     if (N == 0) return;
     crossentropy_kernel<<<N, CROSSENTROPY_THREADS, 0, cuda_stream(s)>>>(losses, dlogits, logits, targets, V, dloss,

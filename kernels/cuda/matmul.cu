@@ -26,41 +26,46 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
 }
 
 /* out = op(a) @ op(b) (+ out with accumulate), column-major as cuBLAS sees it,
- * of bf16 inputs on the tensor cores: fp32 output, fp32 accumulation. */
+ * of bf16 inputs on the tensor cores, fp32 accumulation: the output held as
+ * out_held says (in bf16, each number rounded once from its fp32 sum). */
 static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                      const bf16 *a, int lda, const bf16 *b, int ldb, float *out, int ldo, int accumulate) {
+                      const bf16 *a, int lda, const bf16 *b, int ldb, void *out, DType out_held, int ldo,
+                      int accumulate) {
+    cudaDataType out_type = out_held == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     CHECK_CUBLAS(gpu_cublas()->gemm_ex(blas, ta, tb, m, n, k, &ONE, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
-                                       accumulate ? &ONE : &ZERO, out, CUDA_R_32F, ldo, CUBLAS_COMPUTE_32F,
+                                       accumulate ? &ONE : &ZERO, out, out_type, ldo, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
 }
 
-/* The input [N,C] of a bf16 product as 16 bits: where it is held in bf16,
- * read where it is; else stored (exact: bf16 values) into `room`. */
-static const bf16 *bf16_operand(Stream *s, ConstBuf inp, bf16 *room, size_t n) {
-    if (inp.dtype == DTYPE_BF16) return (const bf16 *)inp.data;
-    cuda_store_bf16(s, room, (const float *)inp.data, n);
+/* An operand of n numbers of a bf16 product as 16 bits: where it is held in
+ * bf16, read where it is; else stored (exact: bf16 values) into `room`. */
+static const bf16 *bf16_operand(Stream *s, ConstBuf x, bf16 *room, size_t n) {
+    if (x.dtype == DTYPE_BF16) return (const bf16 *)x.data;
+    cuda_store_bf16(s, room, (const float *)x.data, n);
     return room;
 }
 
-/* The same products of bf16 values (kernels.h): the weight and the output
- * gradient stored in the stream's bf16 staging (exact: they are bf16
- * values), the input too where it is held in fp32, then gemm_bf16. */
-void cuda_matmul_forward_bf16(Stream *s, float *out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+/* The same products of bf16 values (kernels.h): the weight stored in the
+ * stream's bf16 staging (exact: bf16 values), the input and the output
+ * gradient too where they are held in fp32, then gemm_bf16. */
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
     size_t w = operand_numbers((size_t)OC * C), x = (size_t)N * C;  /* each operand on its boundary */
-    bf16 *w16 = cuda_bf16_staging(s, w + x);
+    bf16 *w16 = cuda_bf16_staging(s, w + (inp.dtype == DTYPE_BF16 ? 0 : x));
     const bf16 *x16 = bf16_operand(s, inp, w16 + w, x);
     cuda_store_bf16(s, w16, weight, (size_t)OC * C);
-    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out, OC, 0);
+    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC, 0);
 }
 
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, const float *dout, ConstBuf inp,
+void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                const float *weight, int N, int C, int OC) {
-    size_t w = operand_numbers((size_t)OC * C), x = operand_numbers((size_t)N * C), d = (size_t)N * OC;
-    bf16 *w16 = cuda_bf16_staging(s, w + x + d), *d16 = w16 + w + x;
+    size_t w = operand_numbers((size_t)OC * C), x = operand_numbers((size_t)N * C);
+    size_t d = dout.dtype == DTYPE_BF16 ? 0 : (size_t)N * OC;
+    bf16 *w16 = cuda_bf16_staging(s, w + x + d);
     const bf16 *x16 = bf16_operand(s, inp, w16 + w, (size_t)N * C);
+    const bf16 *d16 = bf16_operand(s, dout, w16 + w + x, (size_t)N * OC);
     cuda_store_bf16(s, w16, weight, (size_t)OC * C);
-    cuda_store_bf16(s, d16, dout, d);
     cublasHandle_t blas = cuda_blas(s);
-    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, C, 0);       /* dinp = dout @ weight */
-    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, C, 1);   /* dweight += dout^T @ inp */
+    /* dinp = dout @ weight, dweight += dout^T @ inp */
+    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, DTYPE_FP32, C, 0);
+    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, DTYPE_FP32, C, 1);
 }
