@@ -30,7 +30,7 @@ static void op_end(Stream *s) {
     trace_end(s);
 }
 
-void embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte, const float *wpe,
+void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe,
                        int B, int T, int C, DType rounding) {
     op_begin(s, "embedding_forward");
     backend(s)->embedding_forward(s, out, tokens, wte, wpe, B, T, C, rounding);
@@ -45,14 +45,14 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, 
 }
 
 void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                       const float *weight, const float *bias, int N, int C, DType rounding) {
+                       ConstBuf weight, ConstBuf bias, int N, int C, DType rounding) {
     op_begin(s, "layernorm_forward");
     backend(s)->layernorm_forward(s, out, mean, rstd, inp, weight, bias, N, C, rounding);
     op_end(s);
 }
 
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                const float *b, const float *weight, const float *bias, int N, int C,
+                                const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                 DType rounding) {
     op_begin(s, "residual_layernorm_forward");
     backend(s)->residual_layernorm_forward(s, resid, out, mean, rstd, a, b, weight, bias, N, C, rounding);
@@ -62,7 +62,7 @@ void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, floa
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C, float *scratch,
+                        ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding) {
     op_begin(s, "layernorm_backward");
     backend(s)->layernorm_backward(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, rounding);
@@ -83,14 +83,14 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     op_end(s);
 }
 
-void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
     op_begin(s, "matmul_forward");
     backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
     op_end(s);
 }
 
 void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                          const float *weight, int N, int C, int OC) {
+                          ConstBuf weight, int N, int C, int OC) {
     op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
     op_end(s);
@@ -128,7 +128,7 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
     op_end(s);
 }
 
-void bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding) {
+void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding) {
     op_begin(s, "bias_forward");
     backend(s)->bias_forward(s, out, inp, bias, N, OC, rounding);
     op_end(s);

@@ -14,8 +14,9 @@
  * after it would; DTYPE_FP32 writes the numbers as computed.
  *
  * An input an op reads in either dtype is a ConstBuf: its numbers and how
- * they are held (the block internals a model keeps in bf16, read in place by
- * the backward). A bf16 input is widened (exact) as it is read, so the op
+ * they are held (the weights, which a model computes with in bf16 under
+ * autocast; the block internals it keeps in bf16, read in place by the
+ * backward). A bf16 input is widened (exact) as it is read, so the op
  * gives the bytes it gives the same values held in fp32. An output it
  * writes in either dtype is a Buf (the block internals the forward writes
  * where they are kept), stored as it is written: in bf16 the bytes of the
@@ -92,8 +93,8 @@ typedef struct {
  * and dwpe[T,C]: each row of dwte takes its token's rows of dout (the batch's
  * buckets, on the stream's device: token_buckets.h) one by one in row order,
  * each row of dwpe its position's in batch order. */
-void embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C, DType rounding);
+void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe, int B, int T, int C,
+                       DType rounding);
 void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                         TokenBuckets buckets, int B, int T, int C);
 
@@ -105,7 +106,7 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
  * leaves scratch untouched. */
 size_t column_sums_scratch_floats(int N, int width);
 
-/* LayerNorm, eps 1e-5, and with bias (else NULL) the bias after it: out =
+/* LayerNorm, eps 1e-5, and with bias (its data NULL: none) the bias after it: out =
  * (inp - mean) * rstd * weight (+ bias), rounded once as `rounding` says
  * (the bytes of bias_forward after it); saves mean and 1/std per row (fp32)
  * for the backward. The backward adds the
@@ -115,17 +116,16 @@ size_t column_sums_scratch_floats(int N, int width);
  * NULL) the gradient of a bias after the LayerNorm into dbias, as
  * bias_backward over dout adds it, both in the parts of row_parts.h, in one
  * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
-void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                       const float *weight, const float *bias, int N, int C, DType rounding);
+void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp, ConstBuf weight, ConstBuf bias,
+                       int N, int C, DType rounding);
 /* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
  * a + b, then layernorm_forward of resid into out, each rounded as
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                const float *b, const float *weight, const float *bias, int N, int C,
-                                DType rounding);
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                        ConstBuf inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch, DType rounding);
+                                const float *b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+                        ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
+                        DType rounding);
 
 /* Where an operand of a product is held, by the GPU's staging or in place
  * (what a model keeps, a model's activations, attention's scratch), it
@@ -149,13 +149,13 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
 /* The same products of bf16 values (autocast's Linear: every input a bf16
  * value), accumulated in fp32: on the CPU through sgemm, each product of two
  * bf16 exact in fp32; on the GPU on its bf16 tensor cores, each input in 16
- * bits (read where it is held in bf16: inp, dout; else stored, exact) and
- * cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward's
+ * bits (read where it is held in bf16: the weight, inp, dout; else stored,
+ * exact) and cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward's
  * output is fp32, or in bf16 (the head's logits) each number rounded once
  * from its fp32 sum; the backward's are fp32. */
-void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
 void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                          const float *weight, int N, int C, int OC);
+                          ConstBuf weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
  * channels); out[B,T,C] the heads side by side. `saved` is what the forward
@@ -201,12 +201,12 @@ void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const flo
 void residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
 
 /* A Linear's bias (a LayerNorm's is layernorm_forward's) after its product:
- * out[N,OC] = inp + bias[OC] on every row (bias NULL: none, out = inp, the
+ * out[N,OC] = inp + bias[OC] on every row (bias's data NULL: none, out = inp, the
  * product's output rounded and stored as out is held), rounded as rounding
  * says; out may be inp (in place). And dbias[OC] += the column sums of
  * dout[N,OC], in the parts of row_parts.h (scratch:
  * column_sums_scratch_floats(N, OC) floats). */
-void bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
+void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
 void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).

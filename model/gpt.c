@@ -20,16 +20,29 @@ static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
     return (rows + chunks - 1) / chunks;
 }
 
-/* The floats of the root's tensors and of one whole block's: under autocast,
- * the sizes of the root's rounded copy and of any other unit's (a whole block
- * is the most a unit holds under any policy). */
-static void unit_floats(const ModelConfig *cfg, size_t *root, size_t *block) {
+/* Where tensor t begins in its unit's bf16 copy (compute_weights): its
+ * unit's earlier tensors each on its boundary (operand_numbers), so that a
+ * product reads a weight in place with the alignment the staging gave it,
+ * whatever the unit policy. */
+static size_t copy_offset(const ArenaLayout *layout, int t) {
+    size_t at = 0;
+    for (int u = t - 1; u >= 0 && layout->tensors[u].unit == layout->tensors[t].unit; u--)
+        at += operand_numbers(layout->tensors[u].numel);
+    return at;
+}
+
+/* The bf16 numbers of the root's copy and of one whole block's: under
+ * autocast, the root's and any other unit's (a whole block is the most a
+ * unit holds under any policy). */
+static void copy_numbers(const ModelConfig *cfg, size_t *root, size_t *block) {
     ModelConfig one = *cfg;
     one.layers = 1;
     ArenaLayout *layout = host_calloc(1, sizeof *layout);
     gpt_layout(&one, 1, layout);
-    *root = layout->units[0].used;
-    *block = layout->units[1].used;
+    int last_root = 0, last = layout->ntensors - 1;
+    while (layout->tensors[last_root + 1].unit == 0) last_root++;
+    *root = copy_offset(layout, last_root) + operand_numbers(layout->tensors[last_root].numel);
+    *block = copy_offset(layout, last) + operand_numbers(layout->tensors[last].numel);
     free(layout);
 }
 
@@ -88,9 +101,14 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == DTYPE_BF16) {
-        unit_floats(cfg, &root, &block);
+        copy_numbers(cfg, &root, &block);
+        root = (root + 1) / 2;  /* the copies in bf16, two numbers a float */
+        block = (block + 1) / 2;
         largest_block_tensor = 4 * C * C;
         wte = V * C;
+        /* the embeddings' gradients, made at the end of the backward where the logits were */
+        size_t embedding_grads = (V + (size_t)cfg->block_size) * C;
+        if (embedding_grads > logits) logits = embedding_grads;
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
@@ -120,32 +138,37 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
     return model_activation_floats(table, ACTIVATION_TENSORS);
 }
 
-/* The largest of one product's numbers, weight + input + output gradient,
- * each on its boundary (operand_numbers), over the Linears and the head (a
- * chunk of its rows, whose output gradient, dlogits in bf16, is read in
- * place): what a GPU's matmul in bf16 restages them into (cuda_bf16_staging). */
-static size_t largest_product_numbers(const ModelConfig *cfg, int B, int T) {
-    size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
-    size_t out_widths[4] = { 3 * C, C, 4 * C, C }, in_widths[4] = { C, C, C, 4 * C };
-    size_t most = operand_numbers(V * C) + operand_numbers(R * C);  /* the head's dlogits are read in place */
-    for (int i = 0; i < 4; i++) {
-        size_t n = operand_numbers(out_widths[i] * in_widths[i]) + operand_numbers(BT * in_widths[i]) +
-                   BT * out_widths[i];
-        if (n > most) most = n;
-    }
-    return most;
-}
+/* The block's Linears' input and output widths, in C: qkv, attention's
+ * projection, fc, the MLP's projection. */
+static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
-    if (kind == DEVICE_CUDA) return largest_product_numbers(cfg, B, T) * sizeof(bf16);
-    /* the widest an op reads or writes in bf16, 4C a position: GELU's input and output (in place), or attention's
-     * q, k, v and output; with recompute 3C, the fused add and LayerNorm from the bf16 residual stream; or a
-     * chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its backward
-     * reads (its input, the final LayerNorm's output, is fp32) */
-    size_t head = classifier_rows(cfg, B, T) * (size_t)cfg->vocab;
-    size_t widest = (size_t)B * T * (keeps_bf16(compute) ? 4 : 3) * cfg->embd;
-    return (head > widest ? head : widest) * sizeof(float);
+    size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
+    int kept = keeps_bf16(compute);  /* the Linears' inputs held in bf16, else fp32 */
+    if (kind == DEVICE_CUDA) {
+        /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
+         * boundary: the head's input (its weight and dlogits are read in place); a Linear's input where it is
+         * not kept in bf16, and in the backward its output gradient (the weights are read in place) */
+        size_t most = operand_numbers(R * C);
+        for (int i = 0; i < 4; i++) {
+            size_t n = (kept ? 0 : operand_numbers(BT * LINEAR_IN[i] * C)) + operand_numbers(BT * LINEAR_OUT[i] * C);
+            if (n > most) most = n;
+        }
+        return most * sizeof(bf16);
+    }
+    /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
+     * bf16: 4C a position (GELU's input and output, in place, or attention's q, k, v and output; with recompute
+     * 3C, the fused add and LayerNorm from the bf16 residual stream); a chunk of the head's logits, which its
+     * product writes, the loss reads and writes (in place) and its backward reads, beside the head's weight (its
+     * input, the final LayerNorm's output, is fp32); or a Linear's weight, beside its input where kept in bf16 */
+    size_t most = BT * (kept ? 4 : 3) * C, head = R * V + V * C;
+    if (head > most) most = head;
+    for (int i = 0; i < 4; i++) {
+        size_t n = (kept ? BT * LINEAR_IN[i] * C : 0) + LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
+        if (n > most) most = n;
+    }
+    return most * sizeof(float);
 }
 
 static void gpt_destroy(Model *base) { free(base); }
@@ -198,10 +221,10 @@ static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
 }
 
-/* An fp32 product's input and output: a model holds bf16 only under autocast. */
+/* An fp32 product's operands and output: a model holds bf16 only under autocast. */
 static const float *fp32_input(ConstBuf inp) {
     if (inp.dtype == DTYPE_FP32) return inp.data;
-    fprintf(stderr, "fatal: an fp32 product given a bf16 input\n");
+    fprintf(stderr, "fatal: an fp32 product given a bf16 operand\n");
     abort();
 }
 
@@ -209,15 +232,16 @@ static float *fp32_output(Buf out) { return (float *)fp32_input(const_buf(out));
 
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
-static void product_forward(GPT *m, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
+static void product_forward(GPT *m, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
     if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, N, C, OC);
-    else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), weight, N, C, OC);
+    else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), fp32_input(weight), N, C, OC);
 }
 
-static void product_backward(GPT *m, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                             const float *weight, int N, int C, int OC) {
+static void product_backward(GPT *m, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp, ConstBuf weight,
+                             int N, int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, dinp, dweight, fp32_input(dout), fp32_input(inp), weight, N, C, OC);
+    else matmul_backward(m->base.stream, dinp, dweight, fp32_input(dout), fp32_input(inp), fp32_input(weight), N, C,
+                         OC);
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -227,40 +251,54 @@ static void bf16_values(GPT *m, float *x, size_t n) {
     if (autocast(m)) round_to_bf16(m->base.stream, x, x, n);
 }
 
-/* The copy of unit u's weights the model computes with under autocast. */
-static float *unit_copy(GPT *m, int unit) { return unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16; }
+/* The bf16 copy of unit u's weights the model computes with under autocast. */
+static bf16 *unit_copy(GPT *m, int unit) { return (bf16 *)(unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16); }
 
 /* As the model enters a unit, after its hook (its weights are there): under
- * autocast, the unit's weights as bf16 values in its copy, which the model
- * reads until it enters the next (the root's, until the embeddings'
- * backward): FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's
- * compute copy bf16, the fp32 ones the master weights. Widened from the
- * strategy's bf16 copy where it holds one, else rounded from fp32: the
- * same values. */
+ * autocast, the unit's weights in bf16 in its copy, each tensor on its
+ * boundary (copy_offset), which the ops read in place until the model
+ * enters the next unit (the root's, until the final LayerNorm's backward):
+ * FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's compute
+ * copy bf16, the fp32 ones the master weights. Copied from the strategy's
+ * bf16 copy where it holds one, else stored from fp32 (rounded): the same
+ * values. Tensors side by side in both (every size a multiple of 128
+ * numbers, as GPT-2's) go in one copy. */
 static void compute_weights(GPT *m, int unit) {
     if (!autocast(m)) return;
-    size_t used = m->base.layout.units[unit].used;
-    if (m->base.unit_weights_bf16[unit]) load_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights_bf16[unit], used);
-    else round_to_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], used);
+    const ArenaLayout *layout = &m->base.layout;
+    size_t base = layout->units[unit].offset;
+    bf16 *held = m->base.unit_weights_bf16[unit];
+    for (int t = 0; t < layout->ntensors; t++) {
+        if (layout->tensors[t].unit != unit) continue;
+        size_t from = layout->tensors[t].offset - base, to = copy_offset(layout, t), n = layout->tensors[t].numel;
+        while (t + 1 < layout->ntensors && layout->tensors[t + 1].unit == unit &&
+               copy_offset(layout, t + 1) - to == layout->tensors[t + 1].offset - base - from)
+            n += layout->tensors[++t].numel;
+        if (held) stream_copy(m->base.stream, unit_copy(m, unit) + to, held + from, n * sizeof(bf16));
+        else store_bf16(m->base.stream, unit_copy(m, unit) + to, m->base.unit_weights[unit] + from, n);
+    }
 }
 
-/* Tensor t's weights as the model computes with them: its unit's, or their copy. */
-static float *compute_tensor(GPT *m, int t) {
-    if (!autocast(m)) return model_tensor(&m->base, m->base.unit_weights, t);
-    const TensorSpec *spec = &m->base.layout.tensors[t];
-    return unit_copy(m, spec->unit) + (spec->offset - m->base.layout.units[spec->unit].offset);
+/* Tensor t's weights as the model computes with them: its unit's in fp32,
+ * or under autocast their bf16 copy. */
+static ConstBuf compute_tensor(GPT *m, int t) {
+    if (!autocast(m)) return fp32_numbers(model_tensor(&m->base, m->base.unit_weights, t));
+    return bf16_numbers(unit_copy(m, m->base.layout.tensors[t].unit) + copy_offset(&m->base.layout, t));
 }
 
-static float *weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }
+static ConstBuf weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }
 
 /* Tensor t's fp32 gradient, which the model adds into without autocast. */
 static float *grad_of(GPT *m, int t) { return model_tensor(&m->base, m->base.unit_grads, t); }
 /* The bias after weight tensor t; -1 (none) without cfg.bias. */
 static int bias_after(const GPT *m, int t) { return m->base.cfg.bias ? t + 1 : -1; }
 
-/* Part i of block l's bias as the model computes with it; NULL without cfg.bias. */
-static const float *part_bias(GPT *m, int l, int i) {
-    return m->base.cfg.bias ? compute_tensor(m, block_tensor(m, l, i) + 1) : NULL;
+/* None: a bias's data NULL without cfg.bias. */
+static const ConstBuf NO_NUMBERS = { NULL, DTYPE_FP32 };
+
+/* Part i of block l's bias as the model computes with it; none without cfg.bias. */
+static ConstBuf part_bias(GPT *m, int l, int i) {
+    return m->base.cfg.bias ? compute_tensor(m, block_tensor(m, l, i) + 1) : NO_NUMBERS;
 }
 
 /* Where tensor t's gradient of n floats is made: added into itself, or
@@ -308,7 +346,7 @@ static void bias_grad(GPT *m, int t, const float *dout, size_t N, int OC) {
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
  * hook, and its span of the trace (a block's first tensor opens one always).
  * Returns the tensor's weights, read after the hook. */
-static const float *forward_weights(GPT *m, int l, int i) {
+static ConstBuf forward_weights(GPT *m, int l, int i) {
     int t = block_tensor(m, l, i), unit = m->base.layout.tensors[t].unit;
     if (model_opens_unit(&m->base, t)) {
         if (i != LN1) trace_end(m->base.stream);
@@ -344,7 +382,7 @@ static void leave_backward(GPT *m, int l, int i) {
 /* Where the forward reads weights: in the forward itself, through the unit
  * hooks (forward_weights); recomputed inside the backward, where the
  * backward's hook has made the block's unit present, directly. */
-static const float *block_weights(GPT *m, int l, int i, int hooks) {
+static ConstBuf block_weights(GPT *m, int l, int i, int hooks) {
     return hooks ? forward_weights(m, l, i) : weights_of(m, l, i);
 }
 
@@ -358,9 +396,9 @@ static const float *block_weights(GPT *m, int l, int i, int hooks) {
  * where out is the product's buffer. */
 static void linear_forward(GPT *m, Buf out, float *product, ConstBuf inp, int l, int i, int hooks, size_t N, int C,
                            int OC) {
-    const float *weight = block_weights(m, l, i, hooks), *bias = part_bias(m, l, i);
+    ConstBuf weight = block_weights(m, l, i, hooks), bias = part_bias(m, l, i);
     product_forward(m, fp32_buf(product), inp, weight, (int)N, C, OC);
-    if (bias || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
+    if (bias.data || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
     else bf16_values(m, product, N * OC);
 }
 
@@ -384,8 +422,7 @@ static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout
  * side (the bias's after the weight's C), and the input's joins the residual
  * stream's gradient in the op as autocast's bf16 add of the stream's two
  * uses: dresid = bf16(dresid + bf16(the input's)). */
-static void norm_backward(GPT *m, int t, ConstBuf inp, const float *weight, const float *mean,
-                          const float *rstd) {
+static void norm_backward(GPT *m, int t, ConstBuf inp, ConstBuf weight, const float *mean, const float *rstd) {
     Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
     int bias = bias_after(m, t);
@@ -448,23 +485,14 @@ static BlockActivations block_activations(const GPT *m, int l) {
     return b;
 }
 
-typedef struct { float *wte, *wpe, *lnf_w, *lnf_b; } RootTensors;  /* lnf_b: NULL without cfg.bias */
+typedef struct { ConstBuf wte, wpe, lnf_w, lnf_b; } RootWeights;  /* lnf_b: none without cfg.bias */
 enum { WTE, WPE, LNF_W };  /* the root's tensors in the arena (ln_f's bias next, with cfg.bias) */
 
-/* The root's tensors in a unit-sized buffer; wte and wpe are side by side. */
-static RootTensors root_tensors(const GPT *m, float *unit_base) {
-    RootTensors r;
-    const ModelConfig *cfg = &m->base.cfg;
-    r.wte = unit_base;
-    r.wpe = r.wte + (size_t)cfg->vocab * cfg->embd;
-    r.lnf_w = r.wpe + (size_t)cfg->block_size * cfg->embd;
-    r.lnf_b = cfg->bias ? r.lnf_w + cfg->embd : NULL;
-    return r;
-}
-
 /* The root's weights as the model computes with them (compute_weights). */
-static RootTensors root_weights(GPT *m) {
-    return root_tensors(m, autocast(m) ? m->acts.root_bf16 : m->base.unit_weights[0]);
+static RootWeights root_weights(GPT *m) {
+    RootWeights r = { compute_tensor(m, WTE), compute_tensor(m, WPE), compute_tensor(m, LNF_W), NO_NUMBERS };
+    if (m->base.cfg.bias) r.lnf_b = compute_tensor(m, LNF_W + 1);
+    return r;
 }
 
 /* Dropout sites: 0 for the embeddings, then three per block. */
@@ -524,7 +552,7 @@ static void block_forward(GPT *m, int l, int hooks) {
     BlockActivations b = block_activations(m, l);
     uint32_t site = 1 + 3 * (uint32_t)l;
     DType rounding = m->precision;
-    const float *ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
+    ConstBuf ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);
     layernorm_forward(s, ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
     Buf qkv = kept_tensor(m, l, KEPT_QKV, b.qkv);  /* kept in bf16: its product in fc's fp32 buffer */
@@ -534,7 +562,7 @@ static void block_forward(GPT *m, int l, int hooks) {
                       m->precision, rounding);
     linear_forward(m, fp32_buf(b.attproj), b.attproj, const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, fp32_buf(b.attproj), fp32_numbers(b.attproj), BT * C, dropout_at(m, site + 1), rounding);
-    const float *ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
+    ConstBuf ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
     residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
@@ -563,7 +591,7 @@ static Buf chunk_logits(const GPT *m) {
  * (lnf's rows bf16 values, the logits rounded once from the product's fp32
  * sums), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
  * chunk, which the backward rounds once the last is in. */
-static void classifier_chunk(GPT *m, const float *wte, size_t r0, size_t BT, float *dwte, float dloss) {
+static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
     int C = m->base.cfg.embd, V = m->base.cfg.vocab;
@@ -598,7 +626,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     model_upload_batch(&m->base, tokens, targets, BT);
 
     model_before_forward(&m->base, 0);
-    RootTensors root = root_weights(m);
+    RootWeights root = root_weights(m);
     trace_begin(s, "forward", 0);
     compute_weights(m, 0);
     Buf encoded = stream_after(m, -1);
@@ -614,7 +642,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
 
     trace_begin(s, "forward", 0);
     layernorm_forward(s, fp32_buf(a->lnf), a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
-    const float *head = root.wte;
+    ConstBuf head = root.wte;
     if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
@@ -636,7 +664,7 @@ void gpt_backward(GPT *m, float dloss) {
     Activations *a = &m->acts;
 
     model_before_backward(&m->base, 0);
-    RootTensors root = root_weights(m);
+    RootWeights root = root_weights(m);
     ConstBuf x_last = const_buf(stream_after(m, L - 1));
 
     /* The head, a chunk at a time: logits, loss and dlogits at once (a
@@ -647,7 +675,7 @@ void gpt_backward(GPT *m, float dloss) {
      * own in the bf16 sum that ends the backward. The root's copy is the
      * forward's: the root's weights stay as they were for the whole step. */
     trace_begin(s, "backward", 0);
-    const float *head = root.wte;
+    ConstBuf head = root.wte;
     float *dhead = autocast(m) ? a->dhead_bf16 : grad_of(m, WTE);
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
@@ -707,16 +735,17 @@ void gpt_backward(GPT *m, float dloss) {
         embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.buckets, B, T, C);
     } else {
         /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
-         * positions, rounded once) where the root's copy was, which nothing
-         * reads after the head; wte's joined by the head's in a bf16 add; both
-         * then added into their gradients at once (side by side). */
-        RootTensors made = root_tensors(m, a->root_bf16);
+         * positions, rounded once), side by side where the logits were, which
+         * nothing reads after the head; wte's joined by the head's in a bf16
+         * add; both then added into their gradients at once (side by side in
+         * the arena too). */
+        float *made = a->logits;
         size_t both = (size_t)(V + cfg->block_size) * C;
-        fill_zero(s, made.wte, both);
-        embedding_backward(s, made.wte, made.wpe, dencoded, m->base.buckets, B, T, C);
-        round_to_bf16(s, made.wte, made.wte, both);
-        residual_forward(s, fp32_buf(made.wte), fp32_numbers(made.wte), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
-        add_into_grad(m, WTE, made.wte, both);
+        fill_zero(s, made, both);
+        embedding_backward(s, made, made + (size_t)V * C, dencoded, m->base.buckets, B, T, C);
+        round_to_bf16(s, made, made, both);
+        residual_forward(s, fp32_buf(made), fp32_numbers(made), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
+        add_into_grad(m, WTE, made, both);
     }
     trace_end(s);
     model_after_backward(&m->base, 0);

@@ -41,14 +41,14 @@ typedef struct {
     float *dqkv;                             /* [B,T,3C] */
     float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
-    /* bf16 only (none in fp32). The weights the model computes with, rounded
-     * to bf16 as each unit is entered (gpt.c: compute_weights): the root's
-     * (its tensors' floats; at the end of the backward, the embeddings'
-     * gradients made in bf16 instead), and the unit's in hand (a whole
-     * block's floats, the most any unit policy puts in one). A block
-     * tensor's gradient made in bf16 before it adds into the fp32 one
-     * ([4C, C], the largest), and the head's, kept until the embedding's
-     * joins it ([V, C]). */
+    /* bf16 only (none in fp32). The weights the model computes with, in bf16
+     * (two numbers a float), copied as each unit is entered (gpt.c:
+     * compute_weights), each tensor on its operand boundary: the root's, and
+     * the unit's in hand (a whole block's, the most any unit policy puts in
+     * one). A block tensor's gradient made in bf16 before it adds into the
+     * fp32 one ([4C, C], the largest), and the head's, kept until the
+     * embedding's joins it ([V, C]; the embeddings' own are made in the
+     * logits' buffer, at the end of the backward). */
     float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
     /* bf16 without recompute: what each block's backward reads of its
      * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],

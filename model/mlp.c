@@ -46,7 +46,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     model_before_forward(base, 0);
     const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
     trace_begin(s, "forward", 0);
-    embedding_forward(s, fp32_buf(m->x), base->tokens, wte, wpe, B, T, C, DTYPE_FP32);
+    embedding_forward(s, fp32_buf(m->x), base->tokens, fp32_numbers(wte), fp32_numbers(wpe), B, T, C, DTYPE_FP32);
     trace_end(s);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
@@ -54,8 +54,8 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
         const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
-        layernorm_forward(s, fp32_buf(ln), m->ln_mean + l * BT, m->ln_rstd + l * BT, fp32_numbers(x), ln_w, NULL, BT,
-                          C, DTYPE_FP32);
+        layernorm_forward(s, fp32_buf(ln), m->ln_mean + l * BT, m->ln_rstd + l * BT, fp32_numbers(x),
+                          fp32_numbers(ln_w), fp32_numbers(NULL), BT, C, DTYPE_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
         gelu_forward(s, fp32_buf(h_gelu), fp32_numbers(h), BT * C, 0, DTYPE_FP32);
         residual_forward(s, fp32_buf(x_next), fp32_numbers(x), h_gelu, BT * C, DTYPE_FP32);
@@ -96,8 +96,9 @@ static void mlp_backward(Model *base, float dloss) {
         gelu_backward(s, m->dh, NULL, fp32_numbers(m->h + at), m->dx, BT, C, 0, DTYPE_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
-        layernorm_backward(s, m->dx, dln_w, NULL, m->dln, fp32_numbers(m->x + at), ln_w, m->ln_mean + (size_t)l * BT,
-                           m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, DTYPE_FP32);
+        layernorm_backward(s, m->dx, dln_w, NULL, m->dln, fp32_numbers(m->x + at), fp32_numbers(ln_w),
+                           m->ln_mean + (size_t)l * BT, m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch,
+                           DTYPE_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);

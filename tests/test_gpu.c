@@ -176,12 +176,12 @@ static void check_matmul(DType p) {
         pair_round_to_bf16(inp);
         pair_round_to_bf16(w);
         pair_round_to_bf16(dout);
-        matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(inp.cpu), w.cpu, N, C, OC);
-        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), w.gpu, N, C, OC);
-        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu), w.cpu, N,
-                             C, OC);
-        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu), w.gpu, N, C,
-                             OC);
+        matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(inp.cpu), fp32_numbers(w.cpu), N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu), N, C, OC);
+        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+                             fp32_numbers(w.cpu), N, C, OC);
+        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+                             fp32_numbers(w.gpu), N, C, OC);
     } else {
         matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
         matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
@@ -211,15 +211,15 @@ Test(gpu, layernorm_forward_backward) {
     Pair out = pair_random((size_t)N * C, -1, 1, 13), mean = pair_random((size_t)N, 0, 1, 14);
     Pair rstd = pair_random((size_t)N, 0, 1, 15), dout = pair_random((size_t)N * C, -1, 1, 16);
     Pair dinp = pair_random((size_t)N * C, -1, 1, 17), dw = pair_random((size_t)C, -1, 1, 18);
-    layernorm_forward(test_stream, fp32_buf(out.cpu), mean.cpu, rstd.cpu, fp32_numbers(inp.cpu), w.cpu, NULL, N, C,
-                      DTYPE_FP32);
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), w.gpu, NULL, N, C,
-                      DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(out.cpu), mean.cpu, rstd.cpu, fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
+                      fp32_numbers(NULL), N, C, DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
+                      fp32_numbers(NULL), N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu,
-                       N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu, rstd.gpu,
-                       N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
+                       mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
+                       mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -262,9 +262,9 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     Pair bias = pair_random(C, -0.5f, 0.5f, 124), sum = pair_random(n, 0, 1, 125), out = pair_random(n, 0, 1, 126);
     Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
     residual_forward(gpu_stream, fp32_buf(sum.gpu), fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(sum.gpu), w.gpu, NULL, N, C,
-                      DTYPE_FP32);
-    bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, bias.gpu, N, C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(sum.gpu),
+                      fp32_numbers(w.gpu), fp32_numbers(NULL), N, C, DTYPE_FP32);
+    bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     float *want_sum = malloc(n * sizeof(float)), *want_out = malloc(n * sizeof(float));
     float *want_stats = malloc(2 * (size_t)N * sizeof(float));
     stream_copy(gpu_stream, want_sum, sum.gpu, n * sizeof(float));
@@ -279,7 +279,8 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, out.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
         residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                                   fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+                                   fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                                   DTYPE_BF16);
         expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");
         expect_same_bytes(out, n * sizeof(float), "the LayerNorm with its bias after the add: its output");
         expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after the add: mean and rstd");
@@ -290,23 +291,26 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, held.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
         residual_layernorm_forward(gpu_stream, bf16_buf(sum16), bf16_buf(out16), stats.gpu, stats.gpu + N,
-                                   fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+                                   fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                                   DTYPE_BF16);
         expect_stored_bytes(sum16, want_sum, n, "the fused add's sum written in bf16");
         expect_stored_bytes(out16, want_out, n, "the LayerNorm after the add written in bf16");
         expect_same_bytes(stats, 2 * (size_t)N * sizeof(float), "the LayerNorm after a bf16 sum: mean and rstd");
     }
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu, N,
-                      C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu),
+                      fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     pair_take_gpu(out);
-    layernorm_forward(gpu_stream, bf16_buf(out16), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu, N, C,
-                      DTYPE_BF16);
+    layernorm_forward(gpu_stream, bf16_buf(out16), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), fp32_numbers(w.gpu),
+                      fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     expect_stored_bytes(out16, out.cpu, n, "layernorm_forward written in bf16");
     for (int with_bias = 0; with_bias < 2; with_bias++)  /* a Linear's bias after its product, or none */
         for (int run = 0; run < 3; run++) {
             stream_copy(gpu_stream, out.gpu, a.gpu, n * sizeof(float));
-            bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, with_bias ? bias.gpu : NULL, N, C, DTYPE_BF16);
+            bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, fp32_numbers(with_bias ? bias.gpu : NULL), N, C,
+                         DTYPE_BF16);
             pair_take_gpu(out);
-            bias_forward(gpu_stream, bf16_buf(out16), a.gpu, with_bias ? bias.gpu : NULL, N, C, DTYPE_BF16);
+            bias_forward(gpu_stream, bf16_buf(out16), a.gpu, fp32_numbers(with_bias ? bias.gpu : NULL), N, C,
+                         DTYPE_BF16);
             expect_stored_bytes(out16, out.cpu, n, with_bias ? "bias_forward into bf16" : "no bias into bf16");
         }
     store_bf16(gpu_stream, sum16, a.gpu, n);  /* a's numbers in bf16, and as fp32 values */
@@ -317,18 +321,20 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     expect_same_bytes(out, n * sizeof(float), "residual_forward from bf16");
     /* from a residual stream held in bf16 (a's numbers now, in sum16): LayerNorm, the fused add, dropout into
      * bf16 in place; and the embeddings into bf16 (wte a's first 50 rows, wpe b's) */
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu), w.gpu, bias.gpu,
-                      N, C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(a.gpu),
+                      fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     pair_take_gpu(out);
-    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, bf16_numbers(sum16), w.gpu, bias.gpu,
-                      N, C, DTYPE_BF16);
+    layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, bf16_numbers(sum16),
+                      fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     expect_same_bytes(out, n * sizeof(float), "layernorm_forward from bf16");
     residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                               fp32_numbers(a.gpu), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+                               fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                               DTYPE_BF16);
     pair_take_gpu(sum);
     pair_take_gpu(out);
     residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                               bf16_numbers(sum16), b.gpu, w.gpu, bias.gpu, N, C, DTYPE_BF16);
+                               bf16_numbers(sum16), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                               DTYPE_BF16);
     expect_same_bytes(sum, n * sizeof(float), "the fused add from bf16: its sum");
     expect_same_bytes(out, n * sizeof(float), "the fused add from bf16: its LayerNorm");
     Dropout mask = { 0.3f, 7, 1, 5, 0 };
@@ -337,9 +343,11 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     dropout_forward(gpu_stream, bf16_buf(sum16), bf16_numbers(sum16), n, mask, DTYPE_BF16);
     expect_stored_bytes(sum16, out.cpu, n, "dropout_forward in bf16, in place");
     IntPair tokens = tokens_random((size_t)N, 50, 3);
-    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, a.gpu, b.gpu, 1, N, C, DTYPE_BF16);
+    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, fp32_numbers(a.gpu), fp32_numbers(b.gpu), 1, N, C,
+                      DTYPE_BF16);
     pair_take_gpu(out);
-    embedding_forward(gpu_stream, bf16_buf(out16), tokens.gpu, a.gpu, b.gpu, 1, N, C, DTYPE_BF16);
+    embedding_forward(gpu_stream, bf16_buf(out16), tokens.gpu, fp32_numbers(a.gpu), fp32_numbers(b.gpu), 1, N, C,
+                      DTYPE_BF16);
     expect_stored_bytes(out16, out.cpu, n, "embedding_forward into bf16");
     int_pair_free(tokens);
     free(want_sum); free(want_out); free(want_stats);
@@ -367,8 +375,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), w.cpu, mean.cpu, rstd.cpu,
-                       N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
+                       mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -377,8 +385,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu,
-                           rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
+                           mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -389,8 +397,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu), w.gpu, mean.gpu,
-                       rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu),
+                       fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
     pair_free(ln_bias);
@@ -499,18 +507,20 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     IntPair tokens = tokens_random(BT, V, 3);
     Dropout drop = { 0.25f, 9, 1, 4, 2 };
     float *mean = stats.gpu, *rstd = stats.gpu + BT;
-    embedding_forward(gpu_stream, fp32_buf(fp.gpu), tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_FP32);
-    embedding_forward(gpu_stream, fp32_buf(bf.gpu), tokens.gpu, wte.gpu, y.gpu, B, T, C, DTYPE_BF16);
-    expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
-    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
+    embedding_forward(gpu_stream, fp32_buf(fp.gpu), tokens.gpu, fp32_numbers(wte.gpu), fp32_numbers(y.gpu), B, T, C,
                       DTYPE_FP32);
-    layernorm_forward(gpu_stream, fp32_buf(bf.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
+    embedding_forward(gpu_stream, fp32_buf(bf.gpu), tokens.gpu, fp32_numbers(wte.gpu), fp32_numbers(y.gpu), B, T, C,
                       DTYPE_BF16);
+    expect_gpu_rounded(bf.gpu, fp.gpu, n, "embedding_forward");
+    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), fp32_numbers(w.gpu),
+                      fp32_numbers(NULL), (int)BT, C, DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(bf.gpu), mean, rstd, fp32_numbers(x.gpu), fp32_numbers(w.gpu),
+                      fp32_numbers(NULL), (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "layernorm_forward");
     stream_copy(gpu_stream, fp.gpu, x.gpu, n * sizeof(float));
     stream_copy(gpu_stream, bf.gpu, x.gpu, n * sizeof(float));
-    bias_forward(gpu_stream, fp32_buf(fp.gpu), fp.gpu, w.gpu, (int)BT, C, DTYPE_FP32);
-    bias_forward(gpu_stream, fp32_buf(bf.gpu), bf.gpu, w.gpu, (int)BT, C, DTYPE_BF16);
+    bias_forward(gpu_stream, fp32_buf(fp.gpu), fp.gpu, fp32_numbers(w.gpu), (int)BT, C, DTYPE_FP32);
+    bias_forward(gpu_stream, fp32_buf(bf.gpu), bf.gpu, fp32_numbers(w.gpu), (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
     residual_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
     residual_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_BF16);
@@ -525,15 +535,15 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     }
 
     /* LayerNorm's backward: the bf16 add against its gradient alone, added on the host */
-    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), w.gpu, NULL, (int)BT, C,
-                      DTYPE_FP32);
+    layernorm_forward(gpu_stream, fp32_buf(fp.gpu), mean, rstd, fp32_numbers(x.gpu), fp32_numbers(w.gpu),
+                      fp32_numbers(NULL), (int)BT, C, DTYPE_FP32);
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C,
-                       scratch.gpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), w.gpu, mean, rstd, (int)BT, C,
-                       scratch.gpu, DTYPE_BF16);
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd,
+                       (int)BT, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd,
+                       (int)BT, C, scratch.gpu, DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
@@ -669,8 +679,10 @@ Test(gpu, embedding_forward_backward) {
     Pair wte = pair_random((size_t)V * C, -1, 1, 32), wpe = pair_random((size_t)T * C, -1, 1, 33);
     Pair out = pair_random((size_t)B * T * C, -1, 1, 34), dout = pair_random((size_t)B * T * C, -1, 1, 35);
     Pair dwte = pair_random((size_t)V * C, -1, 1, 36), dwpe = pair_random((size_t)T * C, -1, 1, 37);
-    embedding_forward(test_stream, fp32_buf(out.cpu), tokens.cpu, wte.cpu, wpe.cpu, B, T, C, DTYPE_FP32);
-    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, wte.gpu, wpe.gpu, B, T, C, DTYPE_FP32);
+    embedding_forward(test_stream, fp32_buf(out.cpu), tokens.cpu, fp32_numbers(wte.cpu), fp32_numbers(wpe.cpu), B, T,
+                      C, DTYPE_FP32);
+    embedding_forward(gpu_stream, fp32_buf(out.gpu), tokens.gpu, fp32_numbers(wte.gpu), fp32_numbers(wpe.gpu), B, T,
+                      C, DTYPE_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
     embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
@@ -793,8 +805,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, dw.gpu, (size_t)C);
         fill_zero(gpu_stream, db.gpu, (size_t)C);
-        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, dy.gpu, in[run > 0], lw.gpu, mean.gpu, rstd.gpu, N, C,
-                           scratch.gpu, DTYPE_BF16);
+        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, dy.gpu, in[run > 0], fp32_numbers(lw.gpu), mean.gpu,
+                           rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -840,13 +852,14 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     pair_round_to_bf16(w);
     pair_round_to_bf16(dy);
     for (int run = 0; run < 4; run++) {  /* the product's input: x's first N x C */
-        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), in[run > 0], w.gpu, N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), in[run > 0], fp32_numbers(w.gpu), N, C, OC);
         if (run == 0) pair_take_gpu(out);
         else expect_same_bytes(out, nx * sizeof(float), "matmul_forward_bf16 from bf16");
     }
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
-        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, fp32_numbers(dy.gpu), in[run > 0], w.gpu, N, C, OC);
+        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, fp32_numbers(dy.gpu), in[run > 0], fp32_numbers(w.gpu), N,
+                             C, OC);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -948,6 +961,86 @@ Test(gpu, crossentropy_forward_backward) {
     pair_free(logits); pair_free(losses); pair_free(mean); pair_free(dlogits);
 }
 
+/* Run k of an op: the first's GPU bytes taken (k = 0), the second's held to them. */
+static void take_or_expect(Pair p, int k, const char *what) {
+    if (k == 0) pair_take_gpu(p);
+    else expect_same_bytes(p, p.n * sizeof(float), what);
+}
+
+/* The weights held in bf16 (a model's compute copy under autocast) at
+ * GPT-2's shape (12 x 1024 rows, 768 wide, the MLP's 3072, V = 50304): every
+ * op that reads a weight gives the bytes it gives the same values held in
+ * fp32; the product reads its bf16 weight in place where it staged the fp32
+ * one (both on a 256-byte boundary: the same cuBLAS kernel). */
+Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int B = 12, T = 1024, N = B * T, C = 768, OC = 3072, V = 50304;
+    size_t n = (size_t)N * C, nw = (size_t)OC * C, nv = (size_t)V * C + (size_t)T * C;  /* wte, then wpe */
+    Pair x = pair_random(n, -2, 2, 141), b = pair_random(n, -1, 1, 142), dy = pair_random((size_t)N * OC, -1, 1, 143);
+    Pair w = pair_random(nw, -1, 1, 144), lw = pair_random(2 * (size_t)C, 0.5f, 1.5f, 145);
+    Pair emb = pair_random(nv, -1, 1, 146);
+    Pair out = pair_random((size_t)N * OC, 0, 1, 147), out2 = pair_random(n, 0, 1, 148);
+    Pair dw = pair_random(nw, 0, 1, 149), db = pair_random(2 * (size_t)C, 0, 1, 150);
+    Pair stats = pair_random(2 * (size_t)N, 0.5f, 2, 151);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, 2 * C), 0, 1, 152);
+    Pair w16 = pair_random((nw + 1) / 2, 0, 1, 153), lw16 = pair_random((size_t)C, 0, 1, 154);
+    Pair emb16 = pair_random((nv + 1) / 2, 0, 1, 155);
+    IntPair tokens = tokens_random((size_t)N, V, 156);
+    pair_round_to_bf16(w);
+    pair_round_to_bf16(lw);
+    pair_round_to_bf16(emb);
+    store_bf16(gpu_stream, (bf16 *)w16.gpu, w.gpu, nw);
+    store_bf16(gpu_stream, (bf16 *)lw16.gpu, lw.gpu, 2 * (size_t)C);
+    store_bf16(gpu_stream, (bf16 *)emb16.gpu, emb.gpu, nv);
+    const bf16 *lw_held = (const bf16 *)lw16.gpu, *emb_held = (const bf16 *)emb16.gpu;
+    ConstBuf weight[2] = { fp32_numbers(lw.gpu), bf16_numbers(lw_held) };
+    ConstBuf bias[2] = { fp32_numbers(lw.gpu + C), bf16_numbers(lw_held + C) };
+    ConstBuf product_weight[2] = { fp32_numbers(w.gpu), bf16_numbers((const bf16 *)w16.gpu) };
+    ConstBuf wte[2] = { fp32_numbers(emb.gpu), bf16_numbers(emb_held) };
+    ConstBuf wpe[2] = { fp32_numbers(emb.gpu + (size_t)V * C), bf16_numbers(emb_held + (size_t)V * C) };
+    for (int k = 0; k < 2; k++) {
+        layernorm_forward(gpu_stream, fp32_buf(out2.gpu), stats.gpu, stats.gpu + N, fp32_numbers(x.gpu), weight[k],
+                          bias[k], N, C, DTYPE_BF16);
+        take_or_expect(out2, k, "layernorm_forward with a bf16 weight and bias");
+    }
+    for (int k = 0; k < 2; k++) {
+        residual_layernorm_forward(gpu_stream, fp32_buf(out.gpu), fp32_buf(out2.gpu), stats.gpu, stats.gpu + N,
+                                   fp32_numbers(x.gpu), b.gpu, weight[k], bias[k], N, C, DTYPE_BF16);
+        take_or_expect(out2, k, "residual_layernorm_forward with a bf16 weight and bias");
+    }
+    for (int k = 0; k < 2; k++) {
+        fill_zero(gpu_stream, out2.gpu, n);
+        fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
+        layernorm_backward(gpu_stream, out2.gpu, db.gpu, db.gpu + C, dy.gpu, fp32_numbers(x.gpu), weight[k], stats.gpu,
+                           stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+        take_or_expect(out2, k, "layernorm_backward's dinp from a bf16 weight");
+        take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 weight");
+    }
+    for (int k = 0; k < 2; k++) {
+        bias_forward(gpu_stream, fp32_buf(out2.gpu), b.gpu, bias[k], N, C, DTYPE_BF16);
+        take_or_expect(out2, k, "bias_forward with a bf16 bias");
+    }
+    for (int k = 0; k < 2; k++) {
+        embedding_forward(gpu_stream, fp32_buf(out2.gpu), tokens.gpu, wte[k], wpe[k], B, T, C, DTYPE_BF16);
+        take_or_expect(out2, k, "embedding_forward from bf16 wte and wpe");
+    }
+    for (int k = 0; k < 2; k++) {
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), product_weight[k], N, C, OC);
+        take_or_expect(out, k, "matmul_forward_bf16 from a bf16 weight in place");
+    }
+    for (int k = 0; k < 2; k++) {
+        fill_zero(gpu_stream, dw.gpu, nw);
+        matmul_backward_bf16(gpu_stream, out2.gpu, dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu), product_weight[k],
+                             N, C, OC);
+        take_or_expect(out2, k, "matmul_backward_bf16's dinp from a bf16 weight in place");
+        take_or_expect(dw, k, "matmul_backward_bf16's weight gradient from a bf16 weight in place");
+    }
+    int_pair_free(tokens);
+    pair_free(x); pair_free(b); pair_free(dy); pair_free(w); pair_free(lw); pair_free(emb); pair_free(out);
+    pair_free(out2); pair_free(dw); pair_free(db); pair_free(stats); pair_free(scratch); pair_free(w16);
+    pair_free(lw16); pair_free(emb16);
+}
+
 /* The head in bf16 at GPT-2's shape (a chunk of 1024 rows, C = 768, V =
  * 50304): the product writes the logits in bf16, each within one bf16 step
  * of its fp32 output (cuBLAS may pick another kernel for a bf16 output, so
@@ -967,10 +1060,11 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
     pair_round_to_bf16(x);
     pair_round_to_bf16(w);
     bf16 *first = malloc(nl * sizeof(bf16)), *again = malloc(nl * sizeof(bf16));
-    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu), N, C, V);
     pair_take_gpu(out);
     for (int run = 0; run < 3; run++) {
-        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)logits16.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)logits16.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu), N,
+                            C, V);
         stream_copy(gpu_stream, run ? again : first, logits16.gpu, nl * sizeof(bf16));
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, nl * sizeof(bf16)), 0, "run %d: other bf16 logits", run + 1);
@@ -992,12 +1086,13 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
     for (size_t i = 0; i < nl; i++) out.cpu[i] = float_from_bf16(cpu16[i]);
     stream_copy(gpu_stream, out.gpu, out.cpu, nl * sizeof(float));
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu), w.gpu, N, C, V);
+    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu),
+                         N, C, V);
     pair_take_gpu(dx);
     pair_take_gpu(dw);
     fill_zero(gpu_stream, dw.gpu, nw);
     matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, bf16_numbers((const bf16 *)logits16.gpu), fp32_numbers(x.gpu),
-                         w.gpu, N, C, V);
+                         fp32_numbers(w.gpu), N, C, V);
     expect_same_bytes(dx, nx * sizeof(float), "matmul_backward_bf16's dinp from bf16 dlogits");
     expect_same_bytes(dw, nw * sizeof(float), "matmul_backward_bf16's weight gradient from bf16 dlogits");
     free(first); free(again);

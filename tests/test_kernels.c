@@ -115,9 +115,11 @@ static void check_layernorm(int N, int C) {
     fill_uniform(basew, C, -1, 1, 15);
     memcpy(dinp, base, sizeof(float) * N * C);
     memcpy(dw, basew, sizeof(float) * C);
-    layernorm_forward(test_stream, fp32_buf(out), mean, rstd, fp32_numbers(inp), w, NULL, N, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(out), mean, rstd, fp32_numbers(inp), fp32_numbers(w), fp32_numbers(NULL),
+                      N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, NULL, g, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, g, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C, scratch,
+                       DTYPE_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -406,7 +408,7 @@ static void check_embedding(int C) {
     fill_uniform(wte, V * C, -1, 1, 31);
     fill_uniform(wpe, T * C, -1, 1, 32);
     fill_uniform(g, B * T * C, -1, 1, 33);
-    embedding_forward(test_stream, fp32_buf(out), tokens, wte, wpe, B, T, C, DTYPE_FP32);
+    embedding_forward(test_stream, fp32_buf(out), tokens, fp32_numbers(wte), fp32_numbers(wpe), B, T, C, DTYPE_FP32);
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
     embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
     stream_synchronize(test_stream);
@@ -526,18 +528,18 @@ Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_the
     fill_uniform(bias, C, -0.5f, 0.5f, 64);
     for (int p = 0; p < DTYPES; p++) {
         const char *what = p == DTYPE_BF16 ? "bf16" : "fp32";
-        layernorm_forward(test_stream, fp32_buf(fused), stats_fused, stats_fused + N, fp32_numbers(a), w, bias, N, C,
-                          (DType)p);
-        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, fp32_numbers(a), w, NULL, N, C,
-                          DTYPE_FP32);
-        bias_forward(test_stream, fp32_buf(apart), apart, bias, N, C, (DType)p);
+        layernorm_forward(test_stream, fp32_buf(fused), stats_fused, stats_fused + N, fp32_numbers(a),
+                          fp32_numbers(w), fp32_numbers(bias), N, C, (DType)p);
+        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, fp32_numbers(a),
+                          fp32_numbers(w), fp32_numbers(NULL), N, C, DTYPE_FP32);
+        bias_forward(test_stream, fp32_buf(apart), apart, fp32_numbers(bias), N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
         residual_layernorm_forward(test_stream, fp32_buf(sum_fused), fp32_buf(fused), stats_fused, stats_fused + N,
-                                   fp32_numbers(a), b, w, bias, N, C, (DType)p);
+                                   fp32_numbers(a), b, fp32_numbers(w), fp32_numbers(bias), N, C, (DType)p);
         residual_forward(test_stream, fp32_buf(sum_apart), fp32_numbers(a), b, n, (DType)p);
-        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, fp32_numbers(sum_apart), w, bias,
-                          N, C, (DType)p);
+        layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, fp32_numbers(sum_apart),
+                          fp32_numbers(w), fp32_numbers(bias), N, C, (DType)p);
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(sum_fused, sum_apart, n * sizeof(float)), 0, "%s: the residual add fused", what);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: the LayerNorm after the add", what);
@@ -575,14 +577,15 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, NULL, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, dout, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C,
+                       scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), w, mean, rstd, N, C, scratch,
-                       DTYPE_FP32);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C,
+                       scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -653,18 +656,20 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     for (size_t i = 0; i < BT; i++) tokens[i] = (int)(i * 37 % V);
     Dropout drop = { 0.25f, 9, 1, 4, 2 };
 
-    embedding_forward(test_stream, fp32_buf(fp), tokens, wte, y, B, T, C, DTYPE_FP32);
-    embedding_forward(test_stream, fp32_buf(bf), tokens, wte, y, B, T, C, DTYPE_BF16);
+    embedding_forward(test_stream, fp32_buf(fp), tokens, fp32_numbers(wte), fp32_numbers(y), B, T, C, DTYPE_FP32);
+    embedding_forward(test_stream, fp32_buf(bf), tokens, fp32_numbers(wte), fp32_numbers(y), B, T, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "embedding_forward");
-    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, fp32_numbers(x), w, NULL, (int)BT, C, DTYPE_FP32);
-    layernorm_forward(test_stream, fp32_buf(bf), mean, rstd, fp32_numbers(x), w, NULL, (int)BT, C, DTYPE_BF16);
+    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, fp32_numbers(x), fp32_numbers(w), fp32_numbers(NULL),
+                      (int)BT, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(bf), mean, rstd, fp32_numbers(x), fp32_numbers(w), fp32_numbers(NULL),
+                      (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "layernorm_forward");
     memcpy(fp, x, n * sizeof(float));
     memcpy(bf, x, n * sizeof(float));
-    bias_forward(test_stream, fp32_buf(fp), fp, w, (int)BT, C, DTYPE_FP32);
-    bias_forward(test_stream, fp32_buf(bf), bf, w, (int)BT, C, DTYPE_BF16);
+    bias_forward(test_stream, fp32_buf(fp), fp, fp32_numbers(w), (int)BT, C, DTYPE_FP32);
+    bias_forward(test_stream, fp32_buf(bf), bf, fp32_numbers(w), (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "bias_forward");
     residual_forward(test_stream, fp32_buf(fp), fp32_numbers(x), y, n, DTYPE_FP32);
@@ -688,14 +693,17 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
 
     /* LayerNorm's backward: its gradient alone (into zeros), then the bf16 add */
     float *dinp = alloc_floats(n), *scratch = alloc_floats(column_sums_scratch_floats((int)BT, C));
-    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, fp32_numbers(x), w, NULL, (int)BT, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(fp), mean, rstd, fp32_numbers(x), fp32_numbers(w), fp32_numbers(NULL),
+                      (int)BT, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     memset(fp, 0, n * sizeof(float));
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, NULL, y, fp32_numbers(x), w, mean, rstd, (int)BT, C, scratch, DTYPE_FP32);
-    layernorm_backward(test_stream, bf, dw, NULL, y, fp32_numbers(x), w, mean, rstd, (int)BT, C, scratch, DTYPE_BF16);
+    layernorm_backward(test_stream, fp, dw, NULL, y, fp32_numbers(x), fp32_numbers(w), mean, rstd, (int)BT, C,
+                       scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, bf, dw, NULL, y, fp32_numbers(x), fp32_numbers(w), mean, rstd, (int)BT, C,
+                       scratch, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");
@@ -813,17 +821,18 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
         ar16[i] = bf16_from_float(a[i]);
         ar[i] = float_from_bf16(ar16[i]);
     }
-    layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, bf16_numbers(ar16), w, bias, N, C,
-                      DTYPE_BF16);
-    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(ar), w, bias, N, C, DTYPE_BF16);
+    layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, bf16_numbers(ar16), fp32_numbers(w),
+                      fp32_numbers(bias), N, C, DTYPE_BF16);
+    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(ar), fp32_numbers(w),
+                      fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(out16, out, n), "layernorm_forward from bf16 into bf16");
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "layernorm_forward's statistics from bf16");
     /* the fused add and LayerNorm from it, all three in bf16: 3n of room, grown past 2n before any is placed */
     residual_layernorm_forward(test_stream, bf16_buf(sum16), bf16_buf(out16), stats16, stats16 + N,
-                               bf16_numbers(ar16), b, w, bias, N, C, DTYPE_BF16);
-    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(ar), b, w,
-                               bias, N, C, DTYPE_BF16);
+                               bf16_numbers(ar16), b, fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(ar), b,
+                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n) && same_as_stored(out16, out, n), "residual_layernorm_forward from bf16");
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "residual_layernorm_forward's statistics from bf16");
@@ -841,18 +850,20 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     /* the embeddings into bf16: wte a's first 50 rows, wpe b's N */
     int *tokens = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tokens[i] = (i * 7) % 50;
-    embedding_forward(test_stream, bf16_buf(out16), tokens, a, b, 1, N, C, DTYPE_BF16);
-    embedding_forward(test_stream, fp32_buf(out), tokens, a, b, 1, N, C, DTYPE_BF16);
+    embedding_forward(test_stream, bf16_buf(out16), tokens, fp32_numbers(a), fp32_numbers(b), 1, N, C, DTYPE_BF16);
+    embedding_forward(test_stream, fp32_buf(out), tokens, fp32_numbers(a), fp32_numbers(b), 1, N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(out16, out, n), "embedding_forward into bf16");
     free(tokens); free(ar); free(ar16);
-    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(a), w, bias, N, C, DTYPE_BF16);
-    layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, fp32_numbers(a), w, bias, N, C, DTYPE_BF16);
+    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(a), fp32_numbers(w),
+                      fp32_numbers(bias), N, C, DTYPE_BF16);
+    layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, fp32_numbers(a), fp32_numbers(w),
+                      fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(out16, out, n), "layernorm_forward into bf16");
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "layernorm_forward's statistics");
-    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(a), b, w, bias,
-                               N, C, DTYPE_BF16);
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(a), b,
+                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (int held = 1; held < 4; held++) {  /* bit 0: the sum in bf16, bit 1: the LayerNorm's output */
         memset(sum16, 0xFF, n * sizeof(bf16));
@@ -860,8 +871,8 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
         float *sum32 = alloc_floats(n), *out32 = alloc_floats(n);
         Buf sum_buf = held & 1 ? bf16_buf(sum16) : fp32_buf(sum32);
         Buf out_buf = held & 2 ? bf16_buf(out16) : fp32_buf(out32);
-        residual_layernorm_forward(test_stream, sum_buf, out_buf, stats16, stats16 + N, fp32_numbers(a), b, w, bias, N,
-                                   C, DTYPE_BF16);
+        residual_layernorm_forward(test_stream, sum_buf, out_buf, stats16, stats16 + N, fp32_numbers(a), b,
+                                   fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
         stream_synchronize(test_stream);
         cr_assert(held & 1 ? same_as_stored(sum16, sum, n) : memcmp(sum32, sum, n * sizeof(float)) == 0,
                   "residual_layernorm_forward's sum, held %d", held);
@@ -874,9 +885,10 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     /* a sum held in bf16 under fp32's rounding is normalised as it is held, rounded (as the GPU reads it back) */
     float *normed = alloc_floats(n);
     residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), b, n, DTYPE_BF16);
-    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(sum), w, bias, N, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(sum), fp32_numbers(w),
+                      fp32_numbers(bias), N, C, DTYPE_FP32);
     residual_layernorm_forward(test_stream, bf16_buf(sum16), fp32_buf(normed), stats16, stats16 + N, fp32_numbers(a), b,
-                               w, bias, N, C, DTYPE_FP32);
+                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n), "residual_layernorm_forward's bf16 sum under fp32's rounding");
     cr_assert(memcmp(normed, out, n * sizeof(float)) == 0, "the LayerNorm of a bf16 sum under fp32's rounding");
@@ -884,8 +896,8 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     /* a Linear's bias after its product (or none): in place in fp32, or out of place into bf16 */
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         memcpy(out, a, n * sizeof(float));
-        bias_forward(test_stream, fp32_buf(out), out, with_bias ? bias : NULL, N, C, DTYPE_BF16);
-        bias_forward(test_stream, bf16_buf(out16), a, with_bias ? bias : NULL, N, C, DTYPE_BF16);
+        bias_forward(test_stream, fp32_buf(out), out, fp32_numbers(with_bias ? bias : NULL), N, C, DTYPE_BF16);
+        bias_forward(test_stream, bf16_buf(out16), a, fp32_numbers(with_bias ? bias : NULL), N, C, DTYPE_BF16);
         stream_synchronize(test_stream);
         size_t rounded = 0;
         for (size_t i = 0; i < n; i++) rounded += out[i] != a[i];
@@ -955,12 +967,14 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
         db[k] = alloc_floats(OC);
     }
     ConstBuf held[2] = { fp32_numbers(x), bf16_numbers(x16) };
-    layernorm_forward(test_stream, fp32_buf(got[0]), mean, rstd, fp32_numbers(x), lw, NULL, N, C, DTYPE_FP32);
+    layernorm_forward(test_stream, fp32_buf(got[0]), mean, rstd, fp32_numbers(x), fp32_numbers(lw),
+                      fp32_numbers(NULL), N, C, DTYPE_FP32);
     /* the statistics */
     stream_synchronize(test_stream);
     for (int k = 0; k < 2; k++) {
         memset(got[k], 0, nx * sizeof(float));
-        layernorm_backward(test_stream, got[k], dw[k], db[k], dy, held[k], lw, mean, rstd, N, C, scratch, DTYPE_BF16);
+        layernorm_backward(test_stream, got[k], dw[k], db[k], dy, held[k], fp32_numbers(lw), mean, rstd, N, C,
+                           scratch, DTYPE_BF16);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "layernorm_backward's dinp");
@@ -1001,12 +1015,12 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(big_out16);
     free(big);
     /* the product's input, [N, C] of x, and dout [N, OC] */
-    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], w, N, C, OC);
+    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], fp32_numbers(w), N, C, OC);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
         memset(dw[k], 0, (size_t)OC * C * sizeof(float));
-        matmul_backward_bf16(test_stream, got[k], dw[k], fp32_numbers(dy), held[k], w, N, C, OC);
+        matmul_backward_bf16(test_stream, got[k], dw[k], fp32_numbers(dy), held[k], fp32_numbers(w), N, C, OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
@@ -1076,8 +1090,8 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     for (size_t i = 0; i < (size_t)V * C; i++) w[i] = bf16_rounded(w[i]);
     for (int i = 0; i < N; i++) targets[i] = (i * 131) % V;
     /* the forward into fp32 and into bf16, from a bf16 input (both in the room: grown once, before either) */
-    matmul_forward_bf16(test_stream, fp32_buf(logits), fp32_numbers(x), w, N, C, V);
-    matmul_forward_bf16(test_stream, bf16_buf(logits16), bf16_numbers(x16), w, N, C, V);
+    matmul_forward_bf16(test_stream, fp32_buf(logits), fp32_numbers(x), fp32_numbers(w), N, C, V);
+    matmul_forward_bf16(test_stream, bf16_buf(logits16), bf16_numbers(x16), fp32_numbers(w), N, C, V);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(logits16, logits, nl), "matmul_forward_bf16 into bf16");
     /* the loss: fp32's over the logits (read rounded), then bf16's in place over logits16 */
@@ -1102,13 +1116,100 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     for (size_t i = 0; i < nl; i++) dlogits[i] = float_from_bf16(logits16[i]);
     float *dx = alloc_floats(nx), *dx16 = alloc_floats(nx), *dw = alloc_floats((size_t)V * C);
     float *dw16 = alloc_floats((size_t)V * C);
-    matmul_backward_bf16(test_stream, dx, dw, fp32_numbers(dlogits), fp32_numbers(x), w, N, C, V);
-    matmul_backward_bf16(test_stream, dx16, dw16, bf16_numbers(logits16), bf16_numbers(x16), w, N, C, V);
+    matmul_backward_bf16(test_stream, dx, dw, fp32_numbers(dlogits), fp32_numbers(x), fp32_numbers(w), N, C, V);
+    matmul_backward_bf16(test_stream, dx16, dw16, bf16_numbers(logits16), bf16_numbers(x16), fp32_numbers(w), N, C, V);
     stream_synchronize(test_stream);
     cr_assert(memcmp(dx, dx16, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp from bf16 dout");
     cr_assert(memcmp(dw, dw16, (size_t)V * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight from bf16 dout");
     free(x); free(w); free(logits); free(dlogits); free(losses); free(losses16);
     free(x16); free(logits16); free(d16); free(targets); free(dx); free(dx16); free(dw); free(dw16);
+}
+
+/* The weights as a model computes with them under autocast, held in bf16
+ * (its compute copy): every op that reads a weight gives, byte for byte,
+ * what it gives the same values held in fp32, each weight widened as it is
+ * read. First on an empty room, each larger than the last, at sizes (512 KB
+ * a tensor) where a room that grew under what was widened into it would be
+ * unmapped: LayerNorm's backward (its input and weight in the room at
+ * once), the product's forward (its input and weight), its backward (its
+ * input, output gradient and weight); then LayerNorm's forward with its
+ * bias, the fused add, a Linear's bias and the embeddings. */
+Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
+    enum { N = 2048, C = 64, OC = 128, V = 50 };
+    size_t n = (size_t)N * C, nw = (size_t)OC * C;
+    float *x = alloc_floats(n), *dy = alloc_floats((size_t)N * OC), *w = alloc_floats(nw), *lw = alloc_floats(2 * C);
+    float *b = alloc_floats(n), *got[2], *got2[2], *dw[2], *db[2], *stats = alloc_floats(2 * N);
+    bf16 *x16 = malloc(n * sizeof(bf16)), *w16 = malloc(nw * sizeof(bf16)), *lw16 = malloc(2 * C * sizeof(bf16));
+    bf16 *dy16 = malloc((size_t)N * OC * sizeof(bf16));
+    fill_uniform(x, n, -2, 2, 131);
+    fill_uniform(b, n, -1, 1, 132);
+    fill_uniform(dy, (size_t)N * OC, -1, 1, 133);
+    fill_uniform(w, nw, -1, 1, 134);
+    fill_uniform(lw, 2 * C, 0.5f, 1.5f, 135);
+    for (size_t i = 0; i < n; i++) x[i] = float_from_bf16(x16[i] = bf16_from_float(x[i]));
+    for (size_t i = 0; i < nw; i++) w[i] = float_from_bf16(w16[i] = bf16_from_float(w[i]));
+    for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = float_from_bf16(dy16[i] = bf16_from_float(dy[i]));
+    for (size_t i = 0; i < 2 * C; i++) lw[i] = float_from_bf16(lw16[i] = bf16_from_float(lw[i]));
+    for (int k = 0; k < 2; k++) {
+        got[k] = alloc_floats((size_t)N * OC);
+        got2[k] = alloc_floats(n);
+        dw[k] = alloc_floats(nw);
+        db[k] = alloc_floats(C);
+    }
+    fill_uniform(stats, N, -0.5f, 0.5f, 136);  /* a mean and a 1/std a row */
+    fill_uniform(stats + N, N, 0.5f, 2.0f, 137);
+    /* k = 1 first: the room empty, grown once for the input and the weight before either is widened */
+    ConstBuf inp[2] = { fp32_numbers(x), bf16_numbers(x16) }, weight[2] = { fp32_numbers(lw), bf16_numbers(lw16) };
+    ConstBuf bias[2] = { fp32_numbers(lw + C), bf16_numbers(lw16 + C) };
+    ConstBuf product_weight[2] = { fp32_numbers(w), bf16_numbers(w16) };
+    for (int k = 1; k >= 0; k--)
+        layernorm_backward(test_stream, got2[k], dw[k], db[k], dy, inp[k], weight[k], stats, stats + N, N, C, NULL,
+                           DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "layernorm_backward's dinp from a bf16 weight");
+    cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
+              "layernorm_backward's weight and bias gradients from a bf16 weight");
+    for (int k = 1; k >= 0; k--)
+        matmul_forward_bf16(test_stream, fp32_buf(got[k]), inp[k], product_weight[k], N, C, OC);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16 from a bf16 weight");
+    ConstBuf dout[2] = { fp32_numbers(dy), bf16_numbers(dy16) };
+    for (int k = 1; k >= 0; k--) {
+        memset(dw[k], 0, nw * sizeof(float));
+        matmul_backward_bf16(test_stream, got2[k], dw[k], dout[k], inp[k], product_weight[k], N, C, OC);
+    }
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "matmul_backward_bf16's dinp from a bf16 weight");
+    cr_assert(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0, "matmul_backward_bf16's dweight from a bf16 weight");
+    for (int k = 0; k < 2; k++) {
+        layernorm_forward(test_stream, fp32_buf(got2[k]), stats, stats + N, inp[k], weight[k], bias[k], N, C,
+                          DTYPE_BF16);
+        stream_synchronize(test_stream);
+    }
+    cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "layernorm_forward with a bf16 weight and bias");
+    for (int k = 0; k < 2; k++) {
+        residual_layernorm_forward(test_stream, fp32_buf(got[k]), fp32_buf(got2[k]), stats, stats + N, inp[k], b,
+                                   weight[k], bias[k], N, C, DTYPE_BF16);
+        stream_synchronize(test_stream);
+    }
+    cr_assert(memcmp(got[0], got[1], n * sizeof(float)) == 0 && memcmp(got2[0], got2[1], n * sizeof(float)) == 0,
+              "residual_layernorm_forward with a bf16 weight and bias");
+    for (int k = 0; k < 2; k++) bias_forward(test_stream, fp32_buf(got2[k]), b, bias[k], N, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "bias_forward with a bf16 bias");
+    int *tokens = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tokens[i] = (i * 7) % V;
+    for (int k = 0; k < 2; k++)  /* wte: x's first V rows; wpe: x's rows from V on, T = N / 4 of them */
+        embedding_forward(test_stream, fp32_buf(got2[k]), tokens, inp[k], k ? bf16_numbers(x16 + (size_t)V * C)
+                                                                             : fp32_numbers(x + (size_t)V * C),
+                          4, N / 4, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "embedding_forward from bf16 wte and wpe");
+    for (int k = 0; k < 2; k++) {
+        free(got[k]); free(got2[k]); free(dw[k]); free(db[k]);
+    }
+    free(x); free(dy); free(w); free(lw); free(b); free(stats); free(x16); free(w16); free(lw16); free(dy16);
+    free(tokens);
 }
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */

@@ -32,26 +32,28 @@ const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at);
  * into the bf16 output (rounded once: exact where the op rounded them). */
 float *cpu_fp32_for(Stream *s, Buf out, size_t n, size_t at);
 void cpu_store_output(Stream *s, Buf out, const float *written, size_t n);
+/* The floats of room n numbers held as `held` take there: n in bf16, none in fp32. */
+size_t cpu_room_for(DType held, size_t n);
 
-void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
-                           const float *wpe, int B, int T, int C, DType rounding);
+void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte,
+                           ConstBuf wpe, int B, int T, int C, DType rounding);
 void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
                             TokenBuckets buckets, int B, int T, int C);
 void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                           const float *weight, const float *bias, int N, int C, DType rounding);
+                           ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                    const float *b, const float *weight, const float *bias, int N, int C,
+                                    const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                            ConstBuf inp, const float *weight, const float *mean,
+                            ConstBuf inp, ConstBuf weight, const float *mean,
                             const float *rstd, int N, int C, float *scratch, DType rounding);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
-void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                              const float *weight, int N, int C, int OC);
+                              ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
 void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
@@ -62,7 +64,7 @@ void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form,
 void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
-void cpu_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
+void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,

@@ -145,7 +145,7 @@ void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t
     cpu_store_output(s, out, args.out, n);
 }
 
-typedef struct { float *out; const float *inp, *bias; int N, OC, rounds; } BiasArgs;
+typedef struct { float *out; const float *inp; ConstBuf bias; int N, OC, rounds; } BiasArgs;
 
 static void bias_forward_task(void *p) {
     BiasArgs *a = p;
@@ -153,20 +153,20 @@ static void bias_forward_task(void *p) {
     for (int n = 0; n < a->N; n++) {
         float *row = a->out + (size_t)n * a->OC;
         const float *x = a->inp + (size_t)n * a->OC;
-        if (!a->bias) {
+        if (!a->bias.data) {
             for (int c = 0; c < a->OC; c++) row[c] = rounded_if(x[c], a->rounds);
             continue;
         }
         #pragma omp simd
         for (int c = 0; c < a->OC; c++) {
-            float v = x[c] + a->bias[c];
+            float v = x[c] + number_at(a->bias.data, a->bias.dtype, c);
             row[c] = rounded_if(v, a->rounds);
         }
     }
 }
 
 /* A bf16 output made in the room and stored. */
-void cpu_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding) {
+void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding) {
     size_t n = (size_t)N * OC;
     BiasArgs a = { cpu_fp32_for(s, out, n, 0), inp, bias, N, OC, rounding == DTYPE_BF16 };
     stream_launch(s, bias_forward_task, &a, sizeof a);

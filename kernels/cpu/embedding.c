@@ -3,25 +3,24 @@
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-typedef struct { float *out; const int *tokens; const float *wte, *wpe; int B, T, C, rounds; } EmbeddingArgs;
+typedef struct { float *out; const int *tokens; ConstBuf wte, wpe; int B, T, C, rounds; } EmbeddingArgs;
 
 static void embedding_forward_task(void *p) {
     EmbeddingArgs *a = p;
     int B = a->B, T = a->T, C = a->C;
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *tok = a->wte + (size_t)a->tokens[bt] * C;
-        const float *pos = a->wpe + (size_t)(bt % T) * C;
+        size_t tok = (size_t)a->tokens[bt] * C, pos = (size_t)(bt % T) * C;
         float *o = a->out + (size_t)bt * C;
         for (int c = 0; c < C; c++) {
-            float v = tok[c] + pos[c];
+            float v = number_at(a->wte.data, a->wte.dtype, tok + c) + number_at(a->wpe.data, a->wpe.dtype, pos + c);
             o[c] = rounded_if(v, a->rounds);
         }
     }
 }
 
-void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C, DType rounding) {
+void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte,
+                       ConstBuf wpe, int B, int T, int C, DType rounding) {
     size_t n = (size_t)B * T * C;
     EmbeddingArgs a = { cpu_fp32_for(s, out, n, 0), tokens, wte, wpe, B, T, C, rounding == DTYPE_BF16 };
     stream_launch(s, embedding_forward_task, &a, sizeof a);

@@ -6,7 +6,12 @@
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
-typedef struct { float *out, *mean, *rstd; const float *inp, *weight, *bias; int N, C, rounds; } LayerNormArgs;
+typedef struct {
+    float *out, *mean, *rstd;
+    const float *inp;
+    ConstBuf weight, bias;  /* read as they are held (number_at): C numbers each */
+    int N, C, rounds;
+} LayerNormArgs;
 
 static void layernorm_forward_task(void *p) {
     LayerNormArgs *a = p;
@@ -25,8 +30,8 @@ static void layernorm_forward_task(void *p) {
         float r = 1.0f / sqrtf(var + 1e-5f);
         float *o = a->out + (size_t)i * C;
         for (int c = 0; c < C; c++) {
-            float v = (x[c] - m) * r * a->weight[c];
-            if (a->bias) v = v + a->bias[c];
+            float v = (x[c] - m) * r * number_at(a->weight.data, a->weight.dtype, c);
+            if (a->bias.data) v = v + number_at(a->bias.data, a->bias.dtype, c);
             o[c] = rounded_if(v, a->rounds);
         }
         a->mean[i] = m;
@@ -36,7 +41,7 @@ static void layernorm_forward_task(void *p) {
 
 /* A bf16 input widened at the room's start, a bf16 output made past it. */
 void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                       const float *weight, const float *bias, int N, int C, DType rounding) {
+                       ConstBuf weight, ConstBuf bias, int N, int C, DType rounding) {
     size_t n = (size_t)N * C;
     if (inp.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16) cpu_stream_room(s, 2 * n);  /* both, before either */
     const float *x = cpu_fp32_of(s, inp, n, 0);
@@ -51,7 +56,7 @@ void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBu
  * start, the sum after it, the LayerNorm's output after that; a sum held in
  * bf16 is normalised as it is held, rounded (the GPU's reads it back). */
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                    const float *b, const float *weight, const float *bias, int N, int C,
+                                    const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding) {
     size_t n = (size_t)N * C;
     if (a.dtype == DTYPE_BF16 || resid.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16)
@@ -114,11 +119,16 @@ static void layernorm_backward_task(void *p) {
     if (a->dbias) column_sums(a->dbias, N, C, dbias_terms, a);
 }
 
-void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                        ConstBuf inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C, float *scratch, DType rounding) {
+/* A bf16 input widened at the room's start, a bf16 weight after it (its
+ * sums run as fp32's do: read through a float pointer, so vectorised alike). */
+void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+                            ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
+                            DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, cpu_fp32_of(s, inp, (size_t)N * C, 0), weight, mean, rstd,
-                                N, C, rounding == DTYPE_BF16 };
+    size_t n = (size_t)N * C, x = cpu_room_for(inp.dtype, n);
+    cpu_stream_room(s, x + cpu_room_for(weight.dtype, (size_t)C));  /* both, before either */
+    const float *in = cpu_fp32_of(s, inp, n, 0);
+    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, in, cpu_fp32_of(s, weight, (size_t)C, x), mean, rstd, N, C,
+                                rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

@@ -72,22 +72,22 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
 
 /* The bf16 products (kernels.h): sgemm's, with inputs held in bf16 widened
  * into the stream's room first (the same values, so the same bits) and an
- * output held in bf16 made there and stored: what is held in bf16 of the
- * input and then the output (or the output gradient) side by side from 0,
- * the room grown for both before either is placed. */
-void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
-    size_t x = inp.dtype == DTYPE_BF16 ? (size_t)N * C : 0, y = (size_t)N * OC;
-    if (out.dtype == DTYPE_BF16) cpu_stream_room(s, x + y);
+ * output held in bf16 made there and stored: side by side from 0, what is
+ * held in bf16 of the input, the output (or the output gradient) and the
+ * weight, the room grown for all before any is placed. */
+void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
+    size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(out.dtype, (size_t)N * OC);
+    cpu_stream_room(s, x + y + cpu_room_for(weight.dtype, (size_t)OC * C));
     const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0);
-    float *written = cpu_fp32_for(s, out, y, x);
-    cpu_matmul_forward(s, written, in, weight, N, C, OC);
-    cpu_store_output(s, out, written, y);
+    float *written = cpu_fp32_for(s, out, (size_t)N * OC, x);
+    cpu_matmul_forward(s, written, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
+    cpu_store_output(s, out, written, (size_t)N * OC);
 }
 
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                              const float *weight, int N, int C, int OC) {
-    size_t x = inp.dtype == DTYPE_BF16 ? (size_t)N * C : 0, y = (size_t)N * OC;
-    if (dout.dtype == DTYPE_BF16) cpu_stream_room(s, x + y);
-    const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0);
-    cpu_matmul_backward(s, dinp, dweight, cpu_fp32_of(s, dout, y, x), in, weight, N, C, OC);
+                              ConstBuf weight, int N, int C, int OC) {
+    size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(dout.dtype, (size_t)N * OC);
+    cpu_stream_room(s, x + y + cpu_room_for(weight.dtype, (size_t)OC * C));
+    const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0), *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
+    cpu_matmul_backward(s, dinp, dweight, d, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
 }

@@ -56,6 +56,8 @@ void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
     stream_launch(s, add_bf16_task, &a, sizeof a);
 }
 
+size_t cpu_room_for(DType held, size_t n) { return held == DTYPE_BF16 ? n : 0; }
+
 const float *cpu_fp32_of(Stream *s, ConstBuf x, size_t n, size_t at) {
     if (x.dtype == DTYPE_FP32) return x.data;
     float *room = cpu_stream_room(s, at + n) + at;

@@ -48,24 +48,24 @@ __device__ static inline double block_sum(double x) {
     return total;
 }
 
-void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte, const float *wpe,
+void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe,
                             int B, int T, int C, DType rounding);
 void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
                              int B, int T, int C);
 void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                            const float *weight, const float *bias, int N, int C, DType rounding);
+                            ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                     const float *b, const float *weight, const float *bias, int N, int C,
+                                     const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C,
+                             ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
-void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC);
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                               const float *weight, int N, int C, int OC);
+                               ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
                             int C, int NH, Dropout drop, DType products, DType rounding);
@@ -76,7 +76,7 @@ void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form
 void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
-void cuda_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding);
+void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,

@@ -90,16 +90,15 @@ void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_
     CHECK_LAUNCH("residual_kernel");
 }
 
-__global__ static void bias_forward_kernel(Buf out, const float *inp, const float *bias, int N, int OC,
-                                           int rounds) {
+__global__ static void bias_forward_kernel(Buf out, const float *inp, ConstBuf bias, int N, int OC, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * OC) return;
     float v = inp[i];
-    if (bias) v = v + bias[i % OC];
+    if (bias.data) v = v + number_at(bias.data, bias.dtype, i % OC);
     number_put(out.data, out.dtype, i, rounded_if(v, rounds));
 }
 
-void cuda_bias_forward(Stream *s, Buf out, const float *inp, const float *bias, int N, int OC, DType rounding) {
+void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding) {
     bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, inp, bias, N, OC,
                                                                                    rounding == DTYPE_BF16);
     CHECK_LAUNCH("bias_forward_kernel");

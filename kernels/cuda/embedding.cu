@@ -4,16 +4,17 @@
  */
 #include "cuda_kernels.cuh"
 
-__global__ static void embedding_forward_kernel(Buf out, const int *tokens, const float *wte, const float *wpe,
-                                                int BT, int T, int C, int rounds) {
+__global__ static void embedding_forward_kernel(Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe, int BT, int T,
+                                                int C, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C) return;
     int bt = (int)(i / C), c = (int)(i % C);
-    float v = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+    float v = number_at(wte.data, wte.dtype, (size_t)tokens[bt] * C + c) +
+              number_at(wpe.data, wpe.dtype, (size_t)(bt % T) * C + c);
     number_put(out.data, out.dtype, i, rounded_if(v, rounds));
 }
 
-void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, const float *wte, const float *wpe,
+void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe,
                             int B, int T, int C, DType rounding) {
     embedding_forward_kernel<<<blocks_for((size_t)B * T * C), THREADS, 0, cuda_stream(s)>>>(
         out, tokens, wte, wpe, B * T, T, C, rounding == DTYPE_BF16);

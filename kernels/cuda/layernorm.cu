@@ -13,8 +13,8 @@
  * CPU), then out = the normalised row times the weight, plus the bias where
  * there is one, rounded where `rounds`, each held as its buffer says. Lane
  * l takes channels l, l + WARP, ... */
-__device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf inp, const float *weight,
-                                     const float *bias, size_t row, int C, int lane, int rounds) {
+__device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf inp, ConstBuf weight,
+                                     ConstBuf bias, size_t row, int C, int lane, int rounds) {
     size_t first = row * C;
     float sum = 0.0f;
     for (int c = lane; c < C; c += WARP) sum += number_at(inp.data, inp.dtype, first + c);
@@ -26,8 +26,8 @@ __device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf
     }
     float r = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     for (int c = lane; c < C; c += WARP) {
-        float v = (number_at(inp.data, inp.dtype, first + c) - m) * r * weight[c];
-        if (bias) v = v + bias[c];
+        float v = (number_at(inp.data, inp.dtype, first + c) - m) * r * number_at(weight.data, weight.dtype, c);
+        if (bias.data) v = v + number_at(bias.data, bias.dtype, c);
         number_put(out.data, out.dtype, first + c, rounded_if(v, rounds));
     }
     if (lane == 0) {
@@ -37,13 +37,13 @@ __device__ static void layernorm_row(Buf out, float *mean, float *rstd, ConstBuf
 }
 
 __global__ static void layernorm_forward_kernel(Buf out, float *mean, float *rstd, ConstBuf inp,
-                                                const float *weight, const float *bias, int N, int C, int rounds) {
+                                                ConstBuf weight, ConstBuf bias, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     if (row < (size_t)N) layernorm_row(out, mean, rstd, inp, weight, bias, row, C, threadIdx.x % WARP, rounds);
 }
 
 void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
-                            const float *weight, const float *bias, int N, int C, DType rounding) {
+                            ConstBuf weight, ConstBuf bias, int N, int C, DType rounding) {
     layernorm_forward_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
         out, mean, rstd, inp, weight, bias, N, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("layernorm_forward_kernel");
@@ -53,7 +53,7 @@ void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstB
  * reads back only the channels it wrote (layernorm_row's), so the row needs
  * no barrier, and the sum is read from cache rather than a kernel later. */
 __global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                                 const float *b, const float *weight, const float *bias, int N,
+                                                 const float *b, ConstBuf weight, ConstBuf bias, int N,
                                                  int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
@@ -67,7 +67,7 @@ __global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean
 }
 
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                     const float *b, const float *weight, const float *bias, int N, int C,
+                                     const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding) {
     residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
         resid, out, mean, rstd, a, b, weight, bias, N, C, rounding == DTYPE_BF16);
@@ -76,7 +76,7 @@ void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean,
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
  * rounding as the CPU's: dinp = bf16(dinp + bf16(the gradient)) */
-__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, ConstBuf inp, const float *weight,
+__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, ConstBuf inp, ConstBuf weight,
                                              const float *mean, const float *rstd, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
@@ -86,7 +86,7 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, Con
     float m = mean[row], r = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     for (int c = lane; c < C; c += WARP) {
-        float dnorm = dy[c] * weight[c];
+        float dnorm = dy[c] * number_at(weight.data, weight.dtype, c);
         dnorm_mean += dnorm;
         dnorm_norm_mean += dnorm * (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
     }
@@ -95,7 +95,7 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, Con
     float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
         float norm = (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
-        float g = r * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+        float g = r * (dy[c] * number_at(weight.data, weight.dtype, c) - dnorm_mean - norm * dnorm_norm_mean);
         dx[c] = rounded_if(dx[c] + rounded_if(g, rounds), rounds);
     }
 }
@@ -120,7 +120,7 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
 }
 
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C,
+                             ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding) {
     if (N == 0) return;
     cudaStream_t stream = cuda_stream(s);

@@ -37,6 +37,10 @@ static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation
                                        CUBLAS_GEMM_DEFAULT));
 }
 
+/* The staging an operand of n numbers takes: none where it is held in bf16
+ * (read in place), else n on its boundary (operand_numbers). */
+static size_t staged_numbers(ConstBuf x, size_t n) { return x.dtype == DTYPE_BF16 ? 0 : operand_numbers(n); }
+
 /* An operand of n numbers of a bf16 product as 16 bits: where it is held in
  * bf16, read where it is; else stored (exact: bf16 values) into `room`. */
 static const bf16 *bf16_operand(Stream *s, ConstBuf x, bf16 *room, size_t n) {
@@ -45,25 +49,25 @@ static const bf16 *bf16_operand(Stream *s, ConstBuf x, bf16 *room, size_t n) {
     return room;
 }
 
-/* The same products of bf16 values (kernels.h): the weight stored in the
- * stream's bf16 staging (exact: bf16 values), the input and the output
- * gradient too where they are held in fp32, then gemm_bf16. */
-void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, const float *weight, int N, int C, int OC) {
-    size_t w = operand_numbers((size_t)OC * C), x = (size_t)N * C;  /* each operand on its boundary */
-    bf16 *w16 = cuda_bf16_staging(s, w + (inp.dtype == DTYPE_BF16 ? 0 : x));
-    const bf16 *x16 = bf16_operand(s, inp, w16 + w, x);
-    cuda_store_bf16(s, w16, weight, (size_t)OC * C);
+/* The same products of bf16 values (kernels.h): each operand held in fp32
+ * (the weight, the input, the output gradient) stored in the stream's bf16
+ * staging first (exact: bf16 values), each on its boundary, then gemm_bf16. */
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
+    size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
+    bf16 *staging = cuda_bf16_staging(s, w + x);
+    const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
+    const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
     gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC, 0);
 }
 
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
-                               const float *weight, int N, int C, int OC) {
-    size_t w = operand_numbers((size_t)OC * C), x = operand_numbers((size_t)N * C);
-    size_t d = dout.dtype == DTYPE_BF16 ? 0 : (size_t)N * OC;
-    bf16 *w16 = cuda_bf16_staging(s, w + x + d);
-    const bf16 *x16 = bf16_operand(s, inp, w16 + w, (size_t)N * C);
-    const bf16 *d16 = bf16_operand(s, dout, w16 + w + x, (size_t)N * OC);
-    cuda_store_bf16(s, w16, weight, (size_t)OC * C);
+                               ConstBuf weight, int N, int C, int OC) {
+    size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
+    size_t d = staged_numbers(dout, (size_t)N * OC);
+    bf16 *staging = cuda_bf16_staging(s, w + x + d);
+    const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
+    const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
+    const bf16 *d16 = bf16_operand(s, dout, staging + w + x, (size_t)N * OC);
     cublasHandle_t blas = cuda_blas(s);
     /* dinp = dout @ weight, dweight += dout^T @ inp */
     gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, DTYPE_FP32, C, 0);
