@@ -83,9 +83,13 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
     op_end(s);
 }
 
-void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC) {
+    if (bias.data && out.dtype == DTYPE_BF16 && bias.dtype != DTYPE_BF16) {
+        fprintf(stderr, "fatal: matmul_forward_bf16: a bias held in fp32 for a bf16 output\n");
+        abort();
+    }
     op_begin(s, "matmul_forward");
-    backend(s)->matmul_forward_bf16(s, out, inp, weight, N, C, OC);
+    backend(s)->matmul_forward_bf16(s, out, inp, weight, bias, N, C, OC);
     op_end(s);
 }
 

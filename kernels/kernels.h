@@ -150,10 +150,14 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * value), accumulated in fp32: on the CPU through sgemm, each product of two
  * bf16 exact in fp32; on the GPU on its bf16 tensor cores, each input in 16
  * bits (read where it is held in bf16: the weight, inp, dout; else stored,
- * exact) and cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward's
- * output is fp32, or in bf16 (the head's logits) each number rounded once
- * from its fp32 sum; the backward's are fp32. */
-void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
+ * exact) and cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward
+ * adds a bias (its data NULL: none) to every row of the fp32 sums, and
+ * stores each number as out is held: in bf16 (the head's logits, a kept
+ * Linear's output) rounded once from the fp32 sum with its bias. A bias
+ * into a bf16 output is held in bf16 (as a model's compute copy holds it):
+ * on the GPU it is the product's starting value (cuBLAS's beta = 1). The
+ * backward's outputs are fp32. */
+void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC);
 void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC);
 

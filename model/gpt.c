@@ -79,11 +79,10 @@ static size_t kept_offset(int i, size_t BTC) {
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
  * without recompute the internals the backward reads are kept for all L in
- * bf16, written there by their ops (kept_tensor), and have no fp32 buffer
- * (Lw = 0) but fc's, one block's, where the block's two products before a
- * bias are made (qkv's and fc's); the other fp32 internals are one block's
- * too (Lk = 1) but for the statistics (LayerNorm's, attention's), kept for
- * all L (Ls). With recompute_gelu GELU's output is one block's and not kept
+ * bf16, written there by their ops (kept_tensor: qkv and fc by their
+ * products, the bias added), and have no fp32 buffer (Lw = 0); the other
+ * fp32 internals are one block's too (Lk = 1) but for the statistics
+ * (LayerNorm's, attention's), kept for all L (Ls). With recompute_gelu GELU's output is one block's and not kept
  * (in bf16 where the rest is kept in bf16: gelu_output). What attention
  * keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
@@ -118,7 +117,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->att_saved, Ls * att.saved },
         { &a->atty, Lw * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
         { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
-        { &a->fch, Lk * BT * 4 * C }, { &a->fch_gelu, gelu },
+        { &a->fch, Lw * BT * 4 * C }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
@@ -138,9 +137,10 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
     return model_activation_floats(table, ACTIVATION_TENSORS);
 }
 
-/* The block's Linears' input and output widths, in C: qkv, attention's
- * projection, fc, the MLP's projection. */
-static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 };
+/* The block's Linears' input and output widths, in C, and whether the
+ * block keeps the output: qkv, attention's projection, fc, the MLP's
+ * projection. */
+static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 }, LINEAR_KEPT[4] = { 1, 0, 1, 0 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
@@ -161,11 +161,13 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
      * bf16: 4C a position (GELU's input and output, in place, or attention's q, k, v and output; with recompute
      * 3C, the fused add and LayerNorm from the bf16 residual stream); a chunk of the head's logits, which its
      * product writes, the loss reads and writes (in place) and its backward reads, beside the head's weight (its
-     * input, the final LayerNorm's output, is fp32); or a Linear's weight, beside its input where kept in bf16 */
+     * input, the final LayerNorm's output, is fp32); or a Linear's weight, beside its input and its output where
+     * kept in bf16 */
     size_t most = BT * (kept ? 4 : 3) * C, head = R * V + V * C;
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
-        size_t n = (kept ? BT * LINEAR_IN[i] * C : 0) + LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
+        size_t n = (kept ? BT * (LINEAR_IN[i] + LINEAR_KEPT[i] * LINEAR_OUT[i]) * C : 0) +
+                   LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
         if (n > most) most = n;
     }
     return most * sizeof(float);
@@ -221,6 +223,9 @@ static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
 }
 
+/* None: a bias's data NULL without cfg.bias. */
+static const ConstBuf NO_NUMBERS = { NULL, DTYPE_FP32 };
+
 /* An fp32 product's operands and output: a model holds bf16 only under autocast. */
 static const float *fp32_input(ConstBuf inp) {
     if (inp.dtype == DTYPE_FP32) return inp.data;
@@ -233,7 +238,7 @@ static float *fp32_output(Buf out) { return (float *)fp32_input(const_buf(out));
 /* out[N,OC] = inp @ weight^T, and its backward: under autocast, products of
  * bf16 values (the GPU's bf16 tensor cores; kernels.h), else fp32's. */
 static void product_forward(GPT *m, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
-    if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, N, C, OC);
+    if (autocast(m)) matmul_forward_bf16(m->base.stream, out, inp, weight, NO_NUMBERS, N, C, OC);
     else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), fp32_input(weight), N, C, OC);
 }
 
@@ -292,9 +297,6 @@ static ConstBuf weights_of(GPT *m, int l, int i) { return compute_tensor(m, bloc
 static float *grad_of(GPT *m, int t) { return model_tensor(&m->base, m->base.unit_grads, t); }
 /* The bias after weight tensor t; -1 (none) without cfg.bias. */
 static int bias_after(const GPT *m, int t) { return m->base.cfg.bias ? t + 1 : -1; }
-
-/* None: a bias's data NULL without cfg.bias. */
-static const ConstBuf NO_NUMBERS = { NULL, DTYPE_FP32 };
 
 /* Part i of block l's bias as the model computes with it; none without cfg.bias. */
 static ConstBuf part_bias(GPT *m, int l, int i) {
@@ -387,18 +389,22 @@ static ConstBuf block_weights(GPT *m, int l, int i, int hooks) {
 }
 
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
- * its weights read through block_weights, the product made in `product`
- * (fp32; it may be out's own buffer). Under autocast inp holds bf16 values
- * (the op that wrote it rounded them: LayerNorm, attention, GELU), and out
- * is rounded once, after the bias: an fp32 product of bf16 values
- * (product_forward: on the CPU sgemm, each product of two bf16 exact in
- * fp32), rounded by the bias's op as it writes out, in place without a bias
- * where out is the product's buffer. */
-static void linear_forward(GPT *m, Buf out, float *product, ConstBuf inp, int l, int i, int hooks, size_t N, int C,
-                           int OC) {
+ * its weights read through block_weights. Under autocast inp holds bf16
+ * values (the op that wrote it rounded them: LayerNorm, attention, GELU),
+ * and out is rounded once, after the bias: the fp32 sums of products of
+ * bf16 values (on the CPU sgemm, each product of two bf16 exact in fp32)
+ * with the bias added, stored in bf16 by the product itself where out is
+ * held in bf16 (a kept tensor), else rounded in place by the bias's op
+ * (without a bias, by bf16_values). */
+static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hooks, size_t N, int C, int OC) {
     ConstBuf weight = block_weights(m, l, i, hooks), bias = part_bias(m, l, i);
-    product_forward(m, fp32_buf(product), inp, weight, (int)N, C, OC);
-    if (bias.data || out.data != product) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
+    if (out.dtype == DTYPE_BF16) {
+        matmul_forward_bf16(m->base.stream, out, inp, weight, bias, (int)N, C, OC);
+        return;
+    }
+    float *product = out.data;
+    product_forward(m, out, inp, weight, (int)N, C, OC);
+    if (bias.data) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
     else bf16_values(m, product, N * OC);
 }
 
@@ -555,22 +561,22 @@ static void block_forward(GPT *m, int l, int hooks) {
     ConstBuf ln1_weight = block_weights(m, l, LN1, hooks);  /* after its hook: then its bias is there too */
     Buf ln1 = kept_tensor(m, l, KEPT_LN1, b.ln1);
     layernorm_forward(s, ln1, b.ln1_mean, b.ln1_rstd, b.x, ln1_weight, part_bias(m, l, LN1), BT, C, rounding);
-    Buf qkv = kept_tensor(m, l, KEPT_QKV, b.qkv);  /* kept in bf16: its product in fc's fp32 buffer */
-    linear_forward(m, qkv, qkv.dtype == DTYPE_BF16 ? b.fch : b.qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
+    Buf qkv = kept_tensor(m, l, KEPT_QKV, b.qkv);
+    linear_forward(m, qkv, const_buf(ln1), l, QKV, hooks, BT, C, 3 * C);
     Buf atty = kept_tensor(m, l, KEPT_ATTY, b.atty);
     attention_forward(s, atty, b.att_saved, m->acts.att_scratch, const_buf(qkv), B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
-    linear_forward(m, fp32_buf(b.attproj), b.attproj, const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
+    linear_forward(m, fp32_buf(b.attproj), const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
     dropout_forward(s, fp32_buf(b.attproj), fp32_numbers(b.attproj), BT * C, dropout_at(m, site + 1), rounding);
     ConstBuf ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
     residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
-    Buf fch = kept_tensor(m, l, KEPT_FCH, b.fch);  /* the product in b.fch, and where it is kept */
-    linear_forward(m, fch, b.fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
+    Buf fch = kept_tensor(m, l, KEPT_FCH, b.fch);
+    linear_forward(m, fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
     Buf fch_gelu = gelu_output(m, l);
     gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
-    linear_forward(m, fp32_buf(b.fcproj), b.fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
+    linear_forward(m, fp32_buf(b.fcproj), const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
     dropout_forward(s, fp32_buf(b.fcproj), fp32_numbers(b.fcproj), BT * C, dropout_at(m, site + 2), rounding);
     residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);

@@ -26,8 +26,7 @@ typedef struct {
     float *attproj;                          /* [L,B,T,C] after dropout */
     float *resid2;                           /* [L,B,T,C] */
     float *ln2, *ln2_mean, *ln2_rstd;        /* [L,B,T,C], [L,B,T] */
-    float *fch, *fch_gelu;                   /* [L,B,T,4C]; where a bf16 block keeps its internals (gpt.c's
-                                                keeps_bf16), fch holds qkv's and fc's products before their bias */
+    float *fch, *fch_gelu;                   /* [L,B,T,4C] */
     float *fcproj;                           /* [L,B,T,C] after dropout */
     float *resid3;                           /* [L,B,T,C], held as encoded is */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
@@ -57,8 +56,7 @@ typedef struct {
      * allocation, and read there by the backward; the internals above are
      * then one block's, where the forward works (and GELU is made again),
      * but for those their ops write where they are kept (none): ln1, qkv,
-     * atty, resid2, ln2, fch (the products' fp32 buffer only: qkv's and
-     * fc's before their bias) and fch_gelu. */
+     * atty, resid2, ln2, fch and fch_gelu. */
     float *kept_storage;
 } Activations;
 

@@ -176,8 +176,10 @@ static void check_matmul(DType p) {
         pair_round_to_bf16(inp);
         pair_round_to_bf16(w);
         pair_round_to_bf16(dout);
-        matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(inp.cpu), fp32_numbers(w.cpu), N, C, OC);
-        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu), N, C, OC);
+        matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
+                            fp32_numbers(NULL), N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
+                            fp32_numbers(NULL), N, C, OC);
         matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
                              fp32_numbers(w.cpu), N, C, OC);
         matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
@@ -852,7 +854,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     pair_round_to_bf16(w);
     pair_round_to_bf16(dy);
     for (int run = 0; run < 4; run++) {  /* the product's input: x's first N x C */
-        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), in[run > 0], fp32_numbers(w.gpu), N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), in[run > 0], fp32_numbers(w.gpu), fp32_numbers(NULL), N, C,
+                            OC);
         if (run == 0) pair_take_gpu(out);
         else expect_same_bytes(out, nx * sizeof(float), "matmul_forward_bf16 from bf16");
     }
@@ -1025,9 +1028,39 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
         take_or_expect(out2, k, "embedding_forward from bf16 wte and wpe");
     }
     for (int k = 0; k < 2; k++) {
-        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), product_weight[k], N, C, OC);
+        matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), product_weight[k], fp32_numbers(NULL),
+                            N, C, OC);
         take_or_expect(out, k, "matmul_forward_bf16 from a bf16 weight in place");
     }
+    /* with a bias into bf16 (a kept Linear's output): within one bf16 step of the fp32 product with
+     * bias_forward's rounding (cuBLAS may pick another kernel where it adds to out), and the same bytes on each
+     * of three runs */
+    Pair bias_oc = pair_random((size_t)OC, -1, 1, 157), bias16 = pair_random(((size_t)OC + 1) / 2, 0, 1, 158);
+    Pair out16 = pair_random(((size_t)N * OC + 1) / 2, 0, 1, 159);
+    pair_round_to_bf16(bias_oc);
+    store_bf16(gpu_stream, (bf16 *)bias16.gpu, bias_oc.gpu, (size_t)OC);
+    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), product_weight[1], fp32_numbers(NULL), N,
+                        C, OC);
+    bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, fp32_numbers(bias_oc.gpu), N, OC, DTYPE_BF16);
+    pair_take_gpu(out);
+    size_t nout = (size_t)N * OC;
+    bf16 *first = malloc(nout * sizeof(bf16)), *again = malloc(nout * sizeof(bf16));
+    for (int run = 0; run < 3; run++) {
+        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)out16.gpu), fp32_numbers(x.gpu), product_weight[1],
+                            bf16_numbers((const bf16 *)bias16.gpu), N, C, OC);
+        stream_copy(gpu_stream, run ? again : first, out16.gpu, nout * sizeof(bf16));
+        stream_synchronize(gpu_stream);
+        if (run) cr_expect_eq(memcmp(first, again, nout * sizeof(bf16)), 0, "run %d: other bf16 outputs", run + 1);
+    }
+    size_t apart = 0;
+    for (size_t i = 0; i < nout; i++)
+        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
+    cr_expect_eq(apart, 0, "matmul_forward_bf16 with its bias into bf16: %zu of %zu past one step", apart, nout);
+    free(first);
+    free(again);
+    pair_free(bias_oc);
+    pair_free(bias16);
+    pair_free(out16);
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, dw.gpu, nw);
         matmul_backward_bf16(gpu_stream, out2.gpu, dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu), product_weight[k],
@@ -1060,11 +1093,12 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
     pair_round_to_bf16(x);
     pair_round_to_bf16(w);
     bf16 *first = malloc(nl * sizeof(bf16)), *again = malloc(nl * sizeof(bf16));
-    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu), N, C, V);
+    matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu), fp32_numbers(NULL),
+                        N, C, V);
     pair_take_gpu(out);
     for (int run = 0; run < 3; run++) {
-        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)logits16.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu), N,
-                            C, V);
+        matmul_forward_bf16(gpu_stream, bf16_buf((bf16 *)logits16.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu),
+                            fp32_numbers(NULL), N, C, V);
         stream_copy(gpu_stream, run ? again : first, logits16.gpu, nl * sizeof(bf16));
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, nl * sizeof(bf16)), 0, "run %d: other bf16 logits", run + 1);

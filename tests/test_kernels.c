@@ -2,6 +2,7 @@
  * against central finite differences of that reference, in double. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1015,7 +1016,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(big_out16);
     free(big);
     /* the product's input, [N, C] of x, and dout [N, OC] */
-    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], fp32_numbers(w), N, C, OC);
+    for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], fp32_numbers(w),
+                                                    fp32_numbers(NULL), N, C, OC);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
@@ -1090,8 +1092,9 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     for (size_t i = 0; i < (size_t)V * C; i++) w[i] = bf16_rounded(w[i]);
     for (int i = 0; i < N; i++) targets[i] = (i * 131) % V;
     /* the forward into fp32 and into bf16, from a bf16 input (both in the room: grown once, before either) */
-    matmul_forward_bf16(test_stream, fp32_buf(logits), fp32_numbers(x), fp32_numbers(w), N, C, V);
-    matmul_forward_bf16(test_stream, bf16_buf(logits16), bf16_numbers(x16), fp32_numbers(w), N, C, V);
+    matmul_forward_bf16(test_stream, fp32_buf(logits), fp32_numbers(x), fp32_numbers(w), fp32_numbers(NULL), N, C, V);
+    matmul_forward_bf16(test_stream, bf16_buf(logits16), bf16_numbers(x16), fp32_numbers(w), fp32_numbers(NULL), N, C,
+                        V);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(logits16, logits, nl), "matmul_forward_bf16 into bf16");
     /* the loss: fp32's over the logits (read rounded), then bf16's in place over logits16 */
@@ -1170,9 +1173,23 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
               "layernorm_backward's weight and bias gradients from a bf16 weight");
     for (int k = 1; k >= 0; k--)
-        matmul_forward_bf16(test_stream, fp32_buf(got[k]), inp[k], product_weight[k], N, C, OC);
+        matmul_forward_bf16(test_stream, fp32_buf(got[k]), inp[k], product_weight[k], fp32_numbers(NULL), N, C, OC);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16 from a bf16 weight");
+    /* with a bias (OC = 2C: lw's numbers): into bf16 from a bf16 bias, the bytes of the fp32 product and
+     * bias_forward's rounding stored; into fp32, the fp32 sums */
+    float *want = alloc_floats((size_t)N * OC);
+    bf16 *got16 = malloc((size_t)N * OC * sizeof(bf16));
+    bias_forward(test_stream, fp32_buf(want), got[0], fp32_numbers(lw), N, OC, DTYPE_BF16);
+    matmul_forward_bf16(test_stream, bf16_buf(got16), inp[1], product_weight[1], bf16_numbers(lw16), N, C, OC);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, want, (size_t)N * OC), "matmul_forward_bf16 with its bias into bf16");
+    bias_forward(test_stream, fp32_buf(want), got[0], fp32_numbers(lw), N, OC, DTYPE_FP32);
+    matmul_forward_bf16(test_stream, fp32_buf(got[1]), inp[0], product_weight[0], fp32_numbers(lw), N, C, OC);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(got[1], want, (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16 with its bias");
+    free(want);
+    free(got16);
     ConstBuf dout[2] = { fp32_numbers(dy), bf16_numbers(dy16) };
     for (int k = 1; k >= 0; k--) {
         memset(dw[k], 0, nw * sizeof(float));
@@ -1210,6 +1227,15 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     }
     free(x); free(dy); free(w); free(lw); free(b); free(stats); free(x16); free(w16); free(lw16); free(dy16);
     free(tokens);
+}
+
+/* A bias held in fp32 into a bf16 output would be rounded before the
+ * product's sums are added to it on a GPU: refused, on both backends. */
+Test(kernels, a_product_refuses_an_fp32_bias_into_a_bf16_output, .signal = SIGABRT) {
+    float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 0, 0, 1 }, bias[2] = { 0.1f, 0.2f };
+    bf16 out[4];
+    matmul_forward_bf16(test_stream, bf16_buf(out), fp32_numbers(x), fp32_numbers(w), fp32_numbers(bias), 2, 2, 2);
+    stream_synchronize(test_stream);
 }
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */

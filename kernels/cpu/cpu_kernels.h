@@ -51,7 +51,8 @@ void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *we
                         int OC);
 void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
-void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
+void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
+                             int OC);
 void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                               ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);

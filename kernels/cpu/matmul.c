@@ -72,15 +72,18 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
 
 /* The bf16 products (kernels.h): sgemm's, with inputs held in bf16 widened
  * into the stream's room first (the same values, so the same bits) and an
- * output held in bf16 made there and stored: side by side from 0, what is
- * held in bf16 of the input, the output (or the output gradient) and the
- * weight, the room grown for all before any is placed. */
-void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
+ * output held in bf16 made there (with its bias added in fp32) and stored:
+ * side by side from 0, what is held in bf16 of the input, the output (or
+ * the output gradient) and the weight, the room grown for all before any
+ * is placed. */
+void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
+                             int OC) {
     size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(out.dtype, (size_t)N * OC);
     cpu_stream_room(s, x + y + cpu_room_for(weight.dtype, (size_t)OC * C));
     const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0);
     float *written = cpu_fp32_for(s, out, (size_t)N * OC, x);
     cpu_matmul_forward(s, written, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
+    if (bias.data) cpu_bias_forward(s, fp32_buf(written), written, bias, N, OC, DTYPE_FP32);
     cpu_store_output(s, out, written, (size_t)N * OC);
 }
 

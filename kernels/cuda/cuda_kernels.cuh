@@ -63,7 +63,10 @@ void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbia
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
 void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
-void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC);
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
+                              int OC);
+/* out[N,OC]'s every row = bias[OC], stored as out is held: a product's starting value. */
+void cuda_bias_rows(Stream *s, Buf out, ConstBuf bias, int N, int OC);
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);

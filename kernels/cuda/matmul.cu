@@ -51,13 +51,19 @@ static const bf16 *bf16_operand(Stream *s, ConstBuf x, bf16 *room, size_t n) {
 
 /* The same products of bf16 values (kernels.h): each operand held in fp32
  * (the weight, the input, the output gradient) stored in the stream's bf16
- * staging first (exact: bf16 values), each on its boundary, then gemm_bf16. */
-void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, int N, int C, int OC) {
+ * staging first (exact: bf16 values), each on its boundary, then gemm_bf16;
+ * the forward's bias written into every row of out first, which the
+ * product then adds to in fp32 before out is stored (accumulate: beta = 1),
+ * so a bf16 output is rounded once. */
+void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
+                              int OC) {
     size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
     bf16 *staging = cuda_bf16_staging(s, w + x);
     const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
     const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
-    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC, 0);
+    if (bias.data) cuda_bias_rows(s, out, bias, N, OC);  /* exact: held as out is, or out fp32 (kernels.c) */
+    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC,
+              bias.data != NULL);
 }
 
 void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
