@@ -23,7 +23,7 @@ typedef struct {
     void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                        const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                        DType rounding);
-    void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+    void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout,
                                ConstBuf inp, ConstBuf weight, const float *mean,
                                const float *rstd, int N, int C, float *scratch, DType rounding);
     void (*matmul_forward)(Stream *s, float *out, const float *inp, const float *weight, int N,
@@ -32,7 +32,7 @@ typedef struct {
                             const float *inp, const float *weight, int N, int C, int OC);
     void (*matmul_forward_bf16)(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                                 int OC);
-    void (*matmul_backward_bf16)(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+    void (*matmul_backward_bf16)(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                  ConstBuf weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
     void (*attention_forward)(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
@@ -41,7 +41,7 @@ typedef struct {
                                ConstBuf qkv, ConstBuf out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
-    void (*gelu_backward)(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+    void (*gelu_backward)(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
     void (*residual_forward)(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);

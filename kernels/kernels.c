@@ -61,7 +61,7 @@ void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, floa
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding) {
     op_begin(s, "layernorm_backward");
@@ -93,7 +93,7 @@ void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, Cons
     op_end(s);
 }
 
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC) {
     op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
@@ -125,7 +125,7 @@ void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DTy
     op_end(s);
 }
 
-void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+void gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch) {
     op_begin(s, "gelu_backward");
     backend(s)->gelu_backward(s, dinp, dbias, inp, dout, N, OC, tanh_form, rounding, scratch);

@@ -123,7 +123,7 @@ void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf in
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                 const float *b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding);
 
@@ -156,9 +156,11 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * Linear's output) rounded once from the fp32 sum with its bias. A bias
  * into a bf16 output is held in bf16 (as a model's compute copy holds it):
  * on the GPU it is the product's starting value (cuBLAS's beta = 1). The
- * backward's outputs are fp32. */
+ * backward's dinp is stored as it is held (in bf16, rounded once from its
+ * fp32 sums: the model's gradients of the MLP's hidden tensor and of a
+ * LayerNorm's output), its dweight fp32. */
 void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC);
-void matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
@@ -197,8 +199,9 @@ void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DTy
  * after it), and with dbias, dbias[OC] += the column sums of dinp as written,
  * as bias_backward sums them (scratch: column_sums_scratch_floats(N, OC)), in
  * the same pass on a GPU. dbias NULL: none (scratch unused). dinp may be dout
- * (in place: the model's MLP keeps one hidden-sized gradient). */
-void gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+ * (in place, held alike: the model's MLP keeps one hidden-sized gradient, in
+ * bf16 under autocast), each number stored as dinp is held. */
+void gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */

@@ -75,6 +75,13 @@ static size_t kept_offset(int i, size_t BTC) {
     return at;
 }
 
+/* The floats of a gradient of n numbers that is held in bf16 under autocast
+ * (gpt.c's gradient_held), two a float, on its operand boundary (a
+ * product's operand, read in place). */
+static size_t held_gradient(ComputePolicy compute, size_t n) {
+    return compute.precision == DTYPE_BF16 ? (operand_numbers(n) + 1) / 2 : n;
+}
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
@@ -121,8 +128,8 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->fcproj, Lk * BT * C }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
-        { &a->dresid, BT * C }, { &a->dln, BT * C }, { &a->dproj, BT * C }, { &a->datty, BT * C },
-        { &a->dqkv, BT * 3 * C }, { &a->dfch, BT * 4 * C },
+        { &a->dresid, BT * C }, { &a->dln, held_gradient(compute, BT * C) }, { &a->dproj, BT * C },
+        { &a->datty, BT * C }, { &a->dqkv, BT * 3 * C }, { &a->dfch, held_gradient(compute, BT * 4 * C) },
         { &a->att_scratch, att.scratch },
         { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
         { &a->dhead_bf16, wte }, { &a->kept_storage, kept },
@@ -137,10 +144,14 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
     return model_activation_floats(table, ACTIVATION_TENSORS);
 }
 
-/* The block's Linears' input and output widths, in C, and whether the
- * block keeps the output: qkv, attention's projection, fc, the MLP's
- * projection. */
+/* The block's Linears, qkv, attention's projection, fc and the MLP's
+ * projection: their input and output widths, in C; whether the block keeps
+ * the output (in bf16 where it keeps its internals so); and under autocast
+ * whether the output's gradient (fc's: the MLP's hidden one) and the
+ * input's (a LayerNorm's output's, the MLP's hidden one) are held in bf16
+ * (gradient_held). */
 static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 }, LINEAR_KEPT[4] = { 1, 0, 1, 0 };
+static const size_t LINEAR_DOUT_HELD[4] = { 0, 0, 1, 0 }, LINEAR_DINP_HELD[4] = { 1, 0, 1, 1 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
@@ -149,26 +160,29 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     if (kind == DEVICE_CUDA) {
         /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
          * boundary: the head's input (its weight and dlogits are read in place); a Linear's input where it is
-         * not kept in bf16, and in the backward its output gradient (the weights are read in place) */
+         * not kept in bf16, and in the backward its output gradient where it is fp32 */
         size_t most = operand_numbers(R * C);
         for (int i = 0; i < 4; i++) {
-            size_t n = (kept ? 0 : operand_numbers(BT * LINEAR_IN[i] * C)) + operand_numbers(BT * LINEAR_OUT[i] * C);
+            size_t n = (kept ? 0 : operand_numbers(BT * LINEAR_IN[i] * C)) +
+                       (LINEAR_DOUT_HELD[i] ? 0 : operand_numbers(BT * LINEAR_OUT[i] * C));
             if (n > most) most = n;
         }
         return most * sizeof(bf16);
     }
     /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
-     * bf16: 4C a position (GELU's input and output, in place, or attention's q, k, v and output; with recompute
-     * 3C, the fused add and LayerNorm from the bf16 residual stream); a chunk of the head's logits, which its
-     * product writes, the loss reads and writes (in place) and its backward reads, beside the head's weight (its
-     * input, the final LayerNorm's output, is fp32); or a Linear's weight, beside its input and its output where
-     * kept in bf16 */
-    size_t most = BT * (kept ? 4 : 3) * C, head = R * V + V * C;
+     * bf16, n = B x T x C: 4n (attention's q, k, v and output; with recompute 3n, the fused add and LayerNorm
+     * from the bf16 residual stream); GELU's backward, 8n (its input and its gradient, made over the output's);
+     * a chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its
+     * backward reads, beside the head's weight and, in the backward, the rows of the final LayerNorm's output's
+     * gradient (its input is fp32); or a Linear's weight, beside what it reads and writes in bf16 */
+    size_t n = BT * C, most = kept ? 8 * n : 4 * n, head = R * V + V * C + R * C;
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
-        size_t n = (kept ? BT * (LINEAR_IN[i] + LINEAR_KEPT[i] * LINEAR_OUT[i]) * C : 0) +
-                   LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
-        if (n > most) most = n;
+        size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
+        size_t forward = (kept ? in + LINEAR_KEPT[i] * out : 0) + weight;
+        size_t backward = (kept ? in : 0) + LINEAR_DOUT_HELD[i] * out + weight + LINEAR_DINP_HELD[i] * in;
+        if (forward > most) most = forward;
+        if (backward > most) most = backward;
     }
     return most * sizeof(float);
 }
@@ -242,11 +256,20 @@ static void product_forward(GPT *m, Buf out, ConstBuf inp, ConstBuf weight, int 
     else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), fp32_input(weight), N, C, OC);
 }
 
-static void product_backward(GPT *m, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp, ConstBuf weight,
-                             int N, int C, int OC) {
+static void product_backward(GPT *m, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp, ConstBuf weight, int N,
+                             int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, dinp, dweight, fp32_input(dout), fp32_input(inp), fp32_input(weight), N, C,
-                         OC);
+    else matmul_backward(m->base.stream, fp32_output(dinp), dweight, fp32_input(dout), fp32_input(inp),
+                         fp32_input(weight), N, C, OC);
+}
+
+/* The gradients a model holds in bf16 under autocast, rows from `row` on
+ * (rows `width` wide): the MLP's hidden one (dfch) and a LayerNorm's
+ * output's (dln), each written rounded by its product, read in place by the
+ * next op; else fp32. */
+static Buf gradient_held(const GPT *m, float *x, size_t row, size_t width) {
+    if (autocast(m)) return bf16_buf((bf16 *)x + row * width);
+    return fp32_buf(x + row * width);
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -409,17 +432,17 @@ static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hook
 }
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
- * dinp = dout @ weight (written, rounded under autocast), and the weight's
- * gradient added, and with with_bias the bias's, each made in bf16 under
- * autocast (without, the op that made dout made the bias's too). */
-static void linear_backward(GPT *m, float *dinp, int l, int i, const float *dout, ConstBuf inp, size_t N, int C,
-                            int OC, int with_bias) {
+ * dinp = dout @ weight (written, rounded under autocast: by the product
+ * where dinp is held in bf16, else after it), and the weight's gradient
+ * added, and with with_bias the bias's (from an fp32 dout), each made in
+ * bf16 under autocast (without, the op that made dout made the bias's too). */
+static void linear_backward(GPT *m, Buf dinp, int l, int i, ConstBuf dout, ConstBuf inp, size_t N, int C, int OC,
+                            int with_bias) {
     int t = block_tensor(m, l, i);
-    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), fp32_numbers(dout), inp, weights_of(m, l, i),
-                     (int)N, C, OC);
-    bf16_values(m, dinp, N * C);
+    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
+    if (dinp.dtype == DTYPE_FP32) bf16_values(m, dinp.data, N * C);
     add_bf16_grad(m, t, (size_t)OC * C, 0);
-    if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
+    if (with_bias) bias_grad(m, bias_after(m, t), fp32_input(dout), N, OC);
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
@@ -433,7 +456,8 @@ static void norm_backward(GPT *m, int t, ConstBuf inp, ConstBuf weight, const fl
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
     int bias = bias_after(m, t);
     float *dweight = made_grad(m, t, C, 0), *dbias = bias >= 0 ? made_grad(m, bias, C, C) : NULL;
-    layernorm_backward(m->base.stream, a->dresid, dweight, dbias, a->dln, inp, weight, mean, rstd, (int)BT, (int)C,
+    ConstBuf dln = const_buf(gradient_held(m, a->dln, 0, C));
+    layernorm_backward(m->base.stream, a->dresid, dweight, dbias, dln, inp, weight, mean, rstd, (int)BT, (int)C,
                        m->base.column_sums_scratch, m->precision);
     if (bias >= 0) add_bf16_grad(m, bias, C, C);
     add_bf16_grad(m, t, C, 0);
@@ -609,8 +633,8 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *
     crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, a->dln + r0 * C, dwte, const_buf(logits), fp32_numbers(lnf), wte, rows, C, V);
-    bf16_values(m, a->dln + r0 * C, (size_t)rows * C);
+    product_backward(m, gradient_held(m, a->dln, r0, (size_t)C), dwte, const_buf(logits), fp32_numbers(lnf), wte, rows,
+                     C, V);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -704,16 +728,17 @@ void gpt_backward(GPT *m, float dloss) {
             gelu_forward(s, gelu_output(m, l), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        linear_backward(m, a->dfch, l, FCPROJ, dfcproj, r.fch_gelu, BT, 4 * C, C, 1);
+        Buf dfch = gradient_held(m, a->dfch, 0, 4 * (size_t)C), dln = gradient_held(m, a->dln, 0, C);
+        linear_backward(m, dfch, l, FCPROJ, fp32_numbers(dfcproj), r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
-        gelu_backward(s, a->dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, a->dfch,
+        gelu_backward(s, dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, const_buf(dfch),
                       (int)BT, 4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
         if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C, 0);
-        linear_backward(m, a->dln, l, FC, a->dfch, r.ln2, BT, C, 4 * C, 0);
+        linear_backward(m, dln, l, FC, const_buf(dfch), r.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);
         norm_backward(m, block_tensor(m, l, LN2), r.resid2, weights_of(m, l, LN2), b.ln2_mean, b.ln2_rstd);
@@ -722,12 +747,12 @@ void gpt_backward(GPT *m, float dloss) {
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
         const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        linear_backward(m, a->datty, l, ATTPROJ, dattproj, r.atty, BT, C, C, 1);
+        linear_backward(m, fp32_buf(a->datty), l, ATTPROJ, fp32_numbers(dattproj), r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, r.qkv, r.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision, m->precision);
-        linear_backward(m, a->dln, l, QKV, a->dqkv, r.ln1, BT, C, 3 * C, 1);
+        linear_backward(m, dln, l, QKV, fp32_numbers(a->dqkv), r.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
         norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);

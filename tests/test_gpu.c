@@ -180,9 +180,9 @@ static void check_matmul(DType p) {
                             fp32_numbers(NULL), N, C, OC);
         matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
                             fp32_numbers(NULL), N, C, OC);
-        matmul_backward_bf16(test_stream, dinp.cpu, dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+        matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
                              fp32_numbers(w.cpu), N, C, OC);
-        matmul_backward_bf16(gpu_stream, dinp.gpu, dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+        matmul_backward_bf16(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
                              fp32_numbers(w.gpu), N, C, OC);
     } else {
         matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
@@ -218,10 +218,10 @@ Test(gpu, layernorm_forward_backward) {
     layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
                       fp32_numbers(NULL), N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
-                       mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
-                       mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+                       fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+                       fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -377,8 +377,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, dout.cpu, fp32_numbers(inp.cpu), fp32_numbers(w.cpu),
-                       mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+                       fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -387,8 +387,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, dout.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
-                           mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+                           fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -399,7 +399,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, dout.gpu, fp32_numbers(inp.gpu),
+    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
                        fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
@@ -542,10 +542,10 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd,
-                       (int)BT, C, scratch.gpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, x.gpu, fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd,
-                       (int)BT, C, scratch.gpu, DTYPE_BF16);
+    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
+                       fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
+                       fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
@@ -753,7 +753,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
         for (int p = 0; p < DTYPES; p++) {
             DType rounding = (DType)p;
             const char *form = tanh_form ? "tanh" : "erf", *dtype = DTYPE_TRAITS[p].name;
-            gelu_backward(gpu_stream, apart.gpu, NULL, fp32_numbers(x.gpu), dy.gpu, N, OC, tanh_form, DTYPE_FP32, NULL);
+            gelu_backward(gpu_stream, fp32_buf(apart.gpu), NULL, fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N, OC,
+                          tanh_form, DTYPE_FP32, NULL);
             if (rounding == DTYPE_BF16) round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
             stream_copy(gpu_stream, dbias_apart.gpu, bias_start, OC * sizeof(float));
             bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
@@ -762,8 +763,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             for (int run = 0; run < 3; run++) {
                 stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-                gelu_backward(gpu_stream, dinp.gpu, dbias.gpu, fp32_numbers(x.gpu), dinp.gpu, N, OC, tanh_form,
-                              rounding, scratch.gpu);
+                gelu_backward(gpu_stream, fp32_buf(dinp.gpu), dbias.gpu, fp32_numbers(x.gpu), fp32_numbers(dinp.gpu),
+                              N, OC, tanh_form, rounding, scratch.gpu);
                 stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
                 stream_synchronize(gpu_stream);
@@ -774,8 +775,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             }
             memcpy(dinp.cpu, dy.cpu, n * sizeof(float));
             memcpy(dbias.cpu, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, dinp.cpu, dbias.cpu, fp32_numbers(x.cpu), dinp.cpu, N, OC, tanh_form, rounding,
-                          scratch.cpu);
+            gelu_backward(test_stream, fp32_buf(dinp.cpu), dbias.cpu, fp32_numbers(x.cpu), fp32_numbers(dinp.cpu), N,
+                          OC, tanh_form, rounding, scratch.cpu);
             double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
             cr_expect_lt(e, 1e-3, "%s, %s: the gradient, GPU against CPU, rms relative error %g", form, dtype, e);
             cr_expect_lt(eb, 1e-3, "%s, %s: the bias sums, GPU against CPU, rms relative error %g", form, dtype, eb);
@@ -807,8 +808,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, dw.gpu, (size_t)C);
         fill_zero(gpu_stream, db.gpu, (size_t)C);
-        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, dy.gpu, in[run > 0], fp32_numbers(lw.gpu), mean.gpu,
-                           rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
+        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, fp32_numbers(dy.gpu), in[run > 0],
+                           fp32_numbers(lw.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -842,7 +843,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     free(got16);
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, db.gpu, (size_t)OC);
-        gelu_backward(gpu_stream, out.gpu, db.gpu, in[run > 0], dy.gpu, N, OC, 1, DTYPE_BF16, scratch.gpu);
+        gelu_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, in[run > 0], fp32_numbers(dy.gpu), N, OC, 1, DTYPE_BF16,
+                      scratch.gpu);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(db);
@@ -861,8 +863,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     }
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
-        matmul_backward_bf16(gpu_stream, out.gpu, dw.gpu, fp32_numbers(dy.gpu), in[run > 0], fp32_numbers(w.gpu), N,
-                             C, OC);
+        matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), dw.gpu, fp32_numbers(dy.gpu), in[run > 0],
+                             fp32_numbers(w.gpu), N, C, OC);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -884,8 +886,10 @@ Test(gpu, elementwise_ops) {
         gelu_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
         gelu_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
-        gelu_backward(test_stream, out.cpu, NULL, fp32_numbers(x.cpu), y.cpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
-        gelu_backward(gpu_stream, out.gpu, NULL, fp32_numbers(x.gpu), y.gpu, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(test_stream, fp32_buf(out.cpu), NULL, fp32_numbers(x.cpu), fp32_numbers(y.cpu), 1, (int)n,
+                      tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(gpu_stream, fp32_buf(out.gpu), NULL, fp32_numbers(x.gpu), fp32_numbers(y.gpu), 1, (int)n,
+                      tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
     residual_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), y.cpu, n, DTYPE_FP32);
@@ -1014,8 +1018,8 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, out2.gpu, n);
         fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
-        layernorm_backward(gpu_stream, out2.gpu, db.gpu, db.gpu + C, dy.gpu, fp32_numbers(x.gpu), weight[k], stats.gpu,
-                           stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+        layernorm_backward(gpu_stream, out2.gpu, db.gpu, db.gpu + C, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
+                           weight[k], stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
         take_or_expect(out2, k, "layernorm_backward's dinp from a bf16 weight");
         take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 weight");
     }
@@ -1063,8 +1067,8 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     pair_free(out16);
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, dw.gpu, nw);
-        matmul_backward_bf16(gpu_stream, out2.gpu, dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu), product_weight[k],
-                             N, C, OC);
+        matmul_backward_bf16(gpu_stream, fp32_buf(out2.gpu), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
+                             product_weight[k], N, C, OC);
         take_or_expect(out2, k, "matmul_backward_bf16's dinp from a bf16 weight in place");
         take_or_expect(dw, k, "matmul_backward_bf16's weight gradient from a bf16 weight in place");
     }
@@ -1072,6 +1076,71 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     pair_free(x); pair_free(b); pair_free(dy); pair_free(w); pair_free(lw); pair_free(emb); pair_free(out);
     pair_free(out2); pair_free(dw); pair_free(db); pair_free(stats); pair_free(scratch); pair_free(w16);
     pair_free(lw16); pair_free(emb16);
+}
+
+/* The activation gradients held in bf16 at GPT-2's shape (12 x 1024 rows,
+ * the MLP's 3072 wide): GELU's backward in place over a bf16 gradient, the
+ * bytes of its fp32 output stored (and its bias sums the same); LayerNorm's
+ * backward from a bf16 gradient, the bytes of the same values in fp32; the
+ * MLP's projection's backward writing the hidden gradient in bf16, within
+ * one bf16 step of its fp32 output (cuBLAS may pick another kernel for a
+ * bf16 output), the same bytes on each of three runs. */
+Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
+    need_gpu();
+    int N = 12 * 1024, C = 768, OC = 3072;
+    size_t n = (size_t)N * OC, nc = (size_t)N * C, nw = (size_t)OC * C;
+    Pair x = pair_random(n, -2, 2, 171), dy = pair_random(n, -1, 1, 172), w = pair_random(nw, -1, 1, 173);
+    Pair out = pair_random(n, 0, 1, 174), db = pair_random(2 * (size_t)OC, 0, 1, 175);
+    Pair lw = pair_random((size_t)C, 0.5f, 1.5f, 176);
+    Pair x16 = pair_random((n + 1) / 2, 0, 1, 177), dy16 = pair_random((n + 1) / 2, 0, 1, 178);
+    Pair got16 = pair_random((n + 1) / 2, 0, 1, 179), stats = pair_random(2 * (size_t)N, 0.5f, 2, 180);
+    Pair scratch = pair_random(column_sums_scratch_floats(N, 2 * OC), 0, 1, 181), dw = pair_random(nw, 0, 1, 182);
+    pair_round_to_bf16(x);
+    pair_round_to_bf16(dy);
+    pair_round_to_bf16(w);
+    store_bf16(gpu_stream, (bf16 *)x16.gpu, x.gpu, n);
+    store_bf16(gpu_stream, (bf16 *)dy16.gpu, dy.gpu, n);
+    const bf16 *x_held = (const bf16 *)x16.gpu, *dy_held = (const bf16 *)dy16.gpu;
+    bf16 *got_held = (bf16 *)got16.gpu;
+    fill_zero(gpu_stream, db.gpu, 2 * (size_t)OC);
+    gelu_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N, OC, 1,
+                  DTYPE_BF16, scratch.gpu);
+    stream_copy(gpu_stream, got16.gpu, dy16.gpu, n * sizeof(bf16));
+    gelu_backward(gpu_stream, bf16_buf(got_held), db.gpu + OC, bf16_numbers(x_held), bf16_numbers(got_held), N, OC, 1,
+                  DTYPE_BF16, scratch.gpu);
+    pair_take_gpu(out);
+    pair_take_gpu(db);
+    expect_stored_bytes(got16.gpu, out.cpu, n, "gelu_backward into bf16, in place");
+    cr_expect_eq(memcmp(db.cpu, db.cpu + OC, OC * sizeof(float)), 0, "gelu_backward's bias sums into bf16");
+    for (int k = 0; k < 2; k++) {
+        fill_zero(gpu_stream, out.gpu, nc);
+        fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
+        layernorm_backward(gpu_stream, out.gpu, db.gpu, db.gpu + C, k ? bf16_numbers(dy_held) : fp32_numbers(dy.gpu),
+                           fp32_numbers(x.gpu), fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu,
+                           DTYPE_BF16);
+        take_or_expect(out, k, "layernorm_backward's dinp from a bf16 gradient");
+        take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 gradient");
+    }
+    /* the MLP's projection: dinp [N, 3072] from dout [N, 768] */
+    fill_zero(gpu_stream, dw.gpu, nw);
+    matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
+                         fp32_numbers(w.gpu), N, OC, C);
+    pair_take_gpu(out);
+    bf16 *first = malloc(n * sizeof(bf16)), *again = malloc(n * sizeof(bf16));
+    for (int run = 0; run < 3; run++) {
+        matmul_backward_bf16(gpu_stream, bf16_buf(got_held), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
+                             fp32_numbers(w.gpu), N, OC, C);
+        stream_copy(gpu_stream, run ? again : first, got16.gpu, n * sizeof(bf16));
+        stream_synchronize(gpu_stream);
+        if (run) cr_expect_eq(memcmp(first, again, n * sizeof(bf16)), 0, "run %d: another bf16 dinp", run + 1);
+    }
+    size_t apart = 0;
+    for (size_t i = 0; i < n; i++)
+        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
+    cr_expect_eq(apart, 0, "matmul_backward_bf16's dinp into bf16: %zu of %zu past one step", apart, n);
+    free(first); free(again);
+    pair_free(x); pair_free(dy); pair_free(w); pair_free(out); pair_free(db); pair_free(lw); pair_free(x16);
+    pair_free(dy16); pair_free(got16); pair_free(stats); pair_free(scratch); pair_free(dw);
 }
 
 /* The head in bf16 at GPT-2's shape (a chunk of 1024 rows, C = 768, V =
@@ -1120,13 +1189,13 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
     for (size_t i = 0; i < nl; i++) out.cpu[i] = float_from_bf16(cpu16[i]);
     stream_copy(gpu_stream, out.gpu, out.cpu, nl * sizeof(float));
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu), fp32_numbers(w.gpu),
-                         N, C, V);
+    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu),
+                         fp32_numbers(w.gpu), N, C, V);
     pair_take_gpu(dx);
     pair_take_gpu(dw);
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, dx.gpu, dw.gpu, bf16_numbers((const bf16 *)logits16.gpu), fp32_numbers(x.gpu),
-                         fp32_numbers(w.gpu), N, C, V);
+    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), dw.gpu, bf16_numbers((const bf16 *)logits16.gpu),
+                         fp32_numbers(x.gpu), fp32_numbers(w.gpu), N, C, V);
     expect_same_bytes(dx, nx * sizeof(float), "matmul_backward_bf16's dinp from bf16 dlogits");
     expect_same_bytes(dw, nw * sizeof(float), "matmul_backward_bf16's weight gradient from bf16 dlogits");
     free(first); free(again);

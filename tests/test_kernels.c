@@ -119,8 +119,8 @@ static void check_layernorm(int N, int C) {
     layernorm_forward(test_stream, fp32_buf(out), mean, rstd, fp32_numbers(inp), fp32_numbers(w), fp32_numbers(NULL),
                       N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, NULL, g, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C, scratch,
-                       DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, fp32_numbers(g), fp32_numbers(inp), fp32_numbers(w), mean, rstd,
+                       N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -578,15 +578,15 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, dout, N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, NULL, dout, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C,
-                       scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, dinp, dw, NULL, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w), mean,
+                       rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, dout, fp32_numbers(inp), fp32_numbers(w), mean, rstd, N, C,
-                       scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fused_dinp, dw, dbias, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w),
+                       mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -619,7 +619,8 @@ static void check_gelu(int tanh_form) {
     fill_uniform(base, n, -1, 1, 43);
     memcpy(dx, base, sizeof(float) * n);
     gelu_forward(test_stream, fp32_buf(out), fp32_numbers(x), n, tanh_form, DTYPE_FP32);
-    gelu_backward(test_stream, dx, NULL, fp32_numbers(x), g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+    gelu_backward(test_stream, fp32_buf(dx), NULL, fp32_numbers(x), fp32_numbers(g), 1, (int)n, tanh_form, DTYPE_FP32,
+                  NULL);
     stream_synchronize(test_stream);
     PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
     ref_gelu(c.out, c.inp, n, tanh_form);
@@ -628,7 +629,8 @@ static void check_gelu(int tanh_form) {
     numeric_grad(c.inp, n, gelu_objective, &c, num);
     cr_expect_lt(rel_error(dx, num, n), GRAD_TOL, "gelu backward (tanh %d): %g", tanh_form, rel_error(dx, num, n));
     /* in place (dinp = dout, as the model runs it): the same bits */
-    gelu_backward(test_stream, g, NULL, fp32_numbers(x), g, 1, (int)n, tanh_form, DTYPE_FP32, NULL);
+    gelu_backward(test_stream, fp32_buf(g), NULL, fp32_numbers(x), fp32_numbers(g), 1, (int)n, tanh_form, DTYPE_FP32,
+                  NULL);
     stream_synchronize(test_stream);
     cr_expect_eq(memcmp(g, dx, sizeof(float) * n), 0, "gelu backward in place");
     free(x); free(g); free(out); free(dx); free(base); free(c.inp); free(c.g); free(c.out); free(num);
@@ -701,10 +703,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, NULL, y, fp32_numbers(x), fp32_numbers(w), mean, rstd, (int)BT, C,
-                       scratch, DTYPE_FP32);
-    layernorm_backward(test_stream, bf, dw, NULL, y, fp32_numbers(x), fp32_numbers(w), mean, rstd, (int)BT, C,
-                       scratch, DTYPE_BF16);
+    layernorm_backward(test_stream, fp, dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean, rstd,
+                       (int)BT, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, bf, dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean, rstd,
+                       (int)BT, C, scratch, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");
@@ -771,8 +773,10 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
             memcpy(fused, dy, n * sizeof(float));
             memcpy(dbias_fused, bias_start, OC * sizeof(float));
             memcpy(dbias_apart, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, fused, dbias_fused, fp32_numbers(x), fused, N, OC, tanh_form, (DType)p, NULL);
-            gelu_backward(test_stream, apart, NULL, fp32_numbers(x), dy, N, OC, tanh_form, DTYPE_FP32, NULL);
+            gelu_backward(test_stream, fp32_buf(fused), dbias_fused, fp32_numbers(x), fp32_numbers(fused), N, OC,
+                          tanh_form, (DType)p, NULL);
+            gelu_backward(test_stream, fp32_buf(apart), NULL, fp32_numbers(x), fp32_numbers(dy), N, OC, tanh_form,
+                          DTYPE_FP32, NULL);
             stream_synchronize(test_stream);
             int rounded = 0;
             for (size_t i = 0; i < n; i++) rounded += p == DTYPE_BF16 && bf16_rounded(apart[i]) != apart[i];
@@ -974,8 +978,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     stream_synchronize(test_stream);
     for (int k = 0; k < 2; k++) {
         memset(got[k], 0, nx * sizeof(float));
-        layernorm_backward(test_stream, got[k], dw[k], db[k], dy, held[k], fp32_numbers(lw), mean, rstd, N, C,
-                           scratch, DTYPE_BF16);
+        layernorm_backward(test_stream, got[k], dw[k], db[k], fp32_numbers(dy), held[k], fp32_numbers(lw), mean, rstd,
+                           N, C, scratch, DTYPE_BF16);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "layernorm_backward's dinp");
@@ -995,7 +999,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
         }
         for (int k = 0; k < 2; k++) {
             memset(db[k], 0, OC * sizeof(float));
-            gelu_backward(test_stream, got[k], db[k], held[k], dy, N, OC, tanh_form, DTYPE_BF16, scratch);
+            gelu_backward(test_stream, fp32_buf(got[k]), db[k], held[k], fp32_numbers(dy), N, OC, tanh_form,
+                          DTYPE_BF16, scratch);
         }
         stream_synchronize(test_stream);
         cr_assert(memcmp(got[0], got[1], nx * sizeof(float)) == 0 && memcmp(db[0], db[1], OC * sizeof(float)) == 0,
@@ -1022,7 +1027,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
         memset(dw[k], 0, (size_t)OC * C * sizeof(float));
-        matmul_backward_bf16(test_stream, got[k], dw[k], fp32_numbers(dy), held[k], fp32_numbers(w), N, C, OC);
+        matmul_backward_bf16(test_stream, fp32_buf(got[k]), dw[k], fp32_numbers(dy), held[k], fp32_numbers(w), N, C,
+                             OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
@@ -1119,8 +1125,10 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     for (size_t i = 0; i < nl; i++) dlogits[i] = float_from_bf16(logits16[i]);
     float *dx = alloc_floats(nx), *dx16 = alloc_floats(nx), *dw = alloc_floats((size_t)V * C);
     float *dw16 = alloc_floats((size_t)V * C);
-    matmul_backward_bf16(test_stream, dx, dw, fp32_numbers(dlogits), fp32_numbers(x), fp32_numbers(w), N, C, V);
-    matmul_backward_bf16(test_stream, dx16, dw16, bf16_numbers(logits16), bf16_numbers(x16), fp32_numbers(w), N, C, V);
+    matmul_backward_bf16(test_stream, fp32_buf(dx), dw, fp32_numbers(dlogits), fp32_numbers(x), fp32_numbers(w), N, C,
+                         V);
+    matmul_backward_bf16(test_stream, fp32_buf(dx16), dw16, bf16_numbers(logits16), bf16_numbers(x16),
+                         fp32_numbers(w), N, C, V);
     stream_synchronize(test_stream);
     cr_assert(memcmp(dx, dx16, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp from bf16 dout");
     cr_assert(memcmp(dw, dw16, (size_t)V * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight from bf16 dout");
@@ -1166,8 +1174,8 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     ConstBuf bias[2] = { fp32_numbers(lw + C), bf16_numbers(lw16 + C) };
     ConstBuf product_weight[2] = { fp32_numbers(w), bf16_numbers(w16) };
     for (int k = 1; k >= 0; k--)
-        layernorm_backward(test_stream, got2[k], dw[k], db[k], dy, inp[k], weight[k], stats, stats + N, N, C, NULL,
-                           DTYPE_BF16);
+        layernorm_backward(test_stream, got2[k], dw[k], db[k], fp32_numbers(dy), inp[k], weight[k], stats, stats + N,
+                           N, C, NULL, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "layernorm_backward's dinp from a bf16 weight");
     cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
@@ -1193,7 +1201,7 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     ConstBuf dout[2] = { fp32_numbers(dy), bf16_numbers(dy16) };
     for (int k = 1; k >= 0; k--) {
         memset(dw[k], 0, nw * sizeof(float));
-        matmul_backward_bf16(test_stream, got2[k], dw[k], dout[k], inp[k], product_weight[k], N, C, OC);
+        matmul_backward_bf16(test_stream, fp32_buf(got2[k]), dw[k], dout[k], inp[k], product_weight[k], N, C, OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "matmul_backward_bf16's dinp from a bf16 weight");
@@ -1227,6 +1235,61 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     }
     free(x); free(dy); free(w); free(lw); free(b); free(stats); free(x16); free(w16); free(lw16); free(dy16);
     free(tokens);
+}
+
+/* The activation gradients a model holds in bf16 under autocast (the MLP's
+ * hidden one, a LayerNorm's output's): GELU's backward in place over a bf16
+ * gradient from a bf16 input, and a product's backward writing its input's
+ * gradient in bf16, are the bytes of their fp32 outputs stored (GELU's bias
+ * sums the same); LayerNorm's backward from a bf16 gradient gives the bytes
+ * of the same values in fp32. First on an empty room, each larger than the
+ * last, at sizes (512 KB and up) where a room that grew under what was
+ * widened into it would be unmapped. */
+Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
+    enum { N = 2048, C = 64, OC = 256 };
+    size_t n = (size_t)N * OC, nc = (size_t)N * C, nw = (size_t)OC * C;
+    float *x = alloc_floats(n), *dy = alloc_floats(n), *w = alloc_floats(nw), *got = alloc_floats(n);
+    float *dbias = alloc_floats(OC), *dbias16 = alloc_floats(OC), *dw = alloc_floats(nw), *dw16 = alloc_floats(nw);
+    float *lw = alloc_floats(C), *stats = alloc_floats(2 * N), *dx = alloc_floats(nc), *dx16 = alloc_floats(nc);
+    bf16 *x16 = malloc(n * sizeof(bf16)), *dy16 = malloc(n * sizeof(bf16)), *got16 = malloc(n * sizeof(bf16));
+    fill_uniform(x, n, -2, 2, 161);
+    fill_uniform(dy, n, -1, 1, 162);
+    fill_uniform(w, nw, -1, 1, 163);
+    fill_uniform(lw, C, 0.5f, 1.5f, 164);
+    fill_uniform(stats, N, -0.5f, 0.5f, 165);
+    fill_uniform(stats + N, N, 0.5f, 2.0f, 166);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = float_from_bf16(x16[i] = bf16_from_float(x[i]));
+        dy[i] = float_from_bf16(dy16[i] = bf16_from_float(dy[i]));
+    }
+    for (size_t i = 0; i < nw; i++) w[i] = bf16_rounded(w[i]);
+    /* GELU's backward, bf16 in place from bf16 (the room: its input, then the gradient over dout), then fp32's */
+    memcpy(got16, dy16, n * sizeof(bf16));
+    gelu_backward(test_stream, bf16_buf(got16), dbias16, bf16_numbers(x16), bf16_numbers(got16), N, OC, 1, DTYPE_BF16,
+                  NULL);
+    gelu_backward(test_stream, fp32_buf(got), dbias, fp32_numbers(x), fp32_numbers(dy), N, OC, 1, DTYPE_BF16, NULL);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, got, n), "gelu_backward into bf16, in place");
+    cr_assert(memcmp(dbias, dbias16, OC * sizeof(float)) == 0, "gelu_backward's bias sums into bf16");
+    /* the product's backward: its input's gradient into bf16 from a bf16 dout and input (the room: all four) */
+    matmul_backward_bf16(test_stream, bf16_buf(got16), dw16, bf16_numbers(dy16), bf16_numbers(x16), fp32_numbers(w), N,
+                         OC, C);
+    matmul_backward_bf16(test_stream, fp32_buf(got), dw, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(w), N, OC, C);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, got, n), "matmul_backward_bf16's dinp into bf16");
+    cr_assert(memcmp(dw, dw16, nw * sizeof(float)) == 0, "its weight gradient");
+    /* LayerNorm's backward from a bf16 gradient (x's first N x C as its input, dy's as its dout) */
+    memset(dw, 0, 2 * C * sizeof(float));
+    memset(dw16, 0, 2 * C * sizeof(float));
+    layernorm_backward(test_stream, dx16, dw16, dw16 + C, bf16_numbers(dy16), fp32_numbers(x), fp32_numbers(lw), stats,
+                       stats + N, N, C, NULL, DTYPE_BF16);
+    layernorm_backward(test_stream, dx, dw, dw + C, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(lw), stats,
+                       stats + N, N, C, NULL, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(dx, dx16, nc * sizeof(float)) == 0, "layernorm_backward's dinp from a bf16 gradient");
+    cr_assert(memcmp(dw, dw16, 2 * C * sizeof(float)) == 0, "its weight and bias gradients");
+    free(x); free(dy); free(w); free(got); free(dbias); free(dbias16); free(dw); free(dw16); free(lw); free(stats);
+    free(dx); free(dx16); free(x16); free(dy16); free(got16);
 }
 
 /* A bias held in fp32 into a bf16 output would be rounded before the

@@ -118,12 +118,18 @@ static void gelu_backward_task(void *p) {
     if (a->dbias) column_sums(a->dbias, a->N, a->OC, gelu_dbias_terms, a);
 }
 
-void cpu_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+/* In the room where held in bf16: the input widened at its start, dout after
+ * it, and dinp made over dout (in place, each number from its own), then
+ * stored. */
+void cpu_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    GeluBackwardArgs a = { dinp, dbias, cpu_fp32_of(s, inp, (size_t)N * OC, 0), dout, N, OC, tanh_form,
-                           rounding == DTYPE_BF16 };
+    size_t n = (size_t)N * OC, x = cpu_room_for(inp.dtype, n);
+    cpu_stream_room(s, x + (dout.dtype == DTYPE_BF16 || dinp.dtype == DTYPE_BF16 ? n : 0));  /* all, before any */
+    const float *in = cpu_fp32_of(s, inp, n, 0), *d = cpu_fp32_of(s, dout, n, x);
+    GeluBackwardArgs a = { cpu_fp32_for(s, dinp, n, x), dbias, in, d, N, OC, tanh_form, rounding == DTYPE_BF16 };
     stream_launch(s, gelu_backward_task, &a, sizeof a);
+    cpu_store_output(s, dinp, a.dinp, n);
 }
 
 typedef struct { float *out; const float *a, *b; size_t n; int rounds; } ResidualArgs;

@@ -120,15 +120,16 @@ static void layernorm_backward_task(void *p) {
 }
 
 /* A bf16 input widened at the room's start, a bf16 weight after it (its
- * sums run as fp32's do: read through a float pointer, so vectorised alike). */
-void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+ * sums run as fp32's do: read through a float pointer, so vectorised alike),
+ * a bf16 dout after that. */
+void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                             ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                             DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
-    size_t n = (size_t)N * C, x = cpu_room_for(inp.dtype, n);
-    cpu_stream_room(s, x + cpu_room_for(weight.dtype, (size_t)C));  /* both, before either */
-    const float *in = cpu_fp32_of(s, inp, n, 0);
-    LayerNormBackwardArgs a = { dinp, dweight, dbias, dout, in, cpu_fp32_of(s, weight, (size_t)C, x), mean, rstd, N, C,
+    size_t n = (size_t)N * C, x = cpu_room_for(inp.dtype, n), w = cpu_room_for(weight.dtype, (size_t)C);
+    cpu_stream_room(s, x + w + cpu_room_for(dout.dtype, n));  /* all, before any */
+    const float *in = cpu_fp32_of(s, inp, n, 0), *dy = cpu_fp32_of(s, dout, n, x + w);
+    LayerNormBackwardArgs a = { dinp, dweight, dbias, dy, in, cpu_fp32_of(s, weight, (size_t)C, x), mean, rstd, N, C,
                                 rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
 }

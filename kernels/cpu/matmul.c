@@ -74,8 +74,8 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
  * into the stream's room first (the same values, so the same bits) and an
  * output held in bf16 made there (with its bias added in fp32) and stored:
  * side by side from 0, what is held in bf16 of the input, the output (or
- * the output gradient) and the weight, the room grown for all before any
- * is placed. */
+ * the output gradient), the weight (and the input's gradient), the room
+ * grown for all before any is placed. */
 void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                              int OC) {
     size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(out.dtype, (size_t)N * OC);
@@ -87,10 +87,13 @@ void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, 
     cpu_store_output(s, out, written, (size_t)N * OC);
 }
 
-void cpu_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cpu_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                               ConstBuf weight, int N, int C, int OC) {
     size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(dout.dtype, (size_t)N * OC);
-    cpu_stream_room(s, x + y + cpu_room_for(weight.dtype, (size_t)OC * C));
+    size_t w = cpu_room_for(weight.dtype, (size_t)OC * C);
+    cpu_stream_room(s, x + y + w + cpu_room_for(dinp.dtype, (size_t)N * C));
     const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0), *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
-    cpu_matmul_backward(s, dinp, dweight, d, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
+    float *written = cpu_fp32_for(s, dinp, (size_t)N * C, x + y + w);
+    cpu_matmul_backward(s, written, dweight, d, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
+    cpu_store_output(s, dinp, written, (size_t)N * C);
 }

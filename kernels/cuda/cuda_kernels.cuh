@@ -57,7 +57,7 @@ void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstB
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                      const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding);
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
@@ -67,7 +67,7 @@ void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight,
                               int OC);
 /* out[N,OC]'s every row = bias[OC], stored as out is held: a product's starting value. */
 void cuda_bias_rows(Stream *s, Buf out, ConstBuf bias, int N, int OC);
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
@@ -76,7 +76,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
                              ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
-void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);

@@ -40,31 +40,34 @@ __device__ static float gelu_gradient(float x, float dy, int tanh_form, int roun
     return rounded_if(g, rounds);
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, ConstBuf inp, const float *dout, size_t n,
-                                            int tanh_form, int rounds) {
+__global__ static void gelu_backward_kernel(Buf dinp, ConstBuf inp, ConstBuf dout, size_t n, int tanh_form,
+                                            int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dinp[i] = gelu_gradient(number_at(inp.data, inp.dtype, i), dout[i], tanh_form, rounds);
+    if (i >= n) return;
+    float g = gelu_gradient(number_at(inp.data, inp.dtype, i), number_at(dout.data, dout.dtype, i), tanh_form, rounds);
+    number_put(dinp.data, dinp.dtype, i, g);
 }
 
 /* The gradient and the bias's parts in one pass: a thread a column of a
  * part, its rows from 0 in order (as bias_part_kernel adds the written
  * gradient), each element written as it is added. */
-__global__ static void gelu_bias_part_kernel(float *partial, float *dinp, ConstBuf inp, const float *dout, int N,
-                                             int OC, int tanh_form, int rounds) {
+__global__ static void gelu_bias_part_kernel(float *partial, Buf dinp, ConstBuf inp, ConstBuf dout, int N, int OC,
+                                             int tanh_form, int rounds) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float acc = 0.0f;
     for (int n = part_first_row(part); n < part_end_row(part, N); n++) {
         size_t i = (size_t)n * OC + c;
-        float g = gelu_gradient(number_at(inp.data, inp.dtype, i), dout[i], tanh_form, rounds);
-        dinp[i] = g;
+        float g = gelu_gradient(number_at(inp.data, inp.dtype, i), number_at(dout.data, dout.dtype, i), tanh_form,
+                                rounds);
+        number_put(dinp.data, dinp.dtype, i, g);
         acc += g;
     }
     partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_gelu_backward(Stream *s, float *dinp, float *dbias, ConstBuf inp, const float *dout, int N, int OC,
+void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch) {
     int rounds = rounding == DTYPE_BF16;
     if (!dbias) {

@@ -76,17 +76,16 @@ void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean,
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
  * rounding as the CPU's: dinp = bf16(dinp + bf16(the gradient)) */
-__global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, ConstBuf inp, ConstBuf weight,
+__global__ static void layernorm_dinp_kernel(float *dinp, ConstBuf dout, ConstBuf inp, ConstBuf weight,
                                              const float *mean, const float *rstd, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)N) return;
-    size_t x0 = (size_t)row * C;  /* the row's first number in inp */
-    const float *dy = dout + (size_t)row * C;
+    size_t x0 = (size_t)row * C;  /* the row's first number in inp and in dout */
     float m = mean[row], r = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     for (int c = lane; c < C; c += WARP) {
-        float dnorm = dy[c] * number_at(weight.data, weight.dtype, c);
+        float dnorm = number_at(dout.data, dout.dtype, x0 + c) * number_at(weight.data, weight.dtype, c);
         dnorm_mean += dnorm;
         dnorm_norm_mean += dnorm * (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
     }
@@ -95,7 +94,8 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, Con
     float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
         float norm = (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
-        float g = r * (dy[c] * number_at(weight.data, weight.dtype, c) - dnorm_mean - norm * dnorm_norm_mean);
+        float dnorm = number_at(dout.data, dout.dtype, x0 + c) * number_at(weight.data, weight.dtype, c);
+        float g = r * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
         dx[c] = rounded_if(dx[c] + rounded_if(g, rounds), rounds);
     }
 }
@@ -103,7 +103,7 @@ __global__ static void layernorm_dinp_kernel(float *dinp, const float *dout, Con
 /* partial[part, c] = sum from 0, in row order, of the part's dout * norm;
  * with bias_partial, also bias_partial[part, c] = the part's sum of dout (a
  * bias after the LayerNorm: bias_part_kernel's adds), from the same reads */
-__global__ static void layernorm_dweight_part_kernel(float *partial, float *bias_partial, const float *dout,
+__global__ static void layernorm_dweight_part_kernel(float *partial, float *bias_partial, ConstBuf dout,
                                                      ConstBuf inp, const float *mean, const float *rstd, int N,
                                                      int C) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
@@ -111,7 +111,7 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
     if (c >= C) return;
     float acc = 0.0f, bias_acc = 0.0f;
     for (int i = part_first_row(part); i < part_end_row(part, N); i++) {
-        float dy = dout[(size_t)i * C + c];
+        float dy = number_at(dout.data, dout.dtype, (size_t)i * C + c);
         acc += dy * (number_at(inp.data, inp.dtype, (size_t)i * C + c) - mean[i]) * rstd[i];
         bias_acc += dy;
     }
@@ -119,7 +119,7 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
     if (bias_partial) bias_partial[(size_t)part * C + c] = bias_acc;
 }
 
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, const float *dout, ConstBuf inp,
+void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding) {
     if (N == 0) return;

@@ -66,7 +66,7 @@ void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight,
               bias.data != NULL);
 }
 
-void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC) {
     size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
     size_t d = staged_numbers(dout, (size_t)N * OC);
@@ -76,6 +76,6 @@ void cuda_matmul_backward_bf16(Stream *s, float *dinp, float *dweight, ConstBuf 
     const bf16 *d16 = bf16_operand(s, dout, staging + w + x, (size_t)N * OC);
     cublasHandle_t blas = cuda_blas(s);
     /* dinp = dout @ weight, dweight += dout^T @ inp */
-    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp, DTYPE_FP32, C, 0);
+    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp.data, dinp.dtype, C, 0);
     gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, DTYPE_FP32, C, 1);
 }
