@@ -641,7 +641,7 @@ MUTANTS = [
      "    float *written = cpu_fp32_for(s, out, (size_t)N * OC, 0);"),
     ("cpu-product-backward-room-grown-late", "the CPU's bf16 product backward grows the room for its bf16 output "
      "gradient after its input is widened there (the room moves from under it)",
-     "test_kernels/weights_held_in_bf16*",
+     "test_kernels/activation_gradients*",
      "kernels/cpu/matmul.c",
      "    cpu_stream_room(s, x + y + w + cpu_room_for(dinp.dtype, (size_t)N * C));\n",
      ""),

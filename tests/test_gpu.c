@@ -974,6 +974,16 @@ static void take_or_expect(Pair p, int k, const char *what) {
     else expect_same_bytes(p, p.n * sizeof(float), what);
 }
 
+/* n bf16 outputs each within one bf16 step of the fp32 ones (2^-7 of each,
+ * at least): a product into bf16, where cuBLAS may pick another kernel than
+ * for an fp32 output, so another order of the fp32 sum. */
+static void expect_within_a_bf16_step(const bf16 *got, const float *want, size_t n, const char *what) {
+    size_t apart = 0;
+    for (size_t i = 0; i < n; i++)
+        apart += fabsf(float_from_bf16(got[i]) - want[i]) > ldexpf(fabsf(want[i]), -7) + 1e-6f;
+    cr_expect_eq(apart, 0, "%s: %zu of %zu numbers past one bf16 step of fp32's", what, apart, n);
+}
+
 /* The weights held in bf16 (a model's compute copy under autocast) at
  * GPT-2's shape (12 x 1024 rows, 768 wide, the MLP's 3072, V = 50304): every
  * op that reads a weight gives the bytes it gives the same values held in
@@ -1056,10 +1066,7 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, nout * sizeof(bf16)), 0, "run %d: other bf16 outputs", run + 1);
     }
-    size_t apart = 0;
-    for (size_t i = 0; i < nout; i++)
-        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
-    cr_expect_eq(apart, 0, "matmul_forward_bf16 with its bias into bf16: %zu of %zu past one step", apart, nout);
+    expect_within_a_bf16_step(first, out.cpu, nout, "matmul_forward_bf16 with its bias into bf16");
     free(first);
     free(again);
     pair_free(bias_oc);
@@ -1134,10 +1141,7 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, n * sizeof(bf16)), 0, "run %d: another bf16 dinp", run + 1);
     }
-    size_t apart = 0;
-    for (size_t i = 0; i < n; i++)
-        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
-    cr_expect_eq(apart, 0, "matmul_backward_bf16's dinp into bf16: %zu of %zu past one step", apart, n);
+    expect_within_a_bf16_step(first, out.cpu, n, "matmul_backward_bf16's dinp into bf16");
     free(first); free(again);
     pair_free(x); pair_free(dy); pair_free(w); pair_free(out); pair_free(db); pair_free(lw); pair_free(x16);
     pair_free(dy16); pair_free(got16); pair_free(stats); pair_free(scratch); pair_free(dw);
@@ -1172,10 +1176,7 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, nl * sizeof(bf16)), 0, "run %d: other bf16 logits", run + 1);
     }
-    size_t apart = 0;  /* further from the fp32 output than a bf16 step at its size (2^-7 of it, at least) */
-    for (size_t i = 0; i < nl; i++)
-        apart += fabsf(float_from_bf16(first[i]) - out.cpu[i]) > ldexpf(fabsf(out.cpu[i]), -7) + 1e-6f;
-    cr_expect_eq(apart, 0, "matmul_forward_bf16 into bf16: %zu of %zu logits past one step of fp32's", apart, nl);
+    expect_within_a_bf16_step(first, out.cpu, nl, "matmul_forward_bf16 into bf16 (the logits)");
     /* the loss in place over the bf16 logits, on both devices from the same bytes */
     bf16 *cpu16 = (bf16 *)logits16.cpu;
     memcpy(cpu16, first, nl * sizeof(bf16));

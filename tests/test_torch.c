@@ -562,7 +562,8 @@ static void torch_gradient(const char *wpath, const char *bpath, int heads, int 
  * falls to fp32's side. */
 static const double AUTOCAST_CLOSER = 0.9, AUTOCAST_SAME = 0.2;
 
-/* As nanoGPT's model (no biases) and as GPT-2's (biases). */
+/* As nanoGPT's model (no biases) and as GPT-2's (biases, drawn away from
+ * their init's zeros, so that a bias left out of an op would show). */
 static void expect_autocasts_gradient(int bias) {
     StrategyConfig sc = char_small(DTYPE_BF16);
     sc.model.bias = bias;
@@ -572,6 +573,12 @@ static void expect_autocasts_gradient(int bias) {
     size_t P = layout.total;
     float *w = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
     model_init_params(&sc.model, &layout, sc.seed, w);
+    for (int i = 0; i < layout.ntensors; i++) {
+        const TensorSpec *t = &layout.tensors[i];
+        size_t len = strlen(t->name);
+        if (len > 5 && strcmp(t->name + len - 5, ".bias") == 0)
+            fill_uniform(w + t->offset, t->numel, -0.1f, 0.1f, 90 + (unsigned)i);
+    }
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     float loss = our_gradient(&sc, w, x, y, grads);
 
