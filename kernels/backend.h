@@ -21,7 +21,7 @@ typedef struct {
     void (*layernorm_forward)(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                               ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
     void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                       const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                       ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                        DType rounding);
     void (*layernorm_backward)(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout,
                                ConstBuf inp, ConstBuf weight, const float *mean,
@@ -43,7 +43,7 @@ typedef struct {
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
     void (*gelu_backward)(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
-    void (*residual_forward)(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
+    void (*residual_forward)(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
     void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);

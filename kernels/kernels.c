@@ -52,7 +52,7 @@ void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf in
 }
 
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                 DType rounding) {
     op_begin(s, "residual_layernorm_forward");
     backend(s)->residual_layernorm_forward(s, resid, out, mean, rstd, a, b, weight, bias, N, C, rounding);
@@ -144,7 +144,7 @@ void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, fl
     op_end(s);
 }
 
-void residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
+void residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding) {
     op_begin(s, "residual_forward");
     backend(s)->residual_forward(s, out, a, b, n, rounding);
     op_end(s);

@@ -122,7 +122,7 @@ void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf in
  * a + b, then layernorm_forward of resid into out, each rounded as
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                const float *b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
+                                ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding);
@@ -205,7 +205,7 @@ void gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dou
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
-void residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
+void residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 
 /* A Linear's bias (a LayerNorm's is layernorm_forward's) after its product:
  * out[N,OC] = inp + bias[OC] on every row (bias's data NULL: none, out = inp, the

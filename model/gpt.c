@@ -75,10 +75,9 @@ static size_t kept_offset(int i, size_t BTC) {
     return at;
 }
 
-/* The floats of a gradient of n numbers that is held in bf16 under autocast
- * (gpt.c's gradient_held), two a float, on its operand boundary (a
- * product's operand, read in place). */
-static size_t held_gradient(ComputePolicy compute, size_t n) {
+/* The floats of n numbers that are held in bf16 under autocast (held_numbers),
+ * two a float, on their operand boundary (a product's operand, read in place). */
+static size_t held_floats(ComputePolicy compute, size_t n) {
     return compute.precision == DTYPE_BF16 ? (operand_numbers(n) + 1) / 2 : n;
 }
 
@@ -89,8 +88,10 @@ static size_t held_gradient(ComputePolicy compute, size_t n) {
  * bf16, written there by their ops (kept_tensor: qkv and fc by their
  * products, the bias added), and have no fp32 buffer (Lw = 0); the other
  * fp32 internals are one block's too (Lk = 1) but for the statistics
- * (LayerNorm's, attention's), kept for all L (Ls). With recompute_gelu GELU's output is one block's and not kept
- * (in bf16 where the rest is kept in bf16: gelu_output). What attention
+ * (LayerNorm's, attention's), kept for all L (Ls). Under autocast the
+ * branches' outputs are one block's, in bf16 (held_numbers). With
+ * recompute_gelu GELU's output is one block's and not kept (in bf16 where
+ * the rest is kept in bf16: gelu_output). What attention
  * keeps and its scratch are the device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
@@ -122,14 +123,14 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
         { &a->qkv, Lw * BT * 3 * C },
         { &a->att_saved, Ls * att.saved },
-        { &a->atty, Lw * BT * C }, { &a->attproj, Lk * BT * C }, { &a->resid2, Lw * BT * C },
+        { &a->atty, Lw * BT * C }, { &a->attproj, Lk * held_floats(compute, BT * C) }, { &a->resid2, Lw * BT * C },
         { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
         { &a->fch, Lw * BT * 4 * C }, { &a->fch_gelu, gelu },
-        { &a->fcproj, Lk * BT * C }, { &a->resid3, L * stream },
+        { &a->fcproj, Lk * held_floats(compute, BT * C) }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
-        { &a->dresid, BT * C }, { &a->dln, held_gradient(compute, BT * C) }, { &a->dproj, BT * C },
-        { &a->datty, BT * C }, { &a->dqkv, BT * 3 * C }, { &a->dfch, held_gradient(compute, BT * 4 * C) },
+        { &a->dresid, BT * C }, { &a->dln, held_floats(compute, BT * C) }, { &a->dproj, BT * C },
+        { &a->datty, BT * C }, { &a->dqkv, BT * 3 * C }, { &a->dfch, held_floats(compute, BT * 4 * C) },
         { &a->att_scratch, att.scratch },
         { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
         { &a->dhead_bf16, wte }, { &a->kept_storage, kept },
@@ -149,7 +150,7 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
  * the output (in bf16 where it keeps its internals so); and under autocast
  * whether the output's gradient (fc's: the MLP's hidden one) and the
  * input's (a LayerNorm's output's, the MLP's hidden one) are held in bf16
- * (gradient_held). */
+ * (held_numbers). */
 static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 }, LINEAR_KEPT[4] = { 1, 0, 1, 0 };
 static const size_t LINEAR_DOUT_HELD[4] = { 0, 0, 1, 0 }, LINEAR_DINP_HELD[4] = { 1, 0, 1, 1 };
 
@@ -263,13 +264,16 @@ static void product_backward(GPT *m, Buf dinp, float *dweight, ConstBuf dout, Co
                          fp32_input(weight), N, C, OC);
 }
 
-/* The gradients a model holds in bf16 under autocast, rows from `row` on
- * (rows `width` wide): the MLP's hidden one (dfch) and a LayerNorm's
- * output's (dln), each written rounded by its product, read in place by the
- * next op; else fp32. */
-static Buf gradient_held(const GPT *m, float *x, size_t row, size_t width) {
-    if (autocast(m)) return bf16_buf((bf16 *)x + row * width);
-    return fp32_buf(x + row * width);
+/* Numbers from `at` on of a buffer the model holds in bf16 under autocast
+ * (as autocast's ops make them), else fp32: a chunk of the head's logits
+ * (its product writes them, the loss and the head's backward read them in
+ * place), the branches' outputs (their products write them, dropout and the
+ * residual add read them), the MLP's hidden gradient (dfch) and a
+ * LayerNorm's output's (dln), each written rounded by its product and read
+ * in place by the next op. */
+static Buf held_numbers(const GPT *m, float *x, size_t at) {
+    if (autocast(m)) return bf16_buf((bf16 *)x + at);
+    return fp32_buf(x + at);
 }
 
 /* Under autocast, x rounded to bf16 in place: the output of a product run in
@@ -347,7 +351,7 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
         return;
     }
     float *grad = grad_of(m, t);
-    residual_forward(s, fp32_buf(grad), fp32_numbers(grad), made, n, DTYPE_FP32);
+    residual_forward(s, fp32_buf(grad), fp32_numbers(grad), fp32_numbers(made), n, DTYPE_FP32);
 }
 
 /* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
@@ -456,7 +460,7 @@ static void norm_backward(GPT *m, int t, ConstBuf inp, ConstBuf weight, const fl
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
     int bias = bias_after(m, t);
     float *dweight = made_grad(m, t, C, 0), *dbias = bias >= 0 ? made_grad(m, bias, C, C) : NULL;
-    ConstBuf dln = const_buf(gradient_held(m, a->dln, 0, C));
+    ConstBuf dln = const_buf(held_numbers(m, a->dln, 0));
     layernorm_backward(m->base.stream, a->dresid, dweight, dbias, dln, inp, weight, mean, rstd, (int)BT, (int)C,
                        m->base.column_sums_scratch, m->precision);
     if (bias >= 0) add_bf16_grad(m, bias, C, C);
@@ -590,27 +594,22 @@ static void block_forward(GPT *m, int l, int hooks) {
     Buf atty = kept_tensor(m, l, KEPT_ATTY, b.atty);
     attention_forward(s, atty, b.att_saved, m->acts.att_scratch, const_buf(qkv), B, T, C, NH, dropout_at(m, site),
                       m->precision, rounding);
-    linear_forward(m, fp32_buf(b.attproj), const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
-    dropout_forward(s, fp32_buf(b.attproj), fp32_numbers(b.attproj), BT * C, dropout_at(m, site + 1), rounding);
+    Buf attproj = held_numbers(m, b.attproj, 0);
+    linear_forward(m, attproj, const_buf(atty), l, ATTPROJ, hooks, BT, C, C);
+    dropout_forward(s, attproj, const_buf(attproj), BT * C, dropout_at(m, site + 1), rounding);
     ConstBuf ln2_weight = block_weights(m, l, LN2, hooks);  /* its unit's hook, before the add it follows */
     Buf resid2 = kept_tensor(m, l, KEPT_RESID2, b.resid2), ln2 = kept_tensor(m, l, KEPT_LN2, b.ln2);
-    residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, b.attproj, ln2_weight,
+    residual_layernorm_forward(s, resid2, ln2, b.ln2_mean, b.ln2_rstd, b.x, const_buf(attproj), ln2_weight,
                                part_bias(m, l, LN2), BT, C, rounding);
     Buf fch = kept_tensor(m, l, KEPT_FCH, b.fch);
     linear_forward(m, fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
     Buf fch_gelu = gelu_output(m, l);
     gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
-    linear_forward(m, fp32_buf(b.fcproj), const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
+    Buf fcproj = held_numbers(m, b.fcproj, 0);
+    linear_forward(m, fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
     if (!hooks) return;  /* the output is kept: the rest would write it again */
-    dropout_forward(s, fp32_buf(b.fcproj), fp32_numbers(b.fcproj), BT * C, dropout_at(m, site + 2), rounding);
-    residual_forward(s, b.resid3, const_buf(resid2), b.fcproj, BT * C, rounding);
-}
-
-/* A chunk's logits, and in the backward its dlogits over them: in bf16
- * under autocast (the head's product writes them so, the loss and the
- * head's backward read them in place), else fp32. */
-static Buf chunk_logits(const GPT *m) {
-    return autocast(m) ? bf16_buf((bf16 *)m->acts.logits) : fp32_buf(m->acts.logits);
+    dropout_forward(s, fcproj, const_buf(fcproj), BT * C, dropout_at(m, site + 2), rounding);
+    residual_forward(s, b.resid3, const_buf(resid2), const_buf(fcproj), BT * C, rounding);
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
@@ -628,13 +627,12 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
     const float *lnf = a->lnf + r0 * C;
     const int *targets = m->base.targets + r0;
-    Buf logits = chunk_logits(m), none = { NULL, logits.dtype };
+    Buf logits = held_numbers(m, a->logits, 0), none = { NULL, logits.dtype };
     product_forward(m, logits, fp32_numbers(lnf), wte, rows, C, V);
     crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, gradient_held(m, a->dln, r0, (size_t)C), dwte, const_buf(logits), fp32_numbers(lnf), wte, rows,
-                     C, V);
+    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), fp32_numbers(lnf), wte, rows, C, V);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -728,7 +726,7 @@ void gpt_backward(GPT *m, float dloss) {
             gelu_forward(s, gelu_output(m, l), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
         }
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        Buf dfch = gradient_held(m, a->dfch, 0, 4 * (size_t)C), dln = gradient_held(m, a->dln, 0, C);
+        Buf dfch = held_numbers(m, a->dfch, 0), dln = held_numbers(m, a->dln, 0);
         linear_backward(m, dfch, l, FCPROJ, fp32_numbers(dfcproj), r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
@@ -775,7 +773,8 @@ void gpt_backward(GPT *m, float dloss) {
         fill_zero(s, made, both);
         embedding_backward(s, made, made + (size_t)V * C, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made, made, both);
-        residual_forward(s, fp32_buf(made), fp32_numbers(made), a->dhead_bf16, (size_t)V * C, DTYPE_BF16);
+        residual_forward(s, fp32_buf(made), fp32_numbers(made), fp32_numbers(a->dhead_bf16), (size_t)V * C,
+                         DTYPE_BF16);
         add_into_grad(m, WTE, made, both);
     }
     trace_end(s);

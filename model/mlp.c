@@ -58,7 +58,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
                           fp32_numbers(ln_w), fp32_numbers(NULL), BT, C, DTYPE_FP32);
         matmul_forward(s, h, ln, fc_w, BT, C, C);
         gelu_forward(s, fp32_buf(h_gelu), fp32_numbers(h), BT * C, 0, DTYPE_FP32);
-        residual_forward(s, fp32_buf(x_next), fp32_numbers(x), h_gelu, BT * C, DTYPE_FP32);
+        residual_forward(s, fp32_buf(x_next), fp32_numbers(x), fp32_numbers(h_gelu), BT * C, DTYPE_FP32);
         trace_end(s);
     }
     trace_begin(s, "forward", 0);

@@ -263,7 +263,7 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
     Pair a = pair_random(n, -2, 2, 121), b = pair_random(n, -1, 1, 122), w = pair_random(C, 0.5f, 1.5f, 123);
     Pair bias = pair_random(C, -0.5f, 0.5f, 124), sum = pair_random(n, 0, 1, 125), out = pair_random(n, 0, 1, 126);
     Pair stats = pair_random(2 * (size_t)N, 0, 1, 127);
-    residual_forward(gpu_stream, fp32_buf(sum.gpu), fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(sum.gpu), fp32_numbers(a.gpu), fp32_numbers(b.gpu), n, DTYPE_BF16);
     layernorm_forward(gpu_stream, fp32_buf(out.gpu), stats.gpu, stats.gpu + N, fp32_numbers(sum.gpu),
                       fp32_numbers(w.gpu), fp32_numbers(NULL), N, C, DTYPE_FP32);
     bias_forward(gpu_stream, fp32_buf(out.gpu), out.gpu, fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
@@ -281,7 +281,8 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, out.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
         residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                                   fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                                   fp32_numbers(a.gpu), fp32_numbers(b.gpu), fp32_numbers(w.gpu),
+                                   fp32_numbers(bias.gpu), N, C,
                                    DTYPE_BF16);
         expect_same_bytes(sum, n * sizeof(float), "the residual add fused with the LayerNorm: its sum");
         expect_same_bytes(out, n * sizeof(float), "the LayerNorm with its bias after the add: its output");
@@ -293,7 +294,8 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         fill_zero(gpu_stream, held.gpu, n);
         fill_zero(gpu_stream, stats.gpu, 2 * (size_t)N);
         residual_layernorm_forward(gpu_stream, bf16_buf(sum16), bf16_buf(out16), stats.gpu, stats.gpu + N,
-                                   fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                                   fp32_numbers(a.gpu), fp32_numbers(b.gpu), fp32_numbers(w.gpu),
+                                   fp32_numbers(bias.gpu), N, C,
                                    DTYPE_BF16);
         expect_stored_bytes(sum16, want_sum, n, "the fused add's sum written in bf16");
         expect_stored_bytes(out16, want_out, n, "the LayerNorm after the add written in bf16");
@@ -317,9 +319,9 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
         }
     store_bf16(gpu_stream, sum16, a.gpu, n);  /* a's numbers in bf16, and as fp32 values */
     load_bf16(gpu_stream, a.gpu, sum16, n);
-    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(a.gpu), b.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(a.gpu), fp32_numbers(b.gpu), n, DTYPE_BF16);
     pair_take_gpu(out);
-    residual_forward(gpu_stream, fp32_buf(out.gpu), bf16_numbers(sum16), b.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), bf16_numbers(sum16), fp32_numbers(b.gpu), n, DTYPE_BF16);
     expect_same_bytes(out, n * sizeof(float), "residual_forward from bf16");
     /* from a residual stream held in bf16 (a's numbers now, in sum16): LayerNorm, the fused add, dropout into
      * bf16 in place; and the embeddings into bf16 (wte a's first 50 rows, wpe b's) */
@@ -330,12 +332,14 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
                       fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C, DTYPE_BF16);
     expect_same_bytes(out, n * sizeof(float), "layernorm_forward from bf16");
     residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                               fp32_numbers(a.gpu), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                               fp32_numbers(a.gpu), fp32_numbers(b.gpu), fp32_numbers(w.gpu), fp32_numbers(bias.gpu),
+                               N, C,
                                DTYPE_BF16);
     pair_take_gpu(sum);
     pair_take_gpu(out);
     residual_layernorm_forward(gpu_stream, fp32_buf(sum.gpu), fp32_buf(out.gpu), stats.gpu, stats.gpu + N,
-                               bf16_numbers(sum16), b.gpu, fp32_numbers(w.gpu), fp32_numbers(bias.gpu), N, C,
+                               bf16_numbers(sum16), fp32_numbers(b.gpu), fp32_numbers(w.gpu), fp32_numbers(bias.gpu),
+                               N, C,
                                DTYPE_BF16);
     expect_same_bytes(sum, n * sizeof(float), "the fused add from bf16: its sum");
     expect_same_bytes(out, n * sizeof(float), "the fused add from bf16: its LayerNorm");
@@ -524,8 +528,8 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     bias_forward(gpu_stream, fp32_buf(fp.gpu), fp.gpu, fp32_numbers(w.gpu), (int)BT, C, DTYPE_FP32);
     bias_forward(gpu_stream, fp32_buf(bf.gpu), bf.gpu, fp32_numbers(w.gpu), (int)BT, C, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "bias_forward");
-    residual_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
-    residual_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_BF16);
+    residual_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), fp32_numbers(y.gpu), n, DTYPE_FP32);
+    residual_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), fp32_numbers(y.gpu), n, DTYPE_BF16);
     expect_gpu_rounded(bf.gpu, fp.gpu, n, "residual_forward");
     dropout_forward(gpu_stream, fp32_buf(fp.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_FP32);
     dropout_forward(gpu_stream, fp32_buf(bf.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_BF16);
@@ -892,8 +896,8 @@ Test(gpu, elementwise_ops) {
                       tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
-    residual_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), y.cpu, n, DTYPE_FP32);
-    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), y.gpu, n, DTYPE_FP32);
+    residual_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), fp32_numbers(y.cpu), n, DTYPE_FP32);
+    residual_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), fp32_numbers(y.gpu), n, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "residual");
     dropout_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, drop, DTYPE_FP32);
     dropout_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, drop, DTYPE_FP32);
@@ -1022,7 +1026,7 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     }
     for (int k = 0; k < 2; k++) {
         residual_layernorm_forward(gpu_stream, fp32_buf(out.gpu), fp32_buf(out2.gpu), stats.gpu, stats.gpu + N,
-                                   fp32_numbers(x.gpu), b.gpu, weight[k], bias[k], N, C, DTYPE_BF16);
+                                   fp32_numbers(x.gpu), fp32_numbers(b.gpu), weight[k], bias[k], N, C, DTYPE_BF16);
         take_or_expect(out2, k, "residual_layernorm_forward with a bf16 weight and bias");
     }
     for (int k = 0; k < 2; k++) {
@@ -1079,6 +1083,21 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
         take_or_expect(out2, k, "matmul_backward_bf16's dinp from a bf16 weight in place");
         take_or_expect(dw, k, "matmul_backward_bf16's weight gradient from a bf16 weight in place");
     }
+    /* a branch's output held in bf16 (b's values): the residual add and the fused add the bytes of fp32's */
+    Pair b16 = pair_random((n + 1) / 2, 0, 1, 160);
+    pair_round_to_bf16(b);
+    store_bf16(gpu_stream, (bf16 *)b16.gpu, b.gpu, n);
+    ConstBuf branch[2] = { fp32_numbers(b.gpu), bf16_numbers((const bf16 *)b16.gpu) };
+    for (int k = 0; k < 2; k++) {
+        residual_forward(gpu_stream, fp32_buf(out2.gpu), fp32_numbers(x.gpu), branch[k], n, DTYPE_BF16);
+        take_or_expect(out2, k, "residual_forward from a bf16 branch");
+    }
+    for (int k = 0; k < 2; k++) {
+        residual_layernorm_forward(gpu_stream, fp32_buf(out.gpu), fp32_buf(out2.gpu), stats.gpu, stats.gpu + N,
+                                   fp32_numbers(x.gpu), branch[k], weight[0], bias[0], N, C, DTYPE_BF16);
+        take_or_expect(out2, k, "residual_layernorm_forward from a bf16 branch");
+    }
+    pair_free(b16);
     int_pair_free(tokens);
     pair_free(x); pair_free(b); pair_free(dy); pair_free(w); pair_free(lw); pair_free(emb); pair_free(out);
     pair_free(out2); pair_free(dw); pair_free(db); pair_free(stats); pair_free(scratch); pair_free(w16);

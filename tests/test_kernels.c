@@ -537,8 +537,9 @@ Test(kernels, layernorm_with_its_bias_and_the_residual_before_it_are_the_ops_the
         stream_synchronize(test_stream);
         cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "%s: LayerNorm with its bias", what);
         residual_layernorm_forward(test_stream, fp32_buf(sum_fused), fp32_buf(fused), stats_fused, stats_fused + N,
-                                   fp32_numbers(a), b, fp32_numbers(w), fp32_numbers(bias), N, C, (DType)p);
-        residual_forward(test_stream, fp32_buf(sum_apart), fp32_numbers(a), b, n, (DType)p);
+                                   fp32_numbers(a), fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C,
+                                   (DType)p);
+        residual_forward(test_stream, fp32_buf(sum_apart), fp32_numbers(a), fp32_numbers(b), n, (DType)p);
         layernorm_forward(test_stream, fp32_buf(apart), stats_apart, stats_apart + N, fp32_numbers(sum_apart),
                           fp32_numbers(w), fp32_numbers(bias), N, C, (DType)p);
         stream_synchronize(test_stream);
@@ -675,8 +676,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     bias_forward(test_stream, fp32_buf(bf), bf, fp32_numbers(w), (int)BT, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "bias_forward");
-    residual_forward(test_stream, fp32_buf(fp), fp32_numbers(x), y, n, DTYPE_FP32);
-    residual_forward(test_stream, fp32_buf(bf), fp32_numbers(x), y, n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(fp), fp32_numbers(x), fp32_numbers(y), n, DTYPE_FP32);
+    residual_forward(test_stream, fp32_buf(bf), fp32_numbers(x), fp32_numbers(y), n, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "residual_forward");
     dropout_forward(test_stream, fp32_buf(fp), fp32_numbers(x), n, drop, DTYPE_FP32);
@@ -835,15 +836,16 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "layernorm_forward's statistics from bf16");
     /* the fused add and LayerNorm from it, all three in bf16: 3n of room, grown past 2n before any is placed */
     residual_layernorm_forward(test_stream, bf16_buf(sum16), bf16_buf(out16), stats16, stats16 + N,
-                               bf16_numbers(ar16), b, fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
-    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(ar), b,
-                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
+                               bf16_numbers(ar16), fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C,
+                               DTYPE_BF16);
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(ar),
+                               fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n) && same_as_stored(out16, out, n), "residual_layernorm_forward from bf16");
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "residual_layernorm_forward's statistics from bf16");
     /* the residual add from bf16 into bf16, and dropout from bf16 in place */
-    residual_forward(test_stream, bf16_buf(sum16), bf16_numbers(ar16), b, n, DTYPE_BF16);
-    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(ar), b, n, DTYPE_BF16);
+    residual_forward(test_stream, bf16_buf(sum16), bf16_numbers(ar16), fp32_numbers(b), n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(ar), fp32_numbers(b), n, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n), "residual_forward from bf16 into bf16");
     Dropout mask = { 0.3f, 7, 1, 5, 0 };
@@ -867,8 +869,8 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(out16, out, n), "layernorm_forward into bf16");
     cr_assert(memcmp(stats, stats16, 2 * N * sizeof(float)) == 0, "layernorm_forward's statistics");
-    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(a), b,
-                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out), stats, stats + N, fp32_numbers(a),
+                               fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (int held = 1; held < 4; held++) {  /* bit 0: the sum in bf16, bit 1: the LayerNorm's output */
         memset(sum16, 0xFF, n * sizeof(bf16));
@@ -876,8 +878,8 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
         float *sum32 = alloc_floats(n), *out32 = alloc_floats(n);
         Buf sum_buf = held & 1 ? bf16_buf(sum16) : fp32_buf(sum32);
         Buf out_buf = held & 2 ? bf16_buf(out16) : fp32_buf(out32);
-        residual_layernorm_forward(test_stream, sum_buf, out_buf, stats16, stats16 + N, fp32_numbers(a), b,
-                                   fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
+        residual_layernorm_forward(test_stream, sum_buf, out_buf, stats16, stats16 + N, fp32_numbers(a),
+                                   fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_BF16);
         stream_synchronize(test_stream);
         cr_assert(held & 1 ? same_as_stored(sum16, sum, n) : memcmp(sum32, sum, n * sizeof(float)) == 0,
                   "residual_layernorm_forward's sum, held %d", held);
@@ -889,11 +891,11 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     }
     /* a sum held in bf16 under fp32's rounding is normalised as it is held, rounded (as the GPU reads it back) */
     float *normed = alloc_floats(n);
-    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), b, n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), fp32_numbers(b), n, DTYPE_BF16);
     layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(sum), fp32_numbers(w),
                       fp32_numbers(bias), N, C, DTYPE_FP32);
-    residual_layernorm_forward(test_stream, bf16_buf(sum16), fp32_buf(normed), stats16, stats16 + N, fp32_numbers(a), b,
-                               fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_FP32);
+    residual_layernorm_forward(test_stream, bf16_buf(sum16), fp32_buf(normed), stats16, stats16 + N, fp32_numbers(a),
+                               fp32_numbers(b), fp32_numbers(w), fp32_numbers(bias), N, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n), "residual_layernorm_forward's bf16 sum under fp32's rounding");
     cr_assert(memcmp(normed, out, n * sizeof(float)) == 0, "the LayerNorm of a bf16 sum under fp32's rounding");
@@ -913,8 +915,8 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
         a16[i] = bf16_from_float(a[i]);
         a[i] = float_from_bf16(a16[i]);
     }
-    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), b, n, DTYPE_BF16);
-    residual_forward(test_stream, fp32_buf(out), bf16_numbers(a16), b, n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), fp32_numbers(b), n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(out), bf16_numbers(a16), fp32_numbers(b), n, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(sum, out, n * sizeof(float)) == 0, "residual_forward from bf16");
     /* attention from q, k, v held in bf16 into a bf16 output, and its backward from both: 4n of room (2 MiB),
@@ -1213,8 +1215,8 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     }
     cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "layernorm_forward with a bf16 weight and bias");
     for (int k = 0; k < 2; k++) {
-        residual_layernorm_forward(test_stream, fp32_buf(got[k]), fp32_buf(got2[k]), stats, stats + N, inp[k], b,
-                                   weight[k], bias[k], N, C, DTYPE_BF16);
+        residual_layernorm_forward(test_stream, fp32_buf(got[k]), fp32_buf(got2[k]), stats, stats + N, inp[k],
+                                   fp32_numbers(b), weight[k], bias[k], N, C, DTYPE_BF16);
         stream_synchronize(test_stream);
     }
     cr_assert(memcmp(got[0], got[1], n * sizeof(float)) == 0 && memcmp(got2[0], got2[1], n * sizeof(float)) == 0,
@@ -1292,6 +1294,45 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     free(dx); free(dx16); free(x16); free(dy16); free(got16);
 }
 
+/* A branch's output held in bf16 (attention's projection's, the MLP's, under
+ * autocast): the residual add and the fused add and LayerNorm from it give
+ * the bytes they give its values in fp32, with the stream in bf16 or fp32.
+ * First on an empty room, each larger than the last, at sizes (512 KB a
+ * tensor) where a room that grew under what was widened into it would be
+ * unmapped. */
+Test(kernels, a_branch_held_in_bf16_gives_the_residual_adds_the_bytes_of_its_fp32_values) {
+    enum { N = 2048, C = 64 };
+    size_t n = (size_t)N * C;
+    float *a = alloc_floats(n), *b = alloc_floats(n), *w = alloc_floats(2 * C), *stats = alloc_floats(4 * N);
+    float *sum = alloc_floats(n), *sum2 = alloc_floats(n), *out = alloc_floats(n), *out2 = alloc_floats(n);
+    bf16 *a16 = malloc(n * sizeof(bf16)), *b16 = malloc(n * sizeof(bf16)), *got16 = malloc(n * sizeof(bf16));
+    fill_uniform(a, n, -2, 2, 191);
+    fill_uniform(b, n, -1, 1, 192);
+    fill_uniform(w, 2 * C, 0.5f, 1.5f, 193);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = float_from_bf16(a16[i] = bf16_from_float(a[i]));
+        b[i] = float_from_bf16(b16[i] = bf16_from_float(b[i]));
+    }
+    residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), bf16_numbers(b16), n, DTYPE_BF16);
+    residual_forward(test_stream, fp32_buf(sum2), fp32_numbers(a), fp32_numbers(b), n, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(sum, sum2, n * sizeof(float)) == 0, "residual_forward from a bf16 branch");
+    residual_forward(test_stream, bf16_buf(got16), bf16_numbers(a16), bf16_numbers(b16), n, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, sum2, n), "residual_forward from a bf16 stream and branch into bf16");
+    residual_layernorm_forward(test_stream, bf16_buf(got16), fp32_buf(out), stats, stats + N, bf16_numbers(a16),
+                               bf16_numbers(b16), fp32_numbers(w), fp32_numbers(w + C), N, C, DTYPE_BF16);
+    residual_layernorm_forward(test_stream, fp32_buf(sum), fp32_buf(out2), stats + 2 * N, stats + 3 * N,
+                               fp32_numbers(a), fp32_numbers(b), fp32_numbers(w), fp32_numbers(w + C), N, C,
+                               DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, sum, n) && memcmp(out, out2, n * sizeof(float)) == 0,
+              "residual_layernorm_forward from a bf16 branch");
+    cr_assert(memcmp(stats, stats + 2 * N, 2 * N * sizeof(float)) == 0, "its statistics");
+    free(a); free(b); free(w); free(stats); free(sum); free(sum2); free(out); free(out2); free(a16); free(b16);
+    free(got16);
+}
+
 /* A bias held in fp32 into a bf16 output would be rounded before the
  * product's sums are added to it on a GPU: refused, on both backends. */
 Test(kernels, a_product_refuses_an_fp32_bias_into_a_bf16_output, .signal = SIGABRT) {
@@ -1352,7 +1393,7 @@ Test(kernels, dropout_forward_backward) {
 
 Test(kernels, residual_forward) {
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { 0.5f, -2, 0.25f, 1e-3f, -5 }, out[5];
-    residual_forward(test_stream, fp32_buf(out), fp32_numbers(a), b, 5, DTYPE_FP32);
+    residual_forward(test_stream, fp32_buf(out), fp32_numbers(a), fp32_numbers(b), 5, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int i = 0; i < 5; i++) cr_expect_eq(out[i], a[i] + b[i]);
 }

@@ -413,10 +413,9 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * these as bf16 values only. With biases and dropout, so that every op is
  * there, with biases alone, where only the bias's op rounds a Linear's
  * output, and without either, where the Linears' products round on their
- * own and dropout's identity rounds nothing. (In bf16 the fp32 block internals
- * are one block's: the forward's last block; those its ops write in bf16
- * where the block keeps them have none, but for fc's, which holds its
- * products before their bias; nor has the residual stream, held in bf16.) */
+ * own and dropout's identity rounds nothing. (In bf16 a block's internals,
+ * the branches' outputs and the residual stream are held in bf16
+ * themselves: none of them to check here.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];
@@ -434,15 +433,15 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, D
     float *params = malloc(layout.total * sizeof(float));
     random_params(&layout, params, 5);
     model_loss_and_grads(&m->base, params, x, y, B, T, 3);
-    size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd, Lk = p == DTYPE_BF16 ? 1 : L;
-    size_t Lw = p == DTYPE_BF16 ? 0 : L;  /* written in bf16 where kept: no fp32 buffer */
+    size_t BT = (size_t)B * T, L = cfg.layers, C = cfg.embd;
+    size_t Lw = p == DTYPE_BF16 ? 0 : L;  /* written in bf16 where held: no fp32 buffer */
     size_t stream = p == DTYPE_BF16 ? 0 : 1;  /* the residual stream: itself in bf16 */
     const Activations *a = &m->acts;
     struct { const char *name; const float *at; size_t n; } held[] = {
         { "encoded", a->encoded, stream * BT * C }, { "ln1", a->ln1, Lw * BT * C }, { "qkv", a->qkv, Lw * BT * 3 * C },
-        { "atty", a->atty, Lw * BT * C }, { "attproj", a->attproj, Lk * BT * C },
+        { "atty", a->atty, Lw * BT * C }, { "attproj", a->attproj, Lw * BT * C },
         { "resid2", a->resid2, Lw * BT * C }, { "ln2", a->ln2, Lw * BT * C }, { "fch", a->fch, Lw * BT * 4 * C },
-        { "fch_gelu", a->fch_gelu, Lw * BT * 4 * C }, { "fcproj", a->fcproj, Lk * BT * C },
+        { "fch_gelu", a->fch_gelu, Lw * BT * 4 * C }, { "fcproj", a->fcproj, Lw * BT * C },
         { "resid3", a->resid3, stream * L * BT * C }, { "lnf", a->lnf, BT * C },
         { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
     };

@@ -93,7 +93,7 @@ Test(profile, a_streams_ops_are_timed_within_their_steps_the_first_left_out) {
         profile_step_begin(p);
         fill_zero(s, a, N);
         for (int k = 0; k <= step; k++)  /* more calls each step */
-            residual_forward(s, fp32_buf(b), fp32_numbers(a), a, N, DTYPE_FP32);
+            residual_forward(s, fp32_buf(b), fp32_numbers(a), fp32_numbers(a), N, DTYPE_FP32);
         profile_step_end(p);
         gelu_forward(s, fp32_buf(b), fp32_numbers(a), N, 1, DTYPE_FP32);  /* between steps: an evaluation's, left out */
     }

@@ -42,7 +42,7 @@ void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *do
 void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                            ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                    const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                    ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding);
 void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout,
                             ConstBuf inp, ConstBuf weight, const float *mean,
@@ -64,7 +64,7 @@ void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float 
 void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cpu_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
-void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
+void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
 void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);

@@ -143,10 +143,13 @@ static void residual_forward_task(void *p) {
     }
 }
 
-/* bf16 in and out in the room, in place (each number from its own). */
-void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
-    const float *x = cpu_fp32_of(s, a, n, 0);
-    ResidualArgs args = { cpu_fp32_for(s, out, n, 0), x, b, n, rounding == DTYPE_BF16 };
+/* In the room where held in bf16: a widened at its start and out made over
+ * it (in place, each number from its own), b widened after them. */
+void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding) {
+    size_t x = a.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16 ? n : 0;
+    cpu_stream_room(s, x + cpu_room_for(b.dtype, n));  /* all, before any */
+    const float *in = cpu_fp32_of(s, a, n, 0), *y = cpu_fp32_of(s, b, n, x);
+    ResidualArgs args = { cpu_fp32_for(s, out, n, 0), in, y, n, rounding == DTYPE_BF16 };
     stream_launch(s, residual_forward_task, &args, sizeof args);
     cpu_store_output(s, out, args.out, n);
 }

@@ -53,17 +53,19 @@ void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBu
 /* The two ops one after the other: on the CPU a pass saved is not worth a
  * second copy of their loops (the GPU's fused kernel gives its own two ops'
  * bits, as this does). In the room where held in bf16: a widened at its
- * start, the sum after it, the LayerNorm's output after that; a sum held in
- * bf16 is normalised as it is held, rounded (the GPU's reads it back). */
+ * start, the sum after it, the LayerNorm's output after that, b after them;
+ * a sum held in bf16 is normalised as it is held, rounded (the GPU's reads
+ * it back). */
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                    const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                    ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding) {
     size_t n = (size_t)N * C;
-    if (a.dtype == DTYPE_BF16 || resid.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16)
-        cpu_stream_room(s, 3 * n);  /* all, before any: a room that grows moves */
-    const float *x = cpu_fp32_of(s, a, n, 0);
+    size_t held = a.dtype == DTYPE_BF16 || resid.dtype == DTYPE_BF16 || out.dtype == DTYPE_BF16 ? 3 * n : 0;
+    cpu_stream_room(s, held + cpu_room_for(b.dtype, n));  /* all, before any: a room that grows moves */
+    const float *x = cpu_fp32_of(s, a, n, 0), *y = cpu_fp32_of(s, b, n, held);
     float *sum = cpu_fp32_for(s, resid, n, n), *normed = cpu_fp32_for(s, out, n, 2 * n);
-    cpu_residual_forward(s, fp32_buf(sum), fp32_numbers(x), b, n, resid.dtype == DTYPE_BF16 ? DTYPE_BF16 : rounding);
+    cpu_residual_forward(s, fp32_buf(sum), fp32_numbers(x), fp32_numbers(y), n,
+                         resid.dtype == DTYPE_BF16 ? DTYPE_BF16 : rounding);
     cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(sum), weight, bias, N, C, rounding);
     cpu_store_output(s, resid, sum, n);
     cpu_store_output(s, out, normed, n);

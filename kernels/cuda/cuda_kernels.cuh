@@ -55,7 +55,7 @@ void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *d
 void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                             ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                     const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                     ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding);
 void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
@@ -78,7 +78,7 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
 void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
-void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding);
+void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
 void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);

@@ -83,12 +83,14 @@ void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBu
     cuda_add_column_parts(s, dbias, scratch, N, OC);
 }
 
-__global__ static void residual_kernel(Buf out, ConstBuf a, const float *b, size_t n, int rounds) {
+__global__ static void residual_kernel(Buf out, ConstBuf a, ConstBuf b, size_t n, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) number_put(out.data, out.dtype, i, rounded_if(number_at(a.data, a.dtype, i) + b[i], rounds));
+    if (i >= n) return;
+    float v = number_at(a.data, a.dtype, i) + number_at(b.data, b.dtype, i);
+    number_put(out.data, out.dtype, i, rounded_if(v, rounds));
 }
 
-void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, const float *b, size_t n, DType rounding) {
+void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding) {
     residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16);
     CHECK_LAUNCH("residual_kernel");
 }

@@ -53,21 +53,21 @@ void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstB
  * reads back only the channels it wrote (layernorm_row's), so the row needs
  * no barrier, and the sum is read from cache rather than a kernel later. */
 __global__ static void residual_layernorm_kernel(Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                                 const float *b, ConstBuf weight, ConstBuf bias, int N,
+                                                 ConstBuf b, ConstBuf weight, ConstBuf bias, int N,
                                                  int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)N) return;
     for (int c = lane; c < C; c += WARP) {
         size_t i = row * C + c;
-        float v = number_at(a.data, a.dtype, i) + b[i];
+        float v = number_at(a.data, a.dtype, i) + number_at(b.data, b.dtype, i);
         number_put(resid.data, resid.dtype, i, rounded_if(v, rounds));
     }
     layernorm_row(out, mean, rstd, const_buf(resid), weight, bias, row, C, lane, rounds);
 }
 
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
-                                     const float *b, ConstBuf weight, ConstBuf bias, int N, int C,
+                                     ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding) {
     residual_layernorm_kernel<<<blocks_for((size_t)N * WARP), THREADS, 0, cuda_stream(s)>>>(
         resid, out, mean, rstd, a, b, weight, bias, N, C, rounding == DTYPE_BF16);
