@@ -693,7 +693,7 @@ MUTANTS = [
      "    cpu_stream_room(s, x + cpu_room_for(b.dtype, n));  /* all, before any */\n",
      ""),
     ("branch-in-fp32-read-as-bf16", "under autocast a branch's output made in fp32 where the next ops read bf16",
-     "test_model",
+     "test_strategies/recompute_*",
      "model/gpt.c",
      "    Buf fcproj = held_numbers(m, b.fcproj, 0);",
      "    Buf fcproj = fp32_buf(b.fcproj);"),

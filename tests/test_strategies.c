@@ -857,6 +857,11 @@ static float *train_with_losses(int zero, const StrategyConfig *sc, float losses
     return w;
 }
 
+/* Recompute (each block's forward run again before its backward) gives the
+ * losses and weights of keeping every block's internals, every strategy at
+ * N = 2 and 3, overlap off and on, in fp32 and in bf16; in bf16 with biases,
+ * where the recomputed block's Linears make fp32 outputs that their bias's
+ * op rounds, and the kept ones' products write bf16 with the bias added. */
 Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         for (int k = 0; k < STRATEGY_KINDS; k++) {
@@ -864,6 +869,7 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
             for (int variant = 0; variant < 4; variant++) {  /* overlap off and on, in fp32 and in bf16 */
                 int overlap = variant % 2;
                 StrategyConfig sc = gpt_in(variant < 2 ? DTYPE_FP32 : DTYPE_BF16, N, 0.1f);
+                sc.model.bias = variant >= 2;
                 sc.overlap.enabled = overlap;
                 float kept_loss[ITERS], again_loss[ITERS];
                 size_t kept_bytes, again_bytes;
