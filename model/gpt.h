@@ -23,11 +23,12 @@ typedef struct {
     float *qkv;                              /* [L,B,T,3C] */
     float *att_saved;                        /* [L, attention_buffers().saved]: the CPU's log-sum-exp [B,NH,T], the GPU's probabilities [B,NH,T,T] */
     float *atty;                             /* [L,B,T,C] attention output */
-    float *attproj;                          /* [L,B,T,C] after dropout */
+    float *attproj;                          /* [L,B,T,C] after dropout (one block's in bf16 under autocast,
+                                                two numbers a float: gpt.c's held_numbers) */
     float *resid2;                           /* [L,B,T,C] */
     float *ln2, *ln2_mean, *ln2_rstd;        /* [L,B,T,C], [L,B,T] */
     float *fch, *fch_gelu;                   /* [L,B,T,4C] */
-    float *fcproj;                           /* [L,B,T,C] after dropout */
+    float *fcproj;                           /* [L,B,T,C] after dropout, held as attproj is */
     float *resid3;                           /* [L,B,T,C], held as encoded is */
     float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
     float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows (bf16 under
@@ -36,9 +37,10 @@ typedef struct {
                                                 (generation, fp32) */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
-    float *dresid, *dln, *dproj, *datty;     /* [B,T,C] */
+    float *dresid, *dln, *dproj, *datty;     /* [B,T,C]; dln in bf16 under autocast (held_numbers) */
     float *dqkv;                             /* [B,T,3C] */
-    float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place */
+    float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place;
+                                                in bf16 under autocast (held_numbers) */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
     /* bf16 only (none in fp32). The weights the model computes with, in bf16
      * (two numbers a float), copied as each unit is entered (gpt.c:
