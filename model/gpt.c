@@ -121,11 +121,11 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     ActivationSlot slots[ACTIVATION_TENSORS] = {
         { &a->encoded, stream }, { &a->ln1, Lw * BT * C },
         { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
-        { &a->qkv, Lw * BT * 3 * C },
+        { &a->qkv, Lw * held_floats(compute, BT * 3 * C) },
         { &a->att_saved, Ls * att.saved },
         { &a->atty, Lw * BT * C }, { &a->attproj, Lk * held_floats(compute, BT * C) }, { &a->resid2, Lw * BT * C },
         { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
-        { &a->fch, Lw * BT * 4 * C }, { &a->fch_gelu, gelu },
+        { &a->fch, Lw * held_floats(compute, BT * 4 * C) }, { &a->fch_gelu, gelu },
         { &a->fcproj, Lk * held_floats(compute, BT * C) }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
@@ -146,12 +146,11 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
 }
 
 /* The block's Linears, qkv, attention's projection, fc and the MLP's
- * projection: their input and output widths, in C; whether the block keeps
- * the output (in bf16 where it keeps its internals so); and under autocast
- * whether the output's gradient (fc's: the MLP's hidden one) and the
- * input's (a LayerNorm's output's, the MLP's hidden one) are held in bf16
- * (held_numbers). */
-static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 }, LINEAR_KEPT[4] = { 1, 0, 1, 0 };
+ * projection: their input and output widths, in C (under autocast each
+ * output held in bf16); and whether the output's gradient (fc's: the MLP's
+ * hidden one) and the input's (a LayerNorm's output's, the MLP's hidden
+ * one) are held in bf16 (held_numbers). */
+static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 };
 static const size_t LINEAR_DOUT_HELD[4] = { 0, 0, 1, 0 }, LINEAR_DINP_HELD[4] = { 1, 0, 1, 1 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
@@ -171,16 +170,16 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
         return most * sizeof(bf16);
     }
     /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
-     * bf16, n = B x T x C: 4n (attention's q, k, v and output; with recompute 3n, the fused add and LayerNorm
-     * from the bf16 residual stream); GELU's backward, 8n (its input and its gradient, made over the output's);
+     * bf16, n = B x T x C: GELU's backward, 8n (its input and its gradient, made over the output's), more than
+     * any other elementwise op's (attention's q, k, v and output, 4n);
      * a chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its
      * backward reads, beside the head's weight and, in the backward, the rows of the final LayerNorm's output's
      * gradient (its input is fp32); or a Linear's weight, beside what it reads and writes in bf16 */
-    size_t n = BT * C, most = kept ? 8 * n : 4 * n, head = R * V + V * C + R * C;
+    size_t n = BT * C, most = 8 * n, head = R * V + V * C + R * C;
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
         size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
-        size_t forward = (kept ? in + LINEAR_KEPT[i] * out : 0) + weight;
+        size_t forward = (kept ? in : 0) + out + weight;
         size_t backward = (kept ? in : 0) + LINEAR_DOUT_HELD[i] * out + weight + LINEAR_DINP_HELD[i] * in;
         if (forward > most) most = forward;
         if (backward > most) most = backward;
@@ -418,21 +417,17 @@ static ConstBuf block_weights(GPT *m, int l, int i, int hooks) {
 /* Part i of block l as a Linear: out[N,OC] = inp[N,C] @ weight^T (+ bias),
  * its weights read through block_weights. Under autocast inp holds bf16
  * values (the op that wrote it rounded them: LayerNorm, attention, GELU),
- * and out is rounded once, after the bias: the fp32 sums of products of
- * bf16 values (on the CPU sgemm, each product of two bf16 exact in fp32)
- * with the bias added, stored in bf16 by the product itself where out is
- * held in bf16 (a kept tensor), else rounded in place by the bias's op
- * (without a bias, by bf16_values). */
+ * and out is held in bf16, rounded once, after the bias: the fp32 sums of
+ * products of bf16 values (on the CPU sgemm, each product of two bf16 exact
+ * in fp32) with the bias added, stored by the product itself. */
 static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hooks, size_t N, int C, int OC) {
     ConstBuf weight = block_weights(m, l, i, hooks), bias = part_bias(m, l, i);
-    if (out.dtype == DTYPE_BF16) {
+    if (autocast(m)) {
         matmul_forward_bf16(m->base.stream, out, inp, weight, bias, (int)N, C, OC);
         return;
     }
-    float *product = out.data;
-    product_forward(m, out, inp, weight, (int)N, C, OC);
-    if (bias.data) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);
-    else bf16_values(m, product, N * OC);
+    matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), fp32_input(weight), (int)N, C, OC);
+    if (bias.data) bias_forward(m->base.stream, out, out.data, bias, (int)N, OC, DTYPE_FP32);
 }
 
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
@@ -543,11 +538,16 @@ static bf16 *kept_at(const GPT *m, int l, int i) {
     return (bf16 *)m->acts.kept_storage + at;
 }
 
-/* Where block l's kept tensor i is, its fp32 buffer `fp32` without
+/* Where block l's kept tensor i is, its one block's buffer `fp32` without
  * keeps_bf16: the forward writes it there (its op's output a Buf, in bf16
- * where it is kept) and the backward reads it there. */
+ * where it is kept) and the backward reads it there. A Linear's output (qkv,
+ * fc's) is bf16 under autocast either way (held_numbers), so that its
+ * product runs as it runs where the block keeps it: cuBLAS picks its kernel
+ * by the output's type too, and recompute must give the same bits. */
 static Buf kept_tensor(const GPT *m, int l, int i, float *fp32) {
-    return keeps_bf16(compute_of(m)) ? bf16_buf(kept_at(m, l, i)) : fp32_buf(fp32);
+    if (keeps_bf16(compute_of(m))) return bf16_buf(kept_at(m, l, i));
+    if (i == KEPT_QKV || i == KEPT_FCH) return held_numbers(m, fp32, 0);
+    return fp32_buf(fp32);
 }
 
 /* Where block l's GELU output is written, and read: as kept_tensor says, but

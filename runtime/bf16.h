@@ -8,7 +8,8 @@
  * other value. Every NaN becomes the one quiet NaN 0x7FC0, as PyTorch's scalar
  * c10::BFloat16 makes it (its vectorised CPU cast writes 0xFFFF, CUDA's
  * __float2bfloat16 0x7FFF: NaNs all); the GPU's kernels call this too, so both
- * backends write the same bits.
+ * backends write the same bits, but for a NaN out of a cuBLAS product into
+ * bf16 (cuBLAS's own conversion: 0x7FFF), which the next op reads as a NaN.
  */
 #ifndef ZF_BF16_H
 #define ZF_BF16_H

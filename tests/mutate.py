@@ -754,12 +754,12 @@ MUTANTS = [
      "kernels/cpu/elementwise.c",
      "        const float *x = a->inp + (size_t)n * a->OC;",
      "        const float *x = row;"),
-    ("linear-outputs-unrounded", "under autocast a Linear's output not rounded by its bias's op (those held in "
-     "fp32 keep fp32's numbers)",
+    ("recompute-linear-outputs-in-fp32", "under autocast with recompute, qkv and fc's output made into their fp32 "
+     "buffers (unrounded, by another cuBLAS kernel than where the block keeps them in bf16)",
      "test_strategies/recompute_*",
      "model/gpt.c",
-     "    if (bias.data) bias_forward(m->base.stream, out, product, bias, (int)N, OC, m->precision);",
-     "    if (bias.data) bias_forward(m->base.stream, out, product, bias, (int)N, OC, DTYPE_FP32);"),
+     "    if (i == KEPT_QKV || i == KEPT_FCH) return held_numbers(m, fp32, 0);\n",
+     ""),
     ("cpu-attention-output-over-its-input", "the CPU's attention makes a bf16 output where it widened q, k, v",
      "test_kernels/inputs_held_in_bf16*",
      "kernels/cpu/attention.c",
@@ -1093,11 +1093,6 @@ MUTANTS = [
      "kernels/cpu/attention.c",
      "rounded_values(hd->round_output, y + (size_t)i * C, hs);",
      "rounded_values(0, y + (size_t)i * C, hs);"),
-    ("linear-unrounded-without-bias", "a Linear without a bias under autocast: its fp32 product left unrounded",
-     "test_model/bf16_holds*",
-     "model/gpt.c",
-     "    else bf16_values(m, product, N * OC);\n",
-     ""),
     ("layernorm-bias-from-its-input", "LayerNorm's backward making its bias's gradient: the input's rows summed, "
      "not dout's",
      "test_kernels/bias_and_layernorm*",
