@@ -1111,7 +1111,7 @@ MUTANTS = [
      "test_kernels/layernorm_with_its_bias*",
      "kernels/cpu/layernorm.c",
      "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(sum), weight, bias, N, C, rounding);",
-     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(b), weight, bias, N, C, rounding);"),
+     "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(y), weight, bias, N, C, rounding);"),
 ]
 
 
