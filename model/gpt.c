@@ -75,8 +75,9 @@ static size_t kept_offset(int i, size_t BTC) {
     return at;
 }
 
-/* The floats of n numbers that are held in bf16 under autocast (held_numbers),
- * two a float, on their operand boundary (a product's operand, read in place). */
+/* The floats of n numbers that are held in bf16 under autocast (held_numbers,
+ * kept_at, stream_after, unit_copy), two a float, on their operand boundary
+ * (a product's operand, read in place); else fp32's n. */
 static size_t held_floats(ComputePolicy compute, size_t n) {
     return compute.precision == DTYPE_BF16 ? (operand_numbers(n) + 1) / 2 : n;
 }
@@ -96,21 +97,21 @@ static size_t held_floats(ComputePolicy compute, size_t n) {
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
-    /* a chunk's logits (in bf16 under autocast, two numbers a float), or each row's last position's (fp32) */
-    size_t R = classifier_rows(cfg, B, T), chunk = compute.precision == DTYPE_BF16 ? (R * V + 1) / 2 : R * V;
+    /* a chunk's logits (in bf16 under autocast), or each row's last position's (fp32) */
+    size_t R = classifier_rows(cfg, B, T), chunk = held_floats(compute, R * V);
     size_t logits = chunk > (size_t)B * V ? chunk : (size_t)B * V;
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
-    /* a block's residual stream (stream_after): in bf16 under autocast, two numbers a float */
-    size_t stream = compute.precision == DTYPE_BF16 ? operand_numbers(BT * C) / 2 : BT * C;
+    /* a block's residual stream (stream_after): in bf16 under autocast */
+    size_t stream = held_floats(compute, BT * C);
     size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
-    if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? (operand_numbers(BT * 4 * C) + 1) / 2 : 0;
-    size_t kept = keeps_bf16(compute) ? (L * kept_block_numbers(compute, BT * C) + 1) / 2 : 0;  /* two bf16 a float */
+    if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? held_floats(compute, BT * 4 * C) : 0;
+    size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_block_numbers(compute, BT * C)) : 0;
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == DTYPE_BF16) {
         copy_numbers(cfg, &root, &block);
-        root = (root + 1) / 2;  /* the copies in bf16, two numbers a float */
-        block = (block + 1) / 2;
+        root = held_floats(compute, root);  /* the copies in bf16 */
+        block = held_floats(compute, block);
         largest_block_tensor = 4 * C * C;
         wte = V * C;
         /* the embeddings' gradients, made at the end of the backward where the logits were */
@@ -478,8 +479,7 @@ static const float *branch_backward(GPT *m, float *dbranch, const float *dresid,
 static Buf stream_after(const GPT *m, int l) {
     size_t BTC = (size_t)m->B * m->T * m->base.cfg.embd, at = l < 0 ? 0 : (size_t)l;
     float *held = l < 0 ? m->acts.encoded : m->acts.resid3;
-    if (m->precision == DTYPE_BF16) return bf16_buf((bf16 *)held + at * operand_numbers(BTC));
-    return fp32_buf(held + at * BTC);
+    return held_numbers(m, held, at * (autocast(m) ? operand_numbers(BTC) : BTC));
 }
 
 /* Block l's activations for this forward's B x T: its input x, its output
