@@ -793,6 +793,15 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
     free(x); free(dy); free(fused); free(apart); free(bias_start); free(dbias_fused); free(dbias_apart);
 }
 
+/* x's n numbers held in bf16: stored into held, and their values into values
+ * (which may be x itself), so that an op given either gives the same bytes. */
+static void hold_in_bf16(const float *x, size_t n, bf16 *held, float *values) {
+    for (size_t i = 0; i < n; i++) {
+        held[i] = bf16_from_float(x[i]);
+        values[i] = float_from_bf16(held[i]);
+    }
+}
+
 /* n numbers stored in bf16 equal, byte for byte, fp32 ones stored. */
 static int same_as_stored(const bf16 *got, const float *fp32, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -823,10 +832,7 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
      * on a room not yet grown (it grows once, for both, before either is placed) */
     float *ar = alloc_floats(n);
     bf16 *ar16 = malloc(n * sizeof(bf16));
-    for (size_t i = 0; i < n; i++) {
-        ar16[i] = bf16_from_float(a[i]);
-        ar[i] = float_from_bf16(ar16[i]);
-    }
+    hold_in_bf16(a, n, ar16, ar);
     layernorm_forward(test_stream, bf16_buf(out16), stats16, stats16 + N, bf16_numbers(ar16), fp32_numbers(w),
                       fp32_numbers(bias), N, C, DTYPE_BF16);
     layernorm_forward(test_stream, fp32_buf(out), stats, stats + N, fp32_numbers(ar), fp32_numbers(w),
@@ -911,10 +917,7 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
         cr_assert(rounded > 0, "bias_forward changed nothing: the test could not fail");
         cr_assert(same_as_stored(out16, out, n), "bias_forward into bf16, bias %d", with_bias);
     }
-    for (size_t i = 0; i < n; i++) {
-        a16[i] = bf16_from_float(a[i]);
-        a[i] = float_from_bf16(a16[i]);
-    }
+    hold_in_bf16(a, n, a16, a);
     residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), fp32_numbers(b), n, DTYPE_BF16);
     residual_forward(test_stream, fp32_buf(out), bf16_numbers(a16), fp32_numbers(b), n, DTYPE_BF16);
     stream_synchronize(test_stream);
@@ -927,10 +930,7 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     float *dqkv = alloc_floats(3 * n), *dqkv16 = alloc_floats(3 * n);
     bf16 *qkv16 = malloc(3 * n * sizeof(bf16));
     fill_uniform(qkv, 3 * n, -2, 2, 75);
-    for (size_t i = 0; i < 3 * n; i++) {
-        qkv16[i] = bf16_from_float(qkv[i]);
-        qkv[i] = float_from_bf16(qkv16[i]);
-    }
+    hold_in_bf16(qkv, 3 * n, qkv16, qkv);
     attention_forward(test_stream, fp32_buf(out), saved, NULL, fp32_numbers(qkv), 1, N, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
     attention_forward(test_stream, bf16_buf(out16), saved, NULL, bf16_numbers(qkv16), 1, N, C, NH, drop, DTYPE_BF16,
@@ -962,10 +962,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     fill_uniform(dy, nx, -1, 1, 62);
     fill_uniform(w, (size_t)OC * C, -1, 1, 63);
     fill_uniform(lw, C, 0.5f, 1.5f, 64);
-    for (size_t i = 0; i < nx; i++) {
-        x16[i] = bf16_from_float(x[i]);
-        x[i] = float_from_bf16(x16[i]);
-    }
+    hold_in_bf16(x, nx, x16, x);
     float *got[2], *dw[2], *db[2], *mean = alloc_floats(N), *rstd = alloc_floats(N);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, 2 * OC));
     for (int k = 0; k < 2; k++) {
@@ -1093,10 +1090,7 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     int *targets = malloc(N * sizeof(int));
     fill_uniform(x, nx, -2, 2, 81);
     fill_uniform(w, (size_t)V * C, -1, 1, 82);
-    for (size_t i = 0; i < nx; i++) {
-        x16[i] = bf16_from_float(x[i]);
-        x[i] = float_from_bf16(x16[i]);
-    }
+    hold_in_bf16(x, nx, x16, x);
     for (size_t i = 0; i < (size_t)V * C; i++) w[i] = bf16_rounded(w[i]);
     for (int i = 0; i < N; i++) targets[i] = (i * 131) % V;
     /* the forward into fp32 and into bf16, from a bf16 input (both in the room: grown once, before either) */
@@ -1159,10 +1153,10 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     fill_uniform(dy, (size_t)N * OC, -1, 1, 133);
     fill_uniform(w, nw, -1, 1, 134);
     fill_uniform(lw, 2 * C, 0.5f, 1.5f, 135);
-    for (size_t i = 0; i < n; i++) x[i] = float_from_bf16(x16[i] = bf16_from_float(x[i]));
-    for (size_t i = 0; i < nw; i++) w[i] = float_from_bf16(w16[i] = bf16_from_float(w[i]));
-    for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = float_from_bf16(dy16[i] = bf16_from_float(dy[i]));
-    for (size_t i = 0; i < 2 * C; i++) lw[i] = float_from_bf16(lw16[i] = bf16_from_float(lw[i]));
+    hold_in_bf16(x, n, x16, x);
+    hold_in_bf16(w, nw, w16, w);
+    hold_in_bf16(dy, (size_t)N * OC, dy16, dy);
+    hold_in_bf16(lw, 2 * C, lw16, lw);
     for (int k = 0; k < 2; k++) {
         got[k] = alloc_floats((size_t)N * OC);
         got2[k] = alloc_floats(n);
@@ -1260,10 +1254,8 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     fill_uniform(lw, C, 0.5f, 1.5f, 164);
     fill_uniform(stats, N, -0.5f, 0.5f, 165);
     fill_uniform(stats + N, N, 0.5f, 2.0f, 166);
-    for (size_t i = 0; i < n; i++) {
-        x[i] = float_from_bf16(x16[i] = bf16_from_float(x[i]));
-        dy[i] = float_from_bf16(dy16[i] = bf16_from_float(dy[i]));
-    }
+    hold_in_bf16(x, n, x16, x);
+    hold_in_bf16(dy, n, dy16, dy);
     for (size_t i = 0; i < nw; i++) w[i] = bf16_rounded(w[i]);
     /* GELU's backward, bf16 in place from bf16 (the room: its input, then the gradient over dout), then fp32's */
     memcpy(got16, dy16, n * sizeof(bf16));
@@ -1309,10 +1301,8 @@ Test(kernels, a_branch_held_in_bf16_gives_the_residual_adds_the_bytes_of_its_fp3
     fill_uniform(a, n, -2, 2, 191);
     fill_uniform(b, n, -1, 1, 192);
     fill_uniform(w, 2 * C, 0.5f, 1.5f, 193);
-    for (size_t i = 0; i < n; i++) {
-        a[i] = float_from_bf16(a16[i] = bf16_from_float(a[i]));
-        b[i] = float_from_bf16(b16[i] = bf16_from_float(b[i]));
-    }
+    hold_in_bf16(a, n, a16, a);
+    hold_in_bf16(b, n, b16, b);
     residual_forward(test_stream, fp32_buf(sum), fp32_numbers(a), bf16_numbers(b16), n, DTYPE_BF16);
     residual_forward(test_stream, fp32_buf(sum2), fp32_numbers(a), fp32_numbers(b), n, DTYPE_BF16);
     stream_synchronize(test_stream);
@@ -1705,10 +1695,7 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
     fill_uniform(values, n, -2, 2, 91);
     fill_uniform(x, n, -1, 1, 92);
-    for (size_t i = 0; i < n; i++) {
-        held[i] = bf16_from_float(values[i]);
-        values[i] = float_from_bf16(held[i]);
-    }
+    hold_in_bf16(values, n, held, values);
     float *p[2], *m[2], *v[2];
     for (int k = 0; k < 2; k++) {
         p[k] = alloc_floats(n);
