@@ -48,8 +48,8 @@ static void copy_numbers(const ModelConfig *cfg, size_t *root, size_t *block) {
 
 /* The block internals a block's backward reads, kept in bf16 under autocast
  * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
- * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position; the first
- * six, 11 C, with recompute_gelu. */
+ * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position; 11 C with
+ * recompute_gelu, 13 C with recompute_norms, 9 C with both (made_again). */
 enum { KEPT_LN1, KEPT_QKV, KEPT_ATTY, KEPT_RESID2, KEPT_LN2, KEPT_FCH, KEPT_FCH_GELU, KEPT_TENSORS };
 static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in C */
 
@@ -57,21 +57,24 @@ static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in 
  * autocast, unless it recomputes them. */
 static int keeps_bf16(ComputePolicy compute) { return compute.precision == DTYPE_BF16 && !compute.recompute; }
 
-/* How many of the kept tensors. */
-static int kept_tensors(ComputePolicy compute) { return compute.recompute_gelu ? KEPT_TENSORS - 1 : KEPT_TENSORS; }
-
-/* The bf16 numbers a block keeps at BT x C positions x channels, each kept
- * tensor on its boundary (operand_numbers: the backward's products read them
- * in place); and where in a block's its tensor i begins. */
-static size_t kept_block_numbers(ComputePolicy compute, size_t BTC) {
-    size_t n = 0;
-    for (int i = 0; i < kept_tensors(compute); i++) n += operand_numbers(KEPT_WIDTHS[i] * BTC);
-    return n;
+/* Whether internal i is not kept but made again before the backward that
+ * reads it, in one block's buffer: GELU's output with recompute_gelu, the
+ * LayerNorms' with recompute_norms (recompute makes the whole block again). */
+static int made_again(ComputePolicy compute, int i) {
+    if (compute.recompute) return 0;
+    if (i == KEPT_FCH_GELU) return compute.recompute_gelu;
+    if (i == KEPT_LN1 || i == KEPT_LN2) return compute.recompute_norms;
+    return 0;
 }
 
-static size_t kept_offset(int i, size_t BTC) {
+/* Where in a block's kept numbers, at BT x C positions x channels, its
+ * internal i begins: each kept one on its boundary (operand_numbers: the
+ * backward's products read them in place), the made-again ones skipped;
+ * i = KEPT_TENSORS: all a block keeps. */
+static size_t kept_offset(ComputePolicy compute, int i, size_t BTC) {
     size_t at = 0;
-    for (int j = 0; j < i; j++) at += operand_numbers(KEPT_WIDTHS[j] * BTC);
+    for (int j = 0; j < i; j++)
+        if (!made_again(compute, j)) at += operand_numbers(KEPT_WIDTHS[j] * BTC);
     return at;
 }
 
@@ -82,6 +85,15 @@ static size_t held_floats(ComputePolicy compute, size_t n) {
     return compute.precision == DTYPE_BF16 ? (operand_numbers(n) + 1) / 2 : n;
 }
 
+/* The floats of block internal i, n numbers a block, whose buffers are Lw
+ * blocks' (below): one block's where it is made again, held as autocast
+ * holds it (kept_tensor); else Lw blocks', a Linear's output held as
+ * autocast holds it, the rest fp32. */
+static size_t internal_floats(ComputePolicy compute, int i, size_t Lw, size_t n) {
+    if (made_again(compute, i)) return held_floats(compute, n);
+    return Lw * (i == KEPT_QKV || i == KEPT_FCH ? held_floats(compute, n) : n);
+}
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
@@ -90,10 +102,10 @@ static size_t held_floats(ComputePolicy compute, size_t n) {
  * products, the bias added), and have no fp32 buffer (Lw = 0); the other
  * fp32 internals are one block's too (Lk = 1) but for the statistics
  * (LayerNorm's, attention's), kept for all L (Ls). Under autocast the
- * branches' outputs are one block's, in bf16 (held_numbers). With
- * recompute_gelu GELU's output is one block's and not kept (in bf16 where
- * the rest is kept in bf16: gelu_output). What attention
- * keeps and its scratch are the device's backend's to size. */
+ * branches' outputs are one block's, in bf16 (held_numbers). The internals
+ * made again (made_again: GELU's output, the LayerNorms') are one block's and
+ * not kept (internal_floats). What attention keeps and its scratch are the
+ * device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
     size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
@@ -104,9 +116,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
     /* a block's residual stream (stream_after): in bf16 under autocast */
     size_t stream = held_floats(compute, BT * C);
-    size_t gelu = compute.recompute_gelu ? BT * 4 * C : Lk * BT * 4 * C;
-    if (keeps_bf16(compute)) gelu = compute.recompute_gelu ? held_floats(compute, BT * 4 * C) : 0;
-    size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_block_numbers(compute, BT * C)) : 0;
+    size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_offset(compute, KEPT_TENSORS, BT * C)) : 0;
     size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
     if (compute.precision == DTYPE_BF16) {
         copy_numbers(cfg, &root, &block);
@@ -120,13 +130,15 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
-        { &a->encoded, stream }, { &a->ln1, Lw * BT * C },
+        { &a->encoded, stream }, { &a->ln1, internal_floats(compute, KEPT_LN1, Lw, BT * C) },
         { &a->ln1_mean, Ls * BT }, { &a->ln1_rstd, Ls * BT },
-        { &a->qkv, Lw * held_floats(compute, BT * 3 * C) },
-        { &a->att_saved, Ls * att.saved },
-        { &a->atty, Lw * BT * C }, { &a->attproj, Lk * held_floats(compute, BT * C) }, { &a->resid2, Lw * BT * C },
-        { &a->ln2, Lw * BT * C }, { &a->ln2_mean, Ls * BT }, { &a->ln2_rstd, Ls * BT },
-        { &a->fch, Lw * held_floats(compute, BT * 4 * C) }, { &a->fch_gelu, gelu },
+        { &a->qkv, internal_floats(compute, KEPT_QKV, Lw, BT * 3 * C) },
+        { &a->att_saved, Ls * att.saved }, { &a->atty, internal_floats(compute, KEPT_ATTY, Lw, BT * C) },
+        { &a->attproj, Lk * held_floats(compute, BT * C) },
+        { &a->resid2, internal_floats(compute, KEPT_RESID2, Lw, BT * C) },
+        { &a->ln2, internal_floats(compute, KEPT_LN2, Lw, BT * C) }, { &a->ln2_mean, Ls * BT },
+        { &a->ln2_rstd, Ls * BT }, { &a->fch, internal_floats(compute, KEPT_FCH, Lw, BT * 4 * C) },
+        { &a->fch_gelu, internal_floats(compute, KEPT_FCH_GELU, Lw, BT * 4 * C) },
         { &a->fcproj, Lk * held_floats(compute, BT * C) }, { &a->resid3, L * stream },
         { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
@@ -207,6 +219,7 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
     m->max_T = max_T;
     m->recompute = compute.recompute;
     m->recompute_gelu = compute.recompute_gelu;
+    m->recompute_norms = compute.recompute_norms;
     m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
@@ -235,7 +248,8 @@ static int autocast(const GPT *m) { return m->precision == DTYPE_BF16; }
 
 /* The model's ComputePolicy, as gpt_create was given it. */
 static ComputePolicy compute_of(const GPT *m) {
-    return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu, .precision = m->precision };
+    return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu,
+                            .recompute_norms = m->recompute_norms, .precision = m->precision };
 }
 
 /* None: a bias's data NULL without cfg.bias. */
@@ -499,15 +513,16 @@ static BlockActivations block_activations(const GPT *m, int l) {
     size_t BT = (size_t)m->B * m->T, C = m->base.cfg.embd;
     size_t att = attention_buffers(device_kind(m->base.dev), m->B, m->T, m->base.cfg.embd, m->base.cfg.heads,
                                    m->precision).saved;
-    size_t k = m->recompute || keeps_bf16(compute_of(m)) ? 0 : (size_t)l;  /* the internals' block */
-    size_t ks = m->recompute ? 0 : (size_t)l;                    /* the statistics' block */
-    size_t kg = m->recompute_gelu ? 0 : k;                       /* GELU's output's block */
+    ComputePolicy c = compute_of(m);
+    size_t k = m->recompute || keeps_bf16(c) ? 0 : (size_t)l;  /* the internals' block */
+    size_t ks = m->recompute ? 0 : (size_t)l;                  /* the statistics' block */
+    size_t kn = made_again(c, KEPT_LN1) ? 0 : k, kg = made_again(c, KEPT_FCH_GELU) ? 0 : k;  /* one block's */
     BlockActivations b = {
         .x = const_buf(stream_after(m, l - 1)), .resid3 = stream_after(m, l),
-        .ln1 = a->ln1 + k * BT * C, .ln1_mean = a->ln1_mean + ks * BT, .ln1_rstd = a->ln1_rstd + ks * BT,
+        .ln1 = a->ln1 + kn * BT * C, .ln1_mean = a->ln1_mean + ks * BT, .ln1_rstd = a->ln1_rstd + ks * BT,
         .qkv = a->qkv + k * BT * 3 * C, .att_saved = a->att_saved + ks * att,
         .atty = a->atty + k * BT * C, .attproj = a->attproj + k * BT * C, .resid2 = a->resid2 + k * BT * C,
-        .ln2 = a->ln2 + k * BT * C, .ln2_mean = a->ln2_mean + ks * BT, .ln2_rstd = a->ln2_rstd + ks * BT,
+        .ln2 = a->ln2 + kn * BT * C, .ln2_mean = a->ln2_mean + ks * BT, .ln2_rstd = a->ln2_rstd + ks * BT,
         .fch = a->fch + k * BT * 4 * C, .fch_gelu = a->fch_gelu + kg * BT * 4 * C,
         .fcproj = a->fcproj + k * BT * C,
     };
@@ -534,35 +549,29 @@ static Dropout dropout_at(const GPT *m, uint32_t site) {
  * where kept tensor i begins. */
 static bf16 *kept_at(const GPT *m, int l, int i) {
     size_t BTC = (size_t)m->B * m->T * m->base.cfg.embd;
-    size_t at = (size_t)l * kept_block_numbers(compute_of(m), BTC) + kept_offset(i, BTC);
+    ComputePolicy c = compute_of(m);
+    size_t at = (size_t)l * kept_offset(c, KEPT_TENSORS, BTC) + kept_offset(c, i, BTC);
     return (bf16 *)m->acts.kept_storage + at;
 }
 
-/* Where block l's kept tensor i is, its one block's buffer `fp32` without
- * keeps_bf16: the forward writes it there (its op's output a Buf, in bf16
- * where it is kept) and the backward reads it there. A Linear's output (qkv,
- * fc's) is bf16 under autocast either way (held_numbers), so that its
- * product runs as it runs where the block keeps it: cuBLAS picks its kernel
- * by the output's type too, and recompute must give the same bits. */
+/* Where block l's internal i is, its buffer `fp32` (block_activations')
+ * without keeps_bf16: the forward writes it there (its op's output a Buf, in
+ * bf16 where it is kept) and the backward reads it there. Under keeps_bf16
+ * one made again (made_again) is in its one block's buffer, in bf16. A
+ * Linear's output (qkv, fc's) is bf16 under autocast either way
+ * (held_numbers), so that its product runs as it runs where the block keeps
+ * it: cuBLAS picks its kernel by the output's type too, and recompute must
+ * give the same bits. */
 static Buf kept_tensor(const GPT *m, int l, int i, float *fp32) {
-    if (keeps_bf16(compute_of(m))) return bf16_buf(kept_at(m, l, i));
+    ComputePolicy c = compute_of(m);
+    if (keeps_bf16(c)) return made_again(c, i) ? bf16_buf((bf16 *)fp32) : bf16_buf(kept_at(m, l, i));
     if (i == KEPT_QKV || i == KEPT_FCH) return held_numbers(m, fp32, 0);
     return fp32_buf(fp32);
 }
 
-/* Where block l's GELU output is written, and read: as kept_tensor says, but
- * with recompute_gelu under keeps_bf16 in the one block's buffer, in bf16,
- * where it is made again. */
-static Buf gelu_output(const GPT *m, int l) {
-    BlockActivations b = block_activations(m, l);
-    if (keeps_bf16(compute_of(m)) && m->recompute_gelu) return bf16_buf((bf16 *)b.fch_gelu);
-    return kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu);
-}
-
 /* What block l's backward reads of its internals, as they are held: under
  * keeps_bf16, in place where the block kept them in bf16; else the block's
- * fp32 buffers. GELU's output is where gelu_output says, made again there
- * with recompute_gelu. */
+ * fp32 buffers (kept_tensor); those made again, where they are made again. */
 typedef struct { ConstBuf ln1, qkv, atty, resid2, ln2, fch, fch_gelu; } BlockReads;
 
 static BlockReads block_reads(GPT *m, int l) {
@@ -571,7 +580,7 @@ static BlockReads block_reads(GPT *m, int l) {
         const_buf(kept_tensor(m, l, KEPT_LN1, b.ln1)), const_buf(kept_tensor(m, l, KEPT_QKV, b.qkv)),
         const_buf(kept_tensor(m, l, KEPT_ATTY, b.atty)), const_buf(kept_tensor(m, l, KEPT_RESID2, b.resid2)),
         const_buf(kept_tensor(m, l, KEPT_LN2, b.ln2)), const_buf(kept_tensor(m, l, KEPT_FCH, b.fch)),
-        const_buf(gelu_output(m, l)),
+        const_buf(kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu)),
     };
     return r;
 }
@@ -603,7 +612,7 @@ static void block_forward(GPT *m, int l, int hooks) {
                                part_bias(m, l, LN2), BT, C, rounding);
     Buf fch = kept_tensor(m, l, KEPT_FCH, b.fch);
     linear_forward(m, fch, const_buf(ln2), l, FC, hooks, BT, C, 4 * C);
-    Buf fch_gelu = gelu_output(m, l);
+    Buf fch_gelu = kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu);
     gelu_forward(s, fch_gelu, const_buf(fch), BT * 4 * C, m->base.cfg.gelu_tanh, rounding);
     Buf fcproj = held_numbers(m, b.fcproj, 0);
     linear_forward(m, fcproj, const_buf(fch_gelu), l, FCPROJ, hooks, BT, 4 * C, C);
@@ -721,15 +730,24 @@ void gpt_backward(GPT *m, float dloss) {
         /* MLP: resid3 = resid2 + dropout(gelu(ln2(resid2) @ fc^T) @ fcproj^T) */
         enter_backward(m, l, FCPROJ);
         if (m->recompute) block_forward(m, l, 0);  /* the block's one unit is there (gpt_create) */
+        /* what the forward made and did not keep (made_again), made again by
+         * the forward's op from what it kept: the same bits. GELU's output
+         * from fch as it is held; each LayerNorm's output once its Linear's
+         * unit is entered, which holds the norm's weights under every unit
+         * policy (its statistics written again, the values they hold). */
         BlockReads r = block_reads(m, l);
-        if (m->recompute_gelu && !m->recompute) {  /* as the forward made it, from fch as it is held */
-            gelu_forward(s, gelu_output(m, l), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh, m->precision);
-        }
+        ComputePolicy compute = compute_of(m);
+        if (made_again(compute, KEPT_FCH_GELU))
+            gelu_forward(s, kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh,
+                         m->precision);
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         Buf dfch = held_numbers(m, a->dfch, 0), dln = held_numbers(m, a->dln, 0);
         linear_backward(m, dfch, l, FCPROJ, fp32_numbers(dfcproj), r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
+        if (made_again(compute, KEPT_LN2))
+            layernorm_forward(s, kept_tensor(m, l, KEPT_LN2, b.ln2), b.ln2_mean, b.ln2_rstd, r.resid2,
+                              weights_of(m, l, LN2), part_bias(m, l, LN2), BT, C, m->precision);
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
@@ -748,6 +766,9 @@ void gpt_backward(GPT *m, float dloss) {
         linear_backward(m, fp32_buf(a->datty), l, ATTPROJ, fp32_numbers(dattproj), r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
+        if (made_again(compute, KEPT_LN1))
+            layernorm_forward(s, kept_tensor(m, l, KEPT_LN1, b.ln1), b.ln1_mean, b.ln1_rstd, b.x,
+                              weights_of(m, l, LN1), part_bias(m, l, LN1), BT, C, m->precision);
         attention_backward(s, a->dqkv, a->att_scratch, a->datty, r.qkv, r.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision, m->precision);
         linear_backward(m, dln, l, QKV, fp32_numbers(a->dqkv), r.ln1, BT, C, 3 * C, 1);

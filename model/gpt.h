@@ -54,11 +54,12 @@ typedef struct {
     /* bf16 without recompute: what each block's backward reads of its
      * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],
      * each tensor padded to operand_numbers; 11C with recompute_gelu, which
-     * makes fch_gelu again), kept in bf16, two numbers to a float of the
-     * allocation, and read there by the backward; the internals above are
-     * then one block's, where the forward works (and GELU is made again),
-     * but for those their ops write where they are kept (none): ln1, qkv,
-     * atty, resid2, ln2, fch and fch_gelu. */
+     * makes fch_gelu again, 13C with recompute_norms, which makes ln1 and
+     * ln2 again), kept in bf16, two numbers to a float of the allocation,
+     * and read there by the backward; the internals above are then one
+     * block's, where the forward works (and the made-again ones are made
+     * again, in bf16), but for those their ops write where they are kept
+     * (none): ln1, qkv, atty, resid2, ln2, fch and fch_gelu. */
     float *kept_storage;
 } Activations;
 
@@ -75,6 +76,7 @@ typedef struct {
     int max_B, max_T;              /* activation capacity */
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     int recompute_gelu;            /* 1: fch_gelu one block's, GELU run again before the MLP's backward */
+    int recompute_norms;           /* 1: ln1, ln2 one block's, each LayerNorm run again before its Linear's backward */
     DType precision;           /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;
@@ -96,7 +98,9 @@ void gpt_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multipl
  * model_destroy. recompute = 1 (with whole-block units only: the recomputed
  * forward reads the whole block) keeps each block's input and one block's
  * internals, and runs each block's forward again just before its backward,
- * after its before_backward hook: the same bits, less memory. In precision
+ * after its before_backward hook: the same bits, less memory;
+ * recompute_gelu = 1 and recompute_norms = 1 make only GELU's output and the
+ * LayerNorms' again (any unit policy), the same bits. In precision
  * DTYPE_BF16 it computes as a bf16 copy of nanoGPT's model under
  * torch.autocast(device_type, dtype=torch.bfloat16), FSDP's
  * MixedPrecision(param_dtype=bfloat16): it reads every weight through a copy

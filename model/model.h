@@ -58,11 +58,11 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
 
 /* How a model computes, beyond its shape (the GPT's; the MLP computes in fp32
  * and keeps everything): recompute = 1 runs each block's forward again inside
- * its backward (model/gpt.h), recompute_gelu = 1 only its GELU; precision
- * DTYPE_BF16 computes as a bf16 copy of the fp32 weights under
+ * its backward (model/gpt.h), recompute_gelu = 1 only its GELU,
+ * recompute_norms = 1 only its LayerNorms; precision DTYPE_BF16 computes as a bf16 copy of the fp32 weights under
  * torch.autocast(bfloat16) does. */
 typedef struct {
-    int recompute, recompute_gelu;
+    int recompute, recompute_gelu, recompute_norms;
     DType precision;
 } ComputePolicy;
 

@@ -131,7 +131,7 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
 
 ComputePolicy strategy_compute(const StrategyConfig *cfg) {
     return (ComputePolicy){ .recompute = cfg->units.recompute, .recompute_gelu = cfg->units.recompute_gelu,
-                            .precision = cfg->precision };
+                            .recompute_norms = cfg->units.recompute_norms, .precision = cfg->precision };
 }
 
 int strategy_shard_ranks(const StrategyConfig *cfg) {

@@ -44,6 +44,9 @@ typedef struct {
     int recompute;
     /* 1: GELU's output is not kept but made again before its backward. The same bits. */
     int recompute_gelu;
+    /* 1: the LayerNorms' outputs are not kept but made again, each before
+     * its Linear's backward, from the kept input and statistics. The same bits. */
+    int recompute_norms;
 } UnitsPolicy;
 
 /* What a run records or provokes to be looked at. */

@@ -103,6 +103,7 @@ Test(flags, bad_flags_exit_2_with_one_line, .timeout = 60) {
         { TRAIN, "--max-live-units=two", "--max-live-units expects an integer, got 'two'" },
         { TRAIN, "--recompute=2", "--recompute=2 must be 0 or 1" },
         { TRAIN, "--recompute-gelu=2", "--recompute-gelu=2 must be 0 or 1" },
+        { TRAIN, "--recompute-norms=-1", "--recompute-norms=-1 must be 0 or 1" },
         { TRAIN, "--gelu=relu", "--gelu=relu must be erf or tanh" },
         { TRAIN, "--recompute=yes", "--recompute expects an integer, got 'yes'" },
         { TRAIN, "--recompute=1 --unit=half", "--recompute=1 recomputes whole blocks: it needs --unit=block, not half" },
@@ -231,7 +232,7 @@ Test(flags, every_flag_alone_tells_two_processes_apart) {
         { "reduce-dtype", "", "--reduce-dtype=bf16" }, { "shard-ranks", "--zero=1 --gpus=2", "--zero=1 --gpus=2 --shard-ranks=1" },
         { "link-inter", "--zero=1 --gpus=2 --shard-ranks=1 --link=5", "--zero=1 --gpus=2 --shard-ranks=1 --link=5 --link-inter=1" }, { "overlap", "", "--overlap=0" }, { "bucket-mb", "", "--bucket-mb=1" },
         { "unit", "", "--unit=half" }, { "max-live-units", "", "--max-live-units=3" }, { "recompute", "", "--recompute=1" },
-        { "recompute-gelu", "", "--recompute-gelu=1" },
+        { "recompute-gelu", "", "--recompute-gelu=1" }, { "recompute-norms", "", "--recompute-norms=1" },
         { "link", "", "--link=5" }, { "layers", "", "--layers=3" }, { "heads", "", "--heads=2" }, { "embd", "", "--embd=64" },
         { "bias", "", "--bias=1" }, { "gelu", "", "--gelu=tanh" }, { "pad-vocab", "", "--pad-vocab=64" },
         { "block", "", "--block=32" }, { "batch", "", "--batch=4" }, { "iters", "", "--iters=10" }, { "lr", "", "--lr=2e-3" },
@@ -435,8 +436,8 @@ Test(flags, each_tool_takes_and_lists_only_its_own_flags, .timeout = 120) {
         { "prepare", "tokenizer newlines data out overwrite" },
         { "export", "ckpt hf vocab overwrite" },
         { "zero_memory", "preset data gpus device dtype reduce-dtype overlap bucket-mb unit max-live-units recompute "
-                         "recompute-gelu layers heads embd bias gelu pad-vocab block batch dropout weight-decay beta2 seed estimate "
-                         "shard-ranks" },
+                         "recompute-gelu recompute-norms layers heads embd bias gelu pad-vocab block batch dropout "
+                         "weight-decay beta2 seed estimate shard-ranks" },
     };
     static const char NOT_TRAINS[] = "ckpt prompt chars tokens temperature top-k hf vocab estimate";
     enum { TOOLS = sizeof tools / sizeof tools[0] };

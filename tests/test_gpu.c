@@ -1471,9 +1471,10 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
 
 /* In bf16 (the tensor cores' attention, heads of 16, with dropout, biases as
  * GPT-2's), overlap on: every ZeRO stage, whole-block recompute, GELU
- * recomputed, units of a tensor with one and three live, each gives DDP's
- * bits on the GPU simulator at N = 2; and every ZeRO stage, and GELU
- * recomputed, at a ragged shape (3 rows of 25 by 40 channels a rank, heads
+ * recomputed, units of a tensor with one live and the LayerNorms recomputed
+ * and with three live, each gives DDP's bits on the GPU simulator at N = 2;
+ * and every ZeRO stage, and GELU and the LayerNorms recomputed, at a ragged
+ * shape (3 rows of 25 by 40 channels a rank, heads
  * of 20: no tensor a multiple of 128 numbers, so each one a bf16 block keeps
  * and each block's residual stream is padded to its 256-byte boundary). */
 Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
@@ -1496,9 +1497,10 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     for (int v = 0; v < 4; v++) {
         StrategyConfig sc = base;
         const char *what = v == 0 ? "--recompute=1" : v == 1 ? "--recompute-gelu=1" : v == 2 ? "--unit=tensor "
-                           "--max-live-units=1" : "--unit=tensor --max-live-units=3";
+                           "--max-live-units=1 --recompute-norms=1" : "--unit=tensor --max-live-units=3";
         if (v == 0) sc.units.recompute = 1;
         if (v == 1) sc.units.recompute_gelu = 1;
+        if (v == 2) sc.units.recompute_norms = 1;
         if (v >= 2) {
             sc.units.cut = UNIT_TENSOR;
             sc.overlap.max_live_units = v == 2 ? 1 : 3;
@@ -1516,11 +1518,11 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     for (int k = 0; k <= STRATEGY_KINDS; k++) {
         if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;
         StrategyConfig sc = ragged;
-        sc.units.recompute_gelu = k == STRATEGY_KINDS;  /* last: ZeRO-3 with GELU recomputed */
+        sc.units.recompute_gelu = sc.units.recompute_norms = k == STRATEGY_KINDS;  /* last: ZeRO-3, both made again */
         int zero = k < STRATEGY_KINDS ? STRATEGIES[k].stage : 3;
         float *w = weights_of(zero, &sc, &tc, &n);
         cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "bf16, a ragged shape: --zero=%d%s differs from DDP on the "
-                  "GPU", zero, sc.units.recompute_gelu ? " --recompute-gelu=1" : "");
+                  "GPU", zero, sc.units.recompute_gelu ? " --recompute-gelu=1 --recompute-norms=1" : "");
         free(w);
     }
     free(ddp);

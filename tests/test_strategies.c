@@ -893,33 +893,42 @@ Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     }
 }
 
-/* GELU recomputed before its backward (--recompute-gelu, llm.c's default):
- * the same losses and weights under DDP and ZeRO-3, in fp32 and in bf16 with
- * dropout and biases, and exactly GELU's output the fewer activation bytes:
- * every block's but one (4C numbers a position, fp32's or bf16's). */
-Test(strategies, recompute_gelu_gives_the_same_losses_and_weights, .timeout = 300) {
+/* What --recompute-gelu and --recompute-norms make again (llm.c's
+ * --recompute 1 and 2), each and both: the same losses and weights under DDP
+ * and ZeRO-3 (in units of a tensor, where each LayerNorm's weights come with
+ * its Linear's unit), in fp32 and in bf16 with dropout and biases, and
+ * exactly what is not kept the fewer activation bytes: every block's but
+ * one, GELU's output 4C numbers a position and the LayerNorms' 2C, fp32's or
+ * bf16's. */
+Test(strategies, what_is_made_again_gives_the_same_losses_and_weights, .timeout = 300) {
     int zeros[2] = { 0, 3 };
     for (int z = 0; z < 2; z++)
         for (int p = 0; p < DTYPES; p++) {
             StrategyConfig sc = gpt_in((DType)p, 2, 0.1f);
             sc.model.bias = 1;
+            if (zeros[z] == 3) sc.units.cut = UNIT_TENSOR;
             float kept_loss[ITERS], again_loss[ITERS];
             size_t kept_bytes, again_bytes;
             float *kept = train_with_losses(zeros[z], &sc, kept_loss, &kept_bytes);
-            sc.units.recompute_gelu = 1;
-            float *again = train_with_losses(zeros[z], &sc, again_loss, &again_bytes);
             ArenaLayout plain;
             model_layout(&sc.model, 1, &plain);
-            cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0, "--zero=%d %s: recompute-gelu changed a loss",
-                      zeros[z], DTYPE_GPT_NAMES[p]);
-            cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0,
-                      "--zero=%d %s: recompute-gelu changed the weights", zeros[z], DTYPE_GPT_NAMES[p]);
-            size_t gelu = (size_t)sc.batch * sc.model.block_size * 4 * sc.model.embd, L = (size_t)sc.model.layers;
-            size_t saved = (L - 1) * gelu * (p == DTYPE_BF16 ? sizeof(bf16) : sizeof(float));
-            cr_expect_eq(kept_bytes - again_bytes, saved, "--zero=%d %s: %zu activation bytes fewer, want %zu", zeros[z],
-                         DTYPE_GPT_NAMES[p], kept_bytes - again_bytes, saved);
+            for (int what = 1; what <= 3; what++) {
+                sc.units.recompute_gelu = what & 1;
+                sc.units.recompute_norms = what >> 1;
+                const char *name = what == 1 ? "gelu" : what == 2 ? "norms" : "gelu and norms";
+                float *again = train_with_losses(zeros[z], &sc, again_loss, &again_bytes);
+                cr_expect(memcmp(kept_loss, again_loss, sizeof kept_loss) == 0, "--zero=%d %s: recompute %s changed "
+                          "a loss", zeros[z], DTYPE_GPT_NAMES[p], name);
+                cr_expect(memcmp(kept, again, plain.total * sizeof(float)) == 0, "--zero=%d %s: recompute %s changed "
+                          "the weights", zeros[z], DTYPE_GPT_NAMES[p], name);
+                size_t BTC = (size_t)sc.batch * sc.model.block_size * sc.model.embd, L = (size_t)sc.model.layers;
+                size_t per_block = (what & 1 ? 4 : 0) + (what & 2 ? 2 : 0);
+                size_t saved = (L - 1) * per_block * BTC * (p == DTYPE_BF16 ? sizeof(bf16) : sizeof(float));
+                cr_expect_eq(kept_bytes - again_bytes, saved, "--zero=%d %s, recompute %s: %zu activation bytes "
+                             "fewer, want %zu", zeros[z], DTYPE_GPT_NAMES[p], name, kept_bytes - again_bytes, saved);
+                free(again);
+            }
             free(kept);
-            free(again);
         }
 }
 

@@ -124,6 +124,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "its backward (needs --unit=block; same bits as 0)" },
         { "recompute-gelu", MODEL_TOOLS, FLAG_INT, &o->recompute_gelu, 0, "1: keep GELU's input only, run GELU again before "
           "its backward (llm.c's default): 4 of a block's 15 numbers a position in bf16 not kept; same bits as 0" },
+        { "recompute-norms", MODEL_TOOLS, FLAG_INT, &o->recompute_norms, 0, "1: keep the LayerNorms' inputs and "
+          "statistics only, run each again before its Linear's backward: 2 of the 15 not kept; same bits as 0" },
         { "link", TOOL_TRAIN, FLAG_TEXT, o->link, sizeof o->link,
           "GBPS[,LATENCY_US]: model a link for simulated ranks (each then on cores of its own, so they progress alike)" },
         { "link-inter", TOOL_TRAIN, FLAG_TEXT, o->link_inter, sizeof o->link_inter, "GBPS[,LATENCY_US]: the modeled link's tier "
@@ -325,7 +327,13 @@ OverlapPolicy options_overlap(const TrainOptions *o) {
 
 UnitsPolicy options_units(const TrainOptions *o) {
     return (UnitsPolicy){ .cut = (UnitPolicy)unit_policy_parse(o->unit), .recompute = o->recompute,
-                          .recompute_gelu = o->recompute_gelu };
+                          .recompute_gelu = o->recompute_gelu, .recompute_norms = o->recompute_norms };
+}
+
+const char *options_recompute_text(const TrainOptions *o) {
+    if (o->recompute) return "whole blocks";
+    if (o->recompute_gelu) return o->recompute_norms ? "GELU and LayerNorms" : "GELU";
+    return o->recompute_norms ? "LayerNorms" : "nothing";
 }
 
 /* One-line complaints about values no run can use. */
@@ -369,6 +377,8 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--recompute=%d must be 0 or 1", o->recompute);
     else if (o->recompute_gelu != 0 && o->recompute_gelu != 1)
         snprintf(bad, sizeof bad, "--recompute-gelu=%d must be 0 or 1", o->recompute_gelu);
+    else if (o->recompute_norms != 0 && o->recompute_norms != 1)
+        snprintf(bad, sizeof bad, "--recompute-norms=%d must be 0 or 1", o->recompute_norms);
     else if (!(o->bucket_mb > 0) || o->bucket_mb > 4096)
         snprintf(bad, sizeof bad, "--bucket-mb=%g must be in (0, 4096]", o->bucket_mb);
     else if (o->trace_steps < 1) snprintf(bad, sizeof bad, "--trace-steps=%d must be at least 1", o->trace_steps);

@@ -52,6 +52,7 @@ typedef struct {
     int max_live_units;              /* ZeRO-2/3: units gathered and gradient slots at once */
     int recompute;                   /* 1: each block's forward again before its backward */
     int recompute_gelu;              /* 1: GELU's output again before its backward, not kept */
+    int recompute_norms;             /* 1: the LayerNorms' outputs again before their Linears' backward, not kept */
     char link[32];                   /* GBPS[,LATENCY_US]: a modeled link; "" for none */
     char link_inter[32];             /* the same, its tier between groups (nodes); "" for one tier */
     char out[OPTION_PATH_MAX];       /* checkpoints go to out/ckpt.safetensors; "" for none */
@@ -102,6 +103,9 @@ LinkModel options_link_inter(const TrainOptions *o);
 OverlapPolicy options_overlap(const TrainOptions *o);
 /* What --unit and --recompute ask. */
 UnitsPolicy options_units(const TrainOptions *o);
+/* What --recompute, --recompute-gelu and --recompute-norms make again, in words:
+ * "whole blocks", "GELU", "LayerNorms", "GELU and LayerNorms" or "nothing". */
+const char *options_recompute_text(const TrainOptions *o);
 /* Where --device asks the ranks to run. */
 Placement options_placement(const TrainOptions *o);
 /* The compute's precision --dtype asks; the reductions' --reduce-dtype asks. */

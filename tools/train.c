@@ -528,9 +528,9 @@ static int print_header(const Run *run, const CpuSetup *cpu) {
         snprintf(hybrid, sizeof hybrid, " sharded over %d groups of %d ranks (hybrid)",
                  sc->nranks / strategy_shard_ranks(sc), strategy_shard_ranks(sc));
     printf("training: %s%s, %d iters, batch %d x %d ranks x %d micro-steps, lr %g -> %g, warmup %d, dropout %g, "
-           "grad clip %g, seed %d, overlap %s, units %s, at most %d live%s, %s%s\n", s->kind->name, hybrid, o->iters,
-           o->batch, sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout, o->grad_clip, o->seed,
-           o->overlap ? "on" : "off", o->unit, o->max_live_units, o->recompute ? ", recompute" : o->recompute_gelu ? ", GELU recomputed" : "",
+           "grad clip %g, seed %d, overlap %s, units %s, at most %d live, made again: %s, %s%s\n", s->kind->name,
+           hybrid, o->iters, o->batch, sc->nranks, o->grad_accum, o->lr, o->min_lr, o->warmup, o->dropout,
+           o->grad_clip, o->seed, o->overlap ? "on" : "off", o->unit, o->max_live_units, options_recompute_text(o),
            sc->precision != DTYPE_BF16                  ? "fp32"
            : strategy_grads_held(sc) == DTYPE_BF16 ? "bf16 compute copy under autocast (fp32 master weights and "
                                                          "AdamW, bf16 gradients)"

@@ -181,10 +181,10 @@ int main(int argc, char **argv) {
         ArenaLayout plain;
         model_layout(&model, 1, &plain);
         printf("model: preset %s, %d layers, %d heads, %d wide, block %d, vocabulary %d: P = %zu parameters\n"
-               "estimate for %d row(s) of %d a rank on the %s; units: %s; overlap %s (%d live units); recompute %s\n\n",
+               "estimate for %d row(s) of %d a rank on the %s; units: %s; overlap %s (%d live units); made again: %s\n\n",
                o.preset, o.layers, o.heads, o.embd, o.block, model.vocab, plain.numel, batch, o.block,
                where == PLACE_CUDA ? "GPU" : "CPU", o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
-               o.recompute ? "on" : o.recompute_gelu ? "GELU" : "off");
+               options_recompute_text(&o));
         print_estimates(&o, model, counts, given, shard_ranks, batch, where == PLACE_CUDA ? DEVICE_CUDA : DEVICE_CPU);
         dataset_free(&data);
         return 0;
@@ -207,10 +207,10 @@ int main(int argc, char **argv) {
                                                 : "computing in bf16: a bf16 copy of the weights beside fp32 master "
                                                   "weights; gradients fp32, reduced in fp32";
     printf("per rank, MB = 10^6 bytes, counted by the allocator (%s); %d row(s) of %d a rank;\n"
-           "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; recompute %s\n\n",
+           "units: %s; overlap %s: %d gradient slot(s) and %d gather buffer(s) beside the root's; made again: %s\n\n",
            held,
            batch, o.block, o.unit, o.overlap ? "on" : "off", o.overlap ? o.max_live_units : 1,
-           o.overlap ? o.max_live_units : 1, o.recompute ? "on" : o.recompute_gelu ? "GELU" : "off");
+           o.overlap ? o.max_live_units : 1, options_recompute_text(&o));
     if (shard_ranks)
         printf("ZeRO-1/2/3 sharded over groups of %d ranks (hybrid), at each N that %d divides: the formula at S = %d\n\n",
                shard_ranks, shard_ranks, shard_ranks);
