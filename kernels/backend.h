@@ -37,7 +37,7 @@ typedef struct {
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
     void (*attention_forward)(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                               int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
-    void (*attention_backward)(Stream *s, float *dqkv, float *scratch, const float *dout,
+    void (*attention_backward)(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                                ConstBuf qkv, ConstBuf out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
@@ -45,7 +45,7 @@ typedef struct {
                           int tanh_form, DType rounding, float *scratch);
     void (*residual_forward)(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-    void (*bias_backward)(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
+    void (*bias_backward)(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
     void (*dropout_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
     void (*crossentropy_forward_backward)(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                           const int *targets, int N, int V, float dloss, DType rounding);

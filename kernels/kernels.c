@@ -111,7 +111,7 @@ void attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBu
     op_end(s);
 }
 
-void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
+void attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout, ConstBuf qkv,
                         ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                         DType products, DType rounding) {
     op_begin(s, "attention_backward");
@@ -138,7 +138,7 @@ void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, in
     op_end(s);
 }
 
-void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
+void bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
     op_begin(s, "bias_backward");
     backend(s)->bias_backward(s, dbias, dout, N, OC, scratch);
     op_end(s);

@@ -176,16 +176,17 @@ void matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, Co
  * bf16 before their products, as FlashAttention does; every sum is fp32.
  * `rounding` rounds the op's output (out; dqkv) as it writes it, as every
  * op's. The forward reads qkv and writes out as they are held, and the
- * backward reads the forward's out too, and qkv and out as they are held
- * (bf16: what a bf16 model keeps); the GPU's cuBLAS path takes bf16 only
- * with products = DTYPE_BF16, widening qkv into its scratch, which then
- * holds 4 B*T*C floats more for it and for a bf16 output made in fp32, each
- * on a 256-byte boundary. */
+ * backward reads the forward's out too, and reads qkv, out and dout and
+ * writes dqkv as they are held (bf16: what a bf16 model keeps, and its
+ * attention's gradients); the GPU's cuBLAS path takes bf16 only with
+ * products = DTYPE_BF16, widening qkv into its scratch, which then holds 7
+ * B*T*C floats more for it, for a bf16 output (or dout) in fp32 and for a
+ * bf16 dqkv made in fp32, each on a 256-byte boundary. */
 typedef struct { size_t saved, scratch; } AttentionBuffers;
 AttentionBuffers attention_buffers(DeviceKind kind, int B, int T, int C, int NH, DType products);
 void attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                        int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
-void attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+void attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                         ConstBuf qkv, ConstBuf out, const float *saved, int B, int T,
                         int C, int NH, Dropout drop, DType products, DType rounding);
 
@@ -211,10 +212,10 @@ void residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DTyp
  * out[N,OC] = inp + bias[OC] on every row (bias's data NULL: none, out = inp, the
  * product's output rounded and stored as out is held), rounded as rounding
  * says; out may be inp (in place). And dbias[OC] += the column sums of
- * dout[N,OC], in the parts of row_parts.h (scratch:
+ * dout[N,OC] (read as it is held), in the parts of row_parts.h (scratch:
  * column_sums_scratch_floats(N, OC) floats). */
 void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
+void bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).
  * At p = 0 each is the identity (a copy, unless in place), which rounds

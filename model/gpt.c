@@ -117,16 +117,19 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     /* a block's residual stream (stream_after): in bf16 under autocast */
     size_t stream = held_floats(compute, BT * C);
     size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_offset(compute, KEPT_TENSORS, BT * C)) : 0;
-    size_t root = 0, block = 0, largest_block_tensor = 0, wte = 0;
+    /* the wide gradients, one at a time, held as autocast holds them: dfch, and dqkv (the fewer) */
+    size_t wide = held_floats(compute, BT * 4 * C);
+    size_t root = 0, block = 0, largest_block_tensor = 0;
     if (compute.precision == DTYPE_BF16) {
         copy_numbers(cfg, &root, &block);
         root = held_floats(compute, root);  /* the copies in bf16 */
         block = held_floats(compute, block);
         largest_block_tensor = 4 * C * C;
-        wte = V * C;
-        /* the embeddings' gradients, made at the end of the backward where the logits were */
-        size_t embedding_grads = (V + (size_t)cfg->block_size) * C;
-        if (embedding_grads > logits) logits = embedding_grads;
+        /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer, as the embeddings' [V+block,C]
+         * (the more) at the end of the backward; in between, rounded, in the logits' */
+        size_t embedding_sums = (V + (size_t)cfg->block_size) * C;
+        if (embedding_sums > wide) wide = embedding_sums;
+        if (held_floats(compute, V * C) > logits) logits = held_floats(compute, V * C);
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
@@ -140,13 +143,12 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->ln2_rstd, Ls * BT }, { &a->fch, internal_floats(compute, KEPT_FCH, Lw, BT * 4 * C) },
         { &a->fch_gelu, internal_floats(compute, KEPT_FCH_GELU, Lw, BT * 4 * C) },
         { &a->fcproj, Lk * held_floats(compute, BT * C) }, { &a->resid3, L * stream },
-        { &a->lnf, BT * C }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
+        { &a->lnf, held_floats(compute, BT * C) }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
         { &a->dresid, BT * C }, { &a->dln, held_floats(compute, BT * C) }, { &a->dproj, BT * C },
-        { &a->datty, BT * C }, { &a->dqkv, BT * 3 * C }, { &a->dfch, held_floats(compute, BT * 4 * C) },
-        { &a->att_scratch, att.scratch },
+        { &a->datty, held_floats(compute, BT * C) }, { &a->dwide, wide }, { &a->att_scratch, att.scratch },
         { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
-        { &a->dhead_bf16, wte }, { &a->kept_storage, kept },
+        { &a->kept_storage, kept },
     };
     memcpy(table, slots, sizeof slots);
 }
@@ -160,11 +162,11 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
 
 /* The block's Linears, qkv, attention's projection, fc and the MLP's
  * projection: their input and output widths, in C (under autocast each
- * output held in bf16); and whether the output's gradient (fc's: the MLP's
- * hidden one) and the input's (a LayerNorm's output's, the MLP's hidden
- * one) are held in bf16 (held_numbers). */
+ * output held in bf16, and each input's gradient); and whether the output's
+ * gradient is held in bf16 (held_numbers: qkv's and fc's, attention's and
+ * the MLP's hidden one; the projections' is the residual stream's, fp32). */
 static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 };
-static const size_t LINEAR_DOUT_HELD[4] = { 0, 0, 1, 0 }, LINEAR_DINP_HELD[4] = { 1, 0, 1, 1 };
+static const size_t LINEAR_DOUT_HELD[4] = { 1, 0, 1, 0 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
@@ -172,9 +174,9 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     int kept = keeps_bf16(compute);  /* the Linears' inputs held in bf16, else fp32 */
     if (kind == DEVICE_CUDA) {
         /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
-         * boundary: the head's input (its weight and dlogits are read in place); a Linear's input where it is
-         * not kept in bf16, and in the backward its output gradient where it is fp32 */
-        size_t most = operand_numbers(R * C);
+         * boundary (the head's input, weight and dlogits are read in place): a Linear's input where it is not
+         * kept in bf16, and in the backward its output gradient where it is fp32 */
+        size_t most = 0;
         for (int i = 0; i < 4; i++) {
             size_t n = (kept ? 0 : operand_numbers(BT * LINEAR_IN[i] * C)) +
                        (LINEAR_DOUT_HELD[i] ? 0 : operand_numbers(BT * LINEAR_OUT[i] * C));
@@ -193,7 +195,7 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     for (int i = 0; i < 4; i++) {
         size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
         size_t forward = (kept ? in : 0) + out + weight;
-        size_t backward = (kept ? in : 0) + LINEAR_DOUT_HELD[i] * out + weight + LINEAR_DINP_HELD[i] * in;
+        size_t backward = (kept ? in : 0) + LINEAR_DOUT_HELD[i] * out + weight + in;
         if (forward > most) most = forward;
         if (backward > most) most = backward;
     }
@@ -281,10 +283,11 @@ static void product_backward(GPT *m, Buf dinp, float *dweight, ConstBuf dout, Co
 /* Numbers from `at` on of a buffer the model holds in bf16 under autocast
  * (as autocast's ops make them), else fp32: a chunk of the head's logits
  * (its product writes them, the loss and the head's backward read them in
- * place), the branches' outputs (their products write them, dropout and the
- * residual add read them), the MLP's hidden gradient (dfch) and a
- * LayerNorm's output's (dln), each written rounded by its product and read
- * in place by the next op. */
+ * place), the final LayerNorm's output (the head's input), the branches'
+ * outputs (their products write them, dropout and the residual add read
+ * them), the MLP's hidden gradient (dfch), a LayerNorm's output's (dln) and
+ * attention's output's and input's (datty, dqkv), each written rounded by
+ * its op and read in place by the next. */
 static Buf held_numbers(const GPT *m, float *x, size_t at) {
     if (autocast(m)) return bf16_buf((bf16 *)x + at);
     return fp32_buf(x + at);
@@ -378,9 +381,9 @@ static void add_bf16_grad(GPT *m, int t, size_t n, size_t at) {
     add_into_grad(m, t, made, n);
 }
 
-/* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums, made
- * in bf16 under autocast. */
-static void bias_grad(GPT *m, int t, const float *dout, size_t N, int OC) {
+/* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums (dout
+ * read as it is held), made in bf16 under autocast. */
+static void bias_grad(GPT *m, int t, ConstBuf dout, size_t N, int OC) {
     if (t < 0) return;
     bias_backward(m->base.stream, made_grad(m, t, (size_t)OC, 0), dout, (int)N, OC, m->base.column_sums_scratch);
     add_bf16_grad(m, t, (size_t)OC, 0);
@@ -448,15 +451,15 @@ static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hook
 /* Its backward, from dout (bf16 values under autocast: the callers round it):
  * dinp = dout @ weight (written, rounded under autocast: by the product
  * where dinp is held in bf16, else after it), and the weight's gradient
- * added, and with with_bias the bias's (from an fp32 dout), each made in
- * bf16 under autocast (without, the op that made dout made the bias's too). */
+ * added, and with with_bias the bias's, each made in bf16 under autocast
+ * (without, the op that made dout made the bias's too). */
 static void linear_backward(GPT *m, Buf dinp, int l, int i, ConstBuf dout, ConstBuf inp, size_t N, int C, int OC,
                             int with_bias) {
     int t = block_tensor(m, l, i);
     product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     if (dinp.dtype == DTYPE_FP32) bf16_values(m, dinp.data, N * C);
     add_bf16_grad(m, t, (size_t)OC * C, 0);
-    if (with_bias) bias_grad(m, bias_after(m, t), fp32_input(dout), N, OC);
+    if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
@@ -634,14 +637,14 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *
     Activations *a = &m->acts;
     int C = m->base.cfg.embd, V = m->base.cfg.vocab;
     int rows = (int)(BT - r0 < (size_t)m->classifier_rows ? BT - r0 : (size_t)m->classifier_rows);
-    const float *lnf = a->lnf + r0 * C;
+    ConstBuf lnf = const_buf(held_numbers(m, a->lnf, r0 * C));
     const int *targets = m->base.targets + r0;
     Buf logits = held_numbers(m, a->logits, 0), none = { NULL, logits.dtype };
-    product_forward(m, logits, fp32_numbers(lnf), wte, rows, C, V);
+    product_forward(m, logits, lnf, wte, rows, C, V);
     crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), fp32_numbers(lnf), wte, rows, C, V);
+    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), lnf, wte, rows, C, V);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -678,15 +681,17 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     ConstBuf x = const_buf(stream_after(m, L - 1));  /* the last block's output */
 
     trace_begin(s, "forward", 0);
-    layernorm_forward(s, fp32_buf(a->lnf), a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C, m->precision);
+    layernorm_forward(s, held_numbers(m, a->lnf, 0), a->lnf_mean, a->lnf_rstd, x, root.lnf_w, root.lnf_b, BT, C,
+                      m->precision);
     ConstBuf head = root.wte;
     if (targets && !training) {
         for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
     } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
-            float *last = a->lnf + ((size_t)b * T + T - 1) * C, *logits = a->logits + (size_t)b * V;
-            product_forward(m, fp32_buf(logits), fp32_numbers(last), head, 1, C, V);
+            ConstBuf last = const_buf(held_numbers(m, a->lnf, ((size_t)b * T + T - 1) * C));
+            float *logits = a->logits + (size_t)b * V;
+            product_forward(m, fp32_buf(logits), last, head, 1, C, V);
             bf16_values(m, logits, V);
         }
     }
@@ -708,17 +713,20 @@ void gpt_backward(GPT *m, float dloss) {
      * training forward left it here, where dloss is known and the root's
      * gradient is the model's to add into), then the final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
-     * made in bf16 and kept apart: wte's other use, the embedding, adds its
-     * own in the bf16 sum that ends the backward. The root's copy is the
-     * forward's: the root's weights stay as they were for the whole step. */
+     * made in bf16 and kept apart: its fp32 sums over the chunks made in
+     * dwide (which the blocks' gradients take next), rounded once into the
+     * logits' buffer (the chunks are done), where it waits for wte's other
+     * use, the embedding, to add its own in the bf16 sum that ends the
+     * backward. The root's copy is the forward's: the root's weights stay as
+     * they were for the whole step. */
     trace_begin(s, "backward", 0);
     ConstBuf head = root.wte;
-    float *dhead = autocast(m) ? a->dhead_bf16 : grad_of(m, WTE);
+    float *dhead = autocast(m) ? a->dwide : grad_of(m, WTE);
     if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
-    bf16_values(m, dhead, (size_t)V * C);
+    if (autocast(m)) store_bf16(s, (bf16 *)a->logits, dhead, (size_t)V * C);
     fill_zero(s, a->dresid, BT * C);
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
@@ -741,7 +749,7 @@ void gpt_backward(GPT *m, float dloss) {
             gelu_forward(s, kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh,
                          m->precision);
         const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
-        Buf dfch = held_numbers(m, a->dfch, 0), dln = held_numbers(m, a->dln, 0);
+        Buf dfch = held_numbers(m, a->dwide, 0), dln = held_numbers(m, a->dln, 0);
         linear_backward(m, dfch, l, FCPROJ, fp32_numbers(dfcproj), r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
@@ -763,15 +771,17 @@ void gpt_backward(GPT *m, float dloss) {
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
         const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
-        linear_backward(m, fp32_buf(a->datty), l, ATTPROJ, fp32_numbers(dattproj), r.atty, BT, C, C, 1);
+        Buf datty = held_numbers(m, a->datty, 0);
+        linear_backward(m, datty, l, ATTPROJ, fp32_numbers(dattproj), r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         if (made_again(compute, KEPT_LN1))
             layernorm_forward(s, kept_tensor(m, l, KEPT_LN1, b.ln1), b.ln1_mean, b.ln1_rstd, b.x,
                               weights_of(m, l, LN1), part_bias(m, l, LN1), BT, C, m->precision);
-        attention_backward(s, a->dqkv, a->att_scratch, a->datty, r.qkv, r.atty, b.att_saved, B, T, C, NH,
+        Buf dqkv = held_numbers(m, a->dwide, 0);  /* dfch's buffer: fc's backward is done with it */
+        attention_backward(s, dqkv, a->att_scratch, const_buf(datty), r.qkv, r.atty, b.att_saved, B, T, C, NH,
                            dropout_at(m, site), m->precision, m->precision);
-        linear_backward(m, dln, l, QKV, fp32_numbers(a->dqkv), r.ln1, BT, C, 3 * C, 1);
+        linear_backward(m, dln, l, QKV, const_buf(dqkv), r.ln1, BT, C, 3 * C, 1);
         leave_backward(m, l, QKV);
         enter_backward(m, l, LN1);
         norm_backward(m, block_tensor(m, l, LN1), b.x, weights_of(m, l, LN1), b.ln1_mean, b.ln1_rstd);
@@ -785,16 +795,16 @@ void gpt_backward(GPT *m, float dloss) {
         embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.buckets, B, T, C);
     } else {
         /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
-         * positions, rounded once), side by side where the logits were, which
-         * nothing reads after the head; wte's joined by the head's in a bf16
-         * add; both then added into their gradients at once (side by side in
-         * the arena too). */
-        float *made = a->logits;
+         * positions, rounded once), side by side in dwide, which the blocks
+         * are done with; wte's joined by the head's (in the logits' buffer) in
+         * a bf16 add; both then added into their gradients at once (side by
+         * side in the arena too). */
+        float *made = a->dwide;
         size_t both = (size_t)(V + cfg->block_size) * C;
         fill_zero(s, made, both);
         embedding_backward(s, made, made + (size_t)V * C, dencoded, m->base.buckets, B, T, C);
         round_to_bf16(s, made, made, both);
-        residual_forward(s, fp32_buf(made), fp32_numbers(made), fp32_numbers(a->dhead_bf16), (size_t)V * C,
+        residual_forward(s, fp32_buf(made), fp32_numbers(made), bf16_numbers((bf16 *)a->logits), (size_t)V * C,
                          DTYPE_BF16);
         add_into_grad(m, WTE, made, both);
     }

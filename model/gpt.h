@@ -21,7 +21,9 @@ typedef struct {
                                                 under autocast, two numbers a float; gpt.c's stream_after) */
     float *ln1, *ln1_mean, *ln1_rstd;        /* [L,B,T,C], [L,B,T] */
     float *qkv;                              /* [L,B,T,3C] */
-    float *att_saved;                        /* [L, attention_buffers().saved]: the CPU's log-sum-exp [B,NH,T], the GPU's probabilities [B,NH,T,T] */
+    float *att_saved;                        /* [L, attention_buffers().saved]: a log-sum-exp a row [B,NH,T]
+                                                (the GPU's cuBLAS path, for widths without tiles: the
+                                                probabilities [B,NH,T,T]) */
     float *atty;                             /* [L,B,T,C] attention output */
     float *attproj;                          /* [L,B,T,C] after dropout (one block's in bf16 under autocast,
                                                 two numbers a float: gpt.c's held_numbers) */
@@ -30,27 +32,28 @@ typedef struct {
     float *fch, *fch_gelu;                   /* [L,B,T,4C] */
     float *fcproj;                           /* [L,B,T,C] after dropout, held as attproj is */
     float *resid3;                           /* [L,B,T,C], held as encoded is */
-    float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C], [B,T] */
+    float *lnf, *lnf_mean, *lnf_rstd;        /* [B,T,C] (in bf16 under autocast: held_numbers), [B,T] */
     float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows (bf16 under
-                                                autocast, two numbers a float; gpt.c's chunk_logits), its dlogits
+                                                autocast, two numbers a float: gpt.c's held_numbers), its dlogits
                                                 in place in the backward; or each row's last position
-                                                (generation, fp32) */
+                                                (generation, fp32); under autocast, once the head is done, the
+                                                head's gradient [V,C] in bf16 until the embeddings' joins it */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
-    float *dresid, *dln, *dproj, *datty;     /* [B,T,C]; dln in bf16 under autocast (held_numbers) */
-    float *dqkv;                             /* [B,T,3C] */
-    float *dfch;                             /* [B,T,4C] the MLP's hidden gradient, through the GELU in place;
-                                                in bf16 under autocast (held_numbers) */
-    float *att_scratch;                      /* attention_buffers().scratch: none on the CPU, [2,B,NH,T,T] on the GPU */
+    float *dresid, *dln, *dproj, *datty;     /* [B,T,C]; dln and datty in bf16 under autocast (held_numbers) */
+    float *dwide;                            /* the backward's wide gradients, one at a time: a block's MLP's
+                                                hidden one [B,T,4C] (dfch, through the GELU in place), then its
+                                                attention's [B,T,3C] (dqkv), each in bf16 under autocast
+                                                (held_numbers); under autocast also the head's fp32 sums [V,C] before
+                                                the blocks and the embeddings' [V+block,C] after them */
+    float *att_scratch;                      /* attention_buffers().scratch: none on the CPU */
     /* bf16 only (none in fp32). The weights the model computes with, in bf16
      * (two numbers a float), copied as each unit is entered (gpt.c:
      * compute_weights), each tensor on its operand boundary: the root's, and
      * the unit's in hand (a whole block's, the most any unit policy puts in
      * one). A block tensor's gradient made in bf16 before it adds into the
-     * fp32 one ([4C, C], the largest), and the head's, kept until the
-     * embedding's joins it ([V, C]; the embeddings' own are made in the
-     * logits' buffer, at the end of the backward). */
-    float *root_bf16, *unit_bf16, *dweight_bf16, *dhead_bf16;
+     * fp32 one ([4C, C], the largest). */
+    float *root_bf16, *unit_bf16, *dweight_bf16;
     /* bf16 without recompute: what each block's backward reads of its
      * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],
      * each tensor padded to operand_numbers; 11C with recompute_gelu, which
@@ -63,7 +66,7 @@ typedef struct {
     float *kept_storage;
 } Activations;
 
-enum { ACTIVATION_TENSORS = 34 };
+enum { ACTIVATION_TENSORS = 32 };
 /* The classifier's logits at once, at most 2^27 (512 MiB in fp32): past it,
  * rows in equal chunks, so that a vocabulary of 50304 costs a chunk, not B x
  * T x V numbers (GPT-2's 12 x 1024 rows: five chunks of 2458, 494 MB in fp32,
@@ -77,7 +80,7 @@ typedef struct {
     int recompute;                 /* 1: keep only the blocks' outputs; each block's forward runs again in its backward */
     int recompute_gelu;            /* 1: fch_gelu one block's, GELU run again before the MLP's backward */
     int recompute_norms;           /* 1: ln1, ln2 one block's, each LayerNorm run again before its Linear's backward */
-    DType precision;           /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
+    DType precision;               /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */

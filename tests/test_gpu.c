@@ -380,7 +380,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     float *bias_start = malloc(OC * sizeof(float)), *w_start = malloc(C * sizeof(float));
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
-    bias_backward(test_stream, dbias.cpu, dout.cpu, N, OC, scratch.cpu);
+    bias_backward(test_stream, dbias.cpu, fp32_numbers(dout.cpu), N, OC, scratch.cpu);
     layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
                        fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
@@ -390,7 +390,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     for (int run = 0; run < 3; run++) {
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
-        bias_backward(gpu_stream, dbias.gpu, dout.gpu, N, OC, scratch.gpu);
+        bias_backward(gpu_stream, dbias.gpu, fp32_numbers(dout.gpu), N, OC, scratch.gpu);
         layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
                            fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
@@ -399,7 +399,8 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient: GPU against CPU");
     }
     Pair ln_bias = pair_random((size_t)C, -1, 1, 70);  /* the same start on both sides */
-    bias_backward(test_stream, ln_bias.cpu, dout.cpu, N, C, scratch.cpu);  /* ln_bias.cpu: what the GPU's must be */
+    /* ln_bias.cpu: what the GPU's must be */
+    bias_backward(test_stream, ln_bias.cpu, fp32_numbers(dout.cpu), N, C, scratch.cpu);
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
@@ -449,10 +450,10 @@ static void check_attention(float p, DType products, AttentionShape sh) {
                       products, DTYPE_FP32);
     attention_forward(gpu_stream, fp32_buf(out.gpu), att.gpu, scratch.gpu, fp32_numbers(qkv.gpu), B, T, C, NH, drop,
                       products, DTYPE_FP32);
-    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
-                       att.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
-    attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
-                       att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_backward(test_stream, fp32_buf(dqkv.cpu), scratch.cpu, fp32_numbers(dout.cpu), fp32_numbers(qkv.cpu),
+                       fp32_numbers(out.cpu), att.cpu, B, T, C, NH, drop, products, DTYPE_FP32);
+    attention_backward(gpu_stream, fp32_buf(dqkv.gpu), scratch.gpu, fp32_numbers(dout.gpu), fp32_numbers(qkv.gpu),
+                       fp32_numbers(out.gpu), att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
     char what[96];
     snprintf(what, sizeof what, "attention %s, head %d, T %d, p %g: out", products ? "bf16" : "fp32", C / NH, T, p);
     if (products == DTYPE_BF16) expect_near(out, BF16_ATTENTION_TOL, what);
@@ -472,11 +473,11 @@ static void check_attention(float p, DType products, AttentionShape sh) {
         expect_stored_bytes(out16, out.cpu, n, what);
         round_to_bf16(gpu_stream, out.gpu, out.gpu, n);
         store_bf16(gpu_stream, out16, out.gpu, n);
-        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
-                           att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+        attention_backward(gpu_stream, fp32_buf(dqkv.gpu), scratch.gpu, fp32_numbers(dout.gpu), fp32_numbers(qkv.gpu),
+                           fp32_numbers(out.gpu), att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
         pair_take_gpu(dqkv);
-        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, bf16_numbers(qkv16), bf16_numbers(out16),
-                           att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+        attention_backward(gpu_stream, fp32_buf(dqkv.gpu), scratch.gpu, fp32_numbers(dout.gpu), bf16_numbers(qkv16),
+                           bf16_numbers(out16), att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
         snprintf(what, sizeof what, "attention, head %d, T %d, p %g: dqkv from bf16", C / NH, T, p);
         expect_same_bytes(dqkv, dqkv.n * sizeof(float), what);
         pair_free(held);
@@ -601,10 +602,12 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
         attention_forward(gpu_stream, fp32_buf(out_bf.gpu), saved.gpu, att_scratch.gpu, fp32_numbers(qkv.gpu), sh.B,
                           sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(out_bf.gpu, out_fp.gpu, nout, k ? "attention_forward, cuBLAS" : "attention_forward");
-        attention_backward(gpu_stream, dq_fp.gpu, att_scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu),
-                           fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_FP32);
-        attention_backward(gpu_stream, dq_bf.gpu, att_scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu),
-                           fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop, DTYPE_BF16, DTYPE_BF16);
+        attention_backward(gpu_stream, fp32_buf(dq_fp.gpu), att_scratch.gpu, fp32_numbers(dout.gpu),
+                           fp32_numbers(qkv.gpu), fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
+                           DTYPE_BF16, DTYPE_FP32);
+        attention_backward(gpu_stream, fp32_buf(dq_bf.gpu), att_scratch.gpu, fp32_numbers(dout.gpu),
+                           fp32_numbers(qkv.gpu), fp32_numbers(out_bf.gpu), saved.gpu, sh.B, sh.T, sh.C, sh.NH, drop,
+                           DTYPE_BF16, DTYPE_BF16);
         expect_gpu_rounded(dq_bf.gpu, dq_fp.gpu, nqkv, k ? "attention_backward, cuBLAS" : "attention_backward");
         pair_free(qkv); pair_free(out_fp); pair_free(out_bf); pair_free(dout); pair_free(dq_fp); pair_free(dq_bf);
         pair_free(saved); pair_free(att_scratch);
@@ -652,14 +655,14 @@ Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     pair_round_to_bf16(dout);
     attention_forward(test_stream, fp32_buf(out.cpu), lse.cpu, scratch.cpu, fp32_numbers(qkv.cpu), B, T, C, NH,
                       drop, DTYPE_BF16, DTYPE_FP32);
-    attention_backward(test_stream, dqkv.cpu, scratch.cpu, dout.cpu, fp32_numbers(qkv.cpu), fp32_numbers(out.cpu),
-                       lse.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+    attention_backward(test_stream, fp32_buf(dqkv.cpu), scratch.cpu, fp32_numbers(dout.cpu), fp32_numbers(qkv.cpu),
+                       fp32_numbers(out.cpu), lse.cpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
     stream_synchronize(test_stream);
     for (int run = 0; run < 3; run++) {
         attention_forward(gpu_stream, fp32_buf(out.gpu), lse.gpu, scratch.gpu, fp32_numbers(qkv.gpu), B, T, C, NH,
                           drop, DTYPE_BF16, DTYPE_FP32);
-        attention_backward(gpu_stream, dqkv.gpu, scratch.gpu, dout.gpu, fp32_numbers(qkv.gpu), fp32_numbers(out.gpu),
-                           lse.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+        attention_backward(gpu_stream, fp32_buf(dqkv.gpu), scratch.gpu, fp32_numbers(dout.gpu), fp32_numbers(qkv.gpu),
+                           fp32_numbers(out.gpu), lse.gpu, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
         if (run == 0) {
             expect_near(out, BF16_ATTENTION_TOL, "attention at GPT-2's shape: out");
             expect_near(lse, ELEMENTWISE_TOL, "attention at GPT-2's shape: log-sum-exp");
@@ -761,7 +764,7 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
                           tanh_form, DTYPE_FP32, NULL);
             if (rounding == DTYPE_BF16) round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
             stream_copy(gpu_stream, dbias_apart.gpu, bias_start, OC * sizeof(float));
-            bias_backward(gpu_stream, dbias_apart.gpu, apart.gpu, N, OC, scratch.gpu);
+            bias_backward(gpu_stream, dbias_apart.gpu, fp32_numbers(apart.gpu), N, OC, scratch.gpu);
             stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
             stream_copy(gpu_stream, want_bias, dbias_apart.gpu, OC * sizeof(float));
             for (int run = 0; run < 3; run++) {

@@ -168,8 +168,8 @@ static AttentionRun run_attention(Stream *stream, const float *qkv, const float 
     memcpy(r.dqkv, base, sizeof(float) * nqkv);
     attention_forward(stream, fp32_buf(r.out), r.saved, r.scratch, fp32_numbers(qkv), B, T, C, NH,
                       drop, products, DTYPE_FP32);
-    attention_backward(stream, r.dqkv, r.scratch, g, fp32_numbers(qkv), fp32_numbers(r.out), r.saved, B, T, C, NH, drop,
-                       products, DTYPE_FP32);
+    attention_backward(stream, fp32_buf(r.dqkv), r.scratch, fp32_numbers(g), fp32_numbers(qkv), fp32_numbers(r.out),
+                       r.saved, B, T, C, NH, drop, products, DTYPE_FP32);
     stream_synchronize(stream);
     return r;
 }
@@ -578,7 +578,7 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     float *start_bias = alloc_floats(C), *start_w = alloc_floats(C), *fused_dinp = alloc_floats(N * C);
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
-    bias_backward(test_stream, dbias, dout, N, C, scratch);
+    bias_backward(test_stream, dbias, fp32_numbers(dout), N, C, scratch);
     layernorm_backward(test_stream, dinp, dw, NULL, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w), mean,
                        rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
@@ -744,10 +744,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
                       drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "attention_forward");
-    attention_backward(test_stream, dq_fp, att_scratch, y, fp32_numbers(qkv), fp32_numbers(bf), saved, B, T, C, NH,
-                       drop, DTYPE_BF16, DTYPE_FP32);
-    attention_backward(test_stream, dq_bf, att_scratch, y, fp32_numbers(qkv), fp32_numbers(bf), saved, B, T, C, NH,
-                       drop, DTYPE_BF16, DTYPE_BF16);
+    attention_backward(test_stream, fp32_buf(dq_fp), att_scratch, fp32_numbers(y), fp32_numbers(qkv), fp32_numbers(bf),
+                       saved, B, T, C, NH, drop, DTYPE_BF16, DTYPE_FP32);
+    attention_backward(test_stream, fp32_buf(dq_bf), att_scratch, fp32_numbers(y), fp32_numbers(qkv), fp32_numbers(bf),
+                       saved, B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(dq_bf, dq_fp, nqkv, "attention_backward");
 
@@ -782,7 +782,7 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
             int rounded = 0;
             for (size_t i = 0; i < n; i++) rounded += p == DTYPE_BF16 && bf16_rounded(apart[i]) != apart[i];
             if (p == DTYPE_BF16) round_to_bf16(test_stream, apart, apart, n);
-            bias_backward(test_stream, dbias_apart, apart, N, OC, NULL);
+            bias_backward(test_stream, dbias_apart, fp32_numbers(apart), N, OC, NULL);
             stream_synchronize(test_stream);
             cr_expect(p == DTYPE_FP32 || rounded > 0, "no gradient needed rounding: the test could not fail");
             cr_expect_eq(memcmp(fused, apart, n * sizeof(float)), 0, "tanh %d, %s: the gradient", tanh_form,
@@ -923,26 +923,32 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     stream_synchronize(test_stream);
     cr_assert(memcmp(sum, out, n * sizeof(float)) == 0, "residual_forward from bf16");
     /* attention from q, k, v held in bf16 into a bf16 output, and its backward from both: 4n of room (2 MiB),
-     * grown past the 2n above at once, before either is placed (a room grown under q, k, v would be unmapped) */
+     * grown past the 2n above at once, before either is placed (a room grown under q, k, v would be unmapped);
+     * then the backward from a bf16 output gradient into a bf16 dqkv too (the model's attention's gradients):
+     * 8n, grown at once */
     enum { NH = 2 };
     Dropout drop = { 0.1f, 3, 0, 2, 1 };
     float *qkv = alloc_floats(3 * n), *saved = alloc_floats(attention_buffers(DEVICE_CPU, 1, N, C, NH, DTYPE_BF16).saved);
     float *dqkv = alloc_floats(3 * n), *dqkv16 = alloc_floats(3 * n);
-    bf16 *qkv16 = malloc(3 * n * sizeof(bf16));
+    bf16 *qkv16 = malloc(3 * n * sizeof(bf16)), *b16 = malloc(n * sizeof(bf16)), *dqkv_held = malloc(3 * n * sizeof(bf16));
+    hold_in_bf16(b, n, b16, b);
     fill_uniform(qkv, 3 * n, -2, 2, 75);
     hold_in_bf16(qkv, 3 * n, qkv16, qkv);
     attention_forward(test_stream, fp32_buf(out), saved, NULL, fp32_numbers(qkv), 1, N, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
     attention_forward(test_stream, bf16_buf(out16), saved, NULL, bf16_numbers(qkv16), 1, N, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
-    attention_backward(test_stream, dqkv, NULL, b, fp32_numbers(qkv), fp32_numbers(out), saved, 1, N, C, NH, drop,
-                       DTYPE_BF16, DTYPE_BF16);
-    attention_backward(test_stream, dqkv16, NULL, b, bf16_numbers(qkv16), bf16_numbers(out16), saved, 1, N, C, NH,
-                       drop, DTYPE_BF16, DTYPE_BF16);
+    attention_backward(test_stream, fp32_buf(dqkv), NULL, fp32_numbers(b), fp32_numbers(qkv), fp32_numbers(out), saved,
+                       1, N, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
+    attention_backward(test_stream, fp32_buf(dqkv16), NULL, fp32_numbers(b), bf16_numbers(qkv16), bf16_numbers(out16),
+                       saved, 1, N, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
+    attention_backward(test_stream, bf16_buf(dqkv_held), NULL, bf16_numbers(b16), bf16_numbers(qkv16),
+                       bf16_numbers(out16), saved, 1, N, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(out16, out, n), "attention_forward from bf16 into bf16");
     cr_assert(memcmp(dqkv, dqkv16, 3 * n * sizeof(float)) == 0, "attention_backward from bf16");
-    free(qkv); free(saved); free(dqkv); free(dqkv16); free(qkv16);
+    cr_assert(same_as_stored(dqkv_held, dqkv, 3 * n), "attention_backward from a bf16 gradient into a bf16 dqkv");
+    free(qkv); free(saved); free(dqkv); free(dqkv16); free(qkv16); free(b16); free(dqkv_held);
     free(a); free(b); free(w); free(bias); free(sum); free(out); free(stats); free(stats16);
     free(sum16); free(out16); free(a16);
 }
@@ -1019,6 +1025,13 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     free(big16);
     free(big_out16);
     free(big);
+    /* a Linear's bias gradient from its output's gradient held in bf16 (qkv's: attention's input's gradient) */
+    for (int k = 0; k < 2; k++) {
+        memset(db[k], 0, OC * sizeof(float));
+        bias_backward(test_stream, db[k], held[k], N, OC, scratch);
+    }
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(db[0], db[1], OC * sizeof(float)) == 0, "bias_backward");
     /* the product's input, [N, C] of x, and dout [N, OC] */
     for (int k = 0; k < 2; k++) matmul_forward_bf16(test_stream, fp32_buf(got[k]), held[k], fp32_numbers(w),
                                                     fp32_numbers(NULL), N, C, OC);
@@ -1051,8 +1064,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     ConstBuf att_held[2][2] = { { fp32_numbers(x), fp32_numbers(att_out) },
                                                { bf16_numbers(x16), bf16_numbers(out16) } };
     for (int k = 0; k < 2; k++)
-        attention_backward(test_stream, got[k], NULL, dy, att_held[k][0], att_held[k][1], saved, B, T, C, NH, drop,
-                           DTYPE_BF16, DTYPE_BF16);
+        attention_backward(test_stream, fp32_buf(got[k]), NULL, fp32_numbers(dy), att_held[k][0], att_held[k][1], saved,
+                           B, T, C, NH, drop, DTYPE_BF16, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], 3 * n * sizeof(float)) == 0, "attention_backward's dqkv");
     free(saved);

@@ -385,6 +385,52 @@ Test(model, activations_start_on_256_byte_boundaries) {
     }
 }
 
+/* The floats from activation buffer `at` to the next one above it (or the
+ * allocation's end): what it may hold, whatever the table's order. */
+static size_t room_at(const GPT *m, const float *at) {
+    const float *end = m->base.acts_memory + m->base.acts_floats;
+    float *const *slots = (float *const *)&m->acts;
+    for (size_t i = 0; i < sizeof m->acts / sizeof(float *); i++)
+        if (slots[i] > at && slots[i] < end) end = slots[i];
+    return (size_t)(end - at);
+}
+
+/* The backward's shared buffers hold what is made in them, at shapes where
+ * each size rules: the wide gradients' buffer a block's MLP's hidden
+ * gradient (4C a position, in bf16 under autocast; attention's, 3C, held
+ * alike, is fewer), and under autocast, at a vocabulary far wider than the
+ * rows, the head's fp32 sums and the embeddings' ((V + block) x C); the
+ * logits' buffer its chunk, and under autocast, with more channels than
+ * rows, the head's gradient in bf16 (V x C). A buffer too small would spill
+ * into the next, which nothing may read after the backward: no loss or
+ * gradient could show it. */
+Test(model, the_backwards_shared_buffers_hold_what_is_made_in_them) {
+    ModelConfig wide_rows = { 65, 16, 1, 2, 8, MODEL_GPT, 0, 0 };
+    ModelConfig wide_vocab = { 50304, 16, 1, 2, 128, MODEL_GPT, 0, 0 };
+    const ModelConfig *cfgs[2] = { &wide_rows, &wide_vocab };
+    int B = 4, T = 16;
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < DTYPES; p++) {
+            const ModelConfig *cfg = cfgs[k];
+            ArenaLayout layout;
+            model_layout(cfg, 1, &layout);
+            GPT *m = (GPT *)model_create(cfg, &layout, (ComputePolicy){ .precision = (DType)p }, test_device,
+                                         test_stream, B, T);
+            size_t BT = (size_t)B * T, C = cfg->embd, V = cfg->vocab, bf16s = p == DTYPE_BF16 ? 2 : 1;
+            size_t wide = BT * 4 * C / bf16s;
+            size_t logits = BT * V / bf16s;
+            if (p == DTYPE_BF16) {
+                if ((V + cfg->block_size) * C > wide) wide = (V + cfg->block_size) * C;
+                if (V * C / 2 > logits) logits = V * C / 2;
+            }
+            cr_expect_geq(room_at(m, m->acts.dwide), wide, "V = %zu, %s: dwide holds %zu floats, want %zu", V,
+                          DTYPE_TRAITS[p].name, room_at(m, m->acts.dwide), wide);
+            cr_expect_geq(room_at(m, m->acts.logits), logits, "V = %zu, %s: logits hold %zu floats, want %zu", V,
+                          DTYPE_TRAITS[p].name, room_at(m, m->acts.logits), logits);
+            model_destroy(&m->base);
+        }
+}
+
 Test(model, activations_hold_no_t_by_t_buffer) {
     ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {
@@ -414,8 +460,8 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * there, with biases alone, where only the bias's op rounds a Linear's
  * output, and without either, where the Linears' products round on their
  * own and dropout's identity rounds nothing. (In bf16 a block's internals,
- * the branches' outputs and the residual stream are held in bf16
- * themselves: none of them to check here.) */
+ * the branches' outputs, the residual stream and the final LayerNorm's
+ * output are held in bf16 themselves: none of them to check here.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];
@@ -442,7 +488,7 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, D
         { "atty", a->atty, Lw * BT * C }, { "attproj", a->attproj, Lw * BT * C },
         { "resid2", a->resid2, Lw * BT * C }, { "ln2", a->ln2, Lw * BT * C }, { "fch", a->fch, Lw * BT * 4 * C },
         { "fch_gelu", a->fch_gelu, Lw * BT * 4 * C }, { "fcproj", a->fcproj, Lw * BT * C },
-        { "resid3", a->resid3, stream * L * BT * C }, { "lnf", a->lnf, BT * C },
+        { "resid3", a->resid3, stream * L * BT * C }, { "lnf", a->lnf, stream * BT * C },
         { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {

@@ -165,6 +165,15 @@ static void attention_room(Stream *s, DType qkv_held, DType out_held, size_t n) 
     if (qkv_held == DTYPE_BF16 || out_held == DTYPE_BF16) cpu_stream_room(s, 4 * n);
 }
 
+/* The backward's: q, k, v (3n) and the output (n) widened, then the output's
+ * gradient (n) and dqkv made in fp32 (3n): all, before any, as a room that
+ * grows moves. */
+static void attention_backward_room(Stream *s, DType qkv_held, DType out_held, DType dout_held, DType dqkv_held,
+                                    size_t n) {
+    int held = qkv_held == DTYPE_BF16 || out_held == DTYPE_BF16 || dout_held == DTYPE_BF16 || dqkv_held == DTYPE_BF16;
+    if (held) cpu_stream_room(s, 8 * n);
+}
+
 void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
@@ -306,13 +315,15 @@ static void attention_backward_task(void *p) {
     }
 }
 
-void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+void cpu_attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                             ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding) {
     (void)scratch;  /* the tiles are on each thread's stack */
     size_t n = (size_t)B * T * C;  /* out's numbers; qkv's are 3n, widened first */
-    attention_room(s, qkv.dtype, out.dtype, n);
-    AttentionBackwardArgs a = { dqkv, dout, cpu_fp32_of(s, qkv, 3 * n, 0), cpu_fp32_of(s, out, n, 3 * n), saved,
+    attention_backward_room(s, qkv.dtype, out.dtype, dout.dtype, dqkv.dtype, n);
+    AttentionBackwardArgs a = { cpu_fp32_for(s, dqkv, 3 * n, 5 * n), cpu_fp32_of(s, dout, n, 4 * n),
+                                cpu_fp32_of(s, qkv, 3 * n, 0), cpu_fp32_of(s, out, n, 3 * n), saved,
                                 B, T, C, NH, drop, products, rounding };
     stream_launch(s, attention_backward_task, &a, sizeof a);
+    cpu_store_output(s, dqkv, a.dqkv, 3 * n);
 }

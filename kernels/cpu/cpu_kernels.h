@@ -58,7 +58,7 @@ void cpu_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
 void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
                            int B, int T, int C, int NH, Dropout drop, DType products, DType rounding);
-void cpu_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout,
+void cpu_attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                             ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding);
 void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
@@ -66,7 +66,7 @@ void cpu_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
+void cpu_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
 void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                        const int *targets, int N, int V, float dloss, DType rounding);

@@ -196,9 +196,9 @@ static void bias_backward_task(void *p) {
     column_sums(a->dbias, a->N, a->OC, dbias_terms, a);
 }
 
-void cpu_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
+void cpu_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    BiasBackwardArgs a = { dbias, dout, N, OC };
+    BiasBackwardArgs a = { dbias, cpu_fp32_of(s, dout, (size_t)N * OC, 0), N, OC };
     stream_launch(s, bias_backward_task, &a, sizeof a);
 }
 

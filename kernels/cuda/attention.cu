@@ -344,7 +344,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
 
 /* delta[bh * T + t] = dy[t] . y[t] over the head's channels, the sum of each
  * row's probabilities times their gradients: a warp a row. */
-__global__ static void flash_delta_kernel(float *delta, const float *dout, ConstBuf out, int B, int T, int C,
+__global__ static void flash_delta_kernel(float *delta, ConstBuf dout, ConstBuf out, int B, int T, int C,
                                           int NH) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
@@ -352,7 +352,8 @@ __global__ static void flash_delta_kernel(float *delta, const float *dout, Const
     int bh = (int)(row / T), t = (int)(row % T), b = bh / NH, h = bh % NH, hs = C / NH;
     size_t at = ((size_t)b * T + t) * C + (size_t)h * hs;
     float d = 0.0f;
-    for (int c = lane; c < hs; c += WARP) d += dout[at + c] * number_at(out.data, out.dtype, at + c);
+    for (int c = lane; c < hs; c += WARP)
+        d += number_at(dout.data, dout.dtype, at + c) * number_at(out.data, out.dtype, at + c);
     d = warp_sum(d);
     if (lane == 0) delta[row] = d;
 }
@@ -364,7 +365,7 @@ __global__ static void flash_delta_kernel(float *delta, const float *dout, Const
  * probabilities^T @ dy and dk += dscores^T @ q, each rounded to bf16 first. */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_dkdv_kernel(float *dqkv, const float *dout, ConstBuf qkv, const float *lse, const float *delta, int T,
+    flash_dkdv_kernel(Buf dqkv, ConstBuf dy, ConstBuf qkv, const float *lse, const float *delta, int T,
                       int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], qt_tile[HS * FLASH_COLUMN];
@@ -373,7 +374,6 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     int lane = threadIdx.x % WARP, warp_key = threadIdx.x / WARP * FLASH_WARP_ROWS, key0 = kb * FLASH_ROWS;
     FlashHead fh = flash_head(bh, T, C, NH);
     size_t stride = 3 * (size_t)C;
-    ConstBuf dy = fp32_numbers(dout);
     const float *row_lse = lse + (size_t)bh * T, *row_delta = delta + (size_t)bh * T;
     /* the warp's k and v rows, staged through the query tiles */
     load_tile<HS>(q_tile, qkv, fh.k, stride, key0, T, fh.hs, 0);
@@ -446,8 +446,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         }
     }
     float dk_factor[2] = { scale, scale }, dv_factor[2] = { 1.0f, 1.0f };
-    store_rows<HS>(fp32_buf(dqkv), fh.k, stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
-    store_rows<HS>(fp32_buf(dqkv), fh.v, stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv, fh.k, stride, dk, dk_factor, key0 + warp_key, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv, fh.v, stride, dv, dv_factor, key0 + warp_key, T, fh.hs, lane, rounds);
 }
 
 /* The query blocks' pass (dq) of query block flash_query_block(blockIdx.y)
@@ -456,7 +456,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
  * rounded to bf16 first, as the key blocks' pass rounds them. */
 template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
-    flash_dq_kernel(float *dqkv, const float *dout, ConstBuf qkv, const float *lse, const float *delta, int T,
+    flash_dq_kernel(Buf dqkv, ConstBuf dy, ConstBuf qkv, const float *lse, const float *delta, int T,
                     int C, int NH, float scale, Dropout drop, int rounds) {
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 k_tile[FLASH_ROWS * ROW], v_tile[FLASH_ROWS * ROW], kt_tile[HS * FLASH_COLUMN];
@@ -466,7 +466,6 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     size_t stride = 3 * (size_t)C;
     /* the warp's q and dy rows, staged through the key tiles */
     load_tile<HS>(k_tile, qkv, fh.q, stride, row0, T, fh.hs, 0);
-    ConstBuf dy = fp32_numbers(dout);
     load_tile<HS>(v_tile, dy, fh.out_at, C, row0, T, fh.hs, 0);
     __syncthreads();
     uint32_t qf[HS / 16][4], dyf[HS / 16][4];
@@ -518,7 +517,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, 1)
         add_product_times_tile<HS>(dq, ds_tile, kt_tile, lane);
     }
     float dq_factor[2] = { scale, scale };
-    store_rows<HS>(fp32_buf(dqkv), fh.q, stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
+    store_rows<HS>(dqkv, fh.q, stride, dq, dq_factor, row0 + warp_row, T, fh.hs, lane, rounds);
 }
 
 template <int HS>
@@ -530,7 +529,7 @@ static void flash_forward(cudaStream_t stream, Buf out, float *lse, ConstBuf qkv
 }
 
 template <int HS>
-static void flash_backward(cudaStream_t stream, float *dqkv, const float *dout, ConstBuf qkv, const float *lse,
+static void flash_backward(cudaStream_t stream, Buf dqkv, ConstBuf dout, ConstBuf qkv, const float *lse,
                            const float *delta, int B, int T, int C, int NH, float scale, Dropout drop, int rounds) {
     dim3 grid((unsigned)(B * NH), (unsigned)flash_blocks(T));
     flash_dkdv_kernel<HS><<<grid, FLASH_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, drop,
@@ -551,31 +550,37 @@ static int flash_runs(int C, int NH, DType products) {
 /* Where the cuBLAS path's widened q, k, v begin in its scratch: past the two
  * T x T matrices and the deltas, on a 256-byte boundary (aligned_numbers),
  * as a model's fp32 qkv begins, so cuBLAS runs the same kernels on either;
- * and where a bf16 output is made in fp32 (the forward's), past them, on
- * its boundary as a model's fp32 output. */
+ * where a bf16 output is made in fp32 (the forward's), or a bf16 output
+ * gradient widened (the backward's), past them, on its boundary as a
+ * model's fp32 output; and where a bf16 dqkv is made in fp32, past that. */
 static size_t blas_room_at(size_t probs, size_t rows) { return aligned_numbers(2 * probs + rows, sizeof(float)); }
 static size_t blas_output_at(size_t probs, size_t rows, size_t btc) {
     return blas_room_at(probs, rows) + aligned_numbers(3 * btc, sizeof(float));
+}
+static size_t blas_dqkv_at(size_t probs, size_t rows, size_t btc) {
+    return blas_output_at(probs, rows, btc) + aligned_numbers(btc, sizeof(float));
 }
 
 /* On the tensor cores, the log-sum-exp of each row is kept and the scratch is
  * each row's delta; through cuBLAS, the probabilities are kept and the scratch
  * is the dropped weights and the probabilities' gradient, each T x T a
  * (batch row, head), and in bf16 each row's delta after them, then room for
- * qkv widened from bf16 (blas_room_at) and a bf16 output (blas_output_at). */
+ * qkv widened from bf16 (blas_room_at), a bf16 output or output gradient
+ * (blas_output_at) and a bf16 dqkv (blas_dqkv_at). */
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products) {
     size_t rows = (size_t)B * NH * T, probs = rows * T, btc = (size_t)B * T * C;
     AttentionBuffers flash = { rows, rows };
-    AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_output_at(probs, rows, btc) + btc : 2 * probs };
+    AttentionBuffers blas = { probs, products == DTYPE_BF16 ? blas_dqkv_at(probs, rows, btc) + 3 * btc : 2 * probs };
     return flash_runs(C, NH, products) ? flash : blas;
 }
 
 /* The cuBLAS path's q, k, v as fp32: as held, or held in bf16 widened into
  * the scratch's room (blas_room_at), which only bf16 products have; bf16
- * buffers with fp32 products are refused, naming the op. */
-static const float *blas_qkv(Stream *s, const char *op, ConstBuf qkv, DType out_held, DType products, float *scratch,
-                             int B, int T, int C, int NH) {
-    if (products != DTYPE_BF16 && (qkv.dtype != DTYPE_FP32 || out_held != DTYPE_FP32)) {
+ * buffers (qkv, or any other: others_held) with fp32 products are refused,
+ * naming the op. */
+static const float *blas_qkv(Stream *s, const char *op, ConstBuf qkv, DType others_held, DType products,
+                             float *scratch, int B, int T, int C, int NH) {
+    if (products != DTYPE_BF16 && (qkv.dtype != DTYPE_FP32 || others_held != DTYPE_FP32)) {
         fprintf(stderr, "fatal: %s given bf16 buffers with fp32 products\n", op);
         abort();
     }
@@ -640,7 +645,7 @@ void cuda_attention_forward(Stream *s, Buf out_held, float *saved, float *scratc
     else if (rounds) cuda_round_to_bf16(s, out, out, btc);
 }
 
-void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv_held,
+void cuda_attention_backward(Stream *s, Buf dqkv_held, float *scratch, ConstBuf dout_held, ConstBuf qkv_held,
                              ConstBuf out_held, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding) {
     cudaStream_t stream = cuda_stream(s);
@@ -649,14 +654,18 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     if ((size_t)B * NH * T == 0) return;
     if (flash_runs(C, NH, products)) {
         size_t rows = (size_t)B * NH * T;
-        flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout, out_held, B, T, C, NH);
+        flash_delta_kernel<<<blocks_for(rows * WARP), THREADS, 0, stream>>>(scratch, dout_held, out_held, B, T, C,
+                                                                            NH);
         CHECK_LAUNCH("flash_delta_kernel");
         switch (flash_head_width(hs)) {
-        case 16: flash_backward<16>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+        case 16: flash_backward<16>(stream, dqkv_held, dout_held, qkv_held, saved, scratch, B, T, C, NH, scale, drop,
+                                    rounds);
             break;
-        case 32: flash_backward<32>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+        case 32: flash_backward<32>(stream, dqkv_held, dout_held, qkv_held, saved, scratch, B, T, C, NH, scale, drop,
+                                    rounds);
             break;
-        default: flash_backward<64>(stream, dqkv, dout, qkv_held, saved, scratch, B, T, C, NH, scale, drop, rounds);
+        default: flash_backward<64>(stream, dqkv_held, dout_held, qkv_held, saved, scratch, B, T, C, NH, scale, drop,
+                                    rounds);
             break;
         }
         return;
@@ -664,10 +673,18 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     cublasHandle_t blas = cuda_blas(s);
     const float *att = saved;
     long long qkv_stride = (long long)T * 3 * C, att_stride = (long long)NH * T * T, out_stride = (long long)T * C;
-    size_t n = (size_t)B * NH * T * T;
+    size_t n = (size_t)B * NH * T * T, rows_all = (size_t)B * NH * T, btc = (size_t)B * T * C;
     float *datt = scratch, *mask = scratch + n, *delta = round_products ? scratch + 2 * n : NULL;
-    /* out is read as held (flash_delta_kernel) */
-    const float *qkv = blas_qkv(s, "attention_backward", qkv_held, out_held.dtype, products, scratch, B, T, C, NH);
+    /* out is read as held (flash_delta_kernel); q, k, v, dout and dqkv in fp32, held or in the scratch's room */
+    DType others = dout_held.dtype == DTYPE_BF16 || dqkv_held.dtype == DTYPE_BF16 ? DTYPE_BF16 : out_held.dtype;
+    const float *qkv = blas_qkv(s, "attention_backward", qkv_held, others, products, scratch, B, T, C, NH);
+    const float *dout = (const float *)dout_held.data;
+    if (dout_held.dtype == DTYPE_BF16) {
+        float *room = scratch + blas_output_at(n, rows_all, btc);
+        cuda_load_bf16(s, room, (const bf16 *)dout_held.data, btc);
+        dout = room;
+    }
+    float *dqkv = dqkv_held.dtype == DTYPE_BF16 ? scratch + blas_dqkv_at(n, rows_all, btc) : (float *)dqkv_held.data;
     /* dweights = dy @ v^T */
     for (int h = 0; h < NH; h++) {
         const float *v = qkv + 2 * C + (size_t)h * hs;
@@ -689,7 +706,8 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
     }
     int rows = B * NH * T;
     if (delta) {  /* dy . y, as the CPU's op takes it in bf16 (y made of the rounded weights) */
-        flash_delta_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(delta, dout, out_held, B, T, C, NH);
+        flash_delta_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(delta, fp32_numbers(dout), out_held,
+                                                                                     B, T, C, NH);
         CHECK_LAUNCH("flash_delta_kernel");
     }
     softmax_backward_kernel<<<blocks_for((size_t)rows * WARP), THREADS, 0, stream>>>(datt, att, delta, rows, T);
@@ -705,5 +723,6 @@ void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float
         gemm_batched(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, 3 * C, qkv_stride, dpre, T, att_stride,
                      0.0f, dk, 3 * C, qkv_stride, B);
     }
-    if (rounds) cuda_round_to_bf16(s, dqkv, dqkv, (size_t)B * T * 3 * C);
+    if (dqkv_held.dtype == DTYPE_BF16) cuda_store_bf16(s, (bf16 *)dqkv_held.data, dqkv, 3 * btc);  /* rounds */
+    else if (rounds) cuda_round_to_bf16(s, dqkv, dqkv, 3 * btc);
 }

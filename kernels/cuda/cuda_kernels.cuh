@@ -72,7 +72,7 @@ void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dou
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
                             int C, int NH, Dropout drop, DType products, DType rounding);
-void cuda_attention_backward(Stream *s, float *dqkv, float *scratch, const float *dout, ConstBuf qkv,
+void cuda_attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout, ConstBuf qkv,
                              ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
@@ -80,7 +80,7 @@ void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBu
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch);
+void cuda_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                         const int *targets, int N, int V, float dloss, DType rounding);

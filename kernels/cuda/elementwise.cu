@@ -122,16 +122,17 @@ void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int 
 
 /* partial[part, c] = sum from 0, in row order, of the part's dout[., c]: the
  * parts of row_parts.h side by side, then added in order (column_sums.cu). */
-__global__ static void bias_part_kernel(float *partial, const float *dout, int N, int OC) {
+__global__ static void bias_part_kernel(float *partial, ConstBuf dout, int N, int OC) {
     int part = blockIdx.x;  /* the parts on x, whose limit is 2^31 - 1 blocks; the columns on y */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float acc = 0.0f;
-    for (int n = part_first_row(part); n < part_end_row(part, N); n++) acc += dout[(size_t)n * OC + c];
+    for (int n = part_first_row(part); n < part_end_row(part, N); n++)
+        acc += number_at(dout.data, dout.dtype, (size_t)n * OC + c);
     partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_bias_backward(Stream *s, float *dbias, const float *dout, int N, int OC, float *scratch) {
+void cuda_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
     if (N == 0) return;
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)OC));
     bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dout, N, OC);
