@@ -37,7 +37,7 @@ void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, Cons
     op_end(s);
 }
 
-void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+void embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout, TokenBuckets buckets,
                         int B, int T, int C) {
     op_begin(s, "embedding_backward");
     backend(s)->embedding_backward(s, dwte, dwpe, dout, buckets, B, T, C);
@@ -61,7 +61,7 @@ void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, floa
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding) {
     op_begin(s, "layernorm_backward");
@@ -163,9 +163,9 @@ void dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, D
 }
 
 /* The backward multiplies by the same mask: it is the forward applied to dout. */
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding) {
+void dropout_backward(Stream *s, Buf dinp, ConstBuf dout, size_t n, Dropout drop, DType rounding) {
     op_begin(s, "dropout_backward");
-    dropout_apply(s, fp32_buf(dinp), fp32_numbers(dout), n, drop, rounding);
+    dropout_apply(s, dinp, dout, n, drop, rounding);
     op_end(s);
 }
 

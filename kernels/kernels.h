@@ -90,12 +90,12 @@ typedef struct {
 } Dropout;
 
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], rounded as `rounding` says; the backward adds into dwte[V,C]
- * and dwpe[T,C]: each row of dwte takes its token's rows of dout (the batch's
- * buckets, on the stream's device: token_buckets.h) one by one in row order,
- * each row of dwpe its position's in batch order. */
+ * and dwpe[T,C]: each row of dwte takes its token's rows of dout (read as it
+ * is held; the batch's buckets, on the stream's device: token_buckets.h) one
+ * by one in row order, each row of dwpe its position's in batch order. */
 void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe, int B, int T, int C,
                        DType rounding);
-void embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+void embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
                         TokenBuckets buckets, int B, int T, int C);
 
 /* The backward's column sums over N rows (LayerNorm's weight gradient, a
@@ -110,7 +110,8 @@ size_t column_sums_scratch_floats(int N, int width);
  * (inp - mean) * rstd * weight (+ bias), rounded once as `rounding` says
  * (the bytes of bias_forward after it); saves mean and 1/std per row (fp32)
  * for the backward. The backward adds the
- * input's gradient into dinp (the residual stream's), under DTYPE_BF16
+ * input's gradient into dinp (the residual stream's, read and written as it
+ * is held), under DTYPE_BF16
  * as autocast's bf16 add of the stream's two uses: dinp = bf16(dinp +
  * bf16(this gradient)); and the weight's into dweight, and with dbias (else
  * NULL) the gradient of a bias after the LayerNorm into dbias, as
@@ -123,7 +124,7 @@ void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf in
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                 ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
-void layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding);
 
@@ -221,7 +222,7 @@ void bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float 
  * At p = 0 each is the identity (a copy, unless in place), which rounds
  * nothing: the model's inputs to dropout are already what rounding makes. */
 void dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
-void dropout_backward(Stream *s, float *dinp, const float *dout, size_t n, Dropout drop, DType rounding);
+void dropout_backward(Stream *s, Buf dinp, ConstBuf dout, size_t n, Dropout drop, DType rounding);
 
 /* The classifier's softmax, cross-entropy and gradient fused, over
  * logits[N,V] and targets[N]: losses[i] = -log softmax(logits[i])[targets[i]];

@@ -121,9 +121,11 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t wide = held_floats(compute, BT * 4 * C);
     size_t root = 0, block = 0, largest_block_tensor = 0;
     if (compute.precision == DTYPE_BF16) {
-        copy_numbers(cfg, &root, &block);
-        root = held_floats(compute, root);  /* the copies in bf16 */
-        block = held_floats(compute, block);
+        if (!compute.weights_in_place) {  /* else the strategy's copy is read in place */
+            copy_numbers(cfg, &root, &block);
+            root = held_floats(compute, root);  /* the copies in bf16 */
+            block = held_floats(compute, block);
+        }
         largest_block_tensor = 4 * C * C;
         /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer, as the embeddings' [V+block,C]
          * (the more) at the end of the backward; in between, rounded, in the logits' */
@@ -145,7 +147,8 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
         { &a->fcproj, Lk * held_floats(compute, BT * C) }, { &a->resid3, L * stream },
         { &a->lnf, held_floats(compute, BT * C) }, { &a->lnf_mean, BT }, { &a->lnf_rstd, BT },
         { &a->logits, logits }, { &a->losses, BT }, { &a->mean_loss, 1 },
-        { &a->dresid, BT * C }, { &a->dln, held_floats(compute, BT * C) }, { &a->dproj, BT * C },
+        { &a->dresid, held_floats(compute, BT * C) }, { &a->dln, held_floats(compute, BT * C) },
+        { &a->dproj, held_floats(compute, BT * C) },
         { &a->datty, held_floats(compute, BT * C) }, { &a->dwide, wide }, { &a->att_scratch, att.scratch },
         { &a->root_bf16, root }, { &a->unit_bf16, block }, { &a->dweight_bf16, largest_block_tensor },
         { &a->kept_storage, kept },
@@ -162,11 +165,8 @@ size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePol
 
 /* The block's Linears, qkv, attention's projection, fc and the MLP's
  * projection: their input and output widths, in C (under autocast each
- * output held in bf16, and each input's gradient); and whether the output's
- * gradient is held in bf16 (held_numbers: qkv's and fc's, attention's and
- * the MLP's hidden one; the projections' is the residual stream's, fp32). */
+ * output held in bf16, and its gradient and its input's: held_numbers). */
 static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 };
-static const size_t LINEAR_DOUT_HELD[4] = { 1, 0, 1, 0 };
 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
@@ -174,28 +174,21 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     int kept = keeps_bf16(compute);  /* the Linears' inputs held in bf16, else fp32 */
     if (kind == DEVICE_CUDA) {
         /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
-         * boundary (the head's input, weight and dlogits are read in place): a Linear's input where it is not
-         * kept in bf16, and in the backward its output gradient where it is fp32 */
-        size_t most = 0;
-        for (int i = 0; i < 4; i++) {
-            size_t n = (kept ? 0 : operand_numbers(BT * LINEAR_IN[i] * C)) +
-                       (LINEAR_DOUT_HELD[i] ? 0 : operand_numbers(BT * LINEAR_OUT[i] * C));
-            if (n > most) most = n;
-        }
-        return most * sizeof(bf16);
+         * boundary: a Linear's input where it is not kept in bf16 (every other operand is read in place) */
+        return kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16);
     }
     /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
-     * bf16, n = B x T x C: GELU's backward, 8n (its input and its gradient, made over the output's), more than
-     * any other elementwise op's (attention's q, k, v and output, 4n);
+     * bf16, n = B x T x C: GELU's backward, 8n (its input and its gradient, made over the output's), and
+     * attention's, 8n (q, k, v, its output and its gradient, and dqkv), the most of the other ops';
      * a chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its
-     * backward reads, beside the head's weight and, in the backward, the rows of the final LayerNorm's output's
-     * gradient (its input is fp32); or a Linear's weight, beside what it reads and writes in bf16 */
-    size_t n = BT * C, most = 8 * n, head = R * V + V * C + R * C;
+     * backward reads, beside the head's weight and, in the backward, the chunk's rows of the final LayerNorm's
+     * output and of their gradient; or a Linear's weight, beside what it reads and writes in bf16 */
+    size_t n = BT * C, most = 8 * n, head = R * V + V * C + 2 * R * C;
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
         size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
         size_t forward = (kept ? in : 0) + out + weight;
-        size_t backward = (kept ? in : 0) + LINEAR_DOUT_HELD[i] * out + weight + in;
+        size_t backward = (kept ? in : 0) + out + weight + in;
         if (forward > most) most = forward;
         if (backward > most) most = backward;
     }
@@ -222,6 +215,7 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
     m->recompute = compute.recompute;
     m->recompute_gelu = compute.recompute_gelu;
     m->recompute_norms = compute.recompute_norms;
+    m->weights_in_place = compute.weights_in_place;
     m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
 
@@ -251,7 +245,8 @@ static int autocast(const GPT *m) { return m->precision == DTYPE_BF16; }
 /* The model's ComputePolicy, as gpt_create was given it. */
 static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu,
-                            .recompute_norms = m->recompute_norms, .precision = m->precision };
+                            .recompute_norms = m->recompute_norms, .precision = m->precision,
+                            .weights_in_place = m->weights_in_place };
 }
 
 /* None: a bias's data NULL without cfg.bias. */
@@ -285,9 +280,10 @@ static void product_backward(GPT *m, Buf dinp, float *dweight, ConstBuf dout, Co
  * (its product writes them, the loss and the head's backward read them in
  * place), the final LayerNorm's output (the head's input), the branches'
  * outputs (their products write them, dropout and the residual add read
- * them), the MLP's hidden gradient (dfch), a LayerNorm's output's (dln) and
- * attention's output's and input's (datty, dqkv), each written rounded by
- * its op and read in place by the next. */
+ * them), and the backward's gradients: the MLP's hidden one (dfch), a
+ * LayerNorm's output's (dln), attention's output's and input's (datty,
+ * dqkv), the residual stream's (dresid) and a branch's through its dropout
+ * (dproj), each written rounded by its op and read in place by the next. */
 static Buf held_numbers(const GPT *m, float *x, size_t at) {
     if (autocast(m)) return bf16_buf((bf16 *)x + at);
     return fp32_buf(x + at);
@@ -311,12 +307,19 @@ static bf16 *unit_copy(GPT *m, int unit) { return (bf16 *)(unit == 0 ? m->acts.r
  * copy bf16, the fp32 ones the master weights. Copied from the strategy's
  * bf16 copy where it holds one, else stored from fp32 (rounded): the same
  * values. Tensors side by side in both (every size a multiple of 128
- * numbers, as GPT-2's) go in one copy. */
+ * numbers, as GPT-2's) go in one copy. With weights_in_place nothing is
+ * copied: the ops read the strategy's copy, where every tensor is on its
+ * boundary already (compute_tensor). */
 static void compute_weights(GPT *m, int unit) {
     if (!autocast(m)) return;
     const ArenaLayout *layout = &m->base.layout;
     size_t base = layout->units[unit].offset;
     bf16 *held = m->base.unit_weights_bf16[unit];
+    if (m->weights_in_place) {
+        if (held) return;
+        fprintf(stderr, "fatal: gpt: weights read in place, but no bf16 copy of unit %d is held\n", unit);
+        abort();
+    }
     for (int t = 0; t < layout->ntensors; t++) {
         if (layout->tensors[t].unit != unit) continue;
         size_t from = layout->tensors[t].offset - base, to = copy_offset(layout, t), n = layout->tensors[t].numel;
@@ -329,10 +332,13 @@ static void compute_weights(GPT *m, int unit) {
 }
 
 /* Tensor t's weights as the model computes with them: its unit's in fp32,
- * or under autocast their bf16 copy. */
+ * or under autocast their bf16 copy: the strategy's (weights_in_place), or
+ * the model's own. */
 static ConstBuf compute_tensor(GPT *m, int t) {
+    int unit = m->base.layout.tensors[t].unit;
     if (!autocast(m)) return fp32_numbers(model_tensor(&m->base, m->base.unit_weights, t));
-    return bf16_numbers(unit_copy(m, m->base.layout.tensors[t].unit) + copy_offset(&m->base.layout, t));
+    if (m->weights_in_place) return bf16_numbers(m->base.unit_weights_bf16[unit] + model_tensor_offset(&m->base, t));
+    return bf16_numbers(unit_copy(m, unit) + copy_offset(&m->base.layout, t));
 }
 
 static ConstBuf weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }
@@ -474,20 +480,22 @@ static void norm_backward(GPT *m, int t, ConstBuf inp, ConstBuf weight, const fl
     int bias = bias_after(m, t);
     float *dweight = made_grad(m, t, C, 0), *dbias = bias >= 0 ? made_grad(m, bias, C, C) : NULL;
     ConstBuf dln = const_buf(held_numbers(m, a->dln, 0));
-    layernorm_backward(m->base.stream, a->dresid, dweight, dbias, dln, inp, weight, mean, rstd, (int)BT, (int)C,
-                       m->base.column_sums_scratch, m->precision);
+    layernorm_backward(m->base.stream, held_numbers(m, a->dresid, 0), dweight, dbias, dln, inp, weight, mean, rstd,
+                       (int)BT, (int)C, m->base.column_sums_scratch, m->precision);
     if (bias >= 0) add_bf16_grad(m, bias, C, C);
     add_bf16_grad(m, t, C, 0);
 }
 
-/* A branch's gradient from the residual stream's (bf16 values under
+/* A branch's gradient from the residual stream's (both held in bf16 under
  * autocast), through the branch's last op, its dropout, run in bf16: in
  * dbranch, or without dropout the stream's gradient itself, read in place
  * (it is the same numbers; a copy would cost a pass over them). */
-static const float *branch_backward(GPT *m, float *dbranch, const float *dresid, size_t n, Dropout drop) {
-    if (drop.p == 0.0f) return dresid;
-    dropout_backward(m->base.stream, dbranch, dresid, n, drop, m->precision);
-    return dbranch;
+static ConstBuf branch_backward(GPT *m, float *dbranch, float *dresid, size_t n, Dropout drop) {
+    ConstBuf stream = const_buf(held_numbers(m, dresid, 0));
+    if (drop.p == 0.0f) return stream;
+    Buf branch = held_numbers(m, dbranch, 0);
+    dropout_backward(m->base.stream, branch, stream, n, drop, m->precision);
+    return const_buf(branch);
 }
 
 /* The residual stream after block l for this forward's B x T (l = -1: the
@@ -727,7 +735,7 @@ void gpt_backward(GPT *m, float dloss) {
         classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
     if (autocast(m)) store_bf16(s, (bf16 *)a->logits, dhead, (size_t)V * C);
-    fill_zero(s, a->dresid, BT * C);
+    fill_zero(s, a->dresid, held_floats(compute_of(m), BT * C));
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
 
@@ -748,9 +756,9 @@ void gpt_backward(GPT *m, float dloss) {
         if (made_again(compute, KEPT_FCH_GELU))
             gelu_forward(s, kept_tensor(m, l, KEPT_FCH_GELU, b.fch_gelu), r.fch, BT * 4 * C, m->base.cfg.gelu_tanh,
                          m->precision);
-        const float *dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
+        ConstBuf dfcproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 2));
         Buf dfch = held_numbers(m, a->dwide, 0), dln = held_numbers(m, a->dln, 0);
-        linear_backward(m, dfch, l, FCPROJ, fp32_numbers(dfcproj), r.fch_gelu, BT, 4 * C, C, 1);
+        linear_backward(m, dfch, l, FCPROJ, dfcproj, r.fch_gelu, BT, 4 * C, C, 1);
         leave_backward(m, l, FCPROJ);
         enter_backward(m, l, FC);
         if (made_again(compute, KEPT_LN2))
@@ -770,9 +778,9 @@ void gpt_backward(GPT *m, float dloss) {
 
         /* attention: resid2 = x + dropout(attention(ln1(x) @ qkv^T) @ attproj^T) */
         enter_backward(m, l, ATTPROJ);
-        const float *dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
+        ConstBuf dattproj = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, site + 1));
         Buf datty = held_numbers(m, a->datty, 0);
-        linear_backward(m, datty, l, ATTPROJ, fp32_numbers(dattproj), r.atty, BT, C, C, 1);
+        linear_backward(m, datty, l, ATTPROJ, dattproj, r.atty, BT, C, C, 1);
         leave_backward(m, l, ATTPROJ);
         enter_backward(m, l, QKV);
         if (made_again(compute, KEPT_LN1))
@@ -790,7 +798,7 @@ void gpt_backward(GPT *m, float dloss) {
 
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     trace_begin(s, "backward", 0);
-    const float *dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
+    ConstBuf dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     if (!autocast(m)) {
         embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.buckets, B, T, C);
     } else {

@@ -40,7 +40,7 @@ typedef struct {
                                                 head's gradient [V,C] in bf16 until the embeddings' joins it */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
-    float *dresid, *dln, *dproj, *datty;     /* [B,T,C]; dln and datty in bf16 under autocast (held_numbers) */
+    float *dresid, *dln, *dproj, *datty;     /* [B,T,C], each in bf16 under autocast (held_numbers) */
     float *dwide;                            /* the backward's wide gradients, one at a time: a block's MLP's
                                                 hidden one [B,T,4C] (dfch, through the GELU in place), then its
                                                 attention's [B,T,3C] (dqkv), each in bf16 under autocast
@@ -51,7 +51,7 @@ typedef struct {
      * (two numbers a float), copied as each unit is entered (gpt.c:
      * compute_weights), each tensor on its operand boundary: the root's, and
      * the unit's in hand (a whole block's, the most any unit policy puts in
-     * one). A block tensor's gradient made in bf16 before it adds into the
+     * one); none with weights_in_place. A block tensor's gradient made in bf16 before it adds into the
      * fp32 one ([4C, C], the largest). */
     float *root_bf16, *unit_bf16, *dweight_bf16;
     /* bf16 without recompute: what each block's backward reads of its
@@ -81,6 +81,7 @@ typedef struct {
     int recompute_gelu;            /* 1: fch_gelu one block's, GELU run again before the MLP's backward */
     int recompute_norms;           /* 1: ln1, ln2 one block's, each LayerNorm run again before its Linear's backward */
     DType precision;               /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
+    int weights_in_place;          /* 1: that copy read where the strategy holds it (ComputePolicy) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     Activations acts;
     /* the shape and step of the last forward */

@@ -97,15 +97,15 @@ static void mlp_backward(Model *base, float dloss) {
                       NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
-        layernorm_backward(s, m->dx, dln_w, NULL, fp32_numbers(m->dln), fp32_numbers(m->x + at), fp32_numbers(ln_w),
-                           m->ln_mean + (size_t)l * BT, m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch,
-                           DTYPE_FP32);
+        layernorm_backward(s, fp32_buf(m->dx), dln_w, NULL, fp32_numbers(m->dln), fp32_numbers(m->x + at),
+                           fp32_numbers(ln_w), m->ln_mean + (size_t)l * BT, m->ln_rstd + (size_t)l * BT, BT, C,
+                           base->column_sums_scratch, DTYPE_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);
     }
     trace_begin(s, "backward", 0);
-    embedding_backward(s, dwte, dwpe, m->dx, base->buckets, m->B, m->T, C);
+    embedding_backward(s, dwte, dwpe, fp32_numbers(m->dx), base->buckets, m->B, m->T, C);
     trace_end(s);
     model_after_backward(base, 0);
 }

@@ -59,11 +59,17 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
 /* How a model computes, beyond its shape (the GPT's; the MLP computes in fp32
  * and keeps everything): recompute = 1 runs each block's forward again inside
  * its backward (model/gpt.h), recompute_gelu = 1 only its GELU,
- * recompute_norms = 1 only its LayerNorms; precision DTYPE_BF16 computes as a bf16 copy of the fp32 weights under
- * torch.autocast(bfloat16) does. */
+ * recompute_norms = 1 only its LayerNorms; precision DTYPE_BF16 computes as
+ * a bf16 copy of the fp32 weights under torch.autocast(bfloat16) does, and
+ * with weights_in_place = 1 reads that copy where its strategy holds it
+ * (unit_weights_bf16, every unit's) rather than copying each unit into its
+ * own: for layouts with every tensor on its operand boundary
+ * (model_weights_on_operand_boundaries), so that a product reads a weight
+ * with the same alignment in every strategy's buffers. */
 typedef struct {
     int recompute, recompute_gelu, recompute_norms;
     DType precision;
+    int weights_in_place;
 } ComputePolicy;
 
 /* Called at unit boundaries; any may be NULL. */

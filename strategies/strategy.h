@@ -105,7 +105,9 @@ int strategy_live_units(const StrategyConfig *cfg);
 int strategy_shard_ranks(const StrategyConfig *cfg);
 /* cfg's ranks and modeled link, as the link model takes them. */
 LinkShape strategy_link_shape(const StrategyConfig *cfg);
-/* How each rank's model computes under cfg: its recompute and precision. */
+/* How each rank's model computes under cfg: its recompute and precision, and
+ * whether it reads the weights' bf16 copy in place (where cfg's layout puts
+ * every tensor on its operand boundary). */
 ComputePolicy strategy_compute(const StrategyConfig *cfg);
 /* How the ranks hold the gradients under cfg: in bf16 (2 bytes a number,
  * the ZeRO paper's) when the compute and the reductions are both bf16,

@@ -218,9 +218,9 @@ Test(gpu, layernorm_forward_backward) {
     layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
                       fp32_numbers(NULL), N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+    layernorm_backward(test_stream, fp32_buf(dinp.cpu), dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
                        fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
                        fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
@@ -381,7 +381,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
     bias_backward(test_stream, dbias.cpu, fp32_numbers(dout.cpu), N, OC, scratch.cpu);
-    layernorm_backward(test_stream, dinp.cpu, dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
+    layernorm_backward(test_stream, fp32_buf(dinp.cpu), dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
                        fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
@@ -391,7 +391,7 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
         bias_backward(gpu_stream, dbias.gpu, fp32_numbers(dout.gpu), N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
+        layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
                            fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
@@ -404,11 +404,24 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, dinp.gpu, dw.gpu, ln_bias.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
-                       fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, ln_bias.gpu, fp32_numbers(dout.gpu),
+                       fp32_numbers(inp.gpu), fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
     pair_free(ln_bias);
+    /* the bias gradient from a gradient held in bf16 (qkv's: attention's input's, held so): the bytes it gives
+     * the same values in fp32 */
+    size_t nd = (size_t)N * OC;
+    pair_round_to_bf16(dout);
+    Pair dout16 = pair_random((nd + 1) / 2, 0, 1, 71);
+    store_bf16(gpu_stream, (bf16 *)dout16.gpu, dout.gpu, nd);
+    pair_reset(dbias, bias_start);
+    bias_backward(gpu_stream, dbias.gpu, fp32_numbers(dout.gpu), N, OC, scratch.gpu);
+    pair_take_gpu(dbias);
+    stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
+    bias_backward(gpu_stream, dbias.gpu, bf16_numbers((const bf16 *)dout16.gpu), N, OC, scratch.gpu);
+    expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient from a bf16 gradient");
+    pair_free(dout16);
     free(bias_start); free(w_start); free(want_bias); free(want_w);
     pair_free(dout); pair_free(dbias); pair_free(inp); pair_free(mean); pair_free(rstd); pair_free(w);
     pair_free(dinp); pair_free(dw); pair_free(scratch);
@@ -480,6 +493,16 @@ static void check_attention(float p, DType products, AttentionShape sh) {
                            bf16_numbers(out16), att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
         snprintf(what, sizeof what, "attention, head %d, T %d, p %g: dqkv from bf16", C / NH, T, p);
         expect_same_bytes(dqkv, dqkv.n * sizeof(float), what);
+        /* and from a bf16 output gradient into a bf16 dqkv (a model's attention's gradients, held so): the
+         * bytes of the fp32 dqkv just taken, stored */
+        Pair grads = pair_random(2 * n, 0, 1, 28);  /* dqkv's 3n bf16, then dout's n */
+        bf16 *dqkv16 = (bf16 *)grads.gpu, *dout16 = dqkv16 + 3 * n;
+        store_bf16(gpu_stream, dout16, dout.gpu, n);
+        attention_backward(gpu_stream, bf16_buf(dqkv16), scratch.gpu, bf16_numbers(dout16), bf16_numbers(qkv16),
+                           bf16_numbers(out16), att.gpu, B, T, C, NH, drop, products, DTYPE_FP32);
+        snprintf(what, sizeof what, "attention, head %d, T %d, p %g: a bf16 dqkv from a bf16 dout", C / NH, T, p);
+        expect_stored_bytes(dqkv16, dqkv.cpu, 3 * n, what);
+        pair_free(grads);
         pair_free(held);
     }
     pair_free(qkv); pair_free(out); pair_free(att); pair_free(scratch); pair_free(dout); pair_free(dqkv);
@@ -547,9 +570,9 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp.gpu, dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
+    layernorm_backward(gpu_stream, fp32_buf(fp.gpu), dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
                        fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, bf.gpu, dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
+    layernorm_backward(gpu_stream, fp32_buf(bf.gpu), dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
                        fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
@@ -694,8 +717,8 @@ Test(gpu, embedding_forward_backward) {
                       C, DTYPE_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
-    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, buckets.view, B, T, C);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
+    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, fp32_numbers(dout.gpu), buckets.view, B, T, C);
     expect_match(out, ELEMENTWISE_TOL, "embedding out");
     expect_same_bytes(dwte, dwte.n * sizeof(float), "embedding dwte (added): GPU against CPU");
     expect_same_bytes(dwpe, dwpe.n * sizeof(float), "embedding dwpe (added): GPU against CPU");
@@ -718,7 +741,7 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     memcpy(wpe_start, dwpe.cpu, dwpe.n * sizeof(float));
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, dout.cpu, host, B, T, C);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
     stream_synchronize(test_stream);
     float *want_wte = malloc(dwte.n * sizeof(float)), *want_wpe = malloc(dwpe.n * sizeof(float));
     memcpy(want_wte, dwte.cpu, dwte.n * sizeof(float));
@@ -726,12 +749,24 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     for (int run = 0; run < 3; run++) {
         pair_reset(dwte, wte_start);
         pair_reset(dwpe, wpe_start);
-        embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, dout.gpu, buckets.view, B, T, C);
+        embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, fp32_numbers(dout.gpu), buckets.view, B, T, C);
         memcpy(dwte.cpu, want_wte, dwte.n * sizeof(float));
         memcpy(dwpe.cpu, want_wpe, dwpe.n * sizeof(float));
         expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte at GPT-2's shape: GPU against CPU");
         expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe at GPT-2's shape: GPU against CPU");
     }
+    /* from the residual stream's gradient held in bf16 (as a model holds it): the CPU's bytes from its values */
+    pair_round_to_bf16(dout);
+    Pair dout16 = pair_random((dout.n + 1) / 2, 0, 1, 75);
+    store_bf16(gpu_stream, (bf16 *)dout16.gpu, dout.gpu, dout.n);
+    pair_reset(dwte, wte_start);
+    pair_reset(dwpe, wpe_start);
+    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
+    stream_synchronize(test_stream);
+    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, bf16_numbers((const bf16 *)dout16.gpu), buckets.view, B, T, C);
+    expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte from a bf16 gradient at GPT-2's shape: GPU against CPU");
+    expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe from a bf16 gradient at GPT-2's shape: GPU against CPU");
+    pair_free(dout16);
     free(wte_start); free(wpe_start); free(want_wte); free(want_wpe);
     int_pair_free(tokens);
     buckets_free(host);
@@ -815,7 +850,7 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, dw.gpu, (size_t)C);
         fill_zero(gpu_stream, db.gpu, (size_t)C);
-        layernorm_backward(gpu_stream, out.gpu, dw.gpu, db.gpu, fp32_numbers(dy.gpu), in[run > 0],
+        layernorm_backward(gpu_stream, fp32_buf(out.gpu), dw.gpu, db.gpu, fp32_numbers(dy.gpu), in[run > 0],
                            fp32_numbers(lw.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
         if (run == 0) {
             pair_take_gpu(out);
@@ -1035,8 +1070,8 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, out2.gpu, n);
         fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
-        layernorm_backward(gpu_stream, out2.gpu, db.gpu, db.gpu + C, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
-                           weight[k], stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+        layernorm_backward(gpu_stream, fp32_buf(out2.gpu), db.gpu, db.gpu + C, fp32_numbers(dy.gpu),
+                           fp32_numbers(x.gpu), weight[k], stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
         take_or_expect(out2, k, "layernorm_backward's dinp from a bf16 weight");
         take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 weight");
     }
@@ -1144,12 +1179,28 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
-        layernorm_backward(gpu_stream, out.gpu, db.gpu, db.gpu + C, k ? bf16_numbers(dy_held) : fp32_numbers(dy.gpu),
-                           fp32_numbers(x.gpu), fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu,
-                           DTYPE_BF16);
+        layernorm_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, db.gpu + C,
+                           k ? bf16_numbers(dy_held) : fp32_numbers(dy.gpu), fp32_numbers(x.gpu), fp32_numbers(lw.gpu),
+                           stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
         take_or_expect(out, k, "layernorm_backward's dinp from a bf16 gradient");
         take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 gradient");
     }
+    /* added into a bf16 dinp (the residual stream's gradient, held so: dy's first N x C as its value so far),
+     * the bytes of the same add into fp32 stored */
+    stream_copy(gpu_stream, out.gpu, dy.gpu, nc * sizeof(float));
+    store_bf16(gpu_stream, got_held, dy.gpu, nc);
+    layernorm_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, db.gpu + C, bf16_numbers(dy_held), fp32_numbers(x.gpu),
+                       fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+    layernorm_backward(gpu_stream, bf16_buf(got_held), db.gpu, db.gpu + C, bf16_numbers(dy_held), fp32_numbers(x.gpu),
+                       fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+    pair_take_gpu(out);
+    expect_stored_bytes(got16.gpu, out.cpu, nc, "layernorm_backward added into a bf16 dinp");
+    /* a branch's gradient through its dropout, from the residual stream's, both in bf16 */
+    Dropout drop = { 0.1f, 7, 0, 3, 4 };
+    dropout_backward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(dy.gpu), nc, drop, DTYPE_BF16);
+    dropout_backward(gpu_stream, bf16_buf(got_held), bf16_numbers(dy_held), nc, drop, DTYPE_BF16);
+    pair_take_gpu(out);
+    expect_stored_bytes(got16.gpu, out.cpu, nc, "dropout_backward from bf16 into bf16");
     /* the MLP's projection: dinp [N, 3072] from dout [N, 768] */
     fill_zero(gpu_stream, dw.gpu, nw);
     matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
@@ -1479,7 +1530,10 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
  * and every ZeRO stage, and GELU and the LayerNorms recomputed, at a ragged
  * shape (3 rows of 25 by 40 channels a rank, heads
  * of 20: no tensor a multiple of 128 numbers, so each one a bf16 block keeps
- * and each block's residual stream is padded to its 256-byte boundary). */
+ * and each block's residual stream is padded to its 256-byte boundary); and
+ * every ZeRO stage, whole blocks and units of a tensor, 128 channels wide,
+ * where each model reads its strategy's bf16 weights in place (DDP's whole
+ * arena, ZeRO-3's gathered units: the products the same alignment). */
 Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     need_gpu();
     load_data();
@@ -1526,6 +1580,21 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
         float *w = weights_of(zero, &sc, &tc, &n);
         cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "bf16, a ragged shape: --zero=%d%s differs from DDP on the "
                   "GPU", zero, sc.units.recompute_gelu ? " --recompute-gelu=1 --recompute-norms=1" : "");
+        free(w);
+    }
+    free(ddp);
+    StrategyConfig wide = base;
+    wide.model.embd = 128;
+    cr_assert(strategy_compute(&wide).weights_in_place, "128 wide: the weights not read in place");
+    ddp = weights_of(0, &wide, &tc, &n);
+    for (int k = 0; k <= STRATEGY_KINDS; k++) {
+        if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;
+        StrategyConfig sc = wide;
+        if (k == STRATEGY_KINDS) sc.units.cut = UNIT_TENSOR;  /* last: ZeRO-3 in units of a tensor */
+        int zero = k < STRATEGY_KINDS ? STRATEGIES[k].stage : 3;
+        float *w = weights_of(zero, &sc, &tc, &n);
+        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "bf16, 128 wide, weights read in place: --zero=%d%s differs "
+                  "from DDP on the GPU", zero, k == STRATEGY_KINDS ? " --unit=tensor" : "");
         free(w);
     }
     free(ddp);

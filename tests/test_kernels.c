@@ -119,8 +119,8 @@ static void check_layernorm(int N, int C) {
     layernorm_forward(test_stream, fp32_buf(out), mean, rstd, fp32_numbers(inp), fp32_numbers(w), fp32_numbers(NULL),
                       N, C, DTYPE_FP32);
     float *scratch = alloc_floats(column_sums_scratch_floats(N, C));
-    layernorm_backward(test_stream, dinp, dw, NULL, fp32_numbers(g), fp32_numbers(inp), fp32_numbers(w), mean, rstd,
-                       N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(dinp), dw, NULL, fp32_numbers(g), fp32_numbers(inp), fp32_numbers(w), mean,
+                       rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     free(scratch);
     subtract_base(dinp, base, N * C);
@@ -411,7 +411,7 @@ static void check_embedding(int C) {
     fill_uniform(g, B * T * C, -1, 1, 33);
     embedding_forward(test_stream, fp32_buf(out), tokens, fp32_numbers(wte), fp32_numbers(wpe), B, T, C, DTYPE_FP32);
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
-    embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
+    embedding_backward(test_stream, dwte, dwpe, fp32_numbers(g), buckets, B, T, C);
     stream_synchronize(test_stream);
     subtract_base(dwte, base_wte, V * C);  /* parameter gradients are added */
     subtract_base(dwpe, base_wpe, T * C);
@@ -476,7 +476,7 @@ Test(kernels, embedding_backward_adds_the_rows_in_row_order) {
             want_wpe[(bt % T) * C + c] += g[bt * C + c];
         }
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
-    embedding_backward(test_stream, dwte, dwpe, g, buckets, B, T, C);
+    embedding_backward(test_stream, dwte, dwpe, fp32_numbers(g), buckets, B, T, C);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dwte, want_wte, sizeof(float) * V * C) == 0, "dwte: not the row-order sums' bits");
     cr_expect(memcmp(dwpe, want_wpe, sizeof(float) * T * C) == 0, "dwpe: not the batch-order sums' bits");
@@ -579,15 +579,15 @@ Test(kernels, bias_and_layernorm_weight_gradients_sum_in_parts) {
     memcpy(start_bias, dbias, sizeof(float) * C);
     memcpy(start_w, dw, sizeof(float) * C);
     bias_backward(test_stream, dbias, fp32_numbers(dout), N, C, scratch);
-    layernorm_backward(test_stream, dinp, dw, NULL, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w), mean,
-                       rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(dinp), dw, NULL, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w),
+                       mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight: not the parted sums' bits");
     memcpy(dbias, start_bias, sizeof(float) * C);
     memcpy(dw, start_w, sizeof(float) * C);
-    layernorm_backward(test_stream, fused_dinp, dw, dbias, fp32_numbers(dout), fp32_numbers(inp), fp32_numbers(w),
-                       mean, rstd, N, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(fused_dinp), dw, dbias, fp32_numbers(dout), fp32_numbers(inp),
+                       fp32_numbers(w), mean, rstd, N, C, scratch, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dbias, want_bias, sizeof(float) * C) == 0, "LayerNorm's backward's dbias: not the parted sums' bits");
     cr_expect(memcmp(dw, want_w, sizeof(float) * C) == 0, "dweight beside dbias: not the parted sums' bits");
@@ -684,8 +684,8 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     dropout_forward(test_stream, fp32_buf(bf), fp32_numbers(x), n, drop, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_forward");
-    dropout_backward(test_stream, fp, y, n, drop, DTYPE_FP32);
-    dropout_backward(test_stream, bf, y, n, drop, DTYPE_BF16);
+    dropout_backward(test_stream, fp32_buf(fp), fp32_numbers(y), n, drop, DTYPE_FP32);
+    dropout_backward(test_stream, fp32_buf(bf), fp32_numbers(y), n, drop, DTYPE_BF16);
     stream_synchronize(test_stream);
     expect_rounded(bf, fp, n, "dropout_backward");
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
@@ -704,10 +704,10 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_uniform(dinp, n, -1, 1, 55);
     for (size_t i = 0; i < n; i++) dinp[i] = bf16_rounded(dinp[i]);
     memcpy(bf, dinp, n * sizeof(float));
-    layernorm_backward(test_stream, fp, dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean, rstd,
-                       (int)BT, C, scratch, DTYPE_FP32);
-    layernorm_backward(test_stream, bf, dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean, rstd,
-                       (int)BT, C, scratch, DTYPE_BF16);
+    layernorm_backward(test_stream, fp32_buf(fp), dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean,
+                       rstd, (int)BT, C, scratch, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(bf), dw, NULL, fp32_numbers(y), fp32_numbers(x), fp32_numbers(w), mean,
+                       rstd, (int)BT, C, scratch, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) fp[i] = dinp[i] + bf16_rounded(fp[i]);
     expect_rounded(bf, fp, n, "layernorm_backward's add");
@@ -983,8 +983,8 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     stream_synchronize(test_stream);
     for (int k = 0; k < 2; k++) {
         memset(got[k], 0, nx * sizeof(float));
-        layernorm_backward(test_stream, got[k], dw[k], db[k], fp32_numbers(dy), held[k], fp32_numbers(lw), mean, rstd,
-                           N, C, scratch, DTYPE_BF16);
+        layernorm_backward(test_stream, fp32_buf(got[k]), dw[k], db[k], fp32_numbers(dy), held[k], fp32_numbers(lw),
+                           mean, rstd, N, C, scratch, DTYPE_BF16);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "layernorm_backward's dinp");
@@ -1183,8 +1183,8 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     ConstBuf bias[2] = { fp32_numbers(lw + C), bf16_numbers(lw16 + C) };
     ConstBuf product_weight[2] = { fp32_numbers(w), bf16_numbers(w16) };
     for (int k = 1; k >= 0; k--)
-        layernorm_backward(test_stream, got2[k], dw[k], db[k], fp32_numbers(dy), inp[k], weight[k], stats, stats + N,
-                           N, C, NULL, DTYPE_BF16);
+        layernorm_backward(test_stream, fp32_buf(got2[k]), dw[k], db[k], fp32_numbers(dy), inp[k], weight[k], stats,
+                           stats + N, N, C, NULL, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "layernorm_backward's dinp from a bf16 weight");
     cr_assert(memcmp(dw[0], dw[1], C * sizeof(float)) == 0 && memcmp(db[0], db[1], C * sizeof(float)) == 0,
@@ -1247,13 +1247,16 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
 }
 
 /* The activation gradients a model holds in bf16 under autocast (the MLP's
- * hidden one, a LayerNorm's output's): GELU's backward in place over a bf16
- * gradient from a bf16 input, and a product's backward writing its input's
- * gradient in bf16, are the bytes of their fp32 outputs stored (GELU's bias
- * sums the same); LayerNorm's backward from a bf16 gradient gives the bytes
- * of the same values in fp32. First on an empty room, each larger than the
- * last, at sizes (512 KB and up) where a room that grew under what was
- * widened into it would be unmapped. */
+ * hidden one, a LayerNorm's output's, the residual stream's): GELU's
+ * backward in place over a bf16 gradient from a bf16 input, and a product's
+ * backward writing its input's gradient in bf16, are the bytes of their fp32
+ * outputs stored (GELU's bias sums the same); LayerNorm's backward from a
+ * bf16 gradient gives the bytes of the same values in fp32, and added into
+ * a bf16 input gradient (the residual stream's) their bytes stored; dropout's
+ * backward from bf16 into bf16 and the embedding's from a bf16 gradient the
+ * same. First on an empty room, each larger than the last, at sizes (512 KB
+ * and up) where a room that grew under what was widened into it would be
+ * unmapped. */
 Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     enum { N = 2048, C = 64, OC = 256 };
     size_t n = (size_t)N * OC, nc = (size_t)N * C, nw = (size_t)OC * C;
@@ -1288,15 +1291,53 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     /* LayerNorm's backward from a bf16 gradient (x's first N x C as its input, dy's as its dout) */
     memset(dw, 0, 2 * C * sizeof(float));
     memset(dw16, 0, 2 * C * sizeof(float));
-    layernorm_backward(test_stream, dx16, dw16, dw16 + C, bf16_numbers(dy16), fp32_numbers(x), fp32_numbers(lw), stats,
-                       stats + N, N, C, NULL, DTYPE_BF16);
-    layernorm_backward(test_stream, dx, dw, dw + C, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(lw), stats,
-                       stats + N, N, C, NULL, DTYPE_BF16);
+    layernorm_backward(test_stream, fp32_buf(dx16), dw16, dw16 + C, bf16_numbers(dy16), fp32_numbers(x),
+                       fp32_numbers(lw), stats, stats + N, N, C, NULL, DTYPE_BF16);
+    layernorm_backward(test_stream, fp32_buf(dx), dw, dw + C, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(lw),
+                       stats, stats + N, N, C, NULL, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(memcmp(dx, dx16, nc * sizeof(float)) == 0, "layernorm_backward's dinp from a bf16 gradient");
     cr_assert(memcmp(dw, dw16, 2 * C * sizeof(float)) == 0, "its weight and bias gradients");
+    /* added into a bf16 dinp, the residual stream's gradient so far (dy's last N x C), widened, added into and
+     * stored back; and into the same values in fp32 */
+    bf16 *dx_held = malloc(nc * sizeof(bf16));
+    memcpy(dx_held, dy16 + n - nc, nc * sizeof(bf16));
+    memcpy(dx, dy + n - nc, nc * sizeof(float));
+    layernorm_backward(test_stream, bf16_buf(dx_held), dw16, dw16 + C, bf16_numbers(dy16), fp32_numbers(x),
+                       fp32_numbers(lw), stats, stats + N, N, C, NULL, DTYPE_BF16);
+    layernorm_backward(test_stream, fp32_buf(dx), dw, dw + C, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(lw),
+                       stats, stats + N, N, C, NULL, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(dx_held, dx, nc), "layernorm_backward added into a bf16 dinp");
+    /* a branch's gradient through its dropout, from the residual stream's, both in bf16 */
+    Dropout drop = { 0.3f, 5, 0, 1, 3 };
+    dropout_backward(test_stream, bf16_buf(got16), bf16_numbers(dy16), n, drop, DTYPE_BF16);
+    dropout_backward(test_stream, fp32_buf(got), fp32_numbers(dy), n, drop, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(got16, got, n), "dropout_backward from bf16 into bf16");
+    /* the embeddings' gradients from the residual stream's in bf16: dy's first B x T x C as it, 40 tokens */
+    enum { B = 4, T = 512, V = 40 };
+    int *tokens = malloc(B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 7 + i / 5) % V;
+    TokenBuckets buckets = buckets_of(tokens, B * T, V);
+    float *dwte[2], *dwpe[2];
+    for (int k = 0; k < 2; k++) {
+        dwte[k] = alloc_floats((size_t)V * C);
+        dwpe[k] = alloc_floats((size_t)T * C);
+        embedding_backward(test_stream, dwte[k], dwpe[k], k ? bf16_numbers(dy16) : fp32_numbers(dy), buckets, B, T,
+                           C);
+    }
+    stream_synchronize(test_stream);
+    cr_assert(memcmp(dwte[0], dwte[1], (size_t)V * C * sizeof(float)) == 0, "embedding_backward's dwte from bf16");
+    cr_assert(memcmp(dwpe[0], dwpe[1], (size_t)T * C * sizeof(float)) == 0, "embedding_backward's dwpe from bf16");
+    for (int k = 0; k < 2; k++) {
+        free(dwte[k]);
+        free(dwpe[k]);
+    }
+    free(tokens);
+    buckets_free(buckets);
     free(x); free(dy); free(w); free(got); free(dbias); free(dbias16); free(dw); free(dw16); free(lw); free(stats);
-    free(dx); free(dx16); free(x16); free(dy16); free(got16);
+    free(dx); free(dx16); free(x16); free(dy16); free(got16); free(dx_held);
 }
 
 /* A branch's output held in bf16 (attention's projection's, the MLP's, under
@@ -1364,7 +1405,7 @@ Test(kernels, dropout_forward_backward) {
     fill_uniform(base, n, -1, 1, 53);
     memcpy(dx, base, sizeof(float) * n);
     dropout_forward(test_stream, fp32_buf(out), fp32_numbers(x), n, drop, DTYPE_FP32);
-    dropout_backward(test_stream, dx, g, n, drop, DTYPE_FP32);
+    dropout_backward(test_stream, fp32_buf(dx), fp32_numbers(g), n, drop, DTYPE_FP32);
     stream_synchronize(test_stream);
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {

@@ -385,6 +385,57 @@ Test(model, activations_start_on_256_byte_boundaries) {
     }
 }
 
+/* Where every tensor is on its operand boundary (widths of 128, as GPT-2's;
+ * a width of 40 is not), a bf16 model reads its weights where its strategy
+ * holds them in bf16 (weights_in_place), with no copy of its own: the loss
+ * and gradients the copies give, byte for byte, and fewer activation floats
+ * by exactly the copies (the root's and a block's, two numbers a float). */
+Test(model, weights_read_in_place_give_the_bytes_of_the_copies) {
+    ModelConfig cfg = { 256, 16, 2, 2, 128, MODEL_GPT, 1, 0 }, ragged = cfg;
+    ragged.embd = 40;
+    ArenaLayout layout, ragged_layout;
+    model_layout(&cfg, 1, &layout);
+    model_layout(&ragged, 1, &ragged_layout);
+    cr_assert(model_weights_on_operand_boundaries(&layout), "widths of 128: every tensor on its boundary");
+    cr_expect(!model_weights_on_operand_boundaries(&ragged_layout), "a width of 40 put every tensor on its boundary");
+    enum { B = 2, T = 16 };
+    int x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (i * 37 + 5) % cfg.vocab;
+        y[i] = (i * 11 + 3) % cfg.vocab;
+    }
+    size_t P = layout.total, floats[2];
+    float *params = malloc(P * sizeof(float)), loss[2], *grads[2];
+    random_params(&layout, params, 21);
+    for (int k = 0; k < 2; k++) {
+        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = k };
+        Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, T);
+        model_own_weights(m);
+        model_own_grads(m);
+        if (k) {  /* a strategy's copy: the weights rounded */
+            model_own_weights_bf16(m);
+            store_bf16(test_stream, m->params_bf16, params, P);
+        }
+        loss[k] = model_loss_and_grads(m, params, x, y, B, T, 0);
+        grads[k] = malloc(P * sizeof(float));
+        stream_copy(test_stream, grads[k], m->grads, P * sizeof(float));
+        stream_synchronize(test_stream);
+        floats[k] = m->acts_floats;
+        model_destroy(m);
+    }
+    cr_expect(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss %.9g read in place, %.9g copied", loss[1], loss[0]);
+    cr_expect(memcmp(grads[0], grads[1], P * sizeof(float)) == 0, "the gradients in place differ from the copies'");
+    size_t block = 0;
+    for (int u = 1; u < layout.nunits; u++)
+        if (layout.units[u].used > block) block = layout.units[u].used;
+    size_t copies = (layout.units[0].used + block) / 2;
+    cr_expect_eq(floats[0] - floats[1], copies, "%zu activation floats fewer in place, the copies are %zu",
+                 floats[0] - floats[1], copies);
+    free(params);
+    free(grads[0]);
+    free(grads[1]);
+}
+
 /* The floats from activation buffer `at` to the next one above it (or the
  * allocation's end): what it may hold, whatever the table's order. */
 static size_t room_at(const GPT *m, const float *at) {
@@ -460,8 +511,9 @@ static size_t not_bf16(const float *buffer, size_t n) {
  * there, with biases alone, where only the bias's op rounds a Linear's
  * output, and without either, where the Linears' products round on their
  * own and dropout's identity rounds nothing. (In bf16 a block's internals,
- * the branches' outputs, the residual stream and the final LayerNorm's
- * output are held in bf16 themselves: none of them to check here.) */
+ * the branches' outputs, the residual stream, the final LayerNorm's output
+ * and the residual stream's gradient are held in bf16 themselves: none of
+ * them to check here.) */
 static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, DType p) {
     ModelConfig cfg = { 11, 8, 2, 2, 16, MODEL_GPT, with_bias, 0 };
     int B = 2, T = 8, x[16], y[16];
@@ -489,7 +541,7 @@ static void expect_bf16_tensors_hold_bf16_values(int with_bias, float dropout, D
         { "resid2", a->resid2, Lw * BT * C }, { "ln2", a->ln2, Lw * BT * C }, { "fch", a->fch, Lw * BT * 4 * C },
         { "fch_gelu", a->fch_gelu, Lw * BT * 4 * C }, { "fcproj", a->fcproj, Lw * BT * C },
         { "resid3", a->resid3, stream * L * BT * C }, { "lnf", a->lnf, stream * BT * C },
-        { "dresid", a->dresid, BT * C }, { "gradients", m->base.grads, layout.total },
+        { "dresid", a->dresid, stream * BT * C }, { "gradients", m->base.grads, layout.total },
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
         if (held[i].n == 0) continue;

@@ -157,6 +157,30 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
         for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((DType)p, counts[i], 0.1f), DTYPE_GPT_NAMES[p]);
 }
 
+/* Widths of 128 put every tensor on its operand boundary (as GPT-2's): in
+ * bf16 each rank's model then reads its strategy's weights in place (the
+ * full bf16 arena, or ZeRO-3's gathered units), with no copy of its own, and
+ * every stage still gives DDP's bits, at N = 2 and 4 (units padded to 64
+ * numbers, still on the boundary), in whole blocks and in units of a tensor;
+ * at N = 3 the padding moves the units off it, and the models copy. */
+Test(strategies, every_stage_gives_ddps_bits_with_the_weights_read_in_place, .timeout = 300) {
+    int counts[2] = { 2, 4 };
+    UnitPolicy units[2] = { UNIT_BLOCK, UNIT_TENSOR };
+    for (int i = 0; i < 2; i++)
+        for (int u = 0; u < 2; u++) {
+            StrategyConfig sc = gpt_in(DTYPE_BF16, counts[i], 0.1f);
+            sc.model.embd = 128;
+            sc.units.cut = units[u];
+            cr_assert(strategy_compute(&sc).weights_in_place, "N=%d, units of a %s: the weights not read in place",
+                      counts[i], unit_policy_name(units[u]));
+            expect_stages_match_ddp(sc, units[u] == UNIT_BLOCK ? "bf16 GPT 128 wide, weights read in place"
+                                                               : "bf16 GPT 128 wide in units of a tensor, in place");
+        }
+    StrategyConfig three = gpt_in(DTYPE_BF16, 3, 0.1f);
+    three.model.embd = 128;
+    cr_expect(!strategy_compute(&three).weights_in_place, "N=3 pads the units off their boundary, yet in place");
+}
+
 /* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
  * DDP's bits, in either compute precision, with overlap off and on (DDP's
  * buckets the same bits as its one arena), and on one rank, where the

@@ -37,14 +37,14 @@ size_t cpu_room_for(DType held, size_t n);
 
 void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte,
                            ConstBuf wpe, int B, int T, int C, DType rounding);
-void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout,
+void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
                             TokenBuckets buckets, int B, int T, int C);
 void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                            ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                     ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding);
-void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout,
+void cpu_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout,
                             ConstBuf inp, ConstBuf weight, const float *mean,
                             const float *rstd, int N, int C, float *scratch, DType rounding);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,

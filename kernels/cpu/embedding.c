@@ -56,8 +56,8 @@ static void embedding_backward_task(void *p) {
     }
 }
 
-void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout, TokenBuckets buckets,
                             int B, int T, int C) {
-    EmbeddingBackwardArgs a = { dwte, dwpe, dout, buckets, B, T, C };
+    EmbeddingBackwardArgs a = { dwte, dwpe, cpu_fp32_of(s, dout, (size_t)B * T * C, 0), buckets, B, T, C };
     stream_launch(s, embedding_backward_task, &a, sizeof a);
 }

@@ -123,15 +123,20 @@ static void layernorm_backward_task(void *p) {
 
 /* A bf16 input widened at the room's start, a bf16 weight after it (its
  * sums run as fp32's do: read through a float pointer, so vectorised alike),
- * a bf16 dout after that. */
-void cpu_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+ * a bf16 dout after that, and a bf16 dinp widened after that, added into
+ * there and stored back. */
+void cpu_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                             ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                             DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */
     size_t n = (size_t)N * C, x = cpu_room_for(inp.dtype, n), w = cpu_room_for(weight.dtype, (size_t)C);
-    cpu_stream_room(s, x + w + cpu_room_for(dout.dtype, n));  /* all, before any */
+    size_t dy_room = cpu_room_for(dout.dtype, n);
+    cpu_stream_room(s, x + w + dy_room + cpu_room_for(dinp.dtype, n));  /* all, before any */
     const float *in = cpu_fp32_of(s, inp, n, 0), *dy = cpu_fp32_of(s, dout, n, x + w);
-    LayerNormBackwardArgs a = { dinp, dweight, dbias, dy, in, cpu_fp32_of(s, weight, (size_t)C, x), mean, rstd, N, C,
+    float *dx = cpu_fp32_for(s, dinp, n, x + w + dy_room);
+    if (dinp.dtype == DTYPE_BF16) cpu_load_bf16(s, dx, dinp.data, n);  /* the gradient so far, added into */
+    LayerNormBackwardArgs a = { dx, dweight, dbias, dy, in, cpu_fp32_of(s, weight, (size_t)C, x), mean, rstd, N, C,
                                 rounding == DTYPE_BF16 };
     stream_launch(s, layernorm_backward_task, &a, sizeof a);
+    cpu_store_output(s, dinp, dx, n);
 }

@@ -25,26 +25,26 @@ void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte,
  * in row order: a block a bucket, a thread a column (and each THREADS-th one
  * past it), so each row of dwte is read and written once, with no atomics:
  * the CPU's adds, in its order. */
-__global__ static void embedding_dwte_kernel(float *dwte, const float *dout, TokenBuckets buckets, int C) {
+__global__ static void embedding_dwte_kernel(float *dwte, ConstBuf dout, TokenBuckets buckets, int C) {
     int k = blockIdx.x, first = buckets.start[k], end = buckets.start[k + 1];
     float *row = dwte + (size_t)buckets.token[k] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = row[c];
-        for (int i = first; i < end; i++) acc += dout[(size_t)buckets.positions[i] * C + c];
+        for (int i = first; i < end; i++) acc += number_at(dout.data, dout.dtype, (size_t)buckets.positions[i] * C + c);
         row[c] = acc;
     }
 }
 
 /* dwpe[t, c] takes the rows at position t one by one, in batch order. */
-__global__ static void embedding_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+__global__ static void embedding_dwpe_kernel(float *dwpe, ConstBuf dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     float acc = dwpe[i];
-    for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
+    for (int b = 0; b < B; b++) acc += number_at(dout.data, dout.dtype, (size_t)b * T * C + i);
     dwpe[i] = acc;
 }
 
-void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, const float *dout, TokenBuckets buckets,
+void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout, TokenBuckets buckets,
                              int B, int T, int C) {
     cudaStream_t stream = cuda_stream(s);
     if (buckets.ntokens > 0) {

@@ -76,7 +76,7 @@ void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean,
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
  * rounding as the CPU's: dinp = bf16(dinp + bf16(the gradient)) */
-__global__ static void layernorm_dinp_kernel(float *dinp, ConstBuf dout, ConstBuf inp, ConstBuf weight,
+__global__ static void layernorm_dinp_kernel(Buf dinp, ConstBuf dout, ConstBuf inp, ConstBuf weight,
                                              const float *mean, const float *rstd, int N, int C, int rounds) {
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
@@ -91,12 +91,12 @@ __global__ static void layernorm_dinp_kernel(float *dinp, ConstBuf dout, ConstBu
     }
     dnorm_mean = warp_sum(dnorm_mean) / C;
     dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-    float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
         float norm = (number_at(inp.data, inp.dtype, x0 + c) - m) * r;
         float dnorm = number_at(dout.data, dout.dtype, x0 + c) * number_at(weight.data, weight.dtype, c);
         float g = r * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
-        dx[c] = rounded_if(dx[c] + rounded_if(g, rounds), rounds);
+        float dx = number_at(dinp.data, dinp.dtype, x0 + c) + rounded_if(g, rounds);
+        number_put(dinp.data, dinp.dtype, x0 + c, rounded_if(dx, rounds));
     }
 }
 
@@ -119,7 +119,7 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
     if (bias_partial) bias_partial[(size_t)part * C + c] = bias_acc;
 }
 
-void cuda_layernorm_backward(Stream *s, float *dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void cuda_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding) {
     if (N == 0) return;
