@@ -84,8 +84,9 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout, 
 }
 
 void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC) {
-    if (bias.data && out.dtype == DTYPE_BF16 && bias.dtype != DTYPE_BF16) {
-        fprintf(stderr, "fatal: matmul_forward_bf16: a bias held in fp32 for a bf16 output\n");
+    if (bias.data && bias.dtype != out.dtype) {
+        fprintf(stderr, "fatal: matmul_forward_bf16: a bias held in %s for an output in %s\n",
+                DTYPE_TRAITS[bias.dtype].name, DTYPE_TRAITS[out.dtype].name);
         abort();
     }
     op_begin(s, "matmul_forward");

@@ -141,6 +141,15 @@ static inline size_t aligned_numbers(size_t n, size_t bytes) {
     return (n + per - 1) / per * per;
 }
 static inline size_t operand_numbers(size_t n) { return aligned_numbers(n, sizeof(bf16)); }
+/* The alignment a bf16 product's pointers share, as the GPU tells cuBLASLt
+ * (which then picks among the algorithms that need no more): the largest
+ * power of two up to 16 bytes that divides every address, a null one (no
+ * bias) dividing by any. Operands on their boundaries share 16 bytes; a row
+ * of an odd width may start one on less, the same in every strategy. */
+static inline unsigned product_alignment(const void *a, const void *b, const void *out, const void *bias) {
+    uintptr_t bits = 16 | (uintptr_t)a | (uintptr_t)b | (uintptr_t)out | (uintptr_t)bias;
+    return (unsigned)(bits & (~bits + 1));  /* its lowest set bit */
+}
 
 /* out[N,OC] = inp[N,C] @ weight[OC,C]^T, through BLAS sgemm. */
 void matmul_forward(Stream *s, float *out, const float *inp, const float *weight,
@@ -151,12 +160,12 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * value), accumulated in fp32: on the CPU through sgemm, each product of two
  * bf16 exact in fp32; on the GPU on its bf16 tensor cores, each input in 16
  * bits (read where it is held in bf16: the weight, inp, dout; else stored,
- * exact) and cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward
+ * exact) and cuBLASLt's matmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F. The forward
  * adds a bias (its data NULL: none) to every row of the fp32 sums, and
  * stores each number as out is held: in bf16 (the head's logits, a kept
- * Linear's output) rounded once from the fp32 sum with its bias. A bias
- * into a bf16 output is held in bf16 (as a model's compute copy holds it):
- * on the GPU it is the product's starting value (cuBLAS's beta = 1). The
+ * Linear's output) rounded once from the fp32 sum with its bias. A bias is
+ * held as out is (a bf16 output's in bf16, as a model's compute copy holds
+ * it): on the GPU cuBLASLt adds it in its epilogue, in out's dtype. The
  * backward's dinp is stored as it is held (in bf16, rounded once from its
  * fp32 sums: the model's gradients of the MLP's hidden tensor and of a
  * LayerNorm's output), its dweight fp32. */

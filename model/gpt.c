@@ -174,8 +174,9 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     int kept = keeps_bf16(compute);  /* the Linears' inputs held in bf16, else fp32 */
     if (kind == DEVICE_CUDA) {
         /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
-         * boundary: a Linear's input where it is not kept in bf16 (every other operand is read in place) */
-        return kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16);
+         * boundary: a Linear's input where it is not kept in bf16 (every other operand is read in place);
+         * beside it the products' cuBLASLt workspace */
+        return (kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16)) + DEVICE_PRODUCT_WORKSPACE_BYTES;
     }
     /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
      * bf16, n = B x T x C: GELU's backward, 8n (its input and its gradient, made over the output's), and

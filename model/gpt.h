@@ -134,8 +134,9 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
 size_t gpt_activation_floats(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 /* The bytes a bf16 model's compute stream holds for its ops' operands, at
  * most (MEM_WORKING, made at first use; 0 in fp32): on a GPU the staging its
- * products restage into, on the CPU the room where its ops widen what they
- * read in bf16 and make what they write in bf16 (cpu_stream_room). */
+ * products restage into and their cuBLASLt workspace, on the CPU the room
+ * where its ops widen what they read in bf16 and make what they write in
+ * bf16 (cpu_stream_room). */
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int max_B, int max_T);
 
 /* The Model ops, by their GPT names (model.h says what each does). */

@@ -33,6 +33,11 @@ typedef enum {
     MEM_KINDS
 } MemKind;
 
+/* A GPU stream's workspace for its products in bf16 (cuBLASLt's; MEM_WORKING,
+ * made at its first such product): one size on every stream, so that the
+ * algorithm chosen for a product's shape is chosen for the same room. */
+enum { DEVICE_PRODUCT_WORKSPACE_BYTES = 32 << 20 };
+
 typedef struct Device Device;
 typedef struct Stream Stream;
 typedef struct Event Event;
@@ -53,8 +58,9 @@ int device_cuda_count(void);
  * driver (libcuda.so.1: ...)" with the loader's reason, or "the driver sees
  * no GPU"; "" when there are GPUs. */
 const char *device_cuda_absence(void);
-/* The files cuBLAS and NCCL were loaded from (runtime/gpu_libraries.h), cuBLAS
- * loaded now if it was not: for the lines that describe a run on GPUs. */
+/* The files cuBLAS, cuBLASLt and NCCL were loaded from (runtime/gpu_libraries.h),
+ * cuBLAS and cuBLASLt loaded now if they were not: for the lines that describe a
+ * run on GPUs. */
 void device_cuda_libraries(char *buf, size_t len);
 /* GPU `ordinal` (0 .. device_cuda_count() - 1); NULL with a message otherwise. */
 Device *device_create_cuda(int ordinal);

@@ -2,7 +2,8 @@
  *
  * A device is one GPU. Several devices may share a GPU (the simulator on one
  * GPU: one device handle per rank, for the memory counts), each stream is a
- * non-blocking CUDA stream with its own cuBLAS handle, and events are CUDA
+ * non-blocking CUDA stream with its own cuBLAS and cuBLASLt handles (the
+ * latter with a workspace of its own), and events are CUDA
  * events without timing. Every call makes the GPU current first, so any rank's
  * thread can enqueue on any stream. A trace's stamps are timing events, read
  * against a reference event per GPU.
@@ -55,6 +56,8 @@ typedef struct {
     struct Stream base;
     cudaStream_t stream;
     cublasHandle_t blas;          /* NULL until the first matmul */
+    cublasLtHandle_t blaslt;      /* NULL until the first product in bf16 */
+    void *blaslt_workspace;       /* its DEVICE_PRODUCT_WORKSPACE_BYTES */
     unsigned long long *timer;    /* device memory: stream_timer_start's point, in GPU ns */
     bf16 *staging;                /* cuda_bf16_staging's, NULL until the first product in bf16 */
     size_t staging_numbers;
@@ -130,6 +133,7 @@ const char *device_cuda_absence(void) {
 
 void device_cuda_libraries(char *buf, size_t len) {
     gpu_cublas();
+    gpu_cublaslt();
     gpu_library_files(buf, len);
 }
 
@@ -171,6 +175,10 @@ static void cuda_stream_destroy(Stream *stream) {
     use_device(stream->dev);
     CHECK(cudaStreamSynchronize(s->stream));
     if (s->blas) cublas_check(gpu_cublas()->destroy(s->blas), "cublasDestroy", __FILE__, __LINE__);
+    if (s->blaslt) {
+        cublas_check(gpu_cublaslt()->destroy(s->blaslt), "cublasLtDestroy", __FILE__, __LINE__);
+        device_free(stream->dev, MEM_WORKING, s->blaslt_workspace, DEVICE_PRODUCT_WORKSPACE_BYTES);
+    }
     device_free(stream->dev, MEM_WORKING, s->staging, s->staging_numbers * sizeof(bf16));
     CHECK(cudaFree(s->timer));
     CHECK(cudaStreamDestroy(s->stream));
@@ -193,6 +201,17 @@ cublasHandle_t cuda_blas(Stream *stream) {
                      "cublasSetMathMode", __FILE__, __LINE__);
     }
     return s->blas;
+}
+
+cublasLtHandle_t cuda_blaslt(Stream *stream, void **workspace) {
+    CudaStream *s = (CudaStream *)stream;
+    use_device(stream->dev);
+    if (!s->blaslt) {
+        cublas_check(gpu_cublaslt()->create(&s->blaslt), "cublasLtCreate", __FILE__, __LINE__);
+        s->blaslt_workspace = device_alloc(stream->dev, MEM_WORKING, DEVICE_PRODUCT_WORKSPACE_BYTES);
+    }
+    *workspace = s->blaslt_workspace;
+    return s->blaslt;
 }
 
 bf16 *cuda_bf16_staging(Stream *stream, size_t n) {

@@ -7,6 +7,7 @@
 #ifndef ZF_DEVICE_CUDA_H
 #define ZF_DEVICE_CUDA_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -20,6 +21,10 @@ extern "C" {
 cudaStream_t cuda_stream(Stream *s);
 /* The stream's cuBLAS handle (made on first use; fp32, or TF32 when enabled). */
 cublasHandle_t cuda_blas(Stream *s);
+/* The stream's cuBLASLt handle, and in *workspace its fixed workspace of
+ * DEVICE_PRODUCT_WORKSPACE_BYTES (MEM_WORKING), both made on first use: the
+ * bf16 products' (kernels/cuda/matmul.cu). */
+cublasLtHandle_t cuda_blaslt(Stream *s, void **workspace);
 /* Room for n bf16 numbers on the stream's GPU (MEM_WORKING), for the stream's
  * work only: the inputs of a product in bf16 (kernels/cuda/matmul.cu). Grown
  * once the stream's earlier work is done; the first steps grow it. */

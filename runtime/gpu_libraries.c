@@ -1,4 +1,4 @@
-/* gpu_libraries.c: cuBLAS and NCCL loaded at their first use (gpu_libraries.h). */
+/* gpu_libraries.c: cuBLAS, cuBLASLt and NCCL loaded at their first use (gpu_libraries.h). */
 #include "gpu_libraries.h"
 
 #include <dlfcn.h>
@@ -21,8 +21,10 @@ typedef struct {
 } Library;
 
 static Library cublas_library = { .name = "cuBLAS", .once = PTHREAD_ONCE_INIT };
+static Library cublaslt_library = { .name = "cuBLASLt", .once = PTHREAD_ONCE_INIT };
 static Library nccl_library = { .name = "NCCL", .once = PTHREAD_ONCE_INIT };
 static Cublas cublas;
+static Cublaslt cublaslt;
 static Nccl nccl;
 
 static void fail(const Library *lib, const char *why) {
@@ -60,9 +62,29 @@ static void load_cublas(void) {
     cublas.set_stream = (__typeof__(cublas.set_stream))function_of(lib, "cublasSetStream_v2");
     cublas.set_math_mode = (__typeof__(cublas.set_math_mode))function_of(lib, "cublasSetMathMode");
     cublas.sgemm = (__typeof__(cublas.sgemm))function_of(lib, "cublasSgemm_v2");
-    cublas.gemm_ex = (__typeof__(cublas.gemm_ex))function_of(lib, "cublasGemmEx");
     cublas.sgemm_strided_batched =
         (__typeof__(cublas.sgemm_strided_batched))function_of(lib, "cublasSgemmStridedBatched");
+}
+
+static void load_cublaslt(void) {
+    Library *lib = &cublaslt_library;
+    snprintf(lib->soname, sizeof lib->soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+    open_library(lib);
+    cublaslt.create = (__typeof__(cublaslt.create))function_of(lib, "cublasLtCreate");
+    cublaslt.destroy = (__typeof__(cublaslt.destroy))function_of(lib, "cublasLtDestroy");
+    cublaslt.desc_create = (__typeof__(cublaslt.desc_create))function_of(lib, "cublasLtMatmulDescCreate");
+    cublaslt.desc_destroy = (__typeof__(cublaslt.desc_destroy))function_of(lib, "cublasLtMatmulDescDestroy");
+    cublaslt.desc_set = (__typeof__(cublaslt.desc_set))function_of(lib, "cublasLtMatmulDescSetAttribute");
+    cublaslt.layout_create = (__typeof__(cublaslt.layout_create))function_of(lib, "cublasLtMatrixLayoutCreate");
+    cublaslt.layout_destroy = (__typeof__(cublaslt.layout_destroy))function_of(lib, "cublasLtMatrixLayoutDestroy");
+    cublaslt.preference_create =
+        (__typeof__(cublaslt.preference_create))function_of(lib, "cublasLtMatmulPreferenceCreate");
+    cublaslt.preference_destroy =
+        (__typeof__(cublaslt.preference_destroy))function_of(lib, "cublasLtMatmulPreferenceDestroy");
+    cublaslt.preference_set =
+        (__typeof__(cublaslt.preference_set))function_of(lib, "cublasLtMatmulPreferenceSetAttribute");
+    cublaslt.heuristic = (__typeof__(cublaslt.heuristic))function_of(lib, "cublasLtMatmulAlgoGetHeuristic");
+    cublaslt.matmul = (__typeof__(cublaslt.matmul))function_of(lib, "cublasLtMatmul");
 }
 
 static void load_nccl(void) {
@@ -98,18 +120,23 @@ const Cublas *gpu_cublas(void) {
     return &cublas;
 }
 
+const Cublaslt *gpu_cublaslt(void) {
+    once(&cublaslt_library, load_cublaslt);
+    return &cublaslt;
+}
+
 const Nccl *gpu_nccl(void) {
     once(&nccl_library, load_nccl);
     return &nccl;
 }
 
 void gpu_library_files(char *buf, size_t len) {
-    const Library *libs[2] = { &cublas_library, &nccl_library };
+    const Library *libs[3] = { &cublas_library, &cublaslt_library, &nccl_library };
     size_t used = 0;
     buf[0] = 0;
-    for (int i = 0; i < 2 && used < len; i++)
+    for (int i = 0; i < 3 && used < len; i++)
         if (libs[i]->handle)
             used += (size_t)snprintf(buf + used, len - used, "%s%s from %s", used ? ", " : "", libs[i]->name,
                                      libs[i]->file);
-    if (!buf[0]) snprintf(buf, len, "cuBLAS and NCCL not loaded");
+    if (!buf[0]) snprintf(buf, len, "cuBLAS, cuBLASLt and NCCL not loaded");
 }

@@ -1,4 +1,4 @@
-/* gpu_libraries.h: cuBLAS and NCCL, loaded at their first use (CUDA builds only).
+/* gpu_libraries.h: cuBLAS, cuBLASLt and NCCL, loaded at their first use (CUDA builds only).
  *
  * Why: a binary linked against them does not start where they are missing,
  * and most runs need neither (no GPU: the CPU trains; one GPU: no NCCL). The
@@ -8,7 +8,7 @@
  * toolkit (cuBLAS and NCCL from a Python venv) or with neither (the CPU), and
  * the lines that describe a run say which file each library came from.
  *
- * Contract: gpu_cublas() and gpu_nccl() give the functions this project calls,
+ * Contract: gpu_cublas(), gpu_cublaslt() and gpu_nccl() give the functions this project calls,
  * loading the library on the first call (once, from any thread); a library or
  * one of its functions that cannot be loaded ends the run with one line naming
  * the file and the loader's reason (dlerror), exit 1. gpu_library_files()
@@ -17,6 +17,7 @@
 #ifndef ZF_GPU_LIBRARIES_H
 #define ZF_GPU_LIBRARIES_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <nccl.h>
 
@@ -31,13 +32,24 @@ typedef struct {
     __typeof__(cublasSetStream_v2) *set_stream;
     __typeof__(cublasSetMathMode) *set_math_mode;
     __typeof__(cublasSgemm_v2) *sgemm;
-    /* cublasGemmEx, spelled out: C++ overloads the name */
-    cublasStatus_t (*gemm_ex)(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                              int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
-                              cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
-                              cublasComputeType_t compute, cublasGemmAlgo_t algo);
     __typeof__(cublasSgemmStridedBatched) *sgemm_strided_batched;
 } Cublas;
+
+/* The cuBLASLt functions called here (the bf16 products: kernels/cuda/matmul.cu). */
+typedef struct {
+    __typeof__(cublasLtCreate) *create;
+    __typeof__(cublasLtDestroy) *destroy;
+    __typeof__(cublasLtMatmulDescCreate) *desc_create;
+    __typeof__(cublasLtMatmulDescDestroy) *desc_destroy;
+    __typeof__(cublasLtMatmulDescSetAttribute) *desc_set;
+    __typeof__(cublasLtMatrixLayoutCreate) *layout_create;
+    __typeof__(cublasLtMatrixLayoutDestroy) *layout_destroy;
+    __typeof__(cublasLtMatmulPreferenceCreate) *preference_create;
+    __typeof__(cublasLtMatmulPreferenceDestroy) *preference_destroy;
+    __typeof__(cublasLtMatmulPreferenceSetAttribute) *preference_set;
+    __typeof__(cublasLtMatmulAlgoGetHeuristic) *heuristic;
+    __typeof__(cublasLtMatmul) *matmul;
+} Cublaslt;
 
 /* The NCCL functions called here. */
 typedef struct {
@@ -58,8 +70,9 @@ typedef struct {
 } Nccl;
 
 const Cublas *gpu_cublas(void);
+const Cublaslt *gpu_cublaslt(void);
 const Nccl *gpu_nccl(void);
-/* "cuBLAS from PATH, NCCL from PATH" for those loaded, or "cuBLAS and NCCL not loaded". */
+/* "cuBLAS from PATH, NCCL from PATH" for those loaded, or "cuBLAS, cuBLASLt and NCCL not loaded". */
 void gpu_library_files(char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -1209,6 +1209,23 @@ MUTANTS = [
      "kernels/cpu/layernorm.c",
      "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(sum), weight, bias, N, C, rounding);",
      "    cpu_layernorm_forward(s, fp32_buf(normed), mean, rstd, fp32_numbers(y), weight, bias, N, C, rounding);"),
+    ("product-alignment-of-the-inputs", "a GPU product tells cuBLASLt the alignment of its inputs only, not of its "
+     "output and bias",
+     "test_kernels/a_products_alignment*",
+     "kernels/kernels.h",
+     "uintptr_t bits = 16 | (uintptr_t)a | (uintptr_t)b | (uintptr_t)out | (uintptr_t)bias;",
+     "uintptr_t bits = 16 | (uintptr_t)a | (uintptr_t)b | 0 * ((uintptr_t)out | (uintptr_t)bias);"),
+    ("product-bias-of-another-dtype", "a product's bias in bf16 into an fp32 output let through (the GPU's epilogue "
+     "would read it as fp32)",
+     "test_kernels/a_product_refuses*",
+     "kernels/kernels.c",
+     "    if (bias.data && bias.dtype != out.dtype) {",
+     "    if (bias.data && out.dtype == DTYPE_BF16 && bias.dtype != out.dtype) {"),
+    ("gpu-product-workspace-uncounted", "the memory estimate leaves out a GPU stream's cuBLASLt workspace",
+     "test_memory/a_gpus_estimate*",
+     "model/gpt.c",
+     "(kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16)) + DEVICE_PRODUCT_WORKSPACE_BYTES;",
+     "(kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16));"),
 ]
 
 

@@ -151,6 +151,16 @@ static void expect_same_bytes(Pair p, size_t bytes, const char *what) {
     free(got);
 }
 
+/* n bf16 outputs each within one bf16 step of the fp32 ones (2^-7 of each,
+ * at least): a product into bf16, where cuBLASLt may pick another kernel than
+ * for an fp32 output, so another order of the fp32 sum. */
+static void expect_within_a_bf16_step(const bf16 *got, const float *want, size_t n, const char *what) {
+    size_t apart = 0;
+    for (size_t i = 0; i < n; i++)
+        apart += fabsf(float_from_bf16(got[i]) - want[i]) > ldexpf(fabsf(want[i]), -7) + 1e-6f;
+    cr_expect_eq(apart, 0, "%s: %zu of %zu numbers past one bf16 step of fp32's", what, apart, n);
+}
+
 /* The GPU's copy of p into its CPU side: what later runs must give, byte for
  * byte (expect_same_bytes). */
 static void pair_take_gpu(Pair p) {
@@ -166,7 +176,7 @@ static void pair_round_to_bf16(Pair p) {
 }
 
 /* A Linear's products, fp32's (sgemm on both sides), or of bf16 values
- * (the GPU's bf16 tensor cores through cublasGemmEx, against the CPU's sgemm). */
+ * (the GPU's bf16 tensor cores through cuBLASLt, against the CPU's sgemm). */
 static void check_matmul(DType p) {
     int N = 74, C = 48, OC = 80;
     Pair inp = pair_random((size_t)N * C, -1, 1, 1), w = pair_random((size_t)OC * C, -1, 1, 2);
@@ -204,6 +214,65 @@ Test(gpu, matmul_forward_backward) {
 Test(gpu, matmul_of_bf16_values_on_the_tensor_cores) {
     need_gpu();
     check_matmul(DTYPE_BF16);
+}
+
+/* n bf16 numbers of a fresh GPU buffer from its second on (2-byte aligned,
+ * as a row of an odd width may start an operand), stored from p's values. */
+static bf16 *bf16_past_one(Pair room, Pair p) {
+    bf16 *at = (bf16 *)room.gpu + 1;
+    store_bf16(gpu_stream, at, p.gpu, p.n);
+    return at;
+}
+
+/* A bf16 product whose operands, bias and outputs all start 2 bytes past a
+ * boundary: cuBLASLt told so (product_alignment) picks an algorithm that
+ * reads them there; the outputs in bf16 within a bf16 step of the CPU's fp32
+ * sums and the weight gradient near them, the same bytes on each of three
+ * runs (the algorithm chosen once for the shape). */
+Test(gpu, a_bf16_product_of_operands_two_bytes_past_a_boundary) {
+    need_gpu();
+    int N = 37, C = 20, OC = 24;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    Pair x = pair_random(nx, -1, 1, 171), w = pair_random(nw, -1, 1, 172), bias = pair_random((size_t)OC, -1, 1, 173);
+    Pair dout = pair_random(no, -1, 1, 174), out = pair_random(no, 0, 1, 175), dinp = pair_random(nx, 0, 1, 176);
+    Pair dw = pair_random(nw, 0, 1, 177);
+    pair_round_to_bf16(x); pair_round_to_bf16(w); pair_round_to_bf16(bias); pair_round_to_bf16(dout);
+    Pair room[6];
+    size_t sizes[6] = { nx, nw, (size_t)OC, no, no, nx };
+    for (int i = 0; i < 6; i++) room[i] = pair_random(sizes[i] / 2 + 1, 0, 1, 178 + (unsigned)i);
+    const bf16 *x16 = bf16_past_one(room[0], x), *w16 = bf16_past_one(room[1], w), *b16 = bf16_past_one(room[2], bias);
+    const bf16 *dout16 = bf16_past_one(room[3], dout);
+    bf16 *out16 = (bf16 *)room[4].gpu + 1, *dinp16 = (bf16 *)room[5].gpu + 1;
+    matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), fp32_numbers(w.cpu),
+                        fp32_numbers(bias.cpu), N, C, OC);
+    fill_zero(test_stream, dw.cpu, nw);
+    matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(x.cpu),
+                         fp32_numbers(w.cpu), N, C, OC);
+    stream_synchronize(test_stream);
+    bf16 *first = malloc((no + nx) * sizeof(bf16)), *again = malloc((no + nx) * sizeof(bf16));
+    float *dw_runs[2] = { malloc(nw * sizeof(float)), malloc(nw * sizeof(float)) };
+    for (int run = 0; run < 3; run++) {
+        bf16 *got = run ? again : first;
+        matmul_forward_bf16(gpu_stream, bf16_buf(out16), bf16_numbers(x16), bf16_numbers(w16), bf16_numbers(b16), N,
+                            C, OC);
+        fill_zero(gpu_stream, dw.gpu, nw);
+        matmul_backward_bf16(gpu_stream, bf16_buf(dinp16), dw.gpu, bf16_numbers(dout16), bf16_numbers(x16),
+                             bf16_numbers(w16), N, C, OC);
+        stream_copy(gpu_stream, got, out16, no * sizeof(bf16));
+        stream_copy(gpu_stream, got + no, dinp16, nx * sizeof(bf16));
+        stream_copy(gpu_stream, dw_runs[run > 0], dw.gpu, nw * sizeof(float));
+        stream_synchronize(gpu_stream);
+        if (run == 0) continue;
+        cr_expect_eq(memcmp(first, again, (no + nx) * sizeof(bf16)), 0, "run %d: other bf16 outputs", run + 1);
+        cr_expect_eq(memcmp(dw_runs[0], dw_runs[1], nw * sizeof(float)), 0, "run %d: another weight gradient",
+                     run + 1);
+    }
+    expect_within_a_bf16_step(first, out.cpu, no, "the forward with its bias, 2 bytes past a boundary");
+    expect_within_a_bf16_step(first + no, dinp.cpu, nx, "dinp, 2 bytes past a boundary");
+    expect_match(dw, REDUCTION_TOL, "the weight gradient, from operands 2 bytes past a boundary");
+    free(first); free(again); free(dw_runs[0]); free(dw_runs[1]);
+    for (int i = 0; i < 6; i++) pair_free(room[i]);
+    pair_free(x); pair_free(w); pair_free(bias); pair_free(dout); pair_free(out); pair_free(dinp); pair_free(dw);
 }
 
 Test(gpu, layernorm_forward_backward) {
@@ -1016,21 +1085,11 @@ static void take_or_expect(Pair p, int k, const char *what) {
     else expect_same_bytes(p, p.n * sizeof(float), what);
 }
 
-/* n bf16 outputs each within one bf16 step of the fp32 ones (2^-7 of each,
- * at least): a product into bf16, where cuBLAS may pick another kernel than
- * for an fp32 output, so another order of the fp32 sum. */
-static void expect_within_a_bf16_step(const bf16 *got, const float *want, size_t n, const char *what) {
-    size_t apart = 0;
-    for (size_t i = 0; i < n; i++)
-        apart += fabsf(float_from_bf16(got[i]) - want[i]) > ldexpf(fabsf(want[i]), -7) + 1e-6f;
-    cr_expect_eq(apart, 0, "%s: %zu of %zu numbers past one bf16 step of fp32's", what, apart, n);
-}
-
 /* The weights held in bf16 (a model's compute copy under autocast) at
  * GPT-2's shape (12 x 1024 rows, 768 wide, the MLP's 3072, V = 50304): every
  * op that reads a weight gives the bytes it gives the same values held in
  * fp32; the product reads its bf16 weight in place where it staged the fp32
- * one (both on a 256-byte boundary: the same cuBLAS kernel). */
+ * one (both on a 256-byte boundary: the same cuBLASLt algorithm). */
 Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
     int B = 12, T = 1024, N = B * T, C = 768, OC = 3072, V = 50304;
@@ -1089,8 +1148,8 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
         take_or_expect(out, k, "matmul_forward_bf16 from a bf16 weight in place");
     }
     /* with a bias into bf16 (a kept Linear's output): within one bf16 step of the fp32 product with
-     * bias_forward's rounding (cuBLAS may pick another kernel where it adds to out), and the same bytes on each
-     * of three runs */
+     * bias_forward's rounding (cuBLASLt's kernel with the bias epilogue may sum in another order), and the same
+     * bytes on each of three runs */
     Pair bias_oc = pair_random((size_t)OC, -1, 1, 157), bias16 = pair_random(((size_t)OC + 1) / 2, 0, 1, 158);
     Pair out16 = pair_random(((size_t)N * OC + 1) / 2, 0, 1, 159);
     pair_round_to_bf16(bias_oc);
@@ -1147,7 +1206,7 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
  * bytes of its fp32 output stored (and its bias sums the same); LayerNorm's
  * backward from a bf16 gradient, the bytes of the same values in fp32; the
  * MLP's projection's backward writing the hidden gradient in bf16, within
- * one bf16 step of its fp32 output (cuBLAS may pick another kernel for a
+ * one bf16 step of its fp32 output (cuBLASLt may pick another kernel for a
  * bf16 output), the same bytes on each of three runs. */
 Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
@@ -1222,7 +1281,7 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
 
 /* The head in bf16 at GPT-2's shape (a chunk of 1024 rows, C = 768, V =
  * 50304): the product writes the logits in bf16, each within one bf16 step
- * of its fp32 output (cuBLAS may pick another kernel for a bf16 output, so
+ * of its fp32 output (cuBLASLt may pick another kernel for a bf16 output, so
  * another order of the fp32 sum), and the same bytes on each of three runs;
  * the loss over them in place gives the CPU op's losses and dlogits, bytes
  * (the same arithmetic: online_softmax.h); the product's backward from those
@@ -1824,12 +1883,13 @@ TestSuite(gpu_nccl, .init = setup, .fini = teardown);
 
 /* One rank: both ways of summing are the simulator's, on lengths that divide
  * and one that does not (the all-gather's send/recv path). And the files
- * cuBLAS and NCCL came from, loaded at their first use, are named. */
+ * cuBLAS, cuBLASLt and NCCL came from, loaded at their first use, are named. */
 Test(gpu_nccl, nccl_on_one_rank_matches_the_gpu_simulator) {
     need_gpu();
     char files[1200];
     device_cuda_libraries(files, sizeof files);
     cr_expect(strstr(files, "cuBLAS from /") && strstr(files, "libcublas.so."), "%s", files);
+    cr_expect(strstr(files, "cuBLASLt from /") && strstr(files, "libcublasLt.so."), "%s", files);
     expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4096);
     expect_nccl_matches_the_simulator(1, SUMS_ORDERED, 4099);
     expect_nccl_matches_the_simulator(1, SUMS_NCCL, 4096);

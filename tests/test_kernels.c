@@ -1377,13 +1377,36 @@ Test(kernels, a_branch_held_in_bf16_gives_the_residual_adds_the_bytes_of_its_fp3
     free(got16);
 }
 
-/* A bias held in fp32 into a bf16 output would be rounded before the
- * product's sums are added to it on a GPU: refused, on both backends. */
+/* A bias is held as the product's output is: cuBLASLt's epilogue reads it in
+ * the output's dtype on a GPU. Another dtype is refused, on both backends. */
 Test(kernels, a_product_refuses_an_fp32_bias_into_a_bf16_output, .signal = SIGABRT) {
     float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 0, 0, 1 }, bias[2] = { 0.1f, 0.2f };
     bf16 out[4];
     matmul_forward_bf16(test_stream, bf16_buf(out), fp32_numbers(x), fp32_numbers(w), fp32_numbers(bias), 2, 2, 2);
     stream_synchronize(test_stream);
+}
+
+Test(kernels, a_product_refuses_a_bf16_bias_into_an_fp32_output, .signal = SIGABRT) {
+    float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 0, 0, 1 }, out[4];
+    bf16 bias[2] = { 0 };
+    matmul_forward_bf16(test_stream, fp32_buf(out), fp32_numbers(x), fp32_numbers(w), bf16_numbers(bias), 2, 2, 2);
+    stream_synchronize(test_stream);
+}
+
+/* The alignment a GPU's bf16 product tells cuBLASLt its pointers share: 16
+ * bytes where all are on operand boundaries (a null bias too), else the
+ * least any of them has, whichever it is. */
+Test(kernels, a_products_alignment_is_the_least_its_pointers_share) {
+    const char *base = (const char *)(uintptr_t)(1u << 20);  /* an address on every boundary up to 1 MiB */
+    cr_expect_eq(product_alignment(base, base + 256, base + 512, NULL), 16u);
+    cr_expect_eq(product_alignment(base, base + 256, base + 512, base + 768), 16u);
+    cr_expect_eq(product_alignment(base + 48, base, base, NULL), 16u, "16 is the most told");
+    cr_expect_eq(product_alignment(base + 8, base, base, NULL), 8u, "a");
+    cr_expect_eq(product_alignment(base, base + 2, base, NULL), 2u, "b");
+    cr_expect_eq(product_alignment(base, base, base + 4, NULL), 4u, "out");
+    cr_expect_eq(product_alignment(base, base, base, base + 6), 2u, "the bias");
+    cr_expect_eq(product_alignment(base + 3200, base, base, NULL), 16u, "past a row of 1600 bf16 numbers");
+    cr_expect_eq(product_alignment(base + 40, base, base, NULL), 8u, "past a row of 20");
 }
 
 /* GPT-2's form: the two differ by up to 4.7e-4 (at |x| = 2.7), far above FWD_TOL, so each is checked as itself */

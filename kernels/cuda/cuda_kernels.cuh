@@ -65,8 +65,6 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
                           const float *weight, int N, int C, int OC);
 void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                               int OC);
-/* out[N,OC]'s every row = bias[OC], stored as out is held: a product's starting value. */
-void cuda_bias_rows(Stream *s, Buf out, ConstBuf bias, int N, int OC);
 void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);

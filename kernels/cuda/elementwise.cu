@@ -95,17 +95,6 @@ void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n,
     CHECK_LAUNCH("residual_kernel");
 }
 
-__global__ static void bias_rows_kernel(Buf out, ConstBuf bias, int N, int OC) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * OC) return;
-    number_put(out.data, out.dtype, i, number_at(bias.data, bias.dtype, i % OC));
-}
-
-void cuda_bias_rows(Stream *s, Buf out, ConstBuf bias, int N, int OC) {
-    bias_rows_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, bias, N, OC);
-    CHECK_LAUNCH("bias_rows_kernel");
-}
-
 __global__ static void bias_forward_kernel(Buf out, const float *inp, ConstBuf bias, int N, int OC, int rounds) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * OC) return;

@@ -1,11 +1,19 @@
-/* matmul.cu: Linear layers on the GPU, through cuBLAS: sgemm, or for bf16
- * values (autocast's Linear) cublasGemmEx on the bf16 tensor cores.
+/* matmul.cu: Linear layers on the GPU: sgemm through cuBLAS, or for bf16
+ * values (autocast's Linear) cuBLASLt's matmul on the bf16 tensor cores,
+ * a bias added in its epilogue.
  *
  * cuBLAS is column-major; a row-major [rows, cols] matrix is a column-major
  * [cols, rows] one with the same leading dimension, so each product below is
  * written for the transposed, column-major view.
  */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "../../runtime/gpu_libraries.h"
+#include "../../runtime/world.h"
 #include "cuda_kernels.cuh"
 
 static const float ONE = 1.0f, ZERO = 0.0f;
@@ -25,16 +33,110 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
     CHECK_CUBLAS(gpu_cublas()->sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &ONE, inp, C, dout, OC, &ONE, dweight, C));
 }
 
-/* out = op(a) @ op(b) (+ out with accumulate), column-major as cuBLAS sees it,
- * of bf16 inputs on the tensor cores, fp32 accumulation: the output held as
- * out_held says (in bf16, each number rounded once from its fp32 sum). */
-static void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                      const bf16 *a, int lda, const bf16 *b, int ldb, void *out, DType out_held, int ldo,
+/* A product of bf16 values as cuBLASLt is told it, the key of its algorithm:
+ * the operations, the shape and leading dimensions, the output's dtype, the
+ * bias epilogue or none, and the alignment its pointers share
+ * (product_alignment: 16 bytes, or less). Each follows from the
+ * model's shapes, never from which buffer holds an operand (each buffer and
+ * weight starts on an operand boundary), so DDP's arena and ZeRO-3's gather
+ * buffers get one algorithm. Its fields are all 4 bytes: no padding, so keys
+ * compare as bytes. */
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldo, out_bf16, bias;
+    unsigned alignment;
+} ProductKey;
+
+/* The algorithm chosen for each key, once, by the first stream to run it, and
+ * kept for every stream of the process: a product's bits are its shape's. */
+typedef struct {
+    ProductKey key;
+    cublasLtMatmulAlgo_t algo;
+} ChosenAlgorithm;
+
+static ChosenAlgorithm *chosen;
+static size_t nchosen;
+static pthread_mutex_t chosen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* cuBLASLt's choice for the key: its heuristic's best for the key's pointer
+ * alignment (so no algorithm that needs more), no split of the sums over k
+ * (each output's sum one sequence, whatever the GPU's SM count), and the
+ * stream's fixed workspace. */
+static cublasLtMatmulAlgo_t chosen_algorithm(const ProductKey *key, cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                             cublasLtMatrixLayout_t lo) {
+    const Cublaslt *api = gpu_cublaslt();
+    pthread_mutex_lock(&chosen_lock);
+    for (size_t i = 0; i < nchosen; i++) {
+        if (memcmp(&chosen[i].key, key, sizeof *key) != 0) continue;
+        cublasLtMatmulAlgo_t algo = chosen[i].algo;
+        pthread_mutex_unlock(&chosen_lock);
+        return algo;
+    }
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(api->preference_create(&pref));
+    uint64_t workspace = DEVICE_PRODUCT_WORKSPACE_BYTES;
+    uint32_t no_split = CUBLASLT_REDUCTION_SCHEME_NONE, alignment = key->alignment;
+    CHECK_CUBLAS(api->preference_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    CHECK_CUBLAS(api->preference_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split, sizeof no_split));
+    const cublasLtMatmulPreferenceAttributes_t aligned[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+    };
+    for (int i = 0; i < 4; i++) CHECK_CUBLAS(api->preference_set(pref, aligned[i], &alignment, sizeof alignment));
+    cublasLtMatmulHeuristicResult_t best;
+    int found = 0;
+    CHECK_CUBLAS(api->heuristic(lt, desc, la, lb, lo, lo, pref, 1, &best, &found));
+    CHECK_CUBLAS(api->preference_destroy(pref));
+    if (found < 1 || best.state != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for a bf16 product of m %d, n %d, k %d (%s output%s, "
+                "pointers aligned to %u bytes)\n", key->m, key->n, key->k, key->out_bf16 ? "bf16" : "fp32",
+                key->bias ? ", a bias" : "", key->alignment);
+        world_abort(1);
+    }
+    ChosenAlgorithm *grown = (ChosenAlgorithm *)realloc(chosen, (nchosen + 1) * sizeof *chosen);
+    if (!grown) {
+        fprintf(stderr, "fatal: out of host memory keeping a cuBLASLt algorithm\n");
+        abort();
+    }
+    chosen = grown;
+    chosen[nchosen].key = *key;
+    chosen[nchosen++].algo = best.algo;
+    pthread_mutex_unlock(&chosen_lock);
+    return best.algo;
+}
+
+/* out = op(a) @ op(b) (+ bias a row of out, or + out with accumulate),
+ * column-major as cuBLAS sees it, of bf16 inputs on the tensor cores, fp32
+ * accumulation: the output held as out_held says (in bf16, each number
+ * rounded once from its fp32 sum, the bias added first), the bias held as
+ * out is (kernels.c). */
+static void gemm_bf16(Stream *s, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16 *a,
+                      int lda, const bf16 *b, int ldb, void *out, DType out_held, int ldo, const void *bias,
                       int accumulate) {
+    const Cublaslt *api = gpu_cublaslt();
+    void *workspace;
+    cublasLtHandle_t lt = cuda_blaslt(s, &workspace);
+    ProductKey key = { (int)ta, (int)tb, m, n, k, lda, ldb, ldo, out_held == DTYPE_BF16, bias != NULL,
+                       product_alignment(a, b, out, bias) };
     cudaDataType out_type = out_held == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    CHECK_CUBLAS(gpu_cublas()->gemm_ex(blas, ta, tb, m, n, k, &ONE, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
-                                       accumulate ? &ONE : &ZERO, out, out_type, ldo, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lo;
+    CHECK_CUBLAS(api->desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CHECK_CUBLAS(api->desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK_CUBLAS(api->desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    CHECK_CUBLAS(api->desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias) CHECK_CUBLAS(api->desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CHECK_CUBLAS(api->layout_create(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    CHECK_CUBLAS(api->layout_create(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    CHECK_CUBLAS(api->layout_create(&lo, out_type, m, n, ldo));
+    cublasLtMatmulAlgo_t algo = chosen_algorithm(&key, lt, desc, la, lb, lo);
+    CHECK_CUBLAS(api->matmul(lt, desc, &ONE, a, la, b, lb, accumulate ? &ONE : &ZERO, out, lo, out, lo, &algo,
+                             workspace, DEVICE_PRODUCT_WORKSPACE_BYTES, cuda_stream(s)));
+    CHECK_CUBLAS(api->layout_destroy(lo));
+    CHECK_CUBLAS(api->layout_destroy(lb));
+    CHECK_CUBLAS(api->layout_destroy(la));
+    CHECK_CUBLAS(api->desc_destroy(desc));
 }
 
 /* The staging an operand of n numbers takes: none where it is held in bf16
@@ -52,18 +154,15 @@ static const bf16 *bf16_operand(Stream *s, ConstBuf x, bf16 *room, size_t n) {
 /* The same products of bf16 values (kernels.h): each operand held in fp32
  * (the weight, the input, the output gradient) stored in the stream's bf16
  * staging first (exact: bf16 values), each on its boundary, then gemm_bf16;
- * the forward's bias written into every row of out first, which the
- * product then adds to in fp32 before out is stored (accumulate: beta = 1),
- * so a bf16 output is rounded once. */
+ * the forward's bias added to the fp32 sums in the product's epilogue, before
+ * out is stored, so a bf16 output is rounded once. */
 void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                               int OC) {
     size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
     bf16 *staging = cuda_bf16_staging(s, w + x);
     const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
     const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
-    if (bias.data) cuda_bias_rows(s, out, bias, N, OC);  /* exact: held as out is, or out fp32 (kernels.c) */
-    gemm_bf16(cuda_blas(s), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC,
-              bias.data != NULL);
+    gemm_bf16(s, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w16, C, x16, C, out.data, out.dtype, OC, bias.data, 0);
 }
 
 void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
@@ -74,8 +173,7 @@ void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dou
     const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
     const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
     const bf16 *d16 = bf16_operand(s, dout, staging + w + x, (size_t)N * OC);
-    cublasHandle_t blas = cuda_blas(s);
     /* dinp = dout @ weight, dweight += dout^T @ inp */
-    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp.data, dinp.dtype, C, 0);
-    gemm_bf16(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, DTYPE_FP32, C, 1);
+    gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp.data, dinp.dtype, C, NULL, 0);
+    gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight, DTYPE_FP32, C, NULL, 1);
 }
