@@ -23,7 +23,7 @@ typedef struct {
     void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                        ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                        DType rounding);
-    void (*layernorm_backward)(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout,
+    void (*layernorm_backward)(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout,
                                ConstBuf inp, ConstBuf weight, const float *mean,
                                const float *rstd, int N, int C, float *scratch, DType rounding);
     void (*matmul_forward)(Stream *s, float *out, const float *inp, const float *weight, int N,
@@ -41,11 +41,11 @@ typedef struct {
                                ConstBuf qkv, ConstBuf out, const float *saved, int B,
                                int T, int C, int NH, Dropout drop, DType products, DType rounding);
     void (*gelu_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
-    void (*gelu_backward)(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+    void (*gelu_backward)(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                           int tanh_form, DType rounding, float *scratch);
     void (*residual_forward)(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
     void (*bias_forward)(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-    void (*bias_backward)(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
+    void (*bias_backward)(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding);
     void (*dropout_forward)(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
     void (*crossentropy_forward_backward)(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                           const int *targets, int N, int V, float dloss, DType rounding);

@@ -61,7 +61,7 @@ void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, floa
 
 size_t column_sums_scratch_floats(int N, int width) { return (size_t)row_parts(N) * (size_t)width; }
 
-void layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding) {
     op_begin(s, "layernorm_backward");
@@ -126,7 +126,7 @@ void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DTy
     op_end(s);
 }
 
-void gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch) {
     op_begin(s, "gelu_backward");
     backend(s)->gelu_backward(s, dinp, dbias, inp, dout, N, OC, tanh_form, rounding, scratch);
@@ -139,9 +139,9 @@ void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, in
     op_end(s);
 }
 
-void bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
+void bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding) {
     op_begin(s, "bias_backward");
-    backend(s)->bias_backward(s, dbias, dout, N, OC, scratch);
+    backend(s)->bias_backward(s, dbias, dout, N, OC, scratch, rounding);
     op_end(s);
 }
 

@@ -99,7 +99,12 @@ void embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
                         TokenBuckets buckets, int B, int T, int C);
 
 /* The backward's column sums over N rows (LayerNorm's weight gradient, a
- * bias's) in the parts of row_parts.h, the same adds on the CPU and the GPU.
+ * bias's) in the parts of row_parts.h, the same adds on the CPU and the GPU,
+ * each column's sum added into its gradient as the gradient is held: under
+ * DTYPE_BF16 rounded to bf16 first (the bf16 parameter's gradient, as
+ * autocast makes it), so grad + bf16(sum) into an fp32 gradient, or
+ * bf16(grad + bf16(sum)) into one held in bf16 (reduced in bf16): what
+ * round_to_bf16 of the sum, then its add into the gradient, give, in one op.
  * The GPU keeps each part's sums in `scratch`: column_sums_scratch_floats(N,
  * width) floats of the stream's device for rows `width` wide, allocated once
  * by the caller (no step allocates); the CPU keeps them in registers and
@@ -113,10 +118,11 @@ size_t column_sums_scratch_floats(int N, int width);
  * input's gradient into dinp (the residual stream's, read and written as it
  * is held), under DTYPE_BF16
  * as autocast's bf16 add of the stream's two uses: dinp = bf16(dinp +
- * bf16(this gradient)); and the weight's into dweight, and with dbias (else
- * NULL) the gradient of a bias after the LayerNorm into dbias, as
- * bias_backward over dout adds it, both in the parts of row_parts.h, in one
- * pass on a GPU (scratch: column_sums_scratch_floats(N, 2C)). */
+ * bf16(this gradient)); and the weight's into dweight, and with dbias (its
+ * data NULL: none) the gradient of a bias after the LayerNorm into dbias, as
+ * bias_backward over dout adds it, both column sums (above) rounded as
+ * `rounding` says, in one pass on a GPU (scratch:
+ * column_sums_scratch_floats(N, 2C)). */
 void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp, ConstBuf weight, ConstBuf bias,
                        int N, int C, DType rounding);
 /* The residual add and the LayerNorm after it, in one pass on a GPU: resid =
@@ -124,7 +130,7 @@ void layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf in
  * `rounding` says: the bytes of residual_forward, then layernorm_forward. */
 void residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                 ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
-void layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout, ConstBuf inp,
                         ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                         DType rounding);
 
@@ -208,11 +214,11 @@ void gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DTy
  * Linear before it (GPT's fc): dinp = dout * GELU'(inp), rounded to bf16 where
  * rounding is DTYPE_BF16 (autocast's bf16 gradient, as round_to_bf16
  * after it), and with dbias, dbias[OC] += the column sums of dinp as written,
- * as bias_backward sums them (scratch: column_sums_scratch_floats(N, OC)), in
- * the same pass on a GPU. dbias NULL: none (scratch unused). dinp may be dout
+ * as bias_backward sums and rounds them (scratch: column_sums_scratch_floats(N,
+ * OC)), in the same pass on a GPU. dbias's data NULL: none (scratch unused). dinp may be dout
  * (in place, held alike: the model's MLP keeps one hidden-sized gradient, in
  * bf16 under autocast), each number stored as dinp is held. */
-void gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                    int tanh_form, DType rounding, float *scratch);
 
 /* out = a + b (the residual add; its backward passes the gradient to both). */
@@ -222,10 +228,11 @@ void residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DTyp
  * out[N,OC] = inp + bias[OC] on every row (bias's data NULL: none, out = inp, the
  * product's output rounded and stored as out is held), rounded as rounding
  * says; out may be inp (in place). And dbias[OC] += the column sums of
- * dout[N,OC] (read as it is held), in the parts of row_parts.h (scratch:
- * column_sums_scratch_floats(N, OC) floats). */
+ * dout[N,OC] (read as it is held), in the parts of row_parts.h, rounded as
+ * `rounding` says and added as dbias is held (the column sums, above;
+ * scratch: column_sums_scratch_floats(N, OC) floats). */
 void bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
+void bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding);
 
 /* out = mask * inp / (1 - p); out may be inp. dinp = mask * dout / (1 - p).
  * At p = 0 each is the identity (a copy, unless in place), which rounds

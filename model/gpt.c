@@ -252,6 +252,7 @@ static ComputePolicy compute_of(const GPT *m) {
 
 /* None: a bias's data NULL without cfg.bias. */
 static const ConstBuf NO_NUMBERS = { NULL, DTYPE_FP32 };
+static const Buf NO_GRADIENT = { NULL, DTYPE_FP32 };
 
 /* An fp32 product's operands and output: a model holds bf16 only under autocast. */
 static const float *fp32_input(ConstBuf inp) {
@@ -354,13 +355,22 @@ static ConstBuf part_bias(GPT *m, int l, int i) {
     return m->base.cfg.bias ? compute_tensor(m, block_tensor(m, l, i) + 1) : NO_NUMBERS;
 }
 
-/* Where tensor t's gradient of n floats is made: added into itself, or
- * under autocast into dweight_bf16 from float `at` (0, or past a gradient
- * made beside it by the same op), zeroed, for add_bf16_grad. */
-static float *made_grad(GPT *m, int t, size_t n, size_t at) {
+/* Tensor t's gradient as the strategy holds it, for the ops that add a
+ * column sum into it (rounded to bf16 first under autocast: kernels.h's
+ * column sums): fp32, or bf16 where the strategy holds the gradients in bf16
+ * (reduced in bf16). */
+static Buf grad_held(GPT *m, int t) {
+    bf16 *held = m->base.unit_grads_bf16[m->base.layout.tensors[t].unit];
+    if (autocast(m) && held) return bf16_buf(held + model_tensor_offset(&m->base, t));
+    return fp32_buf(grad_of(m, t));
+}
+
+/* Where a Linear's weight gradient (tensor t, n floats) is made: added into
+ * itself, or under autocast into dweight_bf16, zeroed, for add_bf16_grad. */
+static float *made_grad(GPT *m, int t, size_t n) {
     if (!autocast(m)) return grad_of(m, t);
-    fill_zero(m->base.stream, m->acts.dweight_bf16 + at, n);
-    return m->acts.dweight_bf16 + at;
+    fill_zero(m->base.stream, m->acts.dweight_bf16, n);
+    return m->acts.dweight_bf16;
 }
 
 /* Under autocast, n bf16 values made for tensor t onwards (its first number
@@ -378,22 +388,20 @@ static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
     residual_forward(s, fp32_buf(grad), fp32_numbers(grad), fp32_numbers(made), n, DTYPE_FP32);
 }
 
-/* Under autocast, tensor t's gradient += the one made in dweight_bf16 from
- * float `at`: the fp32 sum of its rows' parts rounded to bf16 (the bf16
- * parameter's gradient). */
-static void add_bf16_grad(GPT *m, int t, size_t n, size_t at) {
+/* Under autocast, tensor t's gradient += the one made in dweight_bf16: its
+ * product's fp32 sums rounded to bf16 (the bf16 parameter's gradient). */
+static void add_bf16_grad(GPT *m, int t, size_t n) {
     if (!autocast(m)) return;
-    float *made = m->acts.dweight_bf16 + at;
+    float *made = m->acts.dweight_bf16;
     round_to_bf16(m->base.stream, made, made, n);
     add_into_grad(m, t, made, n);
 }
 
 /* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums (dout
- * read as it is held), made in bf16 under autocast. */
+ * read as it is held), each rounded to bf16 under autocast. */
 static void bias_grad(GPT *m, int t, ConstBuf dout, size_t N, int OC) {
     if (t < 0) return;
-    bias_backward(m->base.stream, made_grad(m, t, (size_t)OC, 0), dout, (int)N, OC, m->base.column_sums_scratch);
-    add_bf16_grad(m, t, (size_t)OC, 0);
+    bias_backward(m->base.stream, grad_held(m, t), dout, (int)N, OC, m->base.column_sums_scratch, m->precision);
 }
 
 /* The forward reaches tensor i of block l: where it opens a unit, the unit's
@@ -463,28 +471,25 @@ static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hook
 static void linear_backward(GPT *m, Buf dinp, int l, int i, ConstBuf dout, ConstBuf inp, size_t N, int C, int OC,
                             int with_bias) {
     int t = block_tensor(m, l, i);
-    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C, 0), dout, inp, weights_of(m, l, i), (int)N, C, OC);
+    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     if (dinp.dtype == DTYPE_FP32) bf16_values(m, dinp.data, N * C);
-    add_bf16_grad(m, t, (size_t)OC * C, 0);
+    add_bf16_grad(m, t, (size_t)OC * C);
     if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
 }
 
 /* A LayerNorm's backward from dln (a block's, or the final one's): its
- * weight's (tensor t) and bias's gradients added, in one op, and the
- * input's added into dresid. Under autocast the two are made in bf16 side by
- * side (the bias's after the weight's C), and the input's joins the residual
- * stream's gradient in the op as autocast's bf16 add of the stream's two
- * uses: dresid = bf16(dresid + bf16(the input's)). */
+ * weight's (tensor t) and bias's gradients added, in one op, each column
+ * sum rounded to bf16 under autocast, and the input's added into dresid,
+ * under autocast as autocast's bf16 add of the stream's two uses: dresid =
+ * bf16(dresid + bf16(the input's)). */
 static void norm_backward(GPT *m, int t, ConstBuf inp, ConstBuf weight, const float *mean, const float *rstd) {
     Activations *a = &m->acts;
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->base.cfg.embd;
     int bias = bias_after(m, t);
-    float *dweight = made_grad(m, t, C, 0), *dbias = bias >= 0 ? made_grad(m, bias, C, C) : NULL;
+    Buf dbias = bias >= 0 ? grad_held(m, bias) : NO_GRADIENT;
     ConstBuf dln = const_buf(held_numbers(m, a->dln, 0));
-    layernorm_backward(m->base.stream, held_numbers(m, a->dresid, 0), dweight, dbias, dln, inp, weight, mean, rstd,
-                       (int)BT, (int)C, m->base.column_sums_scratch, m->precision);
-    if (bias >= 0) add_bf16_grad(m, bias, C, C);
-    add_bf16_grad(m, t, C, 0);
+    layernorm_backward(m->base.stream, held_numbers(m, a->dresid, 0), grad_held(m, t), dbias, dln, inp, weight, mean,
+                       rstd, (int)BT, (int)C, m->base.column_sums_scratch, m->precision);
 }
 
 /* A branch's gradient from the residual stream's (both held in bf16 under
@@ -768,9 +773,8 @@ void gpt_backward(GPT *m, float dloss) {
         /* GELU's gradient (in place: one hidden-sized gradient, rounded under
          * autocast) and fc's bias's from it, in one op */
         int fc_bias = bias_after(m, block_tensor(m, l, FC));
-        gelu_backward(s, dfch, fc_bias >= 0 ? made_grad(m, fc_bias, (size_t)4 * C, 0) : NULL, r.fch, const_buf(dfch),
-                      (int)BT, 4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
-        if (fc_bias >= 0) add_bf16_grad(m, fc_bias, (size_t)4 * C, 0);
+        gelu_backward(s, dfch, fc_bias >= 0 ? grad_held(m, fc_bias) : NO_GRADIENT, r.fch, const_buf(dfch), (int)BT,
+                      4 * C, m->base.cfg.gelu_tanh, m->precision, m->base.column_sums_scratch);
         linear_backward(m, dln, l, FC, const_buf(dfch), r.ln2, BT, C, 4 * C, 0);
         leave_backward(m, l, FC);
         enter_backward(m, l, LN2);

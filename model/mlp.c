@@ -93,13 +93,13 @@ static void mlp_backward(Model *base, float dloss) {
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
-        gelu_backward(s, fp32_buf(m->dh), NULL, fp32_numbers(m->h + at), fp32_numbers(m->dx), BT, C, 0, DTYPE_FP32,
-                      NULL);
+        gelu_backward(s, fp32_buf(m->dh), fp32_buf(NULL), fp32_numbers(m->h + at), fp32_numbers(m->dx), BT, C, 0,
+                      DTYPE_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
         model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
-        layernorm_backward(s, fp32_buf(m->dx), dln_w, NULL, fp32_numbers(m->dln), fp32_numbers(m->x + at),
-                           fp32_numbers(ln_w), m->ln_mean + (size_t)l * BT, m->ln_rstd + (size_t)l * BT, BT, C,
-                           base->column_sums_scratch, DTYPE_FP32);
+        layernorm_backward(s, fp32_buf(m->dx), fp32_buf(dln_w), fp32_buf(NULL), fp32_numbers(m->dln),
+                           fp32_numbers(m->x + at), fp32_numbers(ln_w), m->ln_mean + (size_t)l * BT,
+                           m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, DTYPE_FP32);
         model_grad_done(base, 2 + 2 * l);
         trace_end(s);
         model_after_backward(base, 1 + l);

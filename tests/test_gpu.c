@@ -287,10 +287,10 @@ Test(gpu, layernorm_forward_backward) {
     layernorm_forward(gpu_stream, fp32_buf(out.gpu), mean.gpu, rstd.gpu, fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
                       fp32_numbers(NULL), N, C, DTYPE_FP32);
     Pair scratch = pair_random(column_sums_scratch_floats(N, C), -1, 1, 19);
-    layernorm_backward(test_stream, fp32_buf(dinp.cpu), dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
-                       fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
-                       fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(dinp.cpu), fp32_buf(dw.cpu), fp32_buf(NULL), fp32_numbers(dout.cpu),
+                       fp32_numbers(inp.cpu), fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), fp32_buf(dw.gpu), fp32_buf(NULL), fp32_numbers(dout.gpu),
+                       fp32_numbers(inp.gpu), fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_match(out, REDUCTION_TOL, "layernorm out");
     expect_match(rstd, REDUCTION_TOL, "layernorm rstd");
     expect_match(dinp, REDUCTION_TOL, "layernorm dinp (added)");
@@ -449,9 +449,9 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     float *bias_start = malloc(OC * sizeof(float)), *w_start = malloc(C * sizeof(float));
     memcpy(bias_start, dbias.cpu, OC * sizeof(float));
     memcpy(w_start, dw.cpu, C * sizeof(float));
-    bias_backward(test_stream, dbias.cpu, fp32_numbers(dout.cpu), N, OC, scratch.cpu);
-    layernorm_backward(test_stream, fp32_buf(dinp.cpu), dw.cpu, NULL, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
-                       fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
+    bias_backward(test_stream, fp32_buf(dbias.cpu), fp32_numbers(dout.cpu), N, OC, scratch.cpu, DTYPE_FP32);
+    layernorm_backward(test_stream, fp32_buf(dinp.cpu), fp32_buf(dw.cpu), fp32_buf(NULL), fp32_numbers(dout.cpu),
+                       fp32_numbers(inp.cpu), fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_bias = malloc(OC * sizeof(float)), *want_w = malloc(C * sizeof(float));
     memcpy(want_bias, dbias.cpu, OC * sizeof(float));
@@ -459,9 +459,10 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     for (int run = 0; run < 3; run++) {
         pair_reset(dbias, bias_start);
         pair_reset(dw, w_start);
-        bias_backward(gpu_stream, dbias.gpu, fp32_numbers(dout.gpu), N, OC, scratch.gpu);
-        layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, NULL, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
-                           fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
+        bias_backward(gpu_stream, fp32_buf(dbias.gpu), fp32_numbers(dout.gpu), N, OC, scratch.gpu, DTYPE_FP32);
+        layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), fp32_buf(dw.gpu), fp32_buf(NULL), fp32_numbers(dout.gpu),
+                           fp32_numbers(inp.gpu), fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu,
+                           DTYPE_FP32);
         memcpy(dbias.cpu, want_bias, OC * sizeof(float));
         memcpy(dw.cpu, want_w, C * sizeof(float));
         expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient: GPU against CPU");
@@ -469,11 +470,11 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     }
     Pair ln_bias = pair_random((size_t)C, -1, 1, 70);  /* the same start on both sides */
     /* ln_bias.cpu: what the GPU's must be */
-    bias_backward(test_stream, ln_bias.cpu, fp32_numbers(dout.cpu), N, C, scratch.cpu);
+    bias_backward(test_stream, fp32_buf(ln_bias.cpu), fp32_numbers(dout.cpu), N, C, scratch.cpu, DTYPE_FP32);
     stream_synchronize(test_stream);
     pair_reset(dw, w_start);
     memcpy(dw.cpu, want_w, C * sizeof(float));
-    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, ln_bias.gpu, fp32_numbers(dout.gpu),
+    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), fp32_buf(dw.gpu), fp32_buf(ln_bias.gpu), fp32_numbers(dout.gpu),
                        fp32_numbers(inp.gpu), fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_FP32);
     expect_same_bytes(ln_bias, C * sizeof(float), "LayerNorm's backward's bias gradient: GPU against CPU");
     expect_same_bytes(dw, C * sizeof(float), "LayerNorm's weight gradient beside a bias's: GPU against CPU");
@@ -485,12 +486,32 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     Pair dout16 = pair_random((nd + 1) / 2, 0, 1, 71);
     store_bf16(gpu_stream, (bf16 *)dout16.gpu, dout.gpu, nd);
     pair_reset(dbias, bias_start);
-    bias_backward(gpu_stream, dbias.gpu, fp32_numbers(dout.gpu), N, OC, scratch.gpu);
+    bias_backward(gpu_stream, fp32_buf(dbias.gpu), fp32_numbers(dout.gpu), N, OC, scratch.gpu, DTYPE_FP32);
     pair_take_gpu(dbias);
     stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-    bias_backward(gpu_stream, dbias.gpu, bf16_numbers((const bf16 *)dout16.gpu), N, OC, scratch.gpu);
+    bias_backward(gpu_stream, fp32_buf(dbias.gpu), bf16_numbers((const bf16 *)dout16.gpu), N, OC, scratch.gpu,
+                  DTYPE_FP32);
     expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient from a bf16 gradient");
     pair_free(dout16);
+    /* under autocast each sum rounded to bf16 before its add: into an fp32 gradient, and into one held in bf16
+     * (reduced in bf16), the CPU's bytes */
+    Pair held = pair_random(((size_t)OC + 1) / 2, 0, 1, 72);
+    bf16 *held_start = malloc(OC * sizeof(bf16)), *held_want = malloc(OC * sizeof(bf16));
+    bf16 *held_got = malloc(OC * sizeof(bf16));
+    for (int c = 0; c < OC; c++) held_start[c] = bf16_from_float(bias_start[c]);
+    memcpy(held_want, held_start, OC * sizeof(bf16));
+    pair_reset(dbias, bias_start);
+    bias_backward(test_stream, bf16_buf(held_want), fp32_numbers(dout.cpu), N, OC, scratch.cpu, DTYPE_BF16);
+    bias_backward(test_stream, fp32_buf(dbias.cpu), fp32_numbers(dout.cpu), N, OC, scratch.cpu, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    stream_copy(gpu_stream, held.gpu, held_start, OC * sizeof(bf16));
+    bias_backward(gpu_stream, bf16_buf((bf16 *)held.gpu), fp32_numbers(dout.gpu), N, OC, scratch.gpu, DTYPE_BF16);
+    bias_backward(gpu_stream, fp32_buf(dbias.gpu), fp32_numbers(dout.gpu), N, OC, scratch.gpu, DTYPE_BF16);
+    stream_copy(gpu_stream, held_got, held.gpu, OC * sizeof(bf16));
+    expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient rounded into fp32: GPU against CPU");
+    cr_expect_eq(memcmp(held_got, held_want, OC * sizeof(bf16)), 0, "the bias gradient into bf16: GPU against CPU");
+    pair_free(held);
+    free(held_start); free(held_want); free(held_got);
     free(bias_start); free(w_start); free(want_bias); free(want_w);
     pair_free(dout); pair_free(dbias); pair_free(inp); pair_free(mean); pair_free(rstd); pair_free(w);
     pair_free(dinp); pair_free(dw); pair_free(scratch);
@@ -639,10 +660,10 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_zero(gpu_stream, fp.gpu, n);
     pair_round_to_bf16(y);
     stream_copy(gpu_stream, bf.gpu, y.gpu, n * sizeof(float));
-    layernorm_backward(gpu_stream, fp32_buf(fp.gpu), dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
-                       fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_FP32);
-    layernorm_backward(gpu_stream, fp32_buf(bf.gpu), dw.gpu, NULL, fp32_numbers(x.gpu), fp32_numbers(x.gpu),
-                       fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_BF16);
+    layernorm_backward(gpu_stream, fp32_buf(fp.gpu), fp32_buf(dw.gpu), fp32_buf(NULL), fp32_numbers(x.gpu),
+                       fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_FP32);
+    layernorm_backward(gpu_stream, fp32_buf(bf.gpu), fp32_buf(dw.gpu), fp32_buf(NULL), fp32_numbers(x.gpu),
+                       fp32_numbers(x.gpu), fp32_numbers(w.gpu), mean, rstd, (int)BT, C, scratch.gpu, DTYPE_BF16);
     float *g = malloc(n * sizeof(float));
     stream_copy(gpu_stream, g, fp.gpu, n * sizeof(float));
     stream_synchronize(gpu_stream);
@@ -847,7 +868,7 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
  * short last part, 3072 wide), in place, in both forms, in fp32 and in
  * bf16: three runs of the GPU's fused op, each the bytes of the GPU's ops it
  * stands for (the gradient alone, round_to_bf16 in bf16, then
- * bias_backward); and near the CPU's (GELU's transcendentals differ by ulps,
+ * bias_backward rounding alike); and near the CPU's (GELU's transcendentals differ by ulps,
  * so a rare element rounds to the next bf16). */
 Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
     need_gpu();
@@ -864,18 +885,19 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
         for (int p = 0; p < DTYPES; p++) {
             DType rounding = (DType)p;
             const char *form = tanh_form ? "tanh" : "erf", *dtype = DTYPE_TRAITS[p].name;
-            gelu_backward(gpu_stream, fp32_buf(apart.gpu), NULL, fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N, OC,
-                          tanh_form, DTYPE_FP32, NULL);
+            gelu_backward(gpu_stream, fp32_buf(apart.gpu), fp32_buf(NULL), fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N,
+                          OC, tanh_form, DTYPE_FP32, NULL);
             if (rounding == DTYPE_BF16) round_to_bf16(gpu_stream, apart.gpu, apart.gpu, n);
             stream_copy(gpu_stream, dbias_apart.gpu, bias_start, OC * sizeof(float));
-            bias_backward(gpu_stream, dbias_apart.gpu, fp32_numbers(apart.gpu), N, OC, scratch.gpu);
+            bias_backward(gpu_stream, fp32_buf(dbias_apart.gpu), fp32_numbers(apart.gpu), N, OC, scratch.gpu,
+                          rounding);
             stream_copy(gpu_stream, want, apart.gpu, n * sizeof(float));
             stream_copy(gpu_stream, want_bias, dbias_apart.gpu, OC * sizeof(float));
             for (int run = 0; run < 3; run++) {
                 stream_copy(gpu_stream, dinp.gpu, dy.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, dbias.gpu, bias_start, OC * sizeof(float));
-                gelu_backward(gpu_stream, fp32_buf(dinp.gpu), dbias.gpu, fp32_numbers(x.gpu), fp32_numbers(dinp.gpu),
-                              N, OC, tanh_form, rounding, scratch.gpu);
+                gelu_backward(gpu_stream, fp32_buf(dinp.gpu), fp32_buf(dbias.gpu), fp32_numbers(x.gpu),
+                              fp32_numbers(dinp.gpu), N, OC, tanh_form, rounding, scratch.gpu);
                 stream_copy(gpu_stream, got, dinp.gpu, n * sizeof(float));
                 stream_copy(gpu_stream, got_bias, dbias.gpu, OC * sizeof(float));
                 stream_synchronize(gpu_stream);
@@ -886,8 +908,8 @@ Test(gpu, gelu_backward_with_the_bias_at_gpt2s_shape, .timeout = 300) {
             }
             memcpy(dinp.cpu, dy.cpu, n * sizeof(float));
             memcpy(dbias.cpu, bias_start, OC * sizeof(float));
-            gelu_backward(test_stream, fp32_buf(dinp.cpu), dbias.cpu, fp32_numbers(x.cpu), fp32_numbers(dinp.cpu), N,
-                          OC, tanh_form, rounding, scratch.cpu);
+            gelu_backward(test_stream, fp32_buf(dinp.cpu), fp32_buf(dbias.cpu), fp32_numbers(x.cpu),
+                          fp32_numbers(dinp.cpu), N, OC, tanh_form, rounding, scratch.cpu);
             double e = gpu_error(dinp, rms_rel_error), eb = gpu_error(dbias, rms_rel_error);
             cr_expect_lt(e, 1e-3, "%s, %s: the gradient, GPU against CPU, rms relative error %g", form, dtype, e);
             cr_expect_lt(eb, 1e-3, "%s, %s: the bias sums, GPU against CPU, rms relative error %g", form, dtype, eb);
@@ -919,8 +941,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, dw.gpu, (size_t)C);
         fill_zero(gpu_stream, db.gpu, (size_t)C);
-        layernorm_backward(gpu_stream, fp32_buf(out.gpu), dw.gpu, db.gpu, fp32_numbers(dy.gpu), in[run > 0],
-                           fp32_numbers(lw.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
+        layernorm_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(dw.gpu), fp32_buf(db.gpu), fp32_numbers(dy.gpu),
+                           in[run > 0], fp32_numbers(lw.gpu), mean.gpu, rstd.gpu, N, C, scratch.gpu, DTYPE_BF16);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(dw);
@@ -954,8 +976,8 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     free(got16);
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, db.gpu, (size_t)OC);
-        gelu_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, in[run > 0], fp32_numbers(dy.gpu), N, OC, 1, DTYPE_BF16,
-                      scratch.gpu);
+        gelu_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(db.gpu), in[run > 0], fp32_numbers(dy.gpu), N, OC, 1,
+                      DTYPE_BF16, scratch.gpu);
         if (run == 0) {
             pair_take_gpu(out);
             pair_take_gpu(db);
@@ -997,10 +1019,10 @@ Test(gpu, elementwise_ops) {
         gelu_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
         gelu_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, tanh_form, DTYPE_FP32);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu forward, tanh form" : "gelu forward");
-        gelu_backward(test_stream, fp32_buf(out.cpu), NULL, fp32_numbers(x.cpu), fp32_numbers(y.cpu), 1, (int)n,
-                      tanh_form, DTYPE_FP32, NULL);
-        gelu_backward(gpu_stream, fp32_buf(out.gpu), NULL, fp32_numbers(x.gpu), fp32_numbers(y.gpu), 1, (int)n,
-                      tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(test_stream, fp32_buf(out.cpu), fp32_buf(NULL), fp32_numbers(x.cpu), fp32_numbers(y.cpu), 1,
+                      (int)n, tanh_form, DTYPE_FP32, NULL);
+        gelu_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(NULL), fp32_numbers(x.gpu), fp32_numbers(y.gpu), 1,
+                      (int)n, tanh_form, DTYPE_FP32, NULL);
         expect_match(out, ELEMENTWISE_TOL, tanh_form ? "gelu backward, tanh form" : "gelu backward");
     }
     residual_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), fp32_numbers(y.cpu), n, DTYPE_FP32);
@@ -1129,7 +1151,7 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, out2.gpu, n);
         fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
-        layernorm_backward(gpu_stream, fp32_buf(out2.gpu), db.gpu, db.gpu + C, fp32_numbers(dy.gpu),
+        layernorm_backward(gpu_stream, fp32_buf(out2.gpu), fp32_buf(db.gpu), fp32_buf(db.gpu + C), fp32_numbers(dy.gpu),
                            fp32_numbers(x.gpu), weight[k], stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
         take_or_expect(out2, k, "layernorm_backward's dinp from a bf16 weight");
         take_or_expect(db, k, "layernorm_backward's weight and bias gradients from a bf16 weight");
@@ -1226,11 +1248,11 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     const bf16 *x_held = (const bf16 *)x16.gpu, *dy_held = (const bf16 *)dy16.gpu;
     bf16 *got_held = (bf16 *)got16.gpu;
     fill_zero(gpu_stream, db.gpu, 2 * (size_t)OC);
-    gelu_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N, OC, 1,
+    gelu_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(db.gpu), fp32_numbers(x.gpu), fp32_numbers(dy.gpu), N, OC, 1,
                   DTYPE_BF16, scratch.gpu);
     stream_copy(gpu_stream, got16.gpu, dy16.gpu, n * sizeof(bf16));
-    gelu_backward(gpu_stream, bf16_buf(got_held), db.gpu + OC, bf16_numbers(x_held), bf16_numbers(got_held), N, OC, 1,
-                  DTYPE_BF16, scratch.gpu);
+    gelu_backward(gpu_stream, bf16_buf(got_held), fp32_buf(db.gpu + OC), bf16_numbers(x_held), bf16_numbers(got_held),
+                  N, OC, 1, DTYPE_BF16, scratch.gpu);
     pair_take_gpu(out);
     pair_take_gpu(db);
     expect_stored_bytes(got16.gpu, out.cpu, n, "gelu_backward into bf16, in place");
@@ -1238,7 +1260,7 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, out.gpu, nc);
         fill_zero(gpu_stream, db.gpu, 2 * (size_t)C);
-        layernorm_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, db.gpu + C,
+        layernorm_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(db.gpu), fp32_buf(db.gpu + C),
                            k ? bf16_numbers(dy_held) : fp32_numbers(dy.gpu), fp32_numbers(x.gpu), fp32_numbers(lw.gpu),
                            stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
         take_or_expect(out, k, "layernorm_backward's dinp from a bf16 gradient");
@@ -1248,10 +1270,12 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
      * the bytes of the same add into fp32 stored */
     stream_copy(gpu_stream, out.gpu, dy.gpu, nc * sizeof(float));
     store_bf16(gpu_stream, got_held, dy.gpu, nc);
-    layernorm_backward(gpu_stream, fp32_buf(out.gpu), db.gpu, db.gpu + C, bf16_numbers(dy_held), fp32_numbers(x.gpu),
-                       fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
-    layernorm_backward(gpu_stream, bf16_buf(got_held), db.gpu, db.gpu + C, bf16_numbers(dy_held), fp32_numbers(x.gpu),
-                       fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu, DTYPE_BF16);
+    layernorm_backward(gpu_stream, fp32_buf(out.gpu), fp32_buf(db.gpu), fp32_buf(db.gpu + C), bf16_numbers(dy_held),
+                       fp32_numbers(x.gpu), fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu,
+                       DTYPE_BF16);
+    layernorm_backward(gpu_stream, bf16_buf(got_held), fp32_buf(db.gpu), fp32_buf(db.gpu + C), bf16_numbers(dy_held),
+                       fp32_numbers(x.gpu), fp32_numbers(lw.gpu), stats.gpu, stats.gpu + N, N, C, scratch.gpu,
+                       DTYPE_BF16);
     pair_take_gpu(out);
     expect_stored_bytes(got16.gpu, out.cpu, nc, "layernorm_backward added into a bf16 dinp");
     /* a branch's gradient through its dropout, from the residual stream's, both in bf16 */

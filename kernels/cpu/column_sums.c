@@ -3,7 +3,7 @@
  * so a bias's and LayerNorm's weight gradients are the GPU's bytes. */
 #include "cpu_kernels.h"
 
-void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx) {
+void column_sums(Buf out, int N, int C, RowTerms row_terms, const void *ctx, int rounds) {
     if (N == 0) return;  /* as the GPU, which launches nothing */
     int nblocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK, parts = row_parts(N);
     #pragma omp parallel for schedule(static)
@@ -19,6 +19,9 @@ void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx) 
             }
             for (int c = 0; c < width; c++) total[c] += part[c];
         }
-        for (int c = 0; c < width; c++) out[c0 + c] += total[c];
+        for (int c = 0; c < width; c++) {
+            size_t at = (size_t)(c0 + c);
+            number_put(out.data, out.dtype, at, number_at(out.data, out.dtype, at) + rounded_if(total[c], rounds));
+        }
     }
 }

@@ -15,9 +15,10 @@ enum { COLUMN_BLOCK = 32 };
 /* The terms of row `row`, columns [c0, c0 + width), that a column sum adds. */
 typedef void (*RowTerms)(const void *ctx, int row, int c0, int width, float *terms);
 /* out[c] += the sum over rows [0, N) of each row's terms, C columns, in the
- * parts of row_parts.h: the GPU's adds, in its order (column_sums.c). Called
- * inside a task: it runs on the stream's OpenMP team. */
-void column_sums(float *out, int N, int C, RowTerms row_terms, const void *ctx);
+ * parts of row_parts.h: the GPU's adds, in its order (column_sums.c), each
+ * sum rounded to bf16 first where `rounds`, and the total stored as out is
+ * held (kernels.h). Called inside a task: it runs on the stream's OpenMP team. */
+void column_sums(Buf out, int N, int C, RowTerms row_terms, const void *ctx, int rounds);
 
 /* An input's n numbers as fp32 for an op about to be enqueued: its own, or
  * where it is held in bf16 widened (exact) into the stream's room, from its
@@ -44,7 +45,7 @@ void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBu
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                     ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                     DType rounding);
-void cpu_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout,
+void cpu_layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout,
                             ConstBuf inp, ConstBuf weight, const float *mean,
                             const float *rstd, int N, int C, float *scratch, DType rounding);
 void cpu_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C,
@@ -62,11 +63,11 @@ void cpu_attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                             ConstBuf qkv, ConstBuf out, const float *saved, int B, int T, int C,
                             int NH, Dropout drop, DType products, DType rounding);
 void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
-void cpu_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void cpu_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch);
 void cpu_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void cpu_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
+void cpu_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding);
 void cpu_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cpu_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                        const int *targets, int N, int V, float dloss, DType rounding);

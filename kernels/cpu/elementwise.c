@@ -76,7 +76,8 @@ void cpu_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form,
 }
 
 typedef struct {
-    float *dinp, *dbias;
+    float *dinp;
+    Buf dbias;
     const float *inp, *dout;
     int N, OC, tanh_form, rounds;
 } GeluBackwardArgs;
@@ -115,13 +116,13 @@ static void gelu_dbias_terms(const void *p, int n, int c0, int width, float *ter
 static void gelu_backward_task(void *p) {
     GeluBackwardArgs *a = p;
     over_chunks((size_t)a->N * a->OC, gelu_backward_chunk, a);
-    if (a->dbias) column_sums(a->dbias, a->N, a->OC, gelu_dbias_terms, a);
+    if (a->dbias.data) column_sums(a->dbias, a->N, a->OC, gelu_dbias_terms, a, a->rounds);
 }
 
 /* In the room where held in bf16: the input widened at its start, dout after
  * it, and dinp made over dout (in place, each number from its own), then
  * stored. */
-void cpu_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void cpu_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                        int tanh_form, DType rounding, float *scratch) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
     size_t n = (size_t)N * OC, x = cpu_room_for(inp.dtype, n);
@@ -182,7 +183,7 @@ void cpu_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N
     cpu_store_output(s, out, a.out, n);
 }
 
-typedef struct { float *dbias; const float *dout; int N, OC; } BiasBackwardArgs;
+typedef struct { Buf dbias; const float *dout; int N, OC, rounds; } BiasBackwardArgs;
 
 /* dbias's terms: dout's row itself. */
 static void dbias_terms(const void *p, int n, int c0, int width, float *terms) {
@@ -193,12 +194,12 @@ static void dbias_terms(const void *p, int n, int c0, int width, float *terms) {
 
 static void bias_backward_task(void *p) {
     BiasBackwardArgs *a = p;
-    column_sums(a->dbias, a->N, a->OC, dbias_terms, a);
+    column_sums(a->dbias, a->N, a->OC, dbias_terms, a, a->rounds);
 }
 
-void cpu_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
+void cpu_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding) {
     (void)scratch;  /* the parts stay in registers (column_sums) */
-    BiasBackwardArgs a = { dbias, cpu_fp32_of(s, dout, (size_t)N * OC, 0), N, OC };
+    BiasBackwardArgs a = { dbias, cpu_fp32_of(s, dout, (size_t)N * OC, 0), N, OC, rounding == DTYPE_BF16 };
     stream_launch(s, bias_backward_task, &a, sizeof a);
 }
 

@@ -72,7 +72,8 @@ void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, 
 }
 
 typedef struct {
-    float *dinp, *dweight, *dbias;
+    float *dinp;
+    Buf dweight, dbias;
     const float *dout, *inp, *weight, *mean, *rstd;
     int N, C, rounds;
 } LayerNormBackwardArgs;
@@ -117,15 +118,15 @@ static void layernorm_backward_task(void *p) {
             dx[c] = rounded_if(dx[c] + rounded_if(g, a->rounds), a->rounds);
         }
     }
-    column_sums(a->dweight, N, C, dweight_terms, a);
-    if (a->dbias) column_sums(a->dbias, N, C, dbias_terms, a);
+    column_sums(a->dweight, N, C, dweight_terms, a, a->rounds);
+    if (a->dbias.data) column_sums(a->dbias, N, C, dbias_terms, a, a->rounds);
 }
 
 /* A bf16 input widened at the room's start, a bf16 weight after it (its
  * sums run as fp32's do: read through a float pointer, so vectorised alike),
  * a bf16 dout after that, and a bf16 dinp widened after that, added into
  * there and stored back. */
-void cpu_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void cpu_layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout, ConstBuf inp,
                             ConstBuf weight, const float *mean, const float *rstd, int N, int C, float *scratch,
                             DType rounding) {
     (void)scratch;  /* the weight gradient's parts stay in registers (column_sums) */

@@ -57,7 +57,7 @@ void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstB
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
                                      ConstBuf b, ConstBuf weight, ConstBuf bias, int N, int C,
                                      DType rounding);
-void cuda_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void cuda_layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding);
 void cuda_matmul_forward(Stream *s, float *out, const float *inp, const float *weight, int N, int C, int OC);
@@ -74,11 +74,11 @@ void cuda_attention_backward(Stream *s, Buf dqkv, float *scratch, ConstBuf dout,
                              ConstBuf out, const float *saved, int B, int T, int C, int NH, Dropout drop,
                              DType products, DType rounding);
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding);
-void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void cuda_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch);
 void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding);
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding);
-void cuda_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch);
+void cuda_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding);
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding);
 void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, ConstBuf logits,
                                         const int *targets, int N, int V, float dloss, DType rounding);
@@ -88,8 +88,9 @@ void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DTy
 void cuda_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
 void cuda_fill_zero(Stream *s, void *x, size_t bytes);
-/* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order. */
-void cuda_add_column_parts(Stream *s, float *out, const float *partial, int N, int width);
+/* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order, the sum
+ * rounded to bf16 first where `rounds`, stored as out is held. */
+void cuda_add_column_parts(Stream *s, Buf out, const float *partial, int N, int width, int rounds);
 /* precision.cu */
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cuda_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);

@@ -67,10 +67,10 @@ __global__ static void gelu_bias_part_kernel(float *partial, Buf dinp, ConstBuf 
     partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
+void cuda_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf dout, int N, int OC,
                         int tanh_form, DType rounding, float *scratch) {
     int rounds = rounding == DTYPE_BF16;
-    if (!dbias) {
+    if (!dbias.data) {
         size_t n = (size_t)N * OC;
         gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form, rounds);
         CHECK_LAUNCH("gelu_backward_kernel");
@@ -80,7 +80,7 @@ void cuda_gelu_backward(Stream *s, Buf dinp, float *dbias, ConstBuf inp, ConstBu
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)OC));
     gelu_bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dinp, inp, dout, N, OC, tanh_form, rounds);
     CHECK_LAUNCH("gelu_bias_part_kernel");
-    cuda_add_column_parts(s, dbias, scratch, N, OC);
+    cuda_add_column_parts(s, dbias, scratch, N, OC, rounds);
 }
 
 __global__ static void residual_kernel(Buf out, ConstBuf a, ConstBuf b, size_t n, int rounds) {
@@ -121,12 +121,12 @@ __global__ static void bias_part_kernel(float *partial, ConstBuf dout, int N, in
     partial[(size_t)part * OC + c] = acc;
 }
 
-void cuda_bias_backward(Stream *s, float *dbias, ConstBuf dout, int N, int OC, float *scratch) {
+void cuda_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, float *scratch, DType rounding) {
     if (N == 0) return;
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)OC));
     bias_part_kernel<<<grid, THREADS, 0, cuda_stream(s)>>>(scratch, dout, N, OC);
     CHECK_LAUNCH("bias_part_kernel");
-    cuda_add_column_parts(s, dbias, scratch, N, OC);
+    cuda_add_column_parts(s, dbias, scratch, N, OC, rounding == DTYPE_BF16);
 }
 
 /* The same Philox mask as the CPU's, one element per thread. */

@@ -119,7 +119,7 @@ __global__ static void layernorm_dweight_part_kernel(float *partial, float *bias
     if (bias_partial) bias_partial[(size_t)part * C + c] = bias_acc;
 }
 
-void cuda_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, ConstBuf dout, ConstBuf inp,
+void cuda_layernorm_backward(Stream *s, Buf dinp, Buf dweight, Buf dbias, ConstBuf dout, ConstBuf inp,
                              ConstBuf weight, const float *mean, const float *rstd, int N, int C,
                              float *scratch, DType rounding) {
     if (N == 0) return;
@@ -128,10 +128,10 @@ void cuda_layernorm_backward(Stream *s, Buf dinp, float *dweight, float *dbias, 
                                                                               rstd, N, C, rounding == DTYPE_BF16);
     CHECK_LAUNCH("layernorm_dinp_kernel");
     /* column_sums_scratch_floats(N, 2C): parts x C for the weight, then parts x C for the bias */
-    float *partial = scratch, *bias_partial = dbias ? scratch + (size_t)row_parts(N) * C : NULL;
+    float *partial = scratch, *bias_partial = dbias.data ? scratch + (size_t)row_parts(N) * C : NULL;
     dim3 grid((unsigned)row_parts(N), blocks_for((size_t)C));
     layernorm_dweight_part_kernel<<<grid, THREADS, 0, stream>>>(partial, bias_partial, dout, inp, mean, rstd, N, C);
     CHECK_LAUNCH("layernorm_dweight_part_kernel");
-    cuda_add_column_parts(s, dweight, partial, N, C);
-    if (dbias) cuda_add_column_parts(s, dbias, bias_partial, N, C);
+    cuda_add_column_parts(s, dweight, partial, N, C, rounding == DTYPE_BF16);
+    if (dbias.data) cuda_add_column_parts(s, dbias, bias_partial, N, C, rounding == DTYPE_BF16);
 }
