@@ -224,9 +224,10 @@ static bf16 *bf16_past_one(Pair room, Pair p) {
     return at;
 }
 
-/* A bf16 product whose operands, bias and outputs all start 2 bytes past a
- * boundary: cuBLASLt told so (product_alignment) picks an algorithm that
- * reads them there; the outputs in bf16 within a bf16 step of the CPU's fp32
+/* A bf16 product whose operands and outputs all start 2 bytes past a
+ * boundary (its bias on one, as a model's tensors are): cuBLASLt told so
+ * (product_alignment) picks an algorithm that reads them there; the outputs
+ * in bf16 within a bf16 step of the CPU's fp32
  * sums and the weight gradient near them, the same bytes on each of three
  * runs (the algorithm chosen once for the shape). */
 Test(gpu, a_bf16_product_of_operands_two_bytes_past_a_boundary) {
@@ -240,7 +241,8 @@ Test(gpu, a_bf16_product_of_operands_two_bytes_past_a_boundary) {
     Pair room[6];
     size_t sizes[6] = { nx, nw, (size_t)OC, no, no, nx };
     for (int i = 0; i < 6; i++) room[i] = pair_random(sizes[i] / 2 + 1, 0, 1, 178 + (unsigned)i);
-    const bf16 *x16 = bf16_past_one(room[0], x), *w16 = bf16_past_one(room[1], w), *b16 = bf16_past_one(room[2], bias);
+    const bf16 *x16 = bf16_past_one(room[0], x), *w16 = bf16_past_one(room[1], w), *b16 = (const bf16 *)room[2].gpu;
+    store_bf16(gpu_stream, (bf16 *)room[2].gpu, bias.gpu, (size_t)OC);
     const bf16 *dout16 = bf16_past_one(room[3], dout);
     bf16 *out16 = (bf16 *)room[4].gpu + 1, *dinp16 = (bf16 *)room[5].gpu + 1;
     matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), fp32_numbers(w.cpu),

@@ -10,9 +10,9 @@
 #                                 and skipping with every GPU step stubbed)
 #   tools/gpu_check.sh            on the GPU machine (carry build/gpu/bundle.tar.xz): the steps below
 #
-# The GPU machine has a driver, CUDA 13, and cuBLAS and NCCL in its toolkit or its Python venv,
+# The GPU machine has a driver, CUDA 13, and cuBLAS(Lt) and NCCL in its toolkit or its Python venv,
 # but no Criterion, Jansson or OpenBLAS, and reaches no package registry: the binaries travel
-# with their libraries. cudart is linked in; cuBLAS and NCCL are loaded at their first use
+# with their libraries. cudart is linked in; cuBLAS, cuBLASLt and NCCL are loaded at their first use
 # (runtime/gpu_libraries.h) from LD_LIBRARY_PATH: the bundle's lib, then the folders holding
 # them, then the machine's own LD_LIBRARY_PATH, which the driver may need.
 #
@@ -48,7 +48,10 @@ NOT_BUNDLED="$RUNTIME_LIBS|/lib(cuda|cudart|cublas|cublasLt|nccl)\\.so"
 # The sonames the binaries open at their first use, from the headers they were built with.
 runtime_sonames() {
     local inc=${CUDA_HOME:-/usr/local/cuda}/include
-    echo "libcublas.so.$(awk '/#define CUBLAS_VER_MAJOR/ { print $3 }' "$inc/cublas_api.h")"
+    local cublas_major
+    cublas_major=$(awk '/#define CUBLAS_VER_MAJOR/ { print $3 }' "$inc/cublas_api.h")
+    echo "libcublas.so.$cublas_major"
+    echo "libcublasLt.so.$cublas_major"
     echo "libnccl.so.$(awk '/#define NCCL_MAJOR/ { print $3 }' "$inc/nccl.h")"
 }
 
@@ -67,7 +70,7 @@ bundle() {
     tar -C $GPU_BUILD -cJf "$BUNDLE" bundle && rm -rf $GPU_BUILD/bundle
 }
 
-# Folders that may hold cuBLAS and NCCL: the CUDA toolkit's, then the Python venv's
+# Folders that may hold cuBLAS(Lt) and NCCL: the CUDA toolkit's, then the Python venv's
 # nvidia/*/lib (asked of python3, then by a glob of /opt/*/.venv), never a scan of the disk.
 # $1 = toolkit: the toolkit's folders only.
 library_folders() {
@@ -497,12 +500,12 @@ if [ "${1:-}" = --dry-run ]; then
         say "PASS bundle-contents ($((SECONDS - start)) s)"
     fi
     # Every library resolved against the bundle and the toolkit, the machine's own path kept
-    # last (a driver found only through it), and cuBLAS and NCCL not needed to start.
+    # last (a driver found only through it), and cuBLAS(Lt) and NCCL not needed to start.
     start=$SECONDS
     if LIBS=$(LD_LIBRARY_PATH=/the/machine/own/lib resolve_libraries "$BIN" toolkit) &&
        check_origins "$BIN" "$LIBS" "$(library_folders toolkit)" && [ "${LIBS##*:}" = /the/machine/own/lib ] &&
        ! for b in $BINARIES; do ldd "$BIN/$b"; done | grep -q -E 'lib(cublas|nccl)'; then
-        say "PASS libraries ($((SECONDS - start)) s): cuBLAS and NCCL opened at first use"
+        say "PASS libraries ($((SECONDS - start)) s): cuBLAS, cuBLASLt and NCCL opened at first use"
     else
         say "FAIL libraries ($((SECONDS - start)) s): LD_LIBRARY_PATH=${LIBS:-}"; FAILED=1
     fi

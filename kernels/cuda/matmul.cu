@@ -85,14 +85,16 @@ static cublasLtMatmulAlgo_t chosen_algorithm(const ProductKey *key, cublasLtHand
     for (int i = 0; i < 4; i++) CHECK_CUBLAS(api->preference_set(pref, aligned[i], &alignment, sizeof alignment));
     cublasLtMatmulHeuristicResult_t best;
     int found = 0;
-    CHECK_CUBLAS(api->heuristic(lt, desc, la, lb, lo, lo, pref, 1, &best, &found));
+    cublasStatus_t asked = api->heuristic(lt, desc, la, lb, lo, lo, pref, 1, &best, &found);
     CHECK_CUBLAS(api->preference_destroy(pref));
-    if (found < 1 || best.state != CUBLAS_STATUS_SUCCESS) {
+    if (asked != CUBLAS_STATUS_NOT_SUPPORTED) CHECK_CUBLAS(asked);
+    if (asked == CUBLAS_STATUS_NOT_SUPPORTED || found < 1) {  /* either way: none fits */
         fprintf(stderr, "error: cuBLASLt has no algorithm for a bf16 product of m %d, n %d, k %d (%s output%s, "
                 "pointers aligned to %u bytes)\n", key->m, key->n, key->k, key->out_bf16 ? "bf16" : "fp32",
                 key->bias ? ", a bias" : "", key->alignment);
         world_abort(1);
     }
+    CHECK_CUBLAS(best.state);
     ChosenAlgorithm *grown = (ChosenAlgorithm *)realloc(chosen, (nchosen + 1) * sizeof *chosen);
     if (!grown) {
         fprintf(stderr, "fatal: out of host memory keeping a cuBLASLt algorithm\n");
@@ -113,6 +115,10 @@ static cublasLtMatmulAlgo_t chosen_algorithm(const ProductKey *key, cublasLtHand
 static void gemm_bf16(Stream *s, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16 *a,
                       int lda, const bf16 *b, int ldb, void *out, DType out_held, int ldo, const void *bias,
                       int accumulate) {
+    if ((uintptr_t)bias % 16 != 0) {  /* the epilogue may read it 16 bytes at a time, whatever it is told */
+        fprintf(stderr, "fatal: a bf16 product's bias off a 16-byte boundary (a model's tensors start on one)\n");
+        abort();
+    }
     const Cublaslt *api = gpu_cublaslt();
     void *workspace;
     cublasLtHandle_t lt = cuda_blaslt(s, &workspace);
