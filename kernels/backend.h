@@ -32,7 +32,7 @@ typedef struct {
                             const float *inp, const float *weight, int N, int C, int OC);
     void (*matmul_forward_bf16)(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                                 int OC);
-    void (*matmul_backward_bf16)(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+    void (*matmul_backward_bf16)(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                                  ConstBuf weight, int N, int C, int OC);
     AttentionBuffers (*attention_buffers)(int B, int T, int C, int NH, DType products);
     void (*attention_forward)(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
@@ -58,7 +58,6 @@ typedef struct {
     void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);
     void (*store_bf16)(Stream *s, bf16 *out, const float *in, size_t n);
     void (*load_bf16)(Stream *s, float *out, const bf16 *in, size_t n);
-    void (*add_bf16)(Stream *s, bf16 *acc, const float *x, size_t n);
 } KernelOps;
 
 extern const KernelOps cpu_kernel_ops;

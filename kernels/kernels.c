@@ -94,7 +94,7 @@ void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, Cons
     op_end(s);
 }
 
-void matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC) {
     op_begin(s, "matmul_backward");
     backend(s)->matmul_backward_bf16(s, dinp, dweight, dout, inp, weight, N, C, OC);
@@ -232,8 +232,3 @@ void load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
     op_end(s);
 }
 
-void add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
-    op_begin(s, "add_bf16");
-    backend(s)->add_bf16(s, acc, x, n);
-    op_end(s);
-}

@@ -174,9 +174,11 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * it): on the GPU cuBLASLt adds it in its epilogue, in out's dtype. The
  * backward's dinp is stored as it is held (in bf16, rounded once from its
  * fp32 sums: the model's gradients of the MLP's hidden tensor and of a
- * LayerNorm's output), its dweight fp32. */
+ * LayerNorm's output); its dweight held in fp32 is added into (the head's
+ * sums over its chunks), one held in bf16 written, each number its fp32 sum
+ * rounded once (a Linear's weight gradient as autocast makes it). */
 void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC);
-void matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC);
 
 /* Causal self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/NH
@@ -291,9 +293,6 @@ void round_to_bf16(Stream *s, float *out, const float *in, size_t n);
  * rounds, in 16 bits; and back, widened (exact) into fp32 for the ops. */
 void store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
-/* acc = acc + x, the sum made in fp32 and rounded back into bf16: a gradient
- * held in bf16 taking one more part. */
-void add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

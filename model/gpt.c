@@ -126,7 +126,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
             root = held_floats(compute, root);  /* the copies in bf16 */
             block = held_floats(compute, block);
         }
-        largest_block_tensor = 4 * C * C;
+        largest_block_tensor = held_floats(compute, 4 * C * C);  /* its gradient, made in bf16 */
         /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer, as the embeddings' [V+block,C]
          * (the more) at the end of the backward; in between, rounded, in the logits' */
         size_t embedding_sums = (V + (size_t)cfg->block_size) * C;
@@ -183,13 +183,14 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
      * attention's, 8n (q, k, v, its output and its gradient, and dqkv), the most of the other ops';
      * a chunk of the head's logits, which its product writes, the loss reads and writes (in place) and its
      * backward reads, beside the head's weight and, in the backward, the chunk's rows of the final LayerNorm's
-     * output and of their gradient; or a Linear's weight, beside what it reads and writes in bf16 */
+     * output and of their gradient; or a Linear's weight, beside what it reads and writes in bf16 (in the
+     * backward its input's gradient and its weight's, summed there in fp32) */
     size_t n = BT * C, most = 8 * n, head = R * V + V * C + 2 * R * C;
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
         size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
         size_t forward = (kept ? in : 0) + out + weight;
-        size_t backward = (kept ? in : 0) + out + weight + in;
+        size_t backward = (kept ? in : 0) + out + weight + in + weight;
         if (forward > most) most = forward;
         if (backward > most) most = backward;
     }
@@ -270,10 +271,10 @@ static void product_forward(GPT *m, Buf out, ConstBuf inp, ConstBuf weight, int 
     else matmul_forward(m->base.stream, fp32_output(out), fp32_input(inp), fp32_input(weight), N, C, OC);
 }
 
-static void product_backward(GPT *m, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp, ConstBuf weight, int N,
+static void product_backward(GPT *m, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp, ConstBuf weight, int N,
                              int C, int OC) {
     if (autocast(m)) matmul_backward_bf16(m->base.stream, dinp, dweight, dout, inp, weight, N, C, OC);
-    else matmul_backward(m->base.stream, fp32_output(dinp), dweight, fp32_input(dout), fp32_input(inp),
+    else matmul_backward(m->base.stream, fp32_output(dinp), fp32_output(dweight), fp32_input(dout), fp32_input(inp),
                          fp32_input(weight), N, C, OC);
 }
 
@@ -365,36 +366,26 @@ static Buf grad_held(GPT *m, int t) {
     return fp32_buf(grad_of(m, t));
 }
 
-/* Where a Linear's weight gradient (tensor t, n floats) is made: added into
- * itself, or under autocast into dweight_bf16, zeroed, for add_bf16_grad. */
-static float *made_grad(GPT *m, int t, size_t n) {
-    if (!autocast(m)) return grad_of(m, t);
-    fill_zero(m->base.stream, m->acts.dweight_bf16, n);
-    return m->acts.dweight_bf16;
+/* Where a Linear's weight gradient (tensor t) is made: added into itself,
+ * or under autocast written in bf16 into dweight_bf16 by its product (each
+ * number its fp32 sum rounded once), for add_bf16_grad. */
+static Buf made_grad(GPT *m, int t) {
+    if (!autocast(m)) return fp32_buf(grad_of(m, t));
+    return bf16_buf((bf16 *)m->acts.dweight_bf16);
 }
 
 /* Under autocast, n bf16 values made for tensor t onwards (its first number
  * on) join its gradient: cast up into the master's fp32 gradient, as the
  * reference's fp32 master takes it; or, where the strategy holds the
  * gradients in bf16 (reduced in bf16), added and the sum rounded. */
-static void add_into_grad(GPT *m, int t, const float *made, size_t n) {
-    Stream *s = m->base.stream;
-    bf16 *held = m->base.unit_grads_bf16[m->base.layout.tensors[t].unit];
-    if (held) {
-        add_bf16(s, held + model_tensor_offset(&m->base, t), made, n);
-        return;
-    }
-    float *grad = grad_of(m, t);
-    residual_forward(s, fp32_buf(grad), fp32_numbers(grad), fp32_numbers(made), n, DTYPE_FP32);
+static void add_into_grad(GPT *m, int t, ConstBuf made, size_t n) {
+    Buf grad = grad_held(m, t);
+    residual_forward(m->base.stream, grad, const_buf(grad), made, n, grad.dtype);
 }
 
-/* Under autocast, tensor t's gradient += the one made in dweight_bf16: its
- * product's fp32 sums rounded to bf16 (the bf16 parameter's gradient). */
+/* Under autocast, tensor t's gradient += the one made in dweight_bf16. */
 static void add_bf16_grad(GPT *m, int t, size_t n) {
-    if (!autocast(m)) return;
-    float *made = m->acts.dweight_bf16;
-    round_to_bf16(m->base.stream, made, made, n);
-    add_into_grad(m, t, made, n);
+    if (autocast(m)) add_into_grad(m, t, bf16_numbers((const bf16 *)m->acts.dweight_bf16), n);
 }
 
 /* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums (dout
@@ -471,7 +462,7 @@ static void linear_forward(GPT *m, Buf out, ConstBuf inp, int l, int i, int hook
 static void linear_backward(GPT *m, Buf dinp, int l, int i, ConstBuf dout, ConstBuf inp, size_t N, int C, int OC,
                             int with_bias) {
     int t = block_tensor(m, l, i);
-    product_backward(m, dinp, made_grad(m, t, (size_t)OC * C), dout, inp, weights_of(m, l, i), (int)N, C, OC);
+    product_backward(m, dinp, made_grad(m, t), dout, inp, weights_of(m, l, i), (int)N, C, OC);
     if (dinp.dtype == DTYPE_FP32) bf16_values(m, dinp.data, N * C);
     add_bf16_grad(m, t, (size_t)OC * C);
     if (with_bias) bias_grad(m, bias_after(m, t), dout, N, OC);
@@ -658,7 +649,7 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *
     crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
                                   m->precision);
     if (!dwte) return;
-    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), lnf, wte, rows, C, V);
+    product_backward(m, held_numbers(m, a->dln, r0 * C), fp32_buf(dwte), const_buf(logits), lnf, wte, rows, C, V);
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -819,7 +810,7 @@ void gpt_backward(GPT *m, float dloss) {
         round_to_bf16(s, made, made, both);
         residual_forward(s, fp32_buf(made), fp32_numbers(made), bf16_numbers((bf16 *)a->logits), (size_t)V * C,
                          DTYPE_BF16);
-        add_into_grad(m, WTE, made, both);
+        add_into_grad(m, WTE, fp32_numbers(made), both);
     }
     trace_end(s);
     model_after_backward(&m->base, 0);

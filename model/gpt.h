@@ -51,8 +51,8 @@ typedef struct {
      * (two numbers a float), copied as each unit is entered (gpt.c:
      * compute_weights), each tensor on its operand boundary: the root's, and
      * the unit's in hand (a whole block's, the most any unit policy puts in
-     * one); none with weights_in_place. A block matrix's gradient made by its product before it is
-     * rounded to bf16 and added into the fp32 one ([4C, C], the largest). */
+     * one); none with weights_in_place. A block matrix's gradient made in bf16 by its product before it
+     * is added into the fp32 one ([4C, C], the largest). */
     float *root_bf16, *unit_bf16, *dweight_bf16;
     /* bf16 without recompute: what each block's backward reads of its
      * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],

@@ -190,10 +190,10 @@ static void check_matmul(DType p) {
                             fp32_numbers(NULL), N, C, OC);
         matmul_forward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu),
                             fp32_numbers(NULL), N, C, OC);
-        matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(inp.cpu),
-                             fp32_numbers(w.cpu), N, C, OC);
-        matmul_backward_bf16(gpu_stream, fp32_buf(dinp.gpu), dw.gpu, fp32_numbers(dout.gpu), fp32_numbers(inp.gpu),
-                             fp32_numbers(w.gpu), N, C, OC);
+        matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), fp32_buf(dw.cpu), fp32_numbers(dout.cpu),
+                             fp32_numbers(inp.cpu), fp32_numbers(w.cpu), N, C, OC);
+        matmul_backward_bf16(gpu_stream, fp32_buf(dinp.gpu), fp32_buf(dw.gpu), fp32_numbers(dout.gpu),
+                             fp32_numbers(inp.gpu), fp32_numbers(w.gpu), N, C, OC);
     } else {
         matmul_forward(test_stream, out.cpu, inp.cpu, w.cpu, N, C, OC);
         matmul_forward(gpu_stream, out.gpu, inp.gpu, w.gpu, N, C, OC);
@@ -203,6 +203,22 @@ static void check_matmul(DType p) {
     expect_match(out, REDUCTION_TOL, "matmul out");
     expect_match(dinp, REDUCTION_TOL, "matmul dinp");
     expect_match(dw, REDUCTION_TOL, "matmul dweight (added)");
+    if (p == DTYPE_BF16) {  /* the weight gradient written into bf16 (a Linear's): the fp32 sums from zero, rounded */
+        size_t nw = (size_t)OC * C;
+        Pair dw16 = pair_random(nw / 2 + 1, 1, 2, 7);  /* not zero: it is written, not added into */
+        bf16 *got = malloc(nw * sizeof(bf16));
+        memset(dw.cpu, 0, nw * sizeof(float));
+        matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), fp32_buf(dw.cpu), fp32_numbers(dout.cpu),
+                             fp32_numbers(inp.cpu), fp32_numbers(w.cpu), N, C, OC);
+        stream_synchronize(test_stream);
+        matmul_backward_bf16(gpu_stream, fp32_buf(dinp.gpu), bf16_buf((bf16 *)dw16.gpu), fp32_numbers(dout.gpu),
+                             fp32_numbers(inp.gpu), fp32_numbers(w.gpu), N, C, OC);
+        stream_copy(gpu_stream, got, dw16.gpu, nw * sizeof(bf16));
+        stream_synchronize(gpu_stream);
+        expect_within_a_bf16_step(got, dw.cpu, nw, "matmul dweight written into bf16");
+        free(got);
+        pair_free(dw16);
+    }
     pair_free(inp); pair_free(w); pair_free(out); pair_free(dout); pair_free(dinp); pair_free(dw);
 }
 
@@ -248,7 +264,7 @@ Test(gpu, a_bf16_product_of_operands_two_bytes_past_a_boundary) {
     matmul_forward_bf16(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), fp32_numbers(w.cpu),
                         fp32_numbers(bias.cpu), N, C, OC);
     fill_zero(test_stream, dw.cpu, nw);
-    matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), dw.cpu, fp32_numbers(dout.cpu), fp32_numbers(x.cpu),
+    matmul_backward_bf16(test_stream, fp32_buf(dinp.cpu), fp32_buf(dw.cpu), fp32_numbers(dout.cpu), fp32_numbers(x.cpu),
                          fp32_numbers(w.cpu), N, C, OC);
     stream_synchronize(test_stream);
     bf16 *first = malloc((no + nx) * sizeof(bf16)), *again = malloc((no + nx) * sizeof(bf16));
@@ -258,7 +274,7 @@ Test(gpu, a_bf16_product_of_operands_two_bytes_past_a_boundary) {
         matmul_forward_bf16(gpu_stream, bf16_buf(out16), bf16_numbers(x16), bf16_numbers(w16), bf16_numbers(b16), N,
                             C, OC);
         fill_zero(gpu_stream, dw.gpu, nw);
-        matmul_backward_bf16(gpu_stream, bf16_buf(dinp16), dw.gpu, bf16_numbers(dout16), bf16_numbers(x16),
+        matmul_backward_bf16(gpu_stream, bf16_buf(dinp16), fp32_buf(dw.gpu), bf16_numbers(dout16), bf16_numbers(x16),
                              bf16_numbers(w16), N, C, OC);
         stream_copy(gpu_stream, got, out16, no * sizeof(bf16));
         stream_copy(gpu_stream, got + no, dinp16, nx * sizeof(bf16));
@@ -998,7 +1014,7 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
     }
     for (int run = 0; run < 4; run++) {
         fill_zero(gpu_stream, dw.gpu, (size_t)OC * C);
-        matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), dw.gpu, fp32_numbers(dy.gpu), in[run > 0],
+        matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_buf(dw.gpu), fp32_numbers(dy.gpu), in[run > 0],
                              fp32_numbers(w.gpu), N, C, OC);
         if (run == 0) {
             pair_take_gpu(out);
@@ -1199,8 +1215,8 @@ Test(gpu, weights_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shap
     pair_free(out16);
     for (int k = 0; k < 2; k++) {
         fill_zero(gpu_stream, dw.gpu, nw);
-        matmul_backward_bf16(gpu_stream, fp32_buf(out2.gpu), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
-                             product_weight[k], N, C, OC);
+        matmul_backward_bf16(gpu_stream, fp32_buf(out2.gpu), fp32_buf(dw.gpu), fp32_numbers(dy.gpu),
+                             fp32_numbers(x.gpu), product_weight[k], N, C, OC);
         take_or_expect(out2, k, "matmul_backward_bf16's dinp from a bf16 weight in place");
         take_or_expect(dw, k, "matmul_backward_bf16's weight gradient from a bf16 weight in place");
     }
@@ -1288,13 +1304,13 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     expect_stored_bytes(got16.gpu, out.cpu, nc, "dropout_backward from bf16 into bf16");
     /* the MLP's projection: dinp [N, 3072] from dout [N, 768] */
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
+    matmul_backward_bf16(gpu_stream, fp32_buf(out.gpu), fp32_buf(dw.gpu), fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
                          fp32_numbers(w.gpu), N, OC, C);
     pair_take_gpu(out);
     bf16 *first = malloc(n * sizeof(bf16)), *again = malloc(n * sizeof(bf16));
     for (int run = 0; run < 3; run++) {
-        matmul_backward_bf16(gpu_stream, bf16_buf(got_held), dw.gpu, fp32_numbers(dy.gpu), fp32_numbers(x.gpu),
-                             fp32_numbers(w.gpu), N, OC, C);
+        matmul_backward_bf16(gpu_stream, bf16_buf(got_held), fp32_buf(dw.gpu), fp32_numbers(dy.gpu),
+                             fp32_numbers(x.gpu), fp32_numbers(w.gpu), N, OC, C);
         stream_copy(gpu_stream, run ? again : first, got16.gpu, n * sizeof(bf16));
         stream_synchronize(gpu_stream);
         if (run) cr_expect_eq(memcmp(first, again, n * sizeof(bf16)), 0, "run %d: another bf16 dinp", run + 1);
@@ -1348,12 +1364,12 @@ Test(gpu, the_heads_logits_and_dlogits_in_bf16_at_gpt2s_shape, .timeout = 300) {
     for (size_t i = 0; i < nl; i++) out.cpu[i] = float_from_bf16(cpu16[i]);
     stream_copy(gpu_stream, out.gpu, out.cpu, nl * sizeof(float));
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), dw.gpu, fp32_numbers(out.gpu), fp32_numbers(x.gpu),
+    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), fp32_buf(dw.gpu), fp32_numbers(out.gpu), fp32_numbers(x.gpu),
                          fp32_numbers(w.gpu), N, C, V);
     pair_take_gpu(dx);
     pair_take_gpu(dw);
     fill_zero(gpu_stream, dw.gpu, nw);
-    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), dw.gpu, bf16_numbers((const bf16 *)logits16.gpu),
+    matmul_backward_bf16(gpu_stream, fp32_buf(dx.gpu), fp32_buf(dw.gpu), bf16_numbers((const bf16 *)logits16.gpu),
                          fp32_numbers(x.gpu), fp32_numbers(w.gpu), N, C, V);
     expect_same_bytes(dx, nx * sizeof(float), "matmul_backward_bf16's dinp from bf16 dlogits");
     expect_same_bytes(dw, nw * sizeof(float), "matmul_backward_bf16's weight gradient from bf16 dlogits");
@@ -1417,8 +1433,9 @@ Test(gpu, adamw_sumsq_and_clip) {
 
 /* Gradients held in bf16 (2 bytes each, in a Pair of half as many floats):
  * AdamW reading them, their norm, AdamW clipping them (each product rounded
- * to bf16) and add_bf16, the GPU's against the CPU's; the clipped step and
- * the 16-bit sums byte for byte. */
+ * to bf16) and a part added into them (residual_forward in place, as the
+ * model adds a parameter's gradient), the GPU's against the CPU's; the
+ * clipped step and the 16-bit sums byte for byte. */
 Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     need_gpu();
     size_t n = 70001, floats = (n + 1) / 2;
@@ -1449,8 +1466,10 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, DTYPE_BF16, m.gpu, v.gpu, 0, n,
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
     expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW clipping a bf16 gradient differs from the CPU's");
-    add_bf16(test_stream, (bf16 *)held.cpu, x.cpu, n);
-    add_bf16(gpu_stream, (bf16 *)held.gpu, x.gpu, n);
+    residual_forward(test_stream, bf16_buf((bf16 *)held.cpu), bf16_numbers((const bf16 *)held.cpu),
+                     fp32_numbers(x.cpu), n, DTYPE_BF16);
+    residual_forward(gpu_stream, bf16_buf((bf16 *)held.gpu), bf16_numbers((const bf16 *)held.gpu),
+                     fp32_numbers(x.gpu), n, DTYPE_BF16);
     expect_same_bytes(held, n * sizeof(bf16), "the GPU's added bf16 gradient differs from the CPU's");
     pair_free(param); pair_free(m); pair_free(v); pair_free(x); pair_free(sumsq); pair_free(held); pair_free(scratch);
     pair_free(table);

@@ -796,9 +796,8 @@ Test(kernels, gelu_backward_with_the_bias_is_the_gradient_its_rounding_then_the_
 /* A column sum added into a gradient under bf16 (bias_backward's, and
  * LayerNorm's weight and bias sums) is the ops it stands for, to the bytes:
  * the fp32 sum into a zeroed buffer, round_to_bf16, then its add into an fp32
- * gradient (residual_forward) or into one held in bf16 (add_bf16); the fp32
- * sums into a gradient held in bf16 are stored rounded. Rows that end in a
- * short part; the rounding shows (the test could fail). */
+ * gradient or into one held in bf16 (residual_forward, the sum rounded).
+ * Rows that end in a short part; the rounding shows (the test could fail). */
 Test(kernels, a_column_sum_into_a_gradient_under_bf16_is_its_rounding_then_its_add) {
     int N = PART_ROWS + 41, C = 70;
     size_t n = (size_t)N * C;
@@ -827,7 +826,8 @@ Test(kernels, a_column_sum_into_a_gradient_under_bf16_is_its_rounding_then_its_a
     residual_forward(test_stream, fp32_buf(apart), fp32_numbers(apart), fp32_numbers(sums), 3 * (size_t)C,
                      DTYPE_FP32);
     for (size_t i = 0; i < 3 * (size_t)C; i++) held_apart[i] = bf16_from_float(start[i]);
-    add_bf16(test_stream, held_apart, sums, 3 * (size_t)C);
+    residual_forward(test_stream, bf16_buf(held_apart), bf16_numbers(held_apart), fp32_numbers(sums), 3 * (size_t)C,
+                     DTYPE_BF16);
     /* fused: each op adds its rounded sums into the gradient as it is held */
     for (int k = 0; k < 2; k++) {
         Buf grad[3];
@@ -1092,12 +1092,21 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     cr_assert(memcmp(got[0], got[1], (size_t)N * OC * sizeof(float)) == 0, "matmul_forward_bf16");
     for (int k = 0; k < 2; k++) {
         memset(dw[k], 0, (size_t)OC * C * sizeof(float));
-        matmul_backward_bf16(test_stream, fp32_buf(got[k]), dw[k], fp32_numbers(dy), held[k], fp32_numbers(w), N, C,
-                             OC);
+        matmul_backward_bf16(test_stream, fp32_buf(got[k]), fp32_buf(dw[k]), fp32_numbers(dy), held[k], fp32_numbers(w),
+                             N, C, OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got[0], got[1], (size_t)N * C * sizeof(float)) == 0, "matmul_backward_bf16's dinp");
     cr_assert(memcmp(dw[0], dw[1], (size_t)OC * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight");
+    /* the weight gradient written into bf16 (a Linear's, as the model makes it): not added into what was there,
+     * the fp32 sums from zero (dw[0]) stored, each rounded once */
+    bf16 *dw16 = malloc((size_t)OC * C * sizeof(bf16));
+    for (size_t i = 0; i < (size_t)OC * C; i++) dw16[i] = bf16_from_float(1.0f);
+    matmul_backward_bf16(test_stream, fp32_buf(got[1]), bf16_buf(dw16), fp32_numbers(dy), held[1], fp32_numbers(w), N,
+                         C, OC);
+    stream_synchronize(test_stream);
+    cr_assert(same_as_stored(dw16, dw[0], (size_t)OC * C), "matmul_backward_bf16's dweight into bf16");
+    free(dw16);
     /* attention's backward, its q, k, v and output (two inputs at once), with dropout: rows of x's numbers */
     enum { B = 1, NH = 2 };
     int T = N;
@@ -1187,9 +1196,9 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     for (size_t i = 0; i < nl; i++) dlogits[i] = float_from_bf16(logits16[i]);
     float *dx = alloc_floats(nx), *dx16 = alloc_floats(nx), *dw = alloc_floats((size_t)V * C);
     float *dw16 = alloc_floats((size_t)V * C);
-    matmul_backward_bf16(test_stream, fp32_buf(dx), dw, fp32_numbers(dlogits), fp32_numbers(x), fp32_numbers(w), N, C,
-                         V);
-    matmul_backward_bf16(test_stream, fp32_buf(dx16), dw16, bf16_numbers(logits16), bf16_numbers(x16),
+    matmul_backward_bf16(test_stream, fp32_buf(dx), fp32_buf(dw), fp32_numbers(dlogits), fp32_numbers(x),
+                         fp32_numbers(w), N, C, V);
+    matmul_backward_bf16(test_stream, fp32_buf(dx16), fp32_buf(dw16), bf16_numbers(logits16), bf16_numbers(x16),
                          fp32_numbers(w), N, C, V);
     stream_synchronize(test_stream);
     cr_assert(memcmp(dx, dx16, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp from bf16 dout");
@@ -1263,7 +1272,8 @@ Test(kernels, weights_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     ConstBuf dout[2] = { fp32_numbers(dy), bf16_numbers(dy16) };
     for (int k = 1; k >= 0; k--) {
         memset(dw[k], 0, nw * sizeof(float));
-        matmul_backward_bf16(test_stream, fp32_buf(got2[k]), dw[k], dout[k], inp[k], product_weight[k], N, C, OC);
+        matmul_backward_bf16(test_stream, fp32_buf(got2[k]), fp32_buf(dw[k]), dout[k], inp[k], product_weight[k], N, C,
+                             OC);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(got2[0], got2[1], n * sizeof(float)) == 0, "matmul_backward_bf16's dinp from a bf16 weight");
@@ -1336,9 +1346,10 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     cr_assert(same_as_stored(got16, got, n), "gelu_backward into bf16, in place");
     cr_assert(memcmp(dbias, dbias16, OC * sizeof(float)) == 0, "gelu_backward's bias sums into bf16");
     /* the product's backward: its input's gradient into bf16 from a bf16 dout and input (the room: all four) */
-    matmul_backward_bf16(test_stream, bf16_buf(got16), dw16, bf16_numbers(dy16), bf16_numbers(x16), fp32_numbers(w), N,
-                         OC, C);
-    matmul_backward_bf16(test_stream, fp32_buf(got), dw, fp32_numbers(dy), fp32_numbers(x), fp32_numbers(w), N, OC, C);
+    matmul_backward_bf16(test_stream, bf16_buf(got16), fp32_buf(dw16), bf16_numbers(dy16), bf16_numbers(x16),
+                         fp32_numbers(w), N, OC, C);
+    matmul_backward_bf16(test_stream, fp32_buf(got), fp32_buf(dw), fp32_numbers(dy), fp32_numbers(x), fp32_numbers(w),
+                         N, OC, C);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(got16, got, n), "matmul_backward_bf16's dinp into bf16");
     cr_assert(memcmp(dw, dw16, nw * sizeof(float)) == 0, "its weight gradient");
@@ -1818,7 +1829,9 @@ Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
  * and the count read each as its value, the same bits as the fp32 buffer of
  * the same values; the clip's products are rounded to bf16 before AdamW
  * takes them (the step over the clipped gradient written back in 16 bits);
- * and add_bf16 is the plain loop's rounded sum. */
+ * and one taking a part made in bf16 (residual_forward in place, as the
+ * model adds a parameter's gradient into it) is the plain loop's rounded
+ * sum. */
 Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     size_t n = 40001;  /* several sumsq chunks, and a ragged end */
     float *values = alloc_floats(n), *x = alloc_floats(n), sumsq_fp32, sumsq_bf16;
@@ -1868,14 +1881,16 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     stream_synchronize(test_stream);
     cr_expect_eq(count, 3.0f, "one NaN, two infinities held in bf16: %g", count);
 
-    for (size_t i = 0; i < n; i++) acc[i] = bf16_from_float(values[i]);
+    bf16 *part = malloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) acc[i] = bf16_from_float(values[i]), part[i] = bf16_from_float(x[i]);
     memcpy(held, acc, n * sizeof(bf16));
-    add_bf16(test_stream, acc, x, n);
+    residual_forward(test_stream, bf16_buf(acc), bf16_numbers(acc), bf16_numbers(part), n, DTYPE_BF16);
     stream_synchronize(test_stream);
     for (size_t i = 0; i < n; i++) {
-        bf16 want = bf16_from_float(float_from_bf16(held[i]) + x[i]);
-        cr_assert_eq(acc[i], want, "add_bf16 element %zu is 0x%04x, not 0x%04x", i, acc[i], want);
+        bf16 want = bf16_from_float(float_from_bf16(held[i]) + float_from_bf16(part[i]));
+        cr_assert_eq(acc[i], want, "the add into bf16, element %zu is 0x%04x, not 0x%04x", i, acc[i], want);
     }
+    free(part);
     for (int k = 0; k < 2; k++) {
         free(p[k]);
         free(m[k]);

@@ -569,6 +569,20 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
  * fit in CLASSIFIER_CHUNK_FLOATS, past it in equal chunks (no B x T x V
  * buffer held); in chunks of 150 rows (the last of 400 ragged) the loss the
  * double reference's; generation's logits those of the last position. */
+/* On a GPU each rank's compute stream holds its bf16 products' cuBLASLt
+ * workspace (DEVICE_PRODUCT_WORKSPACE_BYTES, made at the first), which the
+ * estimate counts beside the products' staging: all of it where a bf16
+ * block keeps its Linears' inputs in bf16 (nothing staged); fp32's products
+ * (cuBLAS's sgemm) hold none of ours. Formulas alone: no GPU needed. */
+Test(model, a_gpus_bf16_products_workspace_is_counted) {
+    ModelConfig cfg = { 65, 64, 2, 2, 32, MODEL_GPT, 0, 0 };
+    ComputePolicy bf16 = { .precision = DTYPE_BF16 }, fp32 = { .precision = DTYPE_FP32 };
+    cr_expect_eq(gpt_staging_bytes(&cfg, DEVICE_CUDA, bf16, 4, 64), (size_t)DEVICE_PRODUCT_WORKSPACE_BYTES);
+    cr_expect_eq(gpt_staging_bytes(&cfg, DEVICE_CUDA, fp32, 4, 64), 0);
+    cr_expect_lt(gpt_staging_bytes(&cfg, DEVICE_CPU, bf16, 4, 64), (size_t)DEVICE_PRODUCT_WORKSPACE_BYTES,
+                 "the CPU's room is its own");
+}
+
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0, 0 };
     int B = 1, T = 400;

@@ -54,7 +54,7 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
                          const float *inp, const float *weight, int N, int C, int OC);
 void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                              int OC);
-void cpu_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cpu_matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                               ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cpu_attention_buffers(int B, int T, int C, int NH, DType products);
 void cpu_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv,
@@ -81,6 +81,5 @@ void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void cpu_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
-void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #endif

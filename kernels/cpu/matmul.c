@@ -74,8 +74,10 @@ void cpu_matmul_backward(Stream *s, float *dinp, float *dweight, const float *do
  * into the stream's room first (the same values, so the same bits) and an
  * output held in bf16 made there (with its bias added in fp32) and stored:
  * side by side from 0, what is held in bf16 of the input, the output (or
- * the output gradient), the weight (and the input's gradient), the room
- * grown for all before any is placed. */
+ * the output gradient), the weight (and the input's gradient and the
+ * weight's), the room grown for all before any is placed. A weight
+ * gradient held in bf16 is summed from zero there (sgemm adding into it, as
+ * into one held in fp32) and stored. */
 void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                              int OC) {
     size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(out.dtype, (size_t)N * OC);
@@ -87,13 +89,16 @@ void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, 
     cpu_store_output(s, out, written, (size_t)N * OC);
 }
 
-void cpu_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cpu_matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                               ConstBuf weight, int N, int C, int OC) {
-    size_t x = cpu_room_for(inp.dtype, (size_t)N * C), y = cpu_room_for(dout.dtype, (size_t)N * OC);
-    size_t w = cpu_room_for(weight.dtype, (size_t)OC * C);
-    cpu_stream_room(s, x + y + w + cpu_room_for(dinp.dtype, (size_t)N * C));
-    const float *in = cpu_fp32_of(s, inp, (size_t)N * C, 0), *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
-    float *written = cpu_fp32_for(s, dinp, (size_t)N * C, x + y + w);
-    cpu_matmul_backward(s, written, dweight, d, in, cpu_fp32_of(s, weight, (size_t)OC * C, x + y), N, C, OC);
-    cpu_store_output(s, dinp, written, (size_t)N * C);
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C;
+    size_t x = cpu_room_for(inp.dtype, nx), y = cpu_room_for(dout.dtype, (size_t)N * OC);
+    size_t w = cpu_room_for(weight.dtype, nw), dx = cpu_room_for(dinp.dtype, nx);
+    cpu_stream_room(s, x + y + w + dx + cpu_room_for(dweight.dtype, nw));
+    const float *in = cpu_fp32_of(s, inp, nx, 0), *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
+    float *written = cpu_fp32_for(s, dinp, nx, x + y + w), *summed = cpu_fp32_for(s, dweight, nw, x + y + w + dx);
+    if (dweight.dtype == DTYPE_BF16) cpu_fill_zero(s, summed, nw * sizeof(float));
+    cpu_matmul_backward(s, written, summed, d, in, cpu_fp32_of(s, weight, nw, x + y), N, C, OC);
+    cpu_store_output(s, dinp, written, nx);
+    cpu_store_output(s, dweight, summed, nw);
 }

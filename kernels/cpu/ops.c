@@ -30,5 +30,4 @@ const KernelOps cpu_kernel_ops = {
     .round_to_bf16 = cpu_round_to_bf16,
     .store_bf16 = cpu_store_bf16,
     .load_bf16 = cpu_load_bf16,
-    .add_bf16 = cpu_add_bf16,
 };

@@ -1,6 +1,6 @@
 /* precision.c: fp32 rounded to bf16's values, kept in fp32 or stored in 16
- * bits, bf16 widened back, and an fp32 added into bf16 (runtime/bf16.h rounds
- * each value). */
+ * bits, and bf16 widened back (runtime/bf16.h rounds each value); and the
+ * room where the CPU's ops widen what they read in bf16. */
 #include "../../runtime/device_cpu.h"
 #include "cpu_kernels.h"
 
@@ -41,19 +41,6 @@ static void load_bf16_task(void *p) {
 void cpu_load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
     LoadArgs a = { out, in, n };
     stream_launch(s, load_bf16_task, &a, sizeof a);
-}
-
-typedef struct { bf16 *acc; const float *x; size_t n; } AddArgs;
-
-static void add_bf16_task(void *p) {
-    AddArgs *a = p;
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < a->n; i++) a->acc[i] = bf16_from_float(float_from_bf16(a->acc[i]) + a->x[i]);
-}
-
-void cpu_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
-    AddArgs a = { acc, x, n };
-    stream_launch(s, add_bf16_task, &a, sizeof a);
 }
 
 size_t cpu_room_for(DType held, size_t n) { return held == DTYPE_BF16 ? n : 0; }

@@ -65,7 +65,7 @@ void cuda_matmul_backward(Stream *s, float *dinp, float *dweight, const float *d
                           const float *weight, int N, int C, int OC);
 void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C,
                               int OC);
-void cuda_matmul_backward_bf16(Stream *s, Buf dinp, float *dweight, ConstBuf dout, ConstBuf inp,
+void cuda_matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC);
 AttentionBuffers cuda_attention_buffers(int B, int T, int C, int NH, DType products);
 void cuda_attention_forward(Stream *s, Buf out, float *saved, float *scratch, ConstBuf qkv, int B, int T,
@@ -95,6 +95,5 @@ void cuda_add_column_parts(Stream *s, Buf out, const float *partial, int N, int 
 void cuda_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cuda_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);
 void cuda_load_bf16(Stream *s, float *out, const bf16 *in, size_t n);
-void cuda_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n);
 
 #endif

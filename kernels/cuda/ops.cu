@@ -29,7 +29,6 @@ static const KernelOps cuda_ops = {
     .round_to_bf16 = cuda_round_to_bf16,
     .store_bf16 = cuda_store_bf16,
     .load_bf16 = cuda_load_bf16,
-    .add_bf16 = cuda_add_bf16,
 };
 
 const KernelOps *cuda_kernel_ops(void) { return &cuda_ops; }

@@ -1,6 +1,6 @@
 /* precision.cu: fp32 rounded to bf16's values on the GPU, kept in fp32 or stored in
- * 16 bits, bf16 widened back, and an fp32 added into bf16 (runtime/bf16.h rounds
- * each value, as the CPU's kernels do, so both write the same bits). */
+ * 16 bits, and bf16 widened back (runtime/bf16.h rounds each value, as the CPU's
+ * kernels do, so both write the same bits). */
 #include "cuda_kernels.cuh"
 
 __global__ static void round_to_bf16_kernel(float *out, const float *in, size_t n) {
@@ -31,14 +31,4 @@ __global__ static void load_bf16_kernel(float *out, const bf16 *in, size_t n) {
 void cuda_load_bf16(Stream *s, float *out, const bf16 *in, size_t n) {
     load_bf16_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, in, n);
     CHECK_LAUNCH("load_bf16_kernel");
-}
-
-__global__ static void add_bf16_kernel(bf16 *acc, const float *x, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) acc[i] = bf16_from_float(float_from_bf16(acc[i]) + x[i]);
-}
-
-void cuda_add_bf16(Stream *s, bf16 *acc, const float *x, size_t n) {
-    add_bf16_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(acc, x, n);
-    CHECK_LAUNCH("add_bf16_kernel");
 }
