@@ -16,8 +16,8 @@ extern "C" {
 typedef struct {
     void (*embedding_forward)(Stream *s, Buf out, const int *tokens, ConstBuf wte,
                               ConstBuf wpe, int B, int T, int C, DType rounding);
-    void (*embedding_backward)(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
-                               TokenBuckets buckets, int B, int T, int C);
+    void (*embedding_backward)(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head,
+                               TokenBuckets buckets, int B, int T, int V, int C, DType rounding);
     void (*layernorm_forward)(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                               ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
     void (*residual_layernorm_forward)(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,

@@ -37,10 +37,10 @@ void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, Cons
     op_end(s);
 }
 
-void embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout, TokenBuckets buckets,
-                        int B, int T, int C) {
+void embedding_backward(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head, TokenBuckets buckets, int B,
+                        int T, int V, int C, DType rounding) {
     op_begin(s, "embedding_backward");
-    backend(s)->embedding_backward(s, dwte, dwpe, dout, buckets, B, T, C);
+    backend(s)->embedding_backward(s, dwte, dwpe, dout, head, buckets, B, T, V, C, rounding);
     op_end(s);
 }
 

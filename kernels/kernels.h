@@ -90,13 +90,22 @@ typedef struct {
 } Dropout;
 
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], rounded as `rounding` says; the backward adds into dwte[V,C]
- * and dwpe[T,C]: each row of dwte takes its token's rows of dout (read as it
- * is held; the batch's buckets, on the stream's device: token_buckets.h) one
- * by one in row order, each row of dwpe its position's in batch order. */
+ * and dwpe[T,C] as they are held: each row of dwte its token's rows of dout
+ * (read as it is held; the batch's buckets, on the stream's device:
+ * token_buckets.h) one by one in row order, each row of dwpe its position's
+ * in batch order. In fp32 (rounding DTYPE_FP32) each row adds them into the
+ * gradient one by one, a plain loop's adds. Under DTYPE_BF16 (autocast's
+ * bf16 parameters) each row's sum is made from zero and rounded to bf16, a
+ * row of dwte's joined first by the head's gradient of the same row (`head`,
+ * [V,C] bf16 values; its data NULL: none) in a bf16 add, and then added into
+ * the gradient as it is held: dwte += bf16(bf16(sum) + head), every row of
+ * V (one no token holds takes the head's alone), and dwpe += bf16(sum); the
+ * bytes of the sums into a zeroed buffer, round_to_bf16, residual_forward of
+ * the head's and the add, in one op. */
 void embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe, int B, int T, int C,
                        DType rounding);
-void embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
-                        TokenBuckets buckets, int B, int T, int C);
+void embedding_backward(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head, TokenBuckets buckets, int B,
+                        int T, int V, int C, DType rounding);
 
 /* The backward's column sums over N rows (LayerNorm's weight gradient, a
  * bias's) in the parts of row_parts.h, the same adds on the CPU and the GPU,

@@ -8,9 +8,16 @@
  *
  * A stable counting sort over the vocabulary, made on the host from the batch
  * it holds anyway and uploaded with it (model/model.c: model_upload_batch).
+ * token_bucket compiles for the host and, under nvcc, for the GPU too.
  */
 #ifndef ZF_TOKEN_BUCKETS_H
 #define ZF_TOKEN_BUCKETS_H
+
+#ifdef __CUDACC__
+#define TOKEN_BUCKETS_FN static inline __host__ __device__
+#else
+#define TOKEN_BUCKETS_FN static inline
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +33,18 @@ typedef struct {
 /* The buckets of tokens[0, BT), each in [0, V), into out's arrays (room for
  * BT, BT + 1 and BT ints); counts: V + 1 ints of the caller's for the sort. */
 void token_buckets_build(const int *tokens, int BT, int V, int *counts, TokenBuckets *out);
+
+/* The bucket of token v, or -1 where the batch holds none: a binary search
+ * of the ascending tokens (the arrays where the caller's device reads them). */
+TOKEN_BUCKETS_FN int token_bucket(TokenBuckets b, int v) {
+    int lo = 0, hi = b.ntokens;  /* the answer in [lo, hi) if anywhere */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (b.token[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < b.ntokens && b.token[lo] == v ? lo : -1;
+}
 
 #ifdef __cplusplus
 }

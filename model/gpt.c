@@ -127,10 +127,9 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
             block = held_floats(compute, block);
         }
         largest_block_tensor = held_floats(compute, 4 * C * C);  /* its gradient, made in bf16 */
-        /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer, as the embeddings' [V+block,C]
-         * (the more) at the end of the backward; in between, rounded, in the logits' */
-        size_t embedding_sums = (V + (size_t)cfg->block_size) * C;
-        if (embedding_sums > wide) wide = embedding_sums;
+        /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer; then, rounded, in the logits'
+         * until the embeddings' backward joins it */
+        if (V * C > wide) wide = V * C;
         if (held_floats(compute, V * C) > logits) logits = held_floats(compute, V * C);
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
@@ -374,18 +373,15 @@ static Buf made_grad(GPT *m, int t) {
     return bf16_buf((bf16 *)m->acts.dweight_bf16);
 }
 
-/* Under autocast, n bf16 values made for tensor t onwards (its first number
- * on) join its gradient: cast up into the master's fp32 gradient, as the
- * reference's fp32 master takes it; or, where the strategy holds the
- * gradients in bf16 (reduced in bf16), added and the sum rounded. */
-static void add_into_grad(GPT *m, int t, ConstBuf made, size_t n) {
-    Buf grad = grad_held(m, t);
-    residual_forward(m->base.stream, grad, const_buf(grad), made, n, grad.dtype);
-}
-
-/* Under autocast, tensor t's gradient += the one made in dweight_bf16. */
+/* Under autocast, tensor t's gradient += the one made in bf16 in
+ * dweight_bf16: cast up into the master's fp32 gradient, as the reference's
+ * fp32 master takes it; or, where the strategy holds the gradients in bf16
+ * (reduced in bf16), added and the sum rounded. */
 static void add_bf16_grad(GPT *m, int t, size_t n) {
-    if (autocast(m)) add_into_grad(m, t, bf16_numbers((const bf16 *)m->acts.dweight_bf16), n);
+    if (!autocast(m)) return;
+    Buf grad = grad_held(m, t);
+    residual_forward(m->base.stream, grad, const_buf(grad), bf16_numbers((const bf16 *)m->acts.dweight_bf16), n,
+                     grad.dtype);
 }
 
 /* Bias tensor t's gradient (t < 0: none) += dout[N,OC]'s column sums (dout
@@ -721,8 +717,8 @@ void gpt_backward(GPT *m, float dloss) {
      * made in bf16 and kept apart: its fp32 sums over the chunks made in
      * dwide (which the blocks' gradients take next), rounded once into the
      * logits' buffer (the chunks are done), where it waits for wte's other
-     * use, the embedding, to add its own in the bf16 sum that ends the
-     * backward. The root's copy is the forward's: the root's weights stay as
+     * use, the embedding, whose backward adds its own to it in a bf16 sum and
+     * that into the gradient. The root's copy is the forward's: the root's weights stay as
      * they were for the whole step. */
     trace_begin(s, "backward", 0);
     ConstBuf head = root.wte;
@@ -795,23 +791,12 @@ void gpt_backward(GPT *m, float dloss) {
     /* embeddings: encoded = dropout(wte[tokens] + wpe) */
     trace_begin(s, "backward", 0);
     ConstBuf dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
-    if (!autocast(m)) {
-        embedding_backward(s, grad_of(m, WTE), grad_of(m, WPE), dencoded, m->base.buckets, B, T, C);
-    } else {
-        /* wte's and wpe's gradients made in bf16 (each an fp32 sum over its
-         * positions, rounded once), side by side in dwide, which the blocks
-         * are done with; wte's joined by the head's (in the logits' buffer) in
-         * a bf16 add; both then added into their gradients at once (side by
-         * side in the arena too). */
-        float *made = a->dwide;
-        size_t both = (size_t)(V + cfg->block_size) * C;
-        fill_zero(s, made, both);
-        embedding_backward(s, made, made + (size_t)V * C, dencoded, m->base.buckets, B, T, C);
-        round_to_bf16(s, made, made, both);
-        residual_forward(s, fp32_buf(made), fp32_numbers(made), bf16_numbers((bf16 *)a->logits), (size_t)V * C,
-                         DTYPE_BF16);
-        add_into_grad(m, WTE, fp32_numbers(made), both);
-    }
+    /* under autocast wte's and wpe's gradients made in bf16 (each an fp32 sum
+     * over its positions, rounded once), wte's joined by the head's (in the
+     * logits' buffer) in a bf16 add, and added into the gradients as held */
+    ConstBuf dhead16 = autocast(m) ? bf16_numbers((const bf16 *)a->logits) : NO_NUMBERS;
+    embedding_backward(s, grad_held(m, WTE), grad_held(m, WPE), dencoded, dhead16, m->base.buckets, B, T, V, C,
+                       m->precision);
     trace_end(s);
     model_after_backward(&m->base, 0);
 }

@@ -45,7 +45,7 @@ typedef struct {
                                                 hidden one [B,T,4C] (dfch, through the GELU in place), then its
                                                 attention's [B,T,3C] (dqkv), each in bf16 under autocast
                                                 (held_numbers); under autocast also the head's fp32 sums [V,C] before
-                                                the blocks and the embeddings' [V+block,C] after them */
+                                                the blocks */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU */
     /* bf16 only (none in fp32). The weights the model computes with, in bf16
      * (two numbers a float), copied as each unit is entered (gpt.c:

@@ -105,7 +105,9 @@ static void mlp_backward(Model *base, float dloss) {
         model_after_backward(base, 1 + l);
     }
     trace_begin(s, "backward", 0);
-    embedding_backward(s, dwte, dwpe, fp32_numbers(m->dx), base->buckets, m->B, m->T, C);
+    ConstBuf none = { NULL, DTYPE_FP32 };
+    embedding_backward(s, fp32_buf(dwte), fp32_buf(dwpe), fp32_numbers(m->dx), none, base->buckets, m->B, m->T, V, C,
+                       DTYPE_FP32);
     trace_end(s);
     model_after_backward(base, 0);
 }

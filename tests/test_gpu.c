@@ -825,8 +825,10 @@ Test(gpu, embedding_forward_backward) {
                       C, DTYPE_FP32);
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
-    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, fp32_numbers(dout.gpu), buckets.view, B, T, C);
+    embedding_backward(test_stream, fp32_buf(dwte.cpu), fp32_buf(dwpe.cpu), fp32_numbers(dout.cpu), fp32_numbers(NULL),
+                       host, B, T, V, C, DTYPE_FP32);
+    embedding_backward(gpu_stream, fp32_buf(dwte.gpu), fp32_buf(dwpe.gpu), fp32_numbers(dout.gpu), fp32_numbers(NULL),
+                       buckets.view, B, T, V, C, DTYPE_FP32);
     expect_match(out, ELEMENTWISE_TOL, "embedding out");
     expect_same_bytes(dwte, dwte.n * sizeof(float), "embedding dwte (added): GPU against CPU");
     expect_same_bytes(dwpe, dwpe.n * sizeof(float), "embedding dwpe (added): GPU against CPU");
@@ -849,7 +851,8 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     memcpy(wpe_start, dwpe.cpu, dwpe.n * sizeof(float));
     TokenBuckets host = buckets_of(tokens.cpu, B * T, V);
     GpuBuckets buckets = gpu_buckets(host, B * T);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
+    embedding_backward(test_stream, fp32_buf(dwte.cpu), fp32_buf(dwpe.cpu), fp32_numbers(dout.cpu), fp32_numbers(NULL),
+                       host, B, T, V, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     float *want_wte = malloc(dwte.n * sizeof(float)), *want_wpe = malloc(dwpe.n * sizeof(float));
     memcpy(want_wte, dwte.cpu, dwte.n * sizeof(float));
@@ -857,7 +860,8 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     for (int run = 0; run < 3; run++) {
         pair_reset(dwte, wte_start);
         pair_reset(dwpe, wpe_start);
-        embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, fp32_numbers(dout.gpu), buckets.view, B, T, C);
+        embedding_backward(gpu_stream, fp32_buf(dwte.gpu), fp32_buf(dwpe.gpu), fp32_numbers(dout.gpu),
+                           fp32_numbers(NULL), buckets.view, B, T, V, C, DTYPE_FP32);
         memcpy(dwte.cpu, want_wte, dwte.n * sizeof(float));
         memcpy(dwpe.cpu, want_wpe, dwpe.n * sizeof(float));
         expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte at GPT-2's shape: GPU against CPU");
@@ -869,11 +873,31 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
     store_bf16(gpu_stream, (bf16 *)dout16.gpu, dout.gpu, dout.n);
     pair_reset(dwte, wte_start);
     pair_reset(dwpe, wpe_start);
-    embedding_backward(test_stream, dwte.cpu, dwpe.cpu, fp32_numbers(dout.cpu), host, B, T, C);
+    embedding_backward(test_stream, fp32_buf(dwte.cpu), fp32_buf(dwpe.cpu), fp32_numbers(dout.cpu), fp32_numbers(NULL),
+                       host, B, T, V, C, DTYPE_FP32);
     stream_synchronize(test_stream);
-    embedding_backward(gpu_stream, dwte.gpu, dwpe.gpu, bf16_numbers((const bf16 *)dout16.gpu), buckets.view, B, T, C);
+    embedding_backward(gpu_stream, fp32_buf(dwte.gpu), fp32_buf(dwpe.gpu), bf16_numbers((const bf16 *)dout16.gpu),
+                       fp32_numbers(NULL), buckets.view, B, T, V, C, DTYPE_FP32);
     expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte from a bf16 gradient at GPT-2's shape: GPU against CPU");
     expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe from a bf16 gradient at GPT-2's shape: GPU against CPU");
+    /* under autocast: each sum rounded, wte's joined by the head's bf16 gradient (every row of V), added into the
+     * gradient; the CPU's bytes into fp32 */
+    Pair head = pair_random(dwte.n, -1, 1, 76), head16 = pair_random((dwte.n + 1) / 2, 0, 1, 77);
+    pair_round_to_bf16(head);
+    store_bf16(gpu_stream, (bf16 *)head16.gpu, head.gpu, head.n);
+    bf16 *head_host = malloc(head.n * sizeof(bf16));
+    for (size_t i = 0; i < head.n; i++) head_host[i] = bf16_from_float(head.cpu[i]);
+    pair_reset(dwte, wte_start);
+    pair_reset(dwpe, wpe_start);
+    embedding_backward(test_stream, fp32_buf(dwte.cpu), fp32_buf(dwpe.cpu), fp32_numbers(dout.cpu),
+                       bf16_numbers(head_host), host, B, T, V, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    embedding_backward(gpu_stream, fp32_buf(dwte.gpu), fp32_buf(dwpe.gpu), bf16_numbers((const bf16 *)dout16.gpu),
+                       bf16_numbers((const bf16 *)head16.gpu), buckets.view, B, T, V, C, DTYPE_BF16);
+    expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte in bf16 with the head's: GPU against CPU");
+    expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe in bf16: GPU against CPU");
+    free(head_host);
+    pair_free(head); pair_free(head16);
     pair_free(dout16);
     free(wte_start); free(wpe_start); free(want_wte); free(want_wpe);
     int_pair_free(tokens);

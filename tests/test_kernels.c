@@ -411,7 +411,8 @@ static void check_embedding(int C) {
     fill_uniform(g, B * T * C, -1, 1, 33);
     embedding_forward(test_stream, fp32_buf(out), tokens, fp32_numbers(wte), fp32_numbers(wpe), B, T, C, DTYPE_FP32);
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
-    embedding_backward(test_stream, dwte, dwpe, fp32_numbers(g), buckets, B, T, C);
+    embedding_backward(test_stream, fp32_buf(dwte), fp32_buf(dwpe), fp32_numbers(g), fp32_numbers(NULL), buckets, B, T,
+                       V, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     subtract_base(dwte, base_wte, V * C);  /* parameter gradients are added */
     subtract_base(dwpe, base_wpe, T * C);
@@ -476,11 +477,63 @@ Test(kernels, embedding_backward_adds_the_rows_in_row_order) {
             want_wpe[(bt % T) * C + c] += g[bt * C + c];
         }
     TokenBuckets buckets = buckets_of(tokens, B * T, V);
-    embedding_backward(test_stream, dwte, dwpe, fp32_numbers(g), buckets, B, T, C);
+    embedding_backward(test_stream, fp32_buf(dwte), fp32_buf(dwpe), fp32_numbers(g), fp32_numbers(NULL), buckets, B, T,
+                       V, C, DTYPE_FP32);
     stream_synchronize(test_stream);
     cr_expect(memcmp(dwte, want_wte, sizeof(float) * V * C) == 0, "dwte: not the row-order sums' bits");
     cr_expect(memcmp(dwpe, want_wpe, sizeof(float) * T * C) == 0, "dwpe: not the batch-order sums' bits");
     free(g); free(dwte); free(dwpe); free(want_wte); free(want_wpe);
+    buckets_free(buckets);
+}
+
+/* Under bf16 the embeddings' backward is the ops it stands for, to the
+ * bytes: the sums into a zeroed buffer, round_to_bf16, wte's joined by the
+ * head's bf16 gradient (residual_forward into bf16), then the add into the
+ * gradient, fp32 or held in bf16; rows of tokens the batch does not hold
+ * take the head's alone. The rounding shows (the test could fail). */
+Test(kernels, embedding_backward_in_bf16_is_its_sums_rounded_joined_by_the_heads_and_added) {
+    enum { B = 3, T = 50, C = 300, V = 37 };  /* C past one block of the CPU's columns */
+    int tokens[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 13 + i / 7) % (V - 5);  /* the last 5 ids absent */
+    size_t nw = (size_t)(V + T) * C;
+    float *g = alloc_floats(B * T * C), *start = alloc_floats(nw), *made = alloc_floats(nw), *want = alloc_floats(nw);
+    float *got = alloc_floats(nw), *head = alloc_floats((size_t)V * C);
+    bf16 *head16 = malloc((size_t)V * C * sizeof(bf16)), *held = malloc(nw * sizeof(bf16));
+    bf16 *held_want = malloc(nw * sizeof(bf16));
+    fill_uniform(g, (size_t)B * T * C, -1, 1, 44);
+    fill_uniform(start, nw, -1, 1, 45);
+    fill_uniform(head, (size_t)V * C, -1, 1, 46);
+    for (size_t i = 0; i < (size_t)V * C; i++) head16[i] = bf16_from_float(head[i]);
+    for (size_t i = 0; i < nw; i++) start[i] = bf16_rounded(start[i]);
+    TokenBuckets buckets = buckets_of(tokens, B * T, V);
+    /* apart: the sums from zero, rounded, the head's joined, then added */
+    memset(made, 0, nw * sizeof(float));
+    embedding_backward(test_stream, fp32_buf(made), fp32_buf(made + (size_t)V * C), fp32_numbers(g),
+                       fp32_numbers(NULL), buckets, B, T, V, C, DTYPE_FP32);
+    stream_synchronize(test_stream);
+    int rounded = 0;
+    for (size_t i = 0; i < nw; i++) rounded += bf16_rounded(made[i]) != made[i];
+    cr_assert_gt(rounded, 0, "no sum needed rounding: the test could not fail");
+    round_to_bf16(test_stream, made, made, nw);
+    residual_forward(test_stream, fp32_buf(made), fp32_numbers(made), bf16_numbers(head16), (size_t)V * C,
+                     DTYPE_BF16);
+    memcpy(want, start, nw * sizeof(float));
+    residual_forward(test_stream, fp32_buf(want), fp32_numbers(want), fp32_numbers(made), nw, DTYPE_FP32);
+    for (size_t i = 0; i < nw; i++) held_want[i] = bf16_from_float(start[i]);
+    residual_forward(test_stream, bf16_buf(held_want), bf16_numbers(held_want), fp32_numbers(made), nw, DTYPE_BF16);
+    /* the one op, into fp32 and into bf16 gradients */
+    memcpy(got, start, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) held[i] = bf16_from_float(start[i]);
+    embedding_backward(test_stream, fp32_buf(got), fp32_buf(got + (size_t)V * C), fp32_numbers(g),
+                       bf16_numbers(head16), buckets, B, T, V, C, DTYPE_BF16);
+    embedding_backward(test_stream, bf16_buf(held), bf16_buf(held + (size_t)V * C), fp32_numbers(g),
+                       bf16_numbers(head16), buckets, B, T, V, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(got, want, nw * sizeof(float)) == 0, "into fp32 gradients");
+    cr_expect(memcmp(held, held_want, nw * sizeof(bf16)) == 0, "into bf16 gradients");
+    cr_expect(memcmp(got + (size_t)(V - 1) * C, start + (size_t)(V - 1) * C, C * sizeof(float)) != 0,
+              "an id the batch does not hold took no head's gradient");
+    free(g); free(start); free(made); free(want); free(got); free(head); free(head16); free(held); free(held_want);
     buckets_free(buckets);
 }
 
@@ -1389,8 +1442,8 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     for (int k = 0; k < 2; k++) {
         dwte[k] = alloc_floats((size_t)V * C);
         dwpe[k] = alloc_floats((size_t)T * C);
-        embedding_backward(test_stream, dwte[k], dwpe[k], k ? bf16_numbers(dy16) : fp32_numbers(dy), buckets, B, T,
-                           C);
+        embedding_backward(test_stream, fp32_buf(dwte[k]), fp32_buf(dwpe[k]), k ? bf16_numbers(dy16) : fp32_numbers(dy),
+                           fp32_numbers(NULL), buckets, B, T, V, C, DTYPE_FP32);
     }
     stream_synchronize(test_stream);
     cr_assert(memcmp(dwte[0], dwte[1], (size_t)V * C * sizeof(float)) == 0, "embedding_backward's dwte from bf16");

@@ -450,7 +450,7 @@ static size_t room_at(const GPT *m, const float *at) {
  * each size rules: the wide gradients' buffer a block's MLP's hidden
  * gradient (4C a position, in bf16 under autocast; attention's, 3C, held
  * alike, is fewer), and under autocast, at a vocabulary far wider than the
- * rows, the head's fp32 sums and the embeddings' ((V + block) x C); the
+ * rows, the head's fp32 sums (V x C); the
  * logits' buffer its chunk, and under autocast, with more channels than
  * rows, the head's gradient in bf16 (V x C). A buffer too small would spill
  * into the next, which nothing may read after the backward: no loss or
@@ -471,7 +471,7 @@ Test(model, the_backwards_shared_buffers_hold_what_is_made_in_them) {
             size_t wide = BT * 4 * C / bf16s;
             size_t logits = BT * V / bf16s;
             if (p == DTYPE_BF16) {
-                if ((V + cfg->block_size) * C > wide) wide = (V + cfg->block_size) * C;
+                if (V * C > wide) wide = V * C;
                 if (V * C / 2 > logits) logits = V * C / 2;
             }
             cr_expect_geq(room_at(m, m->acts.dwide), wide, "V = %zu, %s: dwide holds %zu floats, want %zu", V,

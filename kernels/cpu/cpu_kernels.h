@@ -38,8 +38,8 @@ size_t cpu_room_for(DType held, size_t n);
 
 void cpu_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte,
                            ConstBuf wpe, int B, int T, int C, DType rounding);
-void cpu_embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout,
-                            TokenBuckets buckets, int B, int T, int C);
+void cpu_embedding_backward(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head, TokenBuckets buckets,
+                            int B, int T, int V, int C, DType rounding);
 void cpu_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                            ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cpu_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,

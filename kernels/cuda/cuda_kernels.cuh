@@ -50,8 +50,8 @@ __device__ static inline double block_sum(double x) {
 
 void cuda_embedding_forward(Stream *s, Buf out, const int *tokens, ConstBuf wte, ConstBuf wpe,
                             int B, int T, int C, DType rounding);
-void cuda_embedding_backward(Stream *s, float *dwte, float *dwpe, ConstBuf dout, TokenBuckets buckets,
-                             int B, int T, int C);
+void cuda_embedding_backward(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head, TokenBuckets buckets,
+                             int B, int T, int V, int C, DType rounding);
 void cuda_layernorm_forward(Stream *s, Buf out, float *mean, float *rstd, ConstBuf inp,
                             ConstBuf weight, ConstBuf bias, int N, int C, DType rounding);
 void cuda_residual_layernorm_forward(Stream *s, Buf resid, Buf out, float *mean, float *rstd, ConstBuf a,
