@@ -4,7 +4,8 @@
  * Why: the gradient of wte's row v is the sum of dout's rows at the positions
  * that hold token v. Grouped by token, each row of dwte is one bucket's work,
  * summed by one worker in row order: no atomics, the same order (and bits) on
- * the CPU and the GPU, and work in proportion to the batch, never to V x C.
+ * the CPU and the GPU; the rows' reads in proportion to the batch (a row no
+ * token holds reads none of them).
  *
  * A stable counting sort over the vocabulary, made on the host from the batch
  * it holds anyway and uploaded with it (model/model.c: model_upload_batch).

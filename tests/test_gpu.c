@@ -528,6 +528,20 @@ Test(gpu, bias_and_layernorm_weight_sums_are_the_cpus_bytes_at_gpt2s_shape, .tim
     stream_copy(gpu_stream, held_got, held.gpu, OC * sizeof(bf16));
     expect_same_bytes(dbias, OC * sizeof(float), "the bias gradient rounded into fp32: GPU against CPU");
     cr_expect_eq(memcmp(held_got, held_want, OC * sizeof(bf16)), 0, "the bias gradient into bf16: GPU against CPU");
+    /* LayerNorm's weight and bias sums likewise, into bf16 (held_start's first 2C as their start) */
+    memcpy(held_want, held_start, 2 * (size_t)C * sizeof(bf16));
+    layernorm_backward(test_stream, fp32_buf(dinp.cpu), bf16_buf(held_want), bf16_buf(held_want + C),
+                       fp32_numbers(dout.cpu), fp32_numbers(inp.cpu), fp32_numbers(w.cpu), mean.cpu, rstd.cpu, N, C,
+                       scratch.cpu, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    stream_copy(gpu_stream, held.gpu, held_start, 2 * (size_t)C * sizeof(bf16));
+    layernorm_backward(gpu_stream, fp32_buf(dinp.gpu), bf16_buf((bf16 *)held.gpu), bf16_buf((bf16 *)held.gpu + C),
+                       fp32_numbers(dout.gpu), fp32_numbers(inp.gpu), fp32_numbers(w.gpu), mean.gpu, rstd.gpu, N, C,
+                       scratch.gpu, DTYPE_BF16);
+    stream_copy(gpu_stream, held_got, held.gpu, 2 * (size_t)C * sizeof(bf16));
+    stream_synchronize(gpu_stream);
+    cr_expect_eq(memcmp(held_got, held_want, 2 * (size_t)C * sizeof(bf16)), 0,
+                 "LayerNorm's weight and bias gradients into bf16: GPU against CPU");
     pair_free(held);
     free(held_start); free(held_want); free(held_got);
     free(bias_start); free(w_start); free(want_bias); free(want_w);
@@ -896,6 +910,27 @@ Test(gpu, embedding_backward_is_the_cpus_bytes_at_gpt2s_shape, .timeout = 300) {
                        bf16_numbers((const bf16 *)head16.gpu), buckets.view, B, T, V, C, DTYPE_BF16);
     expect_same_bytes(dwte, dwte.n * sizeof(float), "dwte in bf16 with the head's: GPU against CPU");
     expect_same_bytes(dwpe, dwpe.n * sizeof(float), "dwpe in bf16: GPU against CPU");
+    /* into gradients held in bf16 (reduced in bf16): the CPU's bytes */
+    size_t nw = dwte.n + dwpe.n;
+    bf16 *held_start = malloc(nw * sizeof(bf16)), *held_want = malloc(nw * sizeof(bf16));
+    bf16 *held_got = malloc(nw * sizeof(bf16));
+    for (size_t i = 0; i < dwte.n; i++) held_start[i] = bf16_from_float(wte_start[i]);
+    for (size_t i = 0; i < dwpe.n; i++) held_start[dwte.n + i] = bf16_from_float(wpe_start[i]);
+    memcpy(held_want, held_start, nw * sizeof(bf16));
+    embedding_backward(test_stream, bf16_buf(held_want), bf16_buf(held_want + dwte.n), fp32_numbers(dout.cpu),
+                       bf16_numbers(head_host), host, B, T, V, C, DTYPE_BF16);
+    stream_synchronize(test_stream);
+    Pair held = pair_random(nw / 2 + 1, 0, 1, 78);
+    stream_copy(gpu_stream, held.gpu, held_start, nw * sizeof(bf16));
+    embedding_backward(gpu_stream, bf16_buf((bf16 *)held.gpu), bf16_buf((bf16 *)held.gpu + dwte.n),
+                       bf16_numbers((const bf16 *)dout16.gpu), bf16_numbers((const bf16 *)head16.gpu), buckets.view, B,
+                       T, V, C, DTYPE_BF16);
+    stream_copy(gpu_stream, held_got, held.gpu, nw * sizeof(bf16));
+    stream_synchronize(gpu_stream);
+    cr_expect_eq(memcmp(held_got, held_want, nw * sizeof(bf16)), 0,
+                 "dwte and dwpe in bf16 into bf16 gradients: GPU against CPU");
+    pair_free(held);
+    free(held_start); free(held_want); free(held_got);
     free(head_host);
     pair_free(head); pair_free(head16);
     pair_free(dout16);
@@ -1679,6 +1714,19 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
                   STRATEGIES[k].stage);
         free(w);
     }
+    /* the gradients held in bf16 (reduced in bf16), where the ops add a bias's, a LayerNorm's, a matrix's and
+     * the embeddings' gradients into bf16: every stage DDP's bytes, reduced alike */
+    StrategyConfig held = base;
+    held.reduce_precision = DTYPE_BF16;
+    float *ddp_held = weights_of(0, &held, &tc, &n);
+    for (int k = 0; k < STRATEGY_KINDS; k++) {
+        if (!STRATEGIES[k].shards_adam) continue;
+        float *w = weights_of(STRATEGIES[k].stage, &held, &tc, &n);
+        cr_expect(memcmp(ddp_held, w, n * sizeof(float)) == 0,
+                  "bf16 reduced in bf16: --zero=%d differs from DDP on the GPU", STRATEGIES[k].stage);
+        free(w);
+    }
+    free(ddp_held);
     for (int v = 0; v < 4; v++) {
         StrategyConfig sc = base;
         const char *what = v == 0 ? "--recompute=1" : v == 1 ? "--recompute-gelu=1" : v == 2 ? "--unit=tensor "

@@ -565,10 +565,6 @@ Test(model, bf16_holds_bf16_values_where_a_bf16_model_holds_bf16_tensors) {
     }
 }
 
-/* GPT-2's vocabulary: the classifier's rows all at once where their logits
- * fit in CLASSIFIER_CHUNK_FLOATS, past it in equal chunks (no B x T x V
- * buffer held); in chunks of 150 rows (the last of 400 ragged) the loss the
- * double reference's; generation's logits those of the last position. */
 /* On a GPU each rank's compute stream holds its bf16 products' cuBLASLt
  * workspace (DEVICE_PRODUCT_WORKSPACE_BYTES, made at the first), which the
  * estimate counts beside the products' staging: all of it where a bf16
@@ -583,6 +579,10 @@ Test(model, a_gpus_bf16_products_workspace_is_counted) {
                  "the CPU's room is its own");
 }
 
+/* GPT-2's vocabulary: the classifier's rows all at once where their logits
+ * fit in CLASSIFIER_CHUNK_FLOATS, past it in equal chunks (no B x T x V
+ * buffer held); in chunks of 150 rows (the last of 400 ragged) the loss the
+ * double reference's; generation's logits those of the last position. */
 Test(model, a_vocabulary_of_50304_costs_a_chunk_of_logits_not_b_t_v) {
     ModelConfig cfg = { 50304, 400, 1, 2, 8, MODEL_GPT, 0, 0 };
     int B = 1, T = 400;
