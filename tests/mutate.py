@@ -330,7 +330,8 @@ MUTANTS = [
      "test_model",
      "model/gpt.c",
      "bias_backward(m->base.stream, grad_held(m, t), dout, (int)N, OC, m->base.column_sums_scratch, m->precision);",
-     "bias_backward(m->base.stream, grad_held(m, t), dout, 0 * (int)N, OC, m->base.column_sums_scratch, m->precision);"),
+     "bias_backward(m->base.stream, grad_held(m, t), dout, 0 * (int)N, OC, m->base.column_sums_scratch, "
+     "m->precision);"),
     ("classifier-ragged-chunk-dropped", "the classifier's backward skips the last chunk when it is short",
      "test_model",
      "model/gpt.c",
