@@ -37,28 +37,32 @@ typedef struct {
 
 enum { EMBEDDING_COLUMNS = 256 };  /* a row's columns summed at once, in registers */
 
-/* A row's sums of its `rows` rows of dout, columns [c0, c0 + width): from the
+/* A row's sums of its `rows` rows of dout (n of them, `stride` floats apart,
+ * listed or in turn), EMBEDDING_COLUMNS columns at a time: from the
  * gradient's value one by one in fp32 (its own adds), else from zero, then
  * each rounded, joined by the head's (a bf16 add) and added into the
  * gradient as it is held. */
 static void add_rows(Buf out, size_t row, const float *dout, const int *rows, int n, size_t stride, ConstBuf head,
-                     int c0, int width, int C, int rounds) {
-    float acc[EMBEDDING_COLUMNS];
-    size_t at = row * (size_t)C + (size_t)c0;
-    for (int c = 0; c < width; c++) acc[c] = rounds ? 0.0f : number_at(out.data, out.dtype, at + (size_t)c);
-    for (int i = 0; i < n; i++) {
-        const float *d = dout + (size_t)(rows ? rows[i] : i) * stride + (size_t)c0;
-        #pragma omp simd
-        for (int c = 0; c < width; c++) acc[c] += d[c];
-    }
-    for (int c = 0; c < width; c++) {
-        float v = acc[c];
-        if (rounds) {
-            float part = bf16_rounded(v);
-            if (head.data) part = bf16_rounded(part + number_at(head.data, head.dtype, at + (size_t)c));
-            v = number_at(out.data, out.dtype, at + (size_t)c) + part;
+                     int C, int rounds) {
+    for (int c0 = 0; c0 < C; c0 += EMBEDDING_COLUMNS) {
+        int width = C - c0 < EMBEDDING_COLUMNS ? C - c0 : EMBEDDING_COLUMNS;
+        float acc[EMBEDDING_COLUMNS];
+        size_t at = row * (size_t)C + (size_t)c0;
+        for (int c = 0; c < width; c++) acc[c] = rounds ? 0.0f : number_at(out.data, out.dtype, at + (size_t)c);
+        for (int i = 0; i < n; i++) {
+            const float *d = dout + (size_t)(rows ? rows[i] : i) * stride + (size_t)c0;
+            #pragma omp simd
+            for (int c = 0; c < width; c++) acc[c] += d[c];
         }
-        number_put(out.data, out.dtype, at + (size_t)c, v);
+        for (int c = 0; c < width; c++) {
+            float v = acc[c];
+            if (rounds) {
+                float part = bf16_rounded(v);
+                if (head.data) part = bf16_rounded(part + number_at(head.data, head.dtype, at + (size_t)c));
+                v = number_at(out.data, out.dtype, at + (size_t)c) + part;
+            }
+            number_put(out.data, out.dtype, at + (size_t)c, v);
+        }
     }
 }
 
@@ -76,20 +80,12 @@ static void embedding_backward_task(void *p) {
         if (k < 0 && !a->head.data) continue;
         const int *rows = k < 0 ? NULL : bk->positions + bk->start[k];
         int n = k < 0 ? 0 : bk->start[k + 1] - bk->start[k];
-        for (int c0 = 0; c0 < C; c0 += EMBEDDING_COLUMNS) {
-            int width = C - c0 < EMBEDDING_COLUMNS ? C - c0 : EMBEDDING_COLUMNS;
-            add_rows(a->dwte, (size_t)v, a->dout, rows, n, (size_t)C, a->head, c0, width, C, a->rounds);
-        }
+        add_rows(a->dwte, (size_t)v, a->dout, rows, n, (size_t)C, a->head, C, a->rounds);
     }
     ConstBuf none = { NULL, DTYPE_FP32 };
     #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        for (int c0 = 0; c0 < C; c0 += EMBEDDING_COLUMNS) {
-            int width = C - c0 < EMBEDDING_COLUMNS ? C - c0 : EMBEDDING_COLUMNS;
-            /* position t's rows: t, T + t, ..., a stride of T rows from row t */
-            add_rows(a->dwpe, (size_t)t, a->dout + (size_t)t * C, NULL, B, (size_t)T * C, none, c0, width, C,
-                     a->rounds);
-        }
+    for (int t = 0; t < T; t++)  /* position t's rows: t, T + t, ..., a stride of T rows from row t */
+        add_rows(a->dwpe, (size_t)t, a->dout + (size_t)t * C, NULL, B, (size_t)T * C, none, C, a->rounds);
 }
 
 void cpu_embedding_backward(Stream *s, Buf dwte, Buf dwpe, ConstBuf dout, ConstBuf head, TokenBuckets buckets,
