@@ -20,29 +20,17 @@ static size_t classifier_rows(const ModelConfig *cfg, int B, int T) {
     return (rows + chunks - 1) / chunks;
 }
 
-/* Where tensor t begins in its unit's bf16 copy (compute_weights): its
- * unit's earlier tensors each on its boundary (operand_numbers), so that a
- * product reads a weight in place with the alignment the staging gave it,
- * whatever the unit policy. */
-static size_t copy_offset(const ArenaLayout *layout, int t) {
-    size_t at = 0;
-    for (int u = t - 1; u >= 0 && layout->tensors[u].unit == layout->tensors[t].unit; u--)
-        at += operand_numbers(layout->tensors[u].numel);
-    return at;
-}
-
 /* The bf16 numbers of the root's copy and of one whole block's: under
  * autocast, the root's and any other unit's (a whole block is the most a
- * unit holds under any policy). */
+ * unit holds under any policy), each tensor where the arena puts it, on its
+ * operand boundary (arena.h). */
 static void copy_numbers(const ModelConfig *cfg, size_t *root, size_t *block) {
     ModelConfig one = *cfg;
     one.layers = 1;
     ArenaLayout *layout = host_calloc(1, sizeof *layout);
     gpt_layout(&one, 1, layout);
-    int last_root = 0, last = layout->ntensors - 1;
-    while (layout->tensors[last_root + 1].unit == 0) last_root++;
-    *root = copy_offset(layout, last_root) + operand_numbers(layout->tensors[last_root].numel);
-    *block = copy_offset(layout, last) + operand_numbers(layout->tensors[last].numel);
+    *root = layout->units[0].used;
+    *block = layout->units[1].used;
     free(layout);
 }
 
@@ -302,35 +290,25 @@ static void bf16_values(GPT *m, float *x, size_t n) {
 static bf16 *unit_copy(GPT *m, int unit) { return (bf16 *)(unit == 0 ? m->acts.root_bf16 : m->acts.unit_bf16); }
 
 /* As the model enters a unit, after its hook (its weights are there): under
- * autocast, the unit's weights in bf16 in its copy, each tensor on its
- * boundary (copy_offset), which the ops read in place until the model
+ * autocast, the unit's weights in bf16 in its copy, each tensor where the
+ * arena puts it, on its boundary, which the ops read in place until the model
  * enters the next unit (the root's, until the final LayerNorm's backward):
  * FSDP's MixedPrecision(param_dtype=bfloat16), every parameter's compute
  * copy bf16, the fp32 ones the master weights. Copied from the strategy's
  * bf16 copy where it holds one, else stored from fp32 (rounded): the same
- * values. Tensors side by side in both (every size a multiple of 128
- * numbers, as GPT-2's) go in one copy. With weights_in_place nothing is
- * copied: the ops read the strategy's copy, where every tensor is on its
- * boundary already (compute_tensor). */
+ * values, in one copy of the unit. With weights_in_place nothing is copied:
+ * the ops read the strategy's copy (compute_tensor). */
 static void compute_weights(GPT *m, int unit) {
     if (!autocast(m)) return;
-    const ArenaLayout *layout = &m->base.layout;
-    size_t base = layout->units[unit].offset;
+    size_t n = m->base.layout.units[unit].used;
     bf16 *held = m->base.unit_weights_bf16[unit];
     if (m->weights_in_place) {
         if (held) return;
         fprintf(stderr, "fatal: gpt: weights read in place, but no bf16 copy of unit %d is held\n", unit);
         abort();
     }
-    for (int t = 0; t < layout->ntensors; t++) {
-        if (layout->tensors[t].unit != unit) continue;
-        size_t from = layout->tensors[t].offset - base, to = copy_offset(layout, t), n = layout->tensors[t].numel;
-        while (t + 1 < layout->ntensors && layout->tensors[t + 1].unit == unit &&
-               copy_offset(layout, t + 1) - to == layout->tensors[t + 1].offset - base - from)
-            n += layout->tensors[++t].numel;
-        if (held) stream_copy(m->base.stream, unit_copy(m, unit) + to, held + from, n * sizeof(bf16));
-        else store_bf16(m->base.stream, unit_copy(m, unit) + to, m->base.unit_weights[unit] + from, n);
-    }
+    if (held) stream_copy(m->base.stream, unit_copy(m, unit), held, n * sizeof(bf16));
+    else store_bf16(m->base.stream, unit_copy(m, unit), m->base.unit_weights[unit], n);
 }
 
 /* Tensor t's weights as the model computes with them: its unit's in fp32,
@@ -339,8 +317,8 @@ static void compute_weights(GPT *m, int unit) {
 static ConstBuf compute_tensor(GPT *m, int t) {
     int unit = m->base.layout.tensors[t].unit;
     if (!autocast(m)) return fp32_numbers(model_tensor(&m->base, m->base.unit_weights, t));
-    if (m->weights_in_place) return bf16_numbers(m->base.unit_weights_bf16[unit] + model_tensor_offset(&m->base, t));
-    return bf16_numbers(unit_copy(m, unit) + copy_offset(&m->base.layout, t));
+    bf16 *copy = m->weights_in_place ? m->base.unit_weights_bf16[unit] : unit_copy(m, unit);
+    return bf16_numbers(copy + model_tensor_offset(&m->base, t));
 }
 
 static ConstBuf weights_of(GPT *m, int l, int i) { return compute_tensor(m, block_tensor(m, l, i)); }

@@ -44,14 +44,15 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     model_upload_batch(base, tokens, targets, BT);
 
     model_before_forward(base, 0);
-    const float *wte = base->unit_weights[0], *wpe = wte + (size_t)V * C;
+    const float *wte = model_tensor(base, base->unit_weights, 0), *wpe = model_tensor(base, base->unit_weights, 1);
     trace_begin(s, "forward", 0);
     embedding_forward(s, fp32_buf(m->x), base->tokens, fp32_numbers(wte), fp32_numbers(wpe), B, T, C, DTYPE_FP32);
     trace_end(s);
     for (int l = 0; l < L; l++) {
         model_before_forward(base, 1 + l);
         trace_begin(s, "forward", 1 + l);
-        const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
+        const float *ln_w = model_tensor(base, base->unit_weights, 2 + 2 * l);
+        const float *fc_w = model_tensor(base, base->unit_weights, 3 + 2 * l);
         float *x = m->x + l * BT * C, *x_next = x + BT * C;
         float *ln = m->ln + l * BT * C, *h = m->h + l * BT * C, *h_gelu = m->h_gelu + l * BT * C;
         layernorm_forward(s, fp32_buf(ln), m->ln_mean + l * BT, m->ln_rstd + l * BT, fp32_numbers(x),
@@ -77,8 +78,8 @@ static void mlp_backward(Model *base, float dloss) {
     int C = base->cfg.embd, V = base->cfg.vocab, L = base->cfg.layers, BT = m->B * m->T;
 
     model_before_backward(base, 0);
-    const float *wte = base->unit_weights[0];
-    float *dwte = base->unit_grads[0], *dwpe = dwte + (size_t)V * C;
+    const float *wte = model_tensor(base, base->unit_weights, 0);
+    float *dwte = model_tensor(base, base->unit_grads, 0), *dwpe = model_tensor(base, base->unit_grads, 1);
     trace_begin(s, "backward", 0);
     /* the losses again, the same bits, with their gradient */
     crossentropy_forward_backward(s, m->losses, fp32_buf(m->dlogits), fp32_numbers(m->logits), base->targets, BT, V,
@@ -88,15 +89,18 @@ static void mlp_backward(Model *base, float dloss) {
 
     for (int l = L - 1; l >= 0; l--) {
         model_before_backward(base, 1 + l);
-        const float *ln_w = base->unit_weights[1 + l], *fc_w = ln_w + C;
-        float *dln_w = base->unit_grads[1 + l], *dfc_w = dln_w + C;
+        /* tensors: wte, wpe, then ln and fc a layer */
+        const float *ln_w = model_tensor(base, base->unit_weights, 2 + 2 * l);
+        const float *fc_w = model_tensor(base, base->unit_weights, 3 + 2 * l);
+        float *dln_w = model_tensor(base, base->unit_grads, 2 + 2 * l);
+        float *dfc_w = model_tensor(base, base->unit_grads, 3 + 2 * l);
         size_t at = (size_t)l * BT * C;
         trace_begin(s, "backward", 1 + l);
         /* dx reaches x_l through the residual as it is, and through the branch */
         gelu_backward(s, fp32_buf(m->dh), fp32_buf(NULL), fp32_numbers(m->h + at), fp32_numbers(m->dx), BT, C, 0,
                       DTYPE_FP32, NULL);
         matmul_backward(s, m->dln, dfc_w, m->dh, m->ln + at, fc_w, BT, C, C);
-        model_grad_done(base, 2 + 2 * l + 1);  /* tensors: wte, wpe, then ln and fc a layer */
+        model_grad_done(base, 2 + 2 * l + 1);
         layernorm_backward(s, fp32_buf(m->dx), fp32_buf(dln_w), fp32_buf(NULL), fp32_numbers(m->dln),
                            fp32_numbers(m->x + at), fp32_numbers(ln_w), m->ln_mean + (size_t)l * BT,
                            m->ln_rstd + (size_t)l * BT, BT, C, base->column_sums_scratch, DTYPE_FP32);

@@ -63,9 +63,9 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
  * a bf16 copy of the fp32 weights under torch.autocast(bfloat16) does, and
  * with weights_in_place = 1 reads that copy where its strategy holds it
  * (unit_weights_bf16, every unit's) rather than copying each unit into its
- * own: for layouts with every tensor on its operand boundary
- * (model_weights_on_operand_boundaries), so that a product reads a weight
- * with the same alignment in every strategy's buffers. */
+ * own: every tensor is on its operand boundary there (arena.h), so a
+ * product reads a weight with the same alignment in every strategy's
+ * buffers. */
 typedef struct {
     int recompute, recompute_gelu, recompute_norms;
     DType precision;

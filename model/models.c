@@ -18,14 +18,6 @@ void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multi
         gpt_layout_units(cfg, unit, shard_multiple, layout);
 }
 
-int model_weights_on_operand_boundaries(const ArenaLayout *layout) {
-    for (int t = 0; t < layout->ntensors; t++)
-        if (operand_numbers(layout->tensors[t].offset) != layout->tensors[t].offset) return 0;
-    for (int u = 0; u < layout->nunits; u++)
-        if (operand_numbers(layout->units[u].offset) != layout->units[u].offset) return 0;
-    return 1;
-}
-
 Model *model_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, Device *dev,
                     Stream *stream, int max_B, int max_T) {
     if (cfg->kind == MODEL_MLP) return &mlp_create(cfg, layout, dev, stream, max_B, max_T)->base;

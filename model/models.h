@@ -15,11 +15,6 @@
 void model_layout(const ModelConfig *cfg, int shard_multiple, ArenaLayout *layout);
 /* The same tensors in the units of a policy. */
 void model_layout_units(const ModelConfig *cfg, UnitPolicy unit, int shard_multiple, ArenaLayout *layout);
-/* Whether every tensor and every unit of a layout begins on a bf16 operand's
- * boundary (kernels.h's operand_numbers): then a tensor is on it in a whole
- * bf16 arena and in a unit's own buffer alike (ComputePolicy's
- * weights_in_place). GPT-2's shapes are: every size a multiple of 128. */
-int model_weights_on_operand_boundaries(const ArenaLayout *layout);
 
 /* What model_create and model_alloc_activations will take from a device of
  * that kind for a GPT of cfg (the MLP's are not estimated), added to bytes[kind]:

@@ -28,8 +28,9 @@ int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols) {
     t->shape[0] = rows;
     t->shape[1] = cols > 0 ? cols : 1;
     t->numel = (size_t)rows * (size_t)t->shape[1];
-    t->offset = u->offset + u->used;
-    u->used += t->numel;
+    size_t gap = (ARENA_ALIGN - u->used % ARENA_ALIGN) % ARENA_ALIGN;  /* to the tensor's boundary */
+    t->offset = u->offset + u->used + gap;
+    u->used += gap + t->numel;
     a->numel += t->numel;
     return a->ntensors++;
 }

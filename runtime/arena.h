@@ -4,19 +4,23 @@
  * range of it. Tensors are grouped into units (a transformer block, or the root
  * unit of embeddings and final norm), and each unit is padded to a multiple of
  * `shard_multiple` so that it splits into equal shards, one per rank, and of
- * ARENA_ALIGN floats (256 bytes, as cudaMalloc aligns), so that every unit
- * starts as aligned as a fresh buffer does, on the CPU (64 bytes) and the GPU
- * alike: a tensor then has the same alignment in the arena as in a gradient
- * slot or a gather buffer, and a BLAS that picks its kernels by alignment
- * (cuBLAS does) picks the same ones for every strategy. Gradients and optimizer
- * state use the same layout, so a unit or a shard is one range of one buffer.
+ * ARENA_ALIGN numbers, so that every unit starts as aligned as a fresh buffer
+ * does (cudaMalloc's 256 bytes). Within a unit each tensor starts on a
+ * multiple of ARENA_ALIGN numbers too, the gap before it zero: 512 bytes in
+ * fp32, and in a bf16 copy of the arena 256 bytes, a product's operand
+ * boundary (kernels.h's operand_numbers). A tensor then has the same
+ * alignment in the arena as in a gradient slot, a gather buffer or a bf16
+ * copy, a BLAS that picks its kernels by alignment (cuBLAS does) picks the
+ * same ones for every strategy, and a model reads its strategy's bf16
+ * weights in place at any shape. Gradients and optimizer state use the same
+ * layout, so a unit or a shard is one range of one buffer.
  */
 #ifndef ZF_ARENA_H
 #define ZF_ARENA_H
 
 #include <stddef.h>
 
-enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 1024, ARENA_ALIGN = 64 };
+enum { ARENA_NAME_MAX = 64, ARENA_MAX_TENSORS = 1024, ARENA_MAX_UNITS = 1024, ARENA_ALIGN = 128 };
 
 typedef struct {
     char name[ARENA_NAME_MAX];
@@ -29,7 +33,7 @@ typedef struct {
 
 typedef struct {
     size_t offset;       /* in floats */
-    size_t used;         /* floats of real tensors */
+    size_t used;         /* floats to the end of its last tensor (the gaps before its tensors included) */
     size_t size;         /* used, padded to a multiple of shard_multiple and ARENA_ALIGN */
 } UnitSpec;
 
@@ -39,7 +43,7 @@ typedef struct {
     TensorSpec tensors[ARENA_MAX_TENSORS];
     UnitSpec units[ARENA_MAX_UNITS];
     size_t total;        /* floats, padding included */
-    size_t numel;        /* floats of real tensors */
+    size_t numel;        /* floats of real tensors (no padding) */
 } ArenaLayout;
 
 void arena_init(ArenaLayout *a, int shard_multiple);

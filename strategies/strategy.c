@@ -130,10 +130,9 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
 }
 
 ComputePolicy strategy_compute(const StrategyConfig *cfg) {
-    /* every strategy holds its bf16 compute copy of every unit for the model (replicated.c, sharded.c) */
-    ArenaLayout layout;
-    model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), &layout);
-    int in_place = cfg->precision == DTYPE_BF16 && model_weights_on_operand_boundaries(&layout);
+    /* every strategy holds its bf16 compute copy of every unit for the model (replicated.c, sharded.c), each
+     * tensor on its operand boundary (arena.h): the model reads it in place */
+    int in_place = cfg->precision == DTYPE_BF16;
     return (ComputePolicy){ .recompute = cfg->units.recompute, .recompute_gelu = cfg->units.recompute_gelu,
                             .recompute_norms = cfg->units.recompute_norms, .precision = cfg->precision,
                             .weights_in_place = in_place };

@@ -1693,10 +1693,11 @@ Test(gpu, four_strategies_are_bit_identical_on_the_gpu_simulator) {
  * and every ZeRO stage, and GELU and the LayerNorms recomputed, at a ragged
  * shape (3 rows of 25 by 40 channels a rank, heads
  * of 20: no tensor a multiple of 128 numbers, so each one a bf16 block keeps
- * and each block's residual stream is padded to its 256-byte boundary); and
- * every ZeRO stage, whole blocks and units of a tensor, 128 channels wide,
- * where each model reads its strategy's bf16 weights in place (DDP's whole
- * arena, ZeRO-3's gathered units: the products the same alignment). */
+ * and each block's residual stream is padded to its 256-byte boundary, and
+ * each weight starts on its boundary after a gap in the arena); and every
+ * ZeRO stage, whole blocks and units of a tensor, 128 channels wide. Each
+ * model reads its strategy's bf16 weights in place (DDP's whole arena,
+ * ZeRO-3's gathered units: the products the same alignment). */
 Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     need_gpu();
     load_data();
@@ -1747,6 +1748,7 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     ragged.model.block_size = 25;
     ragged.model.embd = 40;
     ragged.batch = 3;
+    cr_assert(strategy_compute(&ragged).weights_in_place, "40 wide: the weights not read in place");
     ddp = weights_of(0, &ragged, &tc, &n);
     for (int k = 0; k <= STRATEGY_KINDS; k++) {
         if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;

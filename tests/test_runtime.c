@@ -313,29 +313,33 @@ Test(runtime, stream_copy_and_memory_accounting) {
     device_destroy(dev);
 }
 
-/* Units pad to lcm(3, ARENA_ALIGN = 64) = 192 floats: 768 bytes, so every
- * unit starts 256-byte aligned, as a fresh cudaMalloc buffer does. */
-Test(runtime, arena_pads_units_to_the_shard_multiple_and_the_alignment) {
+/* Units pad to lcm(3, ARENA_ALIGN = 128) = 384 numbers: 1536 bytes in fp32,
+ * so every unit starts 256-byte aligned, as a fresh cudaMalloc buffer does;
+ * and each tensor starts on a multiple of 128 numbers within its unit, the
+ * gap before it in `used`: 256 bytes in a bf16 copy, a product's operand
+ * boundary. */
+Test(runtime, arena_pads_units_to_the_shard_multiple_and_tensors_to_the_alignment) {
     ArenaLayout a;
     arena_init(&a, 3);
     arena_begin_unit(&a);
     arena_add_tensor(&a, "x", 2, 5);   /* 10 floats */
-    arena_add_tensor(&a, "n", 4, 0);   /* 4 floats, 1-D */
+    arena_add_tensor(&a, "n", 4, 0);   /* 4 floats, 1-D, at 128 */
     arena_end_unit(&a);
     arena_begin_unit(&a);
-    arena_add_tensor(&a, "y", 12, 16);  /* 192 floats, already a multiple of 192 */
+    arena_add_tensor(&a, "y", 24, 16);  /* 384 floats, already a multiple of 384 */
     arena_end_unit(&a);
-    cr_expect_eq(a.units[0].used, 14);
-    cr_expect_eq(a.units[0].size, 192);
-    cr_expect_eq(a.units[1].offset, 192);
+    cr_expect_eq(a.units[0].used, 132);
+    cr_expect_eq(a.units[0].size, 384);
+    cr_expect_eq(a.units[1].offset, 384);
     cr_expect_eq(a.units[1].offset * sizeof(float) % 256, 0);
-    cr_expect_eq(a.units[1].size, 192);
-    cr_expect_eq(a.total, 384);
-    cr_expect_eq(a.numel, 206);
+    cr_expect_eq(a.units[1].size, 384);
+    cr_expect_eq(a.total, 768);
+    cr_expect_eq(a.numel, 398);
     int y = arena_find(&a, "y"), n = arena_find(&a, "n");
-    cr_expect_eq(a.tensors[y].offset, 192);
+    cr_expect_eq(a.tensors[y].offset, 384);
     cr_expect_eq(a.tensors[n].ndim, 1);
-    cr_expect_eq(a.tensors[n].offset, 10);
+    cr_expect_eq(a.tensors[n].offset, 128);
+    cr_expect_eq(a.tensors[n].offset * 2 % 256, 0, "a tensor off its operand boundary in bf16 (2 bytes a number)");
     cr_expect_eq(arena_find(&a, "missing"), -1);
 }
 

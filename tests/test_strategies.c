@@ -157,28 +157,16 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
         for (int i = 0; i < 5; i++) expect_stages_match_ddp(gpt_in((DType)p, counts[i], 0.1f), DTYPE_GPT_NAMES[p]);
 }
 
-/* Widths of 128 put every tensor on its operand boundary (as GPT-2's): in
- * bf16 each rank's model then reads its strategy's weights in place (the
- * full bf16 arena, or ZeRO-3's gathered units), with no copy of its own, and
- * every stage still gives DDP's bits, at N = 2 and 4 (units padded to 64
- * numbers, still on the boundary), in whole blocks and in units of a tensor;
- * at N = 3 the padding moves the units off it, and the models copy. */
-Test(strategies, every_stage_gives_ddps_bits_with_the_weights_read_in_place, .timeout = 300) {
-    int counts[2] = { 2, 4 };
-    UnitPolicy units[2] = { UNIT_BLOCK, UNIT_TENSOR };
-    for (int i = 0; i < 2; i++)
-        for (int u = 0; u < 2; u++) {
-            StrategyConfig sc = gpt_in(DTYPE_BF16, counts[i], 0.1f);
-            sc.model.embd = 128;
-            sc.units.cut = units[u];
-            cr_assert(strategy_compute(&sc).weights_in_place, "N=%d, units of a %s: the weights not read in place",
-                      counts[i], unit_policy_name(units[u]));
-            expect_stages_match_ddp(sc, units[u] == UNIT_BLOCK ? "bf16 GPT 128 wide, weights read in place"
-                                                               : "bf16 GPT 128 wide in units of a tensor, in place");
-        }
-    StrategyConfig three = gpt_in(DTYPE_BF16, 3, 0.1f);
-    three.model.embd = 128;
-    cr_expect(!strategy_compute(&three).weights_in_place, "N=3 pads the units off their boundary, yet in place");
+/* Every tensor is on its operand boundary in the arena at any width (arena.h):
+ * in bf16 each rank's model reads its strategy's weights in place (the full
+ * bf16 arena, or ZeRO-3's gathered units), with no copy of its own, in every
+ * gate above; here in units of a tensor too, at N = 3, whose padding puts
+ * every unit past its tensors: every stage still gives DDP's bits. */
+Test(strategies, every_stage_gives_ddps_bits_with_the_weights_read_in_place_in_units_of_a_tensor, .timeout = 300) {
+    StrategyConfig sc = gpt_in(DTYPE_BF16, 3, 0.1f);
+    sc.units.cut = UNIT_TENSOR;
+    cr_assert(strategy_compute(&sc).weights_in_place, "the weights not read in place");
+    expect_stages_match_ddp(sc, "bf16 GPT in units of a tensor, weights read in place");
 }
 
 /* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
@@ -349,13 +337,13 @@ Test(strategies, the_clip_takes_the_norm_of_this_steps_gradient) {
 
 /* ---- gate 4: units that N does not divide are padded, and still match ---- */
 
-/* Units pad to lcm(N, ARENA_ALIGN = 64) floats: 64 for N = 1, 2, 4, 8, which
- * pad only to the alignment. These counts pad every unit of both test models
- * past that: none of their real floats fills a multiple of N's. */
+/* Units pad to lcm(N, ARENA_ALIGN = 128) numbers: 128 for N = 1, 2, 4, 8,
+ * which pad only to the alignment. These counts pad every unit of both test
+ * models past that: none of their units' floats fills a multiple of N's. */
 Test(strategies, the_test_models_have_units_that_every_padding_count_pads) {
     struct { int nranks, multiple; } counts[4] = {
-        { .nranks = 3, .multiple = 192 }, { .nranks = 5, .multiple = 320 },
-        { .nranks = 6, .multiple = 192 }, { .nranks = 7, .multiple = 448 },
+        { .nranks = 3, .multiple = 384 }, { .nranks = 5, .multiple = 640 },
+        { .nranks = 6, .multiple = 384 }, { .nranks = 7, .multiple = 896 },
     };
     for (int c = 0; c < 4; c++) {
         int N = counts[c].nranks;
