@@ -185,7 +185,10 @@ void matmul_backward(Stream *s, float *dinp, float *dweight, const float *dout,
  * fp32 sums: the model's gradients of the MLP's hidden tensor and of a
  * LayerNorm's output); its dweight held in fp32 is added into (the head's
  * sums over its chunks), one held in bf16 written, each number its fp32 sum
- * rounded once (a Linear's weight gradient as autocast makes it). */
+ * rounded once (a Linear's weight gradient as autocast makes it). A
+ * gradient whose data is NULL is not made, and what only its product reads
+ * (the weight for dinp, inp for dweight) may be NULL too: the head's weight
+ * gradient made apart from its input's. */
 void matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, ConstBuf bias, int N, int C, int OC);
 void matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                           ConstBuf weight, int N, int C, int OC);

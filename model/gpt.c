@@ -82,6 +82,36 @@ static size_t internal_floats(ComputePolicy compute, int i, size_t Lw, size_t n)
     return Lw * (i == KEPT_QKV || i == KEPT_FCH ? held_floats(compute, n) : n);
 }
 
+/* The floats of the backward's wide gradients, one at a time, held as
+ * autocast holds them: dfch, and dqkv (the fewer); and under autocast the
+ * head's gradient [V,C]: its fp32 sums over the chunks, or with one chunk
+ * (head_weight_gradient_last) itself in bf16. */
+static size_t wide_floats(const ModelConfig *cfg, ComputePolicy compute, int B, int T) {
+    size_t C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
+    size_t wide = held_floats(compute, BT * 4 * C), head = 0;
+    if (compute.precision == DTYPE_BF16) head = classifier_rows(cfg, B, T) < BT ? V * C : held_floats(compute, V * C);
+    return head > wide ? head : wide;
+}
+
+/* The floats of the logits' buffer: a chunk's logits (in bf16 under
+ * autocast), or each row's last position's (fp32); and under autocast with
+ * chunks, the head's gradient [V,C] rounded from its sums, until the
+ * embeddings' backward joins it. */
+static size_t logits_floats(const ModelConfig *cfg, ComputePolicy compute, int B, int T) {
+    size_t V = cfg->vocab, R = classifier_rows(cfg, B, T), chunk = held_floats(compute, R * V);
+    size_t logits = chunk > (size_t)B * V ? chunk : (size_t)B * V;
+    size_t head = compute.precision == DTYPE_BF16 && R < (size_t)B * T ? held_floats(compute, V * cfg->embd) : 0;
+    return head > logits ? head : logits;
+}
+
+/* Whether a model built for B x T has room for the head's gradient summed
+ * over chunks under autocast: its fp32 sums in dwide, then rounded in the
+ * logits' buffer. A model built for one chunk may not (head_weight_gradient_last). */
+static int head_sums_fit(const ModelConfig *cfg, ComputePolicy compute, int B, int T) {
+    size_t VC = (size_t)cfg->vocab * cfg->embd;
+    return wide_floats(cfg, compute, B, T) >= VC && logits_floats(cfg, compute, B, T) >= held_floats(compute, VC);
+}
+
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
@@ -96,17 +126,14 @@ static size_t internal_floats(ComputePolicy compute, int i, size_t Lw, size_t n)
  * device's backend's to size. */
 static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B,
                              int T, ActivationSlot table[ACTIVATION_TENSORS]) {
-    size_t L = cfg->layers, C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
-    /* a chunk's logits (in bf16 under autocast), or each row's last position's (fp32) */
-    size_t R = classifier_rows(cfg, B, T), chunk = held_floats(compute, R * V);
-    size_t logits = chunk > (size_t)B * V ? chunk : (size_t)B * V;
+    size_t L = cfg->layers, C = cfg->embd, BT = (size_t)B * T;
+    size_t logits = logits_floats(cfg, compute, B, T);
     size_t Lk = compute.recompute || keeps_bf16(compute) ? 1 : L, Ls = compute.recompute ? 1 : L;
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
     /* a block's residual stream (stream_after): in bf16 under autocast */
     size_t stream = held_floats(compute, BT * C);
     size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_offset(compute, KEPT_TENSORS, BT * C)) : 0;
-    /* the wide gradients, one at a time, held as autocast holds them: dfch, and dqkv (the fewer) */
-    size_t wide = held_floats(compute, BT * 4 * C);
+    size_t wide = wide_floats(cfg, compute, B, T);
     size_t root = 0, block = 0, largest_block_tensor = 0;
     if (compute.precision == DTYPE_BF16) {
         if (!compute.weights_in_place) {  /* else the strategy's copy is read in place */
@@ -115,10 +142,6 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
             block = held_floats(compute, block);
         }
         largest_block_tensor = held_floats(compute, 4 * C * C);  /* its gradient, made in bf16 */
-        /* the head's gradient: its fp32 sums [V,C] in the wide gradients' buffer; then, rounded, in the logits'
-         * until the embeddings' backward joins it */
-        if (V * C > wide) wide = V * C;
-        if (held_floats(compute, V * C) > logits) logits = held_floats(compute, V * C);
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
@@ -207,6 +230,7 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
     m->weights_in_place = compute.weights_in_place;
     m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
+    m->head_sums_fit = head_sums_fit(cfg, compute, max_B, max_T);
 
     ActivationSlot table[ACTIVATION_TENSORS];
     activation_table(&m->acts, cfg, device_kind(dev), compute, max_B, max_T, table);
@@ -604,14 +628,17 @@ static void block_forward(GPT *m, int l, int hooks) {
 }
 
 /* The classifier over rows [r0, r0 + classifier_rows) of B x T (head tied to
- * wte): logits, softmax and each row's loss; with dwte, also the gradient, to
- * dln's rows and into dwte, at dloss a row: the logits computed once, the
- * loss and dlogits fused (crossentropy_forward_backward, dlogits over the
- * logits in place). Under autocast the head is a Linear as linear_forward's
- * (lnf's rows bf16 values, the logits rounded once from the product's fp32
- * sums), the loss fp32, dlogits rounded, and dwte the fp32 sum over every
- * chunk, which the backward rounds once the last is in. */
-static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *dwte, float dloss) {
+ * wte): logits, softmax and each row's loss; with backward, also the
+ * gradient, at dloss a row: to dln's rows, and into dwte where it is given
+ * (fp32: added into, the sum over every chunk; bf16: written), the logits
+ * computed once, the loss and dlogits fused (crossentropy_forward_backward,
+ * dlogits over the logits in place). Under autocast the head is a Linear as
+ * linear_forward's (lnf's rows bf16 values, the logits rounded once from the
+ * product's fp32 sums), the loss fp32, dlogits rounded, and dwte the fp32 sum
+ * over every chunk, which the backward rounds once the last is in; or, with
+ * one chunk, not given here: the backward makes it after the blocks
+ * (head_weight_gradient_last), from the dlogits left in the logits' buffer. */
+static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, int backward, Buf dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
     int C = m->base.cfg.embd, V = m->base.cfg.vocab;
@@ -620,10 +647,21 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, float *
     const int *targets = m->base.targets + r0;
     Buf logits = held_numbers(m, a->logits, 0), none = { NULL, logits.dtype };
     product_forward(m, logits, lnf, wte, rows, C, V);
-    crossentropy_forward_backward(s, a->losses + r0, dwte ? logits : none, const_buf(logits), targets, rows, V, dloss,
-                                  m->precision);
-    if (!dwte) return;
-    product_backward(m, held_numbers(m, a->dln, r0 * C), fp32_buf(dwte), const_buf(logits), lnf, wte, rows, C, V);
+    crossentropy_forward_backward(s, a->losses + r0, backward ? logits : none, const_buf(logits), targets, rows, V,
+                                  dloss, m->precision);
+    if (!backward) return;
+    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), lnf, wte, rows, C, V);
+}
+
+/* Under autocast with the batch's rows in one chunk of the classifier: the
+ * head's weight gradient [V,C] is made after the blocks' backward, from the
+ * dlogits and lnf the head left (nothing writes either in between), written
+ * in bf16 by its product (each number its fp32 sum rounded once, as the sums
+ * over chunks are once they are in) into the wide gradients' buffer, free again,
+ * where the embeddings' backward reads it: no fp32 buffer [V,C], nor a place
+ * for it to wait in through the blocks. */
+static int head_weight_gradient_last(const GPT *m, size_t BT) {
+    return autocast(m) && BT <= (size_t)m->classifier_rows;
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -664,7 +702,8 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
                       m->precision);
     ConstBuf head = root.wte;
     if (targets && !training) {
-        for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows) classifier_chunk(m, head, r0, BT, NULL, 0.0f);
+        for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
+            classifier_chunk(m, head, r0, BT, 0, NO_GRADIENT, 0.0f);
         mean_forward(s, a->mean_loss, a->losses, (int)BT);
     } else if (!targets) {
         for (int b = 0; b < B; b++) {  /* each row's last position: what generation draws from */
@@ -692,20 +731,30 @@ void gpt_backward(GPT *m, float dloss) {
      * training forward left it here, where dloss is known and the root's
      * gradient is the model's to add into), then the final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
-     * made in bf16 and kept apart: its fp32 sums over the chunks made in
+     * made in bf16 and kept apart: with one chunk after the blocks
+     * (head_weight_gradient_last); else its fp32 sums over the chunks made in
      * dwide (which the blocks' gradients take next), rounded once into the
      * logits' buffer (the chunks are done), where it waits for wte's other
      * use, the embedding, whose backward adds its own to it in a bf16 sum and
-     * that into the gradient. The root's copy is the forward's: the root's weights stay as
-     * they were for the whole step. */
+     * that into the gradient. The root's copy is the forward's: the root's
+     * weights stay as they were for the whole step. */
     trace_begin(s, "backward", 0);
     ConstBuf head = root.wte;
-    float *dhead = autocast(m) ? a->dwide : grad_of(m, WTE);
-    if (autocast(m)) fill_zero(s, dhead, (size_t)V * C);
+    int head_last = head_weight_gradient_last(m, BT);
+    Buf dhead = autocast(m) ? fp32_buf(a->dwide) : fp32_buf(grad_of(m, WTE));
+    if (head_last) dhead = NO_GRADIENT;
+    if (autocast(m) && !head_last) {
+        if (!m->head_sums_fit) {
+            fprintf(stderr, "fatal: gpt_backward: the head's gradient over %zu chunks, in a model built for one\n",
+                    (BT + m->classifier_rows - 1) / m->classifier_rows);
+            abort();
+        }
+        fill_zero(s, a->dwide, (size_t)V * C);
+    }
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
-        classifier_chunk(m, head, r0, BT, dhead, dloss / (float)BT);
+        classifier_chunk(m, head, r0, BT, 1, dhead, dloss / (float)BT);
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
-    if (autocast(m)) store_bf16(s, (bf16 *)a->logits, dhead, (size_t)V * C);
+    if (autocast(m) && !head_last) store_bf16(s, (bf16 *)a->logits, a->dwide, (size_t)V * C);
     fill_zero(s, a->dresid, held_floats(compute_of(m), BT * C));
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
@@ -771,8 +820,12 @@ void gpt_backward(GPT *m, float dloss) {
     ConstBuf dencoded = branch_backward(m, a->dproj, a->dresid, BT * C, dropout_at(m, 0));
     /* under autocast wte's and wpe's gradients made in bf16 (each an fp32 sum
      * over its positions, rounded once), wte's joined by the head's (in the
-     * logits' buffer) in a bf16 add, and added into the gradients as held */
-    ConstBuf dhead16 = autocast(m) ? bf16_numbers((const bf16 *)a->logits) : NO_NUMBERS;
+     * logits' buffer, or with one chunk made now in dwide) in a bf16 add, and
+     * added into the gradients as held */
+    if (head_last)
+        product_backward(m, NO_GRADIENT, held_numbers(m, a->dwide, 0), const_buf(held_numbers(m, a->logits, 0)),
+                         const_buf(held_numbers(m, a->lnf, 0)), NO_NUMBERS, (int)BT, C, V);
+    ConstBuf dhead16 = autocast(m) ? bf16_numbers((const bf16 *)(head_last ? a->dwide : a->logits)) : NO_NUMBERS;
     embedding_backward(s, grad_held(m, WTE), grad_held(m, WPE), dencoded, dhead16, m->base.buckets, B, T, V, C,
                        m->precision);
     trace_end(s);

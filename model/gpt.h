@@ -36,8 +36,9 @@ typedef struct {
     float *logits;                           /* [R,V]: a chunk of R = classifier_rows rows (bf16 under
                                                 autocast, two numbers a float: gpt.c's held_numbers), its dlogits
                                                 in place in the backward; or each row's last position
-                                                (generation, fp32); under autocast, once the head is done, the
-                                                head's gradient [V,C] in bf16 until the embeddings' joins it */
+                                                (generation, fp32); under autocast, once the head is done over
+                                                chunks, the head's gradient [V,C] in bf16 until the embeddings'
+                                                joins it */
     float *losses;                           /* [B,T] */
     float *mean_loss;                        /* [1] */
     float *dresid, *dln, *dproj, *datty;     /* [B,T,C], each in bf16 under autocast (held_numbers) */
@@ -45,7 +46,7 @@ typedef struct {
                                                 hidden one [B,T,4C] (dfch, through the GELU in place), then its
                                                 attention's [B,T,3C] (dqkv), each in bf16 under autocast
                                                 (held_numbers); under autocast also the head's fp32 sums [V,C] before
-                                                the blocks */
+                                                the blocks, or with one chunk its bf16 gradient after them */
     float *att_scratch;                      /* attention_buffers().scratch: none on the CPU */
     /* bf16 only (none in fp32). The weights the model computes with, in bf16
      * (two numbers a float), copied as each unit is entered (gpt.c:
@@ -83,6 +84,7 @@ typedef struct {
     DType precision;               /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int weights_in_place;          /* 1: that copy read where the strategy holds it (ComputePolicy) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
+    int head_sums_fit;             /* 1: room for the head's gradient summed over chunks (gpt.c) */
     Activations acts;
     /* the shape and step of the last forward */
     int B, T;

@@ -456,29 +456,37 @@ static size_t room_at(const GPT *m, const float *at) {
  * each size rules: the wide gradients' buffer a block's MLP's hidden
  * gradient (4C a position, in bf16 under autocast; attention's, 3C, held
  * alike, is fewer), and under autocast, at a vocabulary far wider than the
- * rows, the head's fp32 sums (V x C); the
- * logits' buffer its chunk, and under autocast, with more channels than
- * rows, the head's gradient in bf16 (V x C). A buffer too small would spill
- * into the next, which nothing may read after the backward: no loss or
- * gradient could show it. */
+ * rows, the head's gradient (V x C): in bf16 where the rows are one chunk
+ * of the classifier, made after the blocks; else its fp32 sums over the
+ * chunks (3 x 1024 rows of 50304 are two); the logits' buffer its chunk,
+ * and under autocast with chunks the head's gradient in bf16 (V x C)
+ * through the blocks, where there are more channels than a chunk's rows
+ * (129 rows of 2^20 ids are two chunks of 65, 72 channels). A buffer too small would spill into the next, which
+ * nothing may read after the backward: no loss or gradient could show it. */
 Test(model, the_backwards_shared_buffers_hold_what_is_made_in_them) {
-    ModelConfig wide_rows = { 65, 16, 1, 2, 8, MODEL_GPT, 0, 0 };
-    ModelConfig wide_vocab = { 50304, 16, 1, 2, 128, MODEL_GPT, 0, 0 };
-    const ModelConfig *cfgs[2] = { &wide_rows, &wide_vocab };
-    int B = 4, T = 16;
-    for (int k = 0; k < 2; k++)
+    struct { ModelConfig cfg; int B, T; } shapes[4] = {
+        { { 65, 16, 1, 2, 8, MODEL_GPT, 0, 0 }, 4, 16 },
+        { { 50304, 16, 1, 2, 128, MODEL_GPT, 0, 0 }, 4, 16 },
+        { { 50304, 1024, 1, 2, 8, MODEL_GPT, 0, 0 }, 3, 1024 },
+        { { 1 << 20, 129, 1, 2, 72, MODEL_GPT, 0, 0 }, 1, 129 },
+    };
+    for (int k = 0; k < 4; k++)
         for (int p = 0; p < DTYPES; p++) {
-            const ModelConfig *cfg = cfgs[k];
+            const ModelConfig *cfg = &shapes[k].cfg;
+            int B = shapes[k].B, T = shapes[k].T;
             ArenaLayout layout;
             model_layout(cfg, 1, &layout);
             GPT *m = (GPT *)model_create(cfg, &layout, (ComputePolicy){ .precision = (DType)p }, test_device,
                                          test_stream, B, T);
             size_t BT = (size_t)B * T, C = cfg->embd, V = cfg->vocab, bf16s = p == DTYPE_BF16 ? 2 : 1;
+            size_t fit = CLASSIFIER_CHUNK_FLOATS / V, chunks = (BT + fit - 1) / fit, R = (BT + chunks - 1) / chunks;
+            cr_expect_eq(chunks, k >= 2 ? 2 : 1, "V = %zu, %zu rows: %zu chunks", V, BT, chunks);
             size_t wide = BT * 4 * C / bf16s;
-            size_t logits = BT * V / bf16s;
+            size_t logits = R * V / bf16s;
             if (p == DTYPE_BF16) {
-                if (V * C > wide) wide = V * C;
-                if (V * C / 2 > logits) logits = V * C / 2;
+                size_t head = chunks > 1 ? V * C : V * C / 2;
+                if (head > wide) wide = head;
+                if (chunks > 1 && V * C / 2 > logits) logits = V * C / 2;
             }
             cr_expect_geq(room_at(m, m->acts.dwide), wide, "V = %zu, %s: dwide holds %zu floats, want %zu", V,
                           DTYPE_TRAITS[p].name, room_at(m, m->acts.dwide), wide);

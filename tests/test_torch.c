@@ -510,14 +510,17 @@ static void torch_losses(const char *wpath, int autocast, float loss[AUTOCAST_ST
 }
 
 /* One forward and backward of sc's GPT from weights w over the first batch
- * (x, y written there), in sc's precision: the loss, and the gradient into
- * grads (the layout's floats). */
-static float our_gradient(const StrategyConfig *sc, const float *w, int *x, int *y, float *grads) {
+ * (x, y written there), in sc's precision, the classifier classifier_rows
+ * rows at a time (0: as the model is built, all at once): the loss, and the
+ * gradient into grads (the layout's floats). */
+static float our_gradient(const StrategyConfig *sc, const float *w, int *x, int *y, float *grads,
+                          int classifier_rows) {
     int B = sc->batch, T = sc->model.block_size;
     ArenaLayout layout;
     model_layout(&sc->model, 1, &layout);
     Model *m = model_create(&sc->model, &layout, (ComputePolicy){ .precision = sc->precision }, test_device,
                             test_stream, B, T);
+    if (classifier_rows) ((GPT *)m)->classifier_rows = classifier_rows;
     model_own_weights(m);
     model_own_grads(m);
     test_batch(&data, SPLIT_TRAIN, BATCH_TRAIN, sc->seed, 0, 0, B, T, x, y);
@@ -563,7 +566,10 @@ static void torch_gradient(const char *wpath, const char *bpath, int heads, int 
 static const double AUTOCAST_CLOSER = 0.9, AUTOCAST_SAME = 0.2;
 
 /* As nanoGPT's model (no biases) and as GPT-2's (biases, drawn away from
- * their init's zeros, so that a bias left out of an op would show). */
+ * their init's zeros, so that a bias left out of an op would show); the
+ * classifier all at once (its weight gradient made after the blocks, in
+ * bf16), and with biases in chunks of 200 rows too (its fp32 sums over the
+ * chunks, rounded and kept through the blocks). */
 static void expect_autocasts_gradient(int bias) {
     StrategyConfig sc = char_small(DTYPE_BF16);
     sc.model.bias = bias;
@@ -571,7 +577,7 @@ static void expect_autocasts_gradient(int bias) {
     ArenaLayout layout;
     model_layout(&sc.model, 1, &layout);
     size_t P = layout.total;
-    float *w = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float));
+    float *w = malloc(P * sizeof(float)), *grads = malloc(P * sizeof(float)), *chunked = malloc(P * sizeof(float));
     model_init_params(&sc.model, &layout, sc.seed, w);
     for (int i = 0; i < layout.ntensors; i++) {
         const TensorSpec *t = &layout.tensors[i];
@@ -580,7 +586,8 @@ static void expect_autocasts_gradient(int bias) {
             fill_uniform(w + t->offset, t->numel, -0.1f, 0.1f, 90 + (unsigned)i);
     }
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
-    float loss = our_gradient(&sc, w, x, y, grads);
+    float loss = our_gradient(&sc, w, x, y, grads, 0), loss_chunked = our_gradient(&sc, w, x, y, chunked, 200);
+    cr_assert_lt(200, B * T, "200 rows a chunk: one chunk");
 
     char wpath[300], bpath[300], err[512];
     file_in_dir(wpath, sizeof wpath, "init.safetensors");
@@ -591,27 +598,32 @@ static void expect_autocasts_gradient(int bias) {
     StFile bf16, fp32;
     torch_gradient(wpath, bpath, sc.model.heads, 1, &bf16);
     torch_gradient(wpath, bpath, sc.model.heads, 0, &fp32);
+    cr_expect_eq(memcmp(&loss, &loss_chunked, sizeof loss), 0, "loss %.9g, in chunks %.9g", loss, loss_chunked);
     cr_expect(fabsf(loss - *values_of(&bf16, "loss", 0)) <= 0x1p-9f * loss, "loss %.7g, autocast's %.7g", loss,
               *values_of(&bf16, "loss", 0));
-    for (int i = 0; i < layout.ntensors; i++) {
-        const TensorSpec *t = &layout.tensors[i];
-        const float *autocast = tensor_of(&bf16, t->name, t), *exact = tensor_of(&fp32, t->name, t);
-        double ours_off = 0, fp32_off = 0, size = 0;
-        size_t same = 0;
-        for (size_t j = 0; j < t->numel; j++) {
-            ours_off += fabs((double)grads[t->offset + j] - autocast[j]);
-            fp32_off += fabs((double)exact[j] - autocast[j]);
-            size += fabs((double)autocast[j]);
-            same += grads[t->offset + j] == autocast[j];
+    for (int c = 0; c <= bias; c++) {
+        const float *ours = c ? chunked : grads;
+        for (int i = 0; i < layout.ntensors; i++) {
+            const TensorSpec *t = &layout.tensors[i];
+            const float *autocast = tensor_of(&bf16, t->name, t), *exact = tensor_of(&fp32, t->name, t);
+            double ours_off = 0, fp32_off = 0, size = 0;
+            size_t same = 0;
+            for (size_t j = 0; j < t->numel; j++) {
+                ours_off += fabs((double)ours[t->offset + j] - autocast[j]);
+                fp32_off += fabs((double)exact[j] - autocast[j]);
+                size += fabs((double)autocast[j]);
+                same += ours[t->offset + j] == autocast[j];
+            }
+            cr_expect_lt(ours_off, AUTOCAST_CLOSER * fp32_off, "bias %d%s: %s: L1 distance %.2e from autocast's "
+                         "gradient, fp32's %.2e", bias, c ? ", in chunks" : "", t->name, ours_off / size,
+                         fp32_off / size);
+            cr_expect_geq(same, AUTOCAST_SAME * t->numel, "bias %d%s: %s: %zu of %zu elements bit-equal to "
+                          "autocast's", bias, c ? ", in chunks" : "", t->name, same, t->numel);
         }
-        cr_expect_lt(ours_off, AUTOCAST_CLOSER * fp32_off, "bias %d: %s: L1 distance %.2e from autocast's gradient, "
-                     "fp32's %.2e", bias, t->name, ours_off / size, fp32_off / size);
-        cr_expect_geq(same, AUTOCAST_SAME * t->numel, "bias %d: %s: %zu of %zu elements bit-equal to autocast's",
-                      bias, t->name, same, t->numel);
     }
     safetensors_close(&bf16);
     safetensors_close(&fp32);
-    free(w); free(grads); free(x); free(y);
+    free(w); free(grads); free(chunked); free(x); free(y);
 }
 
 Test(torch, bf16_gradients_are_autocasts) {

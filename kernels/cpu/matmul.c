@@ -52,14 +52,16 @@ static void matmul_backward_task(void *p) {
         #pragma omp section
         {
             /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
-                        1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
+            if (a->dinp)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
+                            1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
         }
         #pragma omp section
         {
             /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
-                        1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+            if (a->dweight)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
+                            1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
         }
     }
 }
@@ -92,13 +94,16 @@ void cpu_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight, 
 void cpu_matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                               ConstBuf weight, int N, int C, int OC) {
     size_t nx = (size_t)N * C, nw = (size_t)OC * C;
-    size_t x = cpu_room_for(inp.dtype, nx), y = cpu_room_for(dout.dtype, (size_t)N * OC);
-    size_t w = cpu_room_for(weight.dtype, nw), dx = cpu_room_for(dinp.dtype, nx);
-    cpu_stream_room(s, x + y + w + dx + cpu_room_for(dweight.dtype, nw));
-    const float *in = cpu_fp32_of(s, inp, nx, 0), *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
-    float *written = cpu_fp32_for(s, dinp, nx, x + y + w), *summed = cpu_fp32_for(s, dweight, nw, x + y + w + dx);
-    if (dweight.dtype == DTYPE_BF16) cpu_fill_zero(s, summed, nw * sizeof(float));
-    cpu_matmul_backward(s, written, summed, d, in, cpu_fp32_of(s, weight, nw, x + y), N, C, OC);
-    cpu_store_output(s, dinp, written, nx);
-    cpu_store_output(s, dweight, summed, nw);
+    int to_inp = dinp.data != NULL, to_weight = dweight.data != NULL;  /* a product for each gradient asked for */
+    size_t x = to_weight ? cpu_room_for(inp.dtype, nx) : 0, y = cpu_room_for(dout.dtype, (size_t)N * OC);
+    size_t w = to_inp ? cpu_room_for(weight.dtype, nw) : 0, dx = to_inp ? cpu_room_for(dinp.dtype, nx) : 0;
+    cpu_stream_room(s, x + y + w + dx + (to_weight ? cpu_room_for(dweight.dtype, nw) : 0));
+    const float *in = to_weight ? cpu_fp32_of(s, inp, nx, 0) : NULL, *d = cpu_fp32_of(s, dout, (size_t)N * OC, x);
+    const float *wt = to_inp ? cpu_fp32_of(s, weight, nw, x + y) : NULL;
+    float *written = to_inp ? cpu_fp32_for(s, dinp, nx, x + y + w) : NULL;
+    float *summed = to_weight ? cpu_fp32_for(s, dweight, nw, x + y + w + dx) : NULL;
+    if (to_weight && dweight.dtype == DTYPE_BF16) cpu_fill_zero(s, summed, nw * sizeof(float));
+    cpu_matmul_backward(s, written, summed, d, in, wt, N, C, OC);
+    if (to_inp) cpu_store_output(s, dinp, written, nx);
+    if (to_weight) cpu_store_output(s, dweight, summed, nw);
 }

@@ -173,14 +173,19 @@ void cuda_matmul_forward_bf16(Stream *s, Buf out, ConstBuf inp, ConstBuf weight,
 
 void cuda_matmul_backward_bf16(Stream *s, Buf dinp, Buf dweight, ConstBuf dout, ConstBuf inp,
                                ConstBuf weight, int N, int C, int OC) {
-    size_t w = staged_numbers(weight, (size_t)OC * C), x = staged_numbers(inp, (size_t)N * C);
-    size_t d = staged_numbers(dout, (size_t)N * OC);
+    int to_inp = dinp.data != NULL, to_weight = dweight.data != NULL;  /* a product for each gradient asked for */
+    size_t w = to_inp ? staged_numbers(weight, (size_t)OC * C) : 0;
+    size_t x = to_weight ? staged_numbers(inp, (size_t)N * C) : 0, d = staged_numbers(dout, (size_t)N * OC);
     bf16 *staging = cuda_bf16_staging(s, w + x + d);
-    const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
-    const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
     const bf16 *d16 = bf16_operand(s, dout, staging + w + x, (size_t)N * OC);
     /* dinp = dout @ weight; dweight += dout^T @ inp in fp32, or = in bf16 */
-    gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp.data, dinp.dtype, C, NULL, 0);
-    gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight.data, dweight.dtype, C, NULL,
-              dweight.dtype == DTYPE_FP32);
+    if (to_inp) {
+        const bf16 *w16 = bf16_operand(s, weight, staging, (size_t)OC * C);
+        gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w16, C, d16, OC, dinp.data, dinp.dtype, C, NULL, 0);
+    }
+    if (to_weight) {
+        const bf16 *x16 = bf16_operand(s, inp, staging + w, (size_t)N * C);
+        gemm_bf16(s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x16, C, d16, OC, dweight.data, dweight.dtype, C, NULL,
+                  dweight.dtype == DTYPE_FP32);
+    }
 }
