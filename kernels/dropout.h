@@ -13,9 +13,10 @@ PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
     return philox4x32_10(ctr, d.seed, d.rank);
 }
 
-/* The mask value (0 or 1/(1-p)) of element i alone: the GPU's kernels draw one
- * element per thread. Its word picked by selects, not an index, which would
- * put the four words in a kernel's local memory. */
+/* The mask value (0 or 1/(1-p)) of element i alone: the GPU's kernels draw
+ * each element's by its index (packs.h's pack_number). Its word picked by
+ * selects, not an index, which would put the four words in a kernel's local
+ * memory. */
 PHILOX_FN float dropout_scale_at(Dropout d, size_t i) {
     Philox4 bits = dropout_bits(d, i);
     unsigned w = (unsigned)(i & 3);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../kernels/kernels.h"
+#include "../kernels/packs.h"
 #include "../runtime/trace.h"
 #include "../runtime/world.h"
 #include "../training/trainer.h"
@@ -1119,6 +1120,89 @@ Test(gpu, elementwise_ops) {
     cr_expect_eq(nonzero, 0, "fill_zero left %zu values", nonzero);
     free(zeros);
     pair_free(x); pair_free(y); pair_free(out);
+}
+
+/* The elementwise ops that take 8 numbers a thread (kernels/packs.h). */
+enum { PACKED_GELU, PACKED_GELU_BACKWARD, PACKED_RESIDUAL, PACKED_DROPOUT, PACKED_BIAS, PACKED_CONVERT,
+       PACKED_OPS };
+static const char *const PACKED_NAMES[PACKED_OPS] = { "gelu_forward", "gelu_backward", "residual_forward",
+                                                      "dropout_forward", "bias_forward", "a conversion" };
+
+/* Op `op` over n numbers in precision `held`, its inputs x and y copied as
+ * held to `in` numbers into xs and ys, its output `out` numbers into outs:
+ * the output's bytes into got, their count returned. The conversions: in
+ * fp32 round_to_bf16, in bf16 store_bf16 (from fp32 x) and load_bf16 after it
+ * (back into fp32, in ys). bias_forward reads its input in fp32, as its op
+ * does, and its bias from y's first C, in rows of a width no pack divides. */
+static size_t packed_op_bytes(int op, DType held, size_t in, size_t out, Pair x, Pair y, float *xs, float *ys,
+                              float *outs, size_t n, void *got) {
+    size_t size = number_bytes(held);
+    void *xa = (char *)xs + in * size, *ya = (char *)ys + in * size, *oa = (char *)outs + out * size;
+    if (held == DTYPE_BF16) {
+        store_bf16(gpu_stream, xa, x.gpu, n);
+        store_bf16(gpu_stream, ya, y.gpu, n);
+    } else {
+        stream_copy(gpu_stream, xa, x.gpu, n * sizeof(float));
+        stream_copy(gpu_stream, ya, y.gpu, n * sizeof(float));
+    }
+    ConstBuf X = { xa, held }, Y = { ya, held };
+    Buf O = { oa, held };
+    Dropout drop = { 0.3f, 5, 2, 7, 3 };
+    int C = 33334, N = (int)(n / C);
+    switch (op) {
+    case PACKED_GELU: gelu_forward(gpu_stream, O, X, n, 0, held); break;
+    case PACKED_GELU_BACKWARD: gelu_backward(gpu_stream, O, fp32_buf(NULL), X, Y, 1, (int)n, 1, held, NULL); break;
+    case PACKED_RESIDUAL: residual_forward(gpu_stream, O, X, Y, n, held); break;
+    case PACKED_DROPOUT: dropout_forward(gpu_stream, O, X, n, drop, held); break;
+    case PACKED_BIAS:
+        stream_copy(gpu_stream, xs + in, x.gpu, n * sizeof(float));
+        bias_forward(gpu_stream, O, xs + in, Y, N, C, held);
+        n = (size_t)N * C;
+        break;
+    default:
+        if (held == DTYPE_FP32) {
+            round_to_bf16(gpu_stream, (float *)oa, xs + in, n);
+        } else {
+            store_bf16(gpu_stream, oa, x.gpu, n);
+            load_bf16(gpu_stream, ys + in, oa, n);
+            oa = ys + in;
+            size = sizeof(float);
+        }
+    }
+    stream_copy(gpu_stream, got, oa, n * size);
+    stream_synchronize(gpu_stream);
+    return n * size;
+}
+
+/* Every packed op over n = 100003 numbers (a short last tile), in fp32 and
+ * in bf16, with every buffer on a 16-byte boundary (8 numbers a thread by
+ * 16-byte loads and stores, the last tile one at a time), with the inputs
+ * one number past it, and with the output one past it (each tile one at a
+ * time, 256 apart): the same bytes. */
+Test(gpu, packed_ops_give_the_same_bytes_on_a_boundary_and_off_it) {
+    need_gpu();
+    size_t n = 100003, room = n + PACK_NUMBERS;
+    Pair x = pair_random(n, -3, 3, 61), y = pair_random(n, -1, 1, 62);
+    Pair xs = pair_random(room, 0, 1, 63), ys = pair_random(room, 0, 1, 64), outs = pair_random(room, 0, 1, 65);
+    const size_t in[3] = { 0, 1, 0 }, out[3] = { 0, 0, 1 };
+    const char *where[3] = { "", "the inputs one past a boundary", "the output one past a boundary" };
+    unsigned char *got[3];
+    for (int w = 0; w < 3; w++) {
+        got[w] = malloc(room * sizeof(float));
+        cr_assert(got[w]);
+    }
+    for (int p = 0; p < DTYPES; p++)
+        for (int op = 0; op < PACKED_OPS; op++) {
+            size_t bytes[3];
+            for (int w = 0; w < 3; w++)
+                bytes[w] = packed_op_bytes(op, (DType)p, in[w], out[w], x, y, xs.gpu, ys.gpu, outs.gpu, n, got[w]);
+            for (int w = 1; w < 3; w++)
+                cr_expect(bytes[w] == bytes[0] && memcmp(got[w], got[0], bytes[0]) == 0,
+                          "%s in %s: %s differs from every buffer on its boundary", PACKED_NAMES[op],
+                          DTYPE_TRAITS[p].name, where[w]);
+        }
+    for (int w = 0; w < 3; w++) free(got[w]);
+    pair_free(x); pair_free(y); pair_free(xs); pair_free(ys); pair_free(outs);
 }
 
 /* The fused classifier at GPT-2's shape (V = 50304, 2048 rows; row 1's

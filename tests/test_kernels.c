@@ -11,6 +11,7 @@
 #include "../kernels/attention_tiles.h"
 #include "../kernels/kernels.h"
 #include "../kernels/online_softmax.h"
+#include "../kernels/packs.h"
 #include "fixtures.h"
 #include "reference.h"
 
@@ -535,6 +536,53 @@ Test(kernels, embedding_backward_in_bf16_is_its_sums_rounded_joined_by_the_heads
               "an id the batch does not hold took no head's gradient");
     free(g); free(start); free(made); free(want); free(got); free(head); free(head16); free(held); free(held_want);
     buckets_free(buckets);
+}
+
+/* ---- the GPU's packs of numbers (packs.h) ---- */
+
+/* The tiles of the GPU's elementwise kernels: over n = 100003 numbers
+ * (a last tile short) in blocks of 256 threads, every number taken once,
+ * whether the op's pointers are aligned (packed tiles but the last) or not;
+ * a packed tile's thread holds 8 numbers side by side, an unpacked one's
+ * lie 256 apart. And the halves of a 32-bit word as memory holds two bf16s:
+ * a 16-byte load of numbers 0..7 gives words whose low halves are the even
+ * numbers, as on the host, which is little-endian as the GPU is. */
+Test(kernels, packs_take_every_number_once_and_words_hold_them_in_order) {
+    enum { THREADS = 256 };
+    size_t n = 100003, tiles = pack_tiles(n, THREADS);
+    cr_expect_eq(tiles, 49, "100003 numbers in tiles of 2048");
+    unsigned char *taken = malloc(n + (size_t)THREADS * PACK_NUMBERS);
+    cr_assert(taken);
+    for (int aligned = 0; aligned < 2; aligned++) {
+        memset(taken, 0, n + (size_t)THREADS * PACK_NUMBERS);
+        size_t packed_tiles = 0;
+        for (size_t b = 0; b < tiles; b++) {
+            size_t first = tile_first(b, THREADS);
+            int packed = tile_packed(first, THREADS, n, aligned);
+            packed_tiles += (size_t)packed;
+            for (int t = 0; t < THREADS; t++)
+                for (int k = 0; k < PACK_NUMBERS; k++) taken[pack_number(first, THREADS, t, k, packed)]++;
+        }
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; i++) wrong += taken[i] != 1;
+        cr_expect_eq(wrong, 0, "aligned %d: %zu numbers not taken once", aligned, wrong);
+        cr_expect_eq(packed_tiles, aligned ? tiles - 1 : 0, "aligned %d: %zu tiles packed", aligned, packed_tiles);
+    }
+    free(taken);
+    cr_expect_eq(pack_number(2048, THREADS, 3, 5, 1), 2048 + 3 * 8 + 5);
+    cr_expect_eq(pack_number(2048, THREADS, 3, 5, 0), 2048 + 3 + 5 * 256);
+    _Alignas(16) bf16 numbers[PACK_NUMBERS + 1];
+    for (int k = 0; k <= PACK_NUMBERS; k++) numbers[k] = (bf16)(0x3F80 + k);
+    cr_expect(packs_aligned(numbers, numbers + PACK_NUMBERS, NULL), "16 bytes on: on the boundary");
+    cr_expect(!packs_aligned(numbers, numbers + 1, NULL), "one bf16 past a boundary");
+    cr_expect(!packs_aligned(NULL, NULL, (const float *)numbers + 1), "one float past a boundary");
+    uint32_t words[PACK_NUMBERS / 2];
+    memcpy(words, numbers, sizeof words);
+    for (int k = 0; k < PACK_NUMBERS / 2; k++) {
+        cr_expect_eq(pack_low(words[k]), numbers[2 * k], "word %d's low half", k);
+        cr_expect_eq(pack_high(words[k]), numbers[2 * k + 1], "word %d's high half", k);
+        cr_expect_eq(pack_word(numbers[2 * k], numbers[2 * k + 1]), words[k], "word %d made of its halves", k);
+    }
 }
 
 /* ---- the column sums in parts (row_parts.h) ---- */

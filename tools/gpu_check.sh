@@ -166,23 +166,49 @@ float_atomics() {
     return 0
 }
 
-# The attention's kernels on the tensor cores: "object arch kernel" for each flash kernel
-# (forward, dk and dv, dq) whose SASS for arch holds no bf16 mma (HMMA.16816.F32.BF16); $1 =
-# cuobjdump, $2 the object, then its archs (the bundle's sm_90; the Makefile's default build,
-# where it is, sm_80 and sm_90). Fails when the object is missing.
-missing_tensor_cores() {
-    local dump=$1 obj=$2 arch kernel
-    shift 2
-    [ -f "$obj" ] || { echo "kernels/cuda/attention.cu: no $obj"; return 1; }
-    "$dump" -sass "$obj" >"$tmp/attention.sass" || { echo "$obj: cuobjdump failed"; return 1; }
+# Instructions promised in kernels: "object arch kernel" for each of the kernels whose SASS for
+# arch holds none matching the pattern (an awk regular expression; a kernel by its mangled
+# name's length and name, as _Z15residual_kernel...); $1 = cuobjdump, $2 the object,
+# $3 the pattern, $4 the kernels, then the archs (the bundle's sm_90; the Makefile's default
+# build, where it is, sm_80 and sm_90). Fails when the object is missing.
+missing_instruction() {
+    local dump=$1 obj=$2 pattern=$3 kernels=$4 arch kernel
+    shift 4
+    [ -f "$obj" ] || { echo "no $obj"; return 1; }
+    "$dump" -sass "$obj" >"$tmp/code.sass" || { echo "$obj: cuobjdump failed"; return 1; }
     for arch in "$@"; do
-        for kernel in flash_forward_kernel flash_dkdv_kernel flash_dq_kernel; do
-            awk -v arch="$arch" -v kernel="$kernel" '
+        for kernel in $kernels; do
+            PATTERN=$pattern awk -v arch="$arch" -v kernel="$kernel" '
                 /code for sm_/ { here = ($NF == arch) }
                 /Function :/ { fn = $NF }
-                here && index(fn, kernel) && /HMMA\.16816\.F32\.BF16/ { found = 1 }
-                END { exit !found }' "$tmp/attention.sass" || echo "$obj $arch $kernel"
+                here && index(fn, length(kernel) kernel) && $0 ~ ENVIRON["PATTERN"] { found = 1 }
+                END { exit !found }' "$tmp/code.sass" || echo "$obj $arch $kernel: no $pattern"
         done
+    done
+    return 0
+}
+
+# What the kernels promise, for one build ($1 = cuobjdump, $2 the build's folder, then its
+# archs): the attention's three flash kernels bf16 tensor-core mma (HMMA.16816.F32.BF16), and
+# the kernels that take a pack of numbers a thread (kernels/packs.h) 16-byte loads and stores.
+missing_promised() {
+    local dump=$1 build=$2 found op
+    shift 2
+    found=$(missing_instruction "$dump" "$build/kernels/cuda/attention.o" 'HMMA[.]16816[.]F32[.]BF16' \
+            "flash_forward_kernel flash_dkdv_kernel flash_dq_kernel" "$@") || { echo "$found"; return 1; }
+    echo "$found"
+    local packed="gelu_forward_kernel gelu_backward_kernel residual_kernel bias_forward_kernel dropout_kernel"
+    for op in 'LDG[.]E[.]128' 'STG[.]E[.]128'; do
+        found=$(missing_instruction "$dump" "$build/kernels/cuda/elementwise.o" "$op" "$packed" "$@") || {
+            echo "$found"
+            return 1
+        }
+        echo "$found"
+        found=$(missing_instruction "$dump" "$build/kernels/cuda/precision.o" "$op" convert_kernel "$@") || {
+            echo "$found"
+            return 1
+        }
+        echo "$found"
     done
     return 0
 }
@@ -206,24 +232,26 @@ check_kernel_code() {
         echo "$found" | sed 's/^/    /' | tee -a "$LOG"
         return 1
     fi
-    local archs="sm_90 (the bundle's)" default_build=build/cuda/kernels/cuda/attention.o
-    found=$(missing_tensor_cores "$dump" "$GPU_BUILD/kernels/cuda/attention.o" sm_90) || {
+    local archs="sm_90 (the bundle's)" default_build=build/cuda
+    found=$(missing_promised "$dump" "$GPU_BUILD" sm_90) || {
         say "FAIL kernel-code ($((SECONDS - start)) s): $found"
         return 1
     }
-    if [ -f "$default_build" ]; then
-        found+=$(missing_tensor_cores "$dump" "$default_build" sm_80 sm_90) || {
+    if [ -f "$default_build/kernels/cuda/attention.o" ]; then
+        found+=$'\n'$(missing_promised "$dump" "$default_build" sm_80 sm_90) || {
             say "FAIL kernel-code ($((SECONDS - start)) s): $found"
             return 1
         }
         archs="sm_80 and sm_90 (make's build) and sm_90 (the bundle's)"
     fi
-    if [ -n "$found" ]; then
-        say "FAIL kernel-code ($((SECONDS - start)) s): no bf16 tensor-core mma in the attention's" $found
+    if [ -n "$(echo "$found" | tr -d '[:space:]')" ]; then
+        say "FAIL kernel-code ($((SECONDS - start)) s): an instruction promised is missing (object arch kernel):"
+        echo "$found" | sed '/^$/d; s/^/    /' | tee -a "$LOG"
         return 1
     fi
     say "PASS kernel-code ($((SECONDS - start)) s): no spills or local memory (ptxas, as errors), no float atomics" \
-        "in the SASS or PTX of $objects objects, bf16 mma.sync in the attention's three kernels for $archs"
+        "in the SASS or PTX of $objects objects, bf16 mma.sync in the attention's three kernels and 16-byte" \
+        "loads and stores in the six packed ones for $archs"
 }
 
 # ---- the steps ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #include "../../runtime/device_cuda.h"
 #include "../backend.h"
+#include "../packs.h"
 
 /* Check the launch just made (CUDA reports a bad configuration here). */
 #define CHECK_LAUNCH(name) cuda_check_launch(name, __FILE__, __LINE__)
@@ -21,6 +22,76 @@ enum { THREADS = 256, WARP = 32 };
 
 /* At least one block, so an empty op is still a valid launch. */
 static inline unsigned blocks_for(size_t n) { return n ? (unsigned)((n + THREADS - 1) / THREADS) : 1u; }
+
+/* A kernel that takes PACK_NUMBERS numbers a thread (packs.h): its blocks,
+ * a tile each, and where this thread's numbers lie in its block's tile. */
+static inline unsigned pack_blocks_for(size_t n) { return n ? (unsigned)pack_tiles(n, THREADS) : 1u; }
+
+typedef struct {
+    size_t first;  /* the tile's first number */
+    int packed;    /* side by side, by 16-byte accesses (tile_packed) */
+} Tile;
+
+__device__ static inline Tile this_tile(size_t n, int aligned) {
+    size_t first = tile_first(blockIdx.x, THREADS);
+    Tile tile = { first, tile_packed(first, THREADS, n, aligned) };
+    return tile;
+}
+
+/* This thread's number k of its tile. */
+__device__ static inline size_t tile_number(Tile tile, int k) {
+    return pack_number(tile.first, THREADS, threadIdx.x, k, tile.packed);
+}
+
+/* This thread's numbers of x, held as `held`, as fp32 (0 at n and past it):
+ * by a 16-byte load of bf16s or two of fp32s where the tile is packed, else
+ * one at a time by number_at. */
+__device__ static inline void load_pack(float v[PACK_NUMBERS], const void *x, DType held, Tile tile, size_t n) {
+    size_t at = tile_number(tile, 0);
+    if (tile.packed && held == DTYPE_BF16) {
+        uint4 raw = *(const uint4 *)((const bf16 *)x + at);
+        const uint32_t words[PACK_NUMBERS / 2] = { raw.x, raw.y, raw.z, raw.w };
+#pragma unroll
+        for (int k = 0; k < PACK_NUMBERS / 2; k++) {
+            v[2 * k] = float_from_bf16(pack_low(words[k]));
+            v[2 * k + 1] = float_from_bf16(pack_high(words[k]));
+        }
+    } else if (tile.packed && held == DTYPE_FP32) {
+        const float4 *four = (const float4 *)((const float *)x + at);
+        float4 lo = four[0], hi = four[1];
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+        v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < PACK_NUMBERS; k++) {
+            size_t i = tile_number(tile, k);
+            v[k] = i < n ? number_at(x, held, i) : 0.0f;
+        }
+    }
+}
+
+/* This thread's numbers below n stored into x as it is held (number_put's
+ * rounding into bf16), by 16-byte stores where the tile is packed. */
+__device__ static inline void store_pack(void *x, DType held, Tile tile, size_t n, const float v[PACK_NUMBERS]) {
+    size_t at = tile_number(tile, 0);
+    if (tile.packed && held == DTYPE_BF16) {
+        uint32_t words[PACK_NUMBERS / 2];
+#pragma unroll
+        for (int k = 0; k < PACK_NUMBERS / 2; k++)
+            words[k] = pack_word(bf16_from_float(v[2 * k]), bf16_from_float(v[2 * k + 1]));
+        *(uint4 *)((bf16 *)x + at) = make_uint4(words[0], words[1], words[2], words[3]);
+    } else if (tile.packed && held == DTYPE_FP32) {
+        float4 *four = (float4 *)((float *)x + at);
+        four[0] = make_float4(v[0], v[1], v[2], v[3]);
+        four[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < PACK_NUMBERS; k++) {
+            size_t i = tile_number(tile, k);
+            if (i < n) number_put(x, held, i, v[k]);
+        }
+    }
+}
 
 /* Warp-wide sum and max, the same butterfly every time. */
 __device__ static inline float warp_sum(float x) {

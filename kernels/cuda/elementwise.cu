@@ -1,6 +1,8 @@
 /* elementwise.cu: GELU, residual add, biases, dropout and zero fill on the GPU;
  * each output rounded under autocast, as the CPU's (kernels.h); GELU's input
- * read as it is held, fp32 or bf16. */
+ * read as it is held, fp32 or bf16. The elementwise kernels take
+ * PACK_NUMBERS numbers a thread (packs.h: 16-byte loads and stores where the
+ * op's pointers allow), the column sums a column a thread. */
 #include <math.h>
 
 #include "../dropout.h"
@@ -9,18 +11,24 @@
 /* GELU exact (erf, nanoGPT's) or in GPT-2's tanh form (transformers' gelu_new) */
 static constexpr float GELU_TANH_SCALE = 0.7978845608028654f, GELU_TANH_CUBIC = 0.044715f;
 
-__global__ static void gelu_forward_kernel(Buf out, ConstBuf inp, size_t n, int tanh_form, int rounds) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = number_at(inp.data, inp.dtype, i);
-    float y = tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
-                        : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
-    number_put(out.data, out.dtype, i, rounded_if(y, rounds));
+__device__ static float gelu(float x, int tanh_form) {
+    return tanh_form ? 0.5f * x * (1.0f + tanhf(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
+                     : 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
+}
+
+__global__ static void gelu_forward_kernel(Buf out, ConstBuf inp, size_t n, int tanh_form, int rounds,
+                                           int aligned) {
+    Tile tile = this_tile(n, aligned);
+    float v[PACK_NUMBERS];
+    load_pack(v, inp.data, inp.dtype, tile, n);
+#pragma unroll
+    for (int k = 0; k < PACK_NUMBERS; k++) v[k] = rounded_if(gelu(v[k], tanh_form), rounds);
+    store_pack(out.data, out.dtype, tile, n, v);
 }
 
 void cuda_gelu_forward(Stream *s, Buf out, ConstBuf inp, size_t n, int tanh_form, DType rounding) {
-    gelu_forward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, tanh_form,
-                                                                       rounding == DTYPE_BF16);
+    gelu_forward_kernel<<<pack_blocks_for(n), THREADS, 0, cuda_stream(s)>>>(
+        out, inp, n, tanh_form, rounding == DTYPE_BF16, packs_aligned(out.data, inp.data, NULL));
     CHECK_LAUNCH("gelu_forward_kernel");
 }
 
@@ -41,11 +49,14 @@ __device__ static float gelu_gradient(float x, float dy, int tanh_form, int roun
 }
 
 __global__ static void gelu_backward_kernel(Buf dinp, ConstBuf inp, ConstBuf dout, size_t n, int tanh_form,
-                                            int rounds) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = gelu_gradient(number_at(inp.data, inp.dtype, i), number_at(dout.data, dout.dtype, i), tanh_form, rounds);
-    number_put(dinp.data, dinp.dtype, i, g);
+                                            int rounds, int aligned) {
+    Tile tile = this_tile(n, aligned);
+    float x[PACK_NUMBERS], g[PACK_NUMBERS];
+    load_pack(x, inp.data, inp.dtype, tile, n);
+    load_pack(g, dout.data, dout.dtype, tile, n);
+#pragma unroll
+    for (int k = 0; k < PACK_NUMBERS; k++) g[k] = gelu_gradient(x[k], g[k], tanh_form, rounds);
+    store_pack(dinp.data, dinp.dtype, tile, n, g);
 }
 
 /* The gradient and the bias's parts in one pass: a thread a column of a
@@ -72,7 +83,8 @@ void cuda_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf d
     int rounds = rounding == DTYPE_BF16;
     if (!dbias.data) {
         size_t n = (size_t)N * OC;
-        gelu_backward_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(dinp, inp, dout, n, tanh_form, rounds);
+        gelu_backward_kernel<<<pack_blocks_for(n), THREADS, 0, cuda_stream(s)>>>(
+            dinp, inp, dout, n, tanh_form, rounds, packs_aligned(dinp.data, inp.data, dout.data));
         CHECK_LAUNCH("gelu_backward_kernel");
         return;
     }
@@ -83,29 +95,39 @@ void cuda_gelu_backward(Stream *s, Buf dinp, Buf dbias, ConstBuf inp, ConstBuf d
     cuda_add_column_parts(s, dbias, scratch, N, OC, rounds);
 }
 
-__global__ static void residual_kernel(Buf out, ConstBuf a, ConstBuf b, size_t n, int rounds) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v = number_at(a.data, a.dtype, i) + number_at(b.data, b.dtype, i);
-    number_put(out.data, out.dtype, i, rounded_if(v, rounds));
+__global__ static void residual_kernel(Buf out, ConstBuf a, ConstBuf b, size_t n, int rounds, int aligned) {
+    Tile tile = this_tile(n, aligned);
+    float x[PACK_NUMBERS], y[PACK_NUMBERS];
+    load_pack(x, a.data, a.dtype, tile, n);
+    load_pack(y, b.data, b.dtype, tile, n);
+#pragma unroll
+    for (int k = 0; k < PACK_NUMBERS; k++) x[k] = rounded_if(x[k] + y[k], rounds);
+    store_pack(out.data, out.dtype, tile, n, x);
 }
 
 void cuda_residual_forward(Stream *s, Buf out, ConstBuf a, ConstBuf b, size_t n, DType rounding) {
-    residual_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16);
+    residual_kernel<<<pack_blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, a, b, n, rounding == DTYPE_BF16,
+                                                                        packs_aligned(out.data, a.data, b.data));
     CHECK_LAUNCH("residual_kernel");
 }
 
-__global__ static void bias_forward_kernel(Buf out, const float *inp, ConstBuf bias, int N, int OC, int rounds) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * OC) return;
-    float v = inp[i];
-    if (bias.data) v = v + number_at(bias.data, bias.dtype, i % OC);
-    number_put(out.data, out.dtype, i, rounded_if(v, rounds));
+__global__ static void bias_forward_kernel(Buf out, const float *inp, ConstBuf bias, int N, int OC, int rounds,
+                                           int aligned) {
+    size_t n = (size_t)N * OC;
+    Tile tile = this_tile(n, aligned);
+    float v[PACK_NUMBERS];
+    load_pack(v, inp, DTYPE_FP32, tile, n);
+#pragma unroll
+    for (int k = 0; k < PACK_NUMBERS; k++) {
+        if (bias.data) v[k] = v[k] + number_at(bias.data, bias.dtype, tile_number(tile, k) % OC);
+        v[k] = rounded_if(v[k], rounds);
+    }
+    store_pack(out.data, out.dtype, tile, n, v);
 }
 
 void cuda_bias_forward(Stream *s, Buf out, const float *inp, ConstBuf bias, int N, int OC, DType rounding) {
-    bias_forward_kernel<<<blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(out, inp, bias, N, OC,
-                                                                                   rounding == DTYPE_BF16);
+    bias_forward_kernel<<<pack_blocks_for((size_t)N * OC), THREADS, 0, cuda_stream(s)>>>(
+        out, inp, bias, N, OC, rounding == DTYPE_BF16, packs_aligned(out.data, inp, NULL));
     CHECK_LAUNCH("bias_forward_kernel");
 }
 
@@ -129,16 +151,20 @@ void cuda_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, floa
     cuda_add_column_parts(s, dbias, scratch, N, OC, rounding == DTYPE_BF16);
 }
 
-/* The same Philox mask as the CPU's, one element per thread. */
-__global__ static void dropout_kernel(Buf out, ConstBuf inp, size_t n, Dropout drop, int rounds) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v = number_at(inp.data, inp.dtype, i) * dropout_scale_at(drop, i);
-    number_put(out.data, out.dtype, i, rounded_if(v, rounds));
+/* The same Philox mask as the CPU's, each element's scale from its index. */
+__global__ static void dropout_kernel(Buf out, ConstBuf inp, size_t n, Dropout drop, int rounds, int aligned) {
+    Tile tile = this_tile(n, aligned);
+    float v[PACK_NUMBERS];
+    load_pack(v, inp.data, inp.dtype, tile, n);
+#pragma unroll
+    for (int k = 0; k < PACK_NUMBERS; k++)
+        v[k] = rounded_if(v[k] * dropout_scale_at(drop, tile_number(tile, k)), rounds);
+    store_pack(out.data, out.dtype, tile, n, v);
 }
 
 void cuda_dropout_forward(Stream *s, Buf out, ConstBuf inp, size_t n, Dropout drop, DType rounding) {
-    dropout_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == DTYPE_BF16);
+    dropout_kernel<<<pack_blocks_for(n), THREADS, 0, cuda_stream(s)>>>(out, inp, n, drop, rounding == DTYPE_BF16,
+                                                                       packs_aligned(out.data, inp.data, NULL));
     CHECK_LAUNCH("dropout_kernel");
 }
 
