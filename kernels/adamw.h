@@ -66,14 +66,17 @@ ADAMW_FN float clip_coefficient(const float *sumsq, int nparts, float max_norm) 
     return max_norm / ((float)sqrt(total) + 1e-6f);
 }
 
-/* A gradient as AdamW takes it: read as it is held, times coef where coef is
+/* A gradient g, held as `held`, as AdamW takes it: times coef where coef is
  * below 1, and rounded back where it is held in bf16 (as a bf16 tensor's mul_
  * rounds: the same bits as a clipped gradient written back, then read). */
-ADAMW_FN float clipped_gradient(const void *grad, DType held, size_t i, float coef) {
-    float g = number_at(grad, held, i);
+ADAMW_FN float clip_gradient(float g, DType held, float coef) {
     if (coef >= 1.0f) return g;
-    g = g * coef;
-    return rounded_if(g, held == DTYPE_BF16);
+    return rounded_if(g * coef, held == DTYPE_BF16);
+}
+
+/* Element i of a gradient, read as it is held, as AdamW takes it. */
+ADAMW_FN float clipped_gradient(const void *grad, DType held, size_t i, float coef) {
+    return clip_gradient(number_at(grad, held, i), held, coef);
 }
 
 /* The span of spans[0, n) that holds arena element i, or -1 (padding). */

@@ -1558,6 +1558,17 @@ Test(gpu, adamw_sumsq_and_clip) {
     expect_same_bytes(m, n * sizeof(float), "the GPU's AdamW m differs from the CPU's");
     expect_same_bytes(v, n * sizeof(float), "the GPU's AdamW v differs from the CPU's");
     expect_same_bytes(copy, n * sizeof(bf16), "the GPU's bf16 copy of AdamW's weights differs from the CPU's");
+    /* a second step, on the GPU its first element alone and the rest from one past a 16-byte boundary (each tile
+     * one number at a time, packs.h): the CPU's bytes still */
+    adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, DTYPE_FP32, m.cpu, v.cpu, lo, n,
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
+    for (size_t at = 0; at < 2; at++)
+        adamw_arena(gpu_stream, param.gpu + at, (bf16 *)copy.gpu + at, grad.gpu + at, DTYPE_FP32, m.gpu + at,
+                    v.gpu + at, lo + at, at ? n - 1 : 1, (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
+    expect_same_bytes(param, n * sizeof(float), "off a boundary, the GPU's AdamW weights differ from the CPU's");
+    expect_same_bytes(m, n * sizeof(float), "off a boundary, the GPU's AdamW m differs from the CPU's");
+    expect_same_bytes(v, n * sizeof(float), "off a boundary, the GPU's AdamW v differs from the CPU's");
+    expect_same_bytes(copy, n * sizeof(bf16), "off a boundary, the GPU's bf16 copy differs from the CPU's");
     sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
     sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
     expect_match(sumsq, REDUCTION_TOL, "sumsq");

@@ -190,7 +190,8 @@ missing_instruction() {
 
 # What the kernels promise, for one build ($1 = cuobjdump, $2 the build's folder, then its
 # archs): the attention's three flash kernels bf16 tensor-core mma (HMMA.16816.F32.BF16), and
-# the kernels that take a pack of numbers a thread (kernels/packs.h) 16-byte loads and stores.
+# the kernels that take a pack of numbers a thread (kernels/packs.h: the elementwise ones, the
+# conversions, AdamW) 16-byte loads and stores.
 missing_promised() {
     local dump=$1 build=$2 found op
     shift 2
@@ -205,6 +206,11 @@ missing_promised() {
         }
         echo "$found"
         found=$(missing_instruction "$dump" "$build/kernels/cuda/precision.o" "$op" convert_kernel "$@") || {
+            echo "$found"
+            return 1
+        }
+        echo "$found"
+        found=$(missing_instruction "$dump" "$build/kernels/cuda/optimizer.o" "$op" adamw_kernel "$@") || {
             echo "$found"
             return 1
         }
@@ -251,7 +257,7 @@ check_kernel_code() {
     fi
     say "PASS kernel-code ($((SECONDS - start)) s): no spills or local memory (ptxas, as errors), no float atomics" \
         "in the SASS or PTX of $objects objects, bf16 mma.sync in the attention's three kernels and 16-byte" \
-        "loads and stores in the six packed ones for $archs"
+        "loads and stores in the seven packed ones for $archs"
 }
 
 # ---- the steps ----------------------------------------------------------------------------

@@ -13,28 +13,40 @@
 #include "cuda_kernels.cuh"
 
 /* torch.optim.AdamW's arithmetic, as the CPU's; the scalars come from the host. */
-/* A thread an element of the range: its span found in the table, padding
- * left alone; the bf16 copy written in the same pass where there is one.
- * Every thread works out the clip's coefficient itself (the parts are at
- * most a rank count, summed in order): no launch before it. */
+/* A thread PACK_NUMBERS elements of the range (packs.h: 16-byte loads and
+ * stores where every buffer allows): each element's span found in the table,
+ * padding left as it was; the bf16 copy written in the same pass where there
+ * is one. Every thread works out the clip's coefficient itself (the parts
+ * are at most a rank count, summed in order): no launch before it. */
 __global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k,
-                                    AdamWClip clip) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n) return;
-    int t = adamw_span_at(spans, nspans, lo + j);
-    if (t < 0) return;
+                                    AdamWClip clip, int aligned) {
+    Tile tile = this_tile(n, aligned);
     float coef = clip.sumsq ? clip_coefficient(clip.sumsq, clip.nparts, clip.max_norm) : 1.0f;
-    float g = clipped_gradient(grad, grad_held, j, coef);
-    param[j] = adamw_element(k, spans[t].decays, g, &m[j], &v[j], param[j]);
-    if (copy) copy[j] = bf16_from_float(param[j]);
+    float w[PACK_NUMBERS], g[PACK_NUMBERS], mk[PACK_NUMBERS], vk[PACK_NUMBERS];
+    load_pack(w, param, DTYPE_FP32, tile, n);
+    load_pack(g, grad, grad_held, tile, n);
+    load_pack(mk, m, DTYPE_FP32, tile, n);
+    load_pack(vk, v, DTYPE_FP32, tile, n);
+#pragma unroll
+    for (int e = 0; e < PACK_NUMBERS; e++) {
+        size_t j = tile_number(tile, e);
+        int t = j < n ? adamw_span_at(spans, nspans, lo + j) : -1;
+        if (t < 0) continue;
+        w[e] = adamw_element(k, spans[t].decays, clip_gradient(g[e], grad_held, coef), &mk[e], &vk[e], w[e]);
+    }
+    store_pack(param, DTYPE_FP32, tile, n, w);
+    store_pack(m, DTYPE_FP32, tile, n, mk);
+    store_pack(v, DTYPE_FP32, tile, n, vk);
+    if (copy) store_pack(copy, DTYPE_BF16, tile, n, w);
 }
 
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                       size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip) {
     if (n == 0) return;
-    adamw_kernel<<<blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, copy, grad, grad_held, m, v, lo, n, spans,
-                                                                nspans, adamw_constants(hp), clip);
+    int aligned = packs_aligned(param, grad, m) && packs_aligned(v, copy, NULL);
+    adamw_kernel<<<pack_blocks_for(n), THREADS, 0, cuda_stream(s)>>>(param, copy, grad, grad_held, m, v, lo, n, spans,
+                                                                     nspans, adamw_constants(hp), clip, aligned);
     CHECK_LAUNCH("adamw_kernel");
 }
 
