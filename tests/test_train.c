@@ -282,6 +282,30 @@ Test(train, the_program_sets_how_openmps_threads_wait_unless_the_user_did) {
     unsetenv("OMP_DYNAMIC");
 }
 
+/* A text's run with a vocabulary padded past its characters, and past a
+ * byte's 256 ids (--pad-vocab=300): the checkpoint lists the 65 characters
+ * (the padded ids stand for no byte), the run resumes from it, and its
+ * samples draw the text's ids only. The list once ran to the model's 300
+ * ids, read past the table of 256 and listed zeros twice, which no resume
+ * would take. */
+Test(train, a_padded_vocabulary_saves_its_characters_and_resumes, .init = setup, .fini = teardown) {
+    char dir[256], args[1024], err[4096], ckpt[300];
+    temp_dir(dir, sizeof dir, "padded");
+    const char *run = "--layers=1 --embd=32 --heads=2 --block=16 --batch=2 --eval-every=0 --pad-vocab=300";
+    snprintf(args, sizeof args, "%s --iters=2 --sample-chars=64 --out=%s", run, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    CheckpointInfo info;
+    cr_assert_eq(checkpoint_read_info(ckpt, &info, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(info.model.vocab, 300);
+    cr_expect(info.characters && info.chars == data.vocab, "%d characters listed, the text has %d", info.chars,
+              data.vocab);
+    cr_expect_eq(memcmp(info.itos, data.itos, (size_t)data.vocab), 0, "the characters listed are not the text's");
+    snprintf(args, sizeof args, "%s --iters=3 --sample-chars=0 --out=%s --resume=%s", run, dir, ckpt);
+    cr_expect_eq(run_train(args, err, sizeof err), 0, "the run does not resume: %s", err);
+    remove_dir(dir);
+}
+
 /* Every kernel splits its work as the shapes say, not as the threads do, so a
  * run gives the same bytes on one thread as on three (uneven splits) or four,
  * in fp32 and in bf16: the ranks of P x L splits have teams of other sizes,

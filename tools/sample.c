@@ -38,8 +38,13 @@ static int emit_text(void *ctx, const int *piece, int n) {
     const Decoder *d = ctx;
     for (int i = 0; i < n; i++) {
         size_t len = 1;
-        const unsigned char *bytes = d->tokenizer ? tokenizer_bytes(d->tokenizer, piece[i], &len)
-                                                  : &d->info->itos[piece[i]];
+        const unsigned char *bytes;
+        if (d->tokenizer) {
+            bytes = tokenizer_bytes(d->tokenizer, piece[i], &len);
+        } else {  /* an id past the text's (--pad-vocab) stands for no byte */
+            len = piece[i] < d->info->chars;
+            bytes = &d->info->itos[len ? piece[i] : 0];
+        }
         fwrite(bytes, 1, len, stdout);
     }
     return fflush(stdout) != 0 || ferror(stdout);
@@ -64,7 +69,7 @@ static int *encode_prompt(const TrainOptions *o, const CheckpointInfo *info, con
     }
     int stoi[256];
     for (int b = 0; b < 256; b++) stoi[b] = -1;
-    for (int t = 0; t < info->model.vocab; t++) stoi[info->itos[t]] = t;
+    for (int t = 0; t < info->chars; t++) stoi[info->itos[t]] = t;
     *n = (int)strlen(o->prompt);  /* not 0: an empty --prompt is refused */
     int *tokens = host_calloc((size_t)*n, sizeof(int));
     for (int i = 0; i < *n; i++) {
@@ -151,7 +156,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sample: %s\n", err);
         rc = -1;
     } else {
-        Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed, tokenizer ? tokenizer_vocab(tokenizer) : 0 };
+        int vocab = tokenizer ? tokenizer_vocab(tokenizer) : info.characters ? info.chars : 0;  /* never padding */
+        Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed, vocab };
         rc = emit_text(&decoder, tokens, n_prompt);
         if (rc == 0) rc = generate_pieces(s, tokens, n_prompt, o.sample_count, how, emit_text, &decoder);
         if (rc == 0) rc = putchar('\n') == EOF || fflush(stdout) != 0;

@@ -56,7 +56,7 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
     else if (info.characters != data->characters ||
-             (data->characters && memcmp(info.itos, data->itos, (size_t)data->vocab) != 0)) {
+             (data->characters && (info.chars != data->vocab || memcmp(info.itos, data->itos, (size_t)data->vocab)))) {
         if (world()->proc == 0)
             fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's%s\n", path, o->data,
                     info.characters == data->characters ? ""
