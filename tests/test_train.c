@@ -310,9 +310,12 @@ Test(train, a_padded_vocabulary_saves_its_characters_and_resumes, .init = setup,
  * run gives the same bytes on one thread as on three (uneven splits) or four,
  * in fp32 and in bf16: the ranks of P x L splits have teams of other sizes,
  * and a stream's team shrinks and grows in mid-run as a load on the machine
- * comes and goes (runtime/device_cpu.c). */
+ * comes and goes (runtime/device_cpu.c). In bf16 with 1000 ids too, where the
+ * head's two products run apart, each long enough (a sum over 1000 ids) that
+ * OpenBLAS's threaded sgemm would sum it in another order. */
 Test(train, a_run_gives_the_same_bits_on_any_number_of_threads, .timeout = 120) {
-    const char *runs[] = { "--dropout=0.1", "--dtype=bf16 --bias=1 --dropout=0.1" };
+    const char *runs[] = { "--dropout=0.1", "--dtype=bf16 --bias=1 --dropout=0.1",
+                           "--dtype=bf16 --pad-vocab=1000 --embd=64" };
     const char *threads[] = { "1", "3", "4" };
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         char dir[256], args[1024], err[4096], ckpt[300];

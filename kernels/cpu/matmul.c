@@ -42,35 +42,30 @@ typedef struct {
     int N, C, OC;
 } MatmulBackwardArgs;
 
-/* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
-static void input_gradient(const MatmulBackwardArgs *a) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
-                1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
-}
-
-/* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
-static void weight_gradient(const MatmulBackwardArgs *a) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
-                1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
-}
-
 /* The two products are independent and equally large: on two or more threads
  * they run side by side, each sgemm on one thread (inside a parallel region an
  * OpenMP OpenBLAS does not fork again), which beats splitting each small sgemm.
- * One alone (a NULL gradient: the head's, made apart) gets every thread. */
+ * One asked for alone (the head's two under autocast, made apart) still runs
+ * in its section, on one thread: OpenBLAS's threaded sgemm cuts the summed
+ * dimension otherwise, so its bits would follow the thread count. */
 static void matmul_backward_task(void *p) {
     MatmulBackwardArgs *a = p;
-    if (!a->dinp || !a->dweight) {
-        if (a->dinp) input_gradient(a);
-        if (a->dweight) weight_gradient(a);
-        return;
-    }
     #pragma omp parallel sections
     {
         #pragma omp section
-        input_gradient(a);
+        {
+            /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
+            if (a->dinp)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
+                            1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
+        }
         #pragma omp section
-        weight_gradient(a);
+        {
+            /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
+            if (a->dweight)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
+                            1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+        }
     }
 }
 
