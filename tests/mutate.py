@@ -385,7 +385,7 @@ MUTANTS = [
      "floor = sorted[how.top_k];"),
     ("init-pair-shifted", "each rank's own init: a part starting at an odd element takes its Box-Muller pair "
      "from that element on, not from the pair's first",
-     "test_multiprocess/an_odd_width_*",
+     "test_model/a_part_of_a_tensors_init*",
      "model/model.c",
      "for (size_t i = first / 2 * 2; i < end; i += 2) {",
      "for (size_t i = first; i < end; i += 2) {"),

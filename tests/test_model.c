@@ -508,6 +508,32 @@ Test(model, the_backwards_shared_buffers_hold_what_is_made_in_them) {
         }
 }
 
+/* Each rank initialises its own part of a tensor (model_init_tensor_part):
+ * any part, from an odd element on or of an odd count too, is those
+ * elements of the whole arena's init, byte for byte; a part from an odd
+ * element takes the Box-Muller pair that element belongs to. (The arena puts
+ * every tensor and shard on an even element today; the contract is any
+ * part.) */
+Test(model, a_part_of_a_tensors_init_is_the_whole_inits_bytes) {
+    ModelConfig cfg = { 65, 16, 1, 3, 15, MODEL_GPT, 1, 0 };
+    ArenaLayout layout;
+    model_layout(&cfg, 1, &layout);
+    float *whole = malloc(layout.total * sizeof(float)), part[64];
+    model_init_params(&cfg, &layout, 1337, whole);
+    const size_t firsts[4] = { 0, 1, 7, 50 }, counts[3] = { 1, 2, 33 };
+    for (int t = 0; t < layout.ntensors; t++)
+        for (int f = 0; f < 4; f++)
+            for (int c = 0; c < 3; c++) {
+                const TensorSpec *ts = &layout.tensors[t];
+                size_t first = firsts[f], count = counts[c];
+                if (first + count > ts->numel) continue;
+                model_init_tensor_part(&cfg, &layout, t, 1337, first, count, part);
+                cr_expect_eq(memcmp(part, whole + ts->offset + first, count * sizeof(float)), 0,
+                             "%s: elements [%zu, %zu) differ from the whole init's", ts->name, first, first + count);
+            }
+    free(whole);
+}
+
 Test(model, activations_hold_no_t_by_t_buffer) {
     ModelConfig cfg = { 11, 192, 2, 3, 24, MODEL_GPT, 0, 0 };
     for (int recompute = 0; recompute <= 1; recompute++) {

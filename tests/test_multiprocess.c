@@ -264,9 +264,10 @@ Test(multiprocess, two_hosts_over_tcp_give_the_bits_of_one_process, .timeout = 3
     run_free(&hybrid);
 }
 
-/* An odd width puts tensors at odd offsets, so a process's part of a tensor
- * may start at an odd element: each process's own init must still take the
- * Box-Muller pair that element belongs to. */
+/* An odd width gives tensors of odd sizes, each on its 128-number boundary
+ * in the arena (runtime/arena.h), split among 3 processes: each process's
+ * own init gives the bits of one process's (test_model holds a part from an
+ * odd element to its Box-Muller pair, which no split of today's arena makes). */
 Test(multiprocess, an_odd_width_gives_the_bits_of_one_process) {
     expect_every_strategy_same((Split){ .procs = 3, .local_ranks = 1, .ref_ranks = 3,
                                         .flags = "--embd=15 --heads=3 --bias=1" });
