@@ -995,12 +995,6 @@ MUTANTS = [
      "kernels/packs.h",
      "PACKS_FN bf16 pack_low(uint32_t word) { return (bf16)(word & 0xFFFFu); }",
      "PACKS_FN bf16 pack_low(uint32_t word) { return (bf16)(word >> 16); }"),
-    ("lone-product-threaded", "a product's backward asked for one gradient runs outside a parallel region, where "
-     "OpenBLAS's threaded sgemm sums in an order of the thread count's",
-     "test_train/a_run_gives_the_same_bits_on_any*",
-     "kernels/cpu/matmul.c",
-     "    #pragma omp parallel sections\n",
-     "    #pragma omp parallel sections if (a->dinp && a->dweight)\n"),
     ("checkpoint-vocab-padded", "a text's checkpoint lists the model's padded ids too, past the characters it has",
      "test_train/a_padded_vocabulary*",
      "training/checkpoint_file.c",
