@@ -43,7 +43,7 @@ static void expect_sound_load(const CheckpointInfo *info, const ModelConfig *wan
     if (info->iter < 0 || info->adam_step < 0 || info->adam_step > info->iter)
         broken("a load of impossible step counts", "");
     int seen[256] = { 0 };
-    for (int t = 0; info->characters && t < want->vocab; t++)
+    for (int t = 0; t < info->chars; t++)
         if (seen[info->itos[t]]++) broken("a load of a vocabulary with a repeated byte", "");
 }
 

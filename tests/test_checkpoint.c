@@ -436,7 +436,7 @@ Test(checkpoint, a_non_finite_value_anywhere_in_the_state_is_never_saved) {
     int tensor[4 * ARENA_MAX_UNITS], edges = shard_edges(&sc.model, sc.nranks, at, tensor);
     cr_assert_gt(edges, 12);
     static const char *const prefix[3] = { "", "optim.exp_avg.", "optim.exp_avg_sq." };
-    CheckpointInfo info = { .model = sc.model, .characters = 1, .iter = 2, .adam_step = 2, .seed = sc.seed };
+    CheckpointInfo info = { .model = sc.model, .chars = data.vocab, .iter = 2, .adam_step = 2, .seed = sc.seed };
     memcpy(info.itos, data.itos, sizeof info.itos);
     for (int k = 0; k < STRATEGY_KINDS; k++) {
         int zero = STRATEGIES[k].stage;

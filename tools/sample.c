@@ -38,13 +38,8 @@ static int emit_text(void *ctx, const int *piece, int n) {
     const Decoder *d = ctx;
     for (int i = 0; i < n; i++) {
         size_t len = 1;
-        const unsigned char *bytes;
-        if (d->tokenizer) {
-            bytes = tokenizer_bytes(d->tokenizer, piece[i], &len);
-        } else {  /* an id past the text's (--pad-vocab) stands for no byte */
-            len = piece[i] < d->info->chars;
-            bytes = &d->info->itos[len ? piece[i] : 0];
-        }
+        const unsigned char *bytes = d->tokenizer ? tokenizer_bytes(d->tokenizer, piece[i], &len)
+                                                  : &d->info->itos[piece[i]];
         fwrite(bytes, 1, len, stdout);
     }
     return fflush(stdout) != 0 || ferror(stdout);
@@ -90,11 +85,11 @@ static int *encode_prompt(const TrainOptions *o, const CheckpointInfo *info, con
 static int open_tokenizer(const TrainOptions *o, const CheckpointInfo *info, Tokenizer **tokenizer) {
     *tokenizer = NULL;
     char err[512];
-    if (info->characters && o->tokenizer[0]) {
+    if (info->chars > 0 && o->tokenizer[0]) {
         fprintf(stderr, "sample: '%s' was trained on a text file's bytes, which need no --tokenizer\n", o->ckpt);
         return 2;
     }
-    if (info->characters) return 0;
+    if (info->chars > 0) return 0;
     if (!o->tokenizer[0]) {
         fprintf(stderr, "sample: '%s' was trained on token ids: pass the --tokenizer of its data\n", o->ckpt);
         return 2;
@@ -132,7 +127,7 @@ int main(int argc, char **argv) {
     }
     Tokenizer *tokenizer;
     if ((rc = open_tokenizer(&o, &info, &tokenizer)) != 0) return rc;
-    if (options_check_sample_unit(&o, TOOL_SAMPLE, info.characters, argc, argv, err, sizeof err) != 0) {
+    if (options_check_sample_unit(&o, TOOL_SAMPLE, info.chars > 0, argc, argv, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         tokenizer_free(tokenizer);
         return 2;
@@ -156,7 +151,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sample: %s\n", err);
         rc = -1;
     } else {
-        int vocab = tokenizer ? tokenizer_vocab(tokenizer) : info.characters ? info.chars : 0;  /* never padding */
+        int vocab = tokenizer ? tokenizer_vocab(tokenizer) : info.chars;  /* never the model's padding */
         Sampling how = { o.temperature, o.top_k, (uint32_t)o.seed, vocab };
         rc = emit_text(&decoder, tokens, n_prompt);
         if (rc == 0) rc = generate_pieces(s, tokens, n_prompt, o.sample_count, how, emit_text, &decoder);

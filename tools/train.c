@@ -55,12 +55,12 @@ static int start_from(Strategy *s, const TrainOptions *o, const Dataset *data, i
     else if (info.foreign)
         printf("init-from: %s holds no zerofiber metadata: its weights taken by nanoGPT's names, in this run's "
                "shapes, the vocabulary %s's\n", path, o->data);
-    else if (info.characters != data->characters ||
+    else if ((info.chars > 0) != data->characters ||
              (data->characters && (info.chars != data->vocab || memcmp(info.itos, data->itos, (size_t)data->vocab)))) {
         if (world()->proc == 0)
             fprintf(stderr, "train: '%s' was trained on another vocabulary than %s's%s\n", path, o->data,
-                    info.characters == data->characters ? ""
-                    : info.characters ? " (on a text file's characters, not token ids)"
+                    (info.chars > 0) == data->characters ? ""
+                    : info.chars > 0 ? " (on a text file's characters, not token ids)"
                                       : " (on token ids, not a text file's characters)");
         return 2;
     }

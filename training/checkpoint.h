@@ -31,9 +31,9 @@
 
 typedef struct {
     ModelConfig model;
-    int characters;            /* 1: each token a byte (itos); 0: a tokenizer's ids (the file lists no vocabulary) */
-    int chars;                 /* with characters, the ids that are bytes, [0, chars): the text's; the model's ids
-                                  past them (--pad-vocab) stand for none */
+    int chars;                 /* the ids that are a text's bytes (itos), [0, chars), the model's ids past
+                                  them (--pad-vocab) standing for none; 0: a tokenizer's ids (the file lists
+                                  no vocabulary) */
     unsigned char itos[256];   /* token -> byte, chars of them */
     int iter;                  /* training steps done */
     int adam_step;

@@ -19,7 +19,7 @@ const char CHECKPOINT_M_PREFIX[] = "optim.exp_avg.", CHECKPOINT_V_PREFIX[] = "op
 /* __metadata__: every value a string, as the format asks. */
 char *checkpoint_metadata_json(const CheckpointInfo *info) {
     json_t *vocab = json_array();
-    for (int i = 0; info->characters && i < info->chars; i++)
+    for (int i = 0; i < info->chars; i++)
         json_array_append_new(vocab, json_integer(info->itos[i]));
     json_t *config = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:s}", "vocab_size", info->model.vocab, "block_size",
                                info->model.block_size, "n_layer", info->model.layers, "n_head", info->model.heads,
@@ -92,12 +92,11 @@ int checkpoint_info_of(const StFile *f, const char *path, CheckpointInfo *info, 
     const char *why = bad ? "its model config is not valid JSON with positive whole numbers (and a true or false "
                             "bias, a gelu of erf or tanh)" : gpt_config_error(mc);
     /* a text file's bytes, the first ids' (the rest, padding, stand for none), or none: a tokenizer's ids */
-    info->characters = json_array_size(vocab) > 0;
     info->chars = (int)json_array_size(vocab);
     if (!why && (!json_is_array(vocab) || json_array_size(vocab) > (size_t)mc->vocab))
         why = "its vocabulary is not a list of at most vocab_size bytes (or an empty one, for a tokenizer's ids)";
     int seen[256] = { 0 };
-    for (int i = 0; !why && info->characters && i < info->chars; i++) {
+    for (int i = 0; !why && i < info->chars; i++) {
         const json_t *b = json_array_get(vocab, (size_t)i);
         json_int_t x = json_is_integer(b) ? json_integer_value(b) : -1;
         if (x < 0 || x > 255) why = "its vocabulary holds a non-byte";

@@ -171,13 +171,8 @@ static int emit_sample(void *ctx, const int *piece, int n) {
     SampleSink *sink = ctx;
     for (int i = 0; i < n; i++) {
         size_t len = 1;
-        const unsigned char *bytes;
-        if (sink->data->characters) {  /* an id past the text's (--pad-vocab) stands for no byte */
-            len = piece[i] < sink->data->vocab;
-            bytes = &sink->data->itos[len ? piece[i] : 0];
-        } else {
-            bytes = tokenizer_bytes(sink->cfg->tokenizer, piece[i], &len);
-        }
+        const unsigned char *bytes = sink->data->characters ? &sink->data->itos[piece[i]]
+                                                            : tokenizer_bytes(sink->cfg->tokenizer, piece[i], &len);
         for (size_t k = 0; k < len; k++) {
             if (sink->cfg->out) fputc(bytes[k], sink->cfg->out);
             if (sink->cfg->log) json_char(sink->cfg->log, bytes[k]);
@@ -224,9 +219,8 @@ static void sample_text(Strategy *s, const TrainConfig *cfg, const Dataset *data
 /* DIR/ckpt.safetensors, as of `iter` steps done. A failed save fails every
  * process at once (they learn process 0's outcome). */
 static int save(Strategy *s, const TrainConfig *cfg, const Dataset *data, int iter, TrainResult *result) {
-    CheckpointInfo info = { .model = s->cfg.model, .characters = data->characters,
-                            .chars = data->characters ? data->vocab : 0, .iter = iter, .adam_step = s->adam_step,
-                            .seed = s->cfg.seed };
+    CheckpointInfo info = { .model = s->cfg.model, .chars = data->characters ? data->vocab : 0, .iter = iter,
+                            .adam_step = s->adam_step, .seed = s->cfg.seed };
     memcpy(info.itos, data->itos, sizeof info.itos);
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s", cfg->out_dir, CHECKPOINT_FILE_NAME);
