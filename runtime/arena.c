@@ -18,6 +18,9 @@ void arena_begin_unit(ArenaLayout *a) {
     u->size = 0;
 }
 
+/* n rounded up to a multiple of m. */
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
 int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols) {
     if (a->ntensors == ARENA_MAX_TENSORS) { fprintf(stderr, "fatal: too many tensors\n"); abort(); }
     UnitSpec *u = &a->units[a->nunits - 1];
@@ -28,9 +31,9 @@ int arena_add_tensor(ArenaLayout *a, const char *name, int rows, int cols) {
     t->shape[0] = rows;
     t->shape[1] = cols > 0 ? cols : 1;
     t->numel = (size_t)rows * (size_t)t->shape[1];
-    size_t gap = (ARENA_ALIGN - u->used % ARENA_ALIGN) % ARENA_ALIGN;  /* to the tensor's boundary */
-    t->offset = u->offset + u->used + gap;
-    u->used += gap + t->numel;
+    size_t start = round_up(u->used, ARENA_ALIGN);  /* the tensor's boundary, a gap of zeros before it */
+    t->offset = u->offset + start;
+    u->used = start + t->numel;
     a->numel += t->numel;
     return a->ntensors++;
 }
@@ -40,7 +43,7 @@ static size_t gcd(size_t a, size_t b) { return b ? gcd(b, a % b) : a; }
 void arena_end_unit(ArenaLayout *a) {
     UnitSpec *u = &a->units[a->nunits - 1];
     size_t m = (size_t)a->shard_multiple / gcd((size_t)a->shard_multiple, ARENA_ALIGN) * ARENA_ALIGN;
-    u->size = (u->used + m - 1) / m * m;
+    u->size = round_up(u->used, m);
     a->total = u->offset + u->size;
 }
 
