@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "../runtime/bf16.h"
+#include "square_sum.h"
 
 #ifdef __CUDACC__
 #define ADAMW_FN static inline __host__ __device__
@@ -47,23 +48,23 @@ static inline AdamWConstants adamw_constants(AdamWParams hp) {
 }
 
 /* Clipping by the global norm, as torch.nn.utils.clip_grad_norm_ before the
- * step: the squared norm is the sum of sumsq[0, nparts) (the ranks' parts, in
- * rank order), and every gradient is scaled by clip_coefficient where it is
+ * step: the squared norm is the exact sum of sumsq[0, nparts) (the ranks'
+ * parts), and every gradient is scaled by clip_coefficient where it is
  * below 1. sumsq NULL: no clipping. sumsq is on the stream's device. */
 typedef struct {
-    const float *sumsq;
+    const SquareSum *sumsq;
     int nparts;
     float max_norm;
 } AdamWClip;
 
 static const AdamWClip NO_CLIP = { NULL, 0, 0.0f };
 
-/* max_norm / (norm + 1e-6), the norm's square summed in double in part order;
- * at least 1 means the gradient is left as it is. */
-ADAMW_FN float clip_coefficient(const float *sumsq, int nparts, float max_norm) {
-    double total = 0.0;
-    for (int p = 0; p < nparts; p++) total += sumsq[p];
-    return max_norm / ((float)sqrt(total) + 1e-6f);
+/* max_norm / (norm + 1e-6), the norm's square the parts' exact sum; at least
+ * 1 means the gradient is left as it is. */
+ADAMW_FN float clip_coefficient(const SquareSum *sumsq, int nparts, float max_norm) {
+    SquareSum total = square_sum_zero();
+    for (int p = 0; p < nparts; p++) total = square_sum_add(total, sumsq[p]);
+    return max_norm / ((float)sqrt(square_sum_value(total)) + 1e-6f);
 }
 
 /* A gradient g, held as `held`, as AdamW takes it: times coef where coef is

@@ -52,9 +52,9 @@ typedef struct {
     void (*mean_forward)(Stream *s, float *mean, const float *x, int n);
     void (*adamw_arena)(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                         size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
-    void (*sumsq_reduce)(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+    void (*sumsq_reduce)(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch);
     void (*fill_zero)(Stream *s, void *x, size_t bytes);
-    void (*count_nonfinite)(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+    void (*count_nonfinite)(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch);
     void (*round_to_bf16)(Stream *s, float *out, const float *in, size_t n);
     void (*store_bf16)(Stream *s, bf16 *out, const float *in, size_t n);
     void (*load_bf16)(Stream *s, float *out, const bf16 *in, size_t n);

@@ -190,9 +190,9 @@ void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType gr
     op_end(s);
 }
 
-size_t sumsq_scratch_doubles(size_t n) { return n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1; }
+size_t sumsq_scratch_bytes(size_t n) { return (n ? (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK : 1) * sizeof(SquareSum); }
 
-void sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+void sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch) {
     op_begin(s, "sumsq_reduce");
     backend(s)->sumsq_reduce(s, out, x, held, n, scratch);
     op_end(s);
@@ -210,7 +210,7 @@ void fill_zero_bf16(Stream *s, bf16 *x, size_t n) {
     op_end(s);
 }
 
-void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch) {
     backend(s)->count_nonfinite(s, out, x, held, n, scratch);
 }
 

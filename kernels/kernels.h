@@ -282,19 +282,19 @@ void mean_forward(Stream *s, float *mean, const float *x, int n);
 void adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                  size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
 
-/* *out = sum of x[i]^2, accumulated in double over fixed chunks of SUMSQ_CHUNK
- * in index order, so the result does not depend on the number of threads.
- * scratch: sumsq_scratch_doubles(n) doubles of the stream's device for the
- * chunks' sums, allocated once by the caller. */
-enum { SUMSQ_CHUNK = 16384 };
-size_t sumsq_scratch_doubles(size_t n);
-void sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+/* *out = sum of x[i]^2, exactly (square_sum.h): the same bits however x is
+ * cut into parts and on either backend. Summed by fixed chunks of SUMSQ_CHUNK
+ * for the threads, then the chunks. scratch: sumsq_scratch_bytes(n) bytes of
+ * the stream's device for the chunks' sums, allocated once by the caller. */
+enum { SUMSQ_CHUNK = SQUARE_SUM_BAND_TERMS };
+size_t sumsq_scratch_bytes(size_t n);
+void sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch);
 void fill_zero(Stream *s, float *x, size_t n);
 void fill_zero_bf16(Stream *s, bf16 *x, size_t n);
 /* *out = how many of x[0, n) are NaN or infinite, as a float (exact up to 2^24,
  * and never 0 when one is): the finiteness check before a save or a step.
- * scratch: sumsq_scratch_doubles(n) doubles, as sumsq_reduce's. */
-void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+ * scratch: sumsq_scratch_bytes(n) bytes, as sumsq_reduce's. */
+void count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch);
 
 /* DType (runtime/bf16.h): out = in rounded to the nearest bf16 as
  * PyTorch's .to(torch.bfloat16) rounds (bit for bit, but for which NaN a NaN

@@ -78,7 +78,6 @@ static TokenBuckets buckets_in(int *ints, size_t positions) {
     return (TokenBuckets){ 0, ints, ints + positions, ints + 2 * positions + 1 };
 }
 
-static size_t sumsq_scratch_bytes(const Model *m) { return sumsq_scratch_doubles(m->layout.total) * sizeof(double); }
 
 /* Point unit u of `units` at its range of a full arena. */
 static float *own_arena(Model *m, MemKind kind, float **units) {
@@ -115,7 +114,7 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->upload = device_alloc_host(m->dev, model_batch_ints(positions) * sizeof(int));
     m->uploaded = event_create(m->dev);
     m->column_sums_scratch = device_alloc(m->dev, MEM_WORKING, column_sums_scratch_bytes(m));
-    m->sumsq_scratch = device_alloc(m->dev, MEM_WORKING, sumsq_scratch_bytes(m));
+    m->sumsq_scratch = device_alloc(m->dev, MEM_WORKING, sumsq_scratch_bytes(m->layout.total));
     AdamWSpan *spans = host_calloc((size_t)m->layout.ntensors, sizeof *spans);
     adamw_spans(&m->layout, spans);
     m->adamw_spans = device_alloc(m->dev, MEM_WORKING, adamw_spans_bytes(&m->layout));
@@ -172,7 +171,7 @@ void model_destroy(Model *m) {
     event_destroy(m->uploaded);
     device_free_host(m->dev, m->upload);
     device_free(m->dev, MEM_WORKING, m->column_sums_scratch, column_sums_scratch_bytes(m));
-    device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m));
+    device_free(m->dev, MEM_WORKING, m->sumsq_scratch, sumsq_scratch_bytes(m->layout.total));
     device_free(m->dev, MEM_WORKING, m->adamw_spans, adamw_spans_bytes(&m->layout));
     free(m->unit_weights);
     free(m->unit_weights_bf16);

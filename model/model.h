@@ -145,7 +145,7 @@ struct Model {
     Event *uploaded;               /* the last upload from it is done */
     /* the reductions' scratch (MEM_WORKING), made once so that no step allocates */
     float *column_sums_scratch;    /* column_sums_scratch_floats(positions, COLUMN_SUMS_WIDEST x embd) */
-    double *sumsq_scratch;         /* sumsq_scratch_doubles(layout.total): any part of the gradient */
+    void *sumsq_scratch;           /* sumsq_scratch_bytes(layout.total): any part of the gradient */
     AdamWSpan *adamw_spans;        /* [layout.ntensors] on the device: which elements AdamW decays (optim.h) */
     UnitHooks hooks;
     /* dropout: keyed by (seed, rank, step, site) */

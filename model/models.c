@@ -33,7 +33,7 @@ void model_estimate(const ModelConfig *cfg, UnitPolicy unit, ComputePolicy compu
                               (double)model_batch_ints(positions) * sizeof(int);
     bytes[MEM_WORKING] += (double)column_sums_scratch_floats((int)positions, COLUMN_SUMS_WIDEST * cfg->embd) *
                               sizeof(float) +
-                          (double)sumsq_scratch_doubles(layout.total) * sizeof(double) +
+                          (double)sumsq_scratch_bytes(layout.total) +
                           (double)adamw_spans_bytes(&layout) +
                           (double)gpt_staging_bytes(cfg, kind, compute, max_B, max_T);
 }

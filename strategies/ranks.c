@@ -90,7 +90,8 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
         ranks->ref[r] = (RankRef){ ranks, r };
         m->hooks.ctx = &ranks->ref[r];
         ranks->model[r] = m;
-        ranks->norm_parts[r] = device_alloc(ranks->pg->device[r], MEM_WORKING, (size_t)ranks->nranks * sizeof(float));
+        ranks->norm_parts[r] = device_alloc(ranks->pg->device[r], MEM_WORKING,
+                                            (size_t)ranks->nranks * sizeof(SquareSum));
     }
     ranks->layout = &ranks->model[0]->layout;
     set_memory_hint(ranks);
@@ -107,7 +108,8 @@ void ranks_synchronize(Strategy *s) {
 
 void ranks_release(Ranks *ranks) {
     for (int r = 0; r < ranks->local; r++) {
-        device_free(ranks->pg->device[r], MEM_WORKING, ranks->norm_parts[r], (size_t)ranks->nranks * sizeof(float));
+        device_free(ranks->pg->device[r], MEM_WORKING, ranks->norm_parts[r],
+                    (size_t)ranks->nranks * sizeof(SquareSum));
         model_destroy(ranks->model[r]);
     }
     rank_threads_destroy(ranks->threads);
@@ -250,7 +252,7 @@ void ranks_set_lr(Strategy *s, float lr) { s->lr = lr; }
 
 /* Where rank r's own squared-norm partial goes among its norm_parts: with
  * one part per rank of a group (its shard), at its place in the group. */
-static float *own_norm_part(const Ranks *ranks, int r) {
+static SquareSum *own_norm_part(const Ranks *ranks, int r) {
     return ranks->norm_parts[r] + (ranks->grad_parts_sharded ? ranks_shard_of(ranks, r) : 0);
 }
 
@@ -262,22 +264,24 @@ static void own_norm_reduce(Ranks *ranks, int r) {
 
 /* Clip by the global norm: each rank sums the squares of its gradient part
  * (unless the step's non-finite check has: norm_parts_fresh); sharded, the
- * group's partials are all-gathered, to be summed in order. The scaling
+ * group's partials are all-gathered, as floats' bytes. Each sum is exact, so
+ * the norm is DDP's wherever the shards fall. The scaling
  * itself is the step's: AdamW scales each gradient as it reads it
  * (ranks_step_clip), so no pass writes the gradient. */
 void ranks_clip_grads(Strategy *s, float max_norm) {
     Ranks *ranks = (Ranks *)s;
     ranks->clip_max_norm = 0.0f;
     if (max_norm <= 0.0f) return;
-    float *own_part[MAX_RANKS];
+    float *own_part[MAX_RANKS], *parts[MAX_RANKS];
     for (int r = 0; r < ranks->local; r++) {
-        own_part[r] = own_norm_part(ranks, r);
+        own_part[r] = (float *)own_norm_part(ranks, r);
+        parts[r] = (float *)ranks->norm_parts[r];
         if (!ranks->norm_parts_fresh) own_norm_reduce(ranks, r);
     }
     ranks->norm_parts_fresh = 0;
     if (ranks->grad_parts_sharded) {
-        pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, ranks->norm_parts, (size_t)ranks->shards,
-                      DTYPE_FP32, NULL);
+        pg_all_gather(ranks->pg, (CollectiveName){ "norm", -1, -1 }, own_part, parts,
+                      (size_t)ranks->shards * SQUARE_SUM_FLOATS, DTYPE_FP32, NULL);
     }
     ranks->clip_max_norm = max_norm;
 }
@@ -524,7 +528,7 @@ size_t ranks_rank_bytes(Strategy *s, int rank, MemKind kind) {
 size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes(((Ranks *)s)->pg->device[rank]); }
 
 /* This process's count of the state's non-finite values (weights, m and v).
- * Each count goes through the first float of the rank's norm_parts, free
+ * Each count goes through the first bytes of the rank's norm_parts, free
  * between clippings, and the model's sumsq scratch (any part of the arena
  * fits): no allocation per step. The counts follow each other on the rank's
  * compute stream. */
@@ -536,9 +540,9 @@ static size_t state_nonfinite(Ranks *ranks) {
         size_t lens[BUFFERS] = { held_length(ranks, ranks->weights_held), held_length(ranks, ranks->adam_held),
                                  held_length(ranks, ranks->adam_held) };
         for (int b = 0; b < BUFFERS; b++) {
-            count_nonfinite(ranks->pg->compute[r], ranks->norm_parts[r], bufs[b], DTYPE_FP32, lens[b],
-                            ranks->model[r]->sumsq_scratch);
-            stream_copy(ranks->pg->compute[r], &counts[r][b], ranks->norm_parts[r], sizeof(float));
+            float *count = (float *)ranks->norm_parts[r];
+            count_nonfinite(ranks->pg->compute[r], count, bufs[b], DTYPE_FP32, lens[b], ranks->model[r]->sumsq_scratch);
+            stream_copy(ranks->pg->compute[r], &counts[r][b], count, sizeof(float));
         }
     }
     size_t total = 0;
@@ -551,25 +555,26 @@ static size_t state_nonfinite(Ranks *ranks) {
 
 /* This process's count of the gradient's non-finite values, folded into the
  * clip's pass: each rank sums its part's squares into its own partial, where
- * clip_grads then finds it (norm_parts_fresh). Squares summed in double are
- * finite exactly where every value is, and a finite sum stays finite as a
- * float, so only a rank whose float is not finite (a non-finite value, or
- * finite squares past the float's range) counts its values, in a second pass
- * that leaves the partials to be made again. */
+ * clip_grads then finds it (norm_parts_fresh). An exact sum is infinite
+ * only where a value is not finite or past 2^64 (square_sum.h), so only a
+ * rank whose sum is infinite counts its values, in a second pass that leaves
+ * the partials to be made again. */
 static size_t grads_nonfinite(Ranks *ranks) {
-    float sums[MAX_RANKS], counts[MAX_RANKS] = { 0 };
+    SquareSum sums[MAX_RANKS];
+    float counts[MAX_RANKS] = { 0 };
     for (int r = 0; r < ranks->local; r++) {
         own_norm_reduce(ranks, r);
-        stream_copy(ranks->pg->compute[r], &sums[r], own_norm_part(ranks, r), sizeof(float));
+        stream_copy(ranks->pg->compute[r], &sums[r], own_norm_part(ranks, r), sizeof(SquareSum));
     }
     ranks->norm_parts_fresh = 1;
     for (int r = 0; r < ranks->local; r++) {
         stream_synchronize(ranks->pg->compute[r]);
-        if (isfinite(sums[r])) continue;
+        if (!square_sum_infinite(sums[r])) continue;
         ranks->norm_parts_fresh = 0;
-        count_nonfinite(ranks->pg->compute[r], own_norm_part(ranks, r), ranks->grad_part[r], ranks->grads_held,
-                        ranks->grad_part_len, ranks->model[r]->sumsq_scratch);
-        stream_copy(ranks->pg->compute[r], &counts[r], own_norm_part(ranks, r), sizeof(float));
+        float *count = (float *)own_norm_part(ranks, r);
+        count_nonfinite(ranks->pg->compute[r], count, ranks->grad_part[r], ranks->grads_held, ranks->grad_part_len,
+                        ranks->model[r]->sumsq_scratch);
+        stream_copy(ranks->pg->compute[r], &counts[r], count, sizeof(float));
         stream_synchronize(ranks->pg->compute[r]);
     }
     size_t total = 0;

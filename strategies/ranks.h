@@ -72,7 +72,7 @@ struct Ranks {
     void *grad_part[MAX_RANKS];
     size_t grad_part_len;
     int grad_parts_sharded;
-    float *norm_parts[MAX_RANKS];  /* [N] squared-norm partials, for clipping */
+    SquareSum *norm_parts[MAX_RANKS];  /* [N] squared-norm partials, for clipping */
     int norm_parts_fresh;          /* each rank's own partial is of the gradient as it is now */
     float clip_max_norm;           /* the clip the next step applies (clip_grads); 0: none */
     const int *x, *y;              /* the global batch of the run in flight */

@@ -29,10 +29,11 @@ static void padded_layout(const StrategyConfig *cfg, ArenaLayout *layout) {
     model_layout_units(&cfg->model, cfg->units.cut, strategy_shard_ranks(cfg), layout);
 }
 
-/* Clipping's global norm: the partials (one float a shard) all-gathered,
- * where the gradient is sharded. */
+/* Clipping's global norm: the partials (one exact sum a shard, square_sum.h)
+ * all-gathered, where the gradient is sharded. */
 static LinkCost norm_gather(const StrategyConfig *cfg, int clips) {
-    return clips ? gather(cfg, (size_t)strategy_shard_ranks(cfg), DTYPE_FP32) : (LinkCost){ 0.0, 0.0 };
+    size_t floats = (size_t)strategy_shard_ranks(cfg) * SQUARE_SUM_FLOATS;
+    return clips ? gather(cfg, floats, DTYPE_FP32) : (LinkCost){ 0.0, 0.0 };
 }
 
 /* DDP: one all-reduce of every gradient (in buckets: the same bytes). */
@@ -124,7 +125,8 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     for (int u = 1; u < layout.nunits; u++) unit = fmax(unit, (double)layout.units[u].size * sizeof(float));
     int pool = cfg->overlap.enabled ? strategy_live_units(cfg) : 1;
     double slots = kind->unit_buffers >= 1 ? grads : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
-    bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(float);  /* and the norms' partials */
+    /* and the norms' partials */
+    bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(SquareSum);
     model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), strategy_shard_ranks(cfg), device, cfg->batch,
                    cfg->model.block_size, bytes);
 }

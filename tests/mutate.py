@@ -157,8 +157,8 @@ MUTANTS = [
     ("save-check-skips-v", "the non-finite check before a save skips Adam's v (the reader then refuses the file)",
      "test_checkpoint",
      "strategies/ranks.c",
-     "        for (int b = 0; b < BUFFERS; b++) {\n            count_nonfinite(",
-     "        for (int b = 0; b < BUFFERS - 1; b++) {\n            count_nonfinite("),
+     "        for (int b = 0; b < BUFFERS; b++) {\n            float *count",
+     "        for (int b = 0; b < BUFFERS - 1; b++) {\n            float *count"),
     ("shape-rank-loose", "the checkpoint reader: a tensor with more dimensions than asked ([16, 1] for [16]) "
      "accepted",
      "test_files/a_tensor_of_another_shape_*",
@@ -537,8 +537,8 @@ MUTANTS = [
     ("hybrid-norm-over-world", "hybrid sharding: clipping's norm gathers a partial from every rank, not every shard",
      "test_strategies/hybrid_*",
      "strategies/ranks.c",
-     "own_part, ranks->norm_parts, (size_t)ranks->shards,",
-     "own_part, ranks->norm_parts, (size_t)ranks->nranks,"),
+     "(size_t)ranks->shards * SQUARE_SUM_FLOATS, DTYPE_FP32, NULL);",
+     "(size_t)ranks->nranks * SQUARE_SUM_FLOATS, DTYPE_FP32, NULL);"),
     ("link-inter-ignored", "the modeled link: --link-inter parsed, the process group never given its second tier",
      "test_trace",
      "strategies/ranks.c",
@@ -1225,7 +1225,7 @@ MUTANTS = [
      "    if (ranks->clip_max_norm <= 0.0f) return NO_CLIP;",
      "    return NO_CLIP;"),
     ("clip-norm-never-made", "the clip: the squared norm taken as the check left it, even where no check ran",
-     "test_strategies/clipping_sums*",
+     "test_strategies/clipping_gathers*",
      "strategies/ranks.c",
      "if (!ranks->norm_parts_fresh) own_norm_reduce(ranks, r);",
      "if (0) own_norm_reduce(ranks, r);"),
@@ -1328,6 +1328,42 @@ MUTANTS = [
      "model/gpt.c",
      "(kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16)) + DEVICE_PRODUCT_WORKSPACE_BYTES;",
      "(kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16));"),
+    ("norm-partials-rounded", "the clip's norm: each rank's partial rounded to a float before the parts are "
+     "added (a sharded run's coefficient then follows where its shards fall)",
+     "test_strategies/every_stage_is_bit_identical_to_ddp_with*",
+     "kernels/adamw.h",
+     "    for (int p = 0; p < nparts; p++) total = square_sum_add(total, sumsq[p]);\n"
+     "    return max_norm / ((float)sqrt(square_sum_value(total)) + 1e-6f);",
+     "    double rounded = 0.0;\n"
+     "    for (int p = 0; p < nparts; p++) rounded += (float)square_sum_value(sumsq[p]);\n"
+     "    return (void)total, max_norm / ((float)sqrt(rounded) + 1e-6f);"),
+    ("square-sum-carry-dropped", "the exact sum of squares: a word's carry into the next one lost",
+     "test_kernels/square_sum_*",
+     "kernels/square_sum.h",
+     "        carry = carried | (s.word[w] < carry);",
+     "        carry = 0 * (carried | (s.word[w] < carry));"),
+    ("square-bands-too-wide", "the exact sum of squares: bands of 32 binades, whose doubles round a chunk's "
+     "squares",
+     "test_kernels/square_sum_is*",
+     "kernels/square_sum.h",
+     "    return (int)((bits >> 27) & 0xFu);",
+     "    return (int)((bits >> 28) & 0x7u);"),
+    ("square-small-terms-kept", "the exact sum of squares: squares below 2^-63 kept, so some are not whole units",
+     "test_kernels/square_sum_*",
+     "kernels/square_sum.h",
+     "    return square < 0x1p-63f ? 0.0f : square;",
+     "    return square < 0x1p-70f ? 0.0f : square;"),
+    ("square-nan-finite", "the exact sum of squares: a NaN's square counted as finite",
+     "test_kernels/square_sum_*",
+     "kernels/square_sum.h",
+     "SQUARE_SUM_FN int square_term_finite(float term) { return term <= FLT_MAX; }",
+     "SQUARE_SUM_FN int square_term_finite(float term) { return !isinf(term); }"),
+    ("grads-check-never-counts", "the step's non-finite check: a rank whose exact sum is infinite never counts "
+     "its values",
+     "test_train/on_nan_stop*",
+     "strategies/ranks.c",
+     "        if (!square_sum_infinite(sums[r])) continue;",
+     "        if (1 || !square_sum_infinite(sums[r])) continue;"),
 ]
 
 

@@ -163,6 +163,31 @@ double ref_crossentropy_row(const double *logit, int target, int V, double *dlog
     return log(sum) - (logit[target] - maxval);
 }
 
+/* 1 at bit `bit` of words, carried up */
+static void add_bit(uint64_t words[4], int bit) {
+    for (int w = bit / 64; w < 4; w++) {
+        uint64_t one = w == bit / 64 ? 1ull << (bit % 64) : 1;
+        words[w] += one;
+        if (words[w] >= one) return;  /* no carry out of this word */
+    }
+}
+
+SquareSum ref_square_sum(const float *x, size_t n) {
+    SquareSum sum = { { 0, 0, 0, 0 } };
+    uint64_t *words = sum.word;
+    for (size_t i = 0; i < n; i++) {
+        float square = x[i] * x[i];
+        if (!isfinite(square)) return (SquareSum){ { 0, 0, 0, 1ull << 63 } };
+        if (square < 0x1p-63f) continue;
+        int exponent;
+        float fraction = frexpf(square, &exponent);  /* square = fraction * 2^exponent, fraction in [0.5, 1) */
+        uint32_t mantissa = (uint32_t)ldexpf(fraction, 24);
+        for (int b = 0; b < 24; b++)
+            if (mantissa >> b & 1) add_bit(words, exponent - 24 + 86 + b);
+    }
+    return sum;
+}
+
 double ref_crossentropy(const double *logits, const int *targets, int N, int V) {
     double total = 0;
     for (int i = 0; i < N; i++) total += ref_crossentropy_row(logits + (size_t)i * V, targets[i], V, NULL);

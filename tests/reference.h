@@ -34,6 +34,12 @@ void ref_dropout(double *out, const double *inp, size_t n, Dropout drop);
 double ref_crossentropy(const double *logits, const int *targets, int N, int V);
 /* One row's: its loss, and with dlogit (else NULL) d(loss)/d(logit) = softmax - onehot. */
 double ref_crossentropy_row(const double *logit, int target, int V, double *dlogit);
+/* The sum of squares as kernels/square_sum.h defines it, bit by bit: each
+ * x * x rounded to a float, dropped below 2^-63, its 24-bit mantissa added
+ * into a 256-bit integer (four words, least significant first) at bit
+ * exponent + 86, one set bit at a time with its carries; infinite (only
+ * the top bit set) where a square is not finite. */
+SquareSum ref_square_sum(const float *x, size_t n);
 /* The GPT's mean loss in double from params in the arena layout, with the
  * model's dropout sites (0 after the embeddings; 1 + 3l attention weights, 2 + 3l
  * and 3 + 3l the block's output projections) keyed by drop's p, seed, rank, step. */

@@ -6,8 +6,8 @@
  * reductions; the fused cross-entropy the CPU's bytes); a small GPT trained 20 steps on each. Then the gates on the
  * one-GPU simulator (forced: never NCCL, however many GPUs there are): the
  * four strategies bit-identical at N = 2 and 3; overlap on and off bit-identical
- * with 2 micro-steps for every strategy; clipping (every stage within 1e-6 of
- * DDP); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
+ * with 2 micro-steps for every strategy; clipping (every stage DDP's bytes, the
+ * norm summed exactly); two identical runs bit-identical; a trace stamped by CUDA events. NCCL
  * against the simulator, bit for bit: at N = 1, both ways of summing; at N = 2
  * where two GPUs are there, both (a sum of two is the same in any order); at
  * N = 3 where three are, the ordered sums (suite gpu_nccl). In children of
@@ -1539,16 +1539,16 @@ static Pair adamw_table(void) {
 
 /* AdamW over a range of the table's arena that starts inside its first
  * tensor, with the bf16 copy written, the GPU's the CPU's bytes; then the
- * norm, and AdamW again with the clip folded in, from the same two parts on
- * both (the CPU's norm and half of it), the CPU's bytes. */
+ * norm's exact sum, the CPU's bytes, and AdamW again with the clip folded in,
+ * from two parts (the sum twice), the CPU's bytes. */
 Test(gpu, adamw_sumsq_and_clip) {
     need_gpu();
     size_t n = 70001, lo = 5000;
     Pair param = pair_random(n, -1, 1, 61), grad = pair_random(n, -1, 1, 62);
-    Pair m = pair_random(n, -0.1f, 0.1f, 63), v = pair_random(n, 0, 0.01f, 64), sumsq = pair_random(2, 0, 1, 65);
+    Pair m = pair_random(n, -0.1f, 0.1f, 63), v = pair_random(n, 0, 0.01f, 64);
+    Pair sumsq = pair_random(2 * SQUARE_SUM_FLOATS, 0, 1, 65);  /* two SquareSums, as floats */
     Pair copy = pair_random((n + 1) / 2, 0, 1, 59), table = adamw_table();
-    /* doubles, as floats: two per double */
-    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 66);
+    Pair scratch = pair_random(sumsq_scratch_bytes(n) / sizeof(float), -1, 1, 66);
     AdamWParams hp = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
     adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, DTYPE_FP32, m.cpu, v.cpu, lo, n,
                 (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, NO_CLIP);
@@ -1569,15 +1569,16 @@ Test(gpu, adamw_sumsq_and_clip) {
     expect_same_bytes(m, n * sizeof(float), "off a boundary, the GPU's AdamW m differs from the CPU's");
     expect_same_bytes(v, n * sizeof(float), "off a boundary, the GPU's AdamW v differs from the CPU's");
     expect_same_bytes(copy, n * sizeof(bf16), "off a boundary, the GPU's bf16 copy differs from the CPU's");
-    sumsq_reduce(test_stream, sumsq.cpu, grad.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, sumsq.gpu, grad.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
-    expect_match(sumsq, REDUCTION_TOL, "sumsq");
-    sumsq.cpu[1] = sumsq.cpu[0] / 2;
-    stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
+    SquareSum *sums_cpu = (SquareSum *)sumsq.cpu, *sums_gpu = (SquareSum *)sumsq.gpu;
+    sumsq_reduce(test_stream, sums_cpu, grad.cpu, DTYPE_FP32, n, scratch.cpu);
+    sumsq_reduce(gpu_stream, sums_gpu, grad.gpu, DTYPE_FP32, n, scratch.gpu);
+    expect_same_bytes(sumsq, sizeof(SquareSum), "the GPU's exact sum of squares differs from the CPU's");
+    sums_cpu[1] = sums_cpu[0];
+    stream_copy(gpu_stream, sums_gpu, sums_cpu, 2 * sizeof(SquareSum));
     adamw_arena(test_stream, param.cpu, (bf16 *)copy.cpu, grad.cpu, DTYPE_FP32, m.cpu, v.cpu, lo, n,
-                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sums_cpu, 2, 1.0f });
     adamw_arena(gpu_stream, param.gpu, (bf16 *)copy.gpu, grad.gpu, DTYPE_FP32, m.gpu, v.gpu, lo, n,
-                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sums_gpu, 2, 1.0f });
     expect_same_bytes(param, n * sizeof(float), "the GPU's clipped AdamW weights differ from the CPU's");
     expect_same_bytes(m, n * sizeof(float), "the GPU's clipped AdamW m differs from the CPU's");
     expect_same_bytes(v, n * sizeof(float), "the GPU's clipped AdamW v differs from the CPU's");
@@ -1594,8 +1595,9 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
     need_gpu();
     size_t n = 70001, floats = (n + 1) / 2;
     Pair param = pair_random(n, -1, 1, 71), m = pair_random(n, -0.1f, 0.1f, 72), v = pair_random(n, 0, 0.01f, 73);
-    Pair x = pair_random(n, -1, 1, 74), sumsq = pair_random(2, 0, 1, 75), held = pair_random(floats, 0, 1, 76);
-    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 77);  /* doubles, as floats: two per double */
+    Pair x = pair_random(n, -1, 1, 74), held = pair_random(floats, 0, 1, 76);
+    Pair sumsq = pair_random(2 * SQUARE_SUM_FLOATS, 0, 1, 75);  /* two SquareSums, as floats */
+    Pair scratch = pair_random(sumsq_scratch_bytes(n) / sizeof(float), -1, 1, 77);
     bf16 *grad = (bf16 *)held.cpu;
     for (size_t i = 0; i < n; i++) grad[i] = bf16_from_float(x.cpu[i] * 3.0f);
     stream_copy(gpu_stream, held.gpu, held.cpu, floats * sizeof(float));
@@ -1607,18 +1609,19 @@ Test(gpu, gradients_held_in_bf16_match_the_cpu) {
                 (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, NO_CLIP);
     expect_match(param, ELEMENTWISE_TOL, "adamw param, bf16 gradient");
     expect_match(v, ELEMENTWISE_TOL, "adamw v, bf16 gradient");
-    sumsq_reduce(test_stream, sumsq.cpu, held.cpu, DTYPE_BF16, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, sumsq.gpu, held.gpu, DTYPE_BF16, n, (double *)scratch.gpu);
-    expect_match(sumsq, REDUCTION_TOL, "sumsq of a bf16 gradient");
-    sumsq.cpu[1] = 0.0f;  /* one part: the same coefficient on both */
-    stream_copy(gpu_stream, sumsq.gpu, sumsq.cpu, 2 * sizeof(float));
+    SquareSum *sums_cpu = (SquareSum *)sumsq.cpu, *sums_gpu = (SquareSum *)sumsq.gpu;
+    sumsq_reduce(test_stream, sums_cpu, held.cpu, DTYPE_BF16, n, scratch.cpu);
+    sumsq_reduce(gpu_stream, sums_gpu, held.gpu, DTYPE_BF16, n, scratch.gpu);
+    expect_same_bytes(sumsq, sizeof(SquareSum), "the GPU's exact sum of squares of a bf16 gradient differs");
+    sums_cpu[1] = square_sum_zero();
+    stream_copy(gpu_stream, sums_gpu, sums_cpu, 2 * sizeof(SquareSum));
     stream_copy(gpu_stream, param.gpu, param.cpu, n * sizeof(float));
     stream_copy(gpu_stream, m.gpu, m.cpu, n * sizeof(float));
     stream_copy(gpu_stream, v.gpu, v.cpu, n * sizeof(float));
     adamw_arena(test_stream, param.cpu, NULL, held.cpu, DTYPE_BF16, m.cpu, v.cpu, 0, n,
-                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.cpu, 2, 1.0f });
+                (const AdamWSpan *)table.cpu, ADAMW_SPANS, hp, (AdamWClip){ sums_cpu, 2, 1.0f });
     adamw_arena(gpu_stream, param.gpu, NULL, held.gpu, DTYPE_BF16, m.gpu, v.gpu, 0, n,
-                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sumsq.gpu, 2, 1.0f });
+                (const AdamWSpan *)table.gpu, ADAMW_SPANS, hp, (AdamWClip){ sums_gpu, 2, 1.0f });
     expect_same_bytes(param, n * sizeof(float), "the GPU's AdamW clipping a bf16 gradient differs from the CPU's");
     residual_forward(test_stream, bf16_buf((bf16 *)held.cpu), bf16_numbers((const bf16 *)held.cpu),
                      fp32_numbers(x.cpu), n, DTYPE_BF16);
@@ -1640,9 +1643,9 @@ Test(gpu, count_nonfinite) {
         stream_copy(gpu_stream, x.gpu + at[i], &bad[i], sizeof(float));
     }
     float on_gpu = -1;
-    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 68);  /* doubles, as floats: two per double */
-    count_nonfinite(test_stream, count.cpu, x.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
-    count_nonfinite(gpu_stream, count.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
+    Pair scratch = pair_random(sumsq_scratch_bytes(n) / sizeof(float), -1, 1, 68);
+    count_nonfinite(test_stream, count.cpu, x.cpu, DTYPE_FP32, n, scratch.cpu);
+    count_nonfinite(gpu_stream, count.gpu, x.gpu, DTYPE_FP32, n, scratch.gpu);
     stream_copy(gpu_stream, &on_gpu, count.gpu, sizeof on_gpu);
     stream_synchronize(gpu_stream);
     stream_synchronize(test_stream);
@@ -1652,26 +1655,29 @@ Test(gpu, count_nonfinite) {
 }
 
 /* The norm and the count over more chunks than the final sum's block has
- * threads (GPT-2's gradient has 7,600): near the CPU's norm, the count
- * exact, and the norm's bytes the same run to run. */
+ * threads (GPT-2's gradient has 7,600), its values over 60 binades: the
+ * norm's exact sum the CPU's bytes, the count exact; then a NaN makes the
+ * sum infinite. */
 Test(gpu, the_norm_over_many_chunks_repeats_and_counts) {
     need_gpu();
     size_t n = 300 * (size_t)SUMSQ_CHUNK + 7;
-    Pair x = pair_random(n, -1, 1, 57), out = pair_random(1, 0, 1, 58);
-    Pair scratch = pair_random(2 * sumsq_scratch_doubles(n), -1, 1, 56);  /* doubles, as floats: two per double */
-    float first = -1, again = -2, count = -1;
-    sumsq_reduce(test_stream, out.cpu, x.cpu, DTYPE_FP32, n, (double *)scratch.cpu);
-    sumsq_reduce(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
-    expect_match(out, REDUCTION_TOL, "sumsq over 301 chunks");
-    stream_copy(gpu_stream, &first, out.gpu, sizeof first);
-    sumsq_reduce(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
-    stream_copy(gpu_stream, &again, out.gpu, sizeof again);
+    Pair x = pair_random(n, -1, 1, 57), out = pair_random(SQUARE_SUM_FLOATS, 0, 1, 58);
+    for (size_t i = 0; i < n; i++) x.cpu[i] = ldexpf(x.cpu[i], (int)(i * 7919 % 61) - 40);
+    stream_copy(gpu_stream, x.gpu, x.cpu, n * sizeof(float));
+    Pair scratch = pair_random(sumsq_scratch_bytes(n) / sizeof(float), -1, 1, 56);
+    SquareSum with_nan;
+    float count = -1;
+    sumsq_reduce(test_stream, (SquareSum *)out.cpu, x.cpu, DTYPE_FP32, n, scratch.cpu);
+    sumsq_reduce(gpu_stream, (SquareSum *)out.gpu, x.gpu, DTYPE_FP32, n, scratch.gpu);
+    expect_same_bytes(out, sizeof(SquareSum), "the GPU's exact sum over 301 chunks differs from the CPU's");
     static const float nan_value = NAN;
     stream_copy(gpu_stream, x.gpu + n - 1, &nan_value, sizeof nan_value);
-    count_nonfinite(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, (double *)scratch.gpu);
+    sumsq_reduce(gpu_stream, (SquareSum *)out.gpu, x.gpu, DTYPE_FP32, n, scratch.gpu);
+    stream_copy(gpu_stream, &with_nan, out.gpu, sizeof with_nan);
+    count_nonfinite(gpu_stream, out.gpu, x.gpu, DTYPE_FP32, n, scratch.gpu);
     stream_copy(gpu_stream, &count, out.gpu, sizeof count);
     stream_synchronize(gpu_stream);
-    cr_expect_eq(memcmp(&first, &again, sizeof first), 0, "sumsq %.9g, then %.9g", first, again);
+    cr_expect(square_sum_infinite(with_nan), "a NaN in the last chunk left the sum finite");
     cr_expect_eq(count, 1.0f, "one NaN in the last chunk counted %g times", count);
     pair_free(x); pair_free(out); pair_free(scratch);
 }
@@ -1924,9 +1930,9 @@ Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
 }
 
 /* A limit the gradient's norm passes at every step, so every step clips; the
- * stages differ only in the order the global norm is summed. (Clipping on the
+ * norm's sum is exact, so every stage gives DDP's bytes. (Clipping on the
  * GPU against the CPU: the small GPT's 20 steps above clip at 1.) */
-Test(gpu, clipping_agrees_across_strategies) {
+Test(gpu, clipping_is_bit_identical_across_strategies) {
     need_gpu();
     load_data();
     TrainConfig tc = short_run(0.05f, 1), unclipped = short_run(0.0f, 1);
@@ -1938,8 +1944,8 @@ Test(gpu, clipping_agrees_across_strategies) {
         if (!STRATEGIES[k].shards_adam) continue;
         int zero = STRATEGIES[k].stage;
         float *w = weights_of(zero, &sc, &tc, &n);
-        double d = max_rel_diff(ddp, w, n);
-        cr_expect_lt(d, 1e-6, "--zero=%d with clipping: %g from DDP on the GPU", zero, d);
+        cr_expect(memcmp(ddp, w, n * sizeof(float)) == 0, "--zero=%d with clipping: %g from DDP on the GPU", zero,
+                  max_rel_diff(ddp, w, n));
         free(w);
     }
     free(ddp);

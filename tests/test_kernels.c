@@ -1866,16 +1866,92 @@ static int same_steps(const float *p0, const float *m0, const float *v0, size_t 
     return same;
 }
 
+/* ---- the exact sum of squares (square_sum.h) ---- */
+
+/* Single terms land where the unit (2^-86) says, the small ones go, the
+ * words carry, and a sum is infinite exactly where a square reaches 2^128. */
+Test(kernels, square_sum_places_each_term) {
+    struct { float x; uint64_t word[SQUARE_SUM_WORDS]; } cases[] = {
+        { 1.0f, { 0, 1ull << 22, 0, 0 } },              /* 2^86 units */
+        { -0x1p-31f, { 1ull << 24, 0, 0, 0 } },         /* 2^-62: 2^24 units */
+        { 0x1p-32f, { 0, 0, 0, 0 } },                   /* 2^-64: below 2^-63, dropped */
+        { 0x1.8p0f, { 0, 9ull << 20, 0, 0 } },          /* 2.25: 9 * 2^84 units */
+        { 0x1p63f, { 0, 0, 0, 1ull << 20 } },           /* 2^126: bit 212 */
+    };
+    void *scratch = calloc(sumsq_scratch_bytes(1), 1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        SquareSum s = ref_square_sum(&cases[c].x, 1);
+        SquareSum got;
+        sumsq_reduce(test_stream, &got, &cases[c].x, DTYPE_FP32, 1, scratch);
+        stream_synchronize(test_stream);
+        cr_expect(memcmp(s.word, cases[c].word, sizeof s.word) == 0 && memcmp(&got, &s, sizeof s) == 0,
+                  "%a: words %016llx %016llx %016llx %016llx", (double)cases[c].x, (unsigned long long)got.word[3],
+                  (unsigned long long)got.word[2], (unsigned long long)got.word[1], (unsigned long long)got.word[0]);
+    }
+    SquareSum low = { { UINT64_MAX, UINT64_MAX, 0, 0 } }, one = { { 1, 0, 0, 0 } };
+    SquareSum carried = square_sum_add(low, one);
+    cr_expect(carried.word[0] == 0 && carried.word[1] == 0 && carried.word[2] == 1 && carried.word[3] == 0,
+              "a carry through two words went astray");
+    cr_expect_eq(square_sum_value(ref_square_sum((float[]){ 3.0f, 4.0f }, 2)), 25.0);
+    float edges[] = { 0x1.fffffep63f, 0x1p64f, INFINITY, NAN, -INFINITY };
+    for (int e = 0; e < 5; e++) {
+        SquareSum got;
+        sumsq_reduce(test_stream, &got, &edges[e], DTYPE_FP32, 1, scratch);
+        stream_synchronize(test_stream);
+        cr_expect_eq(square_sum_infinite(got), e > 0, "%a: infinite %d", (double)edges[e], square_sum_infinite(got));
+        cr_expect_eq(square_sum_infinite(square_sum_add(got, one)), e > 0);
+    }
+    free(scratch);
+}
+
+/* Values over 60 binades, some below the cut and one at 2^63: the sum by
+ * chunks and bands is the reference's integer (bit by bit); any cut of the values into
+ * parts gives it again, to the byte; and its value is a double's sum of the
+ * terms within 1e-15. */
+Test(kernels, square_sum_is_the_same_however_cut) {
+    size_t n = 3 * SUMSQ_CHUNK + 12345;
+    float *x = alloc_floats(n);
+    fill_uniform(x, n, -1, 1, 81);
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i * 7919 % 61) - 40);
+    x[100] = 0x1p63f;
+    void *scratch = calloc(sumsq_scratch_bytes(n), 1);
+    SquareSum whole, want = ref_square_sum(x, n);
+    sumsq_reduce(test_stream, &whole, x, DTYPE_FP32, n, scratch);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(&whole, &want, sizeof whole) == 0, "the chunks' bands are not the plain loop's sum");
+    double terms = 0.0;
+    for (size_t i = 0; i < n; i++) terms += (double)square_term(x[i]);
+    cr_expect(fabs(square_sum_value(whole) - terms) <= 1e-15 * terms, "%.17g, a double's %.17g",
+              square_sum_value(whole), terms);
+    uint64_t state = 5;
+    for (int trial = 0; trial < 20; trial++) {
+        SquareSum total = square_sum_zero();
+        for (size_t from = 0; from < n;) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            size_t len = 1 + (size_t)(state >> 33) % (trial < 10 ? 97 : 2 * SUMSQ_CHUNK);
+            if (len > n - from) len = n - from;
+            SquareSum part;
+            sumsq_reduce(test_stream, &part, x + from, DTYPE_FP32, len, scratch);
+            stream_synchronize(test_stream);
+            total = square_sum_add(total, part);
+            from += len;
+        }
+        cr_expect(memcmp(&total, &whole, sizeof total) == 0, "cut %d: the parts add to another sum", trial);
+    }
+    free(x);
+    free(scratch);
+}
+
 /* The squared norm against a double's, and the clip folded into AdamW: the
- * step over the gradient clipped by parts of its norm (three, summed in
- * order) is the step over the gradient scaled by hand beforehand, to the
- * bytes, and leaves the gradient as it was; under the limit, the unscaled
- * gradient's step. */
+ * step over the gradient clipped by the norm of its three parts is the step
+ * over the gradient scaled by hand beforehand, to the bytes, and leaves the
+ * gradient as it was; under the limit, the unscaled gradient's step. */
 Test(kernels, sumsq_and_the_clip_in_adamw) {
-    size_t n = 100001;
-    float *x = alloc_floats(n), *scaled = alloc_floats(n), *before = alloc_floats(n), sumsq;
+    size_t n = 100001, cut[4] = { 0, 30000, 70001, n };
+    float *x = alloc_floats(n), *scaled = alloc_floats(n), *before = alloc_floats(n);
     float *p0 = alloc_floats(n), *m0 = alloc_floats(n), *v0 = alloc_floats(n);
-    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
+    SquareSum sumsq, parts[3];
+    void *scratch = calloc(sumsq_scratch_bytes(n), 1);
     fill_uniform(x, n, -1, 1, 71);
     fill_uniform(p0, n, -1, 1, 77);
     fill_uniform(m0, n, -0.1f, 0.1f, 78);
@@ -1885,11 +1961,15 @@ Test(kernels, sumsq_and_the_clip_in_adamw) {
     for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
     sumsq_reduce(test_stream, &sumsq, x, DTYPE_FP32, n, scratch);
     stream_synchronize(test_stream);
-    cr_expect(fabs(sumsq - want) < 1e-6 * want, "sumsq %g, want %g", sumsq, want);
+    cr_expect(fabs(square_sum_value(sumsq) - want) < 1e-6 * want, "sumsq %g, want %g", square_sum_value(sumsq), want);
 
-    float parts[3] = { sumsq / 2, sumsq / 4, sumsq / 4 };
-    double total = (double)parts[0] + parts[1] + parts[2];
-    float coef = 1.0f / ((float)sqrt(total) + 1e-6f);
+    for (int k = 0; k < 3; k++) {
+        sumsq_reduce(test_stream, &parts[k], x + cut[k], DTYPE_FP32, cut[k + 1] - cut[k], scratch);
+        stream_synchronize(test_stream);
+    }
+    SquareSum total = square_sum_add(square_sum_add(parts[0], parts[1]), parts[2]);
+    cr_expect(memcmp(&total, &sumsq, sizeof total) == 0, "the parts' sums add to another sum than the whole's");
+    float coef = 1.0f / ((float)sqrt(square_sum_value(total)) + 1e-6f);
     cr_assert_lt(coef, 0.1f, "the test must clip");
     for (size_t i = 0; i < n; i++) scaled[i] = x[i] * coef;
     cr_expect(same_steps(p0, m0, v0, n, x, (AdamWClip){ parts, 3, 1.0f }, scaled, NO_CLIP, DTYPE_FP32),
@@ -1906,7 +1986,7 @@ Test(kernels, sumsq_and_the_clip_in_adamw) {
 Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
     size_t n = 100001;  /* several chunks, and a ragged end */
     float *x = alloc_floats(n), count = -1;
-    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
+    void *scratch = calloc(sumsq_scratch_bytes(n), 1);
     fill_uniform(x, n, -1, 1, 72);
     x[17] = 3.0e38f;    /* finite however large: its square would overflow a float sumsq */
     x[50000] = -3.0e38f;
@@ -1935,9 +2015,10 @@ Test(kernels, count_nonfinite_counts_nan_and_inf_only) {
  * sum. */
 Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     size_t n = 40001;  /* several sumsq chunks, and a ragged end */
-    float *values = alloc_floats(n), *x = alloc_floats(n), sumsq_fp32, sumsq_bf16;
+    float *values = alloc_floats(n), *x = alloc_floats(n);
+    SquareSum sumsq_fp32, sumsq_bf16;
     bf16 *held = malloc(n * sizeof(bf16)), *acc = malloc(n * sizeof(bf16));
-    double *scratch = calloc(sumsq_scratch_doubles(n), sizeof(double));
+    void *scratch = calloc(sumsq_scratch_bytes(n), 1);
     fill_uniform(values, n, -2, 2, 91);
     fill_uniform(x, n, -1, 1, 92);
     hold_in_bf16(values, n, held, values);
@@ -1958,10 +2039,10 @@ Test(kernels, gradients_held_in_bf16_are_read_as_their_values) {
     stream_synchronize(test_stream);
     cr_expect(memcmp(p[0], p[1], n * sizeof(float)) == 0 && memcmp(m[0], m[1], n * sizeof(float)) == 0 &&
               memcmp(v[0], v[1], n * sizeof(float)) == 0, "AdamW reads a bf16 gradient as other values");
-    cr_expect(memcmp(&sumsq_fp32, &sumsq_bf16, sizeof(float)) == 0, "sumsq of bf16 %.9g, of its values %.9g",
-              sumsq_bf16, sumsq_fp32);
+    cr_expect(memcmp(&sumsq_fp32, &sumsq_bf16, sizeof sumsq_bf16) == 0, "sumsq of bf16 %.17g, of its values %.17g",
+              square_sum_value(sumsq_bf16), square_sum_value(sumsq_fp32));
 
-    float coef = 1.0f / ((float)sqrt((double)sumsq_bf16) + 1e-6f);
+    float coef = 1.0f / ((float)sqrt(square_sum_value(sumsq_bf16)) + 1e-6f);
     bf16 *clipped = malloc(n * sizeof(bf16));
     size_t unrounded = 0;
     for (size_t i = 0; i < n; i++) {

@@ -74,9 +74,9 @@ void cpu_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, Co
 void cpu_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                      size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
-void cpu_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+void cpu_sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch);
 void cpu_fill_zero(Stream *s, void *x, size_t bytes);
-void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch);
 /* precision.c */
 void cpu_round_to_bf16(Stream *s, float *out, const float *in, size_t n);
 void cpu_store_bf16(Stream *s, bf16 *out, const float *in, size_t n);

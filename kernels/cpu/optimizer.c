@@ -48,31 +48,36 @@ void cpu_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DTyp
     stream_launch(s, adamw_task, &a, sizeof a);
 }
 
-/* Fixed chunks (SUMSQ_CHUNK), each summed by the same vector code, then the
- * chunks in index order: the same bits whatever the thread count. */
-typedef struct { float *out; const void *x; DType held; size_t n; double *partial; } SumsqArgs;
+/* Fixed chunks (SUMSQ_CHUNK) shared among the threads, each by its band sums
+ * (square_sum.h), then the chunks' sums in order, as the GPU's blocks and its
+ * last block (the sum is exact: any order would give its bits). */
+typedef struct { SquareSum *out; const void *x; DType held; size_t n; SquareSum *partial; } SumsqArgs;
 
 static void sumsq_task(void *p) {
     SumsqArgs *a = p;
     size_t nchunks = (a->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *partial = a->partial;
+    SquareSum *partial = a->partial;
     #pragma omp parallel for schedule(static)
     for (size_t chunk = 0; chunk < nchunks; chunk++) {
         size_t end = (chunk + 1) * SUMSQ_CHUNK < a->n ? (chunk + 1) * SUMSQ_CHUNK : a->n;
-        double acc = 0.0;
-        #pragma omp simd reduction(+ : acc)
+        enum { TABLES = 8 };  /* a run of terms in one band adds into eight doubles, not one after the other */
+        double band[TABLES][SQUARE_SUM_BANDS] = { { 0 } };
+        int finite = 1;
         for (size_t i = chunk * SUMSQ_CHUNK; i < end; i++) {
-            double x = number_at(a->x, a->held, i);
-            acc += x * x;
+            float term = square_term(number_at(a->x, a->held, i));
+            finite &= square_term_finite(term);
+            band[i % TABLES][square_band(term)] += term;
         }
-        partial[chunk] = acc;
+        for (int t = 1; t < TABLES; t++)
+            for (int b = 0; b < SQUARE_SUM_BANDS; b++) band[0][b] += band[t][b];
+        partial[chunk] = square_sum_of_bands(band[0], finite);
     }
-    double total = 0.0;
-    for (size_t chunk = 0; chunk < nchunks; chunk++) total += partial[chunk];
-    *a->out = (float)total;
+    SquareSum total = square_sum_zero();
+    for (size_t chunk = 0; chunk < nchunks; chunk++) total = square_sum_add(total, partial[chunk]);
+    *a->out = total;
 }
 
-void cpu_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+void cpu_sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch) {
     SumsqArgs a = { out, x, held, n, scratch };
     stream_launch(s, sumsq_task, &a, sizeof a);
 }
@@ -88,7 +93,7 @@ static void count_nonfinite_task(void *p) {
 }
 
 /* An OpenMP reduction of integers needs no scratch: the count is exact in any order. */
-void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+void cpu_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch) {
     (void)scratch;
     CountArgs a = { out, x, held, n };
     stream_launch(s, count_nonfinite_task, &a, sizeof a);

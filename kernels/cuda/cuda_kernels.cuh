@@ -156,8 +156,8 @@ void cuda_crossentropy_forward_backward(Stream *s, float *losses, Buf dlogits, C
 void cuda_mean_forward(Stream *s, float *mean, const float *x, int n);
 void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                       size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWParams hp, AdamWClip clip);
-void cuda_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
-void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch);
+void cuda_sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch);
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch);
 void cuda_fill_zero(Stream *s, void *x, size_t bytes);
 /* column_sums.cu: out[c] += partial[0, c] + partial[1, c] + ..., the parts of N rows in order, the sum
  * rounded to bf16 first where `rounds`, stored as out is held. */

@@ -4,9 +4,10 @@
  * A gradient is read as it is held, fp32 or bf16 (runtime/bf16.h's number_at).
  *
  * The AdamW update over an arena range in one launch (adamw.h). The sums go
- * by fixed chunks (SUMSQ_CHUNK), each through a block-wide tree in double
- * (block_sum), then the chunks' sums through one block's: an order fixed by
- * the length, so they repeat bit for bit.
+ * by fixed chunks (SUMSQ_CHUNK), each through a block-wide tree, then the
+ * chunks' sums through one block's. The sum of squares is exact
+ * (square_sum.h), the CPU's integer; the count's tree is in double, an order
+ * fixed by the length, so it repeats bit for bit.
  */
 #include <math.h>
 
@@ -50,37 +51,59 @@ void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DTy
     CHECK_LAUNCH("adamw_kernel");
 }
 
-/* partial[chunk] = the chunk's sum of squares, in double */
-__global__ static void sumsq_chunk_kernel(double *partial, const void *x, DType held, size_t n) {
+/* The block's exact sum of its threads' sums, by a tree; thread 0 gets it.
+ * blockDim.x must be THREADS. */
+__device__ static SquareSum block_square_sum(SquareSum x) {
+    __shared__ SquareSum shared[THREADS];
+    shared[threadIdx.x] = x;
+    __syncthreads();
+    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride)
+            shared[threadIdx.x] = square_sum_add(shared[threadIdx.x], shared[threadIdx.x + stride]);
+        __syncthreads();
+    }
+    return shared[0];
+}
+
+/* partial[chunk] = the chunk's sum of squares, exactly: each thread's terms
+ * into its band sums (held in registers: a term is added to every band, 0
+ * where it is not that band's), those into its integer, then the block's. */
+__global__ static void sumsq_chunk_kernel(SquareSum *partial, const void *x, DType held, size_t n) {
     size_t first = (size_t)blockIdx.x * SUMSQ_CHUNK;
     size_t end = first + SUMSQ_CHUNK < n ? first + SUMSQ_CHUNK : n;
-    double acc = 0.0;
+    double band[SQUARE_SUM_BANDS];
+#pragma unroll
+    for (int b = 0; b < SQUARE_SUM_BANDS; b++) band[b] = 0.0;
+    int finite = 1;
     for (size_t i = first + threadIdx.x; i < end; i += THREADS) {
-        double xi = number_at(x, held, i);
-        acc += xi * xi;
+        float term = square_term(number_at(x, held, i));
+        int in = square_band(term);
+        finite &= square_term_finite(term);
+#pragma unroll
+        for (int b = 0; b < SQUARE_SUM_BANDS; b++) band[b] += b == in ? (double)term : 0.0;
     }
-    double total = block_sum(acc);
+    SquareSum total = block_square_sum(square_sum_of_bands(band, finite));
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-/* *out = the partials summed by one block: thread t adds chunks t, t +
- * THREADS, ... in order, then block_sum's tree; an order fixed by the count
- * of chunks (GPT-2's 7,600 are 30 adds a thread, not one thread's 7,600). */
-__global__ static void sum_chunks_kernel(float *out, const double *partial, size_t nchunks) {
-    double total = 0.0;
-    for (size_t c = threadIdx.x; c < nchunks; c += THREADS) total += partial[c];
-    total = block_sum(total);
-    if (threadIdx.x == 0) *out = (float)total;
+/* *out = the chunks' sums summed by one block: thread t adds chunks t, t +
+ * THREADS, ..., then the block's tree (GPT-2's 7,600 chunks are 30 adds a
+ * thread, not one thread's 7,600). */
+__global__ static void sum_square_chunks_kernel(SquareSum *out, const SquareSum *partial, size_t nchunks) {
+    SquareSum total = square_sum_zero();
+    for (size_t c = threadIdx.x; c < nchunks; c += THREADS) total = square_sum_add(total, partial[c]);
+    total = block_square_sum(total);
+    if (threadIdx.x == 0) *out = total;
 }
 
-void cuda_sumsq_reduce(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+void cuda_sumsq_reduce(Stream *s, SquareSum *out, const void *x, DType held, size_t n, void *scratch) {
     cudaStream_t stream = cuda_stream(s);
-    size_t nchunks = sumsq_scratch_doubles(n);
-    double *partial = scratch;
+    size_t nchunks = sumsq_scratch_bytes(n) / sizeof(SquareSum);
+    SquareSum *partial = (SquareSum *)scratch;
     sumsq_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, held, n);
     CHECK_LAUNCH("sumsq_chunk_kernel");
-    sum_chunks_kernel<<<1, THREADS, 0, stream>>>(out, partial, nchunks);
-    CHECK_LAUNCH("sum_chunks_kernel");
+    sum_square_chunks_kernel<<<1, THREADS, 0, stream>>>(out, partial, nchunks);
+    CHECK_LAUNCH("sum_square_chunks_kernel");
 }
 
 /* partial[chunk] = how many of the chunk's values are NaN or infinite */
@@ -93,11 +116,21 @@ __global__ static void nonfinite_chunk_kernel(double *partial, const void *x, DT
     if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, double *scratch) {
+/* *out = the chunks' counts summed by one block, as sum_square_chunks_kernel. */
+__global__ static void sum_counts_kernel(float *out, const double *partial, size_t nchunks) {
+    double total = 0.0;
+    for (size_t c = threadIdx.x; c < nchunks; c += THREADS) total += partial[c];
+    total = block_sum(total);
+    if (threadIdx.x == 0) *out = (float)total;
+}
+
+/* scratch: sumsq_scratch_bytes(n) bytes, the chunks' counts as doubles in its first quarter */
+void cuda_count_nonfinite(Stream *s, float *out, const void *x, DType held, size_t n, void *scratch) {
     cudaStream_t stream = cuda_stream(s);
-    size_t nchunks = sumsq_scratch_doubles(n);
-    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(scratch, x, held, n);
+    size_t nchunks = sumsq_scratch_bytes(n) / sizeof(SquareSum);
+    double *partial = (double *)scratch;
+    nonfinite_chunk_kernel<<<(unsigned)nchunks, THREADS, 0, stream>>>(partial, x, held, n);
     CHECK_LAUNCH("nonfinite_chunk_kernel");
-    sum_chunks_kernel<<<1, THREADS, 0, stream>>>(out, scratch, nchunks);
-    CHECK_LAUNCH("sum_chunks_kernel");
+    sum_counts_kernel<<<1, THREADS, 0, stream>>>(out, partial, nchunks);
+    CHECK_LAUNCH("sum_counts_kernel");
 }
