@@ -95,7 +95,7 @@ SQUARE_SUM_FN int square_term_finite(float term) { return term <= FLT_MAX; }
 
 /* A band's sum as the integer: a double that is a whole number of units
  * (a sum of one band's terms), d = mantissa * 2^exponent, shifted to bit
- * exponent + 86. Below 2^176 units, so it lands in words 0 to 3. */
+ * exponent + 86: its lowest bit at most bit 176, so it lands in words 0 to 3. */
 SQUARE_SUM_FN SquareSum square_sum_of_band(double d) {
     SquareSum s = square_sum_zero();
     if (d == 0.0) return s;

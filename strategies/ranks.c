@@ -529,12 +529,14 @@ size_t ranks_rank_peak_bytes(Strategy *s, int rank) { return device_peak_bytes((
 
 /* This process's count of the state's non-finite values (weights, m and v).
  * Each count goes through the first bytes of the rank's norm_parts, free
- * between clippings, and the model's sumsq scratch (any part of the arena
+ * between clippings (a partial the step's check left there is then no longer
+ * the gradient's), and the model's sumsq scratch (any part of the arena
  * fits): no allocation per step. The counts follow each other on the rank's
  * compute stream. */
 static size_t state_nonfinite(Ranks *ranks) {
     enum { BUFFERS = 3 };
     float counts[MAX_RANKS][BUFFERS];
+    ranks->norm_parts_fresh = 0;
     for (int r = 0; r < ranks->local; r++) {
         const void *bufs[BUFFERS] = { ranks->weights[r], ranks->m[r], ranks->v[r] };
         size_t lens[BUFFERS] = { held_length(ranks, ranks->weights_held), held_length(ranks, ranks->adam_held),

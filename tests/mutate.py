@@ -1358,6 +1358,12 @@ MUTANTS = [
      "kernels/square_sum.h",
      "SQUARE_SUM_FN int square_term_finite(float term) { return term <= FLT_MAX; }",
      "SQUARE_SUM_FN int square_term_finite(float term) { return !isinf(term); }"),
+    ("state-check-keeps-norm-fresh", "a check of the state (its counts written over the partials) between the "
+     "step's check and the clip: the clip takes the overwritten partial",
+     "test_strategies/the_clip_takes*",
+     "strategies/ranks.c",
+     "    float counts[MAX_RANKS][BUFFERS];\n    ranks->norm_parts_fresh = 0;\n",
+     "    float counts[MAX_RANKS][BUFFERS];\n"),
     ("grads-check-never-counts", "the step's non-finite check: a rank whose exact sum is infinite never counts "
      "its values",
      "test_train/on_nan_stop*",

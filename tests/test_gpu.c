@@ -1658,7 +1658,7 @@ Test(gpu, count_nonfinite) {
  * threads (GPT-2's gradient has 7,600), its values over 60 binades: the
  * norm's exact sum the CPU's bytes, the count exact; then a NaN makes the
  * sum infinite. */
-Test(gpu, the_norm_over_many_chunks_repeats_and_counts) {
+Test(gpu, the_norm_over_many_chunks_is_the_cpus_and_counts) {
     need_gpu();
     size_t n = 300 * (size_t)SUMSQ_CHUNK + 7;
     Pair x = pair_random(n, -1, 1, 57), out = pair_random(SQUARE_SUM_FLOATS, 0, 1, 58);

@@ -191,22 +191,21 @@ Test(multiprocess, three_processes_give_the_bits_of_three_ranks_with_gradients_h
 
 /* Hybrid sharding between processes (--shard-ranks): a group within each
  * process (S = L), a group of two processes (S = 2 L), and groups of 3 over
- * processes of 2 (rank 3 of process 1 starts the second group). Every ZeRO stage
- * prints DDP's lines and saves its checkpoint, one process of N ranks, byte
- * for byte (without clipping, whose norm DDP sums otherwise); and with two
- * micro-steps and clipping gives the bits of one process of N ranks sharded
- * the same way. */
+ * processes of 2 (rank 3 of process 1 starts the second group). Every ZeRO stage,
+ * clipping at every step, prints DDP's lines and saves its checkpoint, one
+ * process of N ranks, byte for byte; and with two micro-steps gives the bits
+ * of one process of N ranks sharded the same way. */
 Test(multiprocess, hybrid_sharding_over_processes_gives_the_bits_of_ddp) {
     need_mpi();
     static const struct { int procs, local_ranks, shard_ranks; } splits[] = { { 2, 2, 2 }, { 4, 1, 2 }, { 3, 2, 3 } };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
         int P = splits[i].procs, L = splits[i].local_ranks, S = splits[i].shard_ranks;
         char args[1024], what[256];
-        snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=0 --gpus=%d", BASE, P * L);
+        snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0.01 --zero=0 --gpus=%d", BASE, P * L);
         Run ddp = launch(0, args);
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             if (!STRATEGIES[k].shards_adam) continue;
-            snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0 --zero=%d --gpus=%d --shard-ranks=%d",
+            snprintf(args, sizeof args, "%s --batch=3 --iters=4 --grad-clip=0.01 --zero=%d --gpus=%d --shard-ranks=%d",
                      BASE, STRATEGIES[k].stage, L, S);
             Run got = launch(P, args);
             snprintf(what, sizeof what, "--zero=%d --shard-ranks=%d: %d processes x %d ranks against DDP on 1 x %d",

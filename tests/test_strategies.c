@@ -288,9 +288,11 @@ Test(strategies, clipping_gathers_each_parts_exact_squared_norm) {
 
 /* The step's non-finite check makes the gradient's squared norm, for the
  * clip to reuse: after the check, each rank's own partial is its part's, byte
- * for byte the host's. A step that does not clip leaves it there; after the
- * next forward_backward (another batch, a new gradient) a clip with no check
- * before it makes it again rather than take the last step's. */
+ * for byte the reference's. A step that does not clip leaves it there; after
+ * the next forward_backward (another batch, a new gradient) a clip with no
+ * check before it makes it again rather than take the last step's; and a
+ * check of the state between the step's check and the clip (its counts pass
+ * through the partials' buffer) has the clip make it again too. */
 static void expect_clip_norm_of_this_gradient(int zero, int N) {
     StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, N, 2, 0.0f);
     Strategy *s = strategy_create(zero, &sc);
@@ -298,14 +300,17 @@ static void expect_clip_norm_of_this_gradient(int zero, int N) {
     size_t len = ranks->grad_part_len, rows = (size_t)N * sc.batch * sc.model.block_size;
     int *x = malloc(rows * sizeof(int)), *y = malloc(rows * sizeof(int));
     float *part = malloc(len * sizeof(float));
-    for (int batch = 0; batch < 2; batch++) {
+    static const char *after[3] = { "after the check", "a new gradient after the last check",
+                                     "a check of the state between the check and the clip" };
+    for (int batch = 0; batch < 3; batch++) {
         for (size_t i = 0; i < rows; i++) {
             x[i] = (int)((i * (batch ? 7 : 3) + (size_t)batch) % (size_t)data.vocab);
             y[i] = (int)((i * 5 + 1) % (size_t)data.vocab);
         }
         cr_assert_eq(s->ops->forward_backward(s, x, y, (uint32_t)batch, 0, 1), 0);
-        if (batch == 0) cr_assert_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0);
-        else s->ops->clip_grads(s, 1e-3f);
+        if (batch != 1) cr_assert_eq(s->ops->count_nonfinite(s, NONFINITE_GRADS), 0);
+        if (batch == 2) cr_assert_eq(s->ops->count_nonfinite(s, NONFINITE_STATE), 0);
+        if (batch != 0) s->ops->clip_grads(s, 1e-3f);
         for (int r = 0; r < N; r++) {
             SquareSum own;
             int at = ranks->grad_parts_sharded ? ranks_shard_of(ranks, r) : 0;
@@ -314,8 +319,7 @@ static void expect_clip_norm_of_this_gradient(int zero, int N) {
             stream_synchronize(ranks->pg->compute[r]);
             SquareSum want = ref_square_sum(part, len);
             cr_expect(memcmp(&own, &want, sizeof want) == 0, "--zero=%d N=%d rank %d, %s: partial %.17g, want %.17g",
-                      zero, N, r, batch ? "a new gradient after the last check" : "after the check",
-                      square_sum_value(own), square_sum_value(want));
+                      zero, N, r, after[batch], square_sum_value(own), square_sum_value(want));
         }
         if (batch == 0) s->ops->clip_grads(s, 0.0f);
         s->ops->step(s);

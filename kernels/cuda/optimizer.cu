@@ -18,7 +18,7 @@
  * stores where every buffer allows): each element's span found in the table,
  * padding left as it was; the bf16 copy written in the same pass where there
  * is one. Every thread works out the clip's coefficient itself (the parts
- * are at most a rank count, summed in order): no launch before it. */
+ * are at most a rank count, added exactly): no launch before it. */
 __global__ static void adamw_kernel(float *param, bf16 *copy, const void *grad, DType grad_held, float *m, float *v,
                                     size_t lo, size_t n, const AdamWSpan *spans, int nspans, AdamWConstants k,
                                     AdamWClip clip, int aligned) {
