@@ -1364,6 +1364,18 @@ MUTANTS = [
      "strategies/ranks.c",
      "    float counts[MAX_RANKS][BUFFERS];\n    ranks->norm_parts_fresh = 0;\n",
      "    float counts[MAX_RANKS][BUFFERS];\n"),
+    ("lone-product-half-dropped", "a product asked for alone (the head's under autocast) cut in two halves of "
+     "its rows, the second half never made",
+     "test_kernels/the_heads_logits*",
+     "kernels/cpu/matmul.c",
+     "            if (alone_inp) dinp_rows(a, a->N / 2, a->N);",
+     "            if (alone_inp) dinp_rows(a, a->N / 2, a->N / 2);"),
+    ("lone-weight-product-halves-overlap", "the weight gradient asked for alone cut in halves that overlap: the "
+     "middle rows summed twice",
+     "test_kernels/the_heads_logits*",
+     "kernels/cpu/matmul.c",
+     "            else if (alone_weight) dweight_rows(a, a->OC / 2, a->OC);",
+     "            else if (alone_weight) dweight_rows(a, a->OC / 2 - 1, a->OC);"),
     ("grads-check-never-counts", "the step's non-finite check: a rank whose exact sum is infinite never counts "
      "its values",
      "test_train/on_nan_stop*",

@@ -1255,8 +1255,10 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
  * the same op's fp32 output stored, or from the same values held in fp32:
  * the forward into bf16; the loss from bf16 logits in place, apart, and
  * from fp32 logits into bf16; the backward from a bf16 dout and a bf16
- * input at once. A vocabulary of 4099 (ragged) and rows enough that the
- * room (over 1 MB) is unmapped when it moves. */
+ * input at once, and each of its products asked for alone (as autocast's
+ * head makes them apart: each cut in two halves of its output's rows). A
+ * vocabulary of 4099 (ragged) and rows enough that the room (over 1 MB) is
+ * unmapped when it moves. */
 Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     enum { N = 64, C = 32, V = 4099 };
     size_t nl = (size_t)N * V, nx = (size_t)N * C;
@@ -1304,7 +1306,15 @@ Test(kernels, the_heads_logits_and_dlogits_held_in_bf16_are_the_bytes_of_fp32s_s
     stream_synchronize(test_stream);
     cr_assert(memcmp(dx, dx16, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp from bf16 dout");
     cr_assert(memcmp(dw, dw16, (size_t)V * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight from bf16 dout");
-    free(x); free(w); free(logits); free(dlogits); free(losses); free(losses16);
+    float *dx_alone = alloc_floats(nx), *dw_alone = alloc_floats((size_t)V * C);
+    matmul_backward_bf16(test_stream, fp32_buf(dx_alone), fp32_buf(NULL), bf16_numbers(logits16), bf16_numbers(x16),
+                         fp32_numbers(w), N, C, V);
+    matmul_backward_bf16(test_stream, fp32_buf(NULL), fp32_buf(dw_alone), bf16_numbers(logits16), bf16_numbers(x16),
+                         fp32_numbers(w), N, C, V);
+    stream_synchronize(test_stream);
+    cr_expect(memcmp(dx, dx_alone, nx * sizeof(float)) == 0, "matmul_backward_bf16's dinp asked for alone");
+    cr_expect(memcmp(dw, dw_alone, (size_t)V * C * sizeof(float)) == 0, "matmul_backward_bf16's dweight alone");
+    free(x); free(w); free(logits); free(dlogits); free(losses); free(losses16); free(dx_alone); free(dw_alone);
     free(x16); free(logits16); free(d16); free(targets); free(dx); free(dx16); free(dw); free(dw16);
 }
 

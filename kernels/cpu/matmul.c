@@ -42,29 +42,43 @@ typedef struct {
     int N, C, OC;
 } MatmulBackwardArgs;
 
+/* dinp rows [r0, r1) = dout rows [r0, r1) @ weight[OC,C] */
+static void dinp_rows(const MatmulBackwardArgs *a, int r0, int r1) {
+    if (r1 > r0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, a->C, a->OC, 1.0f,
+                    a->dout + (size_t)r0 * a->OC, a->OC, a->weight, a->C, 0.0f, a->dinp + (size_t)r0 * a->C, a->C);
+}
+
+/* dweight rows [o0, o1) += dout[N, o0:o1]^T @ inp[N,C] */
+static void dweight_rows(const MatmulBackwardArgs *a, int o0, int o1) {
+    if (o1 > o0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, a->C, a->N, 1.0f, a->dout + o0, a->OC,
+                    a->inp, a->C, 1.0f, a->dweight + (size_t)o0 * a->C, a->C);
+}
+
 /* The two products are independent and equally large: on two or more threads
  * they run side by side, each sgemm on one thread (inside a parallel region an
  * OpenMP OpenBLAS does not fork again), which beats splitting each small sgemm.
- * One asked for alone (the head's two under autocast, made apart) still runs
- * in its section, on one thread: OpenBLAS's threaded sgemm cuts the summed
- * dimension otherwise, so its bits would follow the thread count. */
+ * One asked for alone (the head's two under autocast, made apart) is cut in
+ * two halves of its output's rows, one section each: cut so whatever the
+ * thread count, where OpenBLAS's own threads would cut it by their number. */
 static void matmul_backward_task(void *p) {
     MatmulBackwardArgs *a = p;
+    int alone_inp = a->dinp && !a->dweight, alone_weight = a->dweight && !a->dinp;
+    if (!a->dinp && !a->dweight) return;
     #pragma omp parallel sections
     {
         #pragma omp section
         {
-            /* dinp[N,C] = dout[N,OC] @ weight[OC,C] */
-            if (a->dinp)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, a->C, a->OC,
-                            1.0f, a->dout, a->OC, a->weight, a->C, 0.0f, a->dinp, a->C);
+            if (alone_inp) dinp_rows(a, 0, a->N / 2);
+            else if (alone_weight) dweight_rows(a, 0, a->OC / 2);
+            else dinp_rows(a, 0, a->N);
         }
         #pragma omp section
         {
-            /* dweight[OC,C] += dout[N,OC]^T @ inp[N,C] */
-            if (a->dweight)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, a->C, a->N,
-                            1.0f, a->dout, a->OC, a->inp, a->C, 1.0f, a->dweight, a->C);
+            if (alone_inp) dinp_rows(a, a->N / 2, a->N);
+            else if (alone_weight) dweight_rows(a, a->OC / 2, a->OC);
+            else dweight_rows(a, 0, a->OC);
         }
     }
 }
