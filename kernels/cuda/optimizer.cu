@@ -51,8 +51,8 @@ void cuda_adamw_arena(Stream *s, float *param, bf16 *copy, const void *grad, DTy
     CHECK_LAUNCH("adamw_kernel");
 }
 
-/* The block's exact sum of its threads' sums, by a tree; thread 0 gets it.
- * blockDim.x must be THREADS. */
+/* The block's exact sum of its threads' sums, by a tree; every thread of the
+ * block gets it. blockDim.x must be THREADS. */
 __device__ static SquareSum block_square_sum(SquareSum x) {
     __shared__ SquareSum shared[THREADS];
     shared[threadIdx.x] = x;
