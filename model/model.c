@@ -78,7 +78,6 @@ static TokenBuckets buckets_in(int *ints, size_t positions) {
     return (TokenBuckets){ 0, ints, ints + positions, ints + 2 * positions + 1 };
 }
 
-
 /* Point unit u of `units` at its range of a full arena. */
 static float *own_arena(Model *m, MemKind kind, float **units) {
     float *arena = device_alloc(m->dev, kind, m->layout.total * sizeof(float));
