@@ -193,28 +193,15 @@ missing_instruction() {
 # the kernels that take a pack of numbers a thread (kernels/packs.h: the elementwise ones, the
 # conversions, AdamW) 16-byte loads and stores.
 missing_promised() {
-    local dump=$1 build=$2 found op
+    local dump=$1 build=$2 promise object pattern kernels
     shift 2
-    found=$(missing_instruction "$dump" "$build/kernels/cuda/attention.o" 'HMMA[.]16816[.]F32[.]BF16' \
-            "flash_forward_kernel flash_dkdv_kernel flash_dq_kernel" "$@") || { echo "$found"; return 1; }
-    echo "$found"
     local packed="gelu_forward_kernel gelu_backward_kernel residual_kernel bias_forward_kernel dropout_kernel"
-    for op in 'LDG[.]E[.]128' 'STG[.]E[.]128'; do
-        found=$(missing_instruction "$dump" "$build/kernels/cuda/elementwise.o" "$op" "$packed" "$@") || {
-            echo "$found"
-            return 1
-        }
-        echo "$found"
-        found=$(missing_instruction "$dump" "$build/kernels/cuda/precision.o" "$op" convert_kernel "$@") || {
-            echo "$found"
-            return 1
-        }
-        echo "$found"
-        found=$(missing_instruction "$dump" "$build/kernels/cuda/optimizer.o" "$op" adamw_kernel "$@") || {
-            echo "$found"
-            return 1
-        }
-        echo "$found"
+    for promise in "attention|HMMA[.]16816[.]F32[.]BF16|flash_forward_kernel flash_dkdv_kernel flash_dq_kernel" \
+                   "elementwise|LDG[.]E[.]128|$packed" "elementwise|STG[.]E[.]128|$packed" \
+                   "precision|LDG[.]E[.]128|convert_kernel" "precision|STG[.]E[.]128|convert_kernel" \
+                   "optimizer|LDG[.]E[.]128|adamw_kernel" "optimizer|STG[.]E[.]128|adamw_kernel"; do
+        IFS='|' read -r object pattern kernels <<<"$promise"
+        missing_instruction "$dump" "$build/kernels/cuda/$object.o" "$pattern" "$kernels" "$@" || return 1
     done
     return 0
 }
