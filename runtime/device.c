@@ -40,6 +40,11 @@ void *device_alloc(Device *dev, MemKind kind, size_t bytes) {
         [MEM_WEIGHTS] = "weights", [MEM_GRADS] = "gradients", [MEM_OPTIMIZER] = "optimizer state",
         [MEM_WORKING] = "working buffers", [MEM_ACTIVATIONS] = "activations",
     };
+    if (graph_capturing()) {  /* a graph's work holds the addresses it was captured with */
+        fprintf(stderr, "fatal: %zu bytes of %s allocated on %s during a graph's capture\n", bytes,
+                kind_names[kind], dev->name);
+        abort();
+    }
     double in_use = device_total_bytes(dev);
     int capped = dev->limit > 0 && in_use + (double)bytes > (double)dev->limit;
     /* the CPU's devices share the machine's memory, taken before it is touched */
@@ -182,3 +187,50 @@ void event_destroy(Event *ev) {
 void event_record(Event *ev, Stream *s) { s->dev->ops->event_record(ev, s); }
 void stream_wait_event(Stream *s, Event *ev) { s->dev->ops->wait_event(s, ev); }
 void event_synchronize(Event *ev) { ev->dev->ops->event_synchronize(ev); }
+
+/* The stream a capture began on, while one is under way: one at a time. */
+static pthread_mutex_t capture_mu = PTHREAD_MUTEX_INITIALIZER;
+static Stream *capture_origin;
+
+static void graph_fatal(const char *what, const Stream *s) {
+    fprintf(stderr, "fatal: %s on %s\n", what, s->dev->name);
+    abort();
+}
+
+int graph_capturing(void) {
+    pthread_mutex_lock(&capture_mu);
+    int capturing = capture_origin != NULL;
+    pthread_mutex_unlock(&capture_mu);
+    return capturing;
+}
+
+void graph_capture_begin(Stream *origin) {
+    if (!origin->dev->ops->capture_begin) graph_fatal("a graph's capture, which this backend has not", origin);
+    pthread_mutex_lock(&capture_mu);
+    int busy = capture_origin != NULL;
+    if (!busy) capture_origin = origin;
+    pthread_mutex_unlock(&capture_mu);
+    if (busy) graph_fatal("a capture begun while another is under way", origin);
+    origin->dev->ops->capture_begin(origin);
+}
+
+Graph *graph_capture_end(Stream *origin) {
+    pthread_mutex_lock(&capture_mu);
+    int ours = capture_origin == origin;
+    pthread_mutex_unlock(&capture_mu);
+    if (!ours) graph_fatal("a capture ended on a stream it did not begin on", origin);
+    Graph *g = origin->dev->ops->capture_end(origin);
+    pthread_mutex_lock(&capture_mu);
+    capture_origin = NULL;
+    pthread_mutex_unlock(&capture_mu);
+    return g;
+}
+
+void graph_launch(Graph *g, Stream *origin) {
+    if (graph_capturing()) graph_fatal("a graph launched during a capture", origin);
+    origin->dev->ops->graph_launch(g, origin);
+}
+
+void graph_destroy(Graph *g) {
+    if (g) g->dev->ops->graph_destroy(g);
+}

@@ -166,6 +166,33 @@ void event_record(Event *ev, Stream *s);
 void stream_wait_event(Stream *s, Event *ev);
 void event_synchronize(Event *ev);
 
+/* ---- graphs: a stretch of work recorded once and run again (CUDA graphs) ----
+ *
+ * Between graph_capture_begin(origin) and graph_capture_end(origin), work
+ * enqueued on origin is recorded, not run, and so is the work of every stream
+ * that joins the capture by waiting on an event recorded in it. Every stream
+ * that joined must join back: its last work recorded, then waited on by origin.
+ * graph_launch runs the recorded work again, on origin after origin's earlier
+ * work, and origin's later work after all of it; a stream that joined is not
+ * ordered with it, unless it waits on an event recorded on origin after the
+ * launch. Each op reads its arguments as they were when it was recorded: what
+ * changes from run to run is read from memory, which a copy from host memory
+ * the device copies from (device_alloc_host), recorded too, may bring.
+ *
+ * CUDA's rules hold on every backend (the CPU's stops the process with a fatal
+ * line where CUDA would fail): one capture at a time, in one process; while
+ * capturing, no synchronize on a stream that joined, no allocation, and no
+ * wait on an event recorded outside the capture; after it, no wait on or
+ * synchronize of an event whose latest record was captured, until it is
+ * recorded again. */
+typedef struct Graph Graph;
+void graph_capture_begin(Stream *origin);
+Graph *graph_capture_end(Stream *origin);
+void graph_launch(Graph *g, Stream *origin);
+void graph_destroy(Graph *g);
+/* Whether a capture is under way in this process. */
+int graph_capturing(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,11 @@ typedef struct {
     size_t (*reported_bytes)(Device *dev);
     void *(*alloc_host)(Device *dev, size_t bytes);  /* zero-filled; aborts when there is none */
     void (*free_host)(Device *dev, void *ptr);
+    /* graphs (device.h) */
+    void (*capture_begin)(Stream *origin);
+    Graph *(*capture_end)(Stream *origin);
+    void (*graph_launch)(Graph *g, Stream *origin);
+    void (*graph_destroy)(Graph *g);
 } DeviceOps;
 
 struct Device {
@@ -65,6 +70,10 @@ struct Stream {
 
 struct Event {
     Device *dev;
+};
+
+struct Graph {
+    Device *dev;  /* its origin's */
 };
 
 /* Fill the shared part of a backend's new device. */

@@ -9,6 +9,12 @@
  * earlier wait. Markers are reference-counted, so an event may be destroyed
  * while its records are pending. The times the waits saw start the modeled
  * link's clock (stream_timer_start).
+ *
+ * A graph is the capture's list of actions (a task, a record, a wait), each
+ * on a lane: the origin's, or a stream that joined. A launch enqueues them
+ * again in their order, the origin's on the origin, each other lane's on a
+ * stream of the graph's own (so, as on a GPU, the streams that joined are not
+ * ordered with it), each record a new marker that its waits take.
  */
 #include "device_cpu.h"
 
@@ -85,7 +91,57 @@ typedef struct {
     int64_t link_start_ns, link_free_ns, inputs_ready_ns;
     float *room;                 /* cpu_stream_room's, NULL until an op first widens bf16 */
     size_t room_floats;
+    int lane;                    /* while it is in the capture, its lane there (0: the origin); else -1 */
 } CpuStream;
+
+/* ---- the capture under way, if any (graphs, below) ---- */
+
+typedef enum { ACTION_TASK, ACTION_RECORD, ACTION_WAIT } ActionKind;
+
+typedef struct {
+    ActionKind kind;
+    int lane;
+    int record;          /* ACTION_WAIT: the action index of the record it waits for */
+    int waits;           /* ACTION_RECORD: the waits that take its marker */
+    int origin_waits;    /* ACTION_RECORD: 1 once the origin waits on it */
+    Task task;           /* ACTION_TASK */
+} Action;
+
+typedef struct {
+    struct Graph base;
+    Action *actions;
+    int count, room;
+    int lanes;
+    Stream **replay;     /* [lanes]: lane 0 runs on the launch's origin; the rest on streams of the graph's own */
+    CpuStream **joined;  /* [lanes], while capturing: the streams that joined */
+    int *last;           /* [lanes], while capturing: each lane's last action, -1 none */
+} CpuGraph;
+
+/* The capture under way (graph_capture_begin .. graph_capture_end), and its
+ * number: each event notes the capture its latest record was made in (0: none). */
+static pthread_mutex_t capture_mu = PTHREAD_MUTEX_INITIALIZER;
+static CpuGraph *capturing;
+static uint64_t capture_serial;
+
+static void capture_fatal(const char *what) {
+    fprintf(stderr, "fatal: %s (CUDA would refuse it in a graph's capture)\n", what);
+    abort();
+}
+
+/* Append an action on s's lane; the caller holds capture_mu. */
+static Action *capture_append(CpuGraph *g, ActionKind kind, const CpuStream *s) {
+    if (g->count == g->room) {
+        g->room = g->room ? 2 * g->room : 256;
+        g->actions = realloc(g->actions, (size_t)g->room * sizeof *g->actions);
+        if (!g->actions) capture_fatal("no memory for a graph's actions");
+    }
+    Action *a = &g->actions[g->count];
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->lane = s->lane;
+    g->last[s->lane] = g->count++;
+    return a;
+}
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -237,6 +293,7 @@ static Stream *cpu_stream_create(Device *dev) {
     s->base.dev = dev;
     s->threads = ((CpuDevice *)dev)->threads;
     s->cores = ((CpuDevice *)dev)->pinned ? &((CpuDevice *)dev)->cores : NULL;
+    s->lane = -1;
     check_pthread(pthread_mutex_init(&s->mu, NULL), "pthread_mutex_init");
     check_pthread(pthread_cond_init(&s->has_work, NULL), "pthread_cond_init");
     check_pthread(pthread_cond_init(&s->has_space, NULL), "pthread_cond_init");
@@ -280,6 +337,15 @@ void stream_launch(Stream *stream, TaskFn fn, const void *args, size_t args_size
         fprintf(stderr, "fatal: task arguments of %zu bytes exceed %d\n", args_size, TASK_ARGS_MAX);
         abort();
     }
+    pthread_mutex_lock(&capture_mu);
+    if (s->lane >= 0) {  /* in the capture: recorded, not run */
+        Action *a = capture_append(capturing, ACTION_TASK, s);
+        a->task.fn = fn;
+        memcpy(a->task.args, args, args_size);
+        pthread_mutex_unlock(&capture_mu);
+        return;
+    }
+    pthread_mutex_unlock(&capture_mu);
     pthread_mutex_lock(&s->mu);
     while (s->count == QUEUE_CAPACITY) pthread_cond_wait(&s->has_space, &s->mu);
     Task *t = &s->ring[(s->head + s->count) % QUEUE_CAPACITY];
@@ -375,6 +441,10 @@ static void cpu_sum(Stream *s, void *out, const void *const *in, DType held, int
  * keeps wake_at at the nearest target still pending. */
 static void cpu_synchronize(Stream *stream) {
     CpuStream *s = (CpuStream *)stream;
+    pthread_mutex_lock(&capture_mu);
+    int captured = s->lane >= 0;
+    pthread_mutex_unlock(&capture_mu);
+    if (captured) capture_fatal("a synchronize of a stream in a capture");
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->launched;
     while (s->finished < target) {
@@ -432,6 +502,10 @@ typedef struct {
     struct Event base;
     pthread_mutex_t mu;
     Marker *latest;  /* NULL until the first record */
+    /* The capture its latest record was made in (0: none, latest is it), and
+     * there that record's action: guarded by capture_mu. */
+    uint64_t captured_in;
+    int record;
 } CpuEvent;
 
 static Event *cpu_event_create(Device *dev) {
@@ -481,6 +555,16 @@ static void wait_task(void *p) {
  * queued on that stream ahead of the mark it waits for. */
 static void cpu_event_record(Event *event, Stream *s) {
     CpuEvent *ev = (CpuEvent *)event;
+    pthread_mutex_lock(&capture_mu);
+    if (((CpuStream *)s)->lane >= 0) {
+        ev->record = capturing->count;
+        ev->captured_in = capture_serial;
+        capture_append(capturing, ACTION_RECORD, (CpuStream *)s);
+        pthread_mutex_unlock(&capture_mu);
+        return;
+    }
+    ev->captured_in = 0;
+    pthread_mutex_unlock(&capture_mu);
     MarkerArgs a = { marker_create(2), NULL };  /* the event's reference and the mark task's */
     stream_launch(s, mark_task, &a, sizeof a);
     pthread_mutex_lock(&ev->mu);
@@ -490,12 +574,43 @@ static void cpu_event_record(Event *event, Stream *s) {
     marker_release(previous);
 }
 
-static void cpu_wait_event(Stream *s, Event *ev) {
-    MarkerArgs a = { latest_marker((CpuEvent *)ev), (CpuStream *)s };
-    if (a.marker) stream_launch(s, wait_task, &a, sizeof a);
+/* A wait on a record made in the capture under way joins the capture (the
+ * waiting stream's later work is recorded too); a wait in a capture on any
+ * other record, or after one on a captured record, is CUDA's error. */
+static void cpu_wait_event(Stream *stream, Event *event) {
+    CpuStream *s = (CpuStream *)stream;
+    CpuEvent *ev = (CpuEvent *)event;
+    pthread_mutex_lock(&capture_mu);
+    int in_this_capture = capturing && ev->captured_in == capture_serial;
+    if (s->lane >= 0 && !in_this_capture) capture_fatal("a wait in a capture on an event recorded outside it");
+    if (s->lane < 0 && ev->captured_in && !in_this_capture)
+        capture_fatal("a wait on an event whose latest record was captured");
+    if (in_this_capture) {
+        if (s->lane < 0) {  /* it joins */
+            s->lane = capturing->lanes++;
+            capturing->joined = realloc(capturing->joined, (size_t)capturing->lanes * sizeof *capturing->joined);
+            capturing->last = realloc(capturing->last, (size_t)capturing->lanes * sizeof *capturing->last);
+            if (!capturing->joined || !capturing->last) capture_fatal("no memory for a graph's lanes");
+            capturing->joined[s->lane] = s;
+            capturing->last[s->lane] = -1;
+        }
+        Action *record = &capturing->actions[ev->record];
+        record->waits++;
+        if (s->lane == 0) record->origin_waits = 1;
+        capture_append(capturing, ACTION_WAIT, s)->record = ev->record;
+        pthread_mutex_unlock(&capture_mu);
+        return;
+    }
+    pthread_mutex_unlock(&capture_mu);
+    MarkerArgs a = { latest_marker(ev), s };
+    if (a.marker) stream_launch(stream, wait_task, &a, sizeof a);
 }
 
 static void cpu_event_synchronize(Event *ev) {
+    pthread_mutex_lock(&capture_mu);
+    int captured = ((CpuEvent *)ev)->captured_in != 0;
+    pthread_mutex_unlock(&capture_mu);
+    if (captured) capture_fatal("a synchronize of an event whose latest record was captured");
     Marker *m = latest_marker((CpuEvent *)ev);
     if (!m) return;
     marker_wait(m);
@@ -548,6 +663,75 @@ static void cpu_stamp(Stream *s, Stamp *at) {
     stream_launch(s, stamp_task, &a, sizeof a);
 }
 
+/* ---- graphs (device.h) ---- */
+
+static void cpu_capture_begin(Stream *origin) {
+    CpuGraph *g = host_calloc(1, sizeof *g);
+    g->base.dev = origin->dev;
+    g->lanes = 1;
+    g->joined = host_calloc(1, sizeof *g->joined);
+    g->last = host_calloc(1, sizeof *g->last);
+    g->joined[0] = (CpuStream *)origin;
+    g->last[0] = -1;
+    pthread_mutex_lock(&capture_mu);
+    capturing = g;
+    capture_serial++;
+    ((CpuStream *)origin)->lane = 0;
+    pthread_mutex_unlock(&capture_mu);
+}
+
+/* Every lane but the origin's must end on a record the origin waited on. */
+static Graph *cpu_capture_end(Stream *origin) {
+    pthread_mutex_lock(&capture_mu);
+    CpuGraph *g = capturing;
+    for (int lane = 1; lane < g->lanes; lane++) {
+        int last = g->last[lane];
+        if (last < 0 || g->actions[last].kind != ACTION_RECORD || !g->actions[last].origin_waits)
+            capture_fatal("a stream joined a capture and did not join back to its origin");
+    }
+    for (int lane = 0; lane < g->lanes; lane++) g->joined[lane]->lane = -1;
+    capturing = NULL;
+    pthread_mutex_unlock(&capture_mu);
+    g->replay = host_calloc((size_t)g->lanes, sizeof *g->replay);
+    for (int lane = 1; lane < g->lanes; lane++) g->replay[lane] = cpu_stream_create(g->joined[lane]->base.dev);
+    free(g->joined);
+    free(g->last);
+    g->joined = NULL;
+    g->last = NULL;
+    (void)origin;
+    return &g->base;
+}
+
+static void cpu_graph_launch(Graph *graph, Stream *origin) {
+    CpuGraph *g = (CpuGraph *)graph;
+    Marker **markers = host_calloc((size_t)g->count + 1, sizeof *markers);
+    g->replay[0] = origin;
+    for (int i = 0; i < g->count; i++) {
+        const Action *a = &g->actions[i];
+        Stream *lane = g->replay[a->lane];
+        if (a->kind == ACTION_TASK) {
+            stream_launch(lane, a->task.fn, a->task.args, sizeof a->task.args);
+        } else if (a->kind == ACTION_RECORD) {
+            MarkerArgs m = { marker_create(1 + a->waits), NULL };  /* the mark task's and each wait's */
+            markers[i] = m.marker;
+            stream_launch(lane, mark_task, &m, sizeof m);
+        } else {
+            MarkerArgs w = { markers[a->record], (CpuStream *)lane };
+            stream_launch(lane, wait_task, &w, sizeof w);
+        }
+    }
+    g->replay[0] = NULL;
+    free(markers);
+}
+
+static void cpu_graph_destroy(Graph *graph) {
+    CpuGraph *g = (CpuGraph *)graph;
+    for (int lane = 1; lane < g->lanes; lane++) cpu_stream_destroy(g->replay[lane]);  /* after their tasks */
+    free(g->replay);
+    free(g->actions);
+    free(g);
+}
+
 static const DeviceOps cpu_ops = {
     .destroy = cpu_destroy, .alloc = cpu_alloc, .free = cpu_free,
     .stream_create = cpu_stream_create, .stream_destroy = cpu_stream_destroy,
@@ -555,6 +739,8 @@ static const DeviceOps cpu_ops = {
     .synchronize = cpu_synchronize, .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record, .wait_event = cpu_wait_event, .event_synchronize = cpu_event_synchronize,
     .stamp = cpu_stamp, .stamp_read = NULL,
+    .capture_begin = cpu_capture_begin, .capture_end = cpu_capture_end, .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
 };
 
 /* Slot `slot` of `sharing` devices takes its own `per` of the cores this

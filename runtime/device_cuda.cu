@@ -427,6 +427,43 @@ static void cuda_free_host(Device *dev, void *ptr) {
     CHECK(cudaFreeHost(ptr));
 }
 
+/* ---- graphs: CUDA's stream capture, relaxed, since other threads (the
+ * ranks') enqueue into the capture and some of them look up, unenqueued,
+ * what the capture's mode would refuse (cuBLASLt's algorithm, once a shape) ---- */
+
+typedef struct {
+    struct Graph base;
+    cudaGraphExec_t exec;
+} CudaGraph;
+
+static void cuda_capture_begin(Stream *origin) {
+    use_device(origin->dev);
+    CHECK(cudaStreamBeginCapture(cuda_stream(origin), cudaStreamCaptureModeRelaxed));
+}
+
+static Graph *cuda_capture_end(Stream *origin) {
+    use_device(origin->dev);
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(cuda_stream(origin), &graph));
+    CudaGraph *g = (CudaGraph *)calloc(1, sizeof *g);
+    if (!g) abort();
+    g->base.dev = origin->dev;
+    CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+    CHECK(cudaGraphDestroy(graph));
+    return &g->base;
+}
+
+static void cuda_graph_launch(Graph *g, Stream *origin) {
+    use_device(origin->dev);
+    CHECK(cudaGraphLaunch(((CudaGraph *)g)->exec, cuda_stream(origin)));
+}
+
+static void cuda_graph_destroy(Graph *g) {
+    use_device(g->dev);
+    CHECK(cudaGraphExecDestroy(((CudaGraph *)g)->exec));
+    free(g);
+}
+
 static const DeviceOps cuda_ops = {
     .destroy = cuda_destroy, .alloc = cuda_alloc, .free = cuda_free, .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy, .copy = cuda_copy, .sum = cuda_sum, .timer_start = cuda_timer_start,
@@ -435,6 +472,8 @@ static const DeviceOps cuda_ops = {
     .event_synchronize = cuda_event_synchronize, .stamp = cuda_stamp, .stamp_read = cuda_stamp_read,
     .stamp_elapsed = cuda_stamp_elapsed, .host_task = NULL,
     .reported_bytes = cuda_reported_bytes, .alloc_host = cuda_alloc_host, .free_host = cuda_free_host,
+    .capture_begin = cuda_capture_begin, .capture_end = cuda_capture_end, .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
 
 Device *device_create_cuda(int ordinal) {

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,6 +257,107 @@ Test(runtime, stream_wait_event_orders_streams) {
     stream_destroy(producer);
     stream_destroy(consumer);
     device_destroy(dev);
+}
+
+/* ---- graphs (device.h): a capture runs nothing; each launch runs it again ---- */
+
+typedef struct { int *log; atomic_int *len; const int *from; int plus; } LogFromArgs;
+
+static void log_from_task(void *p) {
+    LogFromArgs *a = p;
+    a->log[atomic_fetch_add(a->len, 1)] = *a->from + a->plus;
+}
+
+/* The origin logs a value the host set, a stream that joined logs it plus
+ * 100 after a slow write, and the origin waits for it before logging plus
+ * 200: each launch logs the launch's own values, in that order. */
+Test(runtime, a_graph_runs_its_captured_work_again_on_each_launch) {
+    Device *dev = device_create_cpu(1, -1);
+    Stream *origin = stream_create(dev), *side = stream_create(dev);
+    Event *fork = event_create(dev), *join = event_create(dev);
+    static int log[64];
+    atomic_int len = 0, cell = 0;
+    int value = 0;
+    graph_capture_begin(origin);
+    cr_expect(graph_capturing());
+    LogFromArgs first = { log, &len, &value, 0 }, second = { log, &len, &value, 100 };
+    LogFromArgs third = { log, &len, &value, 200 };
+    stream_launch(origin, log_from_task, &first, sizeof first);
+    event_record(fork, origin);
+    stream_wait_event(side, fork);
+    WriteArgs w = { &cell, 1, 2000 };
+    stream_launch(side, slow_write_task, &w, sizeof w);
+    stream_launch(side, log_from_task, &second, sizeof second);
+    event_record(join, side);
+    stream_wait_event(origin, join);
+    stream_launch(origin, log_from_task, &third, sizeof third);
+    Graph *g = graph_capture_end(origin);
+    cr_expect(!graph_capturing());
+    stream_synchronize(origin);
+    stream_synchronize(side);
+    cr_assert_eq(atomic_load(&len), 0, "the capture ran %d tasks", atomic_load(&len));
+    for (int launch = 0; launch < 3; launch++) {
+        value = 10 * (launch + 1);
+        graph_launch(g, origin);
+        stream_synchronize(origin);  /* the whole graph: the origin waited for the side's part */
+        cr_assert_eq(atomic_load(&len), 3 * (launch + 1));
+        for (int i = 0; i < 3; i++)
+            cr_expect_eq(log[3 * launch + i], value + 100 * i, "launch %d, entry %d", launch, i);
+    }
+    graph_destroy(g);
+    event_destroy(fork);
+    event_destroy(join);
+    stream_destroy(origin);
+    stream_destroy(side);
+    device_destroy(dev);
+}
+
+/* What CUDA refuses in a capture stops the process on the CPU too. */
+static Stream *captured_origin(Device **dev) {
+    *dev = device_create_cpu(1, -1);
+    Stream *origin = stream_create(*dev);
+    graph_capture_begin(origin);
+    return origin;
+}
+
+Test(runtime, a_synchronize_in_a_capture_stops_the_process, .signal = SIGABRT) {
+    Device *dev;
+    stream_synchronize(captured_origin(&dev));
+}
+
+Test(runtime, an_allocation_in_a_capture_stops_the_process, .signal = SIGABRT) {
+    Device *dev;
+    captured_origin(&dev);
+    device_alloc(dev, MEM_WORKING, 64);
+}
+
+Test(runtime, a_wait_in_a_capture_on_an_earlier_record_stops_the_process, .signal = SIGABRT) {
+    Device *dev = device_create_cpu(1, -1);
+    Stream *origin = stream_create(dev), *other = stream_create(dev);
+    Event *before = event_create(dev);
+    event_record(before, other);
+    graph_capture_begin(origin);
+    stream_wait_event(origin, before);
+}
+
+Test(runtime, a_wait_after_a_capture_on_a_record_in_it_stops_the_process, .signal = SIGABRT) {
+    Device *dev = device_create_cpu(1, -1);
+    Stream *origin = stream_create(dev), *other = stream_create(dev);
+    Event *inside = event_create(dev);
+    graph_capture_begin(origin);
+    event_record(inside, origin);
+    graph_capture_end(origin);
+    stream_wait_event(other, inside);
+}
+
+Test(runtime, a_stream_that_does_not_join_back_stops_the_process, .signal = SIGABRT) {
+    Device *dev = device_create_cpu(1, -1);
+    Stream *origin = stream_create(dev), *side = stream_create(dev);
+    Event *fork = event_create(dev);
+    graph_capture_begin(origin);
+    event_record(fork, origin);
+    stream_wait_event(side, fork);
+    graph_capture_end(origin);
 }
 
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
