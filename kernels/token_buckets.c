@@ -1,6 +1,7 @@
 /* token_buckets.c: the counting sort of token_buckets.h. */
 #include "token_buckets.h"
 
+#include <limits.h>
 #include <string.h>
 
 void token_buckets_build(const int *tokens, int BT, int V, int *counts, TokenBuckets *out) {
@@ -16,4 +17,9 @@ void token_buckets_build(const int *tokens, int BT, int V, int *counts, TokenBuc
     out->start[n] = BT;
     out->ntokens = n;
     for (int i = 0; i < BT; i++) out->positions[counts[tokens[i]]++] = i;  /* i ascending: stable */
+}
+
+void token_buckets_pad(TokenBuckets *b, int length) {
+    for (int k = b->ntokens; k < length; k++) b->token[k] = INT_MAX;
+    if (length > b->ntokens) b->ntokens = length;
 }

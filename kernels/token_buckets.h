@@ -35,6 +35,11 @@ typedef struct {
  * BT, BT + 1 and BT ints); counts: V + 1 ints of the caller's for the sort. */
 void token_buckets_build(const int *tokens, int BT, int V, int *counts, TokenBuckets *out);
 
+/* The tokens padded to `length` (at most the arrays' room) with INT_MAX, which no token
+ * is: the same search over the same count for every batch, so that a graph
+ * that captured it (runtime/device.h) finds the next batch's buckets. */
+void token_buckets_pad(TokenBuckets *b, int length);
+
 /* The bucket of token v, or -1 where the batch holds none: a binary search
  * of the ascending tokens (the arrays where the caller's device reads them). */
 TOKEN_BUCKETS_FN int token_bucket(TokenBuckets b, int v) {

@@ -125,19 +125,23 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
 /* Through the staging buffer: a copy from pageable memory would make CUDA
  * stage it itself, synchronously. The host waits for the last upload from
  * the buffer (long done: a step reads its loss in between) before refilling it. */
-void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
+void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
     event_synchronize(m->uploaded);
-    int *staged_tokens = m->upload, *staged_targets = m->upload + m->positions;
-    memcpy(staged_tokens, tokens, BT * sizeof(int));
-    stream_copy(m->stream, m->tokens, staged_tokens, BT * sizeof(int));
+    memcpy(m->upload, tokens, BT * sizeof(int));
+    if (!targets) return;
+    memcpy(m->upload + m->positions, targets, BT * sizeof(int));
+    TokenBuckets staged = buckets_in(m->upload + 2 * m->positions, m->positions);
+    token_buckets_build(tokens, (int)BT, m->cfg.vocab, m->bucket_counts, &staged);
+    token_buckets_pad(&staged, (int)m->positions);
+}
+
+void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
+    model_stage_batch(m, tokens, targets, BT);
+    stream_copy(m->stream, m->tokens, m->upload, BT * sizeof(int));
     if (targets) {
-        memcpy(staged_targets, targets, BT * sizeof(int));
-        stream_copy(m->stream, m->targets, staged_targets, BT * sizeof(int));
-        int *staged_bucket_memory = m->upload + 2 * m->positions;
-        TokenBuckets staged = buckets_in(staged_bucket_memory, m->positions);
-        token_buckets_build(tokens, (int)BT, m->cfg.vocab, m->bucket_counts, &staged);
-        stream_copy(m->stream, m->bucket_memory, staged_bucket_memory, (3 * m->positions + 1) * sizeof(int));
-        m->buckets.ntokens = staged.ntokens;
+        stream_copy(m->stream, m->targets, m->upload + m->positions, BT * sizeof(int));
+        stream_copy(m->stream, m->bucket_memory, m->upload + 2 * m->positions, (3 * m->positions + 1) * sizeof(int));
+        m->buckets.ntokens = (int)m->positions;
     }
     event_record(m->uploaded, m->stream);
 }

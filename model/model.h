@@ -135,7 +135,8 @@ struct Model {
     size_t positions;              /* the most a forward takes: max B x max T */
     /* The last batch with targets grouped by token for the embedding's
      * backward (kernels/token_buckets.h): its arrays on the device, in
-     * bucket_memory (3 x positions + 1 ints), and its count. */
+     * bucket_memory (3 x positions + 1 ints), the tokens padded to positions
+     * (token_buckets_pad), so that its count is the same for every batch. */
     TokenBuckets buckets;
     int *bucket_memory;
     int *bucket_counts;            /* host: the sort's vocab + 1 counts */
@@ -185,8 +186,12 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
 size_t model_activation_floats(const ActivationSlot *table, int n);
 /* Enqueue the copy of a batch's BT tokens (and targets, if any, with the
  * tokens' buckets) to the device through the staging buffer; the host arrays
- * may change once it returns. */
+ * may change once it returns. It is model_stage_batch, then the copies. */
 void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT);
+/* Its host half: the batch into the staging buffer, once the last upload
+ * from it is done (m->uploaded), and nothing enqueued. A graph that captured
+ * a forward runs its copies again from there. */
+void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT);
 /* Allocate the full weight (MEM_WEIGHTS) or gradient (MEM_GRADS) arena, zeroed,
  * and point every unit into it. */
 void model_own_weights(Model *m);

@@ -458,6 +458,24 @@ Test(kernels, token_buckets_group_the_positions_stably) {
     buckets_free(b);
 }
 
+/* Padded to the arrays' room, the search finds every token's bucket as
+ * before, and none for a token the batch lacks: the count a graph captured
+ * serves every batch. */
+Test(kernels, token_buckets_padded_find_the_same_buckets) {
+    enum { BT = 400, V = 300 };
+    int tokens[BT];
+    for (int i = 0; i < BT; i++) tokens[i] = (i * 37 + 5) % 97 * 3;  /* 97 tokens, multiples of 3 */
+    TokenBuckets b = buckets_of(tokens, BT, V), padded = buckets_of(tokens, BT, V);
+    token_buckets_pad(&padded, BT);
+    cr_assert_eq(padded.ntokens, BT);
+    for (int v = 0; v < V; v++)
+        cr_expect_eq(token_bucket(padded, v), token_bucket(b, v), "token %d", v);
+    cr_expect_eq(token_bucket(padded, 3 * 96), 96);
+    cr_expect_eq(token_bucket(padded, 1), -1);
+    buckets_free(b);
+    buckets_free(padded);
+}
+
 /* The bits the buckets promise: dwte's rows take each row of dout in row
  * order, dwpe's in batch order, onto what the gradient held; a plain loop
  * over the batch in row order makes the same adds. */
