@@ -72,7 +72,8 @@ else
 CUDA_SRC = runtime/cuda_absent.c kernels/cuda_absent.c
 endif
 MODEL = model/model.c model/models.c model/gpt.c model/gpt_layout.c model/mlp.c model/data.c model/optim.c model/sample.c model/safetensors.c model/tokenizer.c model/hf_gpt2.c
-STRATEGIES = strategies/ranks.c strategies/buckets.c strategies/replicated.c strategies/sharded.c strategies/strategy.c
+STRATEGIES = strategies/ranks.c strategies/rank_graphs.c strategies/buckets.c strategies/replicated.c \
+             strategies/sharded.c strategies/strategy.c
 # The training loop and the checkpoint file, above the strategies they drive.
 TRAINING = training/trainer.c training/checkpoint.c training/checkpoint_file.c
 LIB_SRC = $(RUNTIME) $(KERNELS) $(CUDA_SRC) $(MODEL) $(STRATEGIES) $(TRAINING) tools/options.c tools/file_identity.c

@@ -14,6 +14,7 @@
 #include "../model/sample.h"
 #include "../runtime/host.h"
 #include "../runtime/world.h"
+#include "rank_graphs.h"
 
 /* Each rank's device told who allocates there ("ZeRO-3, N=4, rank 2") and
  * what to try if it runs out. */
@@ -95,6 +96,10 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     }
     ranks->layout = &ranks->model[0]->layout;
     set_memory_hint(ranks);
+    if (cfg->graphs && !(ranks->graphs = rank_graphs_create(ranks))) {
+        ranks_release(ranks);
+        return -1;
+    }
     return 0;
 }
 
@@ -107,6 +112,8 @@ void ranks_synchronize(Strategy *s) {
 }
 
 void ranks_release(Ranks *ranks) {
+    rank_graphs_destroy(ranks->graphs);
+    free(ranks->events);
     for (int r = 0; r < ranks->local; r++) {
         device_free(ranks->pg->device[r], MEM_WORKING, ranks->norm_parts[r],
                     (size_t)ranks->nranks * sizeof(SquareSum));
@@ -175,11 +182,22 @@ void ranks_wait_all(Ranks *ranks, int rank, Event *const *done) {
 }
 
 void ranks_events_create(Ranks *ranks, Event **events) {
-    for (int r = 0; r < ranks->local; r++) events[r] = event_create(ranks->pg->device[r]);
+    Event **grown = host_calloc((size_t)(ranks->nevents + ranks->local), sizeof *grown);
+    if (ranks->nevents) memcpy(grown, ranks->events, (size_t)ranks->nevents * sizeof *grown);
+    free(ranks->events);
+    ranks->events = grown;
+    for (int r = 0; r < ranks->local; r++) {
+        events[r] = event_create(ranks->pg->device[r]);
+        ranks->events[ranks->nevents++] = events[r];
+    }
 }
 
 void ranks_events_destroy(Ranks *ranks, Event **events) {
-    for (int r = 0; r < ranks->local; r++) event_destroy(events[r]);
+    for (int r = 0; r < ranks->local; r++) {
+        for (int i = 0; i < ranks->nevents; i++)
+            if (ranks->events[i] == events[r]) ranks->events[i--] = ranks->events[--ranks->nevents];
+        event_destroy(events[r]);
+    }
 }
 
 /* One rank's part of a run: its rows forward, and backward when training. */
@@ -188,13 +206,17 @@ static int rank_body(RankThreads *f, int rank, void *ctx) {
     Ranks *ranks = ctx;
     Model *m = ranks->model[rank];
     int B = ranks->base.cfg.batch, T = ranks->base.cfg.model.block_size;
-    size_t rows = (size_t)ranks_global(ranks, rank) * B * T;
+    size_t rows = ranks_batch_offset(ranks, rank);
     /* each micro-step its own dropout masks */
     uint32_t dropout_step = ranks->step * (uint32_t)ranks->micros + (uint32_t)ranks->micro;
     if (injected_hang(ranks, rank) || injected_fault(ranks, rank, FAULT_FORWARD, NULL)) return -1;
     m->ops->forward(m, ranks->x + rows, ranks->y + rows, B, T, dropout_step, ranks->training);
     if (ranks->training && !injected_fault(ranks, rank, FAULT_BACKWARD, NULL)) m->ops->backward(m, 1.0f / (float)ranks->micros);
     return ranks->failed[rank] ? -1 : 0;
+}
+
+size_t ranks_batch_offset(const Ranks *ranks, int rank) {
+    return (size_t)ranks_global(ranks, rank) * (size_t)ranks->base.cfg.batch * (size_t)ranks->base.cfg.model.block_size;
 }
 
 /* Every local rank's body on its thread: 0, or -1 after printing the failing rank. */
@@ -205,6 +227,9 @@ static int run_rank_threads(Ranks *ranks, int (*body)(RankThreads *f, int rank, 
     else fprintf(stderr, "error: %s\n", rank_threads_error(ranks->threads));
     return -1;
 }
+
+/* Every local rank's forward (and backward) on its thread, enqueued as it goes. */
+static int run_ranks_eager(Ranks *ranks) { return run_rank_threads(ranks, rank_body, ranks); }
 
 /* The bf16 compute copy made anew where the master changed since it was made. */
 static void refresh_if_stale(Ranks *ranks) {
@@ -221,7 +246,8 @@ int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro
     ranks->micro = micro;
     ranks->micros = micros;
     ranks->training = training;
-    return run_rank_threads(ranks, rank_body, ranks);
+    if (training && ranks->graphs) return rank_graphs_run(ranks->graphs, ranks, run_ranks_eager);
+    return run_ranks_eager(ranks);
 }
 
 /* The value ZF_INJECT_NAN (ranks.h) poisons at this step, if any: rank 0's

@@ -81,6 +81,9 @@ struct Ranks {
     int training;
     int failed[MAX_RANKS];  /* a rendezvous of this run failed on this rank */
     RankRef ref[MAX_RANKS]; /* hooks.ctx of rank r's model is &ref[r] */
+    struct RankGraphs *graphs;  /* --graphs=1: the training micro-steps' graphs (rank_graphs.h); else NULL */
+    Event **events;             /* the strategy's events (ranks_events_create), nevents of them */
+    int nevents;
 };
 
 /* Set up the process group, the rank threads and each rank's model (no arenas: the
@@ -97,6 +100,8 @@ void ranks_release(Ranks *ranks);
  * backward or a collective fails its rank there. 0, or -1 after printing the
  * failing rank. */
 int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
+/* Where local rank r's rows begin in the global batch, in tokens. */
+size_t ranks_batch_offset(const Ranks *ranks, int rank);
 /* The ops' forward_backward: ranks_run, training. For the tests of what a
  * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,
  * grad or weight; runtime/inject.h) then makes rank 0's loss, or the first value of its gradient
@@ -114,7 +119,9 @@ void ranks_rendezvous(Ranks *ranks, int rank, CollectiveName name, const char *m
                       void (*collective)(Ranks *ranks, CollectiveName name));
 /* Rank r's compute stream waits for a collective's parts (pg_wait_parts). */
 void ranks_wait_all(Ranks *ranks, int rank, Event *const *done);
-/* N events on each rank's device, for a collective's parts; and their end. */
+/* N events on each rank's device, for a collective's parts; and their end.
+ * Each is in ranks->events while it lives: what a graph records again where
+ * it begins and after it runs (rank_graphs.h). */
 void ranks_events_create(Ranks *ranks, Event **events);
 void ranks_events_destroy(Ranks *ranks, Event **events);
 /* Write the initial weights of cfg->seed, each rank its own part (strategies

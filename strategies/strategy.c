@@ -201,6 +201,18 @@ void strategy_stages_text(char *out, size_t len) {
     }
 }
 
+/* What a graph cannot hold (rank_graphs.h), in the flags' words; NULL for none. */
+static const char *graphs_refusal(const StrategyConfig *cfg) {
+    if (!cfg->graphs) return NULL;
+    if (cfg->dropout > 0.0f) return "--graphs=1 needs --dropout=0: a graph keeps the dropout masks' step as captured";
+    if (cfg->link.gbps > 0 || cfg->link_inter.gbps > 0)
+        return "--graphs=1 cannot run a modeled link, whose clock starts when the host enqueues";
+    if (cfg->diagnostics.trace || cfg->diagnostics.profile)
+        return "--graphs=1 cannot run under --trace or ZF_PROFILE, whose events the host reads each step";
+    if (cfg->diagnostics.fault.where != FAULT_NONE) return "--graphs=1 cannot run an injected fault";
+    return NULL;
+}
+
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
     if (!strategy_kind(zero)) {
         char stages[64];
@@ -213,6 +225,8 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
                  unit_policy_name(cfg->units.cut));
     else if (cfg->precision == DTYPE_BF16 && cfg->model.kind != MODEL_GPT)
         snprintf(err, len, "--dtype=bf16 computes as autocast runs the GPT; the gates' MLP is fp32 only");
+    else if (graphs_refusal(cfg))
+        snprintf(err, len, "%s", graphs_refusal(cfg));
     else if (shard_ranks_error(zero, cfg, err, len) == 0)
         return link_inter_error(cfg, err, len);
     return -1;

@@ -95,6 +95,9 @@ typedef struct {
      * node_ranks consecutive ranks (0: the shard_ranks groups). */
     LinkModel link_inter;
     int node_ranks;
+    /* 1: each kind of training micro-step captured once as a graph of every
+     * local rank's work and run again (strategies/rank_graphs.h); the same bits. */
+    int graphs;
     Diagnostics diagnostics;
 } StrategyConfig;
 
@@ -179,6 +182,8 @@ struct Strategy {
     float lr;
     int adam_step;          /* updates done so far */
     int sync_grads;         /* 1; 0 skips the gradient collectives (the no_sync probe of make bench) */
+    int graph_captures;     /* --graphs=1: the micro-steps captured as graphs so far, */
+    int graph_launches;     /* and those run as a graph's launch */
 };
 
 /* Every strategy, by --zero stage: the one place where the stages differ.
@@ -244,8 +249,9 @@ void strategy_stages_text(char *out, size_t len);
 /* What no strategy can run: no such stage, a max_live_units out of range
  * (0: the default), recompute with units other than whole blocks, bf16 on
  * the MLP, shard_ranks that do not divide N or that DDP is given, a second
- * tier of the link with no first or no nodes. 0, or -1 with the one line
- * that says so in err, in the flags' words. */
+ * tier of the link with no first or no nodes, graphs with what a graph
+ * cannot hold (rank_graphs.h). 0, or -1 with the one line that says so in
+ * err, in the flags' words. */
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len);
 /* The strategy of a --zero stage; NULL with strategy_config_error's line. */
 Strategy *strategy_create(int zero, const StrategyConfig *cfg);

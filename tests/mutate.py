@@ -1382,6 +1382,38 @@ MUTANTS = [
      "strategies/ranks.c",
      "        if (!square_sum_infinite(sums[r])) continue;",
      "        if (1 || !square_sum_infinite(sums[r])) continue;"),
+    ("graph-replay-unstaged", "--graphs=1: a launch after the capture runs with the captured step's batch, "
+     "the new one never staged",
+     "test_strategies/graphs_give*",
+     "strategies/rank_graphs.c",
+     "            model_stage_batch(ranks->model[r], ranks->x + rows, ranks->y + rows, (size_t)B * T);",
+     "            model_stage_batch(ranks->model[r], ranks->x + rows, ranks->y + rows, (size_t)B * T * 0);"),
+    ("graph-kinds-merged", "--graphs=1: one graph for every kind of micro-step, the first micro-step's (which "
+     "writes the gradient shards) launched for the others (which add to them)",
+     "test_strategies/graphs_give*",
+     "strategies/rank_graphs.c",
+     "    int kind = (ranks->micro == 0) | (ranks->micro == ranks->micros - 1) << 1;",
+     "    int kind = 0 * ((ranks->micro == 0) | (ranks->micro == ranks->micros - 1) << 1);"),
+    ("graph-events-stale-after-launch", "--graphs=1: the strategy's events not recorded again after a launch, "
+     "so the eager work after it waits on a record made in the graph",
+     "test_strategies/graphs_give*",
+     "strategies/rank_graphs.c",
+     "    record_events_at(ranks, streams[0]);\n    for (int r = 0; r < ranks->local; r++) event_record(",
+     "    for (int r = 0; r < ranks->local; r++) event_record("),
+    ("graph-waits-dropped", "a graph's launch drops its captured waits: a stream that joined is no longer "
+     "ordered with the origin",
+     "test_runtime/a_graph_runs*",
+     "runtime/device_cpu.c",
+     "            MarkerArgs w = { markers[a->record], (CpuStream *)lane };\n"
+     "            stream_launch(lane, wait_task, &w, sizeof w);",
+     "            MarkerArgs w = { markers[a->record], (CpuStream *)lane };\n"
+     "            marker_release(w.marker);"),
+    ("token-buckets-unpadded", "the token buckets' padding: the count grows but the tokens past the batch's "
+     "are left as they were",
+     "test_kernels/token_buckets_padded*",
+     "kernels/token_buckets.c",
+     "    for (int k = b->ntokens; k < length; k++) b->token[k] = INT_MAX;",
+     "    for (int k = b->ntokens; k < length; k++) b->token[k] = k < 0 ? INT_MAX : b->token[k];"),
 ]
 
 

@@ -1929,6 +1929,33 @@ Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
     dataset_free(&data);
 }
 
+/* Each kind of micro-step captured once as a CUDA graph and launched after
+ * (strategies/rank_graphs.h) gives the eager run's bytes: every stage on 2
+ * ranks simulated on the GPU, with overlap, clipping and three micro-steps,
+ * in fp32 and bf16 (the tensor cores' attention, cuBLASLt's products). */
+Test(gpu, graphs_give_the_eager_runs_bits) {
+    need_gpu();
+    load_data();
+    TrainConfig tc = short_run(1.0f, 3);
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < STRATEGY_KINDS; k++) {
+            int zero = STRATEGIES[k].stage;
+            StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
+            sc.precision = p ? DTYPE_BF16 : DTYPE_FP32;
+            sc.overlap.enabled = 1;
+            sc.overlap.bucket_bytes = 8 << 10;
+            size_t n;
+            float *eager = weights_of(zero, &sc, &tc, &n);
+            sc.graphs = 1;
+            float *graphs = weights_of(zero, &sc, &tc, &n);
+            cr_expect(memcmp(eager, graphs, n * sizeof(float)) == 0, "--zero=%d in %s: graphs changed the weights on "
+                      "the GPU", zero, p ? "bf16" : "fp32");
+            free(eager);
+            free(graphs);
+        }
+    dataset_free(&data);
+}
+
 /* A limit the gradient's norm passes at every step, so every step clips; the
  * norm's sum is exact, so every stage gives DDP's bytes. (Clipping on the
  * GPU against the CPU: the small GPT's 20 steps above clip at 1.) */

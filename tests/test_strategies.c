@@ -480,6 +480,46 @@ Test(strategies, overlap_with_gradient_accumulation_gives_the_same_bits, .timeou
                 expect_overlap_changes_nothing(STRATEGIES[k].stage, N, 3, (DType)p);
 }
 
+/* Each kind of micro-step captured once and launched after (rank_graphs.h)
+ * gives the eager run's bytes: every stage, with overlap, clipping and three
+ * micro-steps (a first, a middle and a last kind), in fp32 and bf16. */
+static void expect_graphs_change_nothing(int zero, int N, DType precision) {
+    size_t n;
+    StrategyConfig sc = gpt_in(precision, N, 0.0f);
+    sc.overlap.enabled = 1;
+    sc.overlap.bucket_bytes = 8 << 10;
+    TrainConfig tc = quiet(1.0f);
+    tc.grad_accum = 3;
+    float *eager = train_weights(zero, &sc, &tc, &data, &n);
+    sc.graphs = 1;
+    float *graphs = train_weights(zero, &sc, &tc, &data, &n);
+    cr_assert(eager && graphs, "--zero=%d on %d ranks failed", zero, N);
+    cr_expect(memcmp(eager, graphs, n * sizeof(float)) == 0, "--zero=%d N=%d, %s: graphs changed the weights", zero, N,
+              DTYPE_GPT_NAMES[precision]);
+    free(eager);
+    free(graphs);
+}
+
+Test(strategies, graphs_give_the_eager_runs_bits, .timeout = 300) {
+    for (int p = 0; p < DTYPES; p++)
+        for (int N = 1; N <= 3; N += 2)
+            for (int k = 0; k < STRATEGY_KINDS; k++) expect_graphs_change_nothing(STRATEGIES[k].stage, N, (DType)p);
+}
+
+/* A graph keeps its kernels' arguments as captured: what changes from step
+ * to step in one is refused. */
+Test(strategies, graphs_refuse_what_a_graph_cannot_hold) {
+    StrategyConfig sc = small_gpt(data.vocab, GATE_GPT, 2, 2, 0.1f);
+    sc.graphs = 1;
+    char err[160];
+    cr_expect_neq(strategy_config_error(3, &sc, err, sizeof err), 0, "dropout with graphs");
+    cr_expect(strstr(err, "--dropout=0"), "%s", err);
+    sc.dropout = 0.0f;
+    cr_expect_eq(strategy_config_error(3, &sc, err, sizeof err), 0, "%s", err);
+    sc.link.gbps = 1.0;
+    cr_expect_neq(strategy_config_error(3, &sc, err, sizeof err), 0, "a modeled link with graphs");
+}
+
 /* ---- memory: what each stage holds, from the allocations ---- */
 
 Test(strategies, each_stage_holds_its_share_of_the_state) {

@@ -339,3 +339,33 @@ Test(train, a_run_gives_the_same_bits_on_any_number_of_threads, .timeout = 120) 
         remove_dir(dir);
     }
 }
+
+/* --graphs=1: each kind of micro-step (here a first and a last) captured once,
+ * after one eager run, and launched from then on; the run says so, and saves
+ * the eager run's bytes, with a step skipped under an injected NaN between. */
+Test(train, graphs_capture_each_kind_once_and_save_the_eager_runs_bytes, .timeout = 120) {
+    char dir[64], out[160], args[1024], err[4096];
+    temp_dir(dir, sizeof dir, "graphs");
+    static const char RUN[] = "--zero=3 --gpus=2 --dropout=0 --iters=5 --grad-accum=2 --eval-every=0 --on-nan=skip";
+    setenv("ZF_INJECT_NAN", "grad:3", 1);
+    snprintf(args, sizeof args, "%s %s --out=%s/eager", TINY, RUN, dir);
+    cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "%s %s --graphs=1 --out=%s/graphs", TINY, RUN, dir);
+    snprintf(out, sizeof out, "%s/graphs.txt", dir);
+    cr_assert_eq(run_tool(train_binary(), args, out, err, sizeof err), 0, "%s", err);
+    unsetenv("ZF_INJECT_NAN");
+    size_t n, m;
+    char *text = (char *)read_all(out, &n);
+    cr_expect(strstr(text, "graphs: 2 micro-step(s) captured, 8 run as a graph's launch"), "%s", text);
+    cr_expect(strstr(text, "iter 3: the gradient is not finite"), "%s", text);
+    char path[200];
+    snprintf(path, sizeof path, "%s/eager/ckpt.safetensors", dir);
+    unsigned char *eager = read_all(path, &n);
+    snprintf(path, sizeof path, "%s/graphs/ckpt.safetensors", dir);
+    unsigned char *graphs = read_all(path, &m);
+    cr_expect(n == m && memcmp(eager, graphs, n) == 0, "--graphs=1 saved other bytes than the eager run");
+    free(text);
+    free(eager);
+    free(graphs);
+    remove_dir(dir);
+}

@@ -263,6 +263,7 @@ STEPS=(
     "gpt2-tf32|50|gpt2_step tf32"
     "torch-gpt2-eager|75|torch_gpt2 eager"
     "determinism-gpt2|100|determinism_gpt2"
+    "gpt2-bf16-graphs|50|gpt2_step graphs"
     "gpu-tests|90|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu/*"
     "torch-gpt2-compiled|150|torch_gpt2 compiled"
     "smoke|25|\$BIN/train --device=cuda $SMALL --iters=3"
@@ -358,14 +359,20 @@ step_figures() {
 }
 
 # GPT-2 124M (--preset=gpt2) on one GPU, batch 12 x 1024, 15 steps, with the per-op profile
-# (ZF_PROFILE=1): $1 = bf16 (--dtype=bf16) or tf32 (fp32 with --tf32=1).
+# (ZF_PROFILE=1): $1 = bf16 (--dtype=bf16), tf32 (fp32 with --tf32=1), or graphs (bf16 with
+# --graphs=1, each step one graph's launch from the third on; no profile, which graphs refuse).
 gpt2_step() {
     local flags="--preset=gpt2 --device=cuda --batch=12 --grad-accum=1 --iters=15 --log-every=1 --eval-every=0"
     flags="$flags --eval-iters=0 --sample-chars=0 --data=$GPT2_IDS"
-    case $1 in bf16) flags="$flags --dtype=bf16" ;; tf32) flags="$flags --tf32=1" ;; esac
+    local profile=1
+    case $1 in
+        bf16) flags="$flags --dtype=bf16" ;;
+        tf32) flags="$flags --tf32=1" ;;
+        graphs) flags="$flags --dtype=bf16 --graphs=1"; profile= ;;
+    esac
     gpt2_ids || return 1
     local out rc
-    out=$(env LD_LIBRARY_PATH="$LIBS" ZF_PROFILE=1 $BIN/train $flags 2>&1)
+    out=$(env LD_LIBRARY_PATH="$LIBS" ZF_PROFILE=$profile $BIN/train $flags 2>&1)
     rc=$?
     echo "$out"
     [ $rc -eq 0 ] || return $rc
@@ -388,27 +395,30 @@ torch_gpt2() {
 }
 
 # At GPT-2's shape in bf16, 3 steps: two runs on one GPU write the same checkpoint, byte for
-# byte; and DDP, ZeRO-2 and ZeRO-3 on 2 ranks simulated on it write one checkpoint.
+# byte, and so does a third with --graphs=1 (its last step a graph's launch); and DDP, ZeRO-2
+# and ZeRO-3 on 2 ranks simulated on it write one checkpoint.
 determinism_gpt2() {
     local flags="--preset=gpt2 --device=cuda --dtype=bf16 --grad-accum=1 --iters=3 --log-every=1 --eval-every=0"
     flags="$flags --eval-iters=0 --sample-chars=0 --data=$GPT2_IDS"
     local dir=$GPT2_IDS.checkpoints run name
     gpt2_ids && mkdir -p "$dir" || return 1
-    for run in "one|--gpus=1 --batch=4" "again|--gpus=1 --batch=4" "ddp|--zero=0 --gpus=2 --batch=2" \
+    for run in "one|--gpus=1 --batch=4" "again|--gpus=1 --batch=4" "graphs|--gpus=1 --batch=4 --graphs=1" \
+               "ddp|--zero=0 --gpus=2 --batch=2" \
                "zero2|--zero=2 --gpus=2 --batch=2" "zero3|--zero=3 --gpus=2 --batch=2"; do
         name=${run%%|*}
         echo "-- $name: ${run#*|}"
         env LD_LIBRARY_PATH="$LIBS" $BIN/train $flags ${run#*|} --out="$dir/$name" || return 1
     done
     local bad=0
-    for pair in "one again" "ddp zero2" "ddp zero3"; do
+    for pair in "one again" "one graphs" "ddp zero2" "ddp zero3"; do
         set -- $pair
         cmp "$dir/$1/ckpt.safetensors" "$dir/$2/ckpt.safetensors" || bad=1
     done
     local mb=$(( $(stat -c %s "$dir/one/ckpt.safetensors") / 1000000 ))
     rm -rf "$dir"
     [ $bad -eq 0 ] || { echo "figure: determinism at GPT-2's shape: checkpoints differ"; return 1; }
-    echo "figure: determinism at GPT-2's shape: two runs, and DDP, ZeRO-2, ZeRO-3 on 2 ranks, the same bytes ($mb MB)"
+    echo "figure: determinism at GPT-2's shape: two runs, one with graphs, and DDP, ZeRO-2, ZeRO-3 on 2 ranks, the" \
+         "same bytes ($mb MB)"
 }
 
 # Seconds since the script began; in a stub run, the whole timeouts of the steps run so far,

@@ -115,6 +115,8 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "reductions summed in bf16 (rank order kept) at half the bytes, as FSDP's reduce_dtype (with --dtype=bf16, "
           "the gradients held in bf16, the ZeRO paper's)" },
         { "overlap", MODEL_TOOLS, FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
+        { "graphs", TOOL_TRAIN, FLAG_INT, &o->graphs, 0, "1: each kind of training micro-step captured once as a graph "
+          "(CUDA's) of every rank's work and run again: one launch a micro-step (needs --dropout=0; same bits as 0)" },
         { "bucket-mb", MODEL_TOOLS, FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
         { "unit", MODEL_TOOLS, FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
           "weight matrix with its norm); same bits for each" },
@@ -365,6 +367,7 @@ static int validate(TrainOptions *o, Tool tool, char *err, size_t errlen) {
         snprintf(bad, sizeof bad, "--collectives=%s must be ordered or nccl", o->collectives);
     else if (o->tf32 != 0 && o->tf32 != 1) snprintf(bad, sizeof bad, "--tf32=%d must be 0 or 1", o->tf32);
     else if (o->overlap != 0 && o->overlap != 1) snprintf(bad, sizeof bad, "--overlap=%d must be 0 or 1", o->overlap);
+    else if (o->graphs != 0 && o->graphs != 1) snprintf(bad, sizeof bad, "--graphs=%d must be 0 or 1", o->graphs);
     else if (dtype_named(o->dtype) < 0)
         snprintf(bad, sizeof bad, "--dtype=%s must be fp32 or bf16", o->dtype);
     else if (dtype_named(o->reduce_dtype) < 0)

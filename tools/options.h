@@ -47,6 +47,7 @@ typedef struct {
     char dtype[8];                   /* fp32, or bf16: mixed precision's compute, as torch.autocast */
     char reduce_dtype[8];            /* fp32, or bf16: the gradients' reductions, as FSDP's reduce_dtype */
     int overlap;                     /* 1: collectives under the backward */
+    int graphs;                      /* 1: each kind of micro-step captured once as a graph, then run again */
     float bucket_mb;                 /* DDP's bucket size */
     char unit[8];                    /* block, half or tensor: how the blocks are cut into units */
     int max_live_units;              /* ZeRO-2/3: units gathered and gradient slots at once */

@@ -329,7 +329,7 @@ static StrategyConfig run_config(const TrainOptions *o, const Dataset *data) {
         .seed = (uint32_t)o->seed, .beta1 = 0.9f, .beta2 = o->beta2, .eps = 1e-8f, .weight_decay = o->weight_decay,
         .precision = options_precision(o), .reduce_precision = options_reduce_precision(o),
         .overlap = options_overlap(o), .units = options_units(o), .link = options_link(o),
-        .link_inter = options_link_inter(o),
+        .link_inter = options_link_inter(o), .graphs = o->graphs,
         .diagnostics.fault = o->fault, .max_memory_bytes = (size_t)(o->max_memory_mb * 1e6),
     };
 }
@@ -558,6 +558,8 @@ static void print_peak_memory(Strategy *s) {
     printf("peak memory of a rank: %.1f MB, rank %d's, the most of %s%d (the allocator's high-water mark over the "
            "run)\n", s->ops->rank_peak_bytes(s, largest) / 1e6, world()->proc * local + largest,
            world()->nprocs > 1 ? "process 0's " : "", local);
+    if (s->cfg.graphs)
+        printf("graphs: %d micro-step(s) captured, %d run as a graph's launch\n", s->graph_captures, s->graph_launches);
 }
 
 static int train(Run *run) {
