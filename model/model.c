@@ -109,6 +109,7 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->targets = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
     m->bucket_memory = device_alloc(m->dev, MEM_ACTIVATIONS, (3 * positions + 1) * sizeof(int));
     m->buckets = buckets_in(m->bucket_memory, positions);
+    m->buckets.ntokens = (int)positions;  /* every upload pads its tokens to this count (token_buckets_pad) */
     m->bucket_counts = host_calloc((size_t)m->cfg.vocab + 1, sizeof(int));
     m->upload = device_alloc_host(m->dev, model_batch_ints(positions) * sizeof(int));
     m->uploaded = event_create(m->dev);
@@ -141,7 +142,6 @@ void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t 
     if (targets) {
         stream_copy(m->stream, m->targets, m->upload + m->positions, BT * sizeof(int));
         stream_copy(m->stream, m->bucket_memory, m->upload + 2 * m->positions, (3 * m->positions + 1) * sizeof(int));
-        m->buckets.ntokens = (int)m->positions;
     }
     event_record(m->uploaded, m->stream);
 }

@@ -214,6 +214,7 @@ static const char *graphs_refusal(const StrategyConfig *cfg) {
 }
 
 int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t len) {
+    const char *graphs = graphs_refusal(cfg);
     if (!strategy_kind(zero)) {
         char stages[64];
         strategy_stages_text(stages, sizeof stages);
@@ -225,8 +226,8 @@ int strategy_config_error(int zero, const StrategyConfig *cfg, char *err, size_t
                  unit_policy_name(cfg->units.cut));
     else if (cfg->precision == DTYPE_BF16 && cfg->model.kind != MODEL_GPT)
         snprintf(err, len, "--dtype=bf16 computes as autocast runs the GPT; the gates' MLP is fp32 only");
-    else if (graphs_refusal(cfg))
-        snprintf(err, len, "%s", graphs_refusal(cfg));
+    else if (graphs)
+        snprintf(err, len, "%s", graphs);
     else if (shard_ranks_error(zero, cfg, err, len) == 0)
         return link_inter_error(cfg, err, len);
     return -1;

@@ -312,52 +312,55 @@ Test(runtime, a_graph_runs_its_captured_work_again_on_each_launch) {
     device_destroy(dev);
 }
 
-/* What CUDA refuses in a capture stops the process on the CPU too. */
-static Stream *captured_origin(Device **dev) {
-    *dev = device_create_cpu(1, -1);
-    Stream *origin = stream_create(*dev);
-    graph_capture_begin(origin);
-    return origin;
+/* What CUDA refuses in a capture stops the process on the CPU too: each test
+ * provokes one refusal with an origin, another stream and an event. */
+typedef struct {
+    Device *dev;
+    Stream *origin, *other;
+    Event *ev;
+} CaptureParts;
+
+static CaptureParts capture_parts(void) {
+    CaptureParts p = { device_create_cpu(1, -1), NULL, NULL, NULL };
+    p.origin = stream_create(p.dev);
+    p.other = stream_create(p.dev);
+    p.ev = event_create(p.dev);
+    return p;
 }
 
 Test(runtime, a_synchronize_in_a_capture_stops_the_process, .signal = SIGABRT) {
-    Device *dev;
-    stream_synchronize(captured_origin(&dev));
+    CaptureParts p = capture_parts();
+    graph_capture_begin(p.origin);
+    stream_synchronize(p.origin);
 }
 
 Test(runtime, an_allocation_in_a_capture_stops_the_process, .signal = SIGABRT) {
-    Device *dev;
-    captured_origin(&dev);
-    device_alloc(dev, MEM_WORKING, 64);
+    CaptureParts p = capture_parts();
+    graph_capture_begin(p.origin);
+    device_alloc(p.dev, MEM_WORKING, 64);
 }
 
 Test(runtime, a_wait_in_a_capture_on_an_earlier_record_stops_the_process, .signal = SIGABRT) {
-    Device *dev = device_create_cpu(1, -1);
-    Stream *origin = stream_create(dev), *other = stream_create(dev);
-    Event *before = event_create(dev);
-    event_record(before, other);
-    graph_capture_begin(origin);
-    stream_wait_event(origin, before);
+    CaptureParts p = capture_parts();
+    event_record(p.ev, p.other);
+    graph_capture_begin(p.origin);
+    stream_wait_event(p.origin, p.ev);
 }
 
 Test(runtime, a_wait_after_a_capture_on_a_record_in_it_stops_the_process, .signal = SIGABRT) {
-    Device *dev = device_create_cpu(1, -1);
-    Stream *origin = stream_create(dev), *other = stream_create(dev);
-    Event *inside = event_create(dev);
-    graph_capture_begin(origin);
-    event_record(inside, origin);
-    graph_capture_end(origin);
-    stream_wait_event(other, inside);
+    CaptureParts p = capture_parts();
+    graph_capture_begin(p.origin);
+    event_record(p.ev, p.origin);
+    graph_capture_end(p.origin);
+    stream_wait_event(p.other, p.ev);
 }
 
 Test(runtime, a_stream_that_does_not_join_back_stops_the_process, .signal = SIGABRT) {
-    Device *dev = device_create_cpu(1, -1);
-    Stream *origin = stream_create(dev), *side = stream_create(dev);
-    Event *fork = event_create(dev);
-    graph_capture_begin(origin);
-    event_record(fork, origin);
-    stream_wait_event(side, fork);
-    graph_capture_end(origin);
+    CaptureParts p = capture_parts();
+    graph_capture_begin(p.origin);
+    event_record(p.ev, p.origin);
+    stream_wait_event(p.other, p.ev);  /* it joins, and never records for the origin to wait on */
+    graph_capture_end(p.origin);
 }
 
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
