@@ -35,15 +35,20 @@ static void copy_numbers(const ModelConfig *cfg, size_t *root, size_t *block) {
 }
 
 /* The block internals a block's backward reads, kept in bf16 under autocast
- * without recompute (keeps_bf16): ln1, qkv, atty, resid2, ln2, fch and
- * fch_gelu, 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 C numbers a position; 11 C with
- * recompute_gelu, 13 C with recompute_norms, 9 C with both (made_again). */
+ * (keeps_bf16), every block's, or with recompute the one block's it makes
+ * again: ln1, qkv, atty, resid2, ln2, fch and fch_gelu, 1 + 3 + 1 + 1 + 1 +
+ * 4 + 4 = 15 C numbers a position; 11 C with recompute_gelu, 13 C with
+ * recompute_norms, 9 C with both (made_again). */
 enum { KEPT_LN1, KEPT_QKV, KEPT_ATTY, KEPT_RESID2, KEPT_LN2, KEPT_FCH, KEPT_FCH_GELU, KEPT_TENSORS };
 static const size_t KEPT_WIDTHS[KEPT_TENSORS] = { 1, 3, 1, 1, 1, 4, 4 };  /* in C */
 
 /* Whether a model computing so keeps its blocks' internals in bf16: under
- * autocast, unless it recomputes them. */
-static int keeps_bf16(ComputePolicy compute) { return compute.precision == DTYPE_BF16 && !compute.recompute; }
+ * autocast (with recompute, one block's: kept_blocks). */
+static int keeps_bf16(ComputePolicy compute) { return compute.precision == DTYPE_BF16; }
+
+/* The blocks whose internals are kept at once: every one of L, or with
+ * recompute the one whose backward runs, made again over the last one's. */
+static size_t kept_blocks(ComputePolicy compute, size_t L) { return compute.recompute ? 1 : L; }
 
 /* Whether internal i is not kept but made again before the backward that
  * reads it, in one block's buffer: GELU's output with recompute_gelu, the
@@ -75,21 +80,22 @@ static size_t held_floats(ComputePolicy compute, size_t n) {
 
 /* The floats of block internal i, n numbers a block, whose buffers are Lw
  * blocks' (below): one block's where it is made again, held as autocast
- * holds it (kept_tensor); else Lw blocks', a Linear's output held as
- * autocast holds it, the rest fp32. */
+ * holds it (kept_tensor); else Lw blocks' in fp32. */
 static size_t internal_floats(ComputePolicy compute, int i, size_t Lw, size_t n) {
     if (made_again(compute, i)) return held_floats(compute, n);
-    return Lw * (i == KEPT_QKV || i == KEPT_FCH ? held_floats(compute, n) : n);
+    return Lw * n;
 }
 
 /* The floats of the backward's wide gradients, one at a time, held as
  * autocast holds them: dfch, and dqkv (the fewer); and under autocast the
  * head's gradient [V,C]: its fp32 sums over the chunks, or with one chunk
- * (head_weight_gradient_last) itself in bf16. */
+ * (head_weight_gradient_last) itself in bf16, but with fresh gradients,
+ * where one chunk's is made in the gradient itself. */
 static size_t wide_floats(const ModelConfig *cfg, ComputePolicy compute, int B, int T) {
     size_t C = cfg->embd, V = cfg->vocab, BT = (size_t)B * T;
     size_t wide = held_floats(compute, BT * 4 * C), head = 0;
-    if (compute.precision == DTYPE_BF16) head = classifier_rows(cfg, B, T) < BT ? V * C : held_floats(compute, V * C);
+    if (compute.precision == DTYPE_BF16 && classifier_rows(cfg, B, T) < BT) head = V * C;
+    else if (compute.precision == DTYPE_BF16 && !compute.grads_fresh) head = held_floats(compute, V * C);
     return head > wide ? head : wide;
 }
 
@@ -115,11 +121,12 @@ static int head_sums_fit(const ModelConfig *cfg, ComputePolicy compute, int B, i
 /* The activation size table: each buffer and its size in floats, for B x T.
  * With recompute the blocks' internals are kept for one block (Lk = 1), and
  * only each block's output (resid3, the next one's input) for all L. In bf16
- * without recompute the internals the backward reads are kept for all L in
- * bf16, written there by their ops (kept_tensor: qkv and fc by their
- * products, the bias added), and have no fp32 buffer (Lw = 0); the other
- * fp32 internals are one block's too (Lk = 1) but for the statistics
- * (LayerNorm's, attention's), kept for all L (Ls). Under autocast the
+ * the internals the backward reads are kept in bf16 for all L (with
+ * recompute for the one: kept_blocks), written there by their ops
+ * (kept_tensor: qkv and fc by their products, the bias added), and have no
+ * fp32 buffer (Lw = 0); the other fp32 internals are one block's too (Lk =
+ * 1) but for the statistics (LayerNorm's, attention's), kept for all L
+ * without recompute (Ls). Under autocast the
  * branches' outputs are one block's, in bf16 (held_numbers). The internals
  * made again (made_again: GELU's output, the LayerNorms') are one block's and
  * not kept (internal_floats). What attention keeps and its scratch are the
@@ -132,7 +139,9 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
     size_t Lw = keeps_bf16(compute) ? 0 : Lk;  /* the kept tensors, which their ops write in bf16 (kept_tensor) */
     /* a block's residual stream (stream_after): in bf16 under autocast */
     size_t stream = held_floats(compute, BT * C);
-    size_t kept = keeps_bf16(compute) ? held_floats(compute, L * kept_offset(compute, KEPT_TENSORS, BT * C)) : 0;
+    size_t kept = keeps_bf16(compute)
+                      ? held_floats(compute, kept_blocks(compute, L) * kept_offset(compute, KEPT_TENSORS, BT * C))
+                      : 0;
     size_t wide = wide_floats(cfg, compute, B, T);
     size_t root = 0, block = 0, largest_block_tensor = 0;
     if (compute.precision == DTYPE_BF16) {
@@ -141,7 +150,7 @@ static void activation_table(Activations *a, const ModelConfig *cfg, DeviceKind 
             root = held_floats(compute, root);  /* the copies in bf16 */
             block = held_floats(compute, block);
         }
-        largest_block_tensor = held_floats(compute, 4 * C * C);  /* its gradient, made in bf16 */
+        if (!compute.grads_fresh) largest_block_tensor = held_floats(compute, 4 * C * C);  /* made_grad's */
     }
     AttentionBuffers att = attention_buffers(kind, B, T, cfg->embd, cfg->heads, compute.precision);
     ActivationSlot slots[ACTIVATION_TENSORS] = {
@@ -181,12 +190,10 @@ static const size_t LINEAR_IN[4] = { 1, 1, 1, 4 }, LINEAR_OUT[4] = { 3, 1, 4, 1 
 size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy compute, int B, int T) {
     if (compute.precision != DTYPE_BF16) return 0;
     size_t C = (size_t)cfg->embd, V = (size_t)cfg->vocab, BT = (size_t)B * T, R = classifier_rows(cfg, B, T);
-    int kept = keeps_bf16(compute);  /* the Linears' inputs held in bf16, else fp32 */
     if (kind == DEVICE_CUDA) {
-        /* a GPU's product restages into 16 bits what it reads in fp32 (cuda_bf16_staging), each operand on its
-         * boundary: a Linear's input where it is not kept in bf16 (every other operand is read in place);
-         * beside it the products' cuBLASLt workspace */
-        return (kept ? 0 : operand_numbers(BT * 4 * C) * sizeof(bf16)) + DEVICE_PRODUCT_WORKSPACE_BYTES;
+        /* a GPU's product reads every operand in place, each held in bf16 on its boundary (nothing restaged
+         * into cuda_bf16_staging): only the products' cuBLASLt workspace */
+        return DEVICE_PRODUCT_WORKSPACE_BYTES;
     }
     /* the CPU's room (cpu_stream_room), where its ops widen what they read in bf16 and make what they write in
      * bf16, n = B x T x C: GELU's backward, 8n (its input and its gradient, made over the output's), and
@@ -199,8 +206,7 @@ size_t gpt_staging_bytes(const ModelConfig *cfg, DeviceKind kind, ComputePolicy 
     if (head > most) most = head;
     for (int i = 0; i < 4; i++) {
         size_t in = BT * LINEAR_IN[i] * C, out = BT * LINEAR_OUT[i] * C, weight = LINEAR_IN[i] * LINEAR_OUT[i] * C * C;
-        size_t forward = (kept ? in : 0) + out + weight;
-        size_t backward = (kept ? in : 0) + out + weight + in + weight;
+        size_t forward = in + out + weight, backward = forward + in + weight;
         if (forward > most) most = forward;
         if (backward > most) most = backward;
     }
@@ -228,6 +234,7 @@ GPT *gpt_create(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy
     m->recompute_gelu = compute.recompute_gelu;
     m->recompute_norms = compute.recompute_norms;
     m->weights_in_place = compute.weights_in_place;
+    m->grads_fresh = compute.grads_fresh;
     m->precision = compute.precision;
     m->classifier_rows = (int)classifier_rows(cfg, max_B, max_T);
     m->head_sums_fit = head_sums_fit(cfg, compute, max_B, max_T);
@@ -259,7 +266,7 @@ static int autocast(const GPT *m) { return m->precision == DTYPE_BF16; }
 static ComputePolicy compute_of(const GPT *m) {
     return (ComputePolicy){ .recompute = m->recompute, .recompute_gelu = m->recompute_gelu,
                             .recompute_norms = m->recompute_norms, .precision = m->precision,
-                            .weights_in_place = m->weights_in_place };
+                            .weights_in_place = m->weights_in_place, .grads_fresh = m->grads_fresh };
 }
 
 /* None: a bias's data NULL without cfg.bias. */
@@ -368,10 +375,13 @@ static Buf grad_held(GPT *m, int t) {
 }
 
 /* Where a Linear's weight gradient (tensor t) is made: added into itself,
- * or under autocast written in bf16 into dweight_bf16 by its product (each
- * number its fp32 sum rounded once), for add_bf16_grad. */
+ * or under autocast written in bf16 by its product (each number its fp32 sum
+ * rounded once): into dweight_bf16, for add_bf16_grad; with fresh gradients
+ * (grads_fresh: zero, in bf16) into the gradient itself, where add_bf16_grad
+ * would add it to zero. */
 static Buf made_grad(GPT *m, int t) {
     if (!autocast(m)) return fp32_buf(grad_of(m, t));
+    if (m->grads_fresh) return grad_held(m, t);
     return bf16_buf((bf16 *)m->acts.dweight_bf16);
 }
 
@@ -380,7 +390,7 @@ static Buf made_grad(GPT *m, int t) {
  * fp32 master takes it; or, where the strategy holds the gradients in bf16
  * (reduced in bf16), added and the sum rounded. */
 static void add_bf16_grad(GPT *m, int t, size_t n) {
-    if (!autocast(m)) return;
+    if (!autocast(m) || m->grads_fresh) return;
     Buf grad = grad_held(m, t);
     residual_forward(m->base.stream, grad, const_buf(grad), bf16_numbers((const bf16 *)m->acts.dweight_bf16), n,
                      grad.dtype);
@@ -504,9 +514,9 @@ static Buf stream_after(const GPT *m, int l) {
 
 /* Block l's activations for this forward's B x T: its input x, its output
  * resid3 (stream_after), and its internals, which with recompute every
- * block writes over the one block's buffers that there are; in bf16 without
- * recompute too, but for the statistics (LayerNorm's mean and 1/std,
- * attention's saved). */
+ * block writes over the one block's buffers that there are; in bf16 too
+ * (those it keeps are kept_tensor's), but for the statistics (LayerNorm's
+ * mean and 1/std, attention's saved), every block's without recompute. */
 typedef struct {
     ConstBuf x;
     Buf resid3;
@@ -556,22 +566,18 @@ static Dropout dropout_at(const GPT *m, uint32_t site) {
 static bf16 *kept_at(const GPT *m, int l, int i) {
     size_t BTC = (size_t)m->B * m->T * m->base.cfg.embd;
     ComputePolicy c = compute_of(m);
-    size_t at = (size_t)l * kept_offset(c, KEPT_TENSORS, BTC) + kept_offset(c, i, BTC);
+    size_t block = c.recompute ? 0 : (size_t)l;  /* with recompute the one block's (kept_blocks) */
+    size_t at = block * kept_offset(c, KEPT_TENSORS, BTC) + kept_offset(c, i, BTC);
     return (bf16 *)m->acts.kept_storage + at;
 }
 
-/* Where block l's internal i is, its buffer `fp32` (block_activations')
- * without keeps_bf16: the forward writes it there (its op's output a Buf, in
- * bf16 where it is kept) and the backward reads it there. Under keeps_bf16
- * one made again (made_again) is in its one block's buffer, in bf16. A
- * Linear's output (qkv, fc's) is bf16 under autocast either way
- * (held_numbers), so that its product runs as it runs where the block keeps
- * it: cuBLAS picks its kernel by the output's type too, and recompute must
- * give the same bits. */
+/* Where block l's internal i is: the forward writes it there (its op's
+ * output a Buf) and the backward reads it there. Under keeps_bf16 where the
+ * block keeps it, or one made again (made_again) in its one block's buffer
+ * `fp32` (block_activations'), in bf16; else in that buffer, in fp32. */
 static Buf kept_tensor(const GPT *m, int l, int i, float *fp32) {
     ComputePolicy c = compute_of(m);
     if (keeps_bf16(c)) return made_again(c, i) ? bf16_buf((bf16 *)fp32) : bf16_buf(kept_at(m, l, i));
-    if (i == KEPT_QKV || i == KEPT_FCH) return held_numbers(m, fp32, 0);
     return fp32_buf(fp32);
 }
 
@@ -659,9 +665,20 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, int bac
  * in bf16 by its product (each number its fp32 sum rounded once, as the sums
  * over chunks are once they are in) into the wide gradients' buffer, free again,
  * where the embeddings' backward reads it: no fp32 buffer [V,C], nor a place
- * for it to wait in through the blocks. */
+ * for it to wait in through the blocks. With fresh gradients (grads_fresh)
+ * it is not made last but in the head's own product, into wte's gradient
+ * itself (head_into_gradient). */
 static int head_weight_gradient_last(const GPT *m, size_t BT) {
-    return autocast(m) && BT <= (size_t)m->classifier_rows;
+    return autocast(m) && BT <= (size_t)m->classifier_rows && !m->grads_fresh;
+}
+
+/* Under autocast with fresh gradients (zero, in bf16) and the batch's rows
+ * in one chunk: the head's weight gradient written by its product into wte's
+ * gradient, which the embeddings' backward then adds its own to in a bf16
+ * sum: bf16(head + bf16(embedding's)), the bits of bf16(bf16(embedding's) +
+ * head) added to zero, with no buffer [V,C] of its own. */
+static int head_into_gradient(const GPT *m, size_t BT) {
+    return autocast(m) && BT <= (size_t)m->classifier_rows && m->grads_fresh;
 }
 
 void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
@@ -732,7 +749,8 @@ void gpt_backward(GPT *m, float dloss) {
      * gradient is the model's to add into), then the final LayerNorm; dresid
      * carries d(residual stream) down. Under autocast the head's gradient is
      * made in bf16 and kept apart: with one chunk after the blocks
-     * (head_weight_gradient_last); else its fp32 sums over the chunks made in
+     * (head_weight_gradient_last), or now in wte's fresh gradient itself
+     * (head_into_gradient); else its fp32 sums over the chunks made in
      * dwide (which the blocks' gradients take next), rounded once into the
      * logits' buffer (the chunks are done), where it waits for wte's other
      * use, the embedding, whose backward adds its own to it in a bf16 sum and
@@ -740,10 +758,11 @@ void gpt_backward(GPT *m, float dloss) {
      * weights stay as they were for the whole step. */
     trace_begin(s, "backward", 0);
     ConstBuf head = root.wte;
-    int head_last = head_weight_gradient_last(m, BT);
+    int head_last = head_weight_gradient_last(m, BT), head_in_place = head_into_gradient(m, BT);
     Buf dhead = autocast(m) ? fp32_buf(a->dwide) : fp32_buf(grad_of(m, WTE));
     if (head_last) dhead = NO_GRADIENT;
-    if (autocast(m) && !head_last) {
+    if (head_in_place) dhead = grad_held(m, WTE);
+    if (autocast(m) && !head_last && !head_in_place) {
         if (!m->head_sums_fit) {
             fprintf(stderr, "fatal: gpt_backward: the head's gradient over %zu chunks, in a model built for one\n",
                     (BT + m->classifier_rows - 1) / m->classifier_rows);
@@ -754,7 +773,7 @@ void gpt_backward(GPT *m, float dloss) {
     for (size_t r0 = 0; r0 < BT; r0 += (size_t)m->classifier_rows)
         classifier_chunk(m, head, r0, BT, 1, dhead, dloss / (float)BT);
     mean_forward(s, a->mean_loss, a->losses, (int)BT);
-    if (autocast(m) && !head_last) store_bf16(s, (bf16 *)a->logits, a->dwide, (size_t)V * C);
+    if (autocast(m) && !head_last && !head_in_place) store_bf16(s, (bf16 *)a->logits, a->dwide, (size_t)V * C);
     fill_zero(s, a->dresid, held_floats(compute_of(m), BT * C));
     norm_backward(m, LNF_W, x_last, root.lnf_w, a->lnf_mean, a->lnf_rstd);
     trace_end(s);
@@ -821,11 +840,13 @@ void gpt_backward(GPT *m, float dloss) {
     /* under autocast wte's and wpe's gradients made in bf16 (each an fp32 sum
      * over its positions, rounded once), wte's joined by the head's (in the
      * logits' buffer, or with one chunk made now in dwide) in a bf16 add, and
-     * added into the gradients as held */
+     * added into the gradients as held; or added to the head's where it is
+     * in wte's gradient already (head_into_gradient) */
     if (head_last)
         product_backward(m, NO_GRADIENT, held_numbers(m, a->dwide, 0), const_buf(held_numbers(m, a->logits, 0)),
                          const_buf(held_numbers(m, a->lnf, 0)), NO_NUMBERS, (int)BT, C, V);
-    ConstBuf dhead16 = autocast(m) ? bf16_numbers((const bf16 *)(head_last ? a->dwide : a->logits)) : NO_NUMBERS;
+    ConstBuf dhead16 = autocast(m) && !head_in_place ? bf16_numbers((const bf16 *)(head_last ? a->dwide : a->logits))
+                                                      : NO_NUMBERS;
     embedding_backward(s, grad_held(m, WTE), grad_held(m, WPE), dencoded, dhead16, m->base.buckets, B, T, V, C,
                        m->precision);
     trace_end(s);

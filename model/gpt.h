@@ -53,10 +53,10 @@ typedef struct {
      * compute_weights), each tensor on its operand boundary: the root's, and
      * the unit's in hand (a whole block's, the most any unit policy puts in
      * one); none with weights_in_place. A block matrix's gradient made in bf16 by its product before it
-     * is added into the fp32 one ([4C, C], the largest). */
+     * is added into the gradient as held ([4C, C], the largest; none with grads_fresh). */
     float *root_bf16, *unit_bf16, *dweight_bf16;
-    /* bf16 without recompute: what each block's backward reads of its
-     * internals (ln1, qkv, atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C],
+    /* bf16: what each block's backward reads of its internals (ln1, qkv,
+     * atty, resid2, ln2, fch, fch_gelu: [L,B,T,15C], with recompute [1,B,T,15C],
      * each tensor padded to operand_numbers; 11C with recompute_gelu, which
      * makes fch_gelu again, 13C with recompute_norms, which makes ln1 and
      * ln2 again), kept in bf16, two numbers to a float of the allocation,
@@ -83,6 +83,7 @@ typedef struct {
     int recompute_norms;           /* 1: ln1, ln2 one block's, each LayerNorm run again before its Linear's backward */
     DType precision;               /* DTYPE_BF16: a bf16 copy of the model under torch.autocast (gpt.c) */
     int weights_in_place;          /* 1: that copy read where the strategy holds it (ComputePolicy) */
+    int grads_fresh;               /* 1: each unit's gradient zero as its backward begins, in bf16 (ComputePolicy) */
     int classifier_rows;           /* rows of logits at once (gpt.c: classifier_rows; fewer may be set) */
     int head_sums_fit;             /* 1: room for the head's gradient summed over chunks (gpt.c) */
     Activations acts;

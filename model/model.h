@@ -65,11 +65,17 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
  * (unit_weights_bf16, every unit's) rather than copying each unit into its
  * own: every tensor is on its operand boundary there (arena.h), so a
  * product reads a weight with the same alignment in every strategy's
- * buffers. */
+ * buffers. With grads_fresh = 1 every unit's gradient is zero as the unit's
+ * backward begins (its before_backward hook zeroes it: ZeRO-2/3's gradient
+ * slots) and is held in bf16: a bf16 model then writes a weight's gradient
+ * made by a product (each Linear's, and the head's) straight into it, where
+ * it would make it apart and add it in (0 + x is x: the same bits, without
+ * the buffers for it). */
 typedef struct {
     int recompute, recompute_gelu, recompute_norms;
     DType precision;
     int weights_in_place;
+    int grads_fresh;
 } ComputePolicy;
 
 /* Called at unit boundaries; any may be NULL. */

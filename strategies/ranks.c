@@ -83,7 +83,7 @@ int ranks_init(Ranks *ranks, const StrategyConfig *cfg, const StrategyOps *ops, 
     ArenaLayout layout;  /* padded to the shards; every rank's model takes a copy */
     model_layout_units(&cfg->model, cfg->units.cut, ranks->shards, &layout);
     for (int r = 0; r < ranks->local; r++) {
-        Model *m = model_create(&cfg->model, &layout, strategy_compute(cfg), ranks->pg->device[r],
+        Model *m = model_create(&cfg->model, &layout, strategy_compute(kind, cfg), ranks->pg->device[r],
                                 ranks->pg->compute[r], cfg->batch, cfg->model.block_size);
         m->dropout = cfg->dropout;
         m->seed = cfg->seed;

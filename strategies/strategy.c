@@ -127,17 +127,19 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     double slots = kind->unit_buffers >= 1 ? grads : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
     /* and the norms' partials */
     bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(SquareSum);
-    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(cfg), strategy_shard_ranks(cfg), device, cfg->batch,
+    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(kind, cfg), strategy_shard_ranks(cfg), device, cfg->batch,
                    cfg->model.block_size, bytes);
 }
 
-ComputePolicy strategy_compute(const StrategyConfig *cfg) {
+ComputePolicy strategy_compute(const StrategyKind *kind, const StrategyConfig *cfg) {
     /* every strategy holds its bf16 compute copy of every unit for the model (replicated.c, sharded.c), each
-     * tensor on its operand boundary (arena.h): the model reads it in place */
+     * tensor on its operand boundary (arena.h): the model reads it in place; ZeRO-2/3 zero a unit's slot as
+     * its backward begins (sharded.c), where DDP and ZeRO-1 add each micro-step's gradient into the last's */
     int in_place = cfg->precision == DTYPE_BF16;
+    int fresh = kind->unit_buffers >= 1 && in_place && strategy_grads_held(cfg) == DTYPE_BF16;
     return (ComputePolicy){ .recompute = cfg->units.recompute, .recompute_gelu = cfg->units.recompute_gelu,
                             .recompute_norms = cfg->units.recompute_norms, .precision = cfg->precision,
-                            .weights_in_place = in_place };
+                            .weights_in_place = in_place, .grads_fresh = fresh };
 }
 
 int strategy_shard_ranks(const StrategyConfig *cfg) {

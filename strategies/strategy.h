@@ -108,10 +108,6 @@ int strategy_live_units(const StrategyConfig *cfg);
 int strategy_shard_ranks(const StrategyConfig *cfg);
 /* cfg's ranks and modeled link, as the link model takes them. */
 LinkShape strategy_link_shape(const StrategyConfig *cfg);
-/* How each rank's model computes under cfg: its recompute and precision, and
- * whether it reads the weights' bf16 copy in place (where cfg's layout puts
- * every tensor on its operand boundary). */
-ComputePolicy strategy_compute(const StrategyConfig *cfg);
 /* How the ranks hold the gradients under cfg: in bf16 (2 bytes a number,
  * the ZeRO paper's) when the compute and the reductions are both bf16,
  * which makes them and sums them in bf16; else in fp32, as FSDP keeps a
@@ -120,6 +116,13 @@ DType strategy_grads_held(const StrategyConfig *cfg);
 
 typedef struct Strategy Strategy;
 typedef struct StrategyKind StrategyKind;
+
+/* How each rank's model computes under kind and cfg: its recompute and
+ * precision, whether it reads the weights' bf16 copy in place (where cfg's
+ * layout puts every tensor on its operand boundary), and whether each unit's
+ * gradient is fresh (zero) as its backward begins (ZeRO-2/3's slots, held in
+ * bf16). */
+ComputePolicy strategy_compute(const StrategyKind *kind, const StrategyConfig *cfg);
 
 /* What count_nonfinite looks at: each rank's part of the mean gradient (after
  * forward_backward), or what a checkpoint holds (weights and Adam's m and v). */

@@ -1414,6 +1414,35 @@ MUTANTS = [
      "kernels/token_buckets.c",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = INT_MAX;",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = k < 0 ? INT_MAX : b->token[k];"),
+    ("grads-fresh-for-ddp", "fresh gradients claimed where a micro-step's gradient adds into the last's (DDP, "
+     "ZeRO-1): each Linear's written over what the micro-steps before made",
+     "test_strategies/gradients_are_written*",
+     "strategies/strategy.c",
+     "    int fresh = kind->unit_buffers >= 1 && in_place",
+     "    int fresh = kind->unit_buffers >= 0 && in_place"),
+    ("fresh-head-joined-twice", "fresh gradients: the head's gradient made in wte's and still joined from a "
+     "buffer by the embeddings' backward",
+     "test_model/fresh_gradients*",
+     "model/gpt.c",
+     "    ConstBuf dhead16 = autocast(m) && !head_in_place ?",
+     "    ConstBuf dhead16 = autocast(m) ?"),
+    ("fresh-linear-added-again", "fresh gradients: a Linear's gradient written in place and then added from "
+     "the buffer it is no longer made in",
+     "test_model/fresh_gradients*",
+     "model/gpt.c",
+     "    if (!autocast(m) || m->grads_fresh) return;",
+     "    if (!autocast(m)) return;"),
+    ("recompute-keeps-every-block", "recompute in bf16 keeps every block's internals, not the one it makes again",
+     "test_model/bf16_keeps*",
+     "model/gpt.c",
+     "static size_t kept_blocks(ComputePolicy compute, size_t L) { return compute.recompute ? 1 : L; }",
+     "static size_t kept_blocks(ComputePolicy compute, size_t L) { return compute.recompute ? L : L; }"),
+    ("recompute-kept-at-its-block", "recompute in bf16: each block's internals placed as its own block's, past "
+     "the one block's room",
+     "test_strategies/recompute_gives*",
+     "model/gpt.c",
+     "    size_t block = c.recompute ? 0 : (size_t)l;",
+     "    size_t block = c.recompute ? (size_t)l : (size_t)l;"),
 ]
 
 

@@ -1849,7 +1849,7 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     ragged.model.block_size = 25;
     ragged.model.embd = 40;
     ragged.batch = 3;
-    cr_assert(strategy_compute(&ragged).weights_in_place, "40 wide: the weights not read in place");
+    cr_assert(strategy_compute(&STRATEGIES[0], &ragged).weights_in_place, "40 wide: the weights not read in place");
     ddp = weights_of(0, &ragged, &tc, &n);
     for (int k = 0; k <= STRATEGY_KINDS; k++) {
         if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;
@@ -1864,7 +1864,7 @@ Test(gpu, every_setting_gives_ddps_bits_in_bf16_on_the_gpu_simulator) {
     free(ddp);
     StrategyConfig wide = base;
     wide.model.embd = 128;
-    cr_assert(strategy_compute(&wide).weights_in_place, "128 wide: the weights not read in place");
+    cr_assert(strategy_compute(&STRATEGIES[0], &wide).weights_in_place, "128 wide: the weights not read in place");
     ddp = weights_of(0, &wide, &tc, &n);
     for (int k = 0; k <= STRATEGY_KINDS; k++) {
         if (k < STRATEGY_KINDS && !STRATEGIES[k].shards_adam) continue;

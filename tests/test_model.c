@@ -442,6 +442,55 @@ Test(model, weights_read_in_place_give_the_bytes_of_the_copies) {
     expect_weights_in_place_give_the_copies_bytes(ragged);
 }
 
+/* With fresh gradients (grads_fresh: each unit's gradient zero as its
+ * backward begins, held in bf16, as ZeRO-2/3's slots are) a bf16 model
+ * writes each Linear's weight gradient and the head's straight into the
+ * gradient, where it would make them apart and add them in: the gradient's
+ * bytes the same (0 + x is x), with biases and a vocabulary wider than the
+ * MLP's hidden gradient, and fewer activation floats by exactly the two
+ * buffers (the head's [V,C] in the wide gradients' place, and [4C,C]). */
+Test(model, fresh_gradients_give_the_bytes_of_the_gradients_made_apart) {
+    ModelConfig cfg = { 256, 16, 2, 2, 128, MODEL_GPT, 1, 0 };
+    ArenaLayout layout;
+    model_layout(&cfg, 1, &layout);
+    enum { B = 2, T = 16 };
+    int x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (i * 37 + 5) % cfg.vocab;
+        y[i] = (i * 11 + 3) % cfg.vocab;
+    }
+    size_t P = layout.total, floats[2];
+    float *params = malloc(P * sizeof(float)), loss[2];
+    bf16 *grads[2];
+    random_params(&layout, params, 23);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = 1, .grads_fresh = fresh };
+        Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, T);
+        model_own_weights(m);
+        model_own_grads(m);
+        model_own_weights_bf16(m);
+        model_own_grads_bf16(m);
+        store_bf16(test_stream, m->params_bf16, params, P);
+        fill_zero_bf16(test_stream, m->grads_bf16, P);
+        loss[fresh] = model_loss_and_grads(m, params, x, y, B, T, 0);
+        grads[fresh] = malloc(P * sizeof(bf16));
+        stream_copy(test_stream, grads[fresh], m->grads_bf16, P * sizeof(bf16));
+        stream_synchronize(test_stream);
+        floats[fresh] = m->acts_floats;
+        model_destroy(m);
+    }
+    cr_expect(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss %.9g fresh, %.9g apart", loss[1], loss[0]);
+    cr_expect(memcmp(grads[0], grads[1], P * sizeof(bf16)) == 0, "the gradients made in place differ");
+    size_t V = cfg.vocab, C = cfg.embd;
+    size_t head = (operand_numbers(V * C) + 1) / 2, hidden = (operand_numbers(B * T * 4 * C) + 1) / 2;
+    size_t apart = head - hidden + (operand_numbers(4 * C * C) + 1) / 2;
+    cr_expect_eq(floats[0] - floats[1], apart, "%zu activation floats fewer with fresh gradients, %zu held apart",
+                 floats[0] - floats[1], apart);
+    free(params);
+    free(grads[0]);
+    free(grads[1]);
+}
+
 /* The floats from activation buffer `at` to the next one above it (or the
  * allocation's end): what it may hold, whatever the table's order. */
 static size_t room_at(const GPT *m, const float *at) {

@@ -165,8 +165,25 @@ Test(strategies, every_stage_is_bit_identical_to_ddp_on_a_gpt) {
 Test(strategies, every_stage_gives_ddps_bits_with_the_weights_read_in_place_in_units_of_a_tensor, .timeout = 300) {
     StrategyConfig sc = gpt_in(DTYPE_BF16, 3, 0.1f);
     sc.units.cut = UNIT_TENSOR;
-    cr_assert(strategy_compute(&sc).weights_in_place, "the weights not read in place");
+    cr_assert(strategy_compute(&STRATEGIES[0], &sc).weights_in_place, "the weights not read in place");
     expect_stages_match_ddp(sc, "bf16 GPT in units of a tensor, weights read in place");
+}
+
+/* A model writes a gradient straight into the strategy's (grads_fresh) only
+ * where each unit's gradient is zero as its backward begins and held in
+ * bf16: ZeRO-2/3's slots, computing and reducing in bf16. DDP and ZeRO-1 add
+ * each micro-step's gradient into the last's, and fp32 gradients take a bf16
+ * one cast up. */
+Test(strategies, gradients_are_written_in_place_only_where_each_units_starts_from_zero) {
+    for (int k = 0; k < STRATEGY_KINDS; k++)
+        for (int p = 0; p < DTYPES; p++)
+            for (int r = 0; r < DTYPES; r++) {
+                StrategyConfig sc = gpt_in((DType)p, 2, 0.0f);
+                sc.reduce_precision = (DType)r;
+                int want = STRATEGIES[k].stage >= 2 && p == DTYPE_BF16 && r == DTYPE_BF16;
+                cr_expect_eq(strategy_compute(&STRATEGIES[k], &sc).grads_fresh, want, "%s, %s reduced in %s",
+                             STRATEGIES[k].name, DTYPE_GPT_NAMES[p], DTYPE_TRAITS[r].name);
+            }
 }
 
 /* The gradients reduced in bf16 (--reduce-dtype): every stage still gives
@@ -905,8 +922,7 @@ static float *train_with_losses(int zero, const StrategyConfig *sc, float losses
 /* Recompute (each block's forward run again before its backward) gives the
  * losses and weights of keeping every block's internals, every strategy at
  * N = 2 and 3, overlap off and on, in fp32 and in bf16; in bf16 with biases,
- * where the recomputed block's Linears make fp32 outputs that their bias's
- * op rounds, and the kept ones' products write bf16 with the bias added. */
+ * the one block's internals kept in bf16 as every block's are without. */
 Test(strategies, recompute_gives_the_same_losses_and_weights, .timeout = 300) {
     for (int N = 2; N <= 3; N++) {
         for (int k = 0; k < STRATEGY_KINDS; k++) {
