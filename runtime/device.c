@@ -188,9 +188,11 @@ void event_record(Event *ev, Stream *s) { s->dev->ops->event_record(ev, s); }
 void stream_wait_event(Stream *s, Event *ev) { s->dev->ops->wait_event(s, ev); }
 void event_synchronize(Event *ev) { ev->dev->ops->event_synchronize(ev); }
 
-/* The stream a capture began on, while one is under way: one at a time. */
+/* The stream a capture began on, while one is under way: one at a time;
+ * and the graphs made and not yet destroyed. */
 static pthread_mutex_t capture_mu = PTHREAD_MUTEX_INITIALIZER;
 static Stream *capture_origin;
+static int graphs_live;
 
 static void graph_fatal(const char *what, const Stream *s) {
     fprintf(stderr, "fatal: %s on %s\n", what, s->dev->name);
@@ -222,6 +224,7 @@ Graph *graph_capture_end(Stream *origin) {
     Graph *g = origin->dev->ops->capture_end(origin);
     pthread_mutex_lock(&capture_mu);
     capture_origin = NULL;
+    graphs_live++;
     pthread_mutex_unlock(&capture_mu);
     return g;
 }
@@ -232,5 +235,17 @@ void graph_launch(Graph *g, Stream *origin) {
 }
 
 void graph_destroy(Graph *g) {
-    if (g) g->dev->ops->graph_destroy(g);
+    if (!g) return;
+    g->dev->ops->graph_destroy(g);
+    pthread_mutex_lock(&capture_mu);
+    graphs_live--;
+    pthread_mutex_unlock(&capture_mu);
+}
+
+void graph_scratch_grows(const Stream *s) {
+    pthread_mutex_lock(&capture_mu);
+    int live = graphs_live;
+    pthread_mutex_unlock(&capture_mu);
+    if (live) graph_fatal("a stream's scratch grew while a graph holds the old one's address (size it before the "
+                          "capture)", s);
 }

@@ -184,7 +184,10 @@ void event_synchronize(Event *ev);
  * capturing, no synchronize on a stream that joined, no allocation, and no
  * wait on an event recorded outside the capture; after it, no wait on or
  * synchronize of an event whose latest record was captured, until it is
- * recorded again. */
+ * recorded again. And this project's own: while a graph lives, no stream's
+ * scratch grows (the CPU's room, a GPU's bf16 staging), whose old address its
+ * recorded ops hold: the first run of each kind of work, before a capture,
+ * sizes it. */
 typedef struct Graph Graph;
 void graph_capture_begin(Stream *origin);
 Graph *graph_capture_end(Stream *origin);

@@ -76,6 +76,11 @@ struct Graph {
     Device *dev;  /* its origin's */
 };
 
+/* A backend's stream scratch (the CPU's room, a GPU's bf16 staging) about to
+ * grow on s: a fatal line while a graph lives, whose recorded ops hold the
+ * old one's address (device.h). */
+void graph_scratch_grows(const Stream *s);
+
 /* Fill the shared part of a backend's new device. */
 void device_init(Device *dev, const DeviceOps *ops, DeviceKind kind, int ordinal, const char *name);
 

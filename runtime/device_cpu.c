@@ -320,6 +320,7 @@ static void cpu_stream_destroy(Stream *stream) {
 float *cpu_stream_room(Stream *stream, size_t floats) {
     CpuStream *s = (CpuStream *)stream;
     if (floats <= s->room_floats) return s->room;
+    graph_scratch_grows(stream);
     stream_synchronize(stream);  /* the old room's readers are done */
     device_free(stream->dev, MEM_WORKING, s->room, s->room_floats * sizeof(float));
     s->room = device_alloc(stream->dev, MEM_WORKING, floats * sizeof(float));

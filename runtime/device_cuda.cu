@@ -217,6 +217,7 @@ cublasLtHandle_t cuda_blaslt(Stream *stream, void **workspace) {
 bf16 *cuda_bf16_staging(Stream *stream, size_t n) {
     CudaStream *s = (CudaStream *)stream;
     if (n <= s->staging_numbers) return s->staging;
+    graph_scratch_grows(stream);
     CHECK(cudaStreamSynchronize(s->stream));  /* the old staging's readers are done */
     device_free(stream->dev, MEM_WORKING, s->staging, s->staging_numbers * sizeof(bf16));
     s->staging = (bf16 *)device_alloc(stream->dev, MEM_WORKING, n * sizeof(bf16));

@@ -1414,6 +1414,17 @@ MUTANTS = [
      "kernels/token_buckets.c",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = INT_MAX;",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = k < 0 ? INT_MAX : b->token[k];"),
+    ("graph-scratch-unguarded", "a stream's room grows while a graph lives, its recorded ops reading the old, "
+     "freed one",
+     "test_runtime/a_room*",
+     "runtime/device.c",
+     "    capture_origin = NULL;\n    graphs_live++;",
+     "    capture_origin = NULL;"),
+    ("graph-scratch-guard-stuck", "a destroyed graph still counted: a room may never grow again after it",
+     "test_runtime/a_room*",
+     "runtime/device.c",
+     "    pthread_mutex_lock(&capture_mu);\n    graphs_live--;",
+     "    pthread_mutex_lock(&capture_mu);\n    graphs_live -= 0;"),
     ("grads-fresh-for-ddp", "fresh gradients claimed where a micro-step's gradient adds into the last's (DDP, "
      "ZeRO-1): each Linear's written over what the micro-steps before made",
      "test_strategies/gradients_are_written*",

@@ -363,6 +363,30 @@ Test(runtime, a_stream_that_does_not_join_back_stops_the_process, .signal = SIGA
     graph_capture_end(p.origin);
 }
 
+/* A graph's ops hold the address of the stream's room they were recorded
+ * with: the room may not grow while a graph lives, and may once it is gone. */
+Test(runtime, a_room_that_grows_while_a_graph_lives_stops_the_process, .signal = SIGABRT) {
+    CaptureParts p = capture_parts();
+    cpu_stream_room(p.origin, 16);
+    graph_capture_begin(p.origin);
+    Graph *g = graph_capture_end(p.origin);
+    graph_launch(g, p.origin);
+    cpu_stream_room(p.origin, 16);  /* the room there is: no growth */
+    cpu_stream_room(p.origin, 32);
+}
+
+Test(runtime, a_room_grows_again_once_its_graph_is_destroyed) {
+    CaptureParts p = capture_parts();
+    graph_capture_begin(p.origin);
+    graph_destroy(graph_capture_end(p.origin));
+    cr_expect_not_null(cpu_stream_room(p.origin, 64));
+    stream_synchronize(p.origin);
+    event_destroy(p.ev);
+    stream_destroy(p.other);
+    stream_destroy(p.origin);
+    device_destroy(p.dev);
+}
+
 Test(runtime, event_synchronize_waits_for_the_recorded_point) {
     Device *dev = device_create_cpu(1, -1);
     Stream *s = stream_create(dev);
