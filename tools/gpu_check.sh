@@ -265,6 +265,7 @@ STEPS=(
     "determinism-gpt2|100|determinism_gpt2"
     "gpt2-bf16-graphs|50|gpt2_step graphs"
     "gpu-tests|90|env NCCL_DEBUG=WARN ZF_REQUIRE_GPU=1 \$BIN/test_gpu --jobs 1 --filter gpu/*"
+    "gpt2-xl-memory|90|xl_memory"
     "torch-gpt2-compiled|150|torch_gpt2 compiled"
     "smoke|25|\$BIN/train --device=cuda $SMALL --iters=3"
     "char-fp32|45|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60"
@@ -377,6 +378,35 @@ gpt2_step() {
     echo "$out"
     [ $rc -eq 0 ] || return $rc
     step_figures "$out" "gpt2 $1"
+}
+
+# GPT-2 XL under ZeRO-3 on 8 ranks simulated on the GPU, one row of 1024 a rank, in bf16
+# reduced in bf16 with --recompute=1 and one live unit (issue 46's "under 4 GB": 3953 MB a rank
+# by count), 2 steps: the allocator's peak of a rank and CUDA's of the device (every rank's,
+# the context and the libraries' own included).
+xl_memory() {
+    local flags="--preset=gpt2-xl --device=cuda --zero=3 --gpus=8 --batch=1 --grad-accum=1 --iters=2"
+    flags="$flags --dtype=bf16 --reduce-dtype=bf16 --recompute=1 --max-live-units=1 --log-every=1"
+    flags="$flags --eval-every=0 --eval-iters=0 --sample-chars=0 --data=$GPT2_IDS"
+    gpt2_ids || return 1
+    local out rc used peak
+    out=$(env LD_LIBRARY_PATH="$LIBS" $BIN/train $flags 2>&1 & pid=$!
+          used=0
+          while kill -0 $pid 2>/dev/null; do
+              now=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+              [ -n "$now" ] && [ "$now" -gt "$used" ] && used=$now
+              sleep 0.5
+          done
+          wait $pid; rc=$?
+          echo "device memory used at most: $used MiB (nvidia-smi, every 0.5 s)"
+          exit $rc)
+    rc=$?
+    echo "$out"
+    [ $rc -eq 0 ] || return $rc
+    peak=$(echo "$out" | sed -n 's/^peak memory of a rank: \([0-9.]*\) MB.*/\1/p')
+    used=$(echo "$out" | sed -n 's/^device memory used at most: \([0-9]*\) MiB.*/\1/p')
+    echo "figure: gpt2-xl zero3 8 ranks, recompute, K=1: peak memory of a rank ${peak:-?} MB (3953 MB by" \
+         "count), the device ${used:-?} MiB for all 8"
 }
 
 # nanoGPT's model in PyTorch on the same GPU and ids, batch 12 x 1024, fused AdamW; $1 = eager
