@@ -385,6 +385,40 @@ Test(model, activations_start_on_256_byte_boundaries) {
     }
 }
 
+/* One step of a bf16 model computing so, from params, on 2 rows of 16 fixed
+ * ids: its loss, and its gradient's bytes into grads (the fp32 arena's, or
+ * with bf16_grads a strategy's bf16 gradients, zeroed first); the weights
+ * rounded into a strategy's bf16 copy where it reads them in place. Returns
+ * its activation floats. */
+enum { STEP_B = 2, STEP_T = 16 };
+static size_t bf16_step(const ModelConfig *cfg, const ArenaLayout *layout, ComputePolicy compute, int bf16_grads,
+                        const float *params, float *loss, void *grads) {
+    int x[STEP_B * STEP_T], y[STEP_B * STEP_T];
+    for (int i = 0; i < STEP_B * STEP_T; i++) {
+        x[i] = (i * 37 + 5) % cfg->vocab;
+        y[i] = (i * 11 + 3) % cfg->vocab;
+    }
+    size_t P = layout->total;
+    Model *m = model_create(cfg, layout, compute, test_device, test_stream, STEP_B, STEP_T);
+    model_own_weights(m);
+    model_own_grads(m);
+    if (compute.weights_in_place) {
+        model_own_weights_bf16(m);
+        store_bf16(test_stream, m->params_bf16, params, P);
+    }
+    if (bf16_grads) {
+        model_own_grads_bf16(m);
+        fill_zero_bf16(test_stream, m->grads_bf16, P);
+    }
+    *loss = model_loss_and_grads(m, params, x, y, STEP_B, STEP_T, 0);
+    if (bf16_grads) stream_copy(test_stream, grads, m->grads_bf16, P * sizeof(bf16));
+    else stream_copy(test_stream, grads, m->grads, P * sizeof(float));
+    stream_synchronize(test_stream);
+    size_t floats = m->acts_floats;
+    model_destroy(m);
+    return floats;
+}
+
 /* Every tensor is on its operand boundary in the arena (arena.h), at a
  * width of 128 as GPT-2's and at a ragged one (40 wide, 65 ids) alike, so a
  * bf16 model reads its weights where its strategy holds them in bf16
@@ -394,30 +428,13 @@ Test(model, activations_start_on_256_byte_boundaries) {
 static void expect_weights_in_place_give_the_copies_bytes(ModelConfig cfg) {
     ArenaLayout layout;
     model_layout(&cfg, 1, &layout);
-    enum { B = 2, T = 16 };
-    int x[B * T], y[B * T];
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (i * 37 + 5) % cfg.vocab;
-        y[i] = (i * 11 + 3) % cfg.vocab;
-    }
     size_t P = layout.total, floats[2];
     float *params = malloc(P * sizeof(float)), loss[2], *grads[2];
     random_params(&layout, params, 21);
     for (int k = 0; k < 2; k++) {
-        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = k };
-        Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, T);
-        model_own_weights(m);
-        model_own_grads(m);
-        if (k) {  /* a strategy's copy: the weights rounded */
-            model_own_weights_bf16(m);
-            store_bf16(test_stream, m->params_bf16, params, P);
-        }
-        loss[k] = model_loss_and_grads(m, params, x, y, B, T, 0);
         grads[k] = malloc(P * sizeof(float));
-        stream_copy(test_stream, grads[k], m->grads, P * sizeof(float));
-        stream_synchronize(test_stream);
-        floats[k] = m->acts_floats;
-        model_destroy(m);
+        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = k };
+        floats[k] = bf16_step(&cfg, &layout, compute, 0, params, &loss[k], grads[k]);
     }
     int C = cfg.embd;
     cr_expect(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "%d wide: loss %.9g read in place, %.9g copied", C,
@@ -453,36 +470,19 @@ Test(model, fresh_gradients_give_the_bytes_of_the_gradients_made_apart) {
     ModelConfig cfg = { 256, 16, 2, 2, 128, MODEL_GPT, 1, 0 };
     ArenaLayout layout;
     model_layout(&cfg, 1, &layout);
-    enum { B = 2, T = 16 };
-    int x[B * T], y[B * T];
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (i * 37 + 5) % cfg.vocab;
-        y[i] = (i * 11 + 3) % cfg.vocab;
-    }
     size_t P = layout.total, floats[2];
     float *params = malloc(P * sizeof(float)), loss[2];
     bf16 *grads[2];
     random_params(&layout, params, 23);
     for (int fresh = 0; fresh < 2; fresh++) {
-        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = 1, .grads_fresh = fresh };
-        Model *m = model_create(&cfg, &layout, compute, test_device, test_stream, B, T);
-        model_own_weights(m);
-        model_own_grads(m);
-        model_own_weights_bf16(m);
-        model_own_grads_bf16(m);
-        store_bf16(test_stream, m->params_bf16, params, P);
-        fill_zero_bf16(test_stream, m->grads_bf16, P);
-        loss[fresh] = model_loss_and_grads(m, params, x, y, B, T, 0);
         grads[fresh] = malloc(P * sizeof(bf16));
-        stream_copy(test_stream, grads[fresh], m->grads_bf16, P * sizeof(bf16));
-        stream_synchronize(test_stream);
-        floats[fresh] = m->acts_floats;
-        model_destroy(m);
+        ComputePolicy compute = { .precision = DTYPE_BF16, .weights_in_place = 1, .grads_fresh = fresh };
+        floats[fresh] = bf16_step(&cfg, &layout, compute, 1, params, &loss[fresh], grads[fresh]);
     }
     cr_expect(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss %.9g fresh, %.9g apart", loss[1], loss[0]);
     cr_expect(memcmp(grads[0], grads[1], P * sizeof(bf16)) == 0, "the gradients made in place differ");
     size_t V = cfg.vocab, C = cfg.embd;
-    size_t head = (operand_numbers(V * C) + 1) / 2, hidden = (operand_numbers(B * T * 4 * C) + 1) / 2;
+    size_t head = (operand_numbers(V * C) + 1) / 2, hidden = (operand_numbers(STEP_B * STEP_T * 4 * C) + 1) / 2;
     size_t apart = head - hidden + (operand_numbers(4 * C * C) + 1) / 2;
     cr_expect_eq(floats[0] - floats[1], apart, "%zu activation floats fewer with fresh gradients, %zu held apart",
                  floats[0] - floats[1], apart);
