@@ -643,7 +643,11 @@ static void block_forward(GPT *m, int l, int hooks) {
  * product's fp32 sums), the loss fp32, dlogits rounded, and dwte the fp32 sum
  * over every chunk, which the backward rounds once the last is in; or, with
  * one chunk, not given here: the backward makes it after the blocks
- * (head_weight_gradient_last), from the dlogits left in the logits' buffer. */
+ * (head_weight_gradient_last), from the dlogits left in the logits' buffer;
+ * or, with fresh gradients, written in bf16 into wte's (head_into_gradient)
+ * by a product of its own after dln's, as the two independent products are
+ * made where dwte is not given: the CPU's room (gpt_staging_bytes) then
+ * holds one product's operands at a time. */
 static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, int backward, Buf dwte, float dloss) {
     Stream *s = m->base.stream;
     Activations *a = &m->acts;
@@ -656,7 +660,13 @@ static void classifier_chunk(GPT *m, ConstBuf wte, size_t r0, size_t BT, int bac
     crossentropy_forward_backward(s, a->losses + r0, backward ? logits : none, const_buf(logits), targets, rows, V,
                                   dloss, m->precision);
     if (!backward) return;
-    product_backward(m, held_numbers(m, a->dln, r0 * C), dwte, const_buf(logits), lnf, wte, rows, C, V);
+    Buf dln = held_numbers(m, a->dln, r0 * C);
+    if (dwte.dtype == DTYPE_BF16) {
+        product_backward(m, dln, NO_GRADIENT, const_buf(logits), lnf, wte, rows, C, V);
+        product_backward(m, NO_GRADIENT, dwte, const_buf(logits), lnf, NO_NUMBERS, rows, C, V);
+        return;
+    }
+    product_backward(m, dln, dwte, const_buf(logits), lnf, wte, rows, C, V);
 }
 
 /* Under autocast with the batch's rows in one chunk of the classifier: the
@@ -676,7 +686,8 @@ static int head_weight_gradient_last(const GPT *m, size_t BT) {
  * in one chunk: the head's weight gradient written by its product into wte's
  * gradient, which the embeddings' backward then adds its own to in a bf16
  * sum: bf16(head + bf16(embedding's)), the bits of bf16(bf16(embedding's) +
- * head) added to zero, with no buffer [V,C] of its own. */
+ * head) added to zero but for a zero's sign (model.h's grads_fresh), with no
+ * buffer [V,C] of its own. */
 static int head_into_gradient(const GPT *m, size_t BT) {
     return autocast(m) && BT <= (size_t)m->classifier_rows && m->grads_fresh;
 }

@@ -69,8 +69,10 @@ typedef enum { UNIT_BLOCK, UNIT_HALF, UNIT_TENSOR, UNIT_POLICIES } UnitPolicy;
  * backward begins (its before_backward hook zeroes it: ZeRO-2/3's gradient
  * slots) and is held in bf16: a bf16 model then writes a weight's gradient
  * made by a product (each Linear's, and the head's) straight into it, where
- * it would make it apart and add it in (0 + x is x: the same bits, without
- * the buffers for it). */
+ * it would make it apart and add it in: 0 + x is x, but for a zero's sign (a
+ * sum that rounds to bf16's -0 stays -0, where the add made +0), which AdamW
+ * and the clip's norm take alike: the same weights and optimizer state,
+ * without the buffers. */
 typedef struct {
     int recompute, recompute_gelu, recompute_norms;
     DType precision;

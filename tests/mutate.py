@@ -1437,6 +1437,12 @@ MUTANTS = [
      "model/gpt.c",
      "    ConstBuf dhead16 = autocast(m) && !head_in_place ?",
      "    ConstBuf dhead16 = autocast(m) ?"),
+    ("fresh-head-products-together", "fresh gradients: the head's two products made in one call, whose CPU room "
+     "holds both at once, past the estimate",
+     "test_memory/zero_memory_estimate_agrees*",
+     "model/gpt.c",
+     "    if (dwte.dtype == DTYPE_BF16) {\n        product_backward(m, dln, NO_GRADIENT,",
+     "    if (dwte.dtype == DTYPE_BF16 && 0) {\n        product_backward(m, dln, NO_GRADIENT,"),
     ("fresh-linear-added-again", "fresh gradients: a Linear's gradient written in place and then added from "
      "the buffer it is no longer made in",
      "test_model/fresh_gradients*",

@@ -332,11 +332,13 @@ Test(memory, zero_memory_estimate_agrees_with_the_allocator_and_allocates_nothin
         cr_expect_lt(fabs(v[3] * 1e6 / (per_param[i] * P) - 1), 0.01, "%s state %.1f MB, the formula %.1f", rows[i],
                      v[3], per_param[i] * P / 1e6);
     }
-    /* the last: a vocabulary whose chunk of logits is the CPU's widest room in bf16 */
+    /* the last two: a vocabulary whose chunk of logits is the CPU's widest room in bf16, and ZeRO-2/3's head
+     * gradient written in place (fresh gradients), its two products made apart in that room */
     static const char *settings[] = { "--gpus=3 --unit=half --max-live-units=3", "--overlap=0 --recompute=1",
                                       "--unit=tensor --bias=1 --gelu=tanh --gpus=2", "--dtype=bf16 --bias=1 --gpus=2",
-                                      "--dtype=bf16 --pad-vocab=4096 --gpus=1" };
-    for (int i = 0; i < 5; i++) run_zero_memory(settings[i], out, sizeof out);
+                                      "--dtype=bf16 --pad-vocab=4096 --gpus=1",
+                                      "--dtype=bf16 --reduce-dtype=bf16 --pad-vocab=4096 --gpus=2" };
+    for (int i = 0; i < 6; i++) run_zero_memory(settings[i], out, sizeof out);
 }
 
 /* bin/zero_memory's estimate for a GPU (a CUDA build's; no GPU needed) holds

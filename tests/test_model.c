@@ -463,7 +463,7 @@ Test(model, weights_read_in_place_give_the_bytes_of_the_copies) {
  * backward begins, held in bf16, as ZeRO-2/3's slots are) a bf16 model
  * writes each Linear's weight gradient and the head's straight into the
  * gradient, where it would make them apart and add them in: the gradient's
- * bytes the same (0 + x is x), with biases and a vocabulary wider than the
+ * bytes the same (0 + x is x; no sum here rounds to bf16's -0), with biases and a vocabulary wider than the
  * MLP's hidden gradient, and fewer activation floats by exactly the two
  * buffers (the head's [V,C] in the wide gradients' place, and [4C,C]). */
 Test(model, fresh_gradients_give_the_bytes_of_the_gradients_made_apart) {
