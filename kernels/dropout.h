@@ -7,9 +7,11 @@
 #include "kernels.h"
 #include "philox.h"
 
-/* The Philox output that holds the mask of element i and its three neighbours. */
+/* The Philox output that holds the mask of element i and its three neighbours:
+ * its step read where the site says (kernels.h), when the op runs. */
 PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
-    Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, d.step }};
+    uint32_t step = d.step_at ? *d.step_at : d.step;
+    Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, step }};
     return philox4x32_10(ctr, d.seed, d.rank);
 }
 

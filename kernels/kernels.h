@@ -83,10 +83,14 @@ BF16_FN ConstBuf const_buf(Buf x) {
 
 /* A dropout site: the mask element i is Philox(key = (seed, rank),
  * counter = (i / 4, i / 2^34, site, step)) word i % 4, kept when its uniform
- * is >= p, and kept values are scaled by 1 / (1 - p). p = 0 is the identity. */
+ * is >= p, and kept values are scaled by 1 / (1 - p). p = 0 is the identity.
+ * Where step_at is not NULL the step is read there, in the device's memory,
+ * as the op runs (step is then unused): a graph's launch reads the step its
+ * batch's upload brought, where a step given by value would be the capture's. */
 typedef struct {
     float p;
     uint32_t seed, rank, step, site;
+    const uint32_t *step_at;
 } Dropout;
 
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], rounded as `rounding` says; the backward adds into dwte[V,C]

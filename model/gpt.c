@@ -557,7 +557,7 @@ static RootWeights root_weights(GPT *m) {
 
 /* Dropout sites: 0 for the embeddings, then three per block. */
 static Dropout dropout_at(const GPT *m, uint32_t site) {
-    Dropout d = { m->training ? m->base.dropout : 0.0f, m->base.seed, m->base.rank, m->step, site };
+    Dropout d = { m->training ? m->base.dropout : 0.0f, m->base.seed, m->base.rank, m->step, site, m->base.step_at };
     return d;
 }
 
@@ -708,7 +708,7 @@ void gpt_forward(GPT *m, const int *tokens, const int *targets, int B, int T,
     m->T = T;
     m->step = step;
     m->training = training;
-    model_upload_batch(&m->base, tokens, targets, BT);
+    model_upload_batch(&m->base, tokens, targets, BT, step);
 
     model_before_forward(&m->base, 0);
     RootWeights root = root_weights(m);

@@ -30,7 +30,7 @@ static void mlp_destroy(Model *base) { free(base); }
 
 static void mlp_forward(Model *base, const int *tokens, const int *targets, int B, int T,
                         uint32_t step, int training) {
-    (void)step, (void)training;  /* no dropout */
+    (void)training;  /* no dropout */
     MLP *m = (MLP *)base;
     Stream *s = base->stream;
     int C = base->cfg.embd, V = base->cfg.vocab, L = base->cfg.layers;
@@ -41,7 +41,7 @@ static void mlp_forward(Model *base, const int *tokens, const int *targets, int 
     }
     m->B = B;
     m->T = T;
-    model_upload_batch(base, tokens, targets, BT);
+    model_upload_batch(base, tokens, targets, BT, step);
 
     model_before_forward(base, 0);
     const float *wte = model_tensor(base, base->unit_weights, 0), *wpe = model_tensor(base, base->unit_weights, 1);

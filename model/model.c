@@ -70,8 +70,11 @@ static size_t column_sums_scratch_bytes(const Model *m) {
     return column_sums_scratch_floats((int)m->positions, COLUMN_SUMS_WIDEST * m->cfg.embd) * sizeof(float);
 }
 
-/* tokens and targets, then the buckets' token, start and positions */
-size_t model_batch_ints(size_t positions) { return 5 * positions + 1; }
+/* tokens and targets, then the buckets' token, start and positions, then the step */
+size_t model_batch_ints(size_t positions) { return 5 * positions + 2; }
+
+/* Where the step is in the staging: after the batch's ints. */
+static size_t staged_step_at(size_t positions) { return model_batch_ints(positions) - 1; }
 
 /* The buckets' arrays laid out in `ints` (3 x positions + 1 of them). */
 static TokenBuckets buckets_in(int *ints, size_t positions) {
@@ -107,6 +110,7 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
     m->positions = positions;
     m->tokens = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
     m->targets = device_alloc(m->dev, MEM_ACTIVATIONS, positions * sizeof(int));
+    m->step_at = device_alloc(m->dev, MEM_ACTIVATIONS, sizeof(uint32_t));
     m->bucket_memory = device_alloc(m->dev, MEM_ACTIVATIONS, (3 * positions + 1) * sizeof(int));
     m->buckets = buckets_in(m->bucket_memory, positions);
     m->buckets.ntokens = (int)positions;  /* every upload pads its tokens to this count (token_buckets_pad) */
@@ -126,8 +130,9 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
 /* Through the staging buffer: a copy from pageable memory would make CUDA
  * stage it itself, synchronously. The host waits for the last upload from
  * the buffer (long done: a step reads its loss in between) before refilling it. */
-void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
+void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT, uint32_t step) {
     event_synchronize(m->uploaded);
+    memcpy(m->upload + staged_step_at(m->positions), &step, sizeof step);
     memcpy(m->upload, tokens, BT * sizeof(int));
     if (!targets) return;
     memcpy(m->upload + m->positions, targets, BT * sizeof(int));
@@ -136,8 +141,9 @@ void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t B
     token_buckets_pad(&staged, (int)m->positions);
 }
 
-void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT) {
-    model_stage_batch(m, tokens, targets, BT);
+void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT, uint32_t step) {
+    model_stage_batch(m, tokens, targets, BT, step);
+    stream_copy(m->stream, m->step_at, m->upload + staged_step_at(m->positions), sizeof(uint32_t));
     stream_copy(m->stream, m->tokens, m->upload, BT * sizeof(int));
     if (targets) {
         stream_copy(m->stream, m->targets, m->upload + m->positions, BT * sizeof(int));
@@ -169,6 +175,7 @@ void model_destroy(Model *m) {
     device_free(m->dev, MEM_ACTIVATIONS, m->acts_memory, m->acts_floats * sizeof(float));
     device_free(m->dev, MEM_ACTIVATIONS, m->tokens, m->positions * sizeof(int));
     device_free(m->dev, MEM_ACTIVATIONS, m->targets, m->positions * sizeof(int));
+    device_free(m->dev, MEM_ACTIVATIONS, m->step_at, sizeof(uint32_t));
     device_free(m->dev, MEM_ACTIVATIONS, m->bucket_memory, (3 * m->positions + 1) * sizeof(int));
     free(m->bucket_counts);
     event_destroy(m->uploaded);

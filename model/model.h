@@ -140,6 +140,7 @@ struct Model {
     float *acts_memory;            /* every activation, one allocation (model_alloc_activations) */
     size_t acts_floats;
     int *tokens, *targets;         /* device copies of the batch, [positions] */
+    uint32_t *step_at;             /* device [1]: the last upload's step, which the dropout masks read (kernels.h) */
     size_t positions;              /* the most a forward takes: max B x max T */
     /* The last batch with targets grouped by token for the embedding's
      * backward (kernels/token_buckets.h): its arrays on the device, in
@@ -149,7 +150,7 @@ struct Model {
     int *bucket_memory;
     int *bucket_counts;            /* host: the sort's vocab + 1 counts */
     /* host staging of the batch (pinned on a GPU): tokens, targets, then the
-     * buckets' arrays, laid out as bucket_memory */
+     * buckets' arrays, laid out as bucket_memory, then the step */
     int *upload;
     Event *uploaded;               /* the last upload from it is done */
     /* the reductions' scratch (MEM_WORKING), made once so that no step allocates */
@@ -182,7 +183,7 @@ void model_init(Model *m, const ModelOps *ops, const ModelConfig *cfg, const Are
 /* The widest rows whose columns a backward sums, in widths of embd: the MLP's
  * hidden layer (its fc bias), 4 x embd. */
 enum { COLUMN_SUMS_WIDEST = 4 };
-/* The batch's device ints for `positions` (tokens, targets, their buckets). */
+/* The batch's device ints for `positions` (tokens, targets, their buckets, the step). */
 size_t model_batch_ints(size_t positions);
 /* One MEM_ACTIVATIONS allocation carved into the table's n buffers (the size
  * table of a model's create), each starting on a 256-byte boundary, the
@@ -193,13 +194,14 @@ void model_alloc_activations(Model *m, const ActivationSlot *table, int n, size_
  * padding included. */
 size_t model_activation_floats(const ActivationSlot *table, int n);
 /* Enqueue the copy of a batch's BT tokens (and targets, if any, with the
- * tokens' buckets) to the device through the staging buffer; the host arrays
- * may change once it returns. It is model_stage_batch, then the copies. */
-void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT);
-/* Its host half: the batch into the staging buffer, once the last upload
- * from it is done (m->uploaded), and nothing enqueued. A graph that captured
- * a forward runs its copies again from there. */
-void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT);
+ * tokens' buckets) and of its step (into step_at) to the device through the
+ * staging buffer; the host arrays may change once it returns. It is
+ * model_stage_batch, then the copies. */
+void model_upload_batch(Model *m, const int *tokens, const int *targets, size_t BT, uint32_t step);
+/* Its host half: the batch and step into the staging buffer, once the last
+ * upload from it is done (m->uploaded), and nothing enqueued. A graph that
+ * captured a forward runs its copies again from there. */
+void model_stage_batch(Model *m, const int *tokens, const int *targets, size_t BT, uint32_t step);
 /* Allocate the full weight (MEM_WEIGHTS) or gradient (MEM_GRADS) arena, zeroed,
  * and point every unit into it. */
 void model_own_weights(Model *m);

@@ -97,7 +97,8 @@ int rank_graphs_run(RankGraphs *g, Ranks *ranks, int (*eager)(Ranks *ranks)) {
         int B = ranks->base.cfg.batch, T = ranks->base.cfg.model.block_size;
         for (int r = 0; r < ranks->local; r++) {
             size_t rows = ranks_batch_offset(ranks, r);
-            model_stage_batch(ranks->model[r], ranks->x + rows, ranks->y + rows, (size_t)B * T);
+            model_stage_batch(ranks->model[r], ranks->x + rows, ranks->y + rows, (size_t)B * T,
+                              ranks_dropout_step(ranks));
         }
     }
     if (rc == 0) {

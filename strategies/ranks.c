@@ -207,12 +207,14 @@ static int rank_body(RankThreads *f, int rank, void *ctx) {
     Model *m = ranks->model[rank];
     int B = ranks->base.cfg.batch, T = ranks->base.cfg.model.block_size;
     size_t rows = ranks_batch_offset(ranks, rank);
-    /* each micro-step its own dropout masks */
-    uint32_t dropout_step = ranks->step * (uint32_t)ranks->micros + (uint32_t)ranks->micro;
     if (injected_hang(ranks, rank) || injected_fault(ranks, rank, FAULT_FORWARD, NULL)) return -1;
-    m->ops->forward(m, ranks->x + rows, ranks->y + rows, B, T, dropout_step, ranks->training);
+    m->ops->forward(m, ranks->x + rows, ranks->y + rows, B, T, ranks_dropout_step(ranks), ranks->training);
     if (ranks->training && !injected_fault(ranks, rank, FAULT_BACKWARD, NULL)) m->ops->backward(m, 1.0f / (float)ranks->micros);
     return ranks->failed[rank] ? -1 : 0;
+}
+
+uint32_t ranks_dropout_step(const Ranks *ranks) {
+    return ranks->step * (uint32_t)ranks->micros + (uint32_t)ranks->micro;
 }
 
 size_t ranks_batch_offset(const Ranks *ranks, int rank) {

@@ -102,6 +102,9 @@ void ranks_release(Ranks *ranks);
 int ranks_run(Ranks *ranks, const int *x, const int *y, uint32_t step, int micro, int micros, int training);
 /* Where local rank r's rows begin in the global batch, in tokens. */
 size_t ranks_batch_offset(const Ranks *ranks, int rank);
+/* The step the dropout masks of the micro-step under way are drawn for: each
+ * micro-step its own (step x micros + micro). */
+uint32_t ranks_dropout_step(const Ranks *ranks);
 /* The ops' forward_backward: ranks_run, training. For the tests of what a
  * non-finite step or state does, ZF_INJECT_NAN=WHAT:ITER[:COUNT] (WHAT: loss,
  * grad or weight; runtime/inject.h) then makes rank 0's loss, or the first value of its gradient

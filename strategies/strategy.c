@@ -127,8 +127,8 @@ void strategy_estimate(const StrategyKind *kind, const StrategyConfig *cfg, Devi
     double slots = kind->unit_buffers >= 1 ? grads : 0.0, gathers = kind->unit_buffers >= 2 ? weights : 0.0;
     /* and the norms' partials */
     bytes[MEM_WORKING] = (slots + gathers) * (root + pool * unit) + N * sizeof(SquareSum);
-    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(kind, cfg), strategy_shard_ranks(cfg), device, cfg->batch,
-                   cfg->model.block_size, bytes);
+    model_estimate(&cfg->model, cfg->units.cut, strategy_compute(kind, cfg), strategy_shard_ranks(cfg), device,
+                   cfg->batch, cfg->model.block_size, bytes);
 }
 
 ComputePolicy strategy_compute(const StrategyKind *kind, const StrategyConfig *cfg) {
@@ -206,7 +206,6 @@ void strategy_stages_text(char *out, size_t len) {
 /* What a graph cannot hold (rank_graphs.h), in the flags' words; NULL for none. */
 static const char *graphs_refusal(const StrategyConfig *cfg) {
     if (!cfg->graphs) return NULL;
-    if (cfg->dropout > 0.0f) return "--graphs=1 needs --dropout=0: a graph keeps the dropout masks' step as captured";
     if (cfg->link.gbps > 0 || cfg->link_inter.gbps > 0)
         return "--graphs=1 cannot run a modeled link, whose clock starts when the host enqueues";
     if (cfg->diagnostics.trace || cfg->diagnostics.profile)

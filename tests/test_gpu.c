@@ -431,7 +431,7 @@ Test(gpu, residual_and_layernorm_with_its_bias_are_the_unfused_ops_bytes_at_gpt2
                                DTYPE_BF16);
     expect_same_bytes(sum, n * sizeof(float), "the fused add from bf16: its sum");
     expect_same_bytes(out, n * sizeof(float), "the fused add from bf16: its LayerNorm");
-    Dropout mask = { 0.3f, 7, 1, 5, 0 };
+    Dropout mask = { 0.3f, 7, 1, 5, 0, NULL };
     dropout_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(a.gpu), n, mask, DTYPE_BF16);
     pair_take_gpu(out);
     dropout_forward(gpu_stream, bf16_buf(sum16), bf16_numbers(sum16), n, mask, DTYPE_BF16);
@@ -570,7 +570,7 @@ typedef struct { int B, T, C, NH; } AttentionShape;
 static void check_attention(float p, DType products, AttentionShape sh) {
     need_gpu();
     int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
-    Dropout drop = { p, 9, 1, 4, 2 };
+    Dropout drop = { p, 9, 1, 4, 2, NULL };
     AttentionBuffers cpu_sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, products);
     AttentionBuffers gpu_sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, products);
     size_t saved_n = cpu_sizes.saved > gpu_sizes.saved ? cpu_sizes.saved : gpu_sizes.saved;
@@ -658,7 +658,7 @@ Test(gpu, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     Pair wte = pair_random((size_t)V * C, -1, 1, 97), dw = pair_random(C, 0, 1, 98);
     Pair scratch = pair_random(column_sums_scratch_floats((int)BT, C), 0, 1, 99);
     IntPair tokens = tokens_random(BT, V, 3);
-    Dropout drop = { 0.25f, 9, 1, 4, 2 };
+    Dropout drop = { 0.25f, 9, 1, 4, 2, NULL };
     float *mean = stats.gpu, *rstd = stats.gpu + BT;
     embedding_forward(gpu_stream, fp32_buf(fp.gpu), tokens.gpu, fp32_numbers(wte.gpu), fp32_numbers(y.gpu), B, T, C,
                       DTYPE_FP32);
@@ -791,7 +791,7 @@ Test(gpu, attention_in_bf16_on_the_tensor_cores) {
 Test(gpu, attention_in_bf16_repeats_bit_for_bit_at_gpt2s_shape) {
     need_gpu();
     int B = 2, T = 1024, C = 768, NH = 12;
-    Dropout drop = { 0.0f, 9, 1, 4, 2 };
+    Dropout drop = { 0.0f, 9, 1, 4, 2, NULL };
     AttentionBuffers sizes = attention_buffers(DEVICE_CUDA, B, T, C, NH, DTYPE_BF16);
     cr_assert_eq(sizes.saved, (size_t)B * NH * T, "the GPU keeps one log-sum-exp a row, no T x T matrix");
     Pair qkv = pair_random((size_t)B * T * 3 * C, -1, 1, 61), out = pair_random((size_t)B * T * C, -1, 1, 62);
@@ -1091,7 +1091,7 @@ Test(gpu, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values_at_gpt2s_shape
 Test(gpu, elementwise_ops) {
     need_gpu();
     size_t n = 100003;
-    Dropout drop = { 0.3f, 5, 2, 7, 3 };
+    Dropout drop = { 0.3f, 5, 2, 7, 3, NULL };
     Pair x = pair_random(n, -3, 3, 41), y = pair_random(n, -1, 1, 42), out = pair_random(n, -1, 1, 43);
     for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
         gelu_forward(test_stream, fp32_buf(out.cpu), fp32_numbers(x.cpu), n, tanh_form, DTYPE_FP32);
@@ -1147,7 +1147,7 @@ static size_t packed_op_bytes(int op, DType held, size_t in, size_t out, Pair x,
     }
     ConstBuf X = { xa, held }, Y = { ya, held };
     Buf O = { oa, held };
-    Dropout drop = { 0.3f, 5, 2, 7, 3 };
+    Dropout drop = { 0.3f, 5, 2, 7, 3, NULL };
     int C = 33334, N = (int)(n / C);
     switch (op) {
     case PACKED_GELU: gelu_forward(gpu_stream, O, X, n, 0, held); break;
@@ -1440,7 +1440,7 @@ Test(gpu, activation_gradients_held_in_bf16_at_gpt2s_shape, .timeout = 300) {
     pair_take_gpu(out);
     expect_stored_bytes(got16.gpu, out.cpu, nc, "layernorm_backward added into a bf16 dinp");
     /* a branch's gradient through its dropout, from the residual stream's, both in bf16 */
-    Dropout drop = { 0.1f, 7, 0, 3, 4 };
+    Dropout drop = { 0.1f, 7, 0, 3, 4, NULL };
     dropout_backward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(dy.gpu), nc, drop, DTYPE_BF16);
     dropout_backward(gpu_stream, bf16_buf(got_held), bf16_numbers(dy_held), nc, drop, DTYPE_BF16);
     pair_take_gpu(out);
@@ -1929,10 +1929,41 @@ Test(gpu, overlap_on_and_off_give_the_same_bits_with_two_micro_steps) {
     dataset_free(&data);
 }
 
+/* Dropout's step read from device memory (step_at) by the kernel as it runs:
+ * one CUDA graph of the step's copy from pinned memory and the op, launched
+ * after each step is written there, draws that step's mask: the bytes of the
+ * op run eagerly with the step given by value. */
+Test(gpu, dropout_reads_its_step_from_device_memory_at_each_graph_launch) {
+    need_gpu();
+    size_t n = 1001, bytes = n * sizeof(float);
+    Pair x = pair_random(n, 0.5f, 1.5f, 81), out = pair_random(n, -1, 1, 82), want = pair_random(n, -1, 1, 83);
+    uint32_t *step = device_alloc(gpu, MEM_WORKING, sizeof *step), *staged = device_alloc_host(gpu, sizeof *staged);
+    Dropout from_memory = { 0.3f, 7, 1, 0, 2, step };
+    graph_capture_begin(gpu_stream);
+    stream_copy(gpu_stream, step, staged, sizeof *step);
+    dropout_forward(gpu_stream, fp32_buf(out.gpu), fp32_numbers(x.gpu), n, from_memory, DTYPE_FP32);
+    Graph *g = graph_capture_end(gpu_stream);
+    for (uint32_t s = 4; s <= 6; s++) {
+        *staged = s;
+        graph_launch(g, gpu_stream);
+        Dropout by_value = { 0.3f, 7, 1, s, 2, NULL };
+        dropout_forward(gpu_stream, fp32_buf(want.gpu), fp32_numbers(x.gpu), n, by_value, DTYPE_FP32);
+        stream_copy(gpu_stream, out.cpu, out.gpu, bytes);
+        stream_copy(gpu_stream, want.cpu, want.gpu, bytes);
+        stream_synchronize(gpu_stream);
+        cr_expect(memcmp(out.cpu, want.cpu, bytes) == 0, "the launch at step %u drew another mask", s);
+    }
+    graph_destroy(g);
+    device_free(gpu, MEM_WORKING, step, sizeof *step);
+    device_free_host(gpu, staged);
+    pair_free(x); pair_free(out); pair_free(want);
+}
+
 /* Each kind of micro-step captured once as a CUDA graph and launched after
  * (strategies/rank_graphs.h) gives the eager run's bytes: every stage on 2
- * ranks simulated on the GPU, with overlap, clipping and three micro-steps,
- * in fp32 and bf16 (the tensor cores' attention, cuBLASLt's products). */
+ * ranks simulated on the GPU, with overlap, clipping, dropout (its step read
+ * from memory by each launch's kernels) and three micro-steps, in fp32 and
+ * bf16 (the tensor cores' attention, cuBLASLt's products). */
 Test(gpu, graphs_give_the_eager_runs_bits) {
     need_gpu();
     load_data();
@@ -1940,7 +1971,7 @@ Test(gpu, graphs_give_the_eager_runs_bits) {
     for (int p = 0; p < 2; p++)
         for (int k = 0; k < STRATEGY_KINDS; k++) {
             int zero = STRATEGIES[k].stage;
-            StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.0f);
+            StrategyConfig sc = placed_gpt(2, PLACE_CUDA_SIMULATOR, 0.1f);
             sc.precision = p ? DTYPE_BF16 : DTYPE_FP32;
             sc.overlap.enabled = 1;
             sc.overlap.bucket_bytes = 8 << 10;

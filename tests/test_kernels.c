@@ -198,7 +198,7 @@ typedef enum { RANDOM_SCORES, RISING_SCORES } Scores;
 static void check_attention_of(float p, int B, int T, Scores scores) {
     int C = 8, NH = 2;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
-    Dropout drop = { p, 42, 3, 7, 11 };
+    Dropout drop = { p, 42, 3, 7, 11, NULL };
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 21);
     if (scores == RISING_SCORES) rising_scores(qkv, B, T, C, NH);
@@ -261,7 +261,7 @@ Test(kernels, attention_over_key_blocks_with_a_ragged_last_with_dropout) {
 static void check_attention_bf16(float p) {
     int B = 2, T = 150, C = 32, NH = 2;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-    Dropout drop = { p, 42, 3, 7, 11 };
+    Dropout drop = { p, 42, 3, 7, 11, NULL };
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 41);
     rising_scores(qkv, B, T, C, NH);
@@ -366,7 +366,7 @@ Test(kernels, attention_tiles_cover_the_causal_triangle) {
 Test(kernels, attention_same_bits_at_any_thread_count) {
     int B = 2, T = 100, C = 16, NH = 4;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-    Dropout drop = { 0.2f, 5, 1, 3, 4 };
+    Dropout drop = { 0.2f, 5, 1, 3, 4, NULL };
     float *qkv = alloc_floats(nqkv), *g = alloc_floats(nout), *base = alloc_floats(nqkv);
     fill_uniform(qkv, nqkv, -1.5f, 1.5f, 31);
     fill_uniform(g, nout, -1, 1, 32);
@@ -742,7 +742,8 @@ static void check_gelu(int tanh_form) {
     gelu_backward(test_stream, fp32_buf(dx), fp32_buf(NULL), fp32_numbers(x), fp32_numbers(g), 1, (int)n, tanh_form,
                   DTYPE_FP32, NULL);
     stream_synchronize(test_stream);
-    PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0 }, tanh_form };
+    PointwiseCtx c = { to_double(x, n), to_double(g, n), malloc(sizeof(double) * n), n, { 0, 0, 0, 0, 0, NULL },
+                       tanh_form };
     ref_gelu(c.out, c.inp, n, tanh_form);
     cr_expect_lt(rel_error(out, c.out, n), FWD_TOL, "gelu forward (tanh %d): %g", tanh_form, rel_error(out, c.out, n));
     double *num = malloc(sizeof(double) * n);
@@ -777,7 +778,7 @@ Test(kernels, every_op_rounds_its_output_as_round_to_bf16_after_it) {
     fill_uniform(w, C, 0.5f, 1.5f, 53);
     fill_uniform(wte, (size_t)V * C, -1, 1, 54);
     for (size_t i = 0; i < BT; i++) tokens[i] = (int)(i * 37 % V);
-    Dropout drop = { 0.25f, 9, 1, 4, 2 };
+    Dropout drop = { 0.25f, 9, 1, 4, 2, NULL };
 
     embedding_forward(test_stream, fp32_buf(fp), tokens, fp32_numbers(wte), fp32_numbers(y), B, T, C, DTYPE_FP32);
     embedding_forward(test_stream, fp32_buf(bf), tokens, fp32_numbers(wte), fp32_numbers(y), B, T, C, DTYPE_BF16);
@@ -1026,7 +1027,7 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
     residual_forward(test_stream, fp32_buf(sum), fp32_numbers(ar), fp32_numbers(b), n, DTYPE_BF16);
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(sum16, sum, n), "residual_forward from bf16 into bf16");
-    Dropout mask = { 0.3f, 7, 1, 5, 0 };
+    Dropout mask = { 0.3f, 7, 1, 5, 0, NULL };
     memcpy(sum16, ar16, n * sizeof(bf16));
     dropout_forward(test_stream, bf16_buf(sum16), bf16_numbers(sum16), n, mask, DTYPE_BF16);
     dropout_forward(test_stream, fp32_buf(sum), fp32_numbers(ar), n, mask, DTYPE_BF16);
@@ -1099,7 +1100,7 @@ Test(kernels, outputs_held_in_bf16_are_the_bytes_of_their_fp32_outputs_stored) {
      * then the backward from a bf16 output gradient into a bf16 dqkv too (the model's attention's gradients):
      * 8n, grown at once */
     enum { NH = 2 };
-    Dropout drop = { 0.1f, 3, 0, 2, 1 };
+    Dropout drop = { 0.1f, 3, 0, 2, 1, NULL };
     float *qkv = alloc_floats(3 * n), *saved = alloc_floats(attention_buffers(DEVICE_CPU, 1, N, C, NH, DTYPE_BF16).saved);
     float *dqkv = alloc_floats(3 * n), *dqkv16 = alloc_floats(3 * n);
     bf16 *qkv16 = malloc(3 * n * sizeof(bf16)), *b16 = malloc(n * sizeof(bf16)), *dqkv_held = malloc(3 * n * sizeof(bf16));
@@ -1232,7 +1233,7 @@ Test(kernels, inputs_held_in_bf16_give_the_bytes_of_their_fp32_values) {
     size_t n = (size_t)B * T * C;
     AttentionBuffers sizes = attention_buffers(DEVICE_CPU, B, T, C, NH, DTYPE_BF16);
     float *saved = alloc_floats(sizes.saved), *att_out = alloc_floats(n);
-    Dropout drop = { 0.2f, 9, 1, 4, 2 };
+    Dropout drop = { 0.2f, 9, 1, 4, 2, NULL };
     attention_forward(test_stream, fp32_buf(att_out), saved, NULL, fp32_numbers(x), B, T, C, NH, drop, DTYPE_BF16,
                       DTYPE_BF16);
     /* its forward from q, k, v held in bf16 into a bf16 output: the fp32 output's bytes stored, which the
@@ -1504,7 +1505,7 @@ Test(kernels, activation_gradients_held_in_bf16_are_the_bytes_of_fp32s_stored) {
     stream_synchronize(test_stream);
     cr_assert(same_as_stored(dx_held, dx, nc), "layernorm_backward added into a bf16 dinp");
     /* a branch's gradient through its dropout, from the residual stream's, both in bf16 */
-    Dropout drop = { 0.3f, 5, 0, 1, 3 };
+    Dropout drop = { 0.3f, 5, 0, 1, 3, NULL };
     dropout_backward(test_stream, bf16_buf(got16), bf16_numbers(dy16), n, drop, DTYPE_BF16);
     dropout_backward(test_stream, fp32_buf(got), fp32_numbers(dy), n, drop, DTYPE_BF16);
     stream_synchronize(test_stream);
@@ -1613,9 +1614,37 @@ Test(kernels, gelu_tanh_form_forward_backward) {
     cr_expect_gt(fabsf(exact - approx), 4e-4f, "the tanh form is another function: %g and %g", exact, approx);
 }
 
+/* Dropout's step read from memory (step_at) as the op runs: one capture of
+ * the op, launched after each step is written there, draws that step's mask,
+ * the bytes of the op given the step by value; a step given by value would
+ * keep the capture's. */
+Test(kernels, dropout_reads_its_step_from_memory_at_each_graph_launch) {
+    size_t n = 1001;
+    float *x = alloc_floats(n), *out = alloc_floats(n), *want = alloc_floats(n), *last = alloc_floats(n);
+    fill_uniform(x, n, 0.5f, 1.5f, 54);
+    uint32_t *step = device_alloc(test_device, MEM_WORKING, sizeof *step);
+    *step = 0;
+    Dropout from_memory = { 0.3f, 7, 1, 0, 2, step };
+    graph_capture_begin(test_stream);
+    dropout_forward(test_stream, fp32_buf(out), fp32_numbers(x), n, from_memory, DTYPE_FP32);
+    Graph *g = graph_capture_end(test_stream);
+    for (uint32_t s = 4; s <= 6; s++) {
+        *step = s;
+        graph_launch(g, test_stream);
+        Dropout by_value = { 0.3f, 7, 1, s, 2, NULL };
+        dropout_forward(test_stream, fp32_buf(want), fp32_numbers(x), n, by_value, DTYPE_FP32);
+        stream_synchronize(test_stream);
+        cr_expect(memcmp(out, want, n * sizeof(float)) == 0, "the launch at step %u drew another mask", s);
+        if (s > 4) cr_expect(memcmp(out, last, n * sizeof(float)) != 0, "steps %u and %u drew one mask", s - 1, s);
+        memcpy(last, out, n * sizeof(float));
+    }
+    graph_destroy(g);
+    device_free(test_device, MEM_WORKING, step, sizeof *step);
+}
+
 Test(kernels, dropout_forward_backward) {
     size_t n = 100003;
-    Dropout drop = { 0.25f, 7, 1, 9, 4 };
+    Dropout drop = { 0.25f, 7, 1, 9, 4, NULL };
     float *x = alloc_floats(n), *g = alloc_floats(n), *out = alloc_floats(n), *dx = alloc_floats(n), *base = alloc_floats(n);
     fill_uniform(x, n, 0.5f, 1.5f, 51);
     fill_uniform(g, n, -1, 1, 52);

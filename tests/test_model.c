@@ -44,7 +44,7 @@ static void check_model_gradient(ModelKind kind, float p, int classifier_rows, i
     ModelConfig cfg = { 7, 6, 2, 2, 8, kind, bias, gelu_tanh };  /* V, block, layers, heads, embd */
     int B = 2, T = 5;                    /* T below the block size on purpose */
     int x[10] = { 0, 3, 6, 2, 2, 5, 1, 4, 0, 6 }, y[10] = { 3, 6, 2, 2, 5, 1, 4, 0, 6, 1 };
-    Dropout drop = { p, 11, 1, 5, 0 };
+    Dropout drop = { p, 11, 1, 5, 0, NULL };
     Model *m = test_model(&cfg, B, cfg.block_size);
     if (classifier_rows) ((GPT *)m)->classifier_rows = classifier_rows;
     m->dropout = p;
