@@ -269,6 +269,7 @@ STEPS=(
     "torch-gpt2-compiled|150|torch_gpt2 compiled"
     "smoke|25|\$BIN/train --device=cuda $SMALL --iters=3"
     "char-fp32|45|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60"
+    "char-fp32-graphs|45|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60 --graphs=1"
     "torch-eager|60|\$PYTHON tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager"
     "char-tf32|30|\$BIN/train $CHAR --zero=0 --gpus=1 --iters=60 --tf32=1"
     "torch-eager-tf32|45|\$PYTHON tests/torch_gpt.py bench --preset char --device cuda --iters 40 --modes eager --tf32"
