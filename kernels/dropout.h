@@ -7,8 +7,18 @@
 #include "kernels.h"
 #include "philox.h"
 
+/* The site as the op runs: its step read from step_at where that is set
+ * (kernels.h), once, at the start of each GPU kernel and CPU task that draws
+ * masks, so that their loops take it from a register, not memory. */
+PHILOX_FN Dropout dropout_resolved(Dropout d) {
+    if (d.step_at && d.p > 0.0f) d.step = *d.step_at;
+    d.step_at = NULL;
+    return d;
+}
+
 /* The Philox output that holds the mask of element i and its three neighbours:
- * its step read where the site says (kernels.h), when the op runs. */
+ * its step read where the site says (kernels.h), when the op runs (from a
+ * resolved site, dropout_resolved's, the step it holds). */
 PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
     uint32_t step = d.step_at ? *d.step_at : d.step;
     Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, step }};

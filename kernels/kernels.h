@@ -86,7 +86,9 @@ BF16_FN ConstBuf const_buf(Buf x) {
  * is >= p, and kept values are scaled by 1 / (1 - p). p = 0 is the identity.
  * Where step_at is not NULL the step is read there, in the device's memory,
  * as the op runs (step is then unused): a graph's launch reads the step its
- * batch's upload brought, where a step given by value would be the capture's. */
+ * batch's upload brought, where a step given by value would be the capture's.
+ * Being device memory, only ops enqueued on a stream ordered after its write
+ * may draw masks from it; host code never does. */
 typedef struct {
     float p;
     uint32_t seed, rank, step, site;

@@ -20,10 +20,10 @@
  * is recorded there, so that the eager work between micro-steps (the loss's
  * read, clipping, AdamW, an evaluation) is ordered after the graph and never
  * waits on an event recorded inside it. What a graph cannot hold is refused
- * where the run is made (strategy_config_error, ranks_init): dropout (its
- * step is an argument of the kernels), a modeled link (its clock starts when
- * the host enqueues), traces and the profile (their events are read on the
- * host), injected faults, and ranks past one device's simulator (NCCL, MPI).
+ * where the run is made (strategy_config_error, ranks_init): a modeled link
+ * (its clock starts when the host enqueues), traces and the profile (their
+ * events are read on the host), injected faults, and ranks past one device's
+ * simulator (NCCL, MPI). Dropout's step is read from memory (kernels.h).
  */
 #ifndef ZF_RANK_GRAPHS_H
 #define ZF_RANK_GRAPHS_H

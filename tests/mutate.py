@@ -1430,8 +1430,8 @@ MUTANTS = [
      "the capture's masks",
      "test_kernels/dropout_reads*",
      "kernels/dropout.h",
-     "    uint32_t step = d.step_at ? *d.step_at : d.step;",
-     "    uint32_t step = d.step;"),
+     "    if (d.step_at && d.p > 0.0f) d.step = *d.step_at;",
+     "    if (0 && d.step_at && d.p > 0.0f) d.step = *d.step_at;"),
     ("graph-step-unstaged", "--graphs=1: each launch's batch staged with step 0, not its micro-step's, so its "
      "dropout masks repeat",
      "test_strategies/graphs_give*",

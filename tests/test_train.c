@@ -342,12 +342,14 @@ Test(train, a_run_gives_the_same_bits_on_any_number_of_threads, .timeout = 120) 
 
 /* --graphs=1: each kind of micro-step (here a first and a last) captured once,
  * after one eager run, and launched from then on; the run says so, and saves
- * the eager run's bytes, dropout on, with a step skipped under an injected
- * NaN between. */
+ * the eager run's bytes, dropout on and each block's forward made again in
+ * its backward (whose masks read the launch's step), with a step skipped
+ * under an injected NaN between. */
 Test(train, graphs_capture_each_kind_once_and_save_the_eager_runs_bytes, .timeout = 120) {
     char dir[64], out[160], args[1024], err[4096];
     temp_dir(dir, sizeof dir, "graphs");
-    static const char RUN[] = "--zero=3 --gpus=2 --dropout=0.1 --iters=5 --grad-accum=2 --eval-every=0 --on-nan=skip";
+    static const char RUN[] = "--zero=3 --gpus=2 --dropout=0.1 --recompute=1 --iters=5 --grad-accum=2 "
+                              "--eval-every=0 --on-nan=skip";
     setenv("ZF_INJECT_NAN", "grad:3", 1);
     snprintf(args, sizeof args, "%s %s --out=%s/eager", TINY, RUN, dir);
     cr_assert_eq(run_train(args, err, sizeof err), 0, "%s", err);

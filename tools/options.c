@@ -116,7 +116,7 @@ static int flag_table(TrainOptions *o, Flag *f) {
           "the gradients held in bf16, the ZeRO paper's)" },
         { "overlap", MODEL_TOOLS, FLAG_INT, &o->overlap, 0, "1: collectives under the backward, ZeRO-3 prefetch (same bits as 0)" },
         { "graphs", TOOL_TRAIN, FLAG_INT, &o->graphs, 0, "1: each kind of training micro-step captured once as a graph "
-          "(CUDA's) of every rank's work and run again: one launch a micro-step (needs --dropout=0; same bits as 0)" },
+          "(CUDA's) of every rank's work and run again: one launch a micro-step (same bits as 0)" },
         { "bucket-mb", MODEL_TOOLS, FLAG_FLOAT, &o->bucket_mb, 0, "DDP's gradient bucket, MB (the first one 1 MB)" },
         { "unit", MODEL_TOOLS, FLAG_TEXT, o->unit, sizeof o->unit, "what a unit is: block, half (attention, MLP) or tensor (each "
           "weight matrix with its norm); same bits for each" },

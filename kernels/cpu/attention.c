@@ -58,7 +58,7 @@ static Head head_of(const float *qkv, int bh, int T, int C, int NH, Dropout drop
     const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
     Head hd = { .q = q, .k = q + C, .v = q + 2 * C, .bh = bh, .T = T, .C = C, .hs = hs,
                 .round_products = products == DTYPE_BF16, .round_output = rounding == DTYPE_BF16,
-                .scale = 1.0f / sqrtf((float)hs), .drop = drop };
+                .scale = 1.0f / sqrtf((float)hs), .drop = dropout_resolved(drop) };
     return hd;
 }
 

@@ -217,6 +217,7 @@ static void dropout_chunk(const void *p, size_t first, size_t end) {
 
 static void dropout_task(void *p) {
     DropoutArgs *a = p;
+    a->drop = dropout_resolved(a->drop);
     over_chunks(a->n, dropout_chunk, a);
 }
 

@@ -59,6 +59,7 @@ __global__ static void causal_softmax_kernel(float *att, int rows, int T) {
  * (element row * T + j of [B,NH,T,T], as on the CPU), rounded to bf16, then
  * brought to the row's final max and sum. Zero past t. */
 __global__ static void causal_softmax_bf16_kernel(float *att, float *weights, int rows, int T, Dropout drop) {
+    drop = dropout_resolved(drop);
     size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= (size_t)rows) return;
@@ -90,6 +91,7 @@ __global__ static void causal_softmax_bf16_kernel(float *att, float *weights, in
  * element i of [B,NH,T,T], as on the CPU. */
 __global__ static void attention_dropout_kernel(float *weights, float *datt, const float *att, size_t n,
                                                 Dropout drop, int round_weights) {
+    drop = dropout_resolved(drop);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float scale = drop.p > 0.0f ? dropout_scale_at(drop, i) : 1.0f;
@@ -263,6 +265,7 @@ template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     flash_forward_kernel(Buf out, float *lse, ConstBuf qkv, int T, int C, int NH, float scale, Dropout drop,
                          int rounds) {
+    drop = dropout_resolved(drop);
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], k_tile[FLASH_ROWS * ROW], vt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);
@@ -367,6 +370,7 @@ template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     flash_dkdv_kernel(Buf dqkv, ConstBuf dy, ConstBuf qkv, const float *lse, const float *delta, int T,
                       int C, int NH, float scale, Dropout drop, int rounds) {
+    drop = dropout_resolved(drop);
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 q_tile[FLASH_ROWS * ROW], qt_tile[HS * FLASH_COLUMN];
     __shared__ __align__(16) bf16 dy_tile[FLASH_ROWS * ROW], dyt_tile[HS * FLASH_COLUMN];
@@ -458,6 +462,7 @@ template <int HS>
 __global__ static void __launch_bounds__(FLASH_THREADS, 1)
     flash_dq_kernel(Buf dqkv, ConstBuf dy, ConstBuf qkv, const float *lse, const float *delta, int T,
                     int C, int NH, float scale, Dropout drop, int rounds) {
+    drop = dropout_resolved(drop);
     const int ROW = HS + FLASH_PAD;
     __shared__ __align__(16) bf16 k_tile[FLASH_ROWS * ROW], v_tile[FLASH_ROWS * ROW], kt_tile[HS * FLASH_COLUMN];
     int bh = blockIdx.x, qb = flash_query_block(blockIdx.y, gridDim.y);

@@ -153,6 +153,7 @@ void cuda_bias_backward(Stream *s, Buf dbias, ConstBuf dout, int N, int OC, floa
 
 /* The same Philox mask as the CPU's, each element's scale from its index. */
 __global__ static void dropout_kernel(Buf out, ConstBuf inp, size_t n, Dropout drop, int rounds, int aligned) {
+    drop = dropout_resolved(drop);
     Tile tile = this_tile(n, aligned);
     float v[PACK_NUMBERS];
     load_pack(v, inp.data, inp.dtype, tile, n);
