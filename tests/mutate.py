@@ -427,12 +427,12 @@ MUTANTS = [
      "model/gpt.c",
      "    if (!autocast(m) || m->grads_fresh) return;\n    Buf grad = grad_held(m, t);",
      "    if (1) return;\n    Buf grad = grad_held(m, t);"),
-    ("bf16-residual-unrounded", "mixed precision: the residual stream kept in fp32 after attention's add, not bf16 "
-     "(and the LayerNorm after it)",
-     "test_strategies/recompute_*",
-     "model/gpt.c",
-     "part_bias(m, l, LN2), BT, C, rounding);",
-     "part_bias(m, l, LN2), BT, C, DTYPE_FP32);"),
+    ("bf16-residual-unrounded", "mixed precision: attention's residual add summed in fp32 and the LayerNorm after "
+     "it taken from the unrounded sum, where the stream holds it in bf16",
+     "test_kernels",
+     "kernels/cpu/layernorm.c",
+     "                         resid.dtype == DTYPE_BF16 ? DTYPE_BF16 : rounding);",
+     "                         DTYPE_FP32);"),
     ("bf16-embedding-grads-unrounded", "mixed precision: the embeddings' gradients added in fp32, not made in bf16 "
      "first",
      "test_kernels/embedding_backward_in_bf16*",
