@@ -22,6 +22,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +122,12 @@ typedef struct {
  * number: each event notes the capture its latest record was made in (0: none). */
 static pthread_mutex_t capture_mu = PTHREAD_MUTEX_INITIALIZER;
 static CpuGraph *capturing;
-static uint64_t capture_serial;
+static _Atomic uint64_t capture_serial;
+
+/* Whether this process has begun a capture. Until it has, no stream is in one
+ * and no event's record was made in one, so a task's launch, a record, a wait
+ * and a synchronize skip capture_mu, which each would otherwise take. */
+static int captures_begun(void) { return atomic_load_explicit(&capture_serial, memory_order_acquire) != 0; }
 
 static void capture_fatal(const char *what) {
     fprintf(stderr, "fatal: %s (CUDA would refuse it in a graph's capture)\n", what);
@@ -328,6 +334,19 @@ float *cpu_stream_room(Stream *stream, size_t floats) {
     return s->room;
 }
 
+/* A task on a stream in the capture under way: recorded, not run (1); else 0. */
+static int captured_task(CpuStream *s, TaskFn fn, const void *args, size_t args_size) {
+    pthread_mutex_lock(&capture_mu);
+    int in_capture = s->lane >= 0;
+    if (in_capture) {
+        Action *a = capture_append(capturing, ACTION_TASK, s);
+        a->task.fn = fn;
+        memcpy(a->task.args, args, args_size);
+    }
+    pthread_mutex_unlock(&capture_mu);
+    return in_capture;
+}
+
 void stream_launch(Stream *stream, TaskFn fn, const void *args, size_t args_size) {
     CpuStream *s = (CpuStream *)stream;
     if (stream->dev->kind != DEVICE_CPU) {
@@ -338,15 +357,7 @@ void stream_launch(Stream *stream, TaskFn fn, const void *args, size_t args_size
         fprintf(stderr, "fatal: task arguments of %zu bytes exceed %d\n", args_size, TASK_ARGS_MAX);
         abort();
     }
-    pthread_mutex_lock(&capture_mu);
-    if (s->lane >= 0) {  /* in the capture: recorded, not run */
-        Action *a = capture_append(capturing, ACTION_TASK, s);
-        a->task.fn = fn;
-        memcpy(a->task.args, args, args_size);
-        pthread_mutex_unlock(&capture_mu);
-        return;
-    }
-    pthread_mutex_unlock(&capture_mu);
+    if (captures_begun() && captured_task(s, fn, args, args_size)) return;
     pthread_mutex_lock(&s->mu);
     while (s->count == QUEUE_CAPACITY) pthread_cond_wait(&s->has_space, &s->mu);
     Task *t = &s->ring[(s->head + s->count) % QUEUE_CAPACITY];
@@ -442,10 +453,12 @@ static void cpu_sum(Stream *s, void *out, const void *const *in, DType held, int
  * keeps wake_at at the nearest target still pending. */
 static void cpu_synchronize(Stream *stream) {
     CpuStream *s = (CpuStream *)stream;
-    pthread_mutex_lock(&capture_mu);
-    int captured = s->lane >= 0;
-    pthread_mutex_unlock(&capture_mu);
-    if (captured) capture_fatal("a synchronize of a stream in a capture");
+    if (captures_begun()) {
+        pthread_mutex_lock(&capture_mu);
+        int captured = s->lane >= 0;
+        pthread_mutex_unlock(&capture_mu);
+        if (captured) capture_fatal("a synchronize of a stream in a capture");
+    }
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->launched;
     while (s->finished < target) {
@@ -552,20 +565,27 @@ static void wait_task(void *p) {
     marker_release(a->marker);
 }
 
+/* A record on a stream in the capture under way, recorded there (1); else
+ * the event's latest record is no longer a captured one (0). */
+static int captured_record(CpuEvent *ev, CpuStream *s) {
+    pthread_mutex_lock(&capture_mu);
+    int in_capture = s->lane >= 0;
+    if (in_capture) {
+        ev->record = capturing->count;
+        ev->captured_in = capture_serial;
+        capture_append(capturing, ACTION_RECORD, s);
+    } else {
+        ev->captured_in = 0;
+    }
+    pthread_mutex_unlock(&capture_mu);
+    return in_capture;
+}
+
 /* The mark task is queued before the marker is published, so no wait can be
  * queued on that stream ahead of the mark it waits for. */
 static void cpu_event_record(Event *event, Stream *s) {
     CpuEvent *ev = (CpuEvent *)event;
-    pthread_mutex_lock(&capture_mu);
-    if (((CpuStream *)s)->lane >= 0) {
-        ev->record = capturing->count;
-        ev->captured_in = capture_serial;
-        capture_append(capturing, ACTION_RECORD, (CpuStream *)s);
-        pthread_mutex_unlock(&capture_mu);
-        return;
-    }
-    ev->captured_in = 0;
-    pthread_mutex_unlock(&capture_mu);
+    if (captures_begun() && captured_record(ev, (CpuStream *)s)) return;
     MarkerArgs a = { marker_create(2), NULL };  /* the event's reference and the mark task's */
     stream_launch(s, mark_task, &a, sizeof a);
     pthread_mutex_lock(&ev->mu);
@@ -577,10 +597,9 @@ static void cpu_event_record(Event *event, Stream *s) {
 
 /* A wait on a record made in the capture under way joins the capture (the
  * waiting stream's later work is recorded too); a wait in a capture on any
- * other record, or after one on a captured record, is CUDA's error. */
-static void cpu_wait_event(Stream *stream, Event *event) {
-    CpuStream *s = (CpuStream *)stream;
-    CpuEvent *ev = (CpuEvent *)event;
+ * other record, or after one on a captured record, is CUDA's error. 1 where
+ * the wait was recorded in the capture, 0 where it is to run. */
+static int captured_wait(CpuStream *s, CpuEvent *ev) {
     pthread_mutex_lock(&capture_mu);
     int in_this_capture = capturing && ev->captured_in == capture_serial;
     if (s->lane >= 0 && !in_this_capture) capture_fatal("a wait in a capture on an event recorded outside it");
@@ -600,18 +619,27 @@ static void cpu_wait_event(Stream *stream, Event *event) {
         if (s->lane == 0) record->origin_waits = 1;
         capture_append(capturing, ACTION_WAIT, s)->record = ev->record;
         pthread_mutex_unlock(&capture_mu);
-        return;
+        return 1;
     }
     pthread_mutex_unlock(&capture_mu);
+    return 0;
+}
+
+static void cpu_wait_event(Stream *stream, Event *event) {
+    CpuStream *s = (CpuStream *)stream;
+    CpuEvent *ev = (CpuEvent *)event;
+    if (captures_begun() && captured_wait(s, ev)) return;
     MarkerArgs a = { latest_marker(ev), s };
     if (a.marker) stream_launch(stream, wait_task, &a, sizeof a);
 }
 
 static void cpu_event_synchronize(Event *ev) {
-    pthread_mutex_lock(&capture_mu);
-    int captured = ((CpuEvent *)ev)->captured_in != 0;
-    pthread_mutex_unlock(&capture_mu);
-    if (captured) capture_fatal("a synchronize of an event whose latest record was captured");
+    if (captures_begun()) {
+        pthread_mutex_lock(&capture_mu);
+        int captured = ((CpuEvent *)ev)->captured_in != 0;
+        pthread_mutex_unlock(&capture_mu);
+        if (captured) capture_fatal("a synchronize of an event whose latest record was captured");
+    }
     Marker *m = latest_marker((CpuEvent *)ev);
     if (!m) return;
     marker_wait(m);
