@@ -16,12 +16,10 @@ PHILOX_FN Dropout dropout_resolved(Dropout d) {
     return d;
 }
 
-/* The Philox output that holds the mask of element i and its three neighbours:
- * its step read where the site says (kernels.h), when the op runs (from a
- * resolved site, dropout_resolved's, the step it holds). */
+/* The Philox output that holds the mask of element i and its three neighbours,
+ * of a resolved site (dropout_resolved) or one given its step by value. */
 PHILOX_FN Philox4 dropout_bits(Dropout d, size_t i) {
-    uint32_t step = d.step_at ? *d.step_at : d.step;
-    Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, step }};
+    Philox4 ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), d.site, d.step }};
     return philox4x32_10(ctr, d.seed, d.rank);
 }
 

@@ -88,7 +88,8 @@ BF16_FN ConstBuf const_buf(Buf x) {
  * as the op runs (step is then unused): a graph's launch reads the step its
  * batch's upload brought, where a step given by value would be the capture's.
  * Being device memory, only ops enqueued on a stream ordered after its write
- * may draw masks from it; host code never does. */
+ * may draw masks from it, each reading it once as it starts
+ * (dropout.h's dropout_resolved); host code never does. */
 typedef struct {
     float p;
     uint32_t seed, rank, step, site;
