@@ -1415,6 +1415,12 @@ MUTANTS = [
      "kernels/token_buckets.c",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = INT_MAX;",
      "    for (int k = b->ntokens; k < length; k++) b->token[k] = k < 0 ? INT_MAX : b->token[k];"),
+    ("capture-never-begun", "the CPU's launches, records and waits take no capture as begun: a capture's work "
+     "runs at once instead of being recorded",
+     "test_runtime/a_graph_runs*",
+     "runtime/device_cpu.c",
+     "memory_order_acquire) != 0; }",
+     "memory_order_acquire) != 0 && 0; }"),
     ("graph-scratch-unguarded", "a stream's room grows while a graph lives, its recorded ops reading the old, "
      "freed one",
      "test_runtime/a_room*",
